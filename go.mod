@@ -1,0 +1,3 @@
+module bitgo
+
+go 1.26
