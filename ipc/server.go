@@ -158,7 +158,7 @@ type Server struct {
 	mu       sync.Mutex
 	ln       *net.UnixListener
 	sessions map[uint32]*session
-	owned    map[LayerID]uint32 // private layers, by owning session
+	owned    map[LayerID]uint32         // private layers, by owning session
 	pending  map[*net.UnixConn]struct{} // connections still in their handshake
 	nextID   uint32
 
