@@ -155,7 +155,7 @@ func TestUploadErrors(t *testing.T) {
 	c := dial(t, path, Options{RegionBytes: MinRegionBytes})
 	ds := c.DataSize()
 	var br beginResult
-	if err := c.control(OpBegin, &beginArgs{Name: "u", Format: "f32", Out: 8, In: 8, WeightsBytes: 256}, &br); err != nil {
+	if err := c.control(OpBegin, &beginArgs{Name: "u", Format: "f32", Out: 8, In: 8, WeightsBytes: 256}, beginInto(&br)); err != nil {
 		t.Fatal(err)
 	}
 	if br.WeightsBytes != 256 || br.Scales != 0 || br.Bias != 0 {
@@ -192,7 +192,7 @@ func TestUploadErrors(t *testing.T) {
 		}
 	}
 	var lr layerResult
-	if err := c.control(OpCommit, map[string]any{"upload": u}, &lr); err != nil {
+	if err := c.control(OpCommit, map[string]any{"upload": u}, layerInto(&lr)); err != nil {
 		t.Fatal(err)
 	}
 	checkForward(t, c, LayerID(lr.ID), w, nil, 8, 8, 2, quantcfg.DTypeF32, 3)
@@ -203,7 +203,7 @@ func TestUploadErrors(t *testing.T) {
 		t.Fatalf("abort of an unknown upload: %v", st)
 	}
 	// Abort drops an upload and its bytes.
-	if err := c.control(OpBegin, &beginArgs{Format: "f32", Out: 8, In: 8}, &br); err != nil {
+	if err := c.control(OpBegin, &beginArgs{Format: "f32", Out: 8, In: 8}, beginInto(&br)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.control(OpAbort, map[string]any{"upload": br.Upload}, nil); err != nil {

@@ -86,10 +86,10 @@ func handshake(conn *net.UnixConn, opt Options) (*Client, error) {
 		closeFDs(fds)
 		return nil, err
 	}
-	var rep HelloReply
-	if err := msgpack.Unmarshal(body, &rep); err != nil {
+	rep, err := decodeHelloReply(body)
+	if err != nil {
 		closeFDs(fds)
-		return nil, fmt.Errorf("%w: handshake reply: %v", ErrProtocol, err)
+		return nil, err
 	}
 	if rep.Status != StatusOK {
 		closeFDs(fds)
@@ -180,7 +180,7 @@ func (c *Client) goodbye() error {
 	closeFDs(fds)
 	var rep HelloReply
 	if err == nil {
-		err = msgpack.Unmarshal(body, &rep)
+		rep, err = decodeHelloReply(body)
 	}
 	if err != nil || rep.Status == StatusOK {
 		return fmt.Errorf("%w: %w: bitd (pid %d) sent an unexpected message and closed the session (%v)", ErrClosed, ErrProtocol, c.info.ServerPID, err)
@@ -233,8 +233,9 @@ func (c *Client) call(req []byte) (Status, string, []byte, error) {
 	return st, msg, raw, nil
 }
 
-// control runs a control op with optional arguments and decodes its result into out.
-func (c *Client) control(op Op, args any, out any) error {
+// control runs a control op with optional arguments and hands the raw result to
+// decode (when not nil) before the next call can reuse the buffer.
+func (c *Client) control(op Op, args any, decode func([]byte) error) error {
 	var req []any
 	if args == nil {
 		req = []any{uint8(op)}
@@ -254,10 +255,8 @@ func (c *Client) control(op Op, args any, out any) error {
 	if st != StatusOK {
 		return &Error{Op: op, Status: st, Msg: msg}
 	}
-	if out != nil {
-		if err := msgpack.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: %s result: %v", ErrProtocol, op, err)
-		}
+	if decode != nil {
+		return decode(raw)
 	}
 	return nil
 }
@@ -268,14 +267,14 @@ func (c *Client) Ping() error { return c.control(OpPing, nil, nil) }
 // Stats returns the session's and the daemon's figures.
 func (c *Client) Stats() (Stats, error) {
 	var s Stats
-	err := c.control(OpStats, nil, &s)
+	err := c.control(OpStats, nil, func(b []byte) (err error) { s, err = decodeStats(b); return err })
 	return s, err
 }
 
 // Lookup finds a layer the daemon loaded from a pack file.
 func (c *Client) Lookup(name string) (LayerInfo, error) {
 	var r layerResult
-	if err := c.control(OpLookup, map[string]any{"name": name}, &r); err != nil {
+	if err := c.control(OpLookup, map[string]any{"name": name}, layerInto(&r)); err != nil {
 		return LayerInfo{}, err
 	}
 	return r.info()
@@ -339,7 +338,7 @@ func (c *Client) Register(spec quantcfg.LayerSpec, w Weights) (LayerInfo, error)
 		}
 	}
 	var br beginResult
-	if err := c.control(OpBegin, &a, &br); err != nil {
+	if err := c.control(OpBegin, &a, beginInto(&br)); err != nil {
 		return LayerInfo{}, err
 	}
 	li, err := c.upload(br, spec, w)
@@ -370,7 +369,7 @@ func (c *Client) upload(br beginResult, spec quantcfg.LayerSpec, w Weights) (Lay
 		}
 	}
 	var r layerResult
-	if err := c.control(OpCommit, map[string]any{"upload": br.Upload}, &r); err != nil {
+	if err := c.control(OpCommit, map[string]any{"upload": br.Upload}, layerInto(&r)); err != nil {
 		return LayerInfo{}, err
 	}
 	return r.info()
@@ -438,4 +437,12 @@ func (c *Client) ForwardTimed(id LayerID, x []byte, dt quantcfg.DType, n int, ou
 		return 0, fmt.Errorf("%w: forward result: %v", ErrProtocol, err)
 	}
 	return time.Duration(ns), nil
+}
+
+func layerInto(p *layerResult) func([]byte) error {
+	return func(b []byte) (err error) { *p, err = decodeLayerResult(b); return err }
+}
+
+func beginInto(p *beginResult) func([]byte) error {
+	return func(b []byte) (err error) { *p, err = decodeBeginResult(b); return err }
 }

@@ -309,3 +309,97 @@ func appendStr(b []byte, s string) []byte {
 	}
 	return append(b, s...)
 }
+
+// float reads a float32/float64 or an integer as a float64.
+func (r *mpReader) float() (float64, error) {
+	if r.p < len(r.b) {
+		switch r.b[r.p] {
+		case 0xca:
+			r.p++
+			v, err := r.be(4)
+			return float64(math.Float32frombits(uint32(v))), err
+		case 0xcb:
+			r.p++
+			v, err := r.be(8)
+			return math.Float64frombits(v), err
+		}
+	}
+	v, err := r.int()
+	if err != nil {
+		u, uerr := r.uint() // a uint64 above MaxInt64
+		if uerr != nil {
+			return 0, err
+		}
+		return float64(u), nil
+	}
+	return float64(v), nil
+}
+
+// fields decodes a map with string keys, handing each known key's value to its
+// function and skipping unknown keys (a newer daemon may send more).
+func (r *mpReader) fields(known map[string]func(*mpReader) error) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		k, err := r.str(maxKeyLen)
+		if err != nil {
+			return err
+		}
+		fn, ok := known[k]
+		if !ok {
+			if err := r.skip(0); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(r); err != nil {
+			return fmt.Errorf("field %q: %w", k, err)
+		}
+	}
+	return nil
+}
+
+type integer interface {
+	~int | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
+}
+
+// intField stores an integer that must fit T.
+func intField[T integer](p *T) func(*mpReader) error {
+	return func(r *mpReader) error {
+		v, err := r.int()
+		if err != nil {
+			return err
+		}
+		if T(v) < 0 != (v < 0) || int64(T(v)) != v {
+			return r.errf("integer %d does not fit the field", v)
+		}
+		*p = T(v)
+		return nil
+	}
+}
+
+func uint64Field(p *uint64) func(*mpReader) error {
+	return func(r *mpReader) error {
+		v, err := r.uint()
+		*p = v
+		return err
+	}
+}
+
+func strField(p *string, max int) func(*mpReader) error {
+	return func(r *mpReader) error {
+		s, err := r.str(max)
+		*p = s
+		return err
+	}
+}
+
+func boolField(p *bool) func(*mpReader) error {
+	return func(r *mpReader) error {
+		v, err := r.bool()
+		*p = v
+		return err
+	}
+}

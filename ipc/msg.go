@@ -692,3 +692,90 @@ func asBadRequest(err error) error {
 	}
 	return err
 }
+
+// Client-side decoders of the daemon's answers. They use mpReader too: the client
+// checks what a buggy or hostile daemon sends as carefully as the daemon checks clients.
+
+func decodeWhole(b []byte, what string, fields map[string]func(*mpReader) error) error {
+	r := mpReader{b: b}
+	err := r.fields(fields)
+	if err == nil {
+		err = r.done()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrProtocol, what, err)
+	}
+	return nil
+}
+
+func (l *Limits) fields() map[string]func(*mpReader) error {
+	return map[string]func(*mpReader) error{
+		"max_region": intField(&l.MaxRegion), "max_bytes": intField(&l.MaxBytes), "max_layers": intField(&l.MaxLayers),
+		"max_uploads": intField(&l.MaxUploads), "max_tokens": intField(&l.MaxTokens),
+	}
+}
+
+func decodeHelloReply(b []byte) (HelloReply, error) {
+	var h HelloReply
+	err := decodeWhole(b, "handshake reply", map[string]func(*mpReader) error{
+		"proto": intField(&h.Proto), "status": intField(&h.Status), "msg": strField(&h.Msg, maxFrameSize),
+		"session": intField(&h.Session), "server": strField(&h.Server, MaxNameLen), "server_pid": intField(&h.ServerPID),
+		"region": intField(&h.Region), "nslots": intField(&h.NSlots), "slot_size": intField(&h.SlotSize),
+		"data_off": intField(&h.DataOff), "data_size": intField(&h.DataSize),
+		"limits": func(r *mpReader) error { return r.fields(h.Limits.fields()) },
+	})
+	return h, err
+}
+
+func decodeBeginResult(b []byte) (beginResult, error) {
+	var x beginResult
+	err := decodeWhole(b, "begin result", map[string]func(*mpReader) error{
+		"upload": intField(&x.Upload), "weights_bytes": intField(&x.WeightsBytes), "scales": intField(&x.Scales), "bias": intField(&x.Bias),
+	})
+	return x, err
+}
+
+func decodeLayerResult(b []byte) (layerResult, error) {
+	var x layerResult
+	err := decodeWhole(b, "layer result", map[string]func(*mpReader) error{
+		"id": uint64Field(&x.ID), "name": strField(&x.Name, MaxNameLen), "format": strField(&x.Format, maxSpellLen),
+		"out": intField(&x.Out), "in": intField(&x.In), "act": strField(&x.Act, maxSpellLen), "scale": strField(&x.Scale, maxSpellLen),
+		"bias": boolField(&x.Bias), "bytes": intField(&x.Bytes), "shared": boolField(&x.Shared),
+	})
+	return x, err
+}
+
+func decodeStats(b []byte) (Stats, error) {
+	var s Stats
+	ss := &s.Session
+	err := decodeWhole(b, "stats", map[string]func(*mpReader) error{
+		"sessions": intField(&s.Sessions),
+		"session": func(r *mpReader) error {
+			return r.fields(map[string]func(*mpReader) error{
+				"id": intField(&ss.ID), "layers": intField(&ss.Layers), "shared": intField(&ss.Shared), "bytes": intField(&ss.Bytes),
+				"uploads": intField(&ss.Uploads), "calls": uint64Field(&ss.Calls), "errors": uint64Field(&ss.Errors),
+			})
+		},
+		"engine": func(r *mpReader) error {
+			if r.peekNil() {
+				return nil
+			}
+			n, err := r.mapLen()
+			if err != nil {
+				return err
+			}
+			s.Engine = make(map[string]float64, n)
+			for i := 0; i < n; i++ {
+				k, err := r.str(MaxNameLen)
+				if err != nil {
+					return err
+				}
+				if s.Engine[k], err = r.float(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	return s, err
+}
