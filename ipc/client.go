@@ -109,7 +109,7 @@ func handshake(conn *net.UnixConn, opt Options) (*Client, error) {
 	}
 	c := &Client{conn: conn, reg: reg, info: rep, opt: opt,
 		r:    region{b: reg.Bytes(), g: geometry{Size: rep.Region, NSlots: rep.NSlots, SlotsOff: HeaderSize, DataOff: rep.DataOff, DataSize: rep.DataSize}},
-		spin: newSpinner(5*time.Microsecond, time.Millisecond)}
+		spin: newSpinner(clientSpinFloor, clientSpinCeil)}
 	if err := c.r.checkHeader(); err != nil {
 		reg.Close()
 		return nil, err

@@ -171,13 +171,17 @@ func decodeForwardBody(r *mpReader, n int) (forwardReq, error) {
 	if f.dt, ok = dtypeOf(code); !ok {
 		return f, fmt.Errorf("%w: forward dtype code %d: allowed %d (f32), %d (bf16)", ErrBadRequest, code, DTypeCodeF32, DTypeCodeBF16)
 	}
-	for _, fld := range []struct {
-		name string
-		p    *uint64
-	}{{"x_off", &f.xOff}, {"x_len", &f.xLen}, {"out_off", &f.outOff}, {"out_len", &f.outLen}} {
-		if *fld.p, err = r.uintMax("forward "+fld.name, math.MaxInt64); err != nil {
-			return f, err
-		}
+	if f.xOff, err = r.uintMax("forward x_off", math.MaxInt64); err != nil {
+		return f, err
+	}
+	if f.xLen, err = r.uintMax("forward x_len", math.MaxInt64); err != nil {
+		return f, err
+	}
+	if f.outOff, err = r.uintMax("forward out_off", math.MaxInt64); err != nil {
+		return f, err
+	}
+	if f.outLen, err = r.uintMax("forward out_len", math.MaxInt64); err != nil {
+		return f, err
 	}
 	if err := r.done(); err != nil {
 		return f, fmt.Errorf("forward request: %w", err)

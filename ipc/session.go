@@ -62,7 +62,7 @@ func newSession(s *Server, id uint32, h helloReq, c *net.UnixConn, reg *paged.Re
 		r: region{b: reg.Bytes(), g: g}, limits: s.opt.Limits,
 		layers: map[LayerID]*layerEntry{}, uploads: map[uint32]*upload{},
 		enc: newRespEncoder(), fast: make([]byte, 0, 64),
-		spin: newSpinner(2*time.Microsecond, 250*time.Microsecond)}
+		spin: newSpinner(serverSpinFloor, serverSpinCeil)}
 	x.r.writeHeader(uint32(s.pid), id)
 	return x
 }

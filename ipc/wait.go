@@ -114,3 +114,13 @@ func publish(word, peerSleeping *uint32, v uint32) {
 		futexWake(word)
 	}
 }
+
+// Spin budgets (see spinner). Floors absorb the jitter of a shared machine (a peer
+// descheduled for a few microseconds would otherwise cost a 25-50 us futex wake-up);
+// ceilings bound the CPU a waiter burns when the peer is slow or idle.
+var (
+	serverSpinFloor = 50 * time.Microsecond
+	serverSpinCeil  = 250 * time.Microsecond
+	clientSpinFloor = 50 * time.Microsecond
+	clientSpinCeil  = time.Millisecond
+)
