@@ -85,6 +85,9 @@ func waitChange(word, sleeping *uint32, old uint32, sp *spinner, slice time.Dura
 		}
 		schedYield()
 	}
+	// The first sleep is short: if a peer that cannot issue a full barrier (a pure
+	// Python client) lost the flag/word race, it costs 2 ms, not a whole slice.
+	d := min(slice, firstSlice)
 	for {
 		// Announce the sleep, then re-check: the writer stores the word and then loads
 		// the flag, we store the flag and then load the word (both sequentially
@@ -94,7 +97,8 @@ func waitChange(word, sleeping *uint32, old uint32, sp *spinner, slice time.Dura
 			atomic.StoreUint32(sleeping, 0)
 			break
 		}
-		futexWait(word, old, slice)
+		futexWait(word, old, d)
+		d = slice
 		atomic.StoreUint32(sleeping, 0)
 		if atomic.LoadUint32(word) != old {
 			break
@@ -114,6 +118,9 @@ func publish(word, peerSleeping *uint32, v uint32) {
 		futexWake(word)
 	}
 }
+
+// firstSlice is the length of a waiter's first futex sleep.
+const firstSlice = 2 * time.Millisecond
 
 // Spin budgets (see spinner). Floors absorb the jitter of a shared machine (a peer
 // descheduled for a few microseconds would otherwise cost a 25-50 us futex wake-up);
