@@ -275,8 +275,8 @@ func (s *Server) Sessions() int {
 
 // Shutdown drains: it stops accepting, answers new calls with StatusShuttingDown, lets
 // the calls in flight finish, then ends every session (freeing its layers) and returns.
-// If ctx ends first, sessions are told to stop anyway and ctx's error is returned once
-// their threads have left the handler.
+// If ctx ends first, sessions are told to stop anyway and Shutdown returns ctx's error
+// without waiting for handler calls that are still running.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
@@ -310,11 +310,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, x := range sess {
 		x.stopWith(fmt.Errorf("%w: the daemon was asked to stop", ErrShuttingDown))
 	}
-	s.conns.Wait()
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// A handler call that never returns keeps its session; the rest are closed.
+		if ctxErr == nil {
+			ctxErr = ctx.Err()
+		}
+		select {
+		case <-done:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	return ctxErr
 }
 
-// Close ends every session now (calls in flight still finish their handler call).
+// Close ends every session now; it does not wait for handler calls still running
+// (their sessions end when the call returns).
 func (s *Server) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
