@@ -87,7 +87,7 @@ func (a *Arena) Alloc(size int) (*Block, error) {
 	if closed {
 		return nil, a.errf(ErrArena, "allocation of %d bytes after Close", size)
 	}
-	base, err := mapAligned(mapped, HugePageSize)
+	base, err := mapAligned(mapped, HugePageSize, unix.PROT_READ|unix.PROT_WRITE)
 	if err != nil {
 		return nil, a.errf(ErrArena, "mapping %d bytes: %v", mapped, err)
 	}
@@ -123,13 +123,17 @@ func (a *Arena) Alloc(size int) (*Block, error) {
 	return b, nil
 }
 
-// mapAligned maps length bytes (a multiple of the page size) of anonymous read-write memory
-// starting at a multiple of align: it over-maps by align minus one page and unmaps the
-// unaligned head and the tail.
-func mapAligned(length, align int) (unsafe.Pointer, error) {
+// mapAligned maps length bytes (a multiple of the page size) of private anonymous memory
+// with protection prot, starting at a multiple of align: it over-maps by align minus one
+// page and unmaps the unaligned head and the tail.
+func mapAligned(length, align, prot int) (unsafe.Pointer, error) {
 	page := os.Getpagesize()
 	total := length + align - page
-	p, err := unix.MmapPtr(-1, 0, nil, uintptr(total), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
+	if prot == unix.PROT_NONE {
+		flags |= unix.MAP_NORESERVE
+	}
+	p, err := unix.MmapPtr(-1, 0, nil, uintptr(total), prot, flags)
 	if err != nil {
 		return nil, os.NewSyscallError("mmap", err)
 	}
@@ -149,6 +153,38 @@ func mapAligned(length, align int) (unsafe.Pointer, error) {
 		}
 	}
 	return unsafe.Add(p, aligned-start), nil
+}
+
+// mapFileAligned maps the first size bytes of fd read-only and shared (MAP_SHARED,
+// PROT_READ, plus extra flags) at a 2 MiB-aligned address, so that blobs at 2 MiB-aligned
+// file offsets are 2 MiB-aligned in memory too: it reserves an aligned range and maps the
+// file over it (MAP_FIXED). Release it with unmapFile.
+func mapFileAligned(fd, size, extra int) ([]byte, error) {
+	page := os.Getpagesize()
+	length := (size + page - 1) / page * page
+	base, err := mapAligned(length, HugePageSize, unix.PROT_NONE)
+	if err != nil {
+		return nil, err
+	}
+	p, err := unix.MmapPtr(fd, 0, base, uintptr(size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED|extra)
+	if err != nil {
+		_ = unix.MunmapPtr(base, uintptr(length))
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+// unmapFile releases a mapping made by mapFileAligned.
+func unmapFile(m []byte) error {
+	if len(m) == 0 {
+		return nil
+	}
+	page := os.Getpagesize()
+	length := (len(m) + page - 1) / page * page
+	if err := unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m)), uintptr(length)); err != nil {
+		return os.NewSyscallError("munmap", err)
+	}
+	return nil
 }
 
 // memlockError explains a refused mlock with the process's RLIMIT_MEMLOCK.

@@ -499,3 +499,13 @@ func TestParsePackHeaderChecks(t *testing.T) {
 		t.Errorf("trailing msgpack: %v", err)
 	}
 }
+
+// TestCRC32CCheckValue pins the checksum FORMAT.md specifies.
+func TestCRC32CCheckValue(t *testing.T) {
+	if got := CRC32C([]byte("123456789")); got != 0xE3069283 {
+		t.Fatalf("CRC-32C check value %#08x, want 0xE3069283", got)
+	}
+	if string(buildPack(validWire(), 16384)[:8]) != "BITGOPAK" {
+		t.Fatal("magic")
+	}
+}
