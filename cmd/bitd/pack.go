@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,9 @@ func runPack(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bitd pack: --threads %d: must be at least 1\n", o.Threads)
 		return 2
 	}
+	// The conversion produces tens of MB of short-lived garbage per layer (inside
+	// kernels' packers) over a small live heap: collect less often.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	rep, err := packModel(o, newProgress(o.Progress, stderr))
 	if err != nil {
 		fmt.Fprintf(stderr, "bitd pack: %v\n", err)

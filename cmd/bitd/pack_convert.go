@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"sync"
+	"unsafe"
 
 	"bitgo/engine"
 	"bitgo/kernels"
@@ -20,9 +22,30 @@ type converted struct {
 	scales, bias []float32
 }
 
-// convertLayer turns a planned layer into its packed blob, scales and bias. It is a pure
-// function of the checkpoint bytes and the plan, so --verify can run it again and compare.
-func convertLayer(pl *packPlan, lp *layerPlan) (converted, error) {
+// scratch is one conversion worker's reusable buffers: a 2B-parameter model runs 210
+// layers of up to 70 MB of float32 through them, and fresh allocations each time would
+// keep the garbage collector (and the page-fault path) busy.
+type scratch struct {
+	q []int8
+	f []float32
+}
+
+// blobs recycles packed-blob buffers between the converters and the writer.
+var blobs sync.Pool
+
+func getBlob(n int) []byte {
+	if b, ok := blobs.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:n]
+	}
+	return make([]byte, n)
+}
+
+func putBlob(b []byte) { blobs.Put(&b) }
+
+// convertLayer turns a planned layer into its packed blob (from getBlob), scales and bias.
+// It is a pure function of the checkpoint bytes and the plan, so --verify can run it again
+// and compare.
+func convertLayer(pl *packPlan, lp *layerPlan, sc *scratch) (converted, error) {
 	ck := pl.ckpt
 	info, data, err := ck.Tensor(lp.weight)
 	if err != nil {
@@ -37,8 +60,9 @@ func convertLayer(pl *packPlan, lp *layerPlan) (converted, error) {
 	var scales []float32
 	var biasScale float32 = 1
 	if lp.packed {
-		q, err := unpackBitNet(data, int(info.Shape[0]), m, k)
-		if err != nil {
+		sc.q = resize(sc.q, m*k)
+		q := sc.q
+		if err := unpackBitNet(q, data, int(info.Shape[0]), m, k); err != nil {
 			return fail(err)
 		}
 		s, err := bitnetScale(pl, lp)
@@ -66,7 +90,8 @@ func convertLayer(pl *packPlan, lp *layerPlan) (converted, error) {
 			biasScale = s
 		}
 	} else {
-		wf := make([]float32, m*k)
+		sc.f = resize(sc.f, m*k)
+		wf := sc.f
 		if err := paged.DecodeFloat32(wf, data, info.DType); err != nil {
 			return fail(err)
 		}
@@ -86,8 +111,9 @@ func convertLayer(pl *packPlan, lp *layerPlan) (converted, error) {
 			return fail(err)
 		}
 	}
-	blob, err := kernels.PackNew(spec.Format, m, k, w)
-	if err != nil {
+	blob := getBlob(lp.outBytes)
+	if err := kernels.Pack(spec.Format, m, k, w, blob); err != nil {
+		putBlob(blob)
 		return fail(err)
 	}
 	var bias []float32
@@ -110,37 +136,52 @@ func convertLayer(pl *packPlan, lp *layerPlan) (converted, error) {
 	return converted{blob: blob, scales: scales, bias: bias}, nil
 }
 
-// unpackBitNet expands transformers' BitNet packing (quantcfg.BitNet): a [rows, k] uint8
-// tensor, rows = ceil(m/4), whose packed row j, bits 2i..2i+1, hold the code w+1 of output
-// row i*rows + j. It returns the [m, k] ternary weights; a code 3 is an error naming the
-// position. Codes of rows beyond m (padding) are ignored.
-func unpackBitNet(data []byte, rows, m, k int) ([]int8, error) {
-	q := make([]int8, m*k)
+// unpackBitNet expands transformers' BitNet packing (quantcfg.BitNet) into q ([m*k]
+// ternary weights): data is a [rows, k] uint8 tensor, rows = ceil(m/4), whose packed row
+// j, bits 2i..2i+1, hold the code w+1 of output row i*rows + j. A code 3 is an error naming
+// the position. Codes of rows beyond m (padding) are ignored.
+//
+// Eight bytes are handled at once: for one bit pair i, c = (word >> 2i) & 0x03.. holds
+// eight codes, one per byte; ((c | 0x80..) - 0x01..) ^ 0x80.. is code-1 in every byte as
+// an int8 (the 0x80 bits stop borrows from crossing bytes), and c & (c >> 1) flags code 3.
+func unpackBitNet(q []int8, data []byte, rows, m, k int) error {
+	const (
+		lo2  = 0x0303030303030303
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
 	for i := 0; i < 4; i++ {
-		shift := 2 * i
+		shift := uint(2 * i)
 		for j := 0; j < rows; j++ {
 			r := i*rows + j
 			if r >= m {
 				break
 			}
 			src := data[j*k : (j+1)*k]
-			dst := q[r*k : (r+1)*k]
-			var bad byte
-			for c, b := range src {
-				code := (b >> shift) & 3
-				bad |= code & (code >> 1) // 3 is the only code with both bits set
-				dst[c] = int8(code) - 1
+			out := dst[r*k : (r+1)*k]
+			var bad uint64
+			c := 0
+			for ; c+8 <= k; c += 8 {
+				codes := (binary.LittleEndian.Uint64(src[c:]) >> shift) & lo2
+				bad |= codes & (codes >> 1)
+				binary.LittleEndian.PutUint64(out[c:], ((codes|high)-ones)^high)
 			}
-			if bad != 0 {
+			for ; c < k; c++ {
+				code := (src[c] >> shift) & 3
+				bad |= uint64(code & (code >> 1))
+				out[c] = byte(int8(code) - 1)
+			}
+			if bad&ones != 0 {
 				for c, b := range src {
 					if (b>>shift)&3 == 3 {
-						return nil, fmt.Errorf("%w: packed row %d, column %d, bits %d-%d hold code 3 (output row %d): BitNet codes are w+1 in {0, 1, 2}", kernels.ErrWeights, j, c, shift, shift+1, r)
+						return fmt.Errorf("%w: packed row %d, column %d, bits %d-%d hold code 3 (output row %d): BitNet codes are w+1 in {0, 1, 2}", kernels.ErrWeights, j, c, shift, shift+1, r)
 					}
 				}
 			}
 		}
 	}
-	return q, nil
+	return nil
 }
 
 // bitnetScale reads a layer's weight_scale and turns it into bitgo's per-tensor weight
@@ -202,8 +243,8 @@ func writeUnquantized(w io.Writer, info paged.TensorInfo, data []byte) error {
 
 // convertAll runs convertLayer over the plan's layers on o.Threads goroutines and hands
 // the results to sink in plan order. At most Threads+1 results are alive at once, so
-// memory stays bounded by a few layers whatever the model's size. The first error stops
-// the dispatch and is returned.
+// memory stays bounded by a few layers whatever the model's size. sink must not keep the
+// blob (it is recycled). The first error stops the dispatch and is returned.
 func convertAll(pl *packPlan, threads int, sink func(i int, c converted) error) error {
 	type slot struct {
 		c    converted
@@ -221,8 +262,9 @@ func convertAll(pl *packPlan, threads int, sink func(i int, c converted) error) 
 	var wg sync.WaitGroup
 	for range threads {
 		wg.Go(func() {
+			var sc scratch
 			for i := range jobs {
-				slots[i].c, slots[i].err = convertLayer(pl, &pl.layers[i])
+				slots[i].c, slots[i].err = convertLayer(pl, &pl.layers[i], &sc)
 				close(slots[i].done)
 			}
 		})
@@ -251,6 +293,7 @@ func convertAll(pl *packPlan, threads int, sink func(i int, c converted) error) 
 		<-slots[i].done
 		if err = slots[i].err; err == nil {
 			err = sink(i, slots[i].c)
+			putBlob(slots[i].c.blob)
 		}
 		slots[i].c = converted{}
 		<-credits
@@ -405,4 +448,11 @@ func (c *cmpWriter) Write(p []byte) (int, error) {
 	}
 	c.off += len(p)
 	return len(p), nil
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }

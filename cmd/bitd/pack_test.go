@@ -162,7 +162,7 @@ func writeCheckpoint(t *testing.T, dir, config string, entries []paged.STEntry, 
 	}
 }
 
-func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func runCmd(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var o, e bytes.Buffer
 	code = run(args, &o, &e)
