@@ -673,3 +673,59 @@ func TestNaturalOrder(t *testing.T) {
 		t.Fatalf("%s\nwant %s", got, want)
 	}
 }
+
+// TestUnpackBitNet checks the word-at-a-time unpacking against the definition, over
+// widths that exercise the 8-byte path and the byte tail, and finds a code 3 anywhere.
+func TestUnpackBitNet(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, k := range []int{1, 7, 8, 13, 64, 77} {
+		for _, m := range []int{1, 4, 5, 34} {
+			w := randTernary(r, m*k)
+			packed, rows := bitnetPack(w, m, k)
+			q := make([]int8, m*k)
+			if err := unpackBitNet(q, packed, rows, m, k); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(unsafeBytes(q), unsafeBytes(w)) {
+				t.Fatalf("m=%d k=%d: unpacked weights differ", m, k)
+			}
+			// A code 3 in any valid row and column is refused with its position.
+			row, col := r.IntN(m), r.IntN(k)
+			bad := append([]byte(nil), packed...)
+			i, j := row/rows, row%rows
+			bad[j*k+col] |= 3 << (2 * i)
+			err := unpackBitNet(q, bad, rows, m, k)
+			want := fmt.Sprintf("packed row %d, column %d, bits %d-%d hold code 3 (output row %d)", j, col, 2*i, 2*i+1, row)
+			if !errors.Is(err, kernels.ErrWeights) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("m=%d k=%d: %v, want %q", m, k, err, want)
+			}
+		}
+	}
+}
+
+func unsafeBytes(q []int8) []byte {
+	b := make([]byte, len(q))
+	for i, v := range q {
+		b[i] = byte(v)
+	}
+	return b
+}
+
+// TestPackBitNetOnline: quant_method bitnet with quantization_mode online has float
+// weights, ternarized by absmean at pack time.
+func TestPackBitNetOnline(t *testing.T) {
+	dir := t.TempDir()
+	floatModel(t, dir, paged.BF16, `{"quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "online"}`)
+	out := filepath.Join(t.TempDir(), "m.bitgo")
+	if code, so, se := runCmd(t, "pack", dir, "-o", out, "--progress", "off", "--verify"); code != 0 {
+		t.Fatalf("code %d\n%s\n%s", code, so, se)
+	}
+	p, err := paged.OpenPack(out, paged.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if len(p.Layers) != 14 || p.Layers[0].Spec.Format != quantcfg.I2S || len(p.Layers[0].Scales) != 1 {
+		t.Fatalf("%d layers, %+v", len(p.Layers), p.Layers[0])
+	}
+}
