@@ -21,7 +21,7 @@ with IEEE rounding and no contraction in eager mode.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import numpy as np
 import torch

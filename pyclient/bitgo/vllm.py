@@ -35,12 +35,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
 from . import _ops, reference
-from .config import Format, QuantConfig, ScaleKind
+from .config import QuantConfig, ScaleKind
 
 __all__ = ["register", "BitgoSettings", "parse_quantization_config", "bitnet_unpack",
            "is_layer_skipped", "BitgoConfig", "BitgoLinearMethod"]
