@@ -56,12 +56,23 @@ def parse_spec(spec: str):
     return QuantConfig.from_spec(spec)
 
 
+@functools.lru_cache(maxsize=4096)
+def _spec_sizes(spec: str):
+    """(QuantConfig, M, K, packed bytes, number of scales) of a spec, cached."""
+    cfg, m, k = parse_spec(spec)
+    return cfg, m, k, reference.layout(cfg.format, m, k).nbytes, cfg.num_scales(m, k)
+
+
+_CPU = torch.device("cpu")
+
+
 def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
-           bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int) -> None:
+           bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int, nbytes: int,
+           ns: int) -> None:
     if x.dtype not in _DTYPES:
         raise TypeError(f"bitgo::linear: input dtype {x.dtype}: allowed float32, bfloat16, "
                         f"float16")
-    if x.device.type != "cpu":
+    if x.device != _CPU:
         raise ValueError(f"bitgo::linear: input is on device {x.device}; bitgo runs on CPU "
                          f"tensors (bitd owns the compute device): move it with .cpu()")
     if x.dim() < 1 or x.shape[-1] != k:
@@ -70,12 +81,10 @@ def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     if not x.is_contiguous():
         raise ValueError(f"bitgo::linear: input of shape {tuple(x.shape)} is not contiguous "
                          f"(strides {tuple(x.stride())}); call .contiguous() first")
-    nbytes = reference.layout(cfg.format, m, k).nbytes
     if packed.dtype != torch.uint8 or packed.numel() != nbytes:
         raise ValueError(f"bitgo::linear: packed weights are {packed.dtype} with "
                          f"{packed.numel()} elements, want uint8 with {nbytes} ({cfg.format.value}"
                          f" {m}x{k})")
-    ns = cfg.num_scales(m, k)
     if scales.dtype != torch.float32 or scales.numel() != ns:
         raise ValueError(f"bitgo::linear: scales are {scales.dtype} with {scales.numel()} "
                          f"elements, want float32 with {ns} (scale {cfg.scale!r})")
@@ -86,16 +95,17 @@ def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
 
 def _linear_impl(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                  bias: Optional[torch.Tensor], spec: str, handle: int) -> torch.Tensor:
-    cfg, m, k = parse_spec(spec)
-    _check(x, packed, scales, bias, cfg, m, k)
+    cfg, m, k, nbytes, ns = _spec_sizes(spec)
+    _check(x, packed, scales, bias, cfg, m, k, nbytes, ns)
     if handle == 0:
         return reference.linear_packed(x, packed, scales if scales.numel() else None, bias,
                                        cfg, m, k)
-    with _runners_lock:
-        runner = _runners.get(handle)
+    runner = _runners.get(handle)  # a dict read is atomic; writers hold the lock
     if runner is None:
         raise RuntimeError(f"bitgo::linear: layer handle {handle} is not registered with a bitd "
                            f"client (it was freed, or belongs to another process)")
+    if x.numel() == 0:
+        return x.new_empty((*x.shape[:-1], m))
     return runner(x, packed, scales, bias, cfg, m, k)
 
 

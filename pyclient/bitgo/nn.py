@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from . import _ops, reference
+from . import _ops, backend, reference
 from .config import QuantConfig
 
 __all__ = ["BitLinear", "quantize_", "default_filter"]
@@ -32,6 +32,14 @@ class BitLinear(nn.Module):
 
     Inputs are [..., in_features] float32/bfloat16/float16 on the CPU; outputs have the input's
     dtype. The call is the operator ``torch.ops.bitgo.linear``.
+
+    Where it computes: with the ``"bitd"`` backend (the default, see :mod:`bitgo.backend`) the
+    packed weights are registered with bitd whenever they are set (through
+    :func:`bitgo.client.default_client`, which starts a private daemon if none is running)
+    and every forward is one call to bitd; ``handle`` is the registration's op handle. With
+    the ``"reference"`` backend, ``handle`` stays 0 and ``bitgo.reference`` computes. The
+    result is the same bit for bit. :meth:`attach` registers with a given client; in-place
+    edits of ``packed``/``scales``/``bias`` need :meth:`attach` again to reach bitd.
     """
 
     __constants__ = ["in_features", "out_features"]
@@ -52,6 +60,7 @@ class BitLinear(nn.Module):
         self.config = config
         self._spec = config.spec(out_features, in_features)
         self.handle = 0  # the layer's registration with a bitd client; 0: bitgo.reference
+        self._remote = None
         lay = reference.layout(config.format, out_features, in_features)
         self.register_buffer("packed", torch.zeros(lay.nbytes, dtype=torch.uint8))
         self.register_buffer("scales", torch.ones(config.num_scales(out_features, in_features),
@@ -92,6 +101,7 @@ class BitLinear(nn.Module):
                                                         linear.out_features, config)
         new._spec = config.spec(linear.out_features, linear.in_features)
         new.handle = 0
+        new._remote = None
         lay = reference.layout(config.format, linear.out_features, linear.in_features)
         new.register_buffer("packed", torch.zeros(lay.nbytes, dtype=torch.uint8))
         new.register_buffer("scales", torch.ones(
@@ -159,7 +169,45 @@ class BitLinear(nn.Module):
                              f"in_features) = ({self.out_features}, {self.in_features})")
 
     def _weights_changed(self) -> None:
-        """Hook: the packed weights, scales or bias changed (a registered copy is stale)."""
+        """The packed weights, scales or bias changed: drop the registration and, with the
+        bitd backend, register the new weights."""
+        self.detach()
+        if backend.get_backend() == "bitd":
+            self.attach()
+
+    def attach(self, client=None, name: str = "") -> None:
+        """Register the packed weights with bitd (``client``, default the process's shared
+        client) and compute through it from now on."""
+        if client is None:
+            from .client import default_client
+            client = default_client()
+        self.detach()
+        self._remote = backend.RemoteLayer(client, self.config, self.out_features,
+                                           self.in_features, self.packed, self.scales,
+                                           self.bias, name=name)
+        self.handle = self._remote.handle
+
+    def detach(self) -> None:
+        """Free the registration with bitd (if any); ``bitgo.reference`` computes until the
+        next :meth:`attach`."""
+        r = self.__dict__.get("_remote")
+        self._remote = None
+        self.handle = 0
+        if r is not None:
+            r.close()
+
+    @property
+    def remote(self):
+        """The :class:`bitgo.backend.RemoteLayer` this layer computes with, or None."""
+        return self._remote
+
+    def __getstate__(self):
+        # copies and pickles hold no registration: they register again on first use
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else None
+        state = dict(self.__dict__ if state is None else state)
+        state["_remote"] = None
+        state["handle"] = 0
+        return state
 
     def logical_weights(self) -> torch.Tensor:
         """The logical weights [out, in] (int8 codes/values, or float32 for float formats)."""
@@ -180,6 +228,8 @@ class BitLinear(nn.Module):
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"BitLinear: input has shape {tuple(x.shape)}: the last dimension "
                              f"must be in_features = {self.in_features}")
+        if self.handle == 0 and self._remote is None and backend.get_backend() == "bitd":
+            self.attach()  # a copy or an unpickled layer: register on first use
         return _ops.linear(x.contiguous(), self.packed, self.scales, self.bias, self._spec,
                            self.handle)
 

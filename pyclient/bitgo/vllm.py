@@ -416,7 +416,7 @@ def _build() -> Dict[str, Any]:
                     q = reference.quantize_with_scales(cfg_eff, w.float(), scales)
                 del layer.weight
                 finalize_layer(layer, cfg_eff, q, scales, name=self.prefix)
-                _register_layer(layer)
+                _register_layer(layer, name=self.prefix)
 
             def apply(self, layer: torch.nn.Module, x: torch.Tensor,
                       bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -442,8 +442,30 @@ def _recipe_scales(cfg: QuantConfig, loaded_weight: torch.Tensor) -> torch.Tenso
     return s
 
 
-def _register_layer(layer: torch.nn.Module) -> None:
-    """Hook for registering a finalized layer with bitd (until then, the reference runs it)."""
+def _register_layer(layer: torch.nn.Module, name: str = "", client=None) -> None:
+    """Register a finalized layer's packed weights with the local bitd (with the ``bitd``
+    backend; with ``reference`` it stays on ``bitgo.reference``). Each tensor-parallel rank
+    registers its own shard with its own daemon. ``apply`` then reaches bitd through the
+    layer's ``bitgo_handle``; vLLM calls that pass no bias (row-parallel ranks > 0,
+    ``skip_bias_add``) are served by :class:`bitgo.backend.RemoteLayer`'s bias-free twin."""
+    from . import backend
+    old = getattr(layer, "bitgo_remote", None)
+    if old is not None:
+        old.close()
+    layer.bitgo_remote = None
+    layer.bitgo_handle = 0
+    if backend.get_backend() != "bitd":
+        return
+    if client is None:
+        from .client import default_client
+        client = default_client()
+    cfg, m, k = _ops.parse_spec(layer.bitgo_spec)
+    remote = backend.RemoteLayer(client, cfg, m, k, layer.bitgo_packed.data,
+                                 layer.bitgo_scales.data,
+                                 None if layer.bitgo_bias is None else layer.bitgo_bias.data,
+                                 name=name)
+    layer.bitgo_remote = remote
+    layer.bitgo_handle = remote.handle
 
 
 def __getattr__(name: str):
