@@ -134,6 +134,8 @@ class Client:
         self._layers: Dict[int, dict] = {}
         self._views: Dict[tuple, tuple] = {}
         self._ewma = _SPIN_FLOOR_NS
+        self.forward_calls = 0  # forward requests answered, and bitd's compute time for them
+        self.handler_ns = 0
         self.name = name or f"bitgo-py-{os.getpid()}"
         if region_bytes < 0 or not 0 <= slots <= 64:
             raise ValueError(f"region_bytes {region_bytes}, slots {slots}: want region_bytes "
@@ -672,6 +674,8 @@ class Client:
             self._round_trip(seq, "forward")
             if self._w[(so + 8) >> 2] == 12 and mm[so + 2048: so + 2052] == _FWD_OK:
                 ns = _U64BE.unpack_from(mm, so + 2052)[0]
+                self.forward_calls += 1
+                self.handler_ns += ns
             else:
                 self._response(so, OP_FORWARD)  # raises the daemon's error
                 raise self._fail("bitd: forward succeeded with an unexpected result "

@@ -4,6 +4,7 @@ low-bit weights, and ``quantize_``, which swaps a model's linear layers for it i
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable, Optional
 
 import torch
@@ -12,7 +13,30 @@ from torch import nn
 from . import _ops, backend, reference
 from .config import QuantConfig
 
-__all__ = ["BitLinear", "quantize_", "default_filter"]
+__all__ = ["BitLinear", "quantize_", "default_filter", "LinearTimer"]
+
+
+class LinearTimer:
+    """Wall time spent in ``BitLinear.forward`` while it is active (a context manager; one
+    at a time, process-wide): ``calls`` and ``ns``. For measurements such as the share of a
+    model's time that goes to its linear layers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.ns = 0
+
+    def __enter__(self) -> "LinearTimer":
+        global _timer
+        _timer = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _timer
+        _timer = None
+
+
+_timer: Optional[LinearTimer] = None
+_now = time.perf_counter_ns
 
 
 class BitLinear(nn.Module):
@@ -230,8 +254,16 @@ class BitLinear(nn.Module):
                              f"must be in_features = {self.in_features}")
         if self.handle == 0 and self._remote is None and backend.get_backend() == "bitd":
             self.attach()  # a copy or an unpickled layer: register on first use
-        return _ops.linear(x.contiguous(), self.packed, self.scales, self.bias, self._spec,
-                           self.handle)
+        t = _timer
+        if t is None:
+            return _ops.linear(x.contiguous(), self.packed, self.scales, self.bias, self._spec,
+                               self.handle)
+        t0 = _now()
+        y = _ops.linear(x.contiguous(), self.packed, self.scales, self.bias, self._spec,
+                        self.handle)
+        t.ns += _now() - t0
+        t.calls += 1
+        return y
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

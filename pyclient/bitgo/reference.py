@@ -207,7 +207,7 @@ def _from_le(b: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _enc_i2s(w: torch.Tensor, l: Layout) -> torch.Tensor:
-    c = (w + 1).view(l.mp // 4, 4, l.kp // 128, 4, 32)  # quad, row, block, run s, byte j
+    c = (w + 1).to(torch.uint8).view(l.mp // 4, 4, l.kp // 128, 4, 32)  # quad, row, block, s, j
     v = (c[:, :, :, 0] << 6) | (c[:, :, :, 1] << 4) | (c[:, :, :, 2] << 2) | c[:, :, :, 3]
     return v.permute(0, 2, 1, 3).reshape(l.row_blocks, l.row_block_bytes)
 
@@ -318,7 +318,7 @@ def _dec_i2s(b: torch.Tensor, l: Layout) -> torch.Tensor:
     c = torch.stack([(v >> (6 - 2 * s)) & 3 for s in range(4)], dim=3)  # q, r, b, s, j
     _bad(l.format, "code 3 (codes are w+1 in {0,1,2})", c == 3,
          lambda i: (4 * i[0] + i[1], 128 * i[2] + 32 * i[3] + i[4]))
-    return c.reshape(l.mp, l.kp) - 1
+    return c.reshape(l.mp, l.kp).to(torch.int8) - 1
 
 
 def _tl1_decode(b: torch.Tensor, rows_blocks: int, kp: int, k0: int, fmt: Format) -> torch.Tensor:
@@ -387,9 +387,16 @@ def _dec_float(b: torch.Tensor, l: Layout) -> torch.Tensor:
     return words.to(torch.int32).view(torch.float32)
 
 
+def _wide(dec):
+    """A decoder that works on int64 bytes (the uint8 blob widened first)."""
+    return lambda b, l: dec(b.to(torch.int64), l)
+
+
+# i2s decodes the uint8 blob directly (it is the format large models use; wide int64
+# temporaries cost 8x the memory).
 _DECODERS = {
-    Format.I2S: _dec_i2s, Format.TL1: _dec_tl1, Format.TL2: _dec_tl2,
-    Format.INT2: _dec_int2, Format.INT1: _dec_int1, Format.INT8: _dec_int8,
+    Format.I2S: _dec_i2s, Format.TL1: _wide(_dec_tl1), Format.TL2: _wide(_dec_tl2),
+    Format.INT2: _wide(_dec_int2), Format.INT1: _wide(_dec_int1), Format.INT8: _wide(_dec_int8),
 }
 
 
@@ -399,7 +406,7 @@ def _check_blob(blob: torch.Tensor, l: Layout) -> torch.Tensor:
     if blob.numel() != l.nbytes:
         raise ValueError(f"{l.format.value} {l.m}x{l.k} blob has {blob.numel()} bytes, "
                          f"want {l.nbytes}")
-    return blob.detach().cpu().reshape(-1).to(torch.int64)
+    return blob.detach().cpu().reshape(-1)
 
 
 def unpack(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor) -> torch.Tensor:
@@ -409,7 +416,7 @@ def unpack(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor) -> torch
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     if format_info(l.format).float:
-        return _dec_float(b, l)[:m].contiguous()
+        return _dec_float(b.to(torch.int64), l)[:m].contiguous()
     w = _DECODERS[l.format](b, l)
     return w[:m, :k].to(torch.int8).contiguous()
 
@@ -615,11 +622,24 @@ def dequantize(cfg: QuantConfig, weights: torch.Tensor, scales: Optional[torch.T
 
 def _seq_abs_sum(units: np.ndarray) -> np.ndarray:
     """Sum of |v| along the last axis in float64, sequentially left to right (the order Go's
-    loop uses; numpy's accumulate is sequential, unlike its pairwise sum)."""
-    a = np.abs(units.astype(np.float64))
-    if a.shape[-1] == 0:
-        return np.zeros(a.shape[:-1])
-    return np.add.accumulate(a, axis=-1)[..., -1]
+    loop uses; numpy's accumulate is sequential, unlike its pairwise sum). Works through the
+    columns in chunks, carrying the running sum into each chunk's first element, so the
+    float64 temporaries stay small."""
+    u = units.reshape(-1, units.shape[-1]) if units.ndim != 2 else units
+    rows, n = u.shape
+    if n == 0:
+        return np.zeros(units.shape[:-1])
+    width = max(1, min(n, (1 << 18) // max(rows, 1)))
+    buf = np.empty((rows, width), dtype=np.float64)
+    carry = np.zeros(rows, dtype=np.float64)
+    for s in range(0, n, width):
+        c = u[:, s: s + width]
+        b = buf[:, : c.shape[1]]
+        np.abs(c, out=b)
+        b[:, 0] += carry  # carry + |v_s|: the next step of the sequential sum
+        np.add.accumulate(b, axis=1, out=b)
+        carry = b[:, -1].copy()
+    return carry.reshape(units.shape[:-1])
 
 
 def _mean_scale(units: np.ndarray, counts) -> torch.Tensor:
