@@ -286,26 +286,26 @@ func knownAnswerCheck(info *DeviceInfo, opts Options) {
 func katPairs() (a, b []float32) {
 	add := func(x, y float32) { a, b = append(a, x), append(b, y) }
 	f := math.Float32frombits
-	add(2.5, 1)                         // quantization tie -> 2
-	add(-3.5, 1)                        // tie -> -4
-	add(1, 127)                         // 127
-	add(-1.0000001, 128)                // clamps at -128
-	add(1e-38, 1e5)                     // denormal quotient
-	add(f(0x00000001), 0.5)             // smallest denormal / 0.5
-	add(f(0x00000003), 4)               // denormal rounding tie -> even
-	add(f(0x007fffff), f(0x3f800001))   // denormal / (1+ulp)
-	add(3e38, 1e-3)                     // overflow to infinity
-	add(-0.0, 3)                        // signed zero
-	add(127, f(0x0000ffff))             // huge quotient
-	add(f(0x3f800001), f(0x3f7fffff))   // hard rounding
-	add(f(0x40490fdb), f(0x3e9a209b))   // pi / log10(2)
-	add(f(0x3f808000), 1)               // bf16 tie, low half 0x8000 (odd -> up)
-	add(f(0x3f818000), 1)               // bf16 tie (even stays)
-	add(f(0x7f7fffff), 1)               // bf16 rounds to infinity
+	add(2.5, 1)                       // quantization tie -> 2
+	add(-3.5, 1)                      // tie -> -4
+	add(1, 127)                       // 127
+	add(-1.0000001, 128)              // clamps at -128
+	add(1e-38, 1e5)                   // denormal quotient
+	add(f(0x00000001), 0.5)           // smallest denormal / 0.5
+	add(f(0x00000003), 4)             // denormal rounding tie -> even
+	add(f(0x007fffff), f(0x3f800001)) // denormal / (1+ulp)
+	add(3e38, 1e-3)                   // overflow to infinity
+	add(-0.0, 3)                      // signed zero
+	add(127, f(0x0000ffff))           // huge quotient
+	add(f(0x3f800001), f(0x3f7fffff)) // hard rounding
+	add(f(0x40490fdb), f(0x3e9a209b)) // pi / log10(2)
+	add(f(0x3f808000), 1)             // bf16 tie, low half 0x8000 (odd -> up)
+	add(f(0x3f818000), 1)             // bf16 tie (even stays)
+	add(f(0x7f7fffff), 1)             // bf16 rounds to infinity
 	rng := rand.New(rand.NewPCG(7, 11))
 	for i := 0; i < 200; i++ {
-		x := f(rng.Uint32() &^ (0xff << 23) | uint32(rng.IntN(254)+1)<<23)
-		y := f(rng.Uint32() &^ (0xff << 23) | uint32(rng.IntN(254)+1)<<23)
+		x := f(rng.Uint32()&^(0xff<<23) | uint32(rng.IntN(254)+1)<<23)
+		y := f(rng.Uint32()&^(0xff<<23) | uint32(rng.IntN(254)+1)<<23)
 		if i%4 == 0 { // keep some quantizations in range
 			y = float32(rng.Float64()*200) / max(float32(math.Abs(float64(x))), 1e-5)
 		}
