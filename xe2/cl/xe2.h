@@ -181,8 +181,8 @@ inline float xdiv(float a, float b) {
 		return as_float(sign);
 	ulong kept = q >> drop;
 	ulong rem = q & ((1ul << drop) - 1ul);
-	ulong half = 1ul << (drop - 1);
-	if (rem > half || (rem == half && (sticky || (kept & 1ul))))
+	ulong halfway = 1ul << (drop - 1);
+	if (rem > halfway || (rem == halfway && (sticky || (kept & 1ul))))
 		kept++;
 	uint bits = normal ? ((uint)(E + 126) << 23) + (uint)kept : (uint)kept;
 	return as_float(sign | bits);
