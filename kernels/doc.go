@@ -43,8 +43,10 @@
 // Every layout pads M up to Mp = a multiple of 32 and stores each block of 32 rows (a row
 // block) as one contiguous byte stream, so a kernel working through a row block reads
 // sequentially and threads take contiguous ranges of row blocks. K is padded per format
-// (Kp). Padding weights are zero bits; kernels see zero activations over [K, Kp), so padding
-// never changes a result. Scales and biases are separate float32 slices, never in the
+// (Kp). Padding weights (rows >= M, inputs >= K) hold the value 0 where the format has one
+// (ternary formats, int8, floats), code 0 in int2 and +1 in int1, so a blob is a pure function
+// of the logical weights; kernels see zero activations over [K, Kp), so padding never changes
+// a result. Scales and biases are separate float32 slices, never in the
 // blob. The pictures are in each format's file (i2s.go, tl1.go, tl2.go, int2.go, int1.go,
 // int8.go, float.go); Layout computes sizes and offsets.
 //
