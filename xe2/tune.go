@@ -288,7 +288,7 @@ func candidates(n int, quick bool) []Tile {
 	wgss := []int{1, 2, 4, 8, 16}
 	sgms := []int{1, 2, 4}
 	if quick {
-		splits, wgss, sgms = []int{1, 4}, []int{1, 2}, []int{1, 2}
+		splits, wgss, sgms = []int{1, 4}, []int{1}, []int{1, 2}
 	}
 	if n <= 8 {
 		for _, sgm := range sgms {
@@ -304,8 +304,7 @@ func candidates(n int, quick bool) []Tile {
 	}
 	sgns := []int{1, 2, 4}
 	if quick {
-		sgns = []int{1, 2}
-		splits = []int{1, 2}
+		sgns, sgms, splits = []int{1, 2}, []int{1}, []int{1, 2}
 	}
 	for _, sgn := range sgns {
 		for _, sgm := range sgms {

@@ -30,3 +30,13 @@ void xe2_kat_dpas(const __global short *A, const __global uint *B, __global int 
 	OUT[8 * 16 + lid] = intel_sub_group_i8_i2_matrix_mad_k32(a.s0, b, 7);
 }
 #endif
+
+// xe2_read_bw: reads n uint4 (grid-stride) and writes one sum per work item, so the
+// reads cannot be optimized away: the device's read bandwidth for `bitd bench`.
+__kernel void xe2_read_bw(const __global uint4 *p, __global uint *out, int n) {
+	const int gid = (int)get_global_id(0), gs = (int)get_global_size(0);
+	uint4 s = (uint4)(0u);
+	for (int i = gid; i < n; i += gs)
+		s ^= p[i];
+	out[gid] = s.x ^ s.y ^ s.z ^ s.w;
+}
