@@ -131,7 +131,7 @@ func (r Report) Usable() []DeviceInfo {
 // cached), exactly as Open does.
 func Probe(opts Options, knownAnswer bool) Report {
 	if err := clLoad(); err != nil {
-		return Report{Reason: err.Error()}
+		return Report{Reason: strings.TrimPrefix(err.Error(), ErrUnavailable.Error()+": ")}
 	}
 	plats, err := clPlatforms()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"bitgo/kernels"
 	"bitgo/quantcfg"
 )
 
@@ -75,7 +76,7 @@ func checkTile(t *testing.T, layers []builtLayer, tile Tile, n int, rng *rand.Ra
 				xin = make([]float32, len(x))
 				xb = make([]byte, 2*len(x))
 				for i, v := range x {
-					h := BF16(v)
+					h := kernels.BF16(v)
 					xin[i] = math.Float32frombits(uint32(h) << 16)
 					binary.LittleEndian.PutUint16(xb[2*i:], h)
 				}
@@ -95,7 +96,7 @@ func checkTile(t *testing.T, layers []builtLayer, tile Tile, n int, rng *rand.Ra
 				if dt == quantcfg.DTypeF32 {
 					got, exp = binary.LittleEndian.Uint32(out[4*i:]), math.Float32bits(want[i])
 				} else {
-					got, exp = uint32(binary.LittleEndian.Uint16(out[2*i:])), uint32(BF16(want[i]))
+					got, exp = uint32(binary.LittleEndian.Uint16(out[2*i:])), uint32(kernels.BF16(want[i]))
 				}
 				if got != exp {
 					t.Fatalf("%s (dpas=%v) tile %s n=%d %s: output token %d row %d: got %#x, reference %#x (%g)",

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"bitgo/kernels"
 	"bitgo/paged"
 	"bitgo/quantcfg"
 )
@@ -286,22 +287,22 @@ func knownAnswerCheck(info *DeviceInfo, opts Options) {
 func katPairs() (a, b []float32) {
 	add := func(x, y float32) { a, b = append(a, x), append(b, y) }
 	f := math.Float32frombits
-	add(2.5, 1)                       // quantization tie -> 2
-	add(-3.5, 1)                      // tie -> -4
-	add(1, 127)                       // 127
-	add(-1.0000001, 128)              // clamps at -128
-	add(1e-38, 1e5)                   // denormal quotient
-	add(f(0x00000001), 0.5)           // smallest denormal / 0.5
-	add(f(0x00000003), 4)             // denormal rounding tie -> even
-	add(f(0x007fffff), f(0x3f800001)) // denormal / (1+ulp)
-	add(3e38, 1e-3)                   // overflow to infinity
-	add(-0.0, 3)                      // signed zero
-	add(127, f(0x0000ffff))           // huge quotient
-	add(f(0x3f800001), f(0x3f7fffff)) // hard rounding
-	add(f(0x40490fdb), f(0x3e9a209b)) // pi / log10(2)
-	add(f(0x3f808000), 1)             // bf16 tie, low half 0x8000 (odd -> up)
-	add(f(0x3f818000), 1)             // bf16 tie (even stays)
-	add(f(0x7f7fffff), 1)             // bf16 rounds to infinity
+	add(2.5, 1)                           // quantization tie -> 2
+	add(-3.5, 1)                          // tie -> -4
+	add(1, 127)                           // 127
+	add(-1.0000001, 128)                  // clamps at -128
+	add(1e-38, 1e5)                       // denormal quotient
+	add(f(0x00000001), 0.5)               // smallest denormal / 0.5
+	add(f(0x00000003), 4)                 // denormal rounding tie -> even
+	add(f(0x007fffff), f(0x3f800001))     // denormal / (1+ulp)
+	add(3e38, 1e-3)                       // overflow to infinity
+	add(float32(math.Copysign(0, -1)), 3) // signed zero
+	add(127, f(0x0000ffff))               // huge quotient
+	add(f(0x3f800001), f(0x3f7fffff))     // hard rounding
+	add(f(0x40490fdb), f(0x3e9a209b))     // pi / log10(2)
+	add(f(0x3f808000), 1)                 // bf16 tie, low half 0x8000 (odd -> up)
+	add(f(0x3f818000), 1)                 // bf16 tie (even stays)
+	add(f(0x7f7fffff), 1)                 // bf16 rounds to infinity
 	rng := rand.New(rand.NewPCG(7, 11))
 	for i := 0; i < 200; i++ {
 		x := f(rng.Uint32()&^(0xff<<23) | uint32(rng.IntN(254)+1)<<23)
@@ -318,9 +319,9 @@ func katPairs() (a, b []float32) {
 func katFloatWant(a, b float32) [4]uint32 {
 	var q uint32
 	if p := a * b; !math.IsNaN(float64(p)) && !math.IsInf(float64(p), 0) {
-		q = uint32(int32(quantAct(a, b)))
+		q = uint32(int32(kernels.QuantizeAct(a, b)))
 	}
-	return [4]uint32{math.Float32bits(a / b), q, uint32(BF16(a)), math.Float32bits(float32(int32(math.Float32bits(b))))}
+	return [4]uint32{math.Float32bits(a / b), q, uint32(kernels.BF16(a)), math.Float32bits(float32(int32(math.Float32bits(b))))}
 }
 
 func (d *Device) katFloat() error {

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"math"
 
+	"bitgo/kernels"
 	"bitgo/quantcfg"
 )
 
-// The Go reference of the arithmetic every xe2 kernel reproduces bit for bit: package
-// kernels' doc.go ("The arithmetic"), applied to logical int2 codes. The tuner validates
-// candidates against it; the tests also check it against kernels.Reference.
+// The Go reference every xe2 kernel reproduces bit for bit is package kernels' reference
+// GEMM (kernels/doc.go, "The arithmetic"). The tuner validates candidates against it; the
+// tests also check it against an independent transcription of doc.go (docReference).
 
 // segLen is the accumulation segment length along K, or 0 for one segment over all of K.
 func segLen(spec quantcfg.LayerSpec) int {
@@ -24,123 +25,33 @@ func segLen(spec quantcfg.LayerSpec) int {
 	return 0
 }
 
-const actEps = float32(1e-5)
-
-func actScale(amax float32) float32 { return float32(127) / max(amax, actEps) }
-
-func quantAct(x, xs float32) int8 {
-	p := x * xs
-	r := math.RoundToEven(float64(p))
-	return int8(max(-128, min(127, r)))
-}
-
-func absMax(x []float32) float32 {
-	var m float32
-	for _, v := range x {
-		m = max(m, float32(math.Abs(float64(v))))
-	}
-	return m
-}
-
-// Reference computes y = layer(x) for n tokens of x ([n][K] float32) on the CPU, the
-// definition the kernels are checked against. spec is an int2 (or ternary) layer; codes
-// are its logical int2 codes ([M][K], 0..3). The result is [n][M] float32 (callers round
-// to bf16 for bf16 outputs).
+// Reference computes y = layer(x) for n tokens of x ([n][K] float32) with package
+// kernels' reference GEMM, the definition of every result: spec is an int2 (or ternary)
+// layer, codes its logical int2 codes ([M][K], 0..3; ternary layers pass TernaryCodes).
+// The result is [n][M] float32 (bf16 outputs are its round-to-nearest-even).
 func Reference(spec quantcfg.LayerSpec, codes []int8, scales, bias []float32, x []float32, n int) ([]float32, error) {
 	spec = spec.WithDefaults()
 	if err := checkLayer(spec, codes, scales, bias); err != nil {
 		return nil, err
 	}
-	m, k := spec.Out, spec.In
-	if n < 1 || len(x) != n*k {
-		return nil, fmt.Errorf("%w: layer %s: %d activation values for %d tokens, want %d", ErrShape, spec.Name, len(x), n, n*k)
+	if n < 1 || len(x) != n*spec.In {
+		return nil, fmt.Errorf("%w: layer %s: %d activation values for %d tokens, want %d", ErrShape, spec.Name, len(x), n, n*spec.In)
 	}
-	if err := checkFiniteAct(x, k); err != nil {
+	if err := checkFiniteAct(x, spec.In); err != nil {
 		return nil, fmt.Errorf("layer %s: %w", spec.Name, err)
 	}
-	cb := codebookOf(spec)
-	// Activation quantization.
-	xq := make([]int8, n*k)
-	var xs []float32
-	ga := spec.Act.Group
-	nga := 1
-	switch spec.Act.Kind {
-	case quantcfg.ActPerTensor:
-		xs = []float32{actScale(absMax(x))}
-		for i, v := range x {
-			xq[i] = quantAct(v, xs[0])
-		}
-	case quantcfg.ActPerGroup:
-		nga = ceilDiv(k, ga)
-		xs = make([]float32, n*nga)
-		for t := 0; t < n; t++ {
-			for g := 0; g < nga; g++ {
-				k0, k1 := t*k+g*ga, t*k+min((g+1)*ga, k)
-				s := actScale(absMax(x[k0:k1]))
-				xs[t*nga+g] = s
-				for i := k0; i < k1; i++ {
-					xq[i] = quantAct(x[i], s)
-				}
-			}
-		}
-	default: // per-token
-		xs = make([]float32, n)
-		for t := 0; t < n; t++ {
-			row := x[t*k : (t+1)*k]
-			xs[t] = actScale(absMax(row))
-			for i, v := range row {
-				xq[t*k+i] = quantAct(v, xs[t])
-			}
-		}
+	// Ternary layers are int2 layers with the default code book (codes = w + 2).
+	ispec := spec
+	ispec.Format, ispec.Codebook = quantcfg.Int2, codebookOf(spec)
+	blob, err := kernels.PackNew(quantcfg.Int2, spec.Out, spec.In, kernels.Weights{Q: codes})
+	if err != nil {
+		return nil, fmt.Errorf("layer %s: %w", spec.Name, err)
 	}
-	xsAt := func(t, k0 int) float32 {
-		switch spec.Act.Kind {
-		case quantcfg.ActPerTensor:
-			return xs[0]
-		case quantcfg.ActPerGroup:
-			return xs[t*nga+k0/ga]
-		}
-		return xs[t]
+	l, err := kernels.NewLayer(ispec, blob, scales, bias)
+	if err != nil {
+		return nil, fmt.Errorf("layer %s: %w", spec.Name, err)
 	}
-	wsAt := func(row, k0 int) float32 {
-		switch spec.Scale.Kind {
-		case quantcfg.ScaleRow:
-			return scales[row]
-		case quantcfg.ScaleGroup:
-			g := spec.Scale.Group
-			return scales[row*ceilDiv(k, g)+k0/g]
-		}
-		return scales[0]
-	}
-	sl := segLen(spec)
-	if sl == 0 {
-		sl = k
-	}
-	out := make([]float32, n*m)
-	for row := 0; row < m; row++ {
-		w := codes[row*k : (row+1)*k]
-		for t := 0; t < n; t++ {
-			q := xq[t*k : (t+1)*k]
-			var y float32
-			for k0 := 0; k0 < k; k0 += sl {
-				var acc int32
-				for i := k0; i < min(k0+sl, k); i++ {
-					acc += int32(cb[w[i]]) * int32(q[i])
-				}
-				p := float32(float32(acc)*wsAt(row, k0)) / xsAt(t, k0)
-				if k0 == 0 {
-					y = p
-				} else {
-					y = y + p
-				}
-			}
-			if bias != nil {
-				y = y + bias[row]
-			}
-			out[t*m+row] = y
-		}
-	}
-	return out, nil
+	return kernels.Reference(l, x, n)
 }
 
 func codebookOf(spec quantcfg.LayerSpec) quantcfg.Codebook {
@@ -195,14 +106,4 @@ func checkFiniteAct(x []float32, k int) error {
 		}
 	}
 	return nil
-}
-
-// BF16 converts a float32 to bfloat16 bits, rounding to nearest even (NaN -> quiet NaN).
-func BF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7FFFFFFF > 0x7F800000 {
-		return uint16(b>>16) | 0x7FC0
-	}
-	b += 0x7FFF + (b>>16)&1
-	return uint16(b >> 16)
 }
