@@ -3,6 +3,7 @@ package xe2
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -273,6 +274,53 @@ func TestOpenNoSuchDevice(t *testing.T) {
 	for _, dv := range rep.Devices {
 		if dv.Type != "gpu" && (dv.Usable || len(dv.Reasons) == 0) {
 			t.Errorf("%s (%s) without AllowAnyDevice: usable=%v reasons=%v", dv.Name, dv.Type, dv.Usable, dv.Reasons)
+		}
+	}
+}
+
+// TestConcurrentForward: many goroutines on several layers of one device get exact results.
+func TestConcurrentForward(t *testing.T) {
+	d := testDevice(t, "")
+	rng := rand.New(rand.NewPCG(6, 6))
+	layers := registerCases(t, d, rng)
+	type job struct {
+		bl   builtLayer
+		x    []float32
+		n    int
+		want []float32
+	}
+	var jobs []job
+	for i, bl := range layers {
+		n := []int{1, 3, 12}[i%3]
+		x := RandomActs(rng, n, bl.lc.spec.In)
+		want, err := Reference(bl.lc.spec, bl.codes, bl.scales, bl.bias, x, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, job{bl, x, n, want})
+	}
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			for i := 0; i < 10; i++ {
+				j := jobs[(g+i)%len(jobs)]
+				got, err := j.bl.l.ForwardF32(j.x, j.n)
+				if err == nil {
+					if k := firstDiff(got, j.want); k >= 0 {
+						err = fmt.Errorf("%s: output %d differs", j.bl.lc.name, k)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}(g)
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
