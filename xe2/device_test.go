@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"bitgo/kernels"
 	"bitgo/quantcfg"
 )
 
@@ -321,6 +322,50 @@ func TestConcurrentForward(t *testing.T) {
 	for g := 0; g < 8; g++ {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestRegisterBlob: layers given in package kernels' layout (int2 and ternary i2s, tl2)
+// give the reference's results.
+func TestRegisterBlob(t *testing.T) {
+	d := testDevice(t, "")
+	rng := rand.New(rand.NewPCG(12, 1))
+	for _, f := range []quantcfg.Format{quantcfg.Int2, quantcfg.I2S, quantcfg.TL2} {
+		spec := quantcfg.LayerSpec{Name: string(f), Format: f, Out: 45, In: 200}.WithDefaults()
+		q := make([]int8, spec.Out*spec.In)
+		for i := range q {
+			if f == quantcfg.Int2 {
+				q[i] = int8(rng.IntN(4))
+			} else {
+				q[i] = int8(rng.IntN(3) - 1)
+			}
+		}
+		blob, err := kernels.PackNew(f, spec.Out, spec.In, kernels.Weights{Q: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, scales, _ := RandomLayer(rng, spec)
+		kl, err := kernels.NewLayer(spec, blob, scales, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := d.RegisterBlob(spec, blob, scales, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		x := RandomActs(rng, 3, spec.In)
+		want, err := kernels.Reference(kl, x, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.ForwardF32(x, 3)
+		l.Free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("%s: output %d: got %g, kernels reference %g", f, i, got[i], want[i])
 		}
 	}
 }

@@ -53,6 +53,7 @@
 //
 //	dev, err := xe2.Open(n, opts)                  // xe2:n; known-answer checked
 //	l, err := dev.Register(spec, codes, scales, bias) // int2 codes [M][K] (kernels.Weights.Q)
+//	l, err := dev.RegisterBlob(spec, blob, scales, bias) // or a kernels-layout blob (pack files)
 //	err = l.Forward(dtype, x, tokens, out)          // f32 or bf16 bytes in and out
 //	err = l.Free(); err = dev.Close()
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"bitgo/kernels"
 	"bitgo/quantcfg"
 )
 
@@ -476,4 +477,27 @@ func (l *Layer) defaultTile(n int) Tile {
 		t.Fused = false
 	}
 	return t
+}
+
+// RegisterBlob registers a layer given in package kernels' packed layout (what a .bitgo
+// pack file holds) for spec's format: int2, or ternary i2s/tl1/tl2. The blob is unpacked
+// to logical weights and repacked in VNNI16; the blob itself is not kept.
+func (d *Device) RegisterBlob(spec quantcfg.LayerSpec, blob []byte, scales, bias []float32) (*Layer, error) {
+	spec = spec.WithDefaults()
+	switch spec.Format {
+	case quantcfg.Int2, quantcfg.I2S, quantcfg.TL1, quantcfg.TL2:
+	default:
+		return nil, fmt.Errorf("%w: layer %s: format %s (xe2 serves int2, and ternary i2s/tl1/tl2 as int2)", ErrUnsupported, spec.Name, spec.Format)
+	}
+	w, err := kernels.Unpack(spec.Format, spec.Out, spec.In, blob)
+	if err != nil {
+		return nil, fmt.Errorf("layer %s: %w", spec.Name, err)
+	}
+	codes := w.Q
+	if spec.Format != quantcfg.Int2 {
+		if codes, err = TernaryCodes(w.Q); err != nil {
+			return nil, fmt.Errorf("layer %s: %w", spec.Name, err)
+		}
+	}
+	return d.Register(spec, codes, scales, bias)
 }
