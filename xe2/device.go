@@ -246,6 +246,8 @@ func describe(p, d handle, pname string) DeviceInfo {
 		}
 	}
 	if strings.Contains(exts, " cl_intel_device_attribute_query ") {
+		// CL_DEVICE_IP_VERSION_INTEL packs major << 22 | minor << 14 | revision; Xe2 is
+		// 20.x (Battlemage G21 is 20.1: SYCL's device_architecture.def 0x05004000).
 		if v := devUint(d, clDeviceIPVersionIntel); v != 0 {
 			info.ipMajor = int(v >> 22)
 			info.IPVersion = fmt.Sprintf("%d.%d.%d", v>>22, (v>>14)&0xff, v&0x3fff)
@@ -283,6 +285,9 @@ func judge(info *DeviceInfo, opts Options) {
 	if !info.Denormals {
 		refuse = append(refuse, "float32 denormals are not supported (no CL_FP_DENORM): results could differ from the reference")
 	}
+	// Intel's compute-runtime reports CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT only on devices
+	// with 64-bit math (opencl/source/cl_device/cl_device_caps.cpp, setupFp64Flags), and
+	// CL_FP_DENORM always: without the flag, the kernels divide in integer arithmetic.
 	if !info.CorrectDiv || opts.SoftDiv {
 		info.softDiv = true
 		if !info.CorrectDiv {
