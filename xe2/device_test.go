@@ -53,6 +53,25 @@ func TestBinaryCacheRoundTrip(t *testing.T) {
 		return d.Stats()
 	}
 	s1 := run()
+	// Prepare on a warm cache builds nothing new.
+	func() {
+		d, err := Open(0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		l, err := d.Register(spec, codes, scales, bias)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Free()
+		if err := l.Prepare(2); err != nil {
+			t.Fatal(err)
+		}
+		if st := d.Stats(); st.Builds != 0 {
+			t.Fatalf("Prepare on a warm cache built %d programs", st.Builds)
+		}
+	}()
 	if s1.Builds == 0 || s1.CacheHits != 0 {
 		t.Fatalf("cold cache: %+v, want builds and no hits", s1)
 	}

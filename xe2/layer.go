@@ -501,3 +501,41 @@ func (d *Device) RegisterBlob(spec quantcfg.LayerSpec, blob []byte, scales, bias
 	}
 	return d.Register(spec, codes, scales, bias)
 }
+
+// Prepare compiles (or loads from the binary cache) the kernels Forward will use for
+// each token count, so that the first calls do not pay for it: with a tune table, only
+// its winners are built.
+func (l *Layer) Prepare(tokens ...int) error {
+	d := l.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.freed || d.closed {
+		return fmt.Errorf("%w: layer %s", ErrClosed, l.Spec.Name)
+	}
+	for _, n := range tokens {
+		if n < 1 {
+			return fmt.Errorf("%w: layer %s: %d tokens", ErrShape, l.Spec.Name, n)
+		}
+		t := l.chooseTile(n)
+		defs := t.defines(l.dpas)
+		names := []string{"xe2_decode"}
+		if t.Prefill {
+			names[0] = "xe2_prefill"
+		}
+		if l.plan(t).S > 1 {
+			names = append(names, "xe2_combine")
+		}
+		if !t.Fused {
+			names = append(names, "xe2_act_quant")
+			if l.Spec.Act.Kind == quantcfg.ActPerTensor {
+				names = append(names, "xe2_act_amax")
+			}
+		}
+		for _, name := range names {
+			if _, err := d.kernel("gemm.cl", name, defs); err != nil {
+				return fmt.Errorf("layer %s, tile %s: %w", l.Spec.Name, t, err)
+			}
+		}
+	}
+	return nil
+}
