@@ -421,7 +421,7 @@ func (x *session) commit(id uint32, ev *CallEvent) (LayerInfo, error) {
 		}
 	}
 	t0 := time.Now()
-	li, err := x.h.Register(Upload{Spec: u.spec, Packed: u.packed, Weights: u.mapped, Scales: u.scales, Bias: u.bias, Owner: x.owner()})
+	li, err := x.h.Register(Upload{Spec: u.spec, Packed: u.packed, Weights: u.mapped, Scales: u.scales, Bias: u.bias, Session: x.id, Owner: x.owner()})
 	ev.Handler = time.Since(t0)
 	x.dropUpload(id, u)
 	if err != nil {
