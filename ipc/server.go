@@ -294,9 +294,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.Close() // a handshake in progress fails at once
 	}
 	s.mu.Unlock()
-	for _, x := range sess {
-		atomic.StoreUint32(x.r.state(), StateDraining)
-	}
 	var ctxErr error
 	for busy := true; busy; {
 		busy = slices.ContainsFunc(sess, func(x *session) bool { return x.inCall.Load() })

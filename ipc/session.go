@@ -175,6 +175,9 @@ func (x *session) dispatch(buf []byte) []byte {
 	start := time.Now()
 	ev := CallEvent{}
 	if x.srv.draining.Load() {
+		// Only this thread writes the region (Shutdown must not: the region is unmapped
+		// when the session ends, which can happen at any moment).
+		atomic.StoreUint32(x.r.state(), StateDraining)
 		ev.Status = StatusShuttingDown
 		x.errs.Add(1)
 		return x.fail(ev, start, fmt.Errorf("%w: the daemon is draining; no new calls", ErrShuttingDown))
