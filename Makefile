@@ -57,6 +57,8 @@ test-py2: build
 ## bench: the performance figures (DRAM working sets; minutes).
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=1x ./sched/... ./kernels/... 2>/dev/null || true
+	$(GO) test -run='^$$' -bench='RoundTrip|IdleCPU' -benchtime=20000x ./ipc/
+	set -o pipefail; BITD_SOAK=60s $(GO) test -count=1 -tags integration -run='^TestLoad$$' -v ./tests/ | grep -E 'calls|ok|FAIL'
 	@if $(BIN) help 2>&1 | grep -q ' bench '; then $(BIN) bench; fi
 
 lint:

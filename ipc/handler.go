@@ -37,9 +37,11 @@ type Upload struct {
 	// describes); Bias holds Spec.Out values when Spec.Bias, else it is nil.
 	Scales []float32
 	Bias   []float32
-	// Owner names the session ("session 7 (client-name)"), for logs and for handlers
-	// that keep layer names unique per owner.
-	Owner string
+	// Session is the uploading session's id and Owner names it ("session 7
+	// (client-name)"), for logs and for handlers whose layer names must be unique: two
+	// sessions may register layers of the same name.
+	Session uint32
+	Owner   string
 }
 
 // Handler is what the server calls; the engine satisfies it through a thin adapter in

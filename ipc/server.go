@@ -39,9 +39,12 @@ var DefaultLimits = Limits{
 }
 
 // Wait slices: how long a futex sleep lasts before the waiter checks its peer. The
-// client's is short enough that a dead daemon is noticed well within a second.
+// client's is short enough that a dead daemon is noticed well within a second. The
+// daemon's is long (an idle session costs ~nothing): a goroutine blocked on the socket
+// in the netpoller (session.watch) notices a client leaving at once and wakes the
+// session; the slice's own check is the fallback.
 const (
-	serverSlice = 100 * time.Millisecond
+	serverSlice = time.Second
 	clientSlice = 50 * time.Millisecond
 )
 
@@ -291,9 +294,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.Close() // a handshake in progress fails at once
 	}
 	s.mu.Unlock()
-	for _, x := range sess {
-		atomic.StoreUint32(x.r.state(), StateDraining)
-	}
 	var ctxErr error
 	for busy := true; busy; {
 		busy = slices.ContainsFunc(sess, func(x *session) bool { return x.inCall.Load() })

@@ -101,11 +101,25 @@ func (x *session) check() error {
 	return nil
 }
 
+// watch blocks on the socket (in the netpoller, at no cost) and stops the session as
+// soon as the client closes it, dies, or breaks the protocol by writing to it. It
+// returns when cleanup closes the socket.
+func (x *session) watch() {
+	var b [1]byte
+	n, _ := x.conn.Read(b[:])
+	if n > 0 {
+		x.stopWith(fmt.Errorf("%w: the client wrote to the socket after the handshake", ErrProtocol))
+		return
+	}
+	x.stopWith(errClientClosed)
+}
+
 // run serves requests until the client goes, breaks the protocol, or the server stops.
 func (x *session) run() {
 	if o := x.srv.opt.Observer; o != nil {
 		o.Session(+1, 0, 0)
 	}
+	go x.watch()
 	err := x.serve()
 	x.cleanup(err, true)
 }
@@ -114,11 +128,11 @@ func (x *session) serve() error {
 	var done uint32
 	nslots := uint32(x.r.g.NSlots)
 	for {
+		if x.stopped.Load() {
+			return x.stopErr
+		}
 		req := atomic.LoadUint32(x.r.reqSeq())
 		if req == done {
-			if x.stopped.Load() {
-				return x.stopErr
-			}
 			if err := waitChange(x.r.reqSeq(), x.r.serverWait(), done, &x.spin, serverSlice, time.Now(), x.check); err != nil {
 				return err
 			}
@@ -127,7 +141,7 @@ func (x *session) serve() error {
 		if req-done > nslots {
 			return fmt.Errorf("%w: request sequence jumped from %d to %d, more than the %d slots", ErrProtocol, done, req, nslots)
 		}
-		for done != req {
+		for done != req && !x.stopped.Load() {
 			x.handle(done)
 			done++
 			publish(x.r.respSeq(), x.r.clientWait(), done)
@@ -161,6 +175,9 @@ func (x *session) dispatch(buf []byte) []byte {
 	start := time.Now()
 	ev := CallEvent{}
 	if x.srv.draining.Load() {
+		// Only this thread writes the region (Shutdown must not: the region is unmapped
+		// when the session ends, which can happen at any moment).
+		atomic.StoreUint32(x.r.state(), StateDraining)
 		ev.Status = StatusShuttingDown
 		x.errs.Add(1)
 		return x.fail(ev, start, fmt.Errorf("%w: the daemon is draining; no new calls", ErrShuttingDown))
@@ -421,7 +438,7 @@ func (x *session) commit(id uint32, ev *CallEvent) (LayerInfo, error) {
 		}
 	}
 	t0 := time.Now()
-	li, err := x.h.Register(Upload{Spec: u.spec, Packed: u.packed, Weights: u.mapped, Scales: u.scales, Bias: u.bias, Owner: x.owner()})
+	li, err := x.h.Register(Upload{Spec: u.spec, Packed: u.packed, Weights: u.mapped, Scales: u.scales, Bias: u.bias, Session: x.id, Owner: x.owner()})
 	ev.Handler = time.Since(t0)
 	x.dropUpload(id, u)
 	if err != nil {
