@@ -250,6 +250,10 @@ class EmbeddedDaemon:
             if self.proc.poll() is None:
                 self.proc.terminate()
                 try:
+                    os.kill(self.proc.pid, signal.SIGCONT)  # a stopped daemon must see it
+                except OSError:
+                    pass
+                try:
                     self.proc.wait(timeout)
                 except subprocess.TimeoutExpired:
                     self.proc.kill()

@@ -69,11 +69,14 @@ def test_runner_registration_routes_calls():
                          ids=lambda c: c.format.value)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("bias", [True, False])
-def test_opcheck(cfg, dtype, bias):
+@pytest.mark.parametrize("through", ["reference", "bitd"])
+def test_opcheck(cfg, dtype, bias, through):
     b = _layer(cfg, bias=bias)
+    assert b.handle != 0
     x = torch.randn(2, 3, 96).to(dtype)
+    handle = b.handle if through == "bitd" else 0
     res = torch.library.opcheck(torch.ops.bitgo.linear.default,
-                                (x, b.packed, b.scales, b.bias, b._spec, 0))
+                                (x, b.packed, b.scales, b.bias, b._spec, handle))
     assert all(v == "SUCCESS" for v in res.values()), res
 
 
