@@ -3,9 +3,11 @@ package ipc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,4 +404,54 @@ func TestCallTimeout(t *testing.T) {
 	if err := c.Ping(); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("a timed-out client must stay closed: %v", err)
 	}
+}
+
+// Several requests in flight at once (the ring): the daemon answers them in order, each
+// in its own slot.
+func TestPipelinedRequests(t *testing.T) {
+	h := newTestHandler()
+	_, path := startServer(t, h, ServerOptions{})
+	c := dial(t, path, Options{Slots: 4})
+	li, w, _ := registerF32(t, c, "l", 8, 16, false, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.r.data()
+	var xs [][]float32
+	for i := range 3 { // three forwards with their own data ranges, then a ping
+		x := randFloats(16, uint64(i))
+		xs = append(xs, x)
+		copy(d[i*4096:], floatBytes(x, quantcfg.DTypeF32))
+		req := AppendForward(nil, li.ID, 1, DTypeCodeF32, uint64(i*4096), 64, uint64(i*4096+1024), 32)
+		slot := c.r.slot(c.seq + uint32(i))
+		copy(slot[slotReqOff:], req)
+		binary.LittleEndian.PutUint32(slot[slotReqLen:], uint32(len(req)))
+	}
+	ping := []byte{0x91, 0x02}
+	slot := c.r.slot(c.seq + 3)
+	copy(slot[slotReqOff:], ping)
+	binary.LittleEndian.PutUint32(slot[slotReqLen:], uint32(len(ping)))
+	publish(c.r.reqSeq(), c.r.serverWait(), c.seq+4)
+	for seq := c.seq; seq != c.seq+4; seq++ {
+		if err := waitChange(c.r.respSeq(), c.r.clientWait(), seq, &c.spin, clientSlice, time.Now(), c.check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := atomic.LoadUint32(c.r.respSeq()); got != c.seq+4 {
+		t.Fatalf("resp_seq %d, want %d", got, c.seq+4)
+	}
+	for i := range 4 {
+		slot := c.r.slot(c.seq + uint32(i))
+		n := binary.LittleEndian.Uint32(slot[slotRespLen:])
+		st, msg, _, err := decodeResponse(slot[slotRespOff : slotRespOff+n])
+		if err != nil || st != StatusOK {
+			t.Fatalf("request %d: %v %v %q", i, err, st, msg)
+		}
+		if i < 3 {
+			want := floatBytes(refLinear(w, nil, xs[i], 1, 8, 16), quantcfg.DTypeF32)
+			if !bytes.Equal(d[i*4096+1024:i*4096+1024+32], want) {
+				t.Fatalf("forward %d: wrong output", i)
+			}
+		}
+	}
+	c.seq += 4
 }

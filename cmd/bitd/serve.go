@@ -28,7 +28,7 @@ func init() {
 	register(command{name: "serve", summary: "run the service: layers for clients over a unix socket and shared memory, /metrics", run: runServe})
 }
 
-const serveUsage = `usage: bitd serve [flags]
+const serveUsage = `usage: bitd serve [flags] [--pack] [FILE.bitgo...]
 
 Serves linear layers to clients (the Python package bitgo, Go programs using package ipc)
 over a unix socket and a shared-memory region per client (ipc/PROTOCOL.md). Layers come
@@ -124,7 +124,8 @@ func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stder
 	}
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path clients dial")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "threads computing each call (0 = every core)")
-	fs.Var(&listFlag{vals: &cfg.Packs}, "pack", "`FILE.bitgo` to load at start, shared by every client (repeat, or comma-separate)")
+	packFlag := &listFlag{vals: &cfg.Packs}
+	fs.Var(packFlag, "pack", "pack `FILE` (.bitgo, see bitd pack) to load at start, its layers shared by every client (repeat, or comma-separate)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "HOST:PORT for /metrics (empty disables)")
 	fs.Var(&gidFlag{vals: &cfg.AllowGIDs}, "allow-gid", "numeric `GID` whose members may connect besides this uid (repeat, or comma-separate); makes the socket 0660")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
@@ -135,11 +136,19 @@ func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stder
 	fs.IntVar(&cfg.MaxLayers, "max-layers", cfg.MaxLayers, "layers one client may register")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "clients connected at once")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long SIGTERM waits for calls in flight")
-	if err := fs.Parse(args); err != nil {
-		return cfg, warns, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, warns, fmt.Errorf("unexpected arguments %q (pack files go after --pack)", fs.Args())
+	// Arguments that are not flags are more pack files, so `--pack a.bitgo b.bitgo`
+	// works; flags may follow them.
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return cfg, warns, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if err := packFlag.Set(fs.Arg(0)); err != nil {
+			return cfg, warns, err
+		}
+		rest = fs.Args()[1:]
 	}
 	return cfg, warns, cfg.Validate()
 }

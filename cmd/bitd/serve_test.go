@@ -85,6 +85,12 @@ func TestServeConfigDefaultsEnvFlags(t *testing.T) {
 		t.Fatalf("flags: %+v", cfg)
 	}
 
+	// Files after --pack (and flags after them) are read too.
+	cfg, _, err = parseServeFlags([]string{"--pack", pack, pack2, "--threads", "4"}, envOf(nil), io.Discard)
+	if err != nil || fmt.Sprint(cfg.Packs) != fmt.Sprint([]string{pack, pack2}) || cfg.Threads != 4 {
+		t.Fatalf("--pack A B --threads 4: %v %+v", err, cfg)
+	}
+
 	// Bad flags are errors that name the flag.
 	for _, c := range []struct {
 		args []string
@@ -98,7 +104,7 @@ func TestServeConfigDefaultsEnvFlags(t *testing.T) {
 		{[]string{"--socket", "/tmp/" + strings.Repeat("s", 120)}, "--socket"},
 		{[]string{"--drain-timeout", "0s"}, "--drain-timeout"},
 		{[]string{"--max-region", "ten"}, "max-region"},
-		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"extra.bitgo"}, "--pack extra.bitgo"},
 	} {
 		_, _, err := parseServeFlags(c.args, envOf(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
