@@ -99,6 +99,10 @@ class RemoteLayer:
     def __init__(self, client, cfg: QuantConfig, m: int, k: int, packed: torch.Tensor,
                  scales: torch.Tensor, bias: Optional[torch.Tensor], name: str = "") -> None:
         self.client = client
+        self.handle = _new_handle()
+        # bitd keeps layer names unique within a session; the handle makes them so (a model
+        # loaded twice, a layer registered again after its weights changed)
+        name = f"{name}#{self.handle}" if name else ""
         self.cfg, self.m, self.k, self.name = cfg, m, k, name
         ns = cfg.num_scales(m, k)
         info = client.register(cfg.format.value, m, k, packed, scales if ns else None, bias,
@@ -109,7 +113,6 @@ class RemoteLayer:
         self.bias = bias
         self._ids = [self.id]
         self._nobias: Optional[int] = None
-        self.handle = _new_handle()
         _ops.register_runner(self.handle, _weak_runner(self))
         self._finalizer = weakref.finalize(self, _release, client, self._ids, self.handle)
 
@@ -131,7 +134,7 @@ class RemoteLayer:
                                             scales if scales.numel() else None, None,
                                             packed=True, act=cfg.act, scale=cfg.scale,
                                             codebook=cfg.codebook,
-                                            name=f"{self.name}#nobias" if self.name else "")
+                                            name=f"{self.name}/nobias" if self.name else "")
                 self._nobias = int(info["id"])
                 self._ids.append(self._nobias)
             lid = self._nobias

@@ -183,14 +183,23 @@ class Client:
         return self._daemon.socket_path
 
     def _handshake(self, path: str, region: int, slots: int, timeout: float) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock = s
-        s.settimeout(timeout)
-        try:
-            s.connect(path)
-        except OSError as e:
-            raise DaemonError(f"connecting to bitd at {path}: {e.strerror or e} (is `bitd "
-                              f"serve` running there?)" + self._tail()) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._sock = s
+            s.settimeout(timeout)
+            try:
+                s.connect(path)
+                break
+            except OSError as e:
+                s.close()
+                # a private daemon may have bound its socket and not listen yet
+                if (self._daemon is not None and e.errno == errno.ECONNREFUSED
+                        and self._daemon.alive() and time.monotonic() < deadline):
+                    time.sleep(0.002)
+                    continue
+                raise DaemonError(f"connecting to bitd at {path}: {e.strerror or e} (is "
+                                  f"`bitd serve` running there?)" + self._tail()) from None
         hello = {"proto": PROTOCOL, "name": self.name[:512], "region": int(region),
                  "slots": int(slots), "pid": os.getpid()}
         try:
