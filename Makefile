@@ -48,10 +48,12 @@ test-integration: build
 test-py: build
 	@if [ -d pyclient/tests ]; then PYTHONPATH=pyclient $(PY) -m pytest -q pyclient/tests; fi
 
+# the chroot has another libc: a static bitd (CGO_ENABLED=0 compiles xe2's OpenCL binding out)
 test-py2: build
 	@if [ -d pyclient/tests ]; then \
+	  CGO_ENABLED=0 $(GO) build -o build/bitd-static ./cmd/bitd && \
 	  bash $(TORCH2)/make-env.sh && \
-	  bash $(TORCH2)/run-in-env.sh -b "$(CURDIR)" -w "$(CURDIR)" -e PYTHONPATH=pyclient -e BITD_BIN=$(BITD_BIN) \
+	  bash $(TORCH2)/run-in-env.sh -b "$(CURDIR)" -w "$(CURDIR)" -e PYTHONPATH=pyclient -e BITD_BIN=$(CURDIR)/build/bitd-static \
 	    -- python3 -m pytest -q -p no:cacheprovider pyclient/tests; fi
 
 ## bench: the performance figures (DRAM working sets; minutes).

@@ -262,6 +262,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.tokens < 1 or args.prompt < 1 or args.layers < 1:
         ap.error("--tokens, --prompt and --layers must be >= 1")
 
+    cores = len(os.sched_getaffinity(0))
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(cores)  # the float baselines use every core
     s = Shape(layers=args.layers, vocab=args.vocab)
     fmt = args.format
     cfg = bitgo.QuantConfig(format=fmt)
@@ -274,7 +277,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     log(f"bitgo demo: BitNet b1.58 2B4T shapes: {s.layers} layers, hidden {s.hidden}, FFN "
         f"{s.ffn}, {s.heads} heads / {s.kv_heads} KV heads, vocab {s.vocab}; "
         f"{nlin / 1e9:.2f} B linear weights; prompt {args.prompt} tokens, {args.tokens} new "
-        f"tokens; torch {torch.__version__}, {torch.get_num_threads()} threads")
+        f"tokens; torch {torch.__version__}, {torch.get_num_threads()} threads, {cores} cores")
     res: Dict[str, object] = {"layers": s.layers, "tokens": args.tokens, "prompt": args.prompt,
                               "vocab": s.vocab, "linear_weights": nlin, "format": fmt,
                               "torch": torch.__version__}
@@ -295,13 +298,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows.append(("torch nn.Linear bfloat16", args.tokens / sec, 2 * nlin))
         log(f"  bfloat16: {args.tokens / sec:6.2f} tokens/s")
 
-    # bitgo: quantize the (float) model in place, compute activations in float32
+    # bitgo: quantize the (float) model in place, compute activations in float32. bitd's
+    # threads do the linear layers; torch keeps one thread, so that its OpenMP workers do
+    # not spin on the cores bitd computes on.
     t = time.perf_counter()
     client = bitgo.default_client()
     bitgo.quantize_(model, cfg)
     model.float()
     gc.collect()
     qsec = time.perf_counter() - t
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     d = client.daemon
     where = (f"a private bitd (pid {d.pid}, started by bitgo.Client)" if d is not None
              else f"bitd at {client.socket_path} (pid {client.server_pid})")
@@ -342,6 +349,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                overhead_us_per_call=(lin_ns - handler_ns) / max(timer.calls, 1) / 1e3)
 
     ok = True
+    torch.set_num_threads(torch_threads)
     if not args.skip_check:
         t = time.perf_counter()
         ref = reference_logits(model, toks)

@@ -139,7 +139,8 @@ def bf16_round(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor:
-    """Validate logical weights [m, k]; return them as int32 (integer formats) or float32."""
+    """Validate logical weights [m, k]; return them as int8 or int32 (integer formats) or
+    float32."""
     if not isinstance(w, torch.Tensor):
         raise TypeError(f"{fmt.value} weights: want a torch.Tensor, got {type(w).__name__}")
     if tuple(w.shape) != (m, k):
@@ -154,7 +155,8 @@ def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor
     if w.is_floating_point():
         if not torch.equal(w, w.round()) or not bool(torch.isfinite(w).all()):
             raise ValueError(f"{fmt.value} weights must be integer-valued")
-    w = w.to(torch.int32)
+    if w.dtype != torch.int8:  # int8 input is checked as it is (a quarter of the memory)
+        w = w.to(torch.int32)
     if format_info(fmt).ternary:
         lo, hi, what = -1, 1, "ternary weights are -1, 0 or 1"
         bad = (w < lo) | (w > hi)
@@ -166,7 +168,7 @@ def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor
         bad = (w != 1) & (w != -1)
     else:
         what = "int8 weights are in [-128, 127]"
-        bad = (w < -128) | (w > 127)
+        bad = (w < -128) | (w > 127) if w.dtype != torch.int8 else torch.zeros(1, dtype=torch.bool)
     if bool(bad.any()):
         i = int(bad.reshape(-1).nonzero()[0])
         raise ValueError(f"{fmt.value} weight at row {i // k}, input {i % k} is "
@@ -175,6 +177,8 @@ def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor
 
 
 def _check_finite(x: torch.Tensor, where) -> None:
+    if x.is_floating_point() and x.numel() > 4096 and bool(torch.isfinite(x.sum())):
+        return  # a NaN or an infinity would make the sum non-finite (a finite sum proves none)
     fin = torch.isfinite(x)
     if not bool(fin.all()):
         i = int((~fin).reshape(-1).nonzero()[0])
@@ -183,6 +187,8 @@ def _check_finite(x: torch.Tensor, where) -> None:
 
 def _pad(w: torch.Tensor, l: Layout, value: int) -> torch.Tensor:
     """Rows [0, M) of logical weights in an [Mp, Kp] tensor whose padding holds ``value``."""
+    if (l.mp, l.kp) == tuple(w.shape):
+        return w.contiguous()
     out = torch.full((l.mp, l.kp), value, dtype=w.dtype)
     out[: l.m, : l.k] = w
     return out
@@ -298,6 +304,8 @@ def pack(fmt: Union[str, Format], weights: torch.Tensor) -> torch.Tensor:
         wp[: l.m] = w
         out = _enc_float(wp, l)
     else:
+        if fmt is not Format.I2S:  # i2s encodes int8 directly; the others shift wider words
+            w = w.to(torch.int32)
         out = _ENCODERS[fmt](_pad(w, l, 1 if fmt is Format.INT1 else 0), l)
     return out.to(torch.uint8).reshape(-1).contiguous()
 
@@ -657,7 +665,8 @@ def _finite_float32(w: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _round_clamp(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    return torch.clamp(torch.round(v), lo, hi).to(torch.int8)
+    """clamp(roundHalfEven(v), lo, hi) as int8; v is a temporary (rounded in place)."""
+    return v.round_().clamp_(lo, hi).to(torch.int8)
 
 
 def ternarize(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -752,6 +761,7 @@ def quantize_weights(cfg: QuantConfig, w: torch.Tensor) -> Tuple[torch.Tensor, t
     """Go's ``kernels.QuantizeWeights`` (int2, int1, int8) and ``Ternarize`` /
     ``TernarizeRows`` (ternary formats): float weights [M, K] -> (logical weights int8 [M, K],
     float32 scales)."""
+    w = _finite_float32(w, "weight")  # checked once here, then cheap below
     s = weight_scales(cfg, w)
     return quantize_with_scales(cfg, w, s), s
 
