@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(
   python3-torch python3-numpy python3-msgpack python3-pytest   # pyclient tests (torch 1.13)
+  libopenblas0-pthread   # Debian's torch uses the system BLAS: without it, netlib's reference one
   pocl-opencl-icd ocl-icd-libopencl1 opencl-c-headers clinfo     # xe2 tests on PoCL's CPU device
 )
 missing=()

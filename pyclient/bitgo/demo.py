@@ -239,6 +239,29 @@ def reference_logits(model: Decoder, tokens: List[int], progress=None) -> List[t
         return [model.lm_head(model.norm(x)) for x in xs]
 
 
+def fastest_threads(model: Decoder, cores: int) -> int:
+    """The torch thread count (1 or every core) that decodes this model faster here: Debian's
+    torch 1.13 runs bfloat16 linears faster on one thread, float32 ones through OpenBLAS on
+    any. Each baseline gets its best setting."""
+    if cores <= 1:
+        return 1
+    best, pick = float("inf"), cores
+    s = model.s
+    for n in (cores, 1):
+        torch.set_num_threads(n)
+        cache, rope = KVCache(s, s.layers, 3, model.dtype), Rotary(s, 3)
+        with torch.no_grad():
+            model.step(1, cache, rope, 0)
+            t = time.perf_counter()
+            model.step(2, cache, rope, 1)
+            model.step(3, cache, rope, 2)
+            dt = time.perf_counter() - t
+        if dt < best:
+            best, pick = dt, n
+    torch.set_num_threads(pick)
+    return pick
+
+
 def rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
@@ -251,7 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bitgo.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--tokens", type=int, default=64, help="tokens to generate")
-    ap.add_argument("--prompt", type=int, default=8, help="prompt length")
+    ap.add_argument("--prompt", type=int, default=4, help="prompt length")
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--format", default="i2s", help="bitgo weight format (ternary: i2s, tl1, tl2)")
     ap.add_argument("--seed", type=int, default=0)
@@ -288,15 +311,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"({4 * nlin / 1e9:.1f} GB of linear weights)")
 
     rows = []
+    nt = fastest_threads(model, cores)
     toks_fp32, _, sec = generate(model, prompt, args.tokens)
     rows.append(("torch nn.Linear float32", args.tokens / sec, 4 * nlin))
-    log(f"  float32: {args.tokens / sec:6.2f} tokens/s")
+    log(f"  float32: {args.tokens / sec:6.2f} tokens/s ({nt} torch threads)")
+    res["threads_fp32"] = nt
     if not args.skip_bf16:
         model.to(torch.bfloat16)
         gc.collect()
+        nt = fastest_threads(model, cores)
         _, _, sec = generate(model, prompt, args.tokens)
         rows.append(("torch nn.Linear bfloat16", args.tokens / sec, 2 * nlin))
-        log(f"  bfloat16: {args.tokens / sec:6.2f} tokens/s")
+        log(f"  bfloat16: {args.tokens / sec:6.2f} tokens/s ({nt} torch threads)")
+        res["threads_bf16"] = nt
+    torch.set_num_threads(cores)
 
     # bitgo: quantize the (float) model in place, compute activations in float32. bitd's
     # threads do the linear layers; torch keeps one thread, so that its OpenMP workers do

@@ -159,7 +159,9 @@ def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor
         w = w.to(torch.int32)
     if format_info(fmt).ternary:
         lo, hi, what = -1, 1, "ternary weights are -1, 0 or 1"
-        bad = (w < lo) | (w > hi)
+        mn, mx = torch.aminmax(w) if w.numel() else (w.new_zeros(()), w.new_zeros(()))
+        # one pass without temporaries when the values are in range (the usual case)
+        bad = (w < lo) | (w > hi) if int(mn) < lo or int(mx) > hi else torch.zeros(1, dtype=torch.bool)
     elif fmt is Format.INT2:
         what = "int2 weights are code indices 0..3"
         bad = (w < 0) | (w > 3)
@@ -628,6 +630,26 @@ def dequantize(cfg: QuantConfig, weights: torch.Tensor, scales: Optional[torch.T
 # Weight recipes (Go's kernels.Ternarize, TernarizeRows, QuantizeWeights)
 
 
+def _exact_abs_sum(units: np.ndarray):
+    """Per-unit sum of |v| when it is provably exact in float64 in any order, else None.
+
+    If every |v| is a multiple of u (the ulp of the smallest non-zero |v|) and the total is
+    below 2**53 * u, every partial sum is a multiple of u below 2**53 * u, hence a float64
+    with no rounding: the sequential sum (Go's) equals numpy's pairwise one. Weights with a
+    few distinct magnitudes (ternary times a scale, low-bit checkpoints) pass this test;
+    general float weights do not and take the sequential path."""
+    a = np.abs(units)
+    nz = a[a > 0]
+    if nz.size == 0:
+        return np.zeros(units.shape[:-1])
+    _, e = np.frexp(nz.min())  # min = m * 2**e, m in [0.5, 1): its float32 ulp is 2**(e-24)
+    ulp = np.ldexp(1.0, max(int(e) - 24, -149))
+    sums = a.sum(axis=-1, dtype=np.float64)
+    if float(sums.max()) * (1 + 1e-6) < np.ldexp(ulp, 53):
+        return sums
+    return None
+
+
 def _seq_abs_sum(units: np.ndarray) -> np.ndarray:
     """Sum of |v| along the last axis in float64, sequentially left to right (the order Go's
     loop uses; numpy's accumulate is sequential, unlike its pairwise sum). Works through the
@@ -637,6 +659,10 @@ def _seq_abs_sum(units: np.ndarray) -> np.ndarray:
     rows, n = u.shape
     if n == 0:
         return np.zeros(units.shape[:-1])
+    if units.dtype == np.float32:
+        exact = _exact_abs_sum(u)
+        if exact is not None:
+            return exact.reshape(units.shape[:-1])
     width = max(1, min(n, (1 << 18) // max(rows, 1)))
     buf = np.empty((rows, width), dtype=np.float64)
     carry = np.zeros(rows, dtype=np.float64)

@@ -211,3 +211,34 @@ def test_dequantize_is_level_times_scale(cfg):
         assert torch.equal(d, lv * s[:, None])
     else:
         assert torch.equal(d[:, 40], lv[:, 40] * s.view(6, 3)[:, 1])
+
+
+@pytest.mark.parametrize("kind", ["ternary", "normal", "wide", "subnormal", "few-levels",
+                                  "zeros", "huge"])
+@pytest.mark.parametrize("rows", [1, 7])
+def test_abs_sum_is_the_sequential_float64_sum(kind, rows):
+    """The absmean sum (chunked, or the exact shortcut) equals Go's left-to-right float64 loop."""
+    import numpy as np
+    rng = np.random.default_rng(len(kind) * 10 + rows)
+    n = 5000
+    if kind == "ternary":
+        v = rng.integers(-1, 2, (rows, n)).astype(np.float32) * np.float32(0.0241)
+    elif kind == "normal":
+        v = rng.standard_normal((rows, n)).astype(np.float32)
+    elif kind == "wide":
+        v = (rng.standard_normal((rows, n)) * 2.0 ** rng.integers(-60, 60, (rows, n)))
+        v = v.astype(np.float32)
+    elif kind == "subnormal":
+        v = (rng.standard_normal((rows, n)) * 1e-42).astype(np.float32)
+    elif kind == "few-levels":
+        v = rng.choice(np.array([0, 0.5, -0.25, 3.0], dtype=np.float32), (rows, n))
+    elif kind == "zeros":
+        v = np.zeros((rows, n), dtype=np.float32)
+    else:
+        v = rng.choice(np.array([3e38, 1.0, -2e-30], dtype=np.float32), (rows, n))
+    got = R._seq_abs_sum(v)
+    for r in range(rows):
+        want = 0.0
+        for x in v[r]:
+            want += abs(float(x))
+        assert got[r] == want or (np.isinf(got[r]) and np.isinf(want)), (kind, r)
