@@ -1,3 +1,5 @@
 module bitgo
 
-go 1.26
+go 1.26.0
+
+require golang.org/x/sys v0.49.0

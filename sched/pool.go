@@ -1,0 +1,520 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Class names a kernel class (an ISA and a weight format, for example
+// "avx512vnni/i2s"). Split keeps one set of per-worker ratios per class,
+// created (all 1) the first time the class is used.
+type Class string
+
+// callerMode says who runs worker 0's share of a call.
+type callerMode uint8
+
+const (
+	// callerWorks: the calling goroutine runs worker 0's share on its own
+	// thread, wherever it is; workers 1..n-1 are dedicated threads.
+	callerWorks callerMode = iota
+	// callerPinned: as callerWorks, but the caller's thread is locked and
+	// pinned to worker 0's core for the call, then gets its mask back.
+	callerPinned
+	// callerWaits: n dedicated workers; the caller only forks and joins.
+	callerWaits
+)
+
+// slot is one worker's part of the shared call state. Each worker writes
+// only its own slot; the padding keeps slots on separate cache lines.
+type slot struct {
+	dur     time.Duration // time the worker spent in fn (0 when it had no work)
+	worked  bool          // it had work in this call
+	pval    any           // recovered panic value
+	stack   []byte        // stack at the panic
+	paniced bool
+	_       [64]byte
+}
+
+// Pool is a set of workers that run parallel regions. Create it with New,
+// release it with Close. All methods are safe for concurrent use; calls to
+// Run and Split are served one at a time, in the order the internal mutex
+// grants them.
+type Pool struct {
+	cfg     Config
+	n       int   // workers, worker 0 included
+	first   int   // index of the first dedicated worker (0 or 1)
+	cores   []int // core per worker, -1 when not pinned
+	allowed []int // the process's allowed cores when the pool started
+	pinErr  error
+	mode    callerMode
+	epoch   time.Time
+	workers sync.WaitGroup
+
+	// mu serialises calls: it guards closed, the task fields, the ratios
+	// and the scratch slices below.
+	mu      sync.Mutex
+	closed  bool
+	ratios  map[Class][]float64
+	bounds  []int
+	work    []int
+	times   []float64
+	runFn   func(worker int)
+	splitFn func(worker, lo, hi int)
+	quit    bool
+
+	// Fork/join words, each on its own cache line.
+	_        [64]byte
+	gen      atomic.Uint32 // futex word: bumped to start a call
+	_        [60]byte
+	sleepers atomic.Int32 // workers sleeping (or about to) on gen
+	_        [60]byte
+	pending  atomic.Uint32 // futex word: dedicated workers still running
+	_        [60]byte
+	waiting  atomic.Uint32 // 1 while the caller sleeps (or is about to) on pending
+	_        [60]byte
+
+	slots []slot
+}
+
+// New starts a pool. It returns an error (wrapping ErrConfig or
+// ErrAffinity) for an invalid configuration; a worker that cannot be
+// pinned is not an error: it runs unpinned and PinErr reports it.
+func New(cfg Config) (*Pool, error) {
+	return newPool(cfg, callerWorks)
+}
+
+func newPool(cfg Config, mode callerMode) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Threads
+	if n == 0 {
+		n = len(allowed)
+	}
+	if cfg.Pin && n > len(allowed) {
+		return nil, fmt.Errorf("%w: Threads = %d with Pin, but the affinity mask allows %d cores %v",
+			ErrConfig, n, len(allowed), allowed)
+	}
+	p := &Pool{
+		cfg:     cfg,
+		allowed: allowed,
+		n:       n,
+		mode:    mode,
+		epoch:   time.Now(),
+		ratios:  make(map[Class][]float64),
+		bounds:  make([]int, n+1),
+		work:    make([]int, n),
+		times:   make([]float64, n),
+		cores:   make([]int, n),
+		slots:   make([]slot, n),
+	}
+	if mode != callerWaits {
+		p.first = 1
+	}
+	for i := range p.cores {
+		p.cores[i] = -1
+	}
+	type started struct {
+		worker int
+		err    error
+	}
+	ready := make(chan started, n)
+	for i := p.first; i < n; i++ {
+		core := -1
+		if cfg.Pin {
+			core = allowed[i]
+		}
+		p.workers.Add(1)
+		go offMainThread(func() {
+			err := lockAndPin(i, core)
+			ready <- started{i, err}
+			p.loop(i)
+		})
+	}
+	var pinErrs []error
+	for i := p.first; i < n; i++ {
+		s := <-ready
+		if s.err != nil {
+			pinErrs = append(pinErrs, s.err)
+		} else if cfg.Pin {
+			p.cores[s.worker] = allowed[s.worker]
+		}
+	}
+	if mode == callerPinned && cfg.Pin {
+		p.cores[0] = allowed[0]
+	}
+	sort.Slice(pinErrs, func(a, b int) bool { return pinErrs[a].Error() < pinErrs[b].Error() })
+	p.pinErr = errors.Join(pinErrs...)
+	return p, nil
+}
+
+// offMainThread runs fn (which must begin with runtime.LockOSThread) on a
+// goroutine locked to a thread other than the process's main thread.
+// The main thread's affinity mask is the process's mask that Cores and
+// New read, and a goroutine that exits while locked to the main thread
+// leaves that thread wedged with whatever mask it had; so no worker may
+// ever live there. If this goroutine finds itself on the main thread, it
+// keeps it locked while a new goroutine (which then cannot run there)
+// starts fn and locks its own thread, then lets the main thread go.
+func offMainThread(fn func()) {
+	runtime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		runtime.UnlockOSThread()
+		fn() // locks again, for good
+		return
+	}
+	locked := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		close(locked)
+		fn()
+	}()
+	<-locked
+	runtime.UnlockOSThread()
+}
+
+// lockAndPin locks the calling goroutine to its thread for good (the
+// thread exits with the goroutine, so its mask never leaks back into the
+// runtime) and, when core >= 0, pins the thread to that core.
+func lockAndPin(worker, core int) error {
+	runtime.LockOSThread()
+	if core < 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	set.Set(core)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("%w %d to core %d (it runs unpinned): %w", ErrPin, worker, core, os.NewSyscallError("sched_setaffinity", err))
+	}
+	return nil
+}
+
+// Threads returns the number of workers, worker 0 (the caller) included.
+func (p *Pool) Threads() int { return p.n }
+
+// WorkerCores returns, per worker, the core it is pinned to, or -1 for a
+// worker that is not pinned. Worker 0 is the calling goroutine and is never
+// pinned; its entry is -1.
+func (p *Pool) WorkerCores() []int { return slices.Clone(p.cores) }
+
+// PinErr returns why some workers could not be pinned (nil when every
+// dedicated worker was pinned or Config.Pin was false). The pool works
+// either way; unpinned workers only lose the guarantee of one core each.
+func (p *Pool) PinErr() error { return p.pinErr }
+
+// loop is a dedicated worker: wait for a call, do its share, report.
+func (p *Pool) loop(i int) {
+	defer p.workers.Done()
+	last := uint32(0)
+	for {
+		last = p.waitCall(last)
+		if p.quit {
+			return // without UnlockOSThread: the (pinned) thread exits too
+		}
+		p.runShare(i)
+		if p.pending.Add(^uint32(0)) == 0 && p.waiting.Load() != 0 {
+			futexWake(&p.pending, 1)
+		}
+	}
+}
+
+// spinTight is how many polls a waiter makes before it starts yielding.
+const spinTight = 64
+
+// waitCall returns once gen differs from last: it polls, then polls with
+// sched_yield for Spin, then sleeps on the futex.
+func (p *Pool) waitCall(last uint32) uint32 {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		if g := p.gen.Load(); g != last {
+			return g
+		}
+		if i < spinTight {
+			continue
+		}
+		osYield()
+		if i&7 == 0 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(p.cfg.Spin)
+			} else if now.After(deadline) {
+				break
+			}
+		}
+	}
+	for {
+		p.sleepers.Add(1)
+		if g := p.gen.Load(); g != last {
+			p.sleepers.Add(-1)
+			return g
+		}
+		futexWait(&p.gen, last)
+		p.sleepers.Add(-1)
+		if g := p.gen.Load(); g != last {
+			return g
+		}
+	}
+}
+
+// waitJoin returns once every dedicated worker has finished the call.
+func (p *Pool) waitJoin() {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		if p.pending.Load() == 0 {
+			return
+		}
+		if i < spinTight {
+			continue
+		}
+		osYield()
+		if i&7 == 0 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(p.cfg.Spin)
+			} else if now.After(deadline) {
+				break
+			}
+		}
+	}
+	for {
+		p.waiting.Store(1)
+		v := p.pending.Load()
+		if v == 0 {
+			p.waiting.Store(0)
+			return
+		}
+		futexWait(&p.pending, v)
+		p.waiting.Store(0)
+	}
+}
+
+// runShare runs worker i's share of the current call and records its time
+// and any panic in its slot.
+func (p *Pool) runShare(i int) {
+	s := &p.slots[i]
+	s.dur, s.worked, s.paniced = 0, false, false
+	defer func() {
+		if r := recover(); r != nil {
+			s.paniced, s.pval, s.stack = true, r, debug.Stack()
+		}
+	}()
+	if p.splitFn != nil {
+		lo, hi := p.bounds[i], p.bounds[i+1]
+		if lo >= hi {
+			return
+		}
+		s.worked = true
+		t0 := time.Now()
+		p.splitFn(i, lo, hi)
+		s.dur = time.Since(t0)
+		return
+	}
+	s.worked = true
+	p.runFn(i)
+}
+
+// Run calls fn(w) once for every worker w in [0, Threads()) in parallel and
+// returns when all have returned. Worker 0 runs on the calling goroutine.
+// It returns ErrClosed after Close, and a *PanicError (wrapping ErrPanic)
+// when fn panicked in some worker; the pool stays usable either way.
+// fn must not call Run or Split on the same pool (that deadlocks).
+func (p *Pool) Run(fn func(worker int)) error {
+	if fn == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.runFn, p.splitFn = fn, nil
+	err := p.call()
+	p.runFn = nil
+	return err
+}
+
+// Split partitions the row blocks [0, blocks) among the workers in
+// proportion to the class's ratios (equal shares with Config.Static) and
+// calls fn(w, lo, hi) for every worker w whose range [lo, hi) is not
+// empty, in parallel. Afterwards it updates the class's ratios from the
+// workers' measured times (see the package documentation). Errors are as
+// for Run, plus ErrBlocks for blocks < 0. blocks == 0 does nothing.
+func (p *Pool) Split(class Class, blocks int, fn func(worker, lo, hi int)) error {
+	if blocks < 0 {
+		return fmt.Errorf("%w: Split(%q) with %d blocks", ErrBlocks, class, blocks)
+	}
+	if fn == nil || blocks == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	pr := p.classRatios(class)
+	Partition(p.bounds, blocks, pr)
+	if p.first == 1 && p.bounds[1] == blocks {
+		// Everything fell to worker 0 (the caller): no fork needed.
+		return p.inline(fn, blocks)
+	}
+	p.splitFn, p.runFn = fn, nil
+	err := p.call()
+	p.splitFn = nil
+	if err != nil || p.cfg.Static {
+		return err
+	}
+	for i := range p.n {
+		s := &p.slots[i]
+		p.work[i] = p.bounds[i+1] - p.bounds[i]
+		p.times[i] = 0
+		if s.worked {
+			p.times[i] = s.dur.Seconds()
+		}
+	}
+	updateRatios(pr, p.work, p.times, p.cfg.Alpha)
+	return nil
+}
+
+// inline runs a whole split on the caller when no other worker has work.
+func (p *Pool) inline(fn func(worker, lo, hi int), blocks int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Worker: 0, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	fn(0, 0, blocks)
+	return nil
+}
+
+// call forks the current task to the workers, runs worker 0's share on the
+// caller when the pool works that way, joins, and collects panics.
+// p.mu is held.
+func (p *Pool) call() error {
+	if p.mode == callerPinned && p.cfg.Pin {
+		runtime.LockOSThread()
+		var saved, one unix.CPUSet
+		if unix.SchedGetaffinity(0, &saved) == nil {
+			one.Set(p.allowed[0])
+			if unix.SchedSetaffinity(0, &one) == nil {
+				defer unix.SchedSetaffinity(0, &saved)
+			}
+		}
+		defer runtime.UnlockOSThread()
+	}
+	if dedicated := p.n - p.first; dedicated > 0 {
+		p.pending.Store(uint32(dedicated))
+		p.gen.Add(1)
+		if p.sleepers.Load() > 0 {
+			futexWake(&p.gen, math.MaxInt32)
+		}
+	}
+	if p.first == 1 {
+		p.runShare(0)
+	}
+	if p.n > p.first {
+		p.waitJoin()
+	}
+	for i := range p.n {
+		if s := &p.slots[i]; s.paniced {
+			err := &PanicError{Worker: i, Value: s.pval, Stack: s.stack}
+			for j := i; j < p.n; j++ {
+				p.slots[j].paniced, p.slots[j].pval, p.slots[j].stack = false, nil, nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// classRatios returns the live ratio slice of class, creating it. p.mu is
+// held.
+func (p *Pool) classRatios(class Class) []float64 {
+	pr, ok := p.ratios[class]
+	if !ok {
+		pr = make([]float64, p.n)
+		for i := range pr {
+			pr[i] = 1
+		}
+		p.ratios[class] = pr
+	}
+	if p.cfg.Static {
+		for i := range pr {
+			pr[i] = 1
+		}
+	}
+	return pr
+}
+
+// Ratios returns a copy of the class's per-worker ratios (index = worker).
+// A class not used yet has all ratios 1. Ratios are relative speeds: the
+// dynamic update keeps their mean over the workers that take part at its
+// previous value, so starting from 1 a ratio of 1.4 means "40% faster than
+// the average worker".
+func (p *Pool) Ratios(class Class) []float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.classRatios(class))
+}
+
+// Classes returns the classes Split or SetRatios has seen, sorted.
+func (p *Pool) Classes() []Class {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cs := make([]Class, 0, len(p.ratios))
+	for c := range p.ratios {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+// SetRatios replaces the class's ratios (for example with values saved
+// from an earlier run). r must have Threads() entries, each a positive
+// finite number; otherwise it returns an error wrapping ErrRatios. With
+// Config.Static the ratios are stored but Split ignores them.
+func (p *Pool) SetRatios(class Class, r []float64) error {
+	if len(r) != p.n {
+		return fmt.Errorf("%w: %d ratios for class %q, the pool has %d workers", ErrRatios, len(r), class, p.n)
+	}
+	for i, v := range r {
+		if !(v > 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: ratio %d of class %q is %v, want a positive finite number", ErrRatios, i, class, v)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ratios[class] = slices.Clone(r)
+	return nil
+}
+
+// Close stops the workers and waits for their threads to exit. Calls to
+// Run or Split that are waiting for the pool when Close runs, and all later
+// calls, return ErrClosed. Close is idempotent; it returns nil.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.quit = true
+	p.gen.Add(1)
+	futexWake(&p.gen, math.MaxInt32)
+	p.workers.Wait()
+	return nil
+}
