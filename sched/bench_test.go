@@ -3,13 +3,14 @@ package sched
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
-func benchPool(b *testing.B, threads int, mode callerMode) *Pool {
+func benchPool(b *testing.B, threads int) *Pool {
 	b.Helper()
 	cfg := Default()
 	cfg.Threads = threads
-	p, err := newPool(cfg, mode)
+	p, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -17,12 +18,10 @@ func benchPool(b *testing.B, threads int, mode callerMode) *Pool {
 	return p
 }
 
-var modeNames = map[callerMode]string{callerWorks: "callerWorks", callerPinned: "callerPinned", callerWaits: "callerWaits"}
-
 // BenchmarkForkJoinEmpty is the cost of an empty parallel region on 2
-// workers (the pool's default: the caller is worker 0).
+// workers, back to back (the dedicated worker is spinning).
 func BenchmarkForkJoinEmpty(b *testing.B) {
-	p := benchPool(b, 2, callerWorks)
+	p := benchPool(b, 2)
 	fn := func(int) {}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -32,25 +31,28 @@ func BenchmarkForkJoinEmpty(b *testing.B) {
 	}
 }
 
-// BenchmarkForkJoinModes compares who runs worker 0's share: the caller
-// (default), the caller pinned for the call, or a dedicated worker while
-// the caller waits.
-func BenchmarkForkJoinModes(b *testing.B) {
-	for _, m := range []callerMode{callerWorks, callerPinned, callerWaits} {
-		b.Run(modeNames[m], func(b *testing.B) {
-			p := benchPool(b, 2, m)
-			fn := func(int) {}
-			for b.Loop() {
-				p.Run(fn)
-			}
-		})
+// BenchmarkForkJoinAfterIdle is the latency of an empty parallel region
+// when the worker has been idle longer than Spin and sleeps on its futex
+// (the idle gap itself is not timed).
+func BenchmarkForkJoinAfterIdle(b *testing.B) {
+	p := benchPool(b, 2)
+	fn := func(int) {}
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		time.Sleep(3 * p.cfg.Spin)
+		b.StartTimer()
+		t0 := time.Now()
+		p.Run(fn)
+		total += time.Since(t0)
 	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/wake")
 }
 
 var sink uint64
 
 // BenchmarkSplitWork runs a cache-resident work of ~20 us per call split
-// over 2 workers, in each caller mode.
+// over 2 workers.
 func BenchmarkSplitWork(b *testing.B) {
 	buf := make([]uint64, 1<<16) // 512 KiB, L2-resident per half
 	for i := range buf {
@@ -58,25 +60,23 @@ func BenchmarkSplitWork(b *testing.B) {
 	}
 	const blocks = 64
 	per := len(buf) / blocks
-	for _, m := range []callerMode{callerWorks, callerPinned, callerWaits} {
-		b.Run(modeNames[m], func(b *testing.B) {
-			p := benchPool(b, 2, m)
-			var acc [2]uint64
-			fn := func(w, lo, hi int) {
-				s := uint64(0)
-				for _, v := range buf[lo*per : hi*per] {
-					s += v ^ (v >> 7)
-				}
-				acc[w] += s
-			}
-			b.SetBytes(int64(len(buf) * 8))
-			for b.Loop() {
-				p.Split("bench", blocks, fn)
-			}
-			sink += acc[0] + acc[1]
-			b.ReportMetric(p.Ratios("bench")[1], "ratio1")
-		})
+	p := benchPool(b, 2)
+	var acc [2]uint64
+	fn := func(w, lo, hi int) {
+		s := uint64(0)
+		for _, v := range buf[lo*per : hi*per] {
+			s += v ^ (v >> 7)
+		}
+		acc[w] += s
 	}
+	b.SetBytes(int64(len(buf) * 8))
+	for b.Loop() {
+		if err := p.Split("bench", blocks, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sink += acc[0] + acc[1]
+	b.ReportMetric(p.Ratios("bench")[1], "ratio1")
 }
 
 func ExamplePool_Split() {

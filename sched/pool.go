@@ -21,20 +21,6 @@ import (
 // created (all 1) the first time the class is used.
 type Class string
 
-// callerMode says who runs worker 0's share of a call.
-type callerMode uint8
-
-const (
-	// callerWorks: the calling goroutine runs worker 0's share on its own
-	// thread, wherever it is; workers 1..n-1 are dedicated threads.
-	callerWorks callerMode = iota
-	// callerPinned: as callerWorks, but the caller's thread is locked and
-	// pinned to worker 0's core for the call, then gets its mask back.
-	callerPinned
-	// callerWaits: n dedicated workers; the caller only forks and joins.
-	callerWaits
-)
-
 // slot is one worker's part of the shared call state. Each worker writes
 // only its own slot; the padding keeps slots on separate cache lines.
 type slot struct {
@@ -53,12 +39,8 @@ type slot struct {
 type Pool struct {
 	cfg     Config
 	n       int   // workers, worker 0 included
-	first   int   // index of the first dedicated worker (0 or 1)
 	cores   []int // core per worker, -1 when not pinned
-	allowed []int // the process's allowed cores when the pool started
 	pinErr  error
-	mode    callerMode
-	epoch   time.Time
 	workers sync.WaitGroup
 
 	// mu serialises calls: it guards closed, the task fields, the ratios
@@ -91,10 +73,6 @@ type Pool struct {
 // ErrAffinity) for an invalid configuration; a worker that cannot be
 // pinned is not an error: it runs unpinned and PinErr reports it.
 func New(cfg Config) (*Pool, error) {
-	return newPool(cfg, callerWorks)
-}
-
-func newPool(cfg Config, mode callerMode) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -111,20 +89,14 @@ func newPool(cfg Config, mode callerMode) (*Pool, error) {
 			ErrConfig, n, len(allowed), allowed)
 	}
 	p := &Pool{
-		cfg:     cfg,
-		allowed: allowed,
-		n:       n,
-		mode:    mode,
-		epoch:   time.Now(),
-		ratios:  make(map[Class][]float64),
-		bounds:  make([]int, n+1),
-		work:    make([]int, n),
-		times:   make([]float64, n),
-		cores:   make([]int, n),
-		slots:   make([]slot, n),
-	}
-	if mode != callerWaits {
-		p.first = 1
+		cfg:    cfg,
+		n:      n,
+		ratios: make(map[Class][]float64),
+		bounds: make([]int, n+1),
+		work:   make([]int, n),
+		times:  make([]float64, n),
+		cores:  make([]int, n),
+		slots:  make([]slot, n),
 	}
 	for i := range p.cores {
 		p.cores[i] = -1
@@ -134,7 +106,7 @@ func newPool(cfg Config, mode callerMode) (*Pool, error) {
 		err    error
 	}
 	ready := make(chan started, n)
-	for i := p.first; i < n; i++ {
+	for i := 1; i < n; i++ {
 		core := -1
 		if cfg.Pin {
 			core = allowed[i]
@@ -147,16 +119,13 @@ func newPool(cfg Config, mode callerMode) (*Pool, error) {
 		})
 	}
 	var pinErrs []error
-	for i := p.first; i < n; i++ {
+	for i := 1; i < n; i++ {
 		s := <-ready
 		if s.err != nil {
 			pinErrs = append(pinErrs, s.err)
 		} else if cfg.Pin {
 			p.cores[s.worker] = allowed[s.worker]
 		}
-	}
-	if mode == callerPinned && cfg.Pin {
-		p.cores[0] = allowed[0]
 	}
 	sort.Slice(pinErrs, func(a, b int) bool { return pinErrs[a].Error() < pinErrs[b].Error() })
 	p.pinErr = errors.Join(pinErrs...)
@@ -198,7 +167,7 @@ func lockAndPin(worker, core int) error {
 	}
 	var set unix.CPUSet
 	set.Set(core)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
+	if err := setAffinity(0, &set); err != nil {
 		return fmt.Errorf("%w %d to core %d (it runs unpinned): %w", ErrPin, worker, core, os.NewSyscallError("sched_setaffinity", err))
 	}
 	return nil
@@ -368,7 +337,7 @@ func (p *Pool) Split(class Class, blocks int, fn func(worker, lo, hi int)) error
 	}
 	pr := p.classRatios(class)
 	Partition(p.bounds, blocks, pr)
-	if p.first == 1 && p.bounds[1] == blocks {
+	if p.bounds[1] == blocks {
 		// Everything fell to worker 0 (the caller): no fork needed.
 		return p.inline(fn, blocks)
 	}
@@ -401,32 +370,19 @@ func (p *Pool) inline(fn func(worker, lo, hi int), blocks int) (err error) {
 	return nil
 }
 
-// call forks the current task to the workers, runs worker 0's share on the
-// caller when the pool works that way, joins, and collects panics.
+// call forks the current task to the dedicated workers, runs worker 0's
+// share on the caller, joins, and collects panics.
 // p.mu is held.
 func (p *Pool) call() error {
-	if p.mode == callerPinned && p.cfg.Pin {
-		runtime.LockOSThread()
-		var saved, one unix.CPUSet
-		if unix.SchedGetaffinity(0, &saved) == nil {
-			one.Set(p.allowed[0])
-			if unix.SchedSetaffinity(0, &one) == nil {
-				defer unix.SchedSetaffinity(0, &saved)
-			}
-		}
-		defer runtime.UnlockOSThread()
-	}
-	if dedicated := p.n - p.first; dedicated > 0 {
-		p.pending.Store(uint32(dedicated))
+	if p.n > 1 {
+		p.pending.Store(uint32(p.n - 1))
 		p.gen.Add(1)
 		if p.sleepers.Load() > 0 {
 			futexWake(&p.gen, math.MaxInt32)
 		}
 	}
-	if p.first == 1 {
-		p.runShare(0)
-	}
-	if p.n > p.first {
+	p.runShare(0)
+	if p.n > 1 {
 		p.waitJoin()
 	}
 	for i := range p.n {
@@ -518,3 +474,7 @@ func (p *Pool) Close() error {
 	p.workers.Wait()
 	return nil
 }
+
+// setAffinity is unix.SchedSetaffinity; tests replace it to simulate an
+// environment that refuses pinning.
+var setAffinity = unix.SchedSetaffinity
