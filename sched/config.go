@@ -17,8 +17,9 @@ const MaxSpin = 100 * time.Millisecond
 // validates it.
 type Config struct {
 	// Threads is the number of workers, the calling goroutine included.
-	// 0 means one per core in the process's affinity mask. With Pin, it
-	// may not exceed the number of allowed cores.
+	// 0 means one per core in the process's affinity mask, at most
+	// GOMAXPROCS. It may not exceed GOMAXPROCS (each worker holds a P while
+	// it runs or spins) and, with Pin, the number of allowed cores.
 	Threads int
 	// Pin pins each dedicated worker thread to its own core (in affinity
 	// mask order, see Cores). A worker that cannot be pinned runs
@@ -34,12 +35,17 @@ type Config struct {
 	// Static makes Split use an equal split and never update ratios (the
 	// baseline the dynamic partitioner is compared with).
 	Static bool
+	// Steal lets a worker that has finished its range take blocks from
+	// the back of a slower worker's range (see Split). It absorbs what
+	// the ratios cannot predict: a core taken by another process for part
+	// of one call. Ignored with Static.
+	Steal bool
 }
 
 // Default returns the configuration bitd uses: all allowed cores, pinned,
-// 1 ms spin, Alpha 0.3, dynamic split.
+// 1 ms spin, Alpha 0.3, dynamic split with stealing.
 func Default() Config {
-	return Config{Threads: 0, Pin: true, Spin: time.Millisecond, Alpha: 0.3}
+	return Config{Threads: 0, Pin: true, Spin: time.Millisecond, Alpha: 0.3, Steal: true}
 }
 
 // Validate reports the first field that is out of range, wrapped in

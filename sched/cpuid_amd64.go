@@ -7,6 +7,41 @@ package sched
 //go:noescape
 func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 
+// rdpid returns IA32_TSC_AUX (RDPID); call only when hasRDPID.
+//
+//go:noescape
+func rdpid() uint32
+
+// rdtscpAux returns IA32_TSC_AUX (RDTSCP); call only when hasRDTSCP.
+//
+//go:noescape
+func rdtscpAux() uint32
+
+var (
+	hasRDPID  = func() bool { _, _, ecx, _ := cpuid(7, 0); return ecx&(1<<22) != 0 }()
+	hasRDTSCP = func() bool {
+		if max, _, _, _ := cpuid(0x80000000, 0); max < 0x80000001 {
+			return false
+		}
+		_, _, _, edx := cpuid(0x80000001, 0)
+		return edx&(1<<27) != 0
+	}()
+)
+
+// cpuFast returns the number of the CPU the thread runs on from
+// IA32_TSC_AUX (3 ns with RDPID, 20 ns with RDTSCP, against 130 ns for the
+// getcpu system call on the development VM), or -1 when neither
+// instruction exists. Linux keeps node<<12 | cpu there.
+func cpuFast() int {
+	switch {
+	case hasRDPID:
+		return int(rdpid() & 0xfff)
+	case hasRDTSCP:
+		return int(rdtscpAux() & 0xfff)
+	}
+	return -1
+}
+
 // hybridCPU reports whether the CPU declares itself hybrid
 // (CPUID.(EAX=07H,ECX=0):EDX[15], Intel Alder Lake and later).
 func hybridCPU() bool {

@@ -7,3 +7,5 @@ package sched
 func hybridCPU() bool { return false }
 
 func coreTypeHere() CoreType { return CoreUnknown }
+
+func cpuFast() int { return -1 }

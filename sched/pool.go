@@ -24,8 +24,8 @@ type Class string
 // slot is one worker's part of the shared call state. Each worker writes
 // only its own slot; the padding keeps slots on separate cache lines.
 type slot struct {
-	dur     time.Duration // time the worker spent in fn (0 when it had no work)
-	worked  bool          // it had work in this call
+	dur     time.Duration // the worker's time in this split (see runShare)
+	work    int           // blocks it did in this split
 	pval    any           // recovered panic value
 	stack   []byte        // stack at the panic
 	paniced bool
@@ -54,6 +54,15 @@ type Pool struct {
 	runFn   func(worker int)
 	splitFn func(worker, lo, hi int)
 	quit    bool
+	forkAt  time.Time // when the current call was forked
+	// workerCPUs holds the cores of pinned dedicated workers; nudges counts
+	// the calls in which the caller was found on one of them and moved.
+	workerCPUs unix.CPUSet
+	anyPinned  bool
+	nudges     atomic.Int64
+	pr         []float64 // the ratios the current split uses
+	steal      bool      // the current split steals
+	ranges     []paddedRange
 
 	// Fork/join words, each on its own cache line.
 	_        [64]byte
@@ -80,9 +89,14 @@ func New(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	procs := runtime.GOMAXPROCS(0)
 	n := cfg.Threads
 	if n == 0 {
-		n = len(allowed)
+		n = min(len(allowed), procs)
+	}
+	if n > procs {
+		return nil, fmt.Errorf("%w: Threads = %d but GOMAXPROCS = %d: every worker needs a P to run Go code, and workers short of one wait for milliseconds; raise GOMAXPROCS or lower Threads",
+			ErrConfig, n, procs)
 	}
 	if cfg.Pin && n > len(allowed) {
 		return nil, fmt.Errorf("%w: Threads = %d with Pin, but the affinity mask allows %d cores %v",
@@ -97,6 +111,7 @@ func New(cfg Config) (*Pool, error) {
 		times:  make([]float64, n),
 		cores:  make([]int, n),
 		slots:  make([]slot, n),
+		ranges: make([]paddedRange, n),
 	}
 	for i := range p.cores {
 		p.cores[i] = -1
@@ -125,6 +140,8 @@ func New(cfg Config) (*Pool, error) {
 			pinErrs = append(pinErrs, s.err)
 		} else if cfg.Pin {
 			p.cores[s.worker] = allowed[s.worker]
+			p.workerCPUs.Set(allowed[s.worker])
+			p.anyPinned = true
 		}
 	}
 	sort.Slice(pinErrs, func(a, b int) bool { return pinErrs[a].Error() < pinErrs[b].Error() })
@@ -272,30 +289,95 @@ func (p *Pool) waitJoin() {
 	}
 }
 
-// runShare runs worker i's share of the current call and records its time
-// and any panic in its slot.
+// runShare runs worker i's share of the current call and records its
+// time, its work and any panic in its slot.
 func (p *Pool) runShare(i int) {
 	s := &p.slots[i]
-	s.dur, s.worked, s.paniced = 0, false, false
+	s.dur, s.work, s.paniced = 0, 0, false
 	defer func() {
 		if r := recover(); r != nil {
 			s.paniced, s.pval, s.stack = true, r, debug.Stack()
 		}
 	}()
-	if p.splitFn != nil {
+	switch {
+	case p.splitFn == nil:
+		p.runFn(i)
+	case p.steal:
+		p.splitStealing(i, s)
+	default:
 		lo, hi := p.bounds[i], p.bounds[i+1]
 		if lo >= hi {
 			return
 		}
-		s.worked = true
 		t0 := time.Now()
 		p.splitFn(i, lo, hi)
-		s.dur = time.Since(t0)
-		return
+		s.dur, s.work = time.Since(t0), hi-lo
 	}
-	s.worked = true
-	p.runFn(i)
 }
+
+// splitStealing runs worker i's part of a stealing split: it takes chunks
+// from the front of its own range (an eighth of what is left, at least one
+// block), then takes pieces from the back of the range of the worker with
+// the most blocks left (its share of them by the two workers' ratios),
+// until no block is left anywhere. Its time runs from the fork to the
+// end of its last piece, so that the speeds work/time of one call add up
+// to the call's throughput (see updateRatios).
+func (p *Pool) splitStealing(i int, s *slot) {
+	own := &p.ranges[i].v
+	for {
+		v := own.Load()
+		f, b := unpackRange(v)
+		if f >= b {
+			break
+		}
+		c := (b - f + 7) / 8
+		if own.CompareAndSwap(v, packRange(f+c, b)) {
+			p.splitFn(i, f, f+c)
+			s.work += c
+			s.dur = time.Since(p.forkAt)
+		}
+	}
+	for {
+		victim, most := -1, 0
+		for j := range p.ranges {
+			if f, b := unpackRange(p.ranges[j].v.Load()); b-f > most {
+				victim, most = j, b-f
+			}
+		}
+		if victim < 0 {
+			return
+		}
+		r := &p.ranges[victim].v
+		v := r.Load()
+		f, b := unpackRange(v)
+		if f >= b {
+			continue
+		}
+		mine, theirs := p.pr[i], p.pr[victim]
+		take := int(math.Ceil(float64(b-f) * mine / (mine + theirs)))
+		take = min(max(take, 1), b-f)
+		if r.CompareAndSwap(v, packRange(f, b-take)) {
+			p.splitFn(i, b-take, b)
+			s.work += take
+			s.dur = time.Since(p.forkAt)
+		}
+	}
+}
+
+// A worker's remaining range [front, back) of a stealing split, packed
+// in one word so that the owner (front) and thieves (back) can claim
+// blocks with one compare-and-swap.
+type paddedRange struct {
+	v atomic.Uint64
+	_ [56]byte
+}
+
+func packRange(front, back int) uint64 { return uint64(front)<<32 | uint64(back) }
+
+func unpackRange(v uint64) (front, back int) { return int(v >> 32), int(v & 0xffffffff) }
+
+// maxBlocks bounds Split's block count (ranges pack into 32 bits).
+const maxBlocks = 1<<31 - 1
 
 // Run calls fn(w) once for every worker w in [0, Threads()) in parallel and
 // returns when all have returned. Worker 0 runs on the calling goroutine.
@@ -324,8 +406,14 @@ func (p *Pool) Run(fn func(worker int)) error {
 // workers' measured times (see the package documentation). Errors are as
 // for Run, plus ErrBlocks for blocks < 0. blocks == 0 does nothing.
 func (p *Pool) Split(class Class, blocks int, fn func(worker, lo, hi int)) error {
-	if blocks < 0 {
-		return fmt.Errorf("%w: Split(%q) with %d blocks", ErrBlocks, class, blocks)
+	return p.split(class, blocks, fn, p.cfg.Steal)
+}
+
+// split is Split with stealing chosen by the caller (HeteroBench compares
+// both on one pool).
+func (p *Pool) split(class Class, blocks int, fn func(worker, lo, hi int), steal bool) error {
+	if blocks < 0 || blocks > maxBlocks {
+		return fmt.Errorf("%w: Split(%q) with %d blocks, want 0 to %d", ErrBlocks, class, blocks, maxBlocks)
 	}
 	if fn == nil || blocks == 0 {
 		return nil
@@ -341,19 +429,21 @@ func (p *Pool) Split(class Class, blocks int, fn func(worker, lo, hi int)) error
 		// Everything fell to worker 0 (the caller): no fork needed.
 		return p.inline(fn, blocks)
 	}
-	p.splitFn, p.runFn = fn, nil
+	p.splitFn, p.runFn, p.pr = fn, nil, pr
+	p.steal = steal && !p.cfg.Static
+	if p.steal {
+		for i := range p.ranges {
+			p.ranges[i].v.Store(packRange(p.bounds[i], p.bounds[i+1]))
+		}
+	}
 	err := p.call()
-	p.splitFn = nil
+	p.splitFn, p.pr = nil, nil
 	if err != nil || p.cfg.Static {
 		return err
 	}
 	for i := range p.n {
-		s := &p.slots[i]
-		p.work[i] = p.bounds[i+1] - p.bounds[i]
-		p.times[i] = 0
-		if s.worked {
-			p.times[i] = s.dur.Seconds()
-		}
+		p.work[i] = p.slots[i].work
+		p.times[i] = p.slots[i].dur.Seconds()
 	}
 	updateRatios(pr, p.work, p.times, p.cfg.Alpha)
 	return nil
@@ -374,6 +464,10 @@ func (p *Pool) inline(fn func(worker, lo, hi int), blocks int) (err error) {
 // share on the caller, joins, and collects panics.
 // p.mu is held.
 func (p *Pool) call() error {
+	if p.anyPinned {
+		p.nudgeCaller()
+	}
+	p.forkAt = time.Now()
 	if p.n > 1 {
 		p.pending.Store(uint32(p.n - 1))
 		p.gen.Add(1)
@@ -395,6 +489,38 @@ func (p *Pool) call() error {
 		}
 	}
 	return nil
+}
+
+// nudgeCaller moves the calling thread off the cores of the pinned
+// workers when it finds itself on one of them (one RDPID, 3 ns, in the
+// usual case). Sharing a core with a worker halves both; the kernel's load
+// balancer would separate them only after milliseconds (measured: two
+// threads stayed together on one core for whole 10-call runs while the
+// other core idled). The move narrows the thread's mask to the remaining
+// cores, which migrates it at once, and then restores its mask, so the
+// thread is left as it was except for where it runs. A caller whose own
+// mask holds only worker cores (for example a thread its owner pinned) is
+// left alone.
+func (p *Pool) nudgeCaller() {
+	c := currentCPU()
+	if c < 0 || !p.workerCPUs.IsSet(c) {
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var saved unix.CPUSet
+	if unix.SchedGetaffinity(0, &saved) != nil {
+		return
+	}
+	free := saved
+	for i := range free {
+		free[i] &^= p.workerCPUs[i]
+	}
+	if free.Count() == 0 || unix.SchedSetaffinity(0, &free) != nil {
+		return
+	}
+	_ = unix.SchedSetaffinity(0, &saved) // cannot fail: the mask it had
+	p.nudges.Add(1)
 }
 
 // classRatios returns the live ratio slice of class, creating it. p.mu is

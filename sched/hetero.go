@@ -1,0 +1,398 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"time"
+)
+
+// Workload is the parallel call HeteroBench repeats. The engine can plug
+// in its real GEMV here (one call = one layer's GEMV, split by row
+// blocks); NewGEMVLike is a memory-bound stand-in.
+type Workload interface {
+	// Blocks is the number of row blocks in one call.
+	Blocks() int
+	// Bytes is the number of weight bytes one call reads (0 if unknown).
+	Bytes() int64
+	// Do processes row blocks [lo, hi) of call number call on worker w.
+	// Calls may rotate over several weight sets (call selects one).
+	Do(call, worker, lo, hi int)
+}
+
+// GEMVLike reads 2-bit weights like a GEMV of rows x cols does (cols/4 bytes
+// per row, bm rows per block, each block one contiguous stream) and does a
+// little integer arithmetic per 8 bytes, with no activation vector. It
+// rotates over copies weight sets so that a working set larger than the
+// last-level cache makes calls come from DRAM.
+type GEMVLike struct {
+	rows, cols, bm int
+	blockWords     int        // uint64 words per row block
+	sets           [][]uint64 // copies of the weights
+	acc            []paddedSum
+}
+
+type paddedSum struct {
+	v uint64
+	_ [56]byte
+}
+
+// NewGEMVLike allocates copies weight sets of rows x cols 2-bit weights in
+// blocks of bm rows. rows must be a multiple of bm and cols of 32.
+func NewGEMVLike(rows, cols, bm, copies int) (*GEMVLike, error) {
+	if rows <= 0 || cols <= 0 || bm <= 0 || copies <= 0 || rows%bm != 0 || cols%32 != 0 {
+		return nil, fmt.Errorf("%w: GEMVLike(rows=%d, cols=%d, bm=%d, copies=%d): want positive sizes, rows a multiple of bm, cols of 32",
+			ErrConfig, rows, cols, bm, copies)
+	}
+	g := &GEMVLike{rows: rows, cols: cols, bm: bm, blockWords: bm * cols / 32, acc: make([]paddedSum, MaxThreads)}
+	words := rows * cols / 32
+	x := uint64(0x9e3779b97f4a7c15)
+	for range copies {
+		w := make([]uint64, words)
+		for i := range w {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			w[i] = x
+		}
+		g.sets = append(g.sets, w)
+	}
+	return g, nil
+}
+
+// Blocks returns rows/bm.
+func (g *GEMVLike) Blocks() int { return g.rows / g.bm }
+
+// Bytes returns rows*cols/4.
+func (g *GEMVLike) Bytes() int64 { return int64(g.rows) * int64(g.cols) / 4 }
+
+// Do reads the row blocks [lo, hi) of weight set call%copies.
+func (g *GEMVLike) Do(call, worker, lo, hi int) {
+	w := g.sets[call%len(g.sets)][lo*g.blockWords : hi*g.blockWords]
+	// One AND and one add per 8 bytes: light enough that the loop waits
+	// on memory, not on arithmetic.
+	const m = 0x5555555555555555
+	var s0, s1, s2, s3 uint64
+	for i := 0; i+4 <= len(w); i += 4 {
+		s0 += w[i] & m
+		s1 += w[i+1] & m
+		s2 += w[i+2] & m
+		s3 += w[i+3] & m
+	}
+	g.acc[worker%len(g.acc)].v += s0 + s1 + s2 + s3
+}
+
+// HeteroConfig configures HeteroBench. Zero fields take the defaults
+// noted.
+type HeteroConfig struct {
+	Class    Class         // ratio class used for the dynamic calls; "heterobench"
+	LoadCore int           // core the competing process is pinned to; 0 means the last worker's core (use -1 for core 0)
+	Busy     time.Duration // load busy time per cycle; 1 ms
+	Idle     time.Duration // load sleep time per cycle; 1 ms
+	Warmup   int           // dynamic calls without load before anything is measured; 50
+	Rounds   int           // rounds per comparison, each one dynamic and one static batch, alternating which goes first; 10
+	Batch    int           // calls per batch; 20
+	Phase    int           // calls traced after the load starts and after it stops; 60
+	Tol      float64       // convergence tolerance, relative; 0.05
+}
+
+func (c HeteroConfig) withDefaults() HeteroConfig {
+	if c.Class == "" {
+		c.Class = "heterobench"
+	}
+	if c.Busy == 0 {
+		c.Busy = time.Millisecond
+	}
+	if c.Idle == 0 {
+		c.Idle = time.Millisecond
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 50
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 10
+	}
+	if c.Batch == 0 {
+		c.Batch = 20
+	}
+	if c.Phase == 0 {
+		c.Phase = 60
+	}
+	if c.Tol == 0 {
+		c.Tol = 0.05
+	}
+	return c
+}
+
+// Comparison is the throughput of the three ways to split a call, in one
+// condition (with or without the competing load).
+type Comparison struct {
+	// Median time per call of each way: the static equal split, the
+	// dynamic ratios alone (Luo et al.), the dynamic ratios with stealing.
+	Static, Dynamic, Steal time.Duration
+	// Speedups over the static split: the median over rounds of (static
+	// batch time / other batch time); each round runs one batch of each,
+	// back to back, in rotating order.
+	DynamicSpeedup, StealSpeedup float64
+}
+
+// Convergence describes how the ratios of one split mode settle after the
+// load starts or stops.
+type Convergence struct {
+	// Settled is the per-worker median of the ratios over the second half
+	// of the phase.
+	Settled []float64
+	// ForGood is the number of calls after which every worker's ratio is
+	// within Tol of Settled for the rest of the phase; Window the number
+	// after which it is for at least 5 calls in a row. -1: never.
+	ForGood, Window int
+	// Trace holds the ratios after each call of the phase.
+	Trace [][]float64
+}
+
+// HeteroResult is what HeteroBench measured.
+type HeteroResult struct {
+	LoadCore     int
+	LoadCPUShare float64 // CPU time / wall time of the load process
+	// ForeignCPU is how many cores' worth of CPU other processes used
+	// during the benchmark, StolenCPU how many the hypervisor took: the
+	// figures mean little unless both are near 0 (-1: unknown).
+	ForeignCPU, StolenCPU float64
+	NoLoad                Comparison // sanity check: speedups should be about 1
+	Loaded                Comparison // the figure of merit
+	// Convergence after the load starts and after it stops, for the
+	// dynamic split without and with stealing (their calls interleave; each
+	// keeps its own ratios).
+	StartDynamic, StartSteal, StopDynamic, StopSteal Convergence
+}
+
+func (r HeteroResult) String() string {
+	return fmt.Sprintf("load on core %d (%.0f%% CPU); other processes used %.2f cores, steal %.2f\n"+
+		"  loaded:   static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
+		"  unloaded: static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
+		"  dynamic:       after load start settles at %s in %d calls (%d by 5-call window); after stop at %s in %d (%d)\n"+
+		"  dynamic+steal: after load start settles at %s in %d calls (%d by 5-call window); after stop at %s in %d (%d)",
+		r.LoadCore, 100*r.LoadCPUShare, r.ForeignCPU, r.StolenCPU,
+		ms(r.Loaded.Static), ms(r.Loaded.Dynamic), r.Loaded.DynamicSpeedup, ms(r.Loaded.Steal), r.Loaded.StealSpeedup,
+		ms(r.NoLoad.Static), ms(r.NoLoad.Dynamic), r.NoLoad.DynamicSpeedup, ms(r.NoLoad.Steal), r.NoLoad.StealSpeedup,
+		fmtRatios(r.StartDynamic.Settled), r.StartDynamic.ForGood, r.StartDynamic.Window,
+		fmtRatios(r.StopDynamic.Settled), r.StopDynamic.ForGood, r.StopDynamic.Window,
+		fmtRatios(r.StartSteal.Settled), r.StartSteal.ForGood, r.StartSteal.Window,
+		fmtRatios(r.StopSteal.Settled), r.StopSteal.ForGood, r.StopSteal.Window)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func fmtRatios(r []float64) string {
+	s := "["
+	for i, v := range r {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%.3f", v)
+	}
+	return s + "]"
+}
+
+// HeteroBench measures the dynamic partitioner against the static equal
+// split when one core is shared with another process: it starts a
+// competing process pinned to cfg.LoadCore that is busy cfg.Busy and idle
+// cfg.Idle in a loop, and runs the workload through the pool three ways:
+// static (p.Run over an equal Partition), dynamic (Split's ratios without
+// stealing, class cfg.Class+"/dynamic") and dynamic with stealing (class
+// cfg.Class+"/steal"). It always kills the load before it returns, on
+// every path.
+//
+// The pool must have at least two pinned workers and must not be Static.
+// Other callers of the pool during the benchmark disturb it.
+func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (res HeteroResult, err error) {
+	cfg = cfg.withDefaults()
+	cores := p.WorkerCores()
+	if p.Threads() < 2 || p.cfg.Static || cores[len(cores)-1] < 0 {
+		return res, fmt.Errorf("%w: HeteroBench needs a dynamic pool with at least 2 workers, pinned (Threads=%d Static=%v cores=%v pin error: %v)",
+			ErrConfig, p.Threads(), p.cfg.Static, cores, p.PinErr())
+	}
+	switch {
+	case cfg.LoadCore == 0:
+		cfg.LoadCore = cores[len(cores)-1]
+	case cfg.LoadCore == -1:
+		cfg.LoadCore = 0
+	}
+	res.LoadCore = cfg.LoadCore
+	blocks := w.Blocks()
+	ones := make([]float64, p.Threads())
+	for i := range ones {
+		ones[i] = 1
+	}
+	dynClass, stealClass := cfg.Class+"/dynamic", cfg.Class+"/steal"
+	for _, c := range []Class{dynClass, stealClass} {
+		if err := p.SetRatios(c, ones); err != nil {
+			return res, err
+		}
+	}
+	equal := make([]int, p.Threads()+1)
+	Partition(equal, blocks, ones)
+
+	call := 0
+	static := func() error {
+		c := call
+		call++
+		return p.Run(func(worker int) {
+			if lo, hi := equal[worker], equal[worker+1]; lo < hi {
+				w.Do(c, worker, lo, hi)
+			}
+		})
+	}
+	dynamic := func(class Class, steal bool) func() error {
+		return func() error {
+			c := call
+			call++
+			return p.split(class, blocks, func(worker, lo, hi int) { w.Do(c, worker, lo, hi) }, steal)
+		}
+	}
+	modes := []func() error{static, dynamic(dynClass, false), dynamic(stealClass, true)}
+	batch := func(f func() error) (time.Duration, error) {
+		t0 := time.Now()
+		for range cfg.Batch {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(t0), ctx.Err()
+	}
+	compare := func() (Comparison, error) {
+		var times [3][]time.Duration
+		var dynUp, stealUp []float64
+		for r := range cfg.Rounds {
+			var d [3]time.Duration
+			for k := range 3 {
+				m := (r + k) % 3
+				var err error
+				if d[m], err = batch(modes[m]); err != nil {
+					return Comparison{}, err
+				}
+				times[m] = append(times[m], d[m])
+			}
+			dynUp = append(dynUp, d[0].Seconds()/d[1].Seconds())
+			stealUp = append(stealUp, d[0].Seconds()/d[2].Seconds())
+		}
+		n := time.Duration(cfg.Batch)
+		return Comparison{
+			Static: medianDur(times[0]) / n, Dynamic: medianDur(times[1]) / n, Steal: medianDur(times[2]) / n,
+			DynamicSpeedup: median(dynUp), StealSpeedup: median(stealUp),
+		}, nil
+	}
+	trace := func() (dyn, steal Convergence, err error) {
+		for range cfg.Phase {
+			if err := modes[1](); err != nil {
+				return dyn, steal, err
+			}
+			dyn.Trace = append(dyn.Trace, p.Ratios(dynClass))
+			if err := modes[2](); err != nil {
+				return dyn, steal, err
+			}
+			steal.Trace = append(steal.Trace, p.Ratios(stealClass))
+		}
+		dyn.Settled, dyn.ForGood, dyn.Window = convergence(dyn.Trace, cfg.Tol)
+		steal.Settled, steal.ForGood, steal.Window = convergence(steal.Trace, cfg.Tol)
+		return dyn, steal, ctx.Err()
+	}
+
+	begin := takeCPUSnapshot()
+	defer func() { res.ForeignCPU, res.StolenCPU = foreignCPU(begin, takeCPUSnapshot()) }()
+	for range cfg.Warmup {
+		for _, m := range modes {
+			if err := m(); err != nil {
+				return res, err
+			}
+		}
+	}
+	if res.NoLoad, err = compare(); err != nil {
+		return res, err
+	}
+
+	// The load's Pdeathsig is tied to the thread that starts it: keep this
+	// goroutine on that thread until the load is gone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	maxLife := 10*time.Minute + time.Duration(cfg.Rounds*cfg.Batch*6+cfg.Phase*4)*time.Second/10
+	load, err := startLoad(cfg.LoadCore, cfg.Busy, cfg.Idle, maxLife)
+	if err != nil {
+		return res, err
+	}
+	defer load.stop()
+	if res.StartDynamic, res.StartSteal, err = trace(); err != nil {
+		return res, err
+	}
+	if res.Loaded, err = compare(); err != nil {
+		return res, err
+	}
+	load.stop()
+	res.LoadCPUShare = load.share
+	if res.StopDynamic, res.StopSteal, err = trace(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// convergence returns the settled ratios of a trace (per-worker median of
+// its second half) and the number of calls after which every ratio is
+// within tol of it for good, and for at least 5 calls in a row (-1 when
+// never).
+func convergence(tr [][]float64, tol float64) (settled []float64, forGood, window int) {
+	if len(tr) == 0 {
+		return nil, -1, -1
+	}
+	n := len(tr[0])
+	settled = make([]float64, n)
+	for i := range n {
+		var col []float64
+		for _, r := range tr[len(tr)/2:] {
+			col = append(col, r[i])
+		}
+		settled[i] = median(col)
+	}
+	in := make([]bool, len(tr))
+	for k, r := range tr {
+		in[k] = true
+		for i := range n {
+			if math.Abs(r[i]-settled[i]) > tol*settled[i] {
+				in[k] = false
+			}
+		}
+	}
+	forGood = -1
+	for k := len(in) - 1; k >= 0 && in[k]; k-- {
+		forGood = k + 1 // calls done when the ratio is first within tol for good
+	}
+	window = -1
+	for k := 0; k+5 <= len(in); k++ {
+		if !slices.Contains(in[k:k+5], false) {
+			window = k + 1
+			break
+		}
+	}
+	return settled, forGood, window
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(v []time.Duration) time.Duration {
+	f := make([]float64, len(v))
+	for i, d := range v {
+		f[i] = float64(d)
+	}
+	return time.Duration(median(f))
+}
