@@ -91,6 +91,7 @@ type HeteroConfig struct {
 	LoadCore int           // core the competing process is pinned to; 0 means the last worker's core (use -1 for core 0)
 	Busy     time.Duration // load busy time per cycle; 1 ms
 	Idle     time.Duration // load sleep time per cycle; 1 ms
+	Slice    time.Duration // time slice the load requests (Linux 6.12+); 0 = the kernel's default
 	Warmup   int           // dynamic calls without load before anything is measured; 50
 	Rounds   int           // rounds per comparison, each one dynamic and one static batch, alternating which goes first; 10
 	Batch    int           // calls per batch; 20
@@ -144,10 +145,15 @@ type Convergence struct {
 	// Settled is the per-worker median of the ratios over the second half
 	// of the phase.
 	Settled []float64
-	// ForGood is the number of calls after which every worker's ratio is
-	// within Tol of Settled for the rest of the phase; Window the number
-	// after which it is for at least 5 calls in a row. -1: never.
-	ForGood, Window int
+	// Calls until every worker's ratio is within Tol of Settled: First
+	// for the first time, Window for 5 calls in a row, ForGood for the
+	// rest of the phase. -1: never.
+	First, Window, ForGood int
+	// Spread is the per-call noise of the settled ratios: the largest,
+	// over workers, median absolute deviation from Settled in the second
+	// half, relative to Settled. When it exceeds Tol, ForGood (and maybe
+	// Window) cannot be met however fast the filter is.
+	Spread float64
 	// Trace holds the ratios after each call of the phase.
 	Trace [][]float64
 }
@@ -169,18 +175,21 @@ type HeteroResult struct {
 }
 
 func (r HeteroResult) String() string {
+	conv := func(c Convergence) string {
+		return fmt.Sprintf("settles at %s (noise %.1f%%), within 5%% after %d calls, 5 in a row after %d, for good after %d",
+			fmtRatios(c.Settled), 100*c.Spread, c.First, c.Window, c.ForGood)
+	}
 	return fmt.Sprintf("load on core %d (%.0f%% CPU); other processes used %.2f cores, steal %.2f\n"+
 		"  loaded:   static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
 		"  unloaded: static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
-		"  dynamic:       after load start settles at %s in %d calls (%d by 5-call window); after stop at %s in %d (%d)\n"+
-		"  dynamic+steal: after load start settles at %s in %d calls (%d by 5-call window); after stop at %s in %d (%d)",
+		"  dynamic       load start: %s\n"+
+		"                load stop:  %s\n"+
+		"  dynamic+steal load start: %s\n"+
+		"                load stop:  %s",
 		r.LoadCore, 100*r.LoadCPUShare, r.ForeignCPU, r.StolenCPU,
 		ms(r.Loaded.Static), ms(r.Loaded.Dynamic), r.Loaded.DynamicSpeedup, ms(r.Loaded.Steal), r.Loaded.StealSpeedup,
 		ms(r.NoLoad.Static), ms(r.NoLoad.Dynamic), r.NoLoad.DynamicSpeedup, ms(r.NoLoad.Steal), r.NoLoad.StealSpeedup,
-		fmtRatios(r.StartDynamic.Settled), r.StartDynamic.ForGood, r.StartDynamic.Window,
-		fmtRatios(r.StopDynamic.Settled), r.StopDynamic.ForGood, r.StopDynamic.Window,
-		fmtRatios(r.StartSteal.Settled), r.StartSteal.ForGood, r.StartSteal.Window,
-		fmtRatios(r.StopSteal.Settled), r.StopSteal.ForGood, r.StopSteal.Window)
+		conv(r.StartDynamic), conv(r.StopDynamic), conv(r.StartSteal), conv(r.StopSteal))
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -295,9 +304,7 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 			}
 			steal.Trace = append(steal.Trace, p.Ratios(stealClass))
 		}
-		dyn.Settled, dyn.ForGood, dyn.Window = convergence(dyn.Trace, cfg.Tol)
-		steal.Settled, steal.ForGood, steal.Window = convergence(steal.Trace, cfg.Tol)
-		return dyn, steal, ctx.Err()
+		return convergence(dyn.Trace, cfg.Tol), convergence(steal.Trace, cfg.Tol), ctx.Err()
 	}
 
 	begin := takeCPUSnapshot()
@@ -318,7 +325,7 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	maxLife := 10*time.Minute + time.Duration(cfg.Rounds*cfg.Batch*6+cfg.Phase*4)*time.Second/10
-	load, err := startLoad(cfg.LoadCore, cfg.Busy, cfg.Idle, maxLife)
+	load, err := startLoad(cfg.LoadCore, cfg.Busy, cfg.Idle, cfg.Slice, maxLife)
 	if err != nil {
 		return res, err
 	}
@@ -337,44 +344,50 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 	return res, nil
 }
 
-// convergence returns the settled ratios of a trace (per-worker median of
-// its second half) and the number of calls after which every ratio is
-// within tol of it for good, and for at least 5 calls in a row (-1 when
-// never).
-func convergence(tr [][]float64, tol float64) (settled []float64, forGood, window int) {
+// convergence summarises a ratio trace (see Convergence).
+func convergence(tr [][]float64, tol float64) Convergence {
+	c := Convergence{Trace: tr, First: -1, Window: -1, ForGood: -1}
 	if len(tr) == 0 {
-		return nil, -1, -1
+		return c
 	}
 	n := len(tr[0])
-	settled = make([]float64, n)
+	c.Settled = make([]float64, n)
 	for i := range n {
 		var col []float64
 		for _, r := range tr[len(tr)/2:] {
 			col = append(col, r[i])
 		}
-		settled[i] = median(col)
+		c.Settled[i] = median(col)
+		for k := range col {
+			col[k] = math.Abs(col[k]-c.Settled[i]) / c.Settled[i]
+		}
+		c.Spread = max(c.Spread, median(col))
 	}
 	in := make([]bool, len(tr))
 	for k, r := range tr {
 		in[k] = true
 		for i := range n {
-			if math.Abs(r[i]-settled[i]) > tol*settled[i] {
+			if math.Abs(r[i]-c.Settled[i]) > tol*c.Settled[i] {
 				in[k] = false
 			}
 		}
 	}
-	forGood = -1
-	for k := len(in) - 1; k >= 0 && in[k]; k-- {
-		forGood = k + 1 // calls done when the ratio is first within tol for good
-	}
-	window = -1
-	for k := 0; k+5 <= len(in); k++ {
-		if !slices.Contains(in[k:k+5], false) {
-			window = k + 1
+	for k := range in {
+		if in[k] {
+			c.First = k + 1
 			break
 		}
 	}
-	return settled, forGood, window
+	for k := 0; k+5 <= len(in); k++ {
+		if !slices.Contains(in[k:k+5], false) {
+			c.Window = k + 1
+			break
+		}
+	}
+	for k := len(in) - 1; k >= 0 && in[k]; k-- {
+		c.ForGood = k + 1
+	}
+	return c
 }
 
 func median(v []float64) float64 {

@@ -35,10 +35,11 @@ type loadSpec struct {
 	busy, idle time.Duration
 	ppid       int
 	maxLife    time.Duration
+	slice      time.Duration // EEVDF time slice to request (0: the kernel's default)
 }
 
 func (s loadSpec) String() string {
-	return fmt.Sprintf("core=%d busy=%s idle=%s ppid=%d maxlife=%s", s.core, s.busy, s.idle, s.ppid, s.maxLife)
+	return fmt.Sprintf("core=%d busy=%s idle=%s ppid=%d maxlife=%s slice=%s", s.core, s.busy, s.idle, s.ppid, s.maxLife, s.slice)
 }
 
 func parseLoadSpec(text string) (loadSpec, error) {
@@ -60,6 +61,8 @@ func parseLoadSpec(text string) (loadSpec, error) {
 			s.idle, err = time.ParseDuration(v)
 		case "maxlife":
 			s.maxLife, err = time.ParseDuration(v)
+		case "slice":
+			s.slice, err = time.ParseDuration(v)
 		default:
 			err = fmt.Errorf("unknown key")
 		}
@@ -67,7 +70,7 @@ func parseLoadSpec(text string) (loadSpec, error) {
 			return s, fmt.Errorf("field %q: %w", f, err)
 		}
 	}
-	if s.core < 0 || s.busy <= 0 || s.idle < 0 || s.ppid <= 0 || s.maxLife <= 0 {
+	if s.core < 0 || s.busy <= 0 || s.idle < 0 || s.ppid <= 0 || s.maxLife <= 0 || s.slice < 0 {
 		return s, fmt.Errorf("incomplete spec %q", text)
 	}
 	return s, nil
@@ -85,6 +88,16 @@ func runLoad(text string) int {
 	// The load is the process's only busy thread; pin the thread that runs
 	// it. (The runtime's other threads are idle.)
 	lockAndPinOrExit(spec.core)
+	if spec.slice > 0 {
+		// Linux 6.12+ (EEVDF) takes sched_runtime of a SCHED_OTHER task as
+		// its requested time slice: a short one makes the load preempt
+		// (and yield) at a fine grain instead of in whole default slices.
+		attr := unix.SchedAttr{Policy: 0, Runtime: uint64(spec.slice.Nanoseconds())}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: sched_setattr slice=%v: %v\n", loadEnv, spec.slice, err)
+			return 4
+		}
+	}
 	fmt.Println("ready")
 	start := time.Now()
 	x := uint64(1)
@@ -121,7 +134,6 @@ type loadProc struct {
 	stderr  *tailBuffer
 	once    sync.Once
 	share   float64 // CPU time / wall time, set by stop
-	err     error
 }
 
 // startLoad re-executes the current binary as a load pinned to core that is
@@ -130,12 +142,12 @@ type loadProc struct {
 // thread that started it exits; the caller keeps its goroutine locked to
 // that thread until stop), a check of its parent PID every cycle, and
 // maxLife.
-func startLoad(core int, busy, idle, maxLife time.Duration) (*loadProc, error) {
+func startLoad(core int, busy, idle, slice, maxLife time.Duration) (*loadProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("%w: finding this executable to re-run it: %w", ErrLoad, err)
 	}
-	spec := loadSpec{core: core, busy: busy, idle: idle, ppid: os.Getpid(), maxLife: maxLife}
+	spec := loadSpec{core: core, busy: busy, idle: idle, slice: slice, ppid: os.Getpid(), maxLife: maxLife}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), loadEnv+"="+spec.String(), "GOMAXPROCS=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

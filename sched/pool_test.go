@@ -571,3 +571,81 @@ func TestIdleWorkersBurnNoCPU(t *testing.T) {
 		t.Fatalf("idle pool used %v of CPU in 200 ms, want < 20 ms", used)
 	}
 }
+
+func TestCallerIsNudgedOffWorkerCores(t *testing.T) {
+	cores, err := Cores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cores) < 2 {
+		t.Skip("needs 2 allowed cores")
+	}
+	c := Default()
+	c.Threads = 2
+	p := newTestPool(t, c)
+	if p.PinErr() != nil {
+		t.Skipf("pinning refused here: %v", p.PinErr())
+	}
+	workerCore := p.WorkerCores()[1]
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	// Move this thread onto the worker's core, then give it its full mask
+	// back: it stays there until something moves it.
+	one.Set(workerCore)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SchedSetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	if cpu := currentCPU(); cpu != workerCore {
+		t.Skipf("the kernel already moved the thread (on %d)", cpu)
+	}
+	var where int
+	if err := p.Run(func(w int) {
+		if w == 0 {
+			where = currentCPU()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p.nudges.Load() != 1 || where == workerCore {
+		t.Fatalf("caller ran worker 0 on cpu %d (worker 1's core %d), %d nudges; want moved once", where, workerCore, p.nudges.Load())
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &after); err != nil || after != all {
+		t.Fatalf("caller's mask after the nudge: %v (%v), want it restored", after, err)
+	}
+	// A caller whose mask holds only worker cores is left alone.
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	p.Run(func(int) {})
+	if n := p.nudges.Load(); n != 1 {
+		t.Fatalf("caller pinned by its owner to a worker core was moved (%d nudges)", n)
+	}
+}
+
+func TestCurrentCPU(t *testing.T) {
+	cores, _ := Cores()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	unix.SchedGetaffinity(0, &all)
+	defer unix.SchedSetaffinity(0, &all)
+	for _, c := range cores {
+		var one unix.CPUSet
+		one.Set(c.ID)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			t.Fatal(err)
+		}
+		if got, sys := currentCPU(), getcpu(); got != c.ID || sys != c.ID {
+			t.Fatalf("pinned to %d: currentCPU() = %d, getcpu() = %d (fast path ok: %v)", c.ID, got, sys, fastCPUOK())
+		}
+	}
+}
