@@ -241,8 +241,7 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 			return res, err
 		}
 	}
-	equal := make([]int, p.Threads()+1)
-	Partition(equal, blocks, ones)
+	equal := Partition(nil, blocks, ones)
 
 	call := 0
 	static := func() error {

@@ -3,22 +3,23 @@ package sched
 import "math"
 
 // Partition splits the row blocks [0, blocks) into len(ratios) contiguous
-// ranges in proportion to ratios: worker i gets [bounds[i], bounds[i+1]).
-// bounds must have len(ratios)+1 entries; it is overwritten.
+// ranges in proportion to ratios and returns their len(ratios)+1
+// boundaries, appended to dst[:0] (pass a slice with that capacity to
+// avoid allocating): worker i gets [b[i], b[i+1]).
 //
-// Rounding is deterministic and cumulative: bounds[i] =
-// floor(blocks*C_i/C_n + 0.5) where C_i is the sum of the first i ratios,
-// so every block goes to exactly one worker, each worker's count is within
-// one block of its exact share, and a worker may get no block at all when
-// blocks < len(ratios) or its ratio is small. Ratios that are not positive
-// finite numbers (or sum to zero or infinity) are treated as all equal.
-func Partition(bounds []int, blocks int, ratios []float64) {
+// Rounding is deterministic and cumulative: b[i] = floor(blocks*C_i/C_n +
+// 0.5) where C_i is the sum of the first i ratios, so every block goes to
+// exactly one worker, each worker's count is within one block of its
+// exact share, and a worker may get no block at all when blocks <
+// len(ratios) or its ratio is small. Ratios that are not positive finite
+// numbers (or sum to infinity) are treated as all equal; negative blocks
+// as 0; no ratios give [0].
+func Partition(dst []int, blocks int, ratios []float64) []int {
 	n := len(ratios)
-	if len(bounds) != n+1 {
-		panic("sched: Partition: len(bounds) must be len(ratios)+1")
-	}
-	if blocks < 0 {
-		blocks = 0
+	b := append(dst[:0], make([]int, n+1)...)
+	blocks = max(blocks, 0)
+	if n == 0 {
+		return b
 	}
 	total := 0.0
 	valid := true
@@ -29,21 +30,20 @@ func Partition(bounds []int, blocks int, ratios []float64) {
 		}
 		total += r
 	}
-	if !valid || !(total > 0) || math.IsInf(total, 0) {
+	if !valid || math.IsInf(total, 0) {
 		for i := 0; i <= n; i++ {
-			bounds[i] = blocks * i / n
+			b[i] = blocks * i / n
 		}
-		return
+		return b
 	}
-	bounds[0] = 0
 	cum := 0.0
 	for i := 1; i < n; i++ {
 		cum += ratios[i-1]
-		b := int(math.Floor(float64(blocks)*cum/total + 0.5))
-		b = max(bounds[i-1], min(b, blocks))
-		bounds[i] = b
+		x := int(math.Floor(float64(blocks)*cum/total + 0.5))
+		b[i] = max(b[i-1], min(x, blocks))
 	}
-	bounds[n] = blocks
+	b[n] = blocks
+	return b
 }
 
 // Guards of the ratio update (see updateRatios).

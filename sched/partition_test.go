@@ -53,10 +53,12 @@ func TestPartitionHandCases(t *testing.T) {
 		{4, []float64{0, 0}, []int{0, 2, 4}},
 		{4, []float64{-1, 1}, []int{0, 2, 4}},
 		{4, []float64{math.Inf(1), 1}, []int{0, 2, 4}},
+		{4, []float64{math.MaxFloat64, math.MaxFloat64}, []int{0, 2, 4}}, // sum overflows
+		{-3, []float64{1, 1}, []int{0, 0, 0}},
+		{5, nil, []int{0}},
 	}
 	for _, c := range cases {
-		b := make([]int, len(c.ratios)+1)
-		Partition(b, c.blocks, c.ratios)
+		b := Partition(nil, c.blocks, c.ratios)
 		if !slices.Equal(b, c.want) {
 			t.Errorf("Partition(%d, %v) = %v, want %v", c.blocks, c.ratios, b, c.want)
 		}
@@ -82,12 +84,14 @@ func TestPartitionProperty(t *testing.T) {
 				ratios[i] = 0.01 + rng.Float64()*4
 			}
 		}
-		b := make([]int, n+1)
-		Partition(b, blocks, ratios)
+		buf := make([]int, 1, n+1)
+		b := Partition(buf, blocks, ratios)
+		if &b[0] != &buf[:1][0] {
+			t.Fatalf("Partition allocated although dst had capacity %d", cap(buf))
+		}
 		checkPartition(t, b, blocks, ratios)
 		// Deterministic.
-		b2 := make([]int, n+1)
-		Partition(b2, blocks, slices.Clone(ratios))
+		b2 := Partition(nil, blocks, slices.Clone(ratios))
 		if !slices.Equal(b, b2) {
 			t.Fatalf("Partition(%d, %v) not deterministic: %v vs %v", blocks, ratios, b, b2)
 		}
@@ -100,8 +104,7 @@ func FuzzPartition(f *testing.F) {
 	f.Add(uint16(5), 1e-300, 1e300, 1.0)
 	f.Fuzz(func(t *testing.T, blocks uint16, r0, r1, r2 float64) {
 		ratios := []float64{r0, r1, r2}
-		b := make([]int, 4)
-		Partition(b, int(blocks), ratios)
+		b := Partition(nil, int(blocks), ratios)
 		valid := true
 		sum := 0.0
 		for _, r := range ratios {
@@ -251,7 +254,7 @@ func simulate(pr []float64, speed []float64, blocks, calls int, alpha float64) [
 	tt := make([]float64, n)
 	var hist [][]float64
 	for c := 0; c < calls; c++ {
-		Partition(bounds, blocks, pr)
+		bounds = Partition(bounds, blocks, pr)
 		for i := range n {
 			work[i] = bounds[i+1] - bounds[i]
 			tt[i] = float64(work[i]) / speed[i]

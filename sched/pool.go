@@ -424,7 +424,7 @@ func (p *Pool) split(class Class, blocks int, fn func(worker, lo, hi int), steal
 		return ErrClosed
 	}
 	pr := p.classRatios(class)
-	Partition(p.bounds, blocks, pr)
+	p.bounds = Partition(p.bounds, blocks, pr)
 	if p.bounds[1] == blocks {
 		// Everything fell to worker 0 (the caller): no fork needed.
 		return p.inline(fn, blocks)
@@ -568,7 +568,7 @@ func (p *Pool) Classes() []Class {
 // SetRatios replaces the class's ratios (for example with values saved
 // from an earlier run). r must have Threads() entries, each a positive
 // finite number; otherwise it returns an error wrapping ErrRatios. With
-// Config.Static the ratios are stored but Split ignores them.
+// Config.Static the ratios stay 1 (SetRatios only validates).
 func (p *Pool) SetRatios(class Class, r []float64) error {
 	if len(r) != p.n {
 		return fmt.Errorf("%w: %d ratios for class %q, the pool has %d workers", ErrRatios, len(r), class, p.n)
@@ -580,6 +580,10 @@ func (p *Pool) SetRatios(class Class, r []float64) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg.Static {
+		p.classRatios(class) // registers the class, all 1
+		return nil
+	}
 	p.ratios[class] = slices.Clone(r)
 	return nil
 }

@@ -199,8 +199,7 @@ func testSplitCovers(t *testing.T, steal bool) {
 				}
 			}
 			slow := rng.IntN(n) // this worker dawdles, to make others steal
-			want := make([]int, n+1)
-			Partition(want, blocks, p.Ratios(class))
+			want := Partition(nil, blocks, p.Ratios(class))
 			hits := make([]atomic.Int32, blocks)
 			calls := make([]atomic.Int32, n)
 			busy := make([]atomic.Int32, n)
