@@ -131,8 +131,10 @@ func (c HeteroConfig) withDefaults() HeteroConfig {
 // condition (with or without the competing load).
 type Comparison struct {
 	// Median time per call of each way: the static equal split, the
-	// dynamic ratios alone (Luo et al.), the dynamic ratios with stealing.
-	Static, Dynamic, Steal time.Duration
+	// dynamic ratios alone (Luo et al.), the dynamic ratios with stealing,
+	// and for reference the caller alone (no parallelism: what one core
+	// reaches when the other is lost entirely).
+	Static, Dynamic, Steal, Alone time.Duration
 	// Speedups over the static split: the median over rounds of (static
 	// batch time / other batch time); each round runs one batch of each,
 	// back to back, in rotating order.
@@ -180,15 +182,15 @@ func (r HeteroResult) String() string {
 			fmtRatios(c.Settled), 100*c.Spread, c.First, c.Window, c.ForGood)
 	}
 	return fmt.Sprintf("load on core %d (%.0f%% CPU); other processes used %.2f cores, steal %.2f\n"+
-		"  loaded:   static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
-		"  unloaded: static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx)\n"+
+		"  loaded:   static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx); one thread alone %.3f\n"+
+		"  unloaded: static %.3f ms/call, dynamic %.3f (%.2fx), dynamic+steal %.3f (%.2fx); one thread alone %.3f\n"+
 		"  dynamic       load start: %s\n"+
 		"                load stop:  %s\n"+
 		"  dynamic+steal load start: %s\n"+
 		"                load stop:  %s",
 		r.LoadCore, 100*r.LoadCPUShare, r.ForeignCPU, r.StolenCPU,
-		ms(r.Loaded.Static), ms(r.Loaded.Dynamic), r.Loaded.DynamicSpeedup, ms(r.Loaded.Steal), r.Loaded.StealSpeedup,
-		ms(r.NoLoad.Static), ms(r.NoLoad.Dynamic), r.NoLoad.DynamicSpeedup, ms(r.NoLoad.Steal), r.NoLoad.StealSpeedup,
+		ms(r.Loaded.Static), ms(r.Loaded.Dynamic), r.Loaded.DynamicSpeedup, ms(r.Loaded.Steal), r.Loaded.StealSpeedup, ms(r.Loaded.Alone),
+		ms(r.NoLoad.Static), ms(r.NoLoad.Dynamic), r.NoLoad.DynamicSpeedup, ms(r.NoLoad.Steal), r.NoLoad.StealSpeedup, ms(r.NoLoad.Alone),
 		conv(r.StartDynamic), conv(r.StopDynamic), conv(r.StartSteal), conv(r.StopSteal))
 }
 
@@ -260,7 +262,13 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 			return p.split(class, blocks, func(worker, lo, hi int) { w.Do(c, worker, lo, hi) }, steal)
 		}
 	}
-	modes := []func() error{static, dynamic(dynClass, false), dynamic(stealClass, true)}
+	alone := func() error {
+		c := call
+		call++
+		w.Do(c, 0, 0, blocks)
+		return nil
+	}
+	modes := []func() error{static, dynamic(dynClass, false), dynamic(stealClass, true), alone}
 	batch := func(f func() error) (time.Duration, error) {
 		t0 := time.Now()
 		for range cfg.Batch {
@@ -271,12 +279,12 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 		return time.Since(t0), ctx.Err()
 	}
 	compare := func() (Comparison, error) {
-		var times [3][]time.Duration
+		var times [4][]time.Duration
 		var dynUp, stealUp []float64
 		for r := range cfg.Rounds {
-			var d [3]time.Duration
-			for k := range 3 {
-				m := (r + k) % 3
+			var d [4]time.Duration
+			for k := range 4 {
+				m := (r + k) % 4
 				var err error
 				if d[m], err = batch(modes[m]); err != nil {
 					return Comparison{}, err
@@ -289,6 +297,7 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 		n := time.Duration(cfg.Batch)
 		return Comparison{
 			Static: medianDur(times[0]) / n, Dynamic: medianDur(times[1]) / n, Steal: medianDur(times[2]) / n,
+			Alone:          medianDur(times[3]) / n,
 			DynamicSpeedup: median(dynUp), StealSpeedup: median(stealUp),
 		}, nil
 	}
@@ -309,7 +318,7 @@ func HeteroBench(ctx context.Context, p *Pool, w Workload, cfg HeteroConfig) (re
 	begin := takeCPUSnapshot()
 	defer func() { res.ForeignCPU, res.StolenCPU = foreignCPU(begin, takeCPUSnapshot()) }()
 	for range cfg.Warmup {
-		for _, m := range modes {
+		for _, m := range modes[:3] {
 			if err := m(); err != nil {
 				return res, err
 			}

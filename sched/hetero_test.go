@@ -3,20 +3,30 @@ package sched
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 )
 
 // TestHeteroBench runs the heterogeneous-core benchmark when
-// BITGO_SCHED_HETERO=1 (it takes ~10 s and starts a competing process):
+// BITGO_SCHED_HETERO=1 (a few seconds; it starts a competing process):
 //
 //	BITGO_SCHED_HETERO=1 go test -run TestHeteroBench -v ./sched/
+//
+// Optional: BITGO_SCHED_HETERO_BUSY, _IDLE, _SLICE (durations of the load),
+// _ALPHA (the pool's filter weight), _TRACE=1 (print every call's ratios).
 func TestHeteroBench(t *testing.T) {
 	if os.Getenv("BITGO_SCHED_HETERO") != "1" {
 		t.Skip("set BITGO_SCHED_HETERO=1 to run")
 	}
-	p := newTestPool(t, Default())
+	pc := Default()
+	if v := os.Getenv("BITGO_SCHED_HETERO_ALPHA"); v != "" {
+		if _, err := fmt.Sscan(v, &pc.Alpha); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newTestPool(t, pc)
 	w, err := NewGEMVLike(4096, 14336, 32, 4)
 	if err != nil {
 		t.Fatal(err)
