@@ -1,0 +1,65 @@
+// Command bitd is bitgo's daemon: it owns packed low-bit weights and runs linear layers
+// for host frameworks (vLLM, PyTorch) over a shared-memory channel.
+//
+//	bitd serve   run the service (unix socket + shared memory, /metrics)
+//	bitd pack    convert a checkpoint to a .bitgo pack file
+//	bitd bench   measure bandwidth and the kernels on real model shapes
+//	bitd info    CPU features, core types, kernels, OpenCL devices
+//	bitd tune    autotune GPU kernels for a device
+//
+// Each subcommand lives in its own file and registers itself in init().
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand: run gets the arguments after the subcommand's name and
+// returns the process exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{}
+
+func register(c command) { commands[c.name] = c }
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: bitd <command> [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'bitd <command> -h' for a command's flags.")
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "bitd: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(args[1:], stdout, stderr)
+}

@@ -1,0 +1,584 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+// testLayer is a layer with its logical weights kept for independent checks.
+type testLayer struct {
+	*Layer
+	W Weights
+}
+
+func randWeights(rng *rand.Rand, f quantcfg.Format, m, k int) Weights {
+	if f.IsFloat() {
+		w := make([]float32, m*k)
+		for i := range w {
+			w[i] = float32(rng.NormFloat64())
+			if f == quantcfg.BF16 {
+				w[i] = RoundBF16(w[i])
+			}
+		}
+		return Weights{F: w}
+	}
+	q := make([]int8, m*k)
+	for i := range q {
+		switch {
+		case f.IsTernary():
+			q[i] = int8(rng.IntN(3) - 1)
+		case f == quantcfg.Int2:
+			q[i] = int8(rng.IntN(4))
+		case f == quantcfg.Int1:
+			q[i] = int8(2*rng.IntN(2) - 1)
+		default:
+			q[i] = int8(rng.IntN(256) - 128)
+		}
+	}
+	return Weights{Q: q}
+}
+
+func newTestLayer(t testing.TB, rng *rand.Rand, spec quantcfg.LayerSpec) testLayer {
+	t.Helper()
+	spec = spec.WithDefaults()
+	if spec.Name == "" {
+		spec.Name = fmt.Sprintf("%s_%dx%d", spec.Format, spec.Out, spec.In)
+	}
+	w := randWeights(rng, spec.Format, spec.Out, spec.In)
+	blob, err := PackNew(spec.Format, spec.Out, spec.In, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scales := make([]float32, spec.NumScales())
+	for i := range scales {
+		scales[i] = float32(0.001 + rng.Float64())
+	}
+	var bias []float32
+	if spec.Bias {
+		bias = make([]float32, spec.Out)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+	}
+	l, err := NewLayer(spec, blob, scales, bias)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testLayer{l, w}
+}
+
+func randActs(rng *rand.Rand, n, k int) []float32 {
+	x := make([]float32, n*k)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * 3)
+	}
+	return x
+}
+
+// naive computes the package doc's arithmetic straight from logical weights (no layout),
+// written independently of the reference kernel.
+func naive(tl testLayer, x []float32, n int) []float32 {
+	s := tl.Spec
+	m, k := s.Out, s.In
+	out := make([]float32, n*m)
+	if s.Format.IsFloat() {
+		for t := 0; t < n; t++ {
+			for r := 0; r < m; r++ {
+				var acc float32
+				for i := 0; i < k; i++ {
+					acc += float32(tl.W.F[r*k+i] * x[t*k+i])
+				}
+				if s.Bias {
+					acc += tl.Bias[r]
+				}
+				out[t*m+r] = acc
+			}
+		}
+		return out
+	}
+	level := func(v int8) int32 {
+		if s.Format == quantcfg.Int2 {
+			return int32(s.Codebook[v])
+		}
+		return int32(v)
+	}
+	// activation groups
+	ag := k
+	switch s.Act.Kind {
+	case quantcfg.ActPerGroup:
+		ag = s.Act.Group
+	}
+	xq := make([]int8, n*k)
+	xs := make([]float32, n*k) // the scale that applies to each activation
+	if s.Act.Kind == quantcfg.ActPerTensor {
+		var amax float32
+		for _, v := range x {
+			amax = float32(math.Max(float64(amax), math.Abs(float64(v))))
+		}
+		sc := 127 / float32(math.Max(float64(amax), float64(float32(1e-5))))
+		for i := range x {
+			xs[i] = sc
+		}
+	} else {
+		for t := 0; t < n; t++ {
+			for g0 := 0; g0 < k; g0 += ag {
+				var amax float32
+				for i := g0; i < min(g0+ag, k); i++ {
+					amax = float32(math.Max(float64(amax), math.Abs(float64(x[t*k+i]))))
+				}
+				sc := 127 / float32(math.Max(float64(amax), float64(float32(1e-5))))
+				for i := g0; i < min(g0+ag, k); i++ {
+					xs[t*k+i] = sc
+				}
+			}
+		}
+	}
+	for i := range x {
+		xq[i] = int8(math.Max(-128, math.Min(127, math.RoundToEven(float64(x[i]*xs[i])))))
+	}
+	seg := k
+	if s.Act.Kind == quantcfg.ActPerGroup {
+		seg = s.Act.Group
+	}
+	if s.Scale.Kind == quantcfg.ScaleGroup && s.Scale.Group < seg {
+		seg = s.Scale.Group
+	}
+	ws := func(r, i int) float32 {
+		switch s.Scale.Kind {
+		case quantcfg.ScaleRow:
+			return tl.Scales[r]
+		case quantcfg.ScaleGroup:
+			return tl.Scales[r*((k+s.Scale.Group-1)/s.Scale.Group)+i/s.Scale.Group]
+		}
+		return tl.Scales[0]
+	}
+	for t := 0; t < n; t++ {
+		for r := 0; r < m; r++ {
+			var y float32
+			for k0 := 0; k0 < k; k0 += seg {
+				var acc int32
+				for i := k0; i < min(k0+seg, k); i++ {
+					acc += level(tl.W.Q[r*k+i]) * int32(xq[t*k+i])
+				}
+				p := float32(float32(acc)*ws(r, k0)) / xs[t*k+k0]
+				if k0 == 0 {
+					y = p
+				} else {
+					y += p
+				}
+			}
+			if s.Bias {
+				y += tl.Bias[r]
+			}
+			out[t*m+r] = y
+		}
+	}
+	return out
+}
+
+func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
+
+func checkExact(t *testing.T, what string, got, want []float32, m int) {
+	t.Helper()
+	for i := range want {
+		if !sameBits(got[i], want[i]) {
+			t.Fatalf("%s: token %d row %d: got %v (%#x), want %v (%#x)", what, i/m, i%m, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// specsFor lists the settings each format is tested with.
+func specsFor(f quantcfg.Format) []quantcfg.LayerSpec {
+	base := quantcfg.LayerSpec{Format: f}
+	var out []quantcfg.LayerSpec
+	fi, _ := f.Info()
+	for _, sk := range fi.Scales {
+		for _, ak := range fi.Acts {
+			s := base
+			s.Scale = quantcfg.ScaleGran{Kind: sk}
+			s.Act = quantcfg.ActMode{Kind: ak}
+			if sk == quantcfg.ScaleGroup {
+				s.Scale.Group = 64
+			}
+			if ak == quantcfg.ActPerGroup {
+				s.Act.Group = 32
+				if f == quantcfg.I2S {
+					s.Act.Group = 128
+				}
+			}
+			out = append(out, s)
+		}
+	}
+	if f == quantcfg.Int2 {
+		s := base
+		s.Codebook = quantcfg.Codebook{-3, -1, 1, 3}
+		out = append(out, s)
+		s.Codebook = quantcfg.Codebook{-128, 127, 0, 5}
+		out = append(out, s)
+	}
+	return out
+}
+
+var allFormats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16, quantcfg.F32}
+
+// TestReferenceMatchesNaive: the reference kernel (through the packed layouts) equals the
+// arithmetic computed from logical weights, bit for bit, over ragged shapes, block edges,
+// every setting of every format, with and without bias, N = 1, 2, 7, 64.
+func TestReferenceMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ms := []int{1, 31, 33, 64}
+	ks := []int{1, 3, 4, 31, 32, 33, 47, 48, 49, 95, 96, 97, 127, 128, 129, 200}
+	for _, f := range allFormats {
+		for si, spec := range specsFor(f) {
+			for _, m := range ms {
+				for _, k := range ks {
+					spec := spec
+					spec.Out, spec.In, spec.Bias = m, k, (m+k)%2 == 0
+					tl := newTestLayer(t, rng, spec)
+					for _, n := range []int{1, 2, 7} {
+						x := randActs(rng, n, k)
+						got, err := Reference(tl.Layer, x, n)
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkExact(t, fmt.Sprintf("%s setting %d (%s, %s) %dx%d n=%d", f, si, tl.Spec.Scale, tl.Spec.Act, m, k, n), got, naive(tl, x, n), m)
+					}
+				}
+			}
+		}
+	}
+	// N = 64 on a mid-size layer per format
+	for _, f := range allFormats {
+		tl := newTestLayer(t, rng, quantcfg.LayerSpec{Format: f, Out: 96, In: 300, Bias: true})
+		x := randActs(rng, 64, 300)
+		got, err := Reference(tl.Layer, x, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExact(t, string(f)+" n=64", got, naive(tl, x, 64), 96)
+	}
+}
+
+// TestReferenceNearFloatMath: the quantized result is close to the plain float product of
+// the dequantized weights and activations (a sanity check of the formula's meaning).
+func TestReferenceNearFloatMath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, f := range allFormats {
+		for _, spec := range specsFor(f) {
+			spec.Out, spec.In = 40, 256
+			tl := newTestLayer(t, rng, spec)
+			n := 3
+			x := randActs(rng, n, spec.In)
+			got, _ := Reference(tl.Layer, x, n)
+			var a Acts
+			if err := tl.Quantize(x, n, &a); err != nil {
+				t.Fatal(err)
+			}
+			for tok := 0; tok < n; tok++ {
+				for r := 0; r < spec.Out; r++ {
+					var want, mag float64
+					for i := 0; i < spec.In; i++ {
+						var w, xv float64
+						if f.IsFloat() {
+							w, xv = float64(tl.W.F[r*spec.In+i]), float64(x[tok*spec.In+i])
+						} else {
+							lv := float64(tl.W.Q[r*spec.In+i])
+							if f == quantcfg.Int2 {
+								lv = float64(tl.Spec.Codebook[tl.W.Q[r*spec.In+i]])
+							}
+							seg := 0
+							if tl.SegLen > 0 {
+								seg = i / tl.SegLen
+							}
+							w = lv * float64(tl.Scales[tl.WSIndex(r, seg)])
+							xv = float64(a.Q[tok*a.Kp+i]) / float64(a.XS[a.XSIndex(tok, i)])
+						}
+						want += w * xv
+						mag += math.Abs(w * xv)
+					}
+					if tl.Bias != nil {
+						want += float64(tl.Bias[r])
+					}
+					if d := math.Abs(float64(got[tok*spec.Out+r]) - want); d > 1e-5*mag+1e-6 {
+						t.Fatalf("%s %s/%s: token %d row %d: %v vs float64 %v", f, tl.Spec.Scale, tl.Spec.Act, tok, r, got[tok*spec.Out+r], want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestEdgeActivations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, f := range allFormats {
+		tl := newTestLayer(t, rng, quantcfg.LayerSpec{Format: f, Out: 33, In: 130})
+		// all-zero activations give exact zeros (never NaN)
+		got, err := Reference(tl.Layer, make([]float32, 2*130), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if v != 0 || math.IsNaN(float64(v)) {
+				t.Fatalf("%s: zero input gives %v at %d", f, v, i)
+			}
+		}
+		// largest magnitudes
+		x := make([]float32, 130)
+		for i := range x {
+			x[i] = math.MaxFloat32 / 1e6 * float32(1-2*(i%2))
+		}
+		x[7] = -math.MaxFloat32 / 1e6
+		got, err = Reference(tl.Layer, x, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExact(t, string(f)+" large", got, naive(tl, x, 1), 33)
+		// NaN and Inf are refused with the position named
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			x := randActs(rng, 3, 130)
+			x[130+17] = bad
+			_, err := Reference(tl.Layer, x, 3)
+			if !errors.Is(err, ErrNonFinite) || !contains(err.Error(), "token 1, input 17") {
+				t.Fatalf("%s: %v activation: error %v", f, bad, err)
+			}
+		}
+		// wrong lengths
+		if _, err := Reference(tl.Layer, make([]float32, 129), 1); !errors.Is(err, ErrShape) {
+			t.Fatalf("%s: short activations: %v", f, err)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+// TestLossless: for ternary formats, the output equals BitNet b1.58's recipe computed
+// here independently: absmean ternarization of float weights, per-token absmax int8
+// activations, y = (W_t . xq) * scale / s.
+func TestLossless(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const m, k, n = 70, 2560 + 16, 3
+	wf := make([]float32, m*k)
+	for i := range wf {
+		wf[i] = float32(rng.NormFloat64() * 0.02)
+	}
+	// the recipe, written out
+	var sum float64
+	for _, v := range wf {
+		sum += math.Abs(float64(v))
+	}
+	scale := float32(sum / float64(len(wf)))
+	wt := make([]int8, m*k)
+	for i, v := range wf {
+		wt[i] = int8(math.Max(-1, math.Min(1, math.RoundToEven(float64(v/scale)))))
+	}
+	x := randActs(rng, n, k)
+	want := make([]float32, n*m)
+	for tok := 0; tok < n; tok++ {
+		var amax float32
+		for _, v := range x[tok*k : (tok+1)*k] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		s := 127 / max(amax, float32(1e-5))
+		for r := 0; r < m; r++ {
+			var dot int32
+			for i := 0; i < k; i++ {
+				xq := int32(math.Max(-128, math.Min(127, math.RoundToEven(float64(x[tok*k+i]*s)))))
+				dot += int32(wt[r*k+i]) * xq
+			}
+			want[tok*m+r] = float32(float32(dot)*scale) / s
+		}
+	}
+	q, s, err := Ternarize(wf)
+	if err != nil || s != scale {
+		t.Fatalf("Ternarize scale %v, want %v (%v)", s, scale, err)
+	}
+	for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2} {
+		blob, err := PackNew(f, m, k, Weights{Q: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := NewLayer(quantcfg.LayerSpec{Name: "lossless", Format: f, Out: m, In: k}, blob, []float32{s}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Reference(l, x, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkExact(t, string(f)+" lossless", got, want, m)
+	}
+}
+
+func TestPackUnpackRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, f := range allFormats {
+		for _, m := range []int{1, 5, 32, 33, 70} {
+			for _, k := range []int{1, 2, 3, 5, 47, 48, 49, 64, 100, 129, 300} {
+				w := randWeights(rng, f, m, k)
+				checkRoundTrip(t, f, m, k, w)
+			}
+		}
+	}
+}
+
+func checkRoundTrip(t *testing.T, f quantcfg.Format, m, k int, w Weights) {
+	t.Helper()
+	blob, err := PackNew(f, m, k, w)
+	if err != nil {
+		t.Fatalf("%s %dx%d: %v", f, m, k, err)
+	}
+	l, _ := NewLayout(f, m, k)
+	if err := CheckBlob(l, blob); err != nil {
+		t.Fatalf("%s %dx%d: packed blob fails CheckBlob: %v", f, m, k, err)
+	}
+	got, err := Unpack(f, m, k, blob)
+	if err != nil {
+		t.Fatalf("%s %dx%d: %v", f, m, k, err)
+	}
+	for i := range w.Q {
+		if got.Q[i] != w.Q[i] {
+			t.Fatalf("%s %dx%d: weight %d: %d != %d", f, m, k, i, got.Q[i], w.Q[i])
+		}
+	}
+	for i := range w.F {
+		if !sameBits(got.F[i], w.F[i]) {
+			t.Fatalf("%s %dx%d: weight %d: %v != %v", f, m, k, i, got.F[i], w.F[i])
+		}
+	}
+}
+
+func FuzzPackUnpack(f *testing.F) {
+	f.Add(uint8(0), uint16(5), uint16(49), uint64(1))
+	f.Add(uint8(2), uint16(33), uint16(97), uint64(2))
+	f.Fuzz(func(t *testing.T, fi uint8, m, k uint16, seed uint64) {
+		format := allFormats[int(fi)%len(allFormats)]
+		mm, kk := int(m%200)+1, int(k%400)+1
+		w := randWeights(rand.New(rand.NewPCG(seed, 0)), format, mm, kk)
+		checkRoundTrip(t, format, mm, kk, w)
+	})
+}
+
+// FuzzUnpackArbitrary: any byte string of the right length either unpacks or is refused
+// with ErrWeights; packing what it unpacks to gives the same bytes back (the layouts
+// have no hidden bits) except where padding is involved.
+func FuzzUnpackArbitrary(f *testing.F) {
+	f.Add(uint8(0), []byte{0xff, 0x00, 0x12})
+	f.Fuzz(func(t *testing.T, fi uint8, seed []byte) {
+		format := allFormats[int(fi)%len(allFormats)]
+		m, k := 32, 96 // no padding in any format
+		if format == quantcfg.I2S {
+			k = 128
+		}
+		l, _ := NewLayout(format, m, k)
+		blob := make([]byte, l.Bytes())
+		for i := range blob {
+			if len(seed) > 0 {
+				blob[i] = seed[i%len(seed)] ^ byte(i*131)
+			}
+		}
+		w, err := Unpack(format, m, k, blob)
+		if err != nil {
+			if !errors.Is(err, ErrWeights) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		if format.IsFloat() {
+			return // NaN payloads and bf16 rounding are not canonical
+		}
+		back, err := PackNew(format, m, k, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if format == quantcfg.TL2 {
+			return // a sign bit on index 0 (negative zero triple) is not canonical
+		}
+		for i := range blob {
+			if back[i] != blob[i] {
+				t.Fatalf("%s: byte %d: repacked %#x, original %#x", format, i, back[i], blob[i])
+			}
+		}
+	})
+}
+
+func TestBadWeightsNamed(t *testing.T) {
+	for _, c := range []struct {
+		f    quantcfg.Format
+		q    []int8
+		want string
+	}{
+		{quantcfg.I2S, []int8{0, 1, 2, 0}, "row 0, input 2 is 2"},
+		{quantcfg.Int2, []int8{0, 4, 2, 0}, "row 0, input 1 is 4"},
+		{quantcfg.Int1, []int8{1, -1, 0, 1}, "row 0, input 2 is 0"},
+	} {
+		_, err := PackNew(c.f, 2, 2, Weights{Q: c.q})
+		if !errors.Is(err, ErrWeights) || !contains(err.Error(), "row 1, input 0") && !contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrWeights naming %q", c.f, err, c.want)
+		}
+	}
+	if _, err := PackNew(quantcfg.I2S, 2, 2, Weights{Q: []int8{0}}); !errors.Is(err, ErrShape) {
+		t.Errorf("short weights: %v", err)
+	}
+	l, _ := NewLayout(quantcfg.I2S, 32, 128)
+	if err := CheckBlob(l, make([]byte, l.Bytes())); err != nil {
+		t.Errorf("all-zero i2s blob (weights -1) refused: %v", err)
+	}
+	bad := make([]byte, l.Bytes())
+	bad[100] = 0xff
+	if err := CheckBlob(l, bad); !errors.Is(err, ErrWeights) {
+		t.Errorf("i2s code 3 accepted: %v", err)
+	}
+}
+
+// TestRealShapes: every real model dimension packs and runs (small partner dimension to
+// keep it quick), including a 128256-row vocabulary.
+func TestRealShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	dims := []int{1600, 2048, 2560, 4096, 6912, 8192, 14336}
+	for _, f := range allFormats {
+		for _, d := range dims {
+			for _, sh := range [][2]int{{d, 64}, {32, d}} {
+				tl := newTestLayer(t, rng, quantcfg.LayerSpec{Format: f, Out: sh[0], In: sh[1]})
+				x := randActs(rng, 1, sh[1])
+				got, err := Reference(tl.Layer, x, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkExact(t, fmt.Sprintf("%s %dx%d", f, sh[0], sh[1]), got, naive(tl, x, 1), sh[0])
+			}
+		}
+	}
+	tl := newTestLayer(t, rng, quantcfg.LayerSpec{Format: quantcfg.I2S, Out: 128256, In: 128})
+	if tl.Layout.Mp != 128256 {
+		t.Fatalf("vocabulary Mp = %d", tl.Layout.Mp)
+	}
+	x := randActs(rng, 1, 128)
+	got, _ := Reference(tl.Layer, x, 1)
+	checkExact(t, "vocab", got, naive(tl, x, 1), 128256)
+}
+
+func TestBF16(t *testing.T) {
+	for _, c := range []struct {
+		in   float32
+		want uint16
+	}{
+		{1, 0x3f80},
+		{math.Float32frombits(0x3f808000), 0x3f80}, // tie -> even
+		{math.Float32frombits(0x3f818000), 0x3f82}, // tie -> even (up)
+		{math.Float32frombits(0x3f808001), 0x3f81},
+		{float32(math.Inf(1)), 0x7f80},
+		{math.MaxFloat32, 0x7f80}, // rounds up to infinity
+		{float32(math.NaN()), 0x7fc0},
+	} {
+		if got := BF16(c.in); got != c.want {
+			t.Errorf("BF16(%v) = %#x, want %#x", c.in, got, c.want)
+		}
+	}
+}
