@@ -1,3 +1,5 @@
+//go:build amd64 && !noasm
+
 package sched
 
 // cpuid executes the CPUID instruction with EAX = leaf and ECX = subleaf on

@@ -1,3 +1,5 @@
+//go:build amd64 && !noasm
+
 #include "textflag.h"
 
 // func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)

@@ -648,3 +648,34 @@ func TestCurrentCPU(t *testing.T) {
 		}
 	}
 }
+
+// engineRunner is engine.Runner, restated (sched may not import engine).
+type engineRunner interface {
+	Threads() int
+	Split(class string, blocks int, fn func(worker, lo, hi int))
+	Close() error
+}
+
+func TestRunnerAdapter(t *testing.T) {
+	p := newTestPool(t, unpinned(2))
+	var r engineRunner = Runner{p}
+	var n atomic.Int32
+	r.Split("k", 10, func(w, lo, hi int) { n.Add(int32(hi - lo)) })
+	if n.Load() != 10 || r.Threads() != 2 {
+		t.Fatalf("Runner.Split covered %d of 10 blocks, Threads %d", n.Load(), r.Threads())
+	}
+	caught := func(f func()) (v any) {
+		defer func() { v = recover() }()
+		f()
+		return nil
+	}
+	v := caught(func() { r.Split("k", 4, func(w, lo, hi int) { panic("kernel bug") }) })
+	if err, ok := v.(error); !ok || !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), "kernel bug") {
+		t.Fatalf("panic in fn re-raised as %v, want a *PanicError", v)
+	}
+	r.Close()
+	v = caught(func() { r.Split("k", 4, func(int, int, int) {}) })
+	if err, ok := v.(error); !ok || !errors.Is(err, ErrClosed) {
+		t.Fatalf("Split after Close panicked with %v, want ErrClosed", v)
+	}
+}
