@@ -30,6 +30,7 @@ func BenchmarkForkJoinEmpty(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(p.nudges.Load())/float64(b.N), "nudges/op")
 }
 
 // BenchmarkForkJoinAfterIdle is the latency of an empty parallel region
