@@ -347,10 +347,9 @@ func (e *Engine) run(l *layer, c *callCtx, n int) error {
 		return e.fail(l, n, err)
 	}
 	kern.Prepare(l.k, &c.acts)
-	acts, out := &c.acts, c.out
-	e.runner.Split(kern.Name(), l.k.Layout.RowBlocks(), func(_, lo, hi int) {
-		kern.Run(l.k, acts, lo, hi, out)
-	})
+	if err := e.split(kern, l.k, &c.acts, c.out); err != nil {
+		return e.fail(l, n, fmt.Errorf("layer %s: %w: kernel %s: %v", l.k.Spec.Name, ErrInternal, kern.Name(), err))
+	}
 	d := time.Since(start)
 	e.calls.Add(1)
 	e.tokens.Add(uint64(n))
@@ -358,6 +357,21 @@ func (e *Engine) run(l *layer, c *callCtx, n int) error {
 	if e.cfg.Observe != nil {
 		e.cfg.Observe(Call{Layer: l.k.Spec.Name, Format: l.k.Spec.Format, Kernel: kern.Name(), N: n, WeightBytes: len(l.k.Data), Duration: d})
 	}
+	return nil
+}
+
+// split runs the kernel over every row block on the runner, turning a panic (in a kernel,
+// or the runner's own failure) into an error: one bad call must not take the daemon down.
+func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, out []float32) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+			e.log.Error("engine: kernel failed", "layer", l.Spec.Name, "kernel", kern.Name(), "panic", r)
+		}
+	}()
+	e.runner.Split(kern.Name(), l.Layout.RowBlocks(), func(_, lo, hi int) {
+		kern.Run(l, a, lo, hi, out)
+	})
 	return nil
 }
 

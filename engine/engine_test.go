@@ -321,3 +321,27 @@ func (b blockingRunner) Split(class string, blocks int, fn func(w, lo, hi int)) 
 	<-b.block
 	b.goRunner.Split(class, blocks, fn)
 }
+
+// TestKernelPanicIsAnError: a runner (or kernel) that panics gives ErrInternal naming the
+// layer, and the engine keeps working.
+func TestKernelPanicIsAnError(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	e, _ := New(Config{Runner: panicRunner{}})
+	defer e.Close()
+	s := randLayer(rng, "boom", quantcfg.I2S, 32, 128, false)
+	id, err := e.Register(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.ForwardF32(id, make([]float32, 128), 1, make([]float32, 32))
+	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "worker exploded") {
+		t.Fatalf("got %v", err)
+	}
+	if st := e.Stats(); st.Errors != 1 || st.Layers != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+type panicRunner struct{ goRunner }
+
+func (panicRunner) Split(string, int, func(w, lo, hi int)) { panic("worker exploded") }

@@ -14,4 +14,7 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrClosed: the engine was closed.
 	ErrClosed = errors.New("engine closed")
+	// ErrInternal: a kernel or the runner failed (a bug, reported instead of crashing the
+	// process); the layer stays usable.
+	ErrInternal = errors.New("internal error")
 )

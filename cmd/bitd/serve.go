@@ -22,6 +22,7 @@ import (
 
 	"bitgo/engine"
 	"bitgo/ipc"
+	"bitgo/sched"
 )
 
 func init() {
@@ -194,7 +195,23 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 		"region", cfg.Region, "max_region", cfg.MaxRegion, "max_session_bytes", cfg.MaxSessionBytes,
 		"max_layers", cfg.MaxLayers, "max_sessions", cfg.MaxSessions, "drain_timeout", cfg.DrainTimeout, "pid", os.Getpid())
 
-	e, err := engine.New(engine.Config{Threads: cfg.Threads, Logger: log})
+	sc := sched.Default()
+	sc.Threads = cfg.Threads
+	pool, err := sched.New(sc)
+	if err != nil {
+		log.Error("bitd serve: worker pool", "threads", cfg.Threads, "err", err)
+		return 1
+	}
+	if pool.PinErr() != nil {
+		log.Warn("bitd serve: workers run unpinned", "reason", pool.PinErr())
+	}
+	defer func() { // after the engine's close (defers run last-in first-out)
+		if err := pool.Close(); err != nil {
+			log.Error("bitd serve: closing the worker pool", "err", err)
+		}
+	}()
+	log.Info("bitd serve: worker pool", "threads", pool.Threads(), "cores", pool.WorkerCores())
+	e, err := engine.New(engine.Config{Runner: sched.Runner{Pool: pool}, Logger: log})
 	if err != nil {
 		log.Error("bitd serve: engine", "err", err)
 		return 1
@@ -219,6 +236,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 	}
 
 	m := newServeMetrics(reg, e, len(h.shared))
+	reg.MustRegister(schedCollector{pool})
 	metricsAddr := ""
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
