@@ -131,6 +131,7 @@ class Client:
         self._pid = os.getpid()
         self._call_timeout_ns = None if call_timeout is None else int(call_timeout * 1e9)
         self._pending_free: deque = deque()
+        self._inflight: Optional[int] = None
         self._layers: Dict[int, dict] = {}
         self._views: Dict[tuple, tuple] = {}
         self._ewma = _SPIN_FLOOR_NS
@@ -442,12 +443,35 @@ class Client:
             d = 4 * _SPIN_CEIL_NS
         self._ewma += (d - self._ewma) // 4
 
+    def _settle(self) -> None:
+        """Before touching the ring or the data area (caller holds the lock): refuse a failed
+        client, and if an earlier call was interrupted (KeyboardInterrupt, another exception
+        while it waited) wait for its answer first, so that answers and calls stay paired."""
+        if self._err is not None:
+            raise self._err
+        seq = self._inflight
+        if seq is not None:
+            if self._w[_RESP_SEQ] == seq:
+                self._wait(seq, "an interrupted call")
+            self._inflight = None
+            got = self._w[_RESP_SEQ]
+            if got != (seq + 1) & 0xFFFFFFFF:
+                raise self._fail(f"bitd: response sequence {got} after request {seq + 1} "
+                                 f"(protocol error)")
+            self._seq = got
+
     def _round_trip(self, seq: int, what: str) -> int:
         """Publish request seq (already in its slot), wait, check the sequence; return the
         slot offset."""
         self._publish((seq + 1) & 0xFFFFFFFF)
         if self._w[_RESP_SEQ] == seq:
-            self._wait(seq, what)
+            try:
+                self._wait(seq, what)
+            except DaemonError:
+                raise
+            except BaseException:
+                self._inflight = seq  # the answer is still due: the next call waits for it
+                raise
         got = self._w[_RESP_SEQ]
         if got != (seq + 1) & 0xFFFFFFFF:
             raise self._fail(f"bitd: response sequence {got} after request {seq + 1} "
@@ -458,6 +482,7 @@ class Client:
     def _call(self, req: bytes, op: int) -> Any:
         """One control request (caller holds the lock): the result, or RequestError."""
         self._usable()
+        self._settle()
         if len(req) > SLOT_REQ_CAP:
             raise ValueError(f"bitd {_OP_NAMES[op]}: request of {len(req)} bytes exceeds a "
                              f"slot's {SLOT_REQ_CAP} (a name or list too long?)")
@@ -619,6 +644,7 @@ class Client:
                                              "len": cnt * esize}])
             with self._lock:
                 self._usable()
+                self._settle()
                 dst = torch.frombuffer(self._mm, dtype=t.dtype, count=cnt,
                                        offset=self._data_off)
                 dst.copy_(t[start: start + cnt])
@@ -664,37 +690,40 @@ class Client:
             y, ns = self._forward(lid, x.to(torch.float32), m)
             return y.to(torch.float16), ns
         key = (x.shape, dt, m)
-        ent = self._views.get(key)
-        if ent is None:
-            ent = self._make_views(lid, x, m)
-            if ent is None:
-                return self._forward_split(lid, x, m)
-        xv, ov, n, code, xlen, ooff, olen = ent
         with self._lock:
-            if self._err is not None:
-                raise self._err
-            xv.copy_(x)
-            seq = self._seq
-            so = self._slot_offs[seq % self._nslots]
-            mm = self._mm
-            _FWD.pack_into(mm, so + SLOT_REQ_OFF, 0x98, 8, 0xCF, lid, 0xCE, n, code, 0xCF, 0,
-                           0xCF, xlen, 0xCF, ooff, 0xCF, olen)
-            self._w[so >> 2] = _FWD_LEN
-            self._round_trip(seq, "forward")
-            if self._w[(so + 8) >> 2] == 12 and mm[so + 2048: so + 2052] == _FWD_OK:
-                ns = _U64BE.unpack_from(mm, so + 2052)[0]
-                self.forward_calls += 1
-                self.handler_ns += ns
-            else:
-                self._response(so, OP_FORWARD)  # raises the daemon's error
-                raise self._fail("bitd: forward succeeded with an unexpected result "
-                                 "(protocol error)")
-            return ov.clone(), ns
+            self._settle()
+            ent = self._views.get(key)
+            if ent is None:
+                ent = self._make_views(lid, x, m)
+            if ent is not None:
+                return self._forward_one(lid, x, ent)
+        return self._forward_split(lid, x, m)
+
+    def _forward_one(self, lid: int, x: torch.Tensor, ent: tuple) -> Tuple[torch.Tensor, int]:
+        """One forward request through cached views (caller holds the lock, settled)."""
+        xv, ov, n, code, xlen, ooff, olen = ent
+        xv.copy_(x)
+        seq = self._seq
+        so = self._slot_offs[seq % self._nslots]
+        mm = self._mm
+        _FWD.pack_into(mm, so + SLOT_REQ_OFF, 0x98, 8, 0xCF, lid, 0xCE, n, code, 0xCF, 0,
+                       0xCF, xlen, 0xCF, ooff, 0xCF, olen)
+        self._w[so >> 2] = _FWD_LEN
+        self._round_trip(seq, "forward")
+        if self._w[(so + 8) >> 2] == 12 and mm[so + 2048: so + 2052] == _FWD_OK:
+            ns = _U64BE.unpack_from(mm, so + 2052)[0]
+            self.forward_calls += 1
+            self.handler_ns += ns
+        else:
+            self._response(so, OP_FORWARD)  # raises the daemon's error
+            raise self._fail("bitd: forward succeeded with an unexpected result "
+                             "(protocol error)")
+        return ov.clone(), ns
 
     def _make_views(self, lid: int, x: torch.Tensor, m: int) -> Optional[tuple]:
         """Cached views of the data area for this input shape: x at offset 0, the output
-        64-byte aligned after it. None when the call does not fit one request."""
-        self._usable()
+        64-byte aligned after it. None when the call does not fit one request. The caller
+        holds the lock."""
         esize = x.element_size()
         n = x.numel() // x.shape[-1] if x.shape[-1] else 0
         xlen = x.numel() * esize

@@ -459,3 +459,27 @@ def test_forked_child_refuses_the_parents_client(client):
     os.waitpid(pid, 0)
     assert "forked" in msg, msg
     client.ping()  # the parent's session is untouched
+
+
+def test_interrupted_call_keeps_calls_and_answers_paired(monkeypatch):
+    import bitgo.client as bc
+    c = Client(embedded=True)
+    try:
+        lid, x = _slow_layer(c)
+        b = _layer(QuantConfig(format="i2s"), k=64, m=16)
+        small = _register(c, b)
+
+        def interrupt():
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(bc, "_sched_yield", interrupt)  # Ctrl-C while the call waits
+        with pytest.raises(KeyboardInterrupt):
+            c.forward(lid, x)
+        monkeypatch.undo()
+        assert c._inflight is not None
+        xs = torch.randn(3, 64)
+        assert_bits_equal(c.forward(small["id"], xs), R.linear(b, xs))  # not the old answer
+        assert c._inflight is None
+        c.ping()
+    finally:
+        c.close()
