@@ -63,16 +63,13 @@ def _spec_sizes(spec: str):
     return cfg, m, k, reference.layout(cfg.format, m, k).nbytes, cfg.num_scales(m, k)
 
 
-_CPU = torch.device("cpu")
-
-
 def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
            bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int, nbytes: int,
            ns: int) -> None:
     if x.dtype not in _DTYPES:
         raise TypeError(f"bitgo::linear: input dtype {x.dtype}: allowed float32, bfloat16, "
                         f"float16")
-    if x.device != _CPU:
+    if not x.is_cpu:
         raise ValueError(f"bitgo::linear: input is on device {x.device}; bitgo runs on CPU "
                          f"tensors (bitd owns the compute device): move it with .cpu()")
     if x.dim() < 1 or x.shape[-1] != k:
