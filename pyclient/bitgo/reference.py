@@ -638,15 +638,18 @@ def _exact_abs_sum(units: np.ndarray):
     with no rounding: the sequential sum (Go's) equals numpy's pairwise one. Weights with a
     few distinct magnitudes (ternary times a scale, low-bit checkpoints) pass this test;
     general float weights do not and take the sequential path."""
-    a = np.abs(units)
-    nz = a[a > 0]
-    if nz.size == 0:
-        return np.zeros(units.shape[:-1])
-    _, e = np.frexp(nz.min())  # min = m * 2**e, m in [0.5, 1): its float32 ulp is 2**(e-24)
+    a = torch.from_numpy(units).abs()  # torch: multi-threaded passes
+    sums = a.sum(dim=-1, dtype=torch.float64)
+    smax = float(sums.max()) if sums.numel() else 0.0
+    if smax == 0.0:
+        return sums.numpy()
+    if not np.isfinite(smax):
+        return None
+    mn = float(a.masked_fill_(a == 0, float("inf")).min())  # the smallest non-zero |v|
+    _, e = np.frexp(np.float32(mn))  # mn = m * 2**e, m in [0.5, 1): its ulp is 2**(e-24)
     ulp = np.ldexp(1.0, max(int(e) - 24, -149))
-    sums = a.sum(axis=-1, dtype=np.float64)
-    if float(sums.max()) * (1 + 1e-6) < np.ldexp(ulp, 53):
-        return sums
+    if smax * (1 + 1e-6) < np.ldexp(ulp, 53):
+        return sums.numpy()
     return None
 
 
