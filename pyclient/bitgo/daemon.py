@@ -141,6 +141,15 @@ class _Launcher:
         return val
 
 
+def _forget_launcher() -> None:
+    global _launcher, _launcher_lock
+    _launcher = None  # its thread does not exist in a forked child
+    _launcher_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_launcher)
+
+
 def _spawn(fn):
     global _launcher
     if threading.current_thread() is threading.main_thread():

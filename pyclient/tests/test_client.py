@@ -483,3 +483,37 @@ def test_interrupted_call_keeps_calls_and_answers_paired(monkeypatch):
         c.ping()
     finally:
         c.close()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_forked_child_can_start_its_own_daemon():
+    box = []
+    t = threading.Thread(target=lambda: box.append(Client(embedded=True)))
+    t.start()
+    t.join()  # the launcher thread now exists in this process
+    box[0].close()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        msg = b"?"
+        try:
+            res = []
+            th = threading.Thread(target=lambda: res.append(Client(embedded=True)))
+            th.start()
+            th.join(20)
+            if res:
+                res[0].ping()
+                res[0].close()
+                msg = b"ok"
+            else:
+                msg = b"hung"
+        except BaseException as e:
+            msg = repr(e).encode()[:300]
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    msg = os.read(r, 400)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert msg == b"ok", msg
