@@ -95,6 +95,10 @@ _sched_yield = os.sched_yield
 _now = time.perf_counter_ns
 
 
+class _NobodyThere(Exception):
+    """Nothing listens at the default socket (the embedded default takes over)."""
+
+
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
@@ -145,11 +149,16 @@ class Client:
             _sys.check_platform()
         except OSError as e:
             raise DaemonError(f"bitgo.Client: {e}; use bitgo.set_backend('reference')") from None
-        path, how = self._resolve(socket, embedded, connect_timeout, threads)
-        self.socket_path = path
-        self.how = how
+        path, how = self._resolve(socket, embedded, threads)
+        # with no socket named, nothing listening at the default path means: embedded
+        self._fallback = how == "default socket" and embedded is None
+        self.socket_path, self.how = path, how
         try:
-            self._handshake(path, region_bytes, slots, connect_timeout)
+            try:
+                self._handshake(path, region_bytes, slots, connect_timeout)
+            except _NobodyThere:
+                self.socket_path, self.how = self._start_daemon(threads), "embedded"
+                self._handshake(self.socket_path, region_bytes, slots, connect_timeout)
         except BaseException:
             self._teardown()
             raise
@@ -157,8 +166,9 @@ class Client:
 
     # -- connecting -----------------------------------------------------------------------
 
-    def _resolve(self, sock: Optional[str], embedded: Optional[bool], timeout: float,
+    def _resolve(self, sock: Optional[str], embedded: Optional[bool],
                  threads: Optional[int]) -> Tuple[str, str]:
+        """Where to connect, and how it was chosen."""
         if embedded:
             return self._start_daemon(threads), "embedded"
         if sock is None:
@@ -167,10 +177,7 @@ class Client:
                 return env, "BITD_SOCKET"
         else:
             return os.fspath(sock), "argument"
-        path = default_socket_path()
-        if embedded is False or _answers(path, timeout):
-            return path, "default socket"
-        return self._start_daemon(threads), "embedded"
+        return default_socket_path(), "default socket"
 
     def _start_daemon(self, threads: Optional[int]) -> str:
         if threads is None:
@@ -199,6 +206,9 @@ class Client:
                         and self._daemon.alive() and time.monotonic() < deadline):
                     time.sleep(0.002)
                     continue
+                if (self._fallback and self._daemon is None
+                        and e.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK)):
+                    raise _NobodyThere() from None
                 raise DaemonError(f"connecting to bitd at {path}: {e.strerror or e} (is "
                                   f"`bitd serve` running there?)" + self._tail()) from None
         hello = {"proto": PROTOCOL, "name": self.name[:512], "region": int(region),
@@ -814,23 +824,6 @@ def _unpack_map(body: bytes, what: str) -> dict:
     if not isinstance(rep, dict):
         raise DaemonError(f"bitd: {what} is not a map (protocol error)")
     return rep
-
-
-def _answers(path: str, timeout: float) -> bool:
-    """Whether something accepts connections at a unix socket path."""
-    if not os.path.exists(path):
-        return False
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(timeout)
-        s.connect(path)
-        return True
-    except OSError as e:
-        if e.errno not in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
-            raise DaemonError(f"connecting to bitd at {path}: {e}") from None
-        return False
-    finally:
-        s.close()
 
 
 def _flat(t: Any, what: str) -> torch.Tensor:
