@@ -340,7 +340,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     d = client.daemon
     where = (f"a private bitd (pid {d.pid}, started by bitgo.Client)" if d is not None
              else f"bitd at {client.socket_path} (pid {client.server_pid})")
-    log(f"  quantize_ ({fmt}) and registration with {where}: {qsec:.1f} s")
+    threads = int(client.stats().get("engine", {}).get("threads", 0)) or "?"
+    log(f"  quantize_ ({fmt}) and registration with {where}, {threads} threads: {qsec:.1f} s")
+    res["bitd_threads"] = threads
     nb = sum(m.packed.numel() for m in model.modules() if isinstance(m, bitgo.BitLinear))
     generate(model, prompt[:2], 2)  # warm-up: first-call paths in the daemon and the op
     client.forward_calls = client.handler_ns = 0
