@@ -1,0 +1,5 @@
+package main
+
+import . "github.com/mmcloughlin/avo/build"
+
+func main() { Generate() }

@@ -1,0 +1,552 @@
+package kernels
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"bitgo/quantcfg"
+)
+
+// The SIMD kernels: one per ISA path and format, all driven by the code in this file.
+// For a few tokens (GEMV, n <= the path's token tile) an assembly GEMV reads each row
+// block once for all tokens and leaves raw per-segment integer sums; for many tokens
+// (GEMM) each row block is unpacked once into a VNNI-ordered byte matrix that a
+// register-tiled micro-kernel multiplies with token tiles. A shared epilogue turns the
+// sums into the reference's float32 outputs. Float formats compute in one pass.
+
+const (
+	maxGemvT = 4  // tokens per GEMV call
+	maxTileT = 12 // tokens per GEMM micro-kernel call (and float tile)
+)
+
+// fmtOps are one (ISA, format)'s assembly operations; nil where the path has none.
+type fmtOps struct {
+	gemv    [maxGemvT + 1]func(*byte) // by token count
+	tile    [maxTileT + 1]func(*byte) // GEMM micro-kernel by token count
+	unpack  func(*byte)
+	epi     func(*byte)
+	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
+	gemvT   int                       // largest T in gemv
+	tileT   int                       // largest T in tile
+	kstep   int                       // inputs per GEMV step (segments are whole steps)
+	xKind   xKind                     // GEMV activation layout
+	tabKind tabKind                   // GEMV table layout
+	exact   bool                      // GEMV sums are the exact dot products (no correction)
+	// tileMaxU: the GEMM micro-kernel saturates above this unsigned weight value
+	// (vpmaddubsw); 255 when it cannot saturate.
+	tileMaxU int
+	// gemvMaxU: likewise for the GEMV kernels of int2.
+	gemvMaxU int
+}
+
+type xKind int
+
+const (
+	xNatural  xKind = iota // the quantized activations as they are
+	xInt1Perm              // int1 on zmm: per 16 inputs, the dwords in order 0, 2, 1, 3
+	xInt16                 // int16 copies (AVX2 int8)
+)
+
+type tabKind int
+
+const (
+	tabNone tabKind = iota
+	tabInt2         // 32 bytes: u of the low code of a nibble, u of the high code
+	tabTL1Z         // per unit 64 B: int16 sums of pair 2u (16 entries), of pair 2u+1
+	tabTL1Y         // per unit 64 B: low bytes, high bytes of pair 2u; of pair 2u+1
+	tabTL2Z         // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
+	tabTL2Y         // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
+)
+
+// simdKernel is one ISA path for one format.
+type simdKernel struct {
+	isa    ISA
+	format quantcfg.Format
+	ops    *fmtOps
+	int8vnni bool // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
+}
+
+func (k *simdKernel) Name() string {
+	if k.int8vnni {
+		return "avxvnniint8/" + string(k.format)
+	}
+	return k.isa.String() + "/" + string(k.format)
+}
+
+func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
+	if l.Spec.Format != k.format {
+		return false, "format " + string(l.Spec.Format)
+	}
+	if r := isaReason(k.isa); r != "" {
+		return false, r
+	}
+	if k.int8vnni && !hasINT8() {
+		return false, "CPU lacks AVX-VNNI-INT8 (VEX vpdpbssd)"
+	}
+	if n < 1 {
+		return false, fmt.Sprintf("n=%d tokens", n)
+	}
+	if k.format == quantcfg.I2S && l.SegLen%128 != 0 {
+		return false, fmt.Sprintf("i2s segments of %d inputs (needs a multiple of 128)", l.SegLen)
+	}
+	if l.SegLen != 0 && k.ops.kstep != 0 && l.SegLen%k.ops.kstep != 0 {
+		return false, fmt.Sprintf("segments of %d inputs (needs a multiple of %d)", l.SegLen, k.ops.kstep)
+	}
+	if k.format == quantcfg.Int2 {
+		lo, hi := codebookSpan(l)
+		if hi-lo > k.ops.gemvMaxU {
+			return false, fmt.Sprintf("codebook spans %d..%d; vpmaddubsw would saturate beyond a span of %d", lo, hi, k.ops.gemvMaxU)
+		}
+	}
+	return true, ""
+}
+
+func codebookSpan(l *Layer) (lo, hi int) {
+	lo, hi = 127, -128
+	for _, v := range l.Levels {
+		lo, hi = min(lo, int(v)), max(hi, int(v))
+	}
+	return lo, hi
+}
+
+// useGemm: the GEMM path runs n tokens when the GEMV tile is smaller than n and the
+// micro-kernel can take this layer's unsigned weights.
+func (k *simdKernel) useGemm(l *Layer, n int) bool {
+	if n <= k.ops.gemvT || k.ops.unpack == nil || k.ops.tileT == 0 {
+		return false
+	}
+	return unpackMaxU(l) <= k.ops.tileMaxU
+}
+
+// unpackMaxU is the largest unsigned weight value the GEMM unpacker produces for l.
+func unpackMaxU(l *Layer) int {
+	switch l.Spec.Format {
+	case quantcfg.Int2:
+		lo, hi := codebookSpan(l)
+		return hi - lo
+	case quantcfg.Int8:
+		return 255
+	}
+	return 2
+}
+
+// gemmC0: the GEMM unpackers store u = w + off; the correction is c0 * sum(x) with c0 = -off
+// (int1 stores the sign bit b, w = 1 - 2b: A = -2, c0 = 1).
+func gemmC0(l *Layer) int32 {
+	switch l.Spec.Format {
+	case quantcfg.Int2:
+		lo, _ := codebookSpan(l)
+		return int32(lo)
+	case quantcfg.Int8:
+		return -128
+	case quantcfg.Int1:
+		return 1
+	}
+	return -1
+}
+
+// gemvC0 is the correction multiplier for the GEMV sums.
+func (k *simdKernel) gemvC0(l *Layer) int32 {
+	if k.ops.exact {
+		return 0
+	}
+	return gemmC0(l)
+}
+
+// plan is the layout of a call's scratch (offsets from a 64-byte aligned base) and the
+// choices Prepare made; Run recomputes it from the same inputs.
+type plan struct {
+	gemm      bool
+	nseg      int
+	c0        int32
+	corrOff   int // int32 [n][nseg]
+	xsOff     int // float32 [n][nseg]
+	xOff      int // prepared activations, -1 for a.Q itself
+	xStride   int // bytes between tokens (GEMV) or quads (GEMM xT)
+	tabOff    int
+	tabStride int
+	size      int
+}
+
+func align64(x int) int { return (x + 63) &^ 63 }
+
+func (k *simdKernel) plan(l *Layer, n int) plan {
+	ly := l.Layout
+	p := plan{gemm: k.useGemm(l, n), nseg: l.Segments(), xOff: -1, xStride: ly.Kp}
+	if p.gemm {
+		p.c0 = gemmC0(l)
+	} else {
+		p.c0 = k.gemvC0(l)
+	}
+	off := 0
+	p.corrOff = off
+	off = align64(off + 4*n*p.nseg)
+	p.xsOff = off
+	off = align64(off + 4*n*p.nseg)
+	switch {
+	case p.gemm:
+		p.xOff, p.xStride = off, 4*n
+		off = align64(off + ly.Kp*n)
+	case k.ops.xKind == xInt1Perm:
+		p.xOff = off
+		off = align64(off + ly.Kp*n)
+	case k.ops.xKind == xInt16:
+		p.xOff, p.xStride = off, 2*ly.Kp
+		off = align64(off + 2*ly.Kp*n)
+	}
+	if !p.gemm {
+		var tb int
+		switch k.ops.tabKind {
+		case tabInt2:
+			tb = 32
+		case tabTL1Z, tabTL1Y:
+			tb = 16 * ly.Kp
+		case tabTL2Z:
+			tb = 64*(ly.K3/3) + 16*ly.Kp1
+		case tabTL2Y:
+			tb = 32*(ly.K3/3) + 16*ly.Kp1
+		}
+		if tb > 0 {
+			p.tabOff, p.tabStride = off, align64(tb)
+			if k.ops.tabKind == tabInt2 {
+				p.tabStride = 0
+			}
+			off += max(p.tabStride*n, 64)
+		}
+	}
+	p.size = off
+	return p
+}
+
+// scratchBase returns a's scratch, grown to hold size bytes after a 64-byte aligned base,
+// and the base's offset.
+func scratchBase(a *Acts, size int) (int, []byte) {
+	if cap(a.Scratch) < size+64 {
+		a.Scratch = make([]byte, size+64)
+	}
+	a.Scratch = a.Scratch[:cap(a.Scratch)]
+	base := int((64 - uintptr(unsafe.Pointer(&a.Scratch[0]))%64) % 64)
+	return base, a.Scratch[base : base+size]
+}
+
+func (k *simdKernel) Prepare(l *Layer, a *Acts) {
+	l.simdPrep()
+	if k.format.IsFloat() {
+		return
+	}
+	n, ly := a.N, l.Layout
+	p := k.plan(l, n)
+	_, s := scratchBase(a, p.size)
+	corr := unsafe.Slice((*int32)(unsafe.Pointer(&s[p.corrOff])), n*p.nseg)
+	xs := unsafe.Slice((*float32)(unsafe.Pointer(&s[p.xsOff])), n*p.nseg)
+	for t := 0; t < n; t++ {
+		xq := a.Q[t*ly.Kp : (t+1)*ly.Kp]
+		for j := 0; j < p.nseg; j++ {
+			k0, k1 := l.SegBounds(j)
+			xs[t*p.nseg+j] = a.XS[a.XSIndex(t, k0)]
+			var sum int32
+			if p.c0 != 0 {
+				for _, v := range xq[k0:k1] {
+					sum += int32(v)
+				}
+			}
+			corr[t*p.nseg+j] = p.c0 * sum
+		}
+	}
+	if p.gemm {
+		xt := s[p.xOff : p.xOff+ly.Kp*n]
+		for t := 0; t < n; t++ {
+			xq := a.Q[t*ly.Kp : (t+1)*ly.Kp]
+			for q := 0; q < ly.Kp/4; q++ {
+				copy(xt[(q*n+t)*4:(q*n+t)*4+4], unsafe.Slice((*byte)(unsafe.Pointer(&xq[4*q])), 4))
+			}
+		}
+		return
+	}
+	switch k.ops.xKind {
+	case xInt1Perm:
+		x := s[p.xOff : p.xOff+ly.Kp*n]
+		for t := 0; t < n; t++ {
+			permInt1(a.Q[t*ly.Kp:(t+1)*ly.Kp], x[t*ly.Kp:(t+1)*ly.Kp])
+		}
+	case xInt16:
+		x := unsafe.Slice((*int16)(unsafe.Pointer(&s[p.xOff])), ly.Kp*n)
+		for i, v := range a.Q[:ly.Kp*n] {
+			x[i] = int16(v)
+		}
+	}
+	switch k.ops.tabKind {
+	case tabInt2:
+		buildInt2Tab(l, s[p.tabOff:p.tabOff+32])
+	case tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y:
+		for t := 0; t < n; t++ {
+			buildLUT(k.ops.tabKind, ly, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride])
+		}
+	}
+}
+
+// permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
+// the qword of dwords 0, 2 for low nibbles and of 1, 3 for high nibbles).
+func permInt1(x []int8, dst []byte) {
+	src := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x))
+	for g := 0; g < len(x); g += 16 {
+		copy(dst[g:g+4], src[g:g+4])
+		copy(dst[g+4:g+8], src[g+8:g+12])
+		copy(dst[g+8:g+12], src[g+4:g+8])
+		copy(dst[g+12:g+16], src[g+12:g+16])
+	}
+}
+
+// buildInt2Tab writes the nibble decode tables: u = level - min level of the low code
+// (bits 1..0) and of the high code (bits 3..2) of every nibble value.
+func buildInt2Tab(l *Layer, dst []byte) {
+	lo, _ := codebookSpan(l)
+	for i := 0; i < 16; i++ {
+		dst[i] = byte(int(l.Levels[i&3]) - lo)
+		dst[16+i] = byte(int(l.Levels[i>>2]) - lo)
+	}
+}
+
+// tl1Sum is the table entry of pair index i for activations x0, x1 (0 for invalid indices).
+func tl1Sum(i int, x0, x1 int8) int16 {
+	if i > 8 {
+		return 0
+	}
+	return int16((i/3-1)*int(x0) + (i%3-1)*int(x1))
+}
+
+// tl2Sum is the table entry of triple magnitude v for x0, x1, x2 (0 for v > 13).
+func tl2Sum(v int, x0, x1, x2 int8) int16 {
+	if v > 13 {
+		return 0
+	}
+	d0 := (v + 13) / 9
+	rem := v + 13 - 9*d0
+	return int16((d0-1)*int(x0) + (rem/3-1)*int(x1) + (rem%3-1)*int(x2))
+}
+
+func putI16(b []byte, v int16) { b[0], b[1] = byte(v), byte(uint16(v)>>8) }
+
+// buildLUT writes one token's lookup tables in layout kind.
+func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
+	tl1 := func(k0, units int, dst []byte, z bool) {
+		for u := 0; u < units; u++ {
+			d := dst[64*u : 64*u+64]
+			for h := 0; h < 2; h++ {
+				k := k0 + 4*u + 2*h
+				for i := 0; i < 16; i++ {
+					v := tl1Sum(i, x[k], x[k+1])
+					if z {
+						putI16(d[32*h+2*i:], v)
+					} else {
+						d[32*h+i], d[32*h+16+i] = byte(v), byte(uint16(v)>>8)
+					}
+				}
+			}
+		}
+	}
+	switch kind {
+	case tabTL1Z, tabTL1Y:
+		tl1(0, ly.Kp/4, dst, kind == tabTL1Z)
+	case tabTL2Z, tabTL2Y:
+		nt := ly.K3 / 3
+		per := 64
+		if kind == tabTL2Y {
+			per = 32
+		}
+		for t := 0; t < nt; t++ {
+			d := dst[per*t : per*t+per]
+			for v := 0; v < 16; v++ {
+				s := tl2Sum(v, x[3*t], x[3*t+1], x[3*t+2])
+				if kind == tabTL2Z {
+					putI16(d[2*v:], s)
+					putI16(d[32+2*v:], -s)
+				} else {
+					d[v], d[16+v] = byte(s), byte(uint16(s)>>8)
+				}
+			}
+		}
+		tl1(ly.K3, ly.Kp1/4, dst[per*nt:], kind == tabTL2Z)
+	}
+}
+
+// threadBuf is one Run call's private memory, argument blocks included (an indirect
+// call makes its arguments escape; pooling them avoids an allocation per call).
+type threadBuf struct {
+	sums []int32
+	b    []byte
+	g    gemvArgs
+	mm   gemmArgs
+	ua   unpackArgs
+	epi  epiArgs
+	f    floatArgs
+	tab  [32]byte
+}
+
+func (tb *threadBuf) release() {
+	tb.g, tb.mm, tb.ua, tb.epi, tb.f = gemvArgs{}, gemmArgs{}, unpackArgs{}, epiArgs{}, floatArgs{}
+	bufPool.Put(tb)
+}
+
+var bufPool = sync.Pool{New: func() any { return new(threadBuf) }}
+
+func alignedBytes(buf []byte, n int) ([]byte, []byte) {
+	if cap(buf) < n+64 {
+		buf = make([]byte, n+64)
+	}
+	buf = buf[:cap(buf)]
+	o := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64)
+	return buf, buf[o : o+n]
+}
+
+func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
+	if rb0 >= rb1 {
+		return
+	}
+	if k.format.IsFloat() {
+		k.runFloat(l, a, rb0, rb1, out)
+		return
+	}
+	ly := l.Layout
+	n := a.N
+	p := k.plan(l, n)
+	_, s := scratchBase(a, p.size)
+	lp := l.simdPrep()
+	tb := bufPool.Get().(*threadBuf)
+	defer tb.release()
+	tile := k.ops.gemvT
+	if p.gemm {
+		tile = k.ops.tileT
+	}
+	tile = min(tile, n)
+	if cap(tb.sums) < p.nseg*tile*RowBlock {
+		tb.sums = make([]int32, p.nseg*tile*RowBlock)
+	}
+	sums := tb.sums[:p.nseg*tile*RowBlock]
+	var bmat []byte
+	if p.gemm {
+		tb.b, bmat = alignedBytes(tb.b, RowBlock*ly.Kp)
+	}
+	xbase := unsafe.Pointer(&a.Q[0])
+	if p.xOff >= 0 {
+		xbase = unsafe.Pointer(&s[p.xOff])
+	}
+	epi := &tb.epi
+	*epi = epiArgs{
+		Sums: unsafe.Pointer(&sums[0]), NSeg: p.nseg, A: 1,
+		CorrStride: 4 * p.nseg, OutStride: 4 * ly.M,
+	}
+	if k.format == quantcfg.Int1 {
+		epi.A = -2
+	}
+	if lp.wsRB == 0 {
+		epi.WSSeg = 0
+	} else {
+		epi.WSSeg = 4 * lp.wsSeg
+	}
+	g, mm, ua := &tb.g, &tb.mm, &tb.ua
+	if p.gemm {
+		segQ := ly.Kp / 4
+		if l.SegLen > 0 {
+			segQ = l.SegLen / 4
+		}
+		*mm = gemmArgs{XQ: p.xStride, SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0])}
+		*ua = unpackArgs{B: unsafe.Pointer(&bmat[0])}
+		switch k.format {
+		case quantcfg.I2S:
+			ua.N, ua.N2 = ly.Kp/128, ly.Kp/128*128
+		case quantcfg.TL2:
+			ua.N, ua.N2 = ly.K3/TL2Block, ly.Kp1/4
+		case quantcfg.Int1:
+			ua.N = ly.Kp / 8
+		default:
+			ua.N = ly.Kp / 4
+		}
+		if k.format == quantcfg.Int2 {
+			buildInt2Tab(l, tb.tab[:])
+			ua.Tab = unsafe.Pointer(&tb.tab[0])
+		}
+	} else {
+		step := max(k.ops.kstep, 1) // tl2 has no steps (Aux, Aux2 say what to run)
+		segLen := ly.Kp
+		if l.SegLen > 0 {
+			segLen = l.SegLen
+		}
+		*g = gemvArgs{
+			XStride: p.xStride, Sums: unsafe.Pointer(&sums[0]), SegSteps: segLen / step, NSeg: p.nseg,
+			LastSteps: (ly.Kp - (p.nseg-1)*segLen) / step, TabStride: p.tabStride,
+		}
+		if k.ops.tabKind != tabNone {
+			g.Tab = unsafe.Pointer(&s[p.tabOff])
+		}
+		switch k.format {
+		case quantcfg.I2S:
+			g.Aux = ly.Kp / 128 * 128
+		case quantcfg.TL2:
+			g.Aux, g.Aux2 = ly.K3/TL2Block, ly.Kp1/4
+		}
+	}
+	for rb := rb0; rb < rb1; rb++ {
+		m0 := rb * RowBlock
+		rows := min(RowBlock, ly.M-m0)
+		epi.Mask = 1<<rows - 1
+		epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
+		epi.Bias = nil
+		if lp.bias != nil {
+			epi.Bias = unsafe.Pointer(&lp.bias[m0])
+		}
+		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		if p.gemm {
+			ua.W = w
+			k.ops.unpack(argp(ua))
+		}
+		for t0 := 0; t0 < n; t0 += tile {
+			T := min(tile, n-t0)
+			if p.gemm {
+				mm.B = unsafe.Pointer(&bmat[0])
+				mm.X = unsafe.Add(xbase, 4*t0)
+				mm.SumsSeg = T * RowBlock * 4
+				k.ops.tile[T](argp(mm))
+			} else {
+				g.W = w
+				g.X = unsafe.Add(xbase, t0*p.xStride)
+				if g.Tab != nil && p.tabStride != 0 {
+					g.Tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
+				}
+				k.ops.gemv[T](argp(g))
+			}
+			epi.NTok = T
+			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+			k.ops.epi(argp(epi))
+		}
+	}
+}
+
+func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
+	ly := l.Layout
+	n := a.N
+	lp := l.simdPrep()
+	tb := bufPool.Get().(*threadBuf)
+	defer tb.release()
+	f := &tb.f
+	*f = floatArgs{XStride: 4 * ly.K, K: ly.K, OutStride: 4 * ly.M}
+	for rb := rb0; rb < rb1; rb++ {
+		m0 := rb * RowBlock
+		rows := min(RowBlock, ly.M-m0)
+		f.Mask = 1<<rows - 1
+		f.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		f.Bias = nil
+		if lp.bias != nil {
+			f.Bias = unsafe.Pointer(&lp.bias[m0])
+		}
+		for t0 := 0; t0 < n; t0 += maxTileT {
+			T := min(maxTileT, n-t0)
+			f.X = unsafe.Pointer(&a.F[t0*ly.K])
+			f.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+			k.ops.float[T](argp(f))
+		}
+	}
+}

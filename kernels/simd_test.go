@@ -1,0 +1,211 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"bitgo/quantcfg"
+)
+
+// genericOps builds an ops table from the generic operations, in the zmm ("z") or ymm
+// ("y") layouts, so the driver, Prepare and the generic operations are tested against the
+// reference independently of the assembly.
+func genericOps(f quantcfg.Format, z bool) *fmtOps {
+	o := &fmtOps{gemvT: 4, tileT: maxTileT, tileMaxU: 255, gemvMaxU: 255, epi: func(p *byte) { epilogueGeneric((*epiArgs)(unsafe.Pointer(p))) }}
+	if !z {
+		o.gemvT, o.tileT, o.tileMaxU, o.gemvMaxU = 2, 2, 127, 127
+	}
+	for T := 1; T <= maxTileT; T++ {
+		T := T
+		o.tile[T] = func(p *byte) { tileGeneric((*gemmArgs)(unsafe.Pointer(p)), T) }
+		o.float[T] = func(p *byte) { floatGeneric((*floatArgs)(unsafe.Pointer(p)), T, f == quantcfg.BF16) }
+	}
+	o.unpack = func(p *byte) { unpackGeneric((*unpackArgs)(unsafe.Pointer(p)), string(f)) }
+	var g func(a *gemvArgs, T int)
+	switch f {
+	case quantcfg.I2S:
+		o.kstep = 128
+		g = gemvI2SGeneric
+	case quantcfg.Int2:
+		o.kstep, o.tabKind = 4, tabInt2
+		if z {
+			o.kstep = 8
+		}
+		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
+	case quantcfg.Int1:
+		o.kstep = 8
+		if z {
+			o.kstep, o.xKind = 16, xInt1Perm
+		}
+		g = func(a *gemvArgs, T int) { gemvInt1Generic(a, T, o.kstep, z) }
+	case quantcfg.Int8:
+		o.kstep = 4
+		if !z {
+			o.xKind, o.exact = xInt16, true
+		}
+		g = func(a *gemvArgs, T int) { gemvInt8Generic(a, T, z, !z) }
+	case quantcfg.TL1:
+		o.kstep, o.tabKind, o.exact = 4, tabTL1Y, true
+		if z {
+			o.tabKind = tabTL1Z
+		}
+		g = func(a *gemvArgs, T int) { gemvTL1Generic(a, T, z) }
+	case quantcfg.TL2:
+		o.tabKind, o.exact = tabTL2Y, true
+		if z {
+			o.tabKind = tabTL2Z
+		}
+		g = func(a *gemvArgs, T int) { gemvTL2Generic(a, T, z) }
+	}
+	for T := 1; T <= o.gemvT; T++ {
+		T := T
+		if g != nil {
+			o.gemv[T] = func(p *byte) { g((*gemvArgs)(unsafe.Pointer(p)), T) }
+		}
+	}
+	return o
+}
+
+// runSplit runs kernel k over l for x in two or three row-block ranges (as threads would)
+// and checks that nothing is written past the output.
+func runSplit(t testing.TB, k Kernel, l *Layer, x []float32, n int) []float32 {
+	t.Helper()
+	var a Acts
+	if err := l.Quantize(x, n, &a); err != nil {
+		t.Fatal(err)
+	}
+	k.Prepare(l, &a)
+	m := l.Layout.M
+	buf := make([]float32, n*m+64)
+	for i := range buf {
+		buf[i] = float32(math.NaN())
+	}
+	out := buf[:n*m]
+	nrb := l.Layout.RowBlocks()
+	cuts := []int{0, nrb / 3, nrb / 2, nrb}
+	for i := 0; i+1 < len(cuts); i++ {
+		k.Run(l, &a, cuts[i], cuts[i+1], out)
+	}
+	for i := n * m; i < len(buf); i++ {
+		if !math.IsNaN(float64(buf[i])) {
+			t.Fatalf("%s wrote past the output (index %d of %d)", k.Name(), i, n*m)
+		}
+	}
+	return out
+}
+
+var testMs = []int{1, 31, 33, 64, 70}
+var testKs = []int{1, 3, 4, 31, 32, 33, 47, 48, 49, 95, 96, 97, 127, 128, 129, 200, 300, 520}
+
+// checkKernelExact runs kernel k against the reference on ragged shapes, every setting of
+// the format that k accepts, and the token counts ns.
+func checkKernelExact(t *testing.T, k Kernel, f quantcfg.Format, ns []int, seed uint64) (ran int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, uint64(len(f))))
+	for si, spec := range specsFor(f) {
+		for _, m := range testMs {
+			for _, kk := range testKs {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = m, kk, (m+kk+si)%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range ns {
+					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+						continue
+					}
+					x := randActs(rng, n, kk)
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := runSplit(t, k, tl.Layer, x, n)
+					checkExact(t, fmt.Sprintf("%s setting %d (%s, %s) %dx%d n=%d", k.Name(), si, tl.Spec.Scale, tl.Spec.Act, m, kk, n), got, want, m)
+					ran++
+				}
+			}
+		}
+	}
+	return ran
+}
+
+// genericKernel wraps generic operations as a kernel that always runs.
+type genericKernel struct{ simdKernel }
+
+func (g *genericKernel) CanImplement(l *Layer, n int) (bool, string) {
+	if l.Spec.Format != g.format {
+		return false, "format"
+	}
+	if g.format == quantcfg.I2S && l.SegLen%128 != 0 {
+		return false, "i2s segments"
+	}
+	if l.SegLen != 0 && g.ops.kstep != 0 && l.SegLen%g.ops.kstep != 0 {
+		return false, "segments"
+	}
+	if g.format == quantcfg.Int2 {
+		lo, hi := codebookSpan(l)
+		if hi-lo > g.ops.gemvMaxU {
+			return false, "span"
+		}
+	}
+	return true, ""
+}
+
+func TestGenericOpsMatchReference(t *testing.T) {
+	for _, f := range allFormats {
+		for _, z := range []bool{true, false} {
+			k := &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}
+			ns := []int{1, 2, 3, 4, 5, 7, 13}
+			if testing.Short() {
+				ns = []int{1, 5}
+			}
+			if ran := checkKernelExact(t, k, f, ns, 1); ran == 0 {
+				t.Fatalf("%s: no case ran", f)
+			}
+		}
+	}
+}
+
+func TestArgOffsets(t *testing.T) {
+	// The generator (_asm/) reads the argument blocks at these offsets.
+	var g gemvArgs
+	var u unpackArgs
+	var m gemmArgs
+	var e epiArgs
+	var f floatArgs
+	for _, c := range []struct {
+		name string
+		got  uintptr
+		want uintptr
+	}{
+		{"gemv.W", unsafe.Offsetof(g.W), 0}, {"gemv.X", unsafe.Offsetof(g.X), 8},
+		{"gemv.XStride", unsafe.Offsetof(g.XStride), 16}, {"gemv.Sums", unsafe.Offsetof(g.Sums), 24},
+		{"gemv.SegSteps", unsafe.Offsetof(g.SegSteps), 32}, {"gemv.NSeg", unsafe.Offsetof(g.NSeg), 40},
+		{"gemv.LastSteps", unsafe.Offsetof(g.LastSteps), 48}, {"gemv.Tab", unsafe.Offsetof(g.Tab), 56},
+		{"gemv.TabStride", unsafe.Offsetof(g.TabStride), 64}, {"gemv.Aux", unsafe.Offsetof(g.Aux), 72},
+		{"gemv.Aux2", unsafe.Offsetof(g.Aux2), 80},
+		{"unpack.W", unsafe.Offsetof(u.W), 0}, {"unpack.B", unsafe.Offsetof(u.B), 8},
+		{"unpack.N", unsafe.Offsetof(u.N), 16}, {"unpack.Tab", unsafe.Offsetof(u.Tab), 24},
+		{"unpack.N2", unsafe.Offsetof(u.N2), 32},
+		{"gemm.B", unsafe.Offsetof(m.B), 0}, {"gemm.X", unsafe.Offsetof(m.X), 8},
+		{"gemm.XQ", unsafe.Offsetof(m.XQ), 16}, {"gemm.Sums", unsafe.Offsetof(m.Sums), 24},
+		{"gemm.SegQ", unsafe.Offsetof(m.SegQ), 32}, {"gemm.NSeg", unsafe.Offsetof(m.NSeg), 40},
+		{"gemm.LastQ", unsafe.Offsetof(m.LastQ), 48}, {"gemm.SumsSeg", unsafe.Offsetof(m.SumsSeg), 56},
+		{"epi.Sums", unsafe.Offsetof(e.Sums), 0}, {"epi.NTok", unsafe.Offsetof(e.NTok), 8},
+		{"epi.NSeg", unsafe.Offsetof(e.NSeg), 16}, {"epi.A", unsafe.Offsetof(e.A), 24},
+		{"epi.Corr", unsafe.Offsetof(e.Corr), 32}, {"epi.XS", unsafe.Offsetof(e.XS), 40},
+		{"epi.CorrStride", unsafe.Offsetof(e.CorrStride), 48}, {"epi.WS", unsafe.Offsetof(e.WS), 56},
+		{"epi.WSSeg", unsafe.Offsetof(e.WSSeg), 64}, {"epi.Bias", unsafe.Offsetof(e.Bias), 72},
+		{"epi.Out", unsafe.Offsetof(e.Out), 80}, {"epi.OutStride", unsafe.Offsetof(e.OutStride), 88},
+		{"epi.Mask", unsafe.Offsetof(e.Mask), 96},
+		{"float.W", unsafe.Offsetof(f.W), 0}, {"float.X", unsafe.Offsetof(f.X), 8},
+		{"float.XStride", unsafe.Offsetof(f.XStride), 16}, {"float.K", unsafe.Offsetof(f.K), 24},
+		{"float.Bias", unsafe.Offsetof(f.Bias), 32}, {"float.Out", unsafe.Offsetof(f.Out), 40},
+		{"float.OutStride", unsafe.Offsetof(f.OutStride), 48}, {"float.Mask", unsafe.Offsetof(f.Mask), 56},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
+		}
+	}
+}
