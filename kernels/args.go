@@ -43,14 +43,14 @@ type unpackArgs struct {
 // Sums[j][t][r] = sum over segment j's quads q and i < 4 of B[q][r][i] * X[q][t][i],
 // where X is the activations transposed to [Kp/4][N] dwords.
 type gemmArgs struct {
-	B        unsafe.Pointer // unpacked row block at quad 0
-	X        unsafe.Pointer // xT at quad 0, first token of the tile
-	XQ       int            // bytes between quads in xT (4*N)
-	Sums     unsafe.Pointer // int32 [NSeg][T][32]
-	SegQ     int            // quads per segment but the last
-	NSeg     int            // segments
-	LastQ    int            // quads in the last segment
-	SumsSeg  int            // bytes between segments in Sums (T*128)
+	B       unsafe.Pointer // unpacked row block at quad 0
+	X       unsafe.Pointer // xT at quad 0, first token of the tile
+	XQ      int            // bytes between quads in xT (4*N)
+	Sums    unsafe.Pointer // int32 [NSeg][T][32]
+	SegQ    int            // quads per segment but the last
+	NSeg    int            // segments
+	LastQ   int            // quads in the last segment
+	SumsSeg int            // bytes between segments in Sums (T*128)
 }
 
 // epiArgs: the integer epilogue for one row block and NTok tokens: for each token t,

@@ -16,9 +16,9 @@ const prepKey = "simd"
 // layerPrep: the weight scales laid out per row block and segment (so the epilogue loads
 // 32 rows' scales with two vector loads), and the bias padded to Mp.
 type layerPrep struct {
-	ws           []float32 // [Mp/32][nseg][32] (row, group), or [32] (tensor)
-	wsRB, wsSeg  int       // floats between row blocks and between segments in ws
-	bias         []float32 // Mp floats, nil without bias
+	ws          []float32 // [Mp/32][nseg][32] (row, group), or [32] (tensor)
+	wsRB, wsSeg int       // floats between row blocks and between segments in ws
+	bias        []float32 // Mp floats, nil without bias
 }
 
 func (l *Layer) simdPrep() *layerPrep {

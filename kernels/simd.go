@@ -61,9 +61,9 @@ const (
 
 // simdKernel is one ISA path for one format.
 type simdKernel struct {
-	isa    ISA
-	format quantcfg.Format
-	ops    *fmtOps
+	isa      ISA
+	format   quantcfg.Format
+	ops      *fmtOps
 	int8vnni bool // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
 }
 
