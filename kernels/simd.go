@@ -53,6 +53,7 @@ type tabKind int
 const (
 	tabNone tabKind = iota
 	tabInt2         // 32 bytes: u of the low code of a nibble, u of the high code
+	tabInt2Z        // 192 bytes: for s = 0, 1, 2, byte i = u of code (i >> 2s) & 3
 	tabTL1Z         // per unit 64 B: int16 sums of pair 2u (16 entries), of pair 2u+1
 	tabTL1Y         // per unit 64 B: low bytes, high bytes of pair 2u; of pair 2u+1
 	tabTL2Z         // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
@@ -200,6 +201,8 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 		switch k.ops.tabKind {
 		case tabInt2:
 			tb = 32
+		case tabInt2Z:
+			tb = 192
 		case tabTL1Z, tabTL1Y:
 			tb = 16 * ly.Kp
 		case tabTL2Z:
@@ -209,10 +212,12 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 		}
 		if tb > 0 {
 			p.tabOff, p.tabStride = off, align64(tb)
-			if k.ops.tabKind == tabInt2 {
-				p.tabStride = 0
+			if k.ops.tabKind == tabInt2 || k.ops.tabKind == tabInt2Z {
+				p.tabStride = 0 // one table for every token
+				off += align64(tb)
+			} else {
+				off += p.tabStride * n
 			}
-			off += max(p.tabStride*n, 64)
 		}
 	}
 	p.size = off
@@ -279,6 +284,8 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 	switch k.ops.tabKind {
 	case tabInt2:
 		buildInt2Tab(l, s[p.tabOff:p.tabOff+32])
+	case tabInt2Z:
+		buildInt2TabZ(l, s[p.tabOff:p.tabOff+192])
 	case tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y:
 		for t := 0; t < n; t++ {
 			buildLUT(k.ops.tabKind, ly, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride])
@@ -305,6 +312,17 @@ func buildInt2Tab(l *Layer, dst []byte) {
 	for i := 0; i < 16; i++ {
 		dst[i] = byte(int(l.Levels[i&3]) - lo)
 		dst[16+i] = byte(int(l.Levels[i>>2]) - lo)
+	}
+}
+
+// buildInt2TabZ writes the three 64-entry vpermb tables: byte i of table s is u of code
+// (i >> 2s) & 3.
+func buildInt2TabZ(l *Layer, dst []byte) {
+	lo, _ := codebookSpan(l)
+	for s := 0; s < 3; s++ {
+		for i := 0; i < 64; i++ {
+			dst[64*s+i] = byte(int(l.Levels[(i>>(2*s))&3]) - lo)
+		}
 	}
 }
 

@@ -209,3 +209,32 @@ func TestArgOffsets(t *testing.T) {
 		}
 	}
 }
+
+// asmKernels returns the assembly kernels that can run on this CPU.
+func asmKernels() []*simdKernel {
+	var out []*simdKernel
+	for _, k := range kernelList {
+		if s, ok := k.(*simdKernel); ok && isaReason(s.isa) == "" && (!s.int8vnni || hasINT8()) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestSIMDKernelsMatchReference(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 33}
+	if testing.Short() {
+		ns = []int{1, 3, 4, 8, 13}
+	}
+	for _, k := range ks {
+		t.Run(k.Name(), func(t *testing.T) {
+			if ran := checkKernelExact(t, k, k.format, ns, 7); ran == 0 {
+				t.Fatalf("%s: accepted no setting", k.Name())
+			}
+		})
+	}
+}
