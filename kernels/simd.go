@@ -51,13 +51,13 @@ const (
 type tabKind int
 
 const (
-	tabNone tabKind = iota
-	tabInt2         // 32 bytes: u of the low code of a nibble, u of the high code
-	tabInt2Z        // 192 bytes: for s = 0, 1, 2, byte i = u of code (i >> 2s) & 3
-	tabTL1Z         // per unit 64 B: int16 sums of pair 2u (16 entries), of pair 2u+1
-	tabTL1Y         // per unit 64 B: low bytes, high bytes of pair 2u; of pair 2u+1
-	tabTL2Z         // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
-	tabTL2Y         // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
+	tabNone  tabKind = iota
+	tabInt2          // 32 bytes: u of the low code of a nibble, u of the high code
+	tabInt2Z         // 192 bytes: for s = 0, 1, 2, byte i = u of code (i >> 2s) & 3
+	tabTL1Z          // per unit 64 B: int16 sums of pair 2u (16 entries), of pair 2u+1
+	tabTL1Y          // per unit 64 B: low bytes, high bytes of pair 2u; of pair 2u+1
+	tabTL2Z          // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
+	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 )
 
 // simdKernel is one ISA path for one format.

@@ -21,9 +21,9 @@ const prefetchDist = 8192
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
-	pairPerm Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
-	evenIdx  Mem // vpermt2d: the even dwords of two registers
-	selHigh  Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
+	pairPerm  Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx   Mem // vpermt2d: the even dwords of two registers
+	selHigh   Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
 	i2sGather Mem // vpermd: dwords 0, 4, 8, 12
 	int1Bits  Mem // dwords of bytes 1, 2, 4, 8
 )
@@ -491,12 +491,12 @@ func gemvInt1Z(T int) {
 
 // lutState is the register state of the zmm lookup-table kernels (tl1, tl2).
 type lutState struct {
-	p      *pool
-	T      int
-	w, kt  GPVirtual   // weight pointer; byte offset into every token's table
-	tabs   []GPVirtual // token tables
-	acc16  [][]VecPhysical // [token][chain]: two chains for T <= 2 (vpaddw's 2-cycle latency)
-	acc32  [][2]VecPhysical
+	p                       *pool
+	T                       int
+	w, kt                   GPVirtual       // weight pointer; byte offset into every token's table
+	tabs                    []GPVirtual     // token tables
+	acc16                   [][]VecPhysical // [token][chain]: two chains for T <= 2 (vpaddw's 2-cycle latency)
+	acc32                   [][2]VecPhysical
 	m0f, c16, wz, i0, i1, l VecPhysical
 }
 
