@@ -75,11 +75,12 @@ type epiArgs struct {
 
 // floatArgs: bf16/f32 GEMV (and GEMM tile) over one row block for T tokens: for each token t
 // and row r, acc = +0, acc = acc + float32(w[r][k]*x[t][k]) for k = 0..K-1 (no FMA),
-// acc += Bias[r] when Bias != nil, Out[t][r] = acc for the rows in Mask.
+// acc += Bias[r] when Bias != nil, Out[t][r] = acc for the rows in Mask. The activations
+// are transposed: x[t][k] is the float32 at X + k*XStride + 4t.
 type floatArgs struct {
 	W         unsafe.Pointer // row block: [K][32] bf16 or float32
-	X         unsafe.Pointer // token 0: K float32
-	XStride   int            // bytes between tokens
+	X         unsafe.Pointer // input 0, first token of the tile
+	XStride   int            // bytes between inputs (4 * tokens of the call)
 	K         int
 	Bias      unsafe.Pointer // float32 [32] or nil
 	Out       unsafe.Pointer

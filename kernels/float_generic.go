@@ -8,7 +8,7 @@ import (
 // floatGeneric is the bf16/f32 GEMV of float_amd64.s for T tokens (see floatArgs).
 func floatGeneric(a *floatArgs, T int, bf16 bool) {
 	for t := 0; t < T; t++ {
-		x := unsafe.Slice((*float32)(unsafe.Add(a.X, t*a.XStride)), a.K)
+		x := func(k int) float32 { return *(*float32)(unsafe.Add(a.X, k*a.XStride+4*t)) }
 		for r := 0; r < RowBlock; r++ {
 			if a.Mask>>r&1 == 0 {
 				continue
@@ -21,7 +21,7 @@ func floatGeneric(a *floatArgs, T int, bf16 bool) {
 				} else {
 					w = math.Float32frombits(*(*uint32)(unsafe.Add(a.W, (32*k+r)*4)))
 				}
-				acc = acc + float32(w*x[k])
+				acc = acc + float32(w*x(k))
 			}
 			if a.Bias != nil {
 				acc = acc + *(*float32)(unsafe.Add(a.Bias, 4*r))

@@ -123,3 +123,93 @@ func gemvTL1T4AVX512(a *byte)
 //
 //go:noescape
 func gemvTL2T4AVX512(a *byte)
+
+// gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST1AVX2(a *byte)
+
+// gemvInt2T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2T1AVX2(a *byte)
+
+// gemvInt8T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (int16 activations) is its reference.
+//
+//go:noescape
+func gemvInt8T1AVX2(a *byte)
+
+// gemvI2ST2AVX2 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST2AVX2(a *byte)
+
+// gemvInt2T2AVX2 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2T2AVX2(a *byte)
+
+// gemvInt1T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt1T1AVX2(a *byte)
+
+// gemvI2ST1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST1AVXVNNI(a *byte)
+
+// gemvInt2T1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2T1AVXVNNI(a *byte)
+
+// gemvInt8T1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T1AVXVNNI(a *byte)
+
+// gemvI2ST2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST2AVXVNNI(a *byte)
+
+// gemvInt2T2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2T2AVXVNNI(a *byte)
+
+// gemvInt8T2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T2AVXVNNI(a *byte)
+
+// gemvInt1T1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt1T1AVXVNNI(a *byte)
+
+// gemvInt1T2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt1T2AVXVNNI(a *byte)
+
+// gemvInt8T1VNNIINT8AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (signed) is its reference.
+//
+//go:noescape
+func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
+
+// gemvInt8T2VNNIINT8AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt8Generic (signed) is its reference.
+//
+//go:noescape
+func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
+
+// gemvTL1T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Y) is its reference.
+//
+//go:noescape
+func gemvTL1T1AVX2(a *byte)
+
+// gemvTL2T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Y) is its reference.
+//
+//go:noescape
+func gemvTL2T1AVX2(a *byte)

@@ -511,7 +511,7 @@ TEXT ·gemvTL1T1AVX512(SB), NOSPLIT, $0-8
 	JZ           gemvTL1T1AVX512_tl1done
 
 gemvTL1T1AVX512_tl1chunk:
-	MOVQ    $0x00000040, DI
+	MOVQ    $0x00000020, DI
 	CMPQ    SI, DI
 	CMOVQLT SI, DI
 	SUBQ    DI, SI
@@ -698,7 +698,7 @@ gemvTL2T1AVX512_tail:
 	JZ    gemvTL2T1AVX512_tl1done
 
 gemvTL2T1AVX512_tl1chunk:
-	MOVQ    $0x00000040, DI
+	MOVQ    $0x00000020, DI
 	CMPQ    SI, DI
 	CMOVQLT SI, DI
 	SUBQ    DI, SI
@@ -1228,7 +1228,7 @@ TEXT ·gemvTL1T2AVX512(SB), NOSPLIT, $0-8
 	JZ           gemvTL1T2AVX512_tl1done
 
 gemvTL1T2AVX512_tl1chunk:
-	MOVQ    $0x00000040, R8
+	MOVQ    $0x00000020, R8
 	CMPQ    DI, R8
 	CMOVQLT DI, R8
 	SUBQ    R8, DI
@@ -1485,7 +1485,7 @@ gemvTL2T2AVX512_tail:
 	JZ    gemvTL2T2AVX512_tl1done
 
 gemvTL2T2AVX512_tl1chunk:
-	MOVQ    $0x00000040, R8
+	MOVQ    $0x00000020, R8
 	CMPQ    DI, R8
 	CMOVQLT DI, R8
 	SUBQ    R8, DI
@@ -2045,7 +2045,7 @@ TEXT ·gemvTL1T3AVX512(SB), NOSPLIT, $0-8
 	JZ           gemvTL1T3AVX512_tl1done
 
 gemvTL1T3AVX512_tl1chunk:
-	MOVQ    $0x00000040, R9
+	MOVQ    $0x00000020, R9
 	CMPQ    R8, R9
 	CMOVQLT R8, R9
 	SUBQ    R9, R8
@@ -2330,7 +2330,7 @@ gemvTL2T3AVX512_tail:
 	JZ    gemvTL2T3AVX512_tl1done
 
 gemvTL2T3AVX512_tl1chunk:
-	MOVQ    $0x00000040, R9
+	MOVQ    $0x00000020, R9
 	CMPQ    R8, R9
 	CMOVQLT R8, R9
 	SUBQ    R9, R8
@@ -2991,7 +2991,7 @@ TEXT ·gemvTL1T4AVX512(SB), NOSPLIT, $0-8
 	JZ           gemvTL1T4AVX512_tl1done
 
 gemvTL1T4AVX512_tl1chunk:
-	MOVQ    $0x00000040, R10
+	MOVQ    $0x00000020, R10
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
@@ -3332,7 +3332,7 @@ gemvTL2T4AVX512_tail:
 	JZ    gemvTL2T4AVX512_tl1done
 
 gemvTL2T4AVX512_tl1chunk:
-	MOVQ    $0x00000040, R10
+	MOVQ    $0x00000020, R10
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
@@ -3404,5 +3404,2101 @@ gemvTL2T4AVX512_tl1done:
 	VMOVDQU32 Z11, 320(AX)
 	VMOVDQU32 Z12, 384(AX)
 	VMOVDQU32 Z13, 448(AX)
+	VZEROUPPER
+	RET
+
+DATA wOnesY<>+0(SB)/1, $0x01
+DATA wOnesY<>+1(SB)/1, $0x00
+DATA wOnesY<>+2(SB)/1, $0x01
+DATA wOnesY<>+3(SB)/1, $0x00
+DATA wOnesY<>+4(SB)/1, $0x01
+DATA wOnesY<>+5(SB)/1, $0x00
+DATA wOnesY<>+6(SB)/1, $0x01
+DATA wOnesY<>+7(SB)/1, $0x00
+DATA wOnesY<>+8(SB)/1, $0x01
+DATA wOnesY<>+9(SB)/1, $0x00
+DATA wOnesY<>+10(SB)/1, $0x01
+DATA wOnesY<>+11(SB)/1, $0x00
+DATA wOnesY<>+12(SB)/1, $0x01
+DATA wOnesY<>+13(SB)/1, $0x00
+DATA wOnesY<>+14(SB)/1, $0x01
+DATA wOnesY<>+15(SB)/1, $0x00
+DATA wOnesY<>+16(SB)/1, $0x01
+DATA wOnesY<>+17(SB)/1, $0x00
+DATA wOnesY<>+18(SB)/1, $0x01
+DATA wOnesY<>+19(SB)/1, $0x00
+DATA wOnesY<>+20(SB)/1, $0x01
+DATA wOnesY<>+21(SB)/1, $0x00
+DATA wOnesY<>+22(SB)/1, $0x01
+DATA wOnesY<>+23(SB)/1, $0x00
+DATA wOnesY<>+24(SB)/1, $0x01
+DATA wOnesY<>+25(SB)/1, $0x00
+DATA wOnesY<>+26(SB)/1, $0x01
+DATA wOnesY<>+27(SB)/1, $0x00
+DATA wOnesY<>+28(SB)/1, $0x01
+DATA wOnesY<>+29(SB)/1, $0x00
+DATA wOnesY<>+30(SB)/1, $0x01
+DATA wOnesY<>+31(SB)/1, $0x00
+GLOBL wOnesY<>(SB), RODATA|NOPTR, $32
+
+DATA m0fY<>+0(SB)/1, $0x0f
+DATA m0fY<>+1(SB)/1, $0x0f
+DATA m0fY<>+2(SB)/1, $0x0f
+DATA m0fY<>+3(SB)/1, $0x0f
+DATA m0fY<>+4(SB)/1, $0x0f
+DATA m0fY<>+5(SB)/1, $0x0f
+DATA m0fY<>+6(SB)/1, $0x0f
+DATA m0fY<>+7(SB)/1, $0x0f
+DATA m0fY<>+8(SB)/1, $0x0f
+DATA m0fY<>+9(SB)/1, $0x0f
+DATA m0fY<>+10(SB)/1, $0x0f
+DATA m0fY<>+11(SB)/1, $0x0f
+DATA m0fY<>+12(SB)/1, $0x0f
+DATA m0fY<>+13(SB)/1, $0x0f
+DATA m0fY<>+14(SB)/1, $0x0f
+DATA m0fY<>+15(SB)/1, $0x0f
+DATA m0fY<>+16(SB)/1, $0x0f
+DATA m0fY<>+17(SB)/1, $0x0f
+DATA m0fY<>+18(SB)/1, $0x0f
+DATA m0fY<>+19(SB)/1, $0x0f
+DATA m0fY<>+20(SB)/1, $0x0f
+DATA m0fY<>+21(SB)/1, $0x0f
+DATA m0fY<>+22(SB)/1, $0x0f
+DATA m0fY<>+23(SB)/1, $0x0f
+DATA m0fY<>+24(SB)/1, $0x0f
+DATA m0fY<>+25(SB)/1, $0x0f
+DATA m0fY<>+26(SB)/1, $0x0f
+DATA m0fY<>+27(SB)/1, $0x0f
+DATA m0fY<>+28(SB)/1, $0x0f
+DATA m0fY<>+29(SB)/1, $0x0f
+DATA m0fY<>+30(SB)/1, $0x0f
+DATA m0fY<>+31(SB)/1, $0x0f
+GLOBL m0fY<>(SB), RODATA|NOPTR, $32
+
+DATA m3Y<>+0(SB)/1, $0x03
+DATA m3Y<>+1(SB)/1, $0x03
+DATA m3Y<>+2(SB)/1, $0x03
+DATA m3Y<>+3(SB)/1, $0x03
+DATA m3Y<>+4(SB)/1, $0x03
+DATA m3Y<>+5(SB)/1, $0x03
+DATA m3Y<>+6(SB)/1, $0x03
+DATA m3Y<>+7(SB)/1, $0x03
+DATA m3Y<>+8(SB)/1, $0x03
+DATA m3Y<>+9(SB)/1, $0x03
+DATA m3Y<>+10(SB)/1, $0x03
+DATA m3Y<>+11(SB)/1, $0x03
+DATA m3Y<>+12(SB)/1, $0x03
+DATA m3Y<>+13(SB)/1, $0x03
+DATA m3Y<>+14(SB)/1, $0x03
+DATA m3Y<>+15(SB)/1, $0x03
+DATA m3Y<>+16(SB)/1, $0x03
+DATA m3Y<>+17(SB)/1, $0x03
+DATA m3Y<>+18(SB)/1, $0x03
+DATA m3Y<>+19(SB)/1, $0x03
+DATA m3Y<>+20(SB)/1, $0x03
+DATA m3Y<>+21(SB)/1, $0x03
+DATA m3Y<>+22(SB)/1, $0x03
+DATA m3Y<>+23(SB)/1, $0x03
+DATA m3Y<>+24(SB)/1, $0x03
+DATA m3Y<>+25(SB)/1, $0x03
+DATA m3Y<>+26(SB)/1, $0x03
+DATA m3Y<>+27(SB)/1, $0x03
+DATA m3Y<>+28(SB)/1, $0x03
+DATA m3Y<>+29(SB)/1, $0x03
+DATA m3Y<>+30(SB)/1, $0x03
+DATA m3Y<>+31(SB)/1, $0x03
+GLOBL m3Y<>(SB), RODATA|NOPTR, $32
+
+DATA m80Y<>+0(SB)/1, $0x80
+DATA m80Y<>+1(SB)/1, $0x80
+DATA m80Y<>+2(SB)/1, $0x80
+DATA m80Y<>+3(SB)/1, $0x80
+DATA m80Y<>+4(SB)/1, $0x80
+DATA m80Y<>+5(SB)/1, $0x80
+DATA m80Y<>+6(SB)/1, $0x80
+DATA m80Y<>+7(SB)/1, $0x80
+DATA m80Y<>+8(SB)/1, $0x80
+DATA m80Y<>+9(SB)/1, $0x80
+DATA m80Y<>+10(SB)/1, $0x80
+DATA m80Y<>+11(SB)/1, $0x80
+DATA m80Y<>+12(SB)/1, $0x80
+DATA m80Y<>+13(SB)/1, $0x80
+DATA m80Y<>+14(SB)/1, $0x80
+DATA m80Y<>+15(SB)/1, $0x80
+DATA m80Y<>+16(SB)/1, $0x80
+DATA m80Y<>+17(SB)/1, $0x80
+DATA m80Y<>+18(SB)/1, $0x80
+DATA m80Y<>+19(SB)/1, $0x80
+DATA m80Y<>+20(SB)/1, $0x80
+DATA m80Y<>+21(SB)/1, $0x80
+DATA m80Y<>+22(SB)/1, $0x80
+DATA m80Y<>+23(SB)/1, $0x80
+DATA m80Y<>+24(SB)/1, $0x80
+DATA m80Y<>+25(SB)/1, $0x80
+DATA m80Y<>+26(SB)/1, $0x80
+DATA m80Y<>+27(SB)/1, $0x80
+DATA m80Y<>+28(SB)/1, $0x80
+DATA m80Y<>+29(SB)/1, $0x80
+DATA m80Y<>+30(SB)/1, $0x80
+DATA m80Y<>+31(SB)/1, $0x80
+GLOBL m80Y<>(SB), RODATA|NOPTR, $32
+
+DATA bitsY<>+0(SB)/1, $0x01
+DATA bitsY<>+1(SB)/1, $0x01
+DATA bitsY<>+2(SB)/1, $0x01
+DATA bitsY<>+3(SB)/1, $0x01
+DATA bitsY<>+4(SB)/1, $0x01
+DATA bitsY<>+5(SB)/1, $0x01
+DATA bitsY<>+6(SB)/1, $0x01
+DATA bitsY<>+7(SB)/1, $0x01
+DATA bitsY<>+8(SB)/1, $0x01
+DATA bitsY<>+9(SB)/1, $0x01
+DATA bitsY<>+10(SB)/1, $0x01
+DATA bitsY<>+11(SB)/1, $0x01
+DATA bitsY<>+12(SB)/1, $0x01
+DATA bitsY<>+13(SB)/1, $0x01
+DATA bitsY<>+14(SB)/1, $0x01
+DATA bitsY<>+15(SB)/1, $0x01
+DATA bitsY<>+16(SB)/1, $0x01
+DATA bitsY<>+17(SB)/1, $0x01
+DATA bitsY<>+18(SB)/1, $0x01
+DATA bitsY<>+19(SB)/1, $0x01
+DATA bitsY<>+20(SB)/1, $0x01
+DATA bitsY<>+21(SB)/1, $0x01
+DATA bitsY<>+22(SB)/1, $0x01
+DATA bitsY<>+23(SB)/1, $0x01
+DATA bitsY<>+24(SB)/1, $0x01
+DATA bitsY<>+25(SB)/1, $0x01
+DATA bitsY<>+26(SB)/1, $0x01
+DATA bitsY<>+27(SB)/1, $0x01
+DATA bitsY<>+28(SB)/1, $0x01
+DATA bitsY<>+29(SB)/1, $0x01
+DATA bitsY<>+30(SB)/1, $0x01
+DATA bitsY<>+31(SB)/1, $0x01
+DATA bitsY<>+32(SB)/1, $0x02
+DATA bitsY<>+33(SB)/1, $0x02
+DATA bitsY<>+34(SB)/1, $0x02
+DATA bitsY<>+35(SB)/1, $0x02
+DATA bitsY<>+36(SB)/1, $0x02
+DATA bitsY<>+37(SB)/1, $0x02
+DATA bitsY<>+38(SB)/1, $0x02
+DATA bitsY<>+39(SB)/1, $0x02
+DATA bitsY<>+40(SB)/1, $0x02
+DATA bitsY<>+41(SB)/1, $0x02
+DATA bitsY<>+42(SB)/1, $0x02
+DATA bitsY<>+43(SB)/1, $0x02
+DATA bitsY<>+44(SB)/1, $0x02
+DATA bitsY<>+45(SB)/1, $0x02
+DATA bitsY<>+46(SB)/1, $0x02
+DATA bitsY<>+47(SB)/1, $0x02
+DATA bitsY<>+48(SB)/1, $0x02
+DATA bitsY<>+49(SB)/1, $0x02
+DATA bitsY<>+50(SB)/1, $0x02
+DATA bitsY<>+51(SB)/1, $0x02
+DATA bitsY<>+52(SB)/1, $0x02
+DATA bitsY<>+53(SB)/1, $0x02
+DATA bitsY<>+54(SB)/1, $0x02
+DATA bitsY<>+55(SB)/1, $0x02
+DATA bitsY<>+56(SB)/1, $0x02
+DATA bitsY<>+57(SB)/1, $0x02
+DATA bitsY<>+58(SB)/1, $0x02
+DATA bitsY<>+59(SB)/1, $0x02
+DATA bitsY<>+60(SB)/1, $0x02
+DATA bitsY<>+61(SB)/1, $0x02
+DATA bitsY<>+62(SB)/1, $0x02
+DATA bitsY<>+63(SB)/1, $0x02
+DATA bitsY<>+64(SB)/1, $0x04
+DATA bitsY<>+65(SB)/1, $0x04
+DATA bitsY<>+66(SB)/1, $0x04
+DATA bitsY<>+67(SB)/1, $0x04
+DATA bitsY<>+68(SB)/1, $0x04
+DATA bitsY<>+69(SB)/1, $0x04
+DATA bitsY<>+70(SB)/1, $0x04
+DATA bitsY<>+71(SB)/1, $0x04
+DATA bitsY<>+72(SB)/1, $0x04
+DATA bitsY<>+73(SB)/1, $0x04
+DATA bitsY<>+74(SB)/1, $0x04
+DATA bitsY<>+75(SB)/1, $0x04
+DATA bitsY<>+76(SB)/1, $0x04
+DATA bitsY<>+77(SB)/1, $0x04
+DATA bitsY<>+78(SB)/1, $0x04
+DATA bitsY<>+79(SB)/1, $0x04
+DATA bitsY<>+80(SB)/1, $0x04
+DATA bitsY<>+81(SB)/1, $0x04
+DATA bitsY<>+82(SB)/1, $0x04
+DATA bitsY<>+83(SB)/1, $0x04
+DATA bitsY<>+84(SB)/1, $0x04
+DATA bitsY<>+85(SB)/1, $0x04
+DATA bitsY<>+86(SB)/1, $0x04
+DATA bitsY<>+87(SB)/1, $0x04
+DATA bitsY<>+88(SB)/1, $0x04
+DATA bitsY<>+89(SB)/1, $0x04
+DATA bitsY<>+90(SB)/1, $0x04
+DATA bitsY<>+91(SB)/1, $0x04
+DATA bitsY<>+92(SB)/1, $0x04
+DATA bitsY<>+93(SB)/1, $0x04
+DATA bitsY<>+94(SB)/1, $0x04
+DATA bitsY<>+95(SB)/1, $0x04
+DATA bitsY<>+96(SB)/1, $0x08
+DATA bitsY<>+97(SB)/1, $0x08
+DATA bitsY<>+98(SB)/1, $0x08
+DATA bitsY<>+99(SB)/1, $0x08
+DATA bitsY<>+100(SB)/1, $0x08
+DATA bitsY<>+101(SB)/1, $0x08
+DATA bitsY<>+102(SB)/1, $0x08
+DATA bitsY<>+103(SB)/1, $0x08
+DATA bitsY<>+104(SB)/1, $0x08
+DATA bitsY<>+105(SB)/1, $0x08
+DATA bitsY<>+106(SB)/1, $0x08
+DATA bitsY<>+107(SB)/1, $0x08
+DATA bitsY<>+108(SB)/1, $0x08
+DATA bitsY<>+109(SB)/1, $0x08
+DATA bitsY<>+110(SB)/1, $0x08
+DATA bitsY<>+111(SB)/1, $0x08
+DATA bitsY<>+112(SB)/1, $0x08
+DATA bitsY<>+113(SB)/1, $0x08
+DATA bitsY<>+114(SB)/1, $0x08
+DATA bitsY<>+115(SB)/1, $0x08
+DATA bitsY<>+116(SB)/1, $0x08
+DATA bitsY<>+117(SB)/1, $0x08
+DATA bitsY<>+118(SB)/1, $0x08
+DATA bitsY<>+119(SB)/1, $0x08
+DATA bitsY<>+120(SB)/1, $0x08
+DATA bitsY<>+121(SB)/1, $0x08
+DATA bitsY<>+122(SB)/1, $0x08
+DATA bitsY<>+123(SB)/1, $0x08
+DATA bitsY<>+124(SB)/1, $0x08
+DATA bitsY<>+125(SB)/1, $0x08
+DATA bitsY<>+126(SB)/1, $0x08
+DATA bitsY<>+127(SB)/1, $0x08
+GLOBL bitsY<>(SB), RODATA|NOPTR, $128
+
+DATA signSpreadY<>+0(SB)/1, $0x00
+DATA signSpreadY<>+1(SB)/1, $0x00
+DATA signSpreadY<>+2(SB)/1, $0x00
+DATA signSpreadY<>+3(SB)/1, $0x00
+DATA signSpreadY<>+4(SB)/1, $0x00
+DATA signSpreadY<>+5(SB)/1, $0x00
+DATA signSpreadY<>+6(SB)/1, $0x00
+DATA signSpreadY<>+7(SB)/1, $0x00
+DATA signSpreadY<>+8(SB)/1, $0x01
+DATA signSpreadY<>+9(SB)/1, $0x01
+DATA signSpreadY<>+10(SB)/1, $0x01
+DATA signSpreadY<>+11(SB)/1, $0x01
+DATA signSpreadY<>+12(SB)/1, $0x01
+DATA signSpreadY<>+13(SB)/1, $0x01
+DATA signSpreadY<>+14(SB)/1, $0x01
+DATA signSpreadY<>+15(SB)/1, $0x01
+DATA signSpreadY<>+16(SB)/1, $0x02
+DATA signSpreadY<>+17(SB)/1, $0x02
+DATA signSpreadY<>+18(SB)/1, $0x02
+DATA signSpreadY<>+19(SB)/1, $0x02
+DATA signSpreadY<>+20(SB)/1, $0x02
+DATA signSpreadY<>+21(SB)/1, $0x02
+DATA signSpreadY<>+22(SB)/1, $0x02
+DATA signSpreadY<>+23(SB)/1, $0x02
+DATA signSpreadY<>+24(SB)/1, $0x03
+DATA signSpreadY<>+25(SB)/1, $0x03
+DATA signSpreadY<>+26(SB)/1, $0x03
+DATA signSpreadY<>+27(SB)/1, $0x03
+DATA signSpreadY<>+28(SB)/1, $0x03
+DATA signSpreadY<>+29(SB)/1, $0x03
+DATA signSpreadY<>+30(SB)/1, $0x03
+DATA signSpreadY<>+31(SB)/1, $0x03
+GLOBL signSpreadY<>(SB), RODATA|NOPTR, $32
+
+DATA signBitsY<>+0(SB)/1, $0x01
+DATA signBitsY<>+1(SB)/1, $0x02
+DATA signBitsY<>+2(SB)/1, $0x04
+DATA signBitsY<>+3(SB)/1, $0x08
+DATA signBitsY<>+4(SB)/1, $0x10
+DATA signBitsY<>+5(SB)/1, $0x20
+DATA signBitsY<>+6(SB)/1, $0x40
+DATA signBitsY<>+7(SB)/1, $0x80
+DATA signBitsY<>+8(SB)/1, $0x01
+DATA signBitsY<>+9(SB)/1, $0x02
+DATA signBitsY<>+10(SB)/1, $0x04
+DATA signBitsY<>+11(SB)/1, $0x08
+DATA signBitsY<>+12(SB)/1, $0x10
+DATA signBitsY<>+13(SB)/1, $0x20
+DATA signBitsY<>+14(SB)/1, $0x40
+DATA signBitsY<>+15(SB)/1, $0x80
+DATA signBitsY<>+16(SB)/1, $0x01
+DATA signBitsY<>+17(SB)/1, $0x02
+DATA signBitsY<>+18(SB)/1, $0x04
+DATA signBitsY<>+19(SB)/1, $0x08
+DATA signBitsY<>+20(SB)/1, $0x10
+DATA signBitsY<>+21(SB)/1, $0x20
+DATA signBitsY<>+22(SB)/1, $0x40
+DATA signBitsY<>+23(SB)/1, $0x80
+DATA signBitsY<>+24(SB)/1, $0x01
+DATA signBitsY<>+25(SB)/1, $0x02
+DATA signBitsY<>+26(SB)/1, $0x04
+DATA signBitsY<>+27(SB)/1, $0x08
+DATA signBitsY<>+28(SB)/1, $0x10
+DATA signBitsY<>+29(SB)/1, $0x20
+DATA signBitsY<>+30(SB)/1, $0x40
+DATA signBitsY<>+31(SB)/1, $0x80
+GLOBL signBitsY<>(SB), RODATA|NOPTR, $32
+
+// func gemvI2ST1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    8(AX), CX
+	VMOVDQU m3Y<>+0(SB), Y4
+	XORQ    DX, DX
+	MOVQ    24(AX), SI
+	MOVQ    (AX), BX
+
+gemvI2ST1AVX2_quad:
+	MOVQ BX, DI
+	XORQ R8, R8
+	MOVQ 40(AX), R9
+	MOVQ SI, R10
+
+gemvI2ST1AVX2_seg:
+	MOVQ    32(AX), R11
+	CMPQ    R9, $0x01
+	CMOVQEQ 48(AX), R11
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvI2ST1AVX2_blk:
+	PREFETCHT0   8192(DI)
+	PREFETCHT0   8256(DI)
+	VMOVDQU      (DI), Y5
+	VPSRLW       $0x06, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPAND        Y4, Y5, Y6
+	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y0, Y0
+	VMOVDQU      32(DI), Y5
+	VPSRLW       $0x06, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPAND        Y4, Y5, Y6
+	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      64(DI), Y5
+	VPSRLW       $0x06, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPAND        Y4, Y5, Y6
+	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y2, Y2
+	VMOVDQU      96(DI), Y5
+	VPSRLW       $0x06, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPSRLW       $0x02, Y5, Y6
+	VPAND        Y4, Y6, Y6
+	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPAND        Y4, Y5, Y6
+	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPADDW       Y8, Y7, Y7
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	SUBQ         $-128, DI
+	SUBQ         $-128, R8
+	DECQ         R11
+	JNZ          gemvI2ST1AVX2_blk
+	VPHADDD      Y1, Y0, Y0
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VMOVDQU      X0, (R10)
+	ADDQ         $0x00000080, R10
+	DECQ         R9
+	JNZ          gemvI2ST1AVX2_seg
+	ADDQ         72(AX), BX
+	ADDQ         $0x10, SI
+	INCQ         DX
+	CMPQ         DX, $0x08
+	JNE          gemvI2ST1AVX2_quad
+	VZEROUPPER
+	RET
+
+// func gemvInt2T1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt2T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           56(AX), SI
+	VBROADCASTI128 (SI), Y4
+	VBROADCASTI128 16(SI), Y5
+	MOVQ           24(AX), SI
+	MOVQ           40(AX), DI
+
+gemvInt2T1AVX2_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt2T1AVX2_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        m0fY<>+0(SB), Y8, Y8
+	VPAND        m0fY<>+0(SB), Y9, Y9
+	VPSHUFB      Y8, Y4, Y6
+	VPSHUFB      Y8, Y5, Y7
+	VPSHUFB      Y9, Y5, Y10
+	VPSHUFB      Y9, Y4, Y8
+	VMOVDQA      Y10, Y9
+	VPBROADCASTD (BX)(DX*1), Y10
+	VPMADDUBSW   Y10, Y6, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y1, Y1
+	VPMADDUBSW   Y10, Y8, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y2, Y2
+	VPMADDUBSW   Y10, Y9, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R8
+	JNZ          gemvInt2T1AVX2_step
+	VMOVDQU      Y0, (SI)
+	VMOVDQU      Y1, 32(SI)
+	VMOVDQU      Y2, 64(SI)
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt2T1AVX2_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt8T1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt8T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	XORQ DX, DX
+	MOVQ 8(AX), BX
+	MOVQ 24(AX), SI
+	MOVQ 40(AX), DI
+
+gemvInt8T1AVX2_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt8T1AVX2_step:
+	PREFETCHT0   8192(CX)
+	PREFETCHT0   8256(CX)
+	VPBROADCASTQ (BX)(DX*2), Y9
+	VPMOVSXBW    (CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y0, Y0
+	VPMOVSXBW    16(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y1, Y1
+	VPMOVSXBW    32(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y2, Y2
+	VPMOVSXBW    48(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMOVSXBW    64(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMOVSXBW    80(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMOVSXBW    96(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y6, Y6
+	VPMOVSXBW    112(CX), Y8
+	VPMADDWD     Y9, Y8, Y10
+	VPADDD       Y10, Y7, Y7
+	SUBQ         $-128, CX
+	ADDQ         $0x04, DX
+	DECQ         R8
+	JNZ          gemvInt8T1AVX2_step
+	VPHADDD      Y1, Y0, Y0
+	VPERMQ       $0xd8, Y0, Y0
+	VMOVDQU      Y0, (SI)
+	VPHADDD      Y3, Y2, Y2
+	VPERMQ       $0xd8, Y2, Y2
+	VMOVDQU      Y2, 32(SI)
+	VPHADDD      Y5, Y4, Y4
+	VPERMQ       $0xd8, Y4, Y4
+	VMOVDQU      Y4, 64(SI)
+	VPHADDD      Y7, Y6, Y6
+	VPERMQ       $0xd8, Y6, Y6
+	VMOVDQU      Y6, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt8T1AVX2_seg
+	VZEROUPPER
+	RET
+
+// func gemvI2ST2AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvI2ST2AVX2(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    8(AX), CX
+	MOVQ    CX, DX
+	ADDQ    16(AX), DX
+	VMOVDQU m3Y<>+0(SB), Y8
+	XORQ    BX, BX
+	MOVQ    24(AX), DI
+	MOVQ    (AX), SI
+
+gemvI2ST2AVX2_quad:
+	MOVQ SI, R8
+	XORQ R9, R9
+	MOVQ 40(AX), R10
+	MOVQ DI, R11
+
+gemvI2ST2AVX2_seg:
+	MOVQ    32(AX), R12
+	CMPQ    R10, $0x01
+	CMOVQEQ 48(AX), R12
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvI2ST2AVX2_blk:
+	PREFETCHT0   8192(R8)
+	PREFETCHT0   8256(R8)
+	VMOVDQU      (R8), Y9
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y0, Y0
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      32(R8), Y9
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y1, Y1
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      64(R8), Y9
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y2, Y2
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y6, Y6
+	VMOVDQU      96(R8), Y9
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPSRLW       $0x06, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPSRLW       $0x02, Y9, Y10
+	VPAND        Y8, Y10, Y10
+	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPAND        Y8, Y9, Y10
+	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPADDW       Y12, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	SUBQ         $-128, R8
+	SUBQ         $-128, R9
+	DECQ         R12
+	JNZ          gemvI2ST2AVX2_blk
+	VPHADDD      Y1, Y0, Y0
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VMOVDQU      X0, (R11)
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y7, Y6, Y6
+	VPHADDD      Y6, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X4
+	VMOVDQU      X4, 128(R11)
+	ADDQ         $0x00000100, R11
+	DECQ         R10
+	JNZ          gemvI2ST2AVX2_seg
+	ADDQ         72(AX), SI
+	ADDQ         $0x10, DI
+	INCQ         BX
+	CMPQ         BX, $0x08
+	JNE          gemvI2ST2AVX2_quad
+	VZEROUPPER
+	RET
+
+// func gemvInt2T2AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt2T2AVX2(SB), NOSPLIT, $0-8
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           BX, SI
+	ADDQ           16(AX), SI
+	MOVQ           56(AX), DI
+	VBROADCASTI128 (DI), Y8
+	VBROADCASTI128 16(DI), Y9
+	MOVQ           24(AX), DI
+	MOVQ           40(AX), R8
+
+gemvInt2T2AVX2_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt2T2AVX2_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y9, Y14
+	VPSHUFB      Y13, Y8, Y12
+	VMOVDQA      Y14, Y13
+	VPBROADCASTD (BX)(DX*1), Y14
+	VPMADDUBSW   Y14, Y10, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y0, Y0
+	VPMADDUBSW   Y14, Y11, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y1, Y1
+	VPMADDUBSW   Y14, Y12, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y2, Y2
+	VPMADDUBSW   Y14, Y13, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y3, Y3
+	VPBROADCASTD (SI)(DX*1), Y14
+	VPMADDUBSW   Y14, Y10, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y4, Y4
+	VPMADDUBSW   Y14, Y11, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y5, Y5
+	VPMADDUBSW   Y14, Y12, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y6, Y6
+	VPMADDUBSW   Y14, Y13, Y15
+	VPMADDWD     wOnesY<>+0(SB), Y15, Y15
+	VPADDD       Y15, Y7, Y7
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R9
+	JNZ          gemvInt2T2AVX2_step
+	VMOVDQU      Y0, (DI)
+	VMOVDQU      Y1, 32(DI)
+	VMOVDQU      Y2, 64(DI)
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VMOVDQU      Y5, 160(DI)
+	VMOVDQU      Y6, 192(DI)
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	DECQ         R8
+	JNZ          gemvInt2T2AVX2_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt1T1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt1T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	XORQ DX, DX
+	MOVQ 8(AX), BX
+	MOVQ 24(AX), SI
+	MOVQ 40(AX), DI
+
+gemvInt1T1AVX2_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt1T1AVX2_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPBROADCASTD (BX)(DX*1), Y8
+	VPBROADCASTD 4(BX)(DX*1), Y9
+	VPAND        bitsY<>+0(SB), Y4, Y6
+	VPAND        bitsY<>+0(SB), Y5, Y7
+	VPMADDUBSW   Y8, Y6, Y11
+	VPMADDUBSW   Y9, Y7, Y10
+	VPADDW       Y10, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y0, Y0
+	VPAND        bitsY<>+32(SB), Y4, Y6
+	VPAND        bitsY<>+32(SB), Y5, Y7
+	VPMADDUBSW   Y8, Y6, Y11
+	VPMADDUBSW   Y9, Y7, Y10
+	VPADDW       Y10, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y1, Y1
+	VPAND        bitsY<>+64(SB), Y4, Y6
+	VPAND        bitsY<>+64(SB), Y5, Y7
+	VPMADDUBSW   Y8, Y6, Y11
+	VPMADDUBSW   Y9, Y7, Y10
+	VPADDW       Y10, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y2, Y2
+	VPAND        bitsY<>+96(SB), Y4, Y6
+	VPAND        bitsY<>+96(SB), Y5, Y7
+	VPMADDUBSW   Y8, Y6, Y11
+	VPMADDUBSW   Y9, Y7, Y10
+	VPADDW       Y10, Y11, Y11
+	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	ADDQ         $0x20, CX
+	ADDQ         $0x08, DX
+	DECQ         R8
+	JNZ          gemvInt1T1AVX2_step
+	VMOVDQU      Y0, (SI)
+	VPSRAD       $0x01, Y1, Y1
+	VMOVDQU      Y1, 32(SI)
+	VPSRAD       $0x02, Y2, Y2
+	VMOVDQU      Y2, 64(SI)
+	VPSRAD       $0x03, Y3, Y3
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt1T1AVX2_seg
+	VZEROUPPER
+	RET
+
+// func gemvI2ST1AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    8(AX), CX
+	VMOVDQU m3Y<>+0(SB), Y4
+	XORQ    DX, DX
+	MOVQ    24(AX), SI
+	MOVQ    (AX), BX
+
+gemvI2ST1AVXVNNI_quad:
+	MOVQ BX, DI
+	XORQ R8, R8
+	MOVQ 40(AX), R9
+	MOVQ SI, R10
+
+gemvI2ST1AVXVNNI_seg:
+	MOVQ    32(AX), R11
+	CMPQ    R9, $0x01
+	CMOVQEQ 48(AX), R11
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvI2ST1AVXVNNI_blk:
+	PREFETCHT0   8192(DI)
+	PREFETCHT0   8256(DI)
+	VMOVDQU      (DI), Y5
+	VMOVDQU      32(DI), Y6
+	VMOVDQU      64(DI), Y7
+	VMOVDQU      96(DI), Y8
+	VMOVDQU      (CX)(R8*1), Y10
+	VPSRLW       $0x06, Y5, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	VPSRLW       $0x06, Y6, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	VPSRLW       $0x06, Y7, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	VPSRLW       $0x06, Y8, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	VMOVDQU      32(CX)(R8*1), Y10
+	VPSRLW       $0x04, Y5, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	VPSRLW       $0x04, Y6, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	VMOVDQU      64(CX)(R8*1), Y10
+	VPSRLW       $0x02, Y5, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	VPSRLW       $0x02, Y6, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	VPSRLW       $0x02, Y8, Y9
+	VPAND        Y4, Y9, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	VMOVDQU      96(CX)(R8*1), Y10
+	VPAND        Y4, Y5, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	VPAND        Y4, Y6, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	VPAND        Y4, Y7, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	VPAND        Y4, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	SUBQ         $-128, DI
+	SUBQ         $-128, R8
+	DECQ         R11
+	JNZ          gemvI2ST1AVXVNNI_blk
+	VPHADDD      Y1, Y0, Y0
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VMOVDQU      X0, (R10)
+	ADDQ         $0x00000080, R10
+	DECQ         R9
+	JNZ          gemvI2ST1AVXVNNI_seg
+	ADDQ         72(AX), BX
+	ADDQ         $0x10, SI
+	INCQ         DX
+	CMPQ         DX, $0x08
+	JNE          gemvI2ST1AVXVNNI_quad
+	VZEROUPPER
+	RET
+
+// func gemvInt2T1AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt2T1AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           56(AX), SI
+	VBROADCASTI128 (SI), Y4
+	VBROADCASTI128 16(SI), Y5
+	MOVQ           24(AX), SI
+	MOVQ           40(AX), DI
+
+gemvInt2T1AVXVNNI_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt2T1AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        m0fY<>+0(SB), Y8, Y8
+	VPAND        m0fY<>+0(SB), Y9, Y9
+	VPSHUFB      Y8, Y4, Y6
+	VPSHUFB      Y8, Y5, Y7
+	VPSHUFB      Y9, Y5, Y10
+	VPSHUFB      Y9, Y4, Y8
+	VMOVDQA      Y10, Y9
+	VPBROADCASTD (BX)(DX*1), Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y6, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y7, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3d; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y8, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R8
+	JNZ          gemvInt2T1AVXVNNI_step
+	VMOVDQU      Y0, (SI)
+	VMOVDQU      Y1, 32(SI)
+	VMOVDQU      Y2, 64(SI)
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt2T1AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt8T1AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt8T1AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	VMOVDQU m80Y<>+0(SB), Y9
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
+
+gemvInt8T1AVXVNNI_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt8T1AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	PREFETCHT0   8256(CX)
+	VPXOR        (CX), Y9, Y4
+	VPXOR        32(CX), Y9, Y5
+	VPXOR        64(CX), Y9, Y6
+	VPXOR        96(CX), Y9, Y7
+	VPBROADCASTD (BX)(DX*1), Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x5d; BYTE $0x50; BYTE $0xc0 // {vex} vpdpbusd Y0, Y4, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x55; BYTE $0x50; BYTE $0xc8 // {vex} vpdpbusd Y1, Y5, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xd0 // {vex} vpdpbusd Y2, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xd8 // {vex} vpdpbusd Y3, Y7, Y8
+	SUBQ         $-128, CX
+	ADDQ         $0x04, DX
+	DECQ         R8
+	JNZ          gemvInt8T1AVXVNNI_step
+	VMOVDQU      Y0, (SI)
+	VMOVDQU      Y1, 32(SI)
+	VMOVDQU      Y2, 64(SI)
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt8T1AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvI2ST2AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvI2ST2AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    8(AX), CX
+	MOVQ    CX, DX
+	ADDQ    16(AX), DX
+	VMOVDQU m3Y<>+0(SB), Y8
+	XORQ    BX, BX
+	MOVQ    24(AX), DI
+	MOVQ    (AX), SI
+
+gemvI2ST2AVXVNNI_quad:
+	MOVQ SI, R8
+	XORQ R9, R9
+	MOVQ 40(AX), R10
+	MOVQ DI, R11
+
+gemvI2ST2AVXVNNI_seg:
+	MOVQ    32(AX), R12
+	CMPQ    R10, $0x01
+	CMOVQEQ 48(AX), R12
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvI2ST2AVXVNNI_blk:
+	PREFETCHT0   8192(R8)
+	PREFETCHT0   8256(R8)
+	VMOVDQU      (R8), Y9
+	VMOVDQU      32(R8), Y10
+	VMOVDQU      64(R8), Y11
+	VMOVDQU      96(R8), Y12
+	VMOVDQU      (CX)(R9*1), Y14
+	VMOVDQU      (DX)(R9*1), Y15
+	VPSRLW       $0x06, Y9, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y13, Y15
+	VPSRLW       $0x06, Y10, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y13, Y15
+	VPSRLW       $0x06, Y11, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y13, Y15
+	VPSRLW       $0x06, Y12, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
+	VMOVDQU      32(CX)(R9*1), Y14
+	VMOVDQU      32(DX)(R9*1), Y15
+	VPSRLW       $0x04, Y9, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y13, Y15
+	VPSRLW       $0x04, Y10, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y13, Y15
+	VPSRLW       $0x04, Y11, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y13, Y15
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
+	VMOVDQU      64(CX)(R9*1), Y14
+	VMOVDQU      64(DX)(R9*1), Y15
+	VPSRLW       $0x02, Y9, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y13, Y15
+	VPSRLW       $0x02, Y10, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y13, Y15
+	VPSRLW       $0x02, Y11, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y13, Y15
+	VPSRLW       $0x02, Y12, Y13
+	VPAND        Y8, Y13, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
+	VMOVDQU      96(CX)(R9*1), Y14
+	VMOVDQU      96(DX)(R9*1), Y15
+	VPAND        Y8, Y9, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y13, Y15
+	VPAND        Y8, Y10, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y13, Y15
+	VPAND        Y8, Y11, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y13, Y15
+	VPAND        Y8, Y12, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
+	SUBQ         $-128, R8
+	SUBQ         $-128, R9
+	DECQ         R12
+	JNZ          gemvI2ST2AVXVNNI_blk
+	VPHADDD      Y1, Y0, Y0
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPADDD       X1, X0, X0
+	VMOVDQU      X0, (R11)
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y7, Y6, Y6
+	VPHADDD      Y6, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X4
+	VMOVDQU      X4, 128(R11)
+	ADDQ         $0x00000100, R11
+	DECQ         R10
+	JNZ          gemvI2ST2AVXVNNI_seg
+	ADDQ         72(AX), SI
+	ADDQ         $0x10, DI
+	INCQ         BX
+	CMPQ         BX, $0x08
+	JNE          gemvI2ST2AVXVNNI_quad
+	VZEROUPPER
+	RET
+
+// func gemvInt2T2AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt2T2AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           BX, SI
+	ADDQ           16(AX), SI
+	MOVQ           56(AX), DI
+	VBROADCASTI128 (DI), Y8
+	VBROADCASTI128 16(DI), Y9
+	MOVQ           24(AX), DI
+	MOVQ           40(AX), R8
+
+gemvInt2T2AVXVNNI_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt2T2AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y9, Y14
+	VPSHUFB      Y13, Y8, Y12
+	VMOVDQA      Y14, Y13
+	VPBROADCASTD (BX)(DX*1), Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y12, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	VPBROADCASTD (SI)(DX*1), Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe6 // {vex} vpdpbusd Y4, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xee // {vex} vpdpbusd Y5, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf6 // {vex} vpdpbusd Y6, Y12, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y13, Y14
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R9
+	JNZ          gemvInt2T2AVXVNNI_step
+	VMOVDQU      Y0, (DI)
+	VMOVDQU      Y1, 32(DI)
+	VMOVDQU      Y2, 64(DI)
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VMOVDQU      Y5, 160(DI)
+	VMOVDQU      Y6, 192(DI)
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	DECQ         R8
+	JNZ          gemvInt2T2AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt8T2AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt8T2AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    BX, SI
+	ADDQ    16(AX), SI
+	VMOVDQU m80Y<>+0(SB), Y13
+	MOVQ    24(AX), DI
+	MOVQ    40(AX), R8
+
+gemvInt8T2AVXVNNI_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt8T2AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	PREFETCHT0   8256(CX)
+	VPXOR        (CX), Y13, Y8
+	VPXOR        32(CX), Y13, Y9
+	VPXOR        64(CX), Y13, Y10
+	VPXOR        96(CX), Y13, Y11
+	VPBROADCASTD (BX)(DX*1), Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3d; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y8, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y11, Y12
+	VPBROADCASTD (SI)(DX*1), Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3d; BYTE $0x50; BYTE $0xe4 // {vex} vpdpbusd Y4, Y8, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xec // {vex} vpdpbusd Y5, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf4 // {vex} vpdpbusd Y6, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xfc // {vex} vpdpbusd Y7, Y11, Y12
+	SUBQ         $-128, CX
+	ADDQ         $0x04, DX
+	DECQ         R9
+	JNZ          gemvInt8T2AVXVNNI_step
+	VMOVDQU      Y0, (DI)
+	VMOVDQU      Y1, 32(DI)
+	VMOVDQU      Y2, 64(DI)
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VMOVDQU      Y5, 160(DI)
+	VMOVDQU      Y6, 192(DI)
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	DECQ         R8
+	JNZ          gemvInt8T2AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt1T1AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt1T1AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	XORQ DX, DX
+	MOVQ 8(AX), BX
+	MOVQ 24(AX), SI
+	MOVQ 40(AX), DI
+
+gemvInt1T1AVXVNNI_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt1T1AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPBROADCASTD (BX)(DX*1), Y8
+	VPBROADCASTD 4(BX)(DX*1), Y9
+	VPAND        bitsY<>+0(SB), Y4, Y6
+	VPAND        bitsY<>+0(SB), Y5, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc0 // {vex} vpdpbusd Y0, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xc1 // {vex} vpdpbusd Y0, Y7, Y9
+	VPAND        bitsY<>+32(SB), Y4, Y6
+	VPAND        bitsY<>+32(SB), Y5, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc8 // {vex} vpdpbusd Y1, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xc9 // {vex} vpdpbusd Y1, Y7, Y9
+	VPAND        bitsY<>+64(SB), Y4, Y6
+	VPAND        bitsY<>+64(SB), Y5, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xd0 // {vex} vpdpbusd Y2, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xd1 // {vex} vpdpbusd Y2, Y7, Y9
+	VPAND        bitsY<>+96(SB), Y4, Y6
+	VPAND        bitsY<>+96(SB), Y5, Y7
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xd8 // {vex} vpdpbusd Y3, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xd9 // {vex} vpdpbusd Y3, Y7, Y9
+	ADDQ         $0x20, CX
+	ADDQ         $0x08, DX
+	DECQ         R8
+	JNZ          gemvInt1T1AVXVNNI_step
+	VMOVDQU      Y0, (SI)
+	VPSRAD       $0x01, Y1, Y1
+	VMOVDQU      Y1, 32(SI)
+	VPSRAD       $0x02, Y2, Y2
+	VMOVDQU      Y2, 64(SI)
+	VPSRAD       $0x03, Y3, Y3
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt1T1AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt1T2AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt1T2AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	XORQ DX, DX
+	MOVQ 8(AX), BX
+	MOVQ BX, SI
+	ADDQ 16(AX), SI
+	MOVQ 24(AX), DI
+	MOVQ 40(AX), R8
+
+gemvInt1T2AVXVNNI_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt1T2AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPBROADCASTD (BX)(DX*1), Y12
+	VPBROADCASTD 4(BX)(DX*1), Y14
+	VPBROADCASTD (SI)(DX*1), Y13
+	VPBROADCASTD 4(SI)(DX*1), Y15
+	VPAND        bitsY<>+0(SB), Y8, Y10
+	VPAND        bitsY<>+0(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y10, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y11, Y15
+	VPAND        bitsY<>+32(SB), Y8, Y10
+	VPAND        bitsY<>+32(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y10, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y11, Y15
+	VPAND        bitsY<>+64(SB), Y8, Y10
+	VPAND        bitsY<>+64(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y10, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y11, Y15
+	VPAND        bitsY<>+96(SB), Y8, Y10
+	VPAND        bitsY<>+96(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y10, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y11, Y15
+	ADDQ         $0x20, CX
+	ADDQ         $0x08, DX
+	DECQ         R9
+	JNZ          gemvInt1T2AVXVNNI_step
+	VMOVDQU      Y0, (DI)
+	VPSRAD       $0x01, Y1, Y1
+	VMOVDQU      Y1, 32(DI)
+	VPSRAD       $0x02, Y2, Y2
+	VMOVDQU      Y2, 64(DI)
+	VPSRAD       $0x03, Y3, Y3
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VPSRAD       $0x01, Y5, Y5
+	VMOVDQU      Y5, 160(DI)
+	VPSRAD       $0x02, Y6, Y6
+	VMOVDQU      Y6, 192(DI)
+	VPSRAD       $0x03, Y7, Y7
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	DECQ         R8
+	JNZ          gemvInt1T2AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt8T1VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	VMOVDQU m80Y<>+0(SB), Y9
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
+
+gemvInt8T1VNNIINT8AVXVNNI_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+
+gemvInt8T1VNNIINT8AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	PREFETCHT0   8256(CX)
+	VMOVDQU      (CX), Y4
+	VMOVDQU      32(CX), Y5
+	VMOVDQU      64(CX), Y6
+	VMOVDQU      96(CX), Y7
+	VPBROADCASTD (BX)(DX*1), Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x5f; BYTE $0x50; BYTE $0xc0 // {vex} vpdpbssd Y0, Y4, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x57; BYTE $0x50; BYTE $0xc8 // {vex} vpdpbssd Y1, Y5, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x4f; BYTE $0x50; BYTE $0xd0 // {vex} vpdpbssd Y2, Y6, Y8
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x47; BYTE $0x50; BYTE $0xd8 // {vex} vpdpbssd Y3, Y7, Y8
+	SUBQ         $-128, CX
+	ADDQ         $0x04, DX
+	DECQ         R8
+	JNZ          gemvInt8T1VNNIINT8AVXVNNI_step
+	VMOVDQU      Y0, (SI)
+	VMOVDQU      Y1, 32(SI)
+	VMOVDQU      Y2, 64(SI)
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	DECQ         DI
+	JNZ          gemvInt8T1VNNIINT8AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt8T2VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    BX, SI
+	ADDQ    16(AX), SI
+	VMOVDQU m80Y<>+0(SB), Y13
+	MOVQ    24(AX), DI
+	MOVQ    40(AX), R8
+
+gemvInt8T2VNNIINT8AVXVNNI_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt8T2VNNIINT8AVXVNNI_step:
+	PREFETCHT0   8192(CX)
+	PREFETCHT0   8256(CX)
+	VMOVDQU      (CX), Y8
+	VMOVDQU      32(CX), Y9
+	VMOVDQU      64(CX), Y10
+	VMOVDQU      96(CX), Y11
+	VPBROADCASTD (BX)(DX*1), Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3f; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbssd Y0, Y8, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x37; BYTE $0x50; BYTE $0xcc // {vex} vpdpbssd Y1, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2f; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbssd Y2, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x27; BYTE $0x50; BYTE $0xdc // {vex} vpdpbssd Y3, Y11, Y12
+	VPBROADCASTD (SI)(DX*1), Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x3f; BYTE $0x50; BYTE $0xe4 // {vex} vpdpbssd Y4, Y8, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x37; BYTE $0x50; BYTE $0xec // {vex} vpdpbssd Y5, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2f; BYTE $0x50; BYTE $0xf4 // {vex} vpdpbssd Y6, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x27; BYTE $0x50; BYTE $0xfc // {vex} vpdpbssd Y7, Y11, Y12
+	SUBQ         $-128, CX
+	ADDQ         $0x04, DX
+	DECQ         R9
+	JNZ          gemvInt8T2VNNIINT8AVXVNNI_step
+	VMOVDQU      Y0, (DI)
+	VMOVDQU      Y1, 32(DI)
+	VMOVDQU      Y2, 64(DI)
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VMOVDQU      Y5, 160(DI)
+	VMOVDQU      Y6, 192(DI)
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	DECQ         R8
+	JNZ          gemvInt8T2VNNIINT8AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvTL1T1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvTL1T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ  a+0(FP), AX
+	MOVQ  (AX), CX
+	MOVQ  56(AX), DX
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	MOVQ  48(AX), BX
+	TESTQ BX, BX
+	JZ    gemvTL1T1AVX2_tl1done
+
+gemvTL1T1AVX2_tl1chunk:
+	MOVQ    $0x00000020, SI
+	CMPQ    BX, SI
+	CMOVQLT BX, SI
+	SUBQ    SI, BX
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+
+gemvTL1T1AVX2_tl1unit:
+	PREFETCHT0     8192(CX)
+	VMOVDQU        (CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VBROADCASTI128 (DX), Y8
+	VBROADCASTI128 16(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y10
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y10, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VBROADCASTI128 32(DX), Y8
+	VBROADCASTI128 48(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y10
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y10, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	ADDQ           $0x20, CX
+	ADDQ           $0x40, DX
+	DECQ           SI
+	JNZ            gemvTL1T1AVX2_tl1unit
+	VPMOVSXWD      X0, Y10
+	VPADDD         Y10, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X10
+	VPMOVSXWD      X10, Y10
+	VPADDD         Y10, Y4, Y4
+	VPMOVSXWD      X1, Y10
+	VPADDD         Y10, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X10
+	VPMOVSXWD      X10, Y10
+	VPADDD         Y10, Y5, Y5
+	VPXOR          Y0, Y0, Y0
+	VPXOR          Y1, Y1, Y1
+	TESTQ          BX, BX
+	JNZ            gemvTL1T1AVX2_tl1chunk
+
+gemvTL1T1AVX2_tl1done:
+	MOVQ    24(AX), AX
+	VMOVDQU Y2, (AX)
+	VMOVDQU Y3, 32(AX)
+	VMOVDQU Y4, 64(AX)
+	VMOVDQU Y5, 96(AX)
+	VZEROUPPER
+	RET
+
+// func gemvTL2T1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvTL2T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ  a+0(FP), AX
+	MOVQ  (AX), CX
+	MOVQ  56(AX), DX
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	MOVQ  72(AX), BX
+	TESTQ BX, BX
+	JZ    gemvTL2T1AVX2_tail
+
+gemvTL2T1AVX2_chunk:
+	MOVQ    $0x00000004, SI
+	CMPQ    BX, SI
+	CMOVQLT BX, SI
+	SUBQ    SI, BX
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y10, Y10, Y10
+
+gemvTL2T1AVX2_blk:
+	PREFETCHT0     8192(CX)
+	VMOVDQU        (CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   256(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 (DX), Y8
+	VBROADCASTI128 16(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   260(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 32(DX), Y8
+	VBROADCASTI128 48(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	PREFETCHT0     8256(CX)
+	VMOVDQU        32(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   264(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 64(DX), Y8
+	VBROADCASTI128 80(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   268(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 96(DX), Y8
+	VBROADCASTI128 112(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	PREFETCHT0     8320(CX)
+	VMOVDQU        64(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   272(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 128(DX), Y8
+	VBROADCASTI128 144(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   276(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 160(DX), Y8
+	VBROADCASTI128 176(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	PREFETCHT0     8384(CX)
+	VMOVDQU        96(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   280(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 192(DX), Y8
+	VBROADCASTI128 208(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   284(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 224(DX), Y8
+	VBROADCASTI128 240(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	PREFETCHT0     8448(CX)
+	VMOVDQU        128(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   288(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 256(DX), Y8
+	VBROADCASTI128 272(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   292(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 288(DX), Y8
+	VBROADCASTI128 304(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VMOVDQU        160(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   296(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 320(DX), Y8
+	VBROADCASTI128 336(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   300(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 352(DX), Y8
+	VBROADCASTI128 368(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VMOVDQU        192(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   304(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 384(DX), Y8
+	VBROADCASTI128 400(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   308(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 416(DX), Y8
+	VBROADCASTI128 432(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VMOVDQU        224(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VPBROADCASTD   312(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 448(DX), Y8
+	VBROADCASTI128 464(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VPBROADCASTD   316(CX), Y11
+	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
+	VPAND          signBitsY<>+0(SB), Y11, Y11
+	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
+	VPSUBB         Y11, Y10, Y10
+	VBROADCASTI128 480(DX), Y8
+	VBROADCASTI128 496(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPXOR          Y11, Y8, Y8
+	VPXOR          Y11, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	ADDQ           $0x00000140, CX
+	ADDQ           $0x00000200, DX
+	DECQ           SI
+	JNZ            gemvTL2T1AVX2_blk
+	VPXOR          Y12, Y12, Y12
+	VPUNPCKLBW     Y12, Y10, Y8
+	VPUNPCKHBW     Y12, Y10, Y9
+	VPADDW         Y8, Y0, Y0
+	VPADDW         Y9, Y1, Y1
+	VPMOVSXWD      X0, Y12
+	VPADDD         Y12, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X12
+	VPMOVSXWD      X12, Y12
+	VPADDD         Y12, Y4, Y4
+	VPMOVSXWD      X1, Y12
+	VPADDD         Y12, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X12
+	VPMOVSXWD      X12, Y12
+	VPADDD         Y12, Y5, Y5
+	VPXOR          Y0, Y0, Y0
+	VPXOR          Y1, Y1, Y1
+	TESTQ          BX, BX
+	JNZ            gemvTL2T1AVX2_chunk
+
+gemvTL2T1AVX2_tail:
+	MOVQ  80(AX), BX
+	TESTQ BX, BX
+	JZ    gemvTL2T1AVX2_tl1done
+
+gemvTL2T1AVX2_tl1chunk:
+	MOVQ    $0x00000020, SI
+	CMPQ    BX, SI
+	CMOVQLT BX, SI
+	SUBQ    SI, BX
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+
+gemvTL2T1AVX2_tl1unit:
+	PREFETCHT0     8192(CX)
+	VMOVDQU        (CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          m0fY<>+0(SB), Y6, Y6
+	VPAND          m0fY<>+0(SB), Y7, Y7
+	VBROADCASTI128 (DX), Y8
+	VBROADCASTI128 16(DX), Y9
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	VBROADCASTI128 32(DX), Y8
+	VBROADCASTI128 48(DX), Y9
+	VPSHUFB        Y7, Y8, Y8
+	VPSHUFB        Y7, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKHBW     Y9, Y8, Y8
+	VPADDW         Y12, Y0, Y0
+	VPADDW         Y8, Y1, Y1
+	ADDQ           $0x20, CX
+	ADDQ           $0x40, DX
+	DECQ           SI
+	JNZ            gemvTL2T1AVX2_tl1unit
+	VPMOVSXWD      X0, Y12
+	VPADDD         Y12, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X12
+	VPMOVSXWD      X12, Y12
+	VPADDD         Y12, Y4, Y4
+	VPMOVSXWD      X1, Y12
+	VPADDD         Y12, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X12
+	VPMOVSXWD      X12, Y12
+	VPADDD         Y12, Y5, Y5
+	VPXOR          Y0, Y0, Y0
+	VPXOR          Y1, Y1, Y1
+	TESTQ          BX, BX
+	JNZ            gemvTL2T1AVX2_tl1chunk
+
+gemvTL2T1AVX2_tl1done:
+	MOVQ    24(AX), AX
+	VMOVDQU Y2, (AX)
+	VMOVDQU Y3, 32(AX)
+	VMOVDQU Y4, 64(AX)
+	VMOVDQU Y5, 96(AX)
 	VZEROUPPER
 	RET

@@ -27,6 +27,7 @@ type fmtOps struct {
 	unpack  func(*byte)
 	epi     func(*byte)
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
+	floatT  int                       // largest T in float
 	gemvT   int                       // largest T in gemv
 	tileT   int                       // largest T in tile
 	kstep   int                       // inputs per GEMV step (segments are whole steps)
@@ -238,6 +239,16 @@ func scratchBase(a *Acts, size int) (int, []byte) {
 func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 	l.simdPrep()
 	if k.format.IsFloat() {
+		if a.N > 1 {
+			n, kk := a.N, l.Layout.K
+			_, s := scratchBase(a, 4*n*kk)
+			xt := unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), n*kk)
+			for t := 0; t < n; t++ {
+				for i, v := range a.F[t*kk : (t+1)*kk] {
+					xt[i*n+t] = v
+				}
+			}
+		}
 		return
 	}
 	n, ly := a.N, l.Layout
@@ -550,7 +561,12 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	f := &tb.f
-	*f = floatArgs{XStride: 4 * ly.K, K: ly.K, OutStride: 4 * ly.M}
+	*f = floatArgs{XStride: 4 * n, K: ly.K, OutStride: 4 * ly.M}
+	xt := unsafe.Pointer(&a.F[0])
+	if n > 1 {
+		_, s := scratchBase(a, 4*n*ly.K)
+		xt = unsafe.Pointer(&s[0])
+	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
 		rows := min(RowBlock, ly.M-m0)
@@ -560,9 +576,9 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		if lp.bias != nil {
 			f.Bias = unsafe.Pointer(&lp.bias[m0])
 		}
-		for t0 := 0; t0 < n; t0 += maxTileT {
-			T := min(maxTileT, n-t0)
-			f.X = unsafe.Pointer(&a.F[t0*ly.K])
+		for t0 := 0; t0 < n; t0 += k.ops.floatT {
+			T := min(k.ops.floatT, n-t0)
+			f.X = unsafe.Add(xt, 4*t0)
 			f.Out = unsafe.Pointer(&out[t0*ly.M+m0])
 			k.ops.float[T](argp(f))
 		}

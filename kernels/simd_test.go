@@ -14,7 +14,7 @@ import (
 // ("y") layouts, so the driver, Prepare and the generic operations are tested against the
 // reference independently of the assembly.
 func genericOps(f quantcfg.Format, z bool) *fmtOps {
-	o := &fmtOps{gemvT: 4, tileT: maxTileT, tileMaxU: 255, gemvMaxU: 255, epi: func(p *byte) { epilogueGeneric((*epiArgs)(unsafe.Pointer(p))) }}
+	o := &fmtOps{gemvT: 4, tileT: maxTileT, floatT: maxTileT, tileMaxU: 255, gemvMaxU: 255, epi: func(p *byte) { epilogueGeneric((*epiArgs)(unsafe.Pointer(p))) }}
 	if !z {
 		o.gemvT, o.tileT, o.tileMaxU, o.gemvMaxU = 2, 2, 127, 127
 	}

@@ -555,14 +555,15 @@ func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
 	}
 }
 
-// tl1Units runs n (a register, may be 0) tl1 units, flushing every 64.
+// tl1Units runs n (a register, may be 0) tl1 units, flushing every 32 (a chain gains at
+// most 2*256 per unit).
 func (s *lutState) tl1Units(name string, n Register) {
 	done := name + "_tl1done"
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	Label(name + "_tl1chunk")
 	c := GP64()
-	MOVQ(U32(64), c)
+	MOVQ(U32(32), c)
 	CMPQ(n, c)
 	CMOVQLT(n, c)
 	SUBQ(c, n)
@@ -596,7 +597,7 @@ func (s *lutState) store(a Register) {
 // gemvTL1Z: tl1 on zmm. A unit's 32 index bytes are widened to words (row order); the low
 // nibble indexes words 0-15 of the unit's 64-byte table (pair 2u), the high nibble + 16
 // words 16-31 (pair 2u+1); vpermw looks up 32 rows' int16 pair sums at once, summed in
-// int16 (flushed to int32 every 64 units, |sum| <= 64*2*256).
+// int16 (flushed to int32 every 32 units).
 func gemvTL1Z(T int) {
 	name := gemvName("TL1", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvTL1Generic (tabTL1Z)", T))

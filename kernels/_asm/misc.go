@@ -5,9 +5,6 @@ import (
 	. "github.com/mmcloughlin/avo/operand"
 )
 
-func genGemm()  {}
-func genFloat() {}
-
 // genMisc writes the measurement loops of package kernels: a read-bandwidth loop and an
 // int8 VNNI peak loop.
 func genMisc() {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -63,8 +64,12 @@ func (p *pool) put(rs ...VecPhysical) {
 }
 
 // fn starts a function taking one argument-block pointer and returns that pointer.
-func fn(name string, doc ...string) GPVirtual {
-	TEXT(name, NOSPLIT, "func(a *byte)")
+func fn(name string, doc ...string) GPVirtual { return fnAttr(name, NOSPLIT, doc...) }
+
+// fnAttr is fn with the given TEXT attributes (0 for functions whose frame is too big for
+// NOSPLIT: the assembler then adds the stack check).
+func fnAttr(name string, attr attr.Attribute, doc ...string) GPVirtual {
+	TEXT(name, attr, "func(a *byte)")
 	Pragma("noescape")
 	Doc(doc...)
 	return Load(Param("a"), GP64()).(GPVirtual)
