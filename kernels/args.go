@@ -29,6 +29,22 @@ type gemvArgs struct {
 	Aux2      int            // tl2: tl1 tail units
 }
 
+// lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens
+// (T is part of the function): Sums[rb][t][r] += the exact sum over the chunk's inputs of
+// w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
+// chunks of K in order over the same row blocks, so each chunk's tables stay in L1 while
+// every row block uses them.
+type lutArgs struct {
+	W         unsafe.Pointer // the chunk in the first row block
+	RBBytes   int            // bytes between row blocks
+	NRB       int            // row blocks (>= 1)
+	Sums      unsafe.Pointer // int32 [NRB][T][32], added to
+	Tab       unsafe.Pointer // token 0's tables for the chunk
+	TabStride int            // bytes between tokens' tables
+	Blocks    int            // tl2 blocks in the chunk (0 for tl1)
+	Units     int            // tl1 units in the chunk (tl2: its tl1 tail units, after the blocks)
+}
+
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,
 // q over Kp/4 quads (VNNI order: a row's 4 consecutive inputs in one dword).
 type unpackArgs struct {

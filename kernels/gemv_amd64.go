@@ -24,15 +24,15 @@ func gemvInt8T1AVX512(a *byte)
 //go:noescape
 func gemvInt1T1AVX512(a *byte)
 
-// gemvTL1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Z) is its reference.
+// lutTL1T1AVX512 is the TL1 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL1T1AVX512(a *byte)
+func lutTL1T1AVX512(a *byte)
 
-// gemvTL2T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Z) is its reference.
+// lutTL2T1AVX512 is the TL2 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL2T1AVX512(a *byte)
+func lutTL2T1AVX512(a *byte)
 
 // gemvInt2T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
@@ -54,15 +54,15 @@ func gemvInt8T2AVX512(a *byte)
 //go:noescape
 func gemvInt1T2AVX512(a *byte)
 
-// gemvTL1T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Z) is its reference.
+// lutTL1T2AVX512 is the TL1 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL1T2AVX512(a *byte)
+func lutTL1T2AVX512(a *byte)
 
-// gemvTL2T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Z) is its reference.
+// lutTL2T2AVX512 is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL2T2AVX512(a *byte)
+func lutTL2T2AVX512(a *byte)
 
 // gemvInt2T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
@@ -84,15 +84,15 @@ func gemvInt8T3AVX512(a *byte)
 //go:noescape
 func gemvInt1T3AVX512(a *byte)
 
-// gemvTL1T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Z) is its reference.
+// lutTL1T3AVX512 is the TL1 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL1T3AVX512(a *byte)
+func lutTL1T3AVX512(a *byte)
 
-// gemvTL2T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Z) is its reference.
+// lutTL2T3AVX512 is the TL2 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL2T3AVX512(a *byte)
+func lutTL2T3AVX512(a *byte)
 
 // gemvInt2T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
@@ -114,15 +114,15 @@ func gemvInt8T4AVX512(a *byte)
 //go:noescape
 func gemvInt1T4AVX512(a *byte)
 
-// gemvTL1T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Z) is its reference.
+// lutTL1T4AVX512 is the TL1 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL1T4AVX512(a *byte)
+func lutTL1T4AVX512(a *byte)
 
-// gemvTL2T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Z) is its reference.
+// lutTL2T4AVX512 is the TL2 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
-func gemvTL2T4AVX512(a *byte)
+func lutTL2T4AVX512(a *byte)
 
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -204,12 +204,12 @@ func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
 //go:noescape
 func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
 
-// gemvTL1T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL1Generic (tabTL1Y) is its reference.
+// lutTL1T1AVX2 is the TL1 chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.
 //
 //go:noescape
-func gemvTL1T1AVX2(a *byte)
+func lutTL1T1AVX2(a *byte)
 
-// gemvTL2T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvTL2Generic (tabTL2Y) is its reference.
+// lutTL2T1AVX2 is the TL2 chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.
 //
 //go:noescape
-func gemvTL2T1AVX2(a *byte)
+func lutTL2T1AVX2(a *byte)

@@ -493,45 +493,52 @@ gemvInt1T1AVX512_step:
 	VZEROUPPER
 	RET
 
-// func gemvTL1T1AVX512(a *byte)
+// func lutTL1T1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL1T1AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL1T1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00100010, SI
-	VPBROADCASTD SI, Z1
-	VPXORD       Z4, Z4, Z4
-	VPXORD       Z5, Z5, Z5
-	MOVQ         48(AX), SI
-	TESTQ        SI, SI
-	JZ           gemvTL1T1AVX512_tl1done
+	MOVQ         32(AX), SI
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), DI
+	MOVQ         24(AX), R8
 
-gemvTL1T1AVX512_tl1chunk:
-	MOVQ    $0x00000020, DI
-	CMPQ    SI, DI
-	CMOVQLT SI, DI
-	SUBQ    DI, SI
+lutTL1T1AVX512_rb:
+	MOVQ   DI, CX
+	MOVQ   DI, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   56(AX), R9
+	TESTQ  R9, R9
+	JZ     lutTL1T1AVX512_tl1done
+
+lutTL1T1AVX512_tl1chunk:
+	MOVQ    $0x00000020, R10
+	CMPQ    R9, R10
+	CMOVQLT R9, R10
+	SUBQ    R10, R9
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 
-gemvTL1T1AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL1T1AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
 	VPORD         Z1, Z8, Z8
-	VPERMW        (BX)(DX*1), Z7, Z9
+	VPERMW        (SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        (BX)(DX*1), Z8, Z9
+	VPERMW        (SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          DI
-	JNZ           gemvTL1T1AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R10
+	JNZ           lutTL1T1AVX512_tl1unit
 	VPMOVSXWD     Y2, Z9
 	VPADDD        Z9, Z4, Z4
 	VEXTRACTI64X4 $0x01, Z2, Y9
@@ -544,43 +551,54 @@ gemvTL1T1AVX512_tl1unit:
 	VPADDD        Z9, Z5, Z5
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
-	TESTQ         SI, SI
-	JNZ           gemvTL1T1AVX512_tl1chunk
+	TESTQ         R9, R9
+	JNZ           lutTL1T1AVX512_tl1chunk
 
-gemvTL1T1AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z4, (AX)
-	VMOVDQU32 Z5, 64(AX)
+lutTL1T1AVX512_tl1done:
+	VPADDD    (R8), Z4, Z4
+	VPADDD    64(R8), Z5, Z5
+	VMOVDQU32 Z4, (R8)
+	VMOVDQU32 Z5, 64(R8)
+	ADDQ      $0x00000080, R8
+	ADDQ      8(AX), DI
+	DECQ      16(AX)
+	JNZ       lutTL1T1AVX512_rb
 	VZEROUPPER
 	RET
 
-// func gemvTL2T1AVX512(a *byte)
+// func lutTL2T1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL2T1AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL2T1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00100010, SI
-	VPBROADCASTD SI, Z1
-	VPXORD       Z4, Z4, Z4
-	VPXORD       Z5, Z5, Z5
-	MOVQ         72(AX), SI
-	TESTQ        SI, SI
-	JZ           gemvTL2T1AVX512_tail
+	MOVQ         32(AX), SI
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), DI
+	MOVQ         24(AX), R8
 
-gemvTL2T1AVX512_chunk:
-	MOVQ    $0x00000004, DI
-	CMPQ    SI, DI
-	CMOVQLT SI, DI
-	SUBQ    DI, SI
+lutTL2T1AVX512_rb:
+	MOVQ   DI, CX
+	MOVQ   DI, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	MOVQ   48(AX), R9
+	TESTQ  R9, R9
+	JZ     lutTL2T1AVX512_tl2done
+
+lutTL2T1AVX512_chunk:
+	MOVQ    $0x00000004, R10
+	CMPQ    R9, R10
+	CMOVQLT R9, R10
+	SUBQ    R10, R9
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 
-gemvTL2T1AVX512_blk:
-	PREFETCHNTA   8192(CX)
+lutTL2T1AVX512_blk:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
@@ -588,11 +606,11 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        (BX)(DX*1), Z7, Z9
+	VPERMW        (SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        64(BX)(DX*1), Z8, Z9
+	VPERMW        64(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
-	PREFETCHNTA   8256(CX)
+	PREFETCHT0    64(DX)
 	VPMOVZXBW     32(CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
@@ -600,11 +618,11 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        128(BX)(DX*1), Z7, Z9
+	VPERMW        128(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        192(BX)(DX*1), Z8, Z9
+	VPERMW        192(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
-	PREFETCHNTA   8320(CX)
+	PREFETCHT0    128(DX)
 	VPMOVZXBW     64(CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
@@ -612,11 +630,11 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        256(BX)(DX*1), Z7, Z9
+	VPERMW        256(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        320(BX)(DX*1), Z8, Z9
+	VPERMW        320(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
-	PREFETCHNTA   8384(CX)
+	PREFETCHT0    192(DX)
 	VPMOVZXBW     96(CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
@@ -624,11 +642,11 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        384(BX)(DX*1), Z7, Z9
+	VPERMW        384(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        448(BX)(DX*1), Z8, Z9
+	VPERMW        448(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
-	PREFETCHNTA   8448(CX)
+	PREFETCHT0    256(DX)
 	VPMOVZXBW     128(CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
@@ -636,9 +654,9 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        512(BX)(DX*1), Z7, Z9
+	VPERMW        512(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        576(BX)(DX*1), Z8, Z9
+	VPERMW        576(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	VPMOVZXBW     160(CX), Z6
 	VPANDD        Z0, Z6, Z7
@@ -647,9 +665,9 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        640(BX)(DX*1), Z7, Z9
+	VPERMW        640(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        704(BX)(DX*1), Z8, Z9
+	VPERMW        704(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	VPMOVZXBW     192(CX), Z6
 	VPANDD        Z0, Z6, Z7
@@ -658,9 +676,9 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        768(BX)(DX*1), Z7, Z9
+	VPERMW        768(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        832(BX)(DX*1), Z8, Z9
+	VPERMW        832(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	VPMOVZXBW     224(CX), Z6
 	VPANDD        Z0, Z6, Z7
@@ -669,14 +687,15 @@ gemvTL2T1AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z7, K1, Z7
 	VPADDW        Z1, Z8, K2, Z8
-	VPERMW        896(BX)(DX*1), Z7, Z9
+	VPERMW        896(SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        960(BX)(DX*1), Z8, Z9
+	VPERMW        960(SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	ADDQ          $0x00000140, CX
-	ADDQ          $0x00000400, DX
-	DECQ          DI
-	JNZ           gemvTL2T1AVX512_blk
+	ADDQ          $0x00000140, DX
+	ADDQ          $0x00000400, BX
+	DECQ          R10
+	JNZ           lutTL2T1AVX512_blk
 	VPMOVSXWD     Y2, Z9
 	VPADDD        Z9, Z4, Z4
 	VEXTRACTI64X4 $0x01, Z2, Y9
@@ -689,36 +708,37 @@ gemvTL2T1AVX512_blk:
 	VPADDD        Z9, Z5, Z5
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
-	TESTQ         SI, SI
-	JNZ           gemvTL2T1AVX512_chunk
+	TESTQ         R9, R9
+	JNZ           lutTL2T1AVX512_chunk
 
-gemvTL2T1AVX512_tail:
-	MOVQ  80(AX), SI
-	TESTQ SI, SI
-	JZ    gemvTL2T1AVX512_tl1done
+lutTL2T1AVX512_tl2done:
+	MOVQ  56(AX), R9
+	TESTQ R9, R9
+	JZ    lutTL2T1AVX512_tl1done
 
-gemvTL2T1AVX512_tl1chunk:
-	MOVQ    $0x00000020, DI
-	CMPQ    SI, DI
-	CMOVQLT SI, DI
-	SUBQ    DI, SI
+lutTL2T1AVX512_tl1chunk:
+	MOVQ    $0x00000020, R10
+	CMPQ    R9, R10
+	CMOVQLT R9, R10
+	SUBQ    R10, R9
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 
-gemvTL2T1AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL2T1AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z6
 	VPANDD        Z0, Z6, Z7
 	VPSRLW        $0x04, Z6, Z8
 	VPORD         Z1, Z8, Z8
-	VPERMW        (BX)(DX*1), Z7, Z9
+	VPERMW        (SI)(BX*1), Z7, Z9
 	VPADDW        Z9, Z2, Z2
-	VPERMW        (BX)(DX*1), Z8, Z9
+	VPERMW        (SI)(BX*1), Z8, Z9
 	VPADDW        Z9, Z3, Z3
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          DI
-	JNZ           gemvTL2T1AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R10
+	JNZ           lutTL2T1AVX512_tl1unit
 	VPMOVSXWD     Y2, Z9
 	VPADDD        Z9, Z4, Z4
 	VEXTRACTI64X4 $0x01, Z2, Y9
@@ -731,13 +751,18 @@ gemvTL2T1AVX512_tl1unit:
 	VPADDD        Z9, Z5, Z5
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
-	TESTQ         SI, SI
-	JNZ           gemvTL2T1AVX512_tl1chunk
+	TESTQ         R9, R9
+	JNZ           lutTL2T1AVX512_tl1chunk
 
-gemvTL2T1AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z4, (AX)
-	VMOVDQU32 Z5, 64(AX)
+lutTL2T1AVX512_tl1done:
+	VPADDD    (R8), Z4, Z4
+	VPADDD    64(R8), Z5, Z5
+	VMOVDQU32 Z4, (R8)
+	VMOVDQU32 Z5, 64(R8)
+	ADDQ      $0x00000080, R8
+	ADDQ      8(AX), DI
+	DECQ      16(AX)
+	JNZ       lutTL2T1AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -1206,55 +1231,62 @@ gemvInt1T2AVX512_step:
 	VZEROUPPER
 	RET
 
-// func gemvTL1T2AVX512(a *byte)
+// func lutTL1T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL1T2AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL1T2AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x00100010, DI
-	VPBROADCASTD DI, Z1
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	MOVQ         48(AX), DI
-	TESTQ        DI, DI
-	JZ           gemvTL1T2AVX512_tl1done
+	MOVQ         32(AX), SI
+	MOVQ         SI, DI
+	ADDQ         40(AX), DI
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R8
+	MOVQ         24(AX), R9
 
-gemvTL1T2AVX512_tl1chunk:
-	MOVQ    $0x00000020, R8
-	CMPQ    DI, R8
-	CMOVQLT DI, R8
-	SUBQ    R8, DI
+lutTL1T2AVX512_rb:
+	MOVQ   R8, CX
+	MOVQ   R8, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   56(AX), R10
+	TESTQ  R10, R10
+	JZ     lutTL1T2AVX512_tl1done
+
+lutTL1T2AVX512_tl1chunk:
+	MOVQ    $0x00000020, R11
+	CMPQ    R10, R11
+	CMOVQLT R10, R11
+	SUBQ    R11, R10
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL1T2AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL1T2AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
 	VPORD         Z1, Z12, Z12
-	VPERMW        (BX)(DX*1), Z11, Z13
+	VPERMW        (SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        (SI)(DX*1), Z11, Z13
+	VPERMW        (DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        (BX)(DX*1), Z12, Z13
+	VPERMW        (SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        (SI)(DX*1), Z12, Z13
+	VPERMW        (DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R8
-	JNZ           gemvTL1T2AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R11
+	JNZ           lutTL1T2AVX512_tl1unit
 	VPMOVSXWD     Y2, Z13
 	VPADDD        Z13, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y13
@@ -1279,51 +1311,64 @@ gemvTL1T2AVX512_tl1unit:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         DI, DI
-	JNZ           gemvTL1T2AVX512_tl1chunk
+	TESTQ         R10, R10
+	JNZ           lutTL1T2AVX512_tl1chunk
 
-gemvTL1T2AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z6, (AX)
-	VMOVDQU32 Z7, 64(AX)
-	VMOVDQU32 Z8, 128(AX)
-	VMOVDQU32 Z9, 192(AX)
+lutTL1T2AVX512_tl1done:
+	VPADDD    (R9), Z6, Z6
+	VPADDD    64(R9), Z7, Z7
+	VMOVDQU32 Z6, (R9)
+	VMOVDQU32 Z7, 64(R9)
+	VPADDD    128(R9), Z8, Z8
+	VPADDD    192(R9), Z9, Z9
+	VMOVDQU32 Z8, 128(R9)
+	VMOVDQU32 Z9, 192(R9)
+	ADDQ      $0x00000100, R9
+	ADDQ      8(AX), R8
+	DECQ      16(AX)
+	JNZ       lutTL1T2AVX512_rb
 	VZEROUPPER
 	RET
 
-// func gemvTL2T2AVX512(a *byte)
+// func lutTL2T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL2T2AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL2T2AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x00100010, DI
-	VPBROADCASTD DI, Z1
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	MOVQ         72(AX), DI
-	TESTQ        DI, DI
-	JZ           gemvTL2T2AVX512_tail
+	MOVQ         32(AX), SI
+	MOVQ         SI, DI
+	ADDQ         40(AX), DI
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R8
+	MOVQ         24(AX), R9
 
-gemvTL2T2AVX512_chunk:
-	MOVQ    $0x00000004, R8
-	CMPQ    DI, R8
-	CMOVQLT DI, R8
-	SUBQ    R8, DI
+lutTL2T2AVX512_rb:
+	MOVQ   R8, CX
+	MOVQ   R8, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   48(AX), R10
+	TESTQ  R10, R10
+	JZ     lutTL2T2AVX512_tl2done
+
+lutTL2T2AVX512_chunk:
+	MOVQ    $0x00000004, R11
+	CMPQ    R10, R11
+	CMOVQLT R10, R11
+	SUBQ    R11, R10
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL2T2AVX512_blk:
-	PREFETCHNTA   8192(CX)
+lutTL2T2AVX512_blk:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
@@ -1331,15 +1376,15 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        (BX)(DX*1), Z11, Z13
+	VPERMW        (SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        (SI)(DX*1), Z11, Z13
+	VPERMW        (DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        64(BX)(DX*1), Z12, Z13
+	VPERMW        64(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        64(SI)(DX*1), Z12, Z13
+	VPERMW        64(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
-	PREFETCHNTA   8256(CX)
+	PREFETCHT0    64(DX)
 	VPMOVZXBW     32(CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
@@ -1347,15 +1392,15 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        128(BX)(DX*1), Z11, Z13
+	VPERMW        128(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        128(SI)(DX*1), Z11, Z13
+	VPERMW        128(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        192(BX)(DX*1), Z12, Z13
+	VPERMW        192(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        192(SI)(DX*1), Z12, Z13
+	VPERMW        192(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
-	PREFETCHNTA   8320(CX)
+	PREFETCHT0    128(DX)
 	VPMOVZXBW     64(CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
@@ -1363,15 +1408,15 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        256(BX)(DX*1), Z11, Z13
+	VPERMW        256(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        256(SI)(DX*1), Z11, Z13
+	VPERMW        256(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        320(BX)(DX*1), Z12, Z13
+	VPERMW        320(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        320(SI)(DX*1), Z12, Z13
+	VPERMW        320(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
-	PREFETCHNTA   8384(CX)
+	PREFETCHT0    192(DX)
 	VPMOVZXBW     96(CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
@@ -1379,15 +1424,15 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        384(BX)(DX*1), Z11, Z13
+	VPERMW        384(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        384(SI)(DX*1), Z11, Z13
+	VPERMW        384(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        448(BX)(DX*1), Z12, Z13
+	VPERMW        448(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        448(SI)(DX*1), Z12, Z13
+	VPERMW        448(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
-	PREFETCHNTA   8448(CX)
+	PREFETCHT0    256(DX)
 	VPMOVZXBW     128(CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
@@ -1395,13 +1440,13 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        512(BX)(DX*1), Z11, Z13
+	VPERMW        512(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        512(SI)(DX*1), Z11, Z13
+	VPERMW        512(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        576(BX)(DX*1), Z12, Z13
+	VPERMW        576(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        576(SI)(DX*1), Z12, Z13
+	VPERMW        576(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	VPMOVZXBW     160(CX), Z10
 	VPANDD        Z0, Z10, Z11
@@ -1410,13 +1455,13 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        640(BX)(DX*1), Z11, Z13
+	VPERMW        640(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        640(SI)(DX*1), Z11, Z13
+	VPERMW        640(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        704(BX)(DX*1), Z12, Z13
+	VPERMW        704(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        704(SI)(DX*1), Z12, Z13
+	VPERMW        704(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	VPMOVZXBW     192(CX), Z10
 	VPANDD        Z0, Z10, Z11
@@ -1425,13 +1470,13 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        768(BX)(DX*1), Z11, Z13
+	VPERMW        768(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        768(SI)(DX*1), Z11, Z13
+	VPERMW        768(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        832(BX)(DX*1), Z12, Z13
+	VPERMW        832(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        832(SI)(DX*1), Z12, Z13
+	VPERMW        832(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	VPMOVZXBW     224(CX), Z10
 	VPANDD        Z0, Z10, Z11
@@ -1440,18 +1485,19 @@ gemvTL2T2AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z11, K1, Z11
 	VPADDW        Z1, Z12, K2, Z12
-	VPERMW        896(BX)(DX*1), Z11, Z13
+	VPERMW        896(SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        896(SI)(DX*1), Z11, Z13
+	VPERMW        896(DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        960(BX)(DX*1), Z12, Z13
+	VPERMW        960(SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        960(SI)(DX*1), Z12, Z13
+	VPERMW        960(DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	ADDQ          $0x00000140, CX
-	ADDQ          $0x00000400, DX
-	DECQ          R8
-	JNZ           gemvTL2T2AVX512_blk
+	ADDQ          $0x00000140, DX
+	ADDQ          $0x00000400, BX
+	DECQ          R11
+	JNZ           lutTL2T2AVX512_blk
 	VPMOVSXWD     Y2, Z13
 	VPADDD        Z13, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y13
@@ -1476,42 +1522,43 @@ gemvTL2T2AVX512_blk:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         DI, DI
-	JNZ           gemvTL2T2AVX512_chunk
+	TESTQ         R10, R10
+	JNZ           lutTL2T2AVX512_chunk
 
-gemvTL2T2AVX512_tail:
-	MOVQ  80(AX), DI
-	TESTQ DI, DI
-	JZ    gemvTL2T2AVX512_tl1done
+lutTL2T2AVX512_tl2done:
+	MOVQ  56(AX), R10
+	TESTQ R10, R10
+	JZ    lutTL2T2AVX512_tl1done
 
-gemvTL2T2AVX512_tl1chunk:
-	MOVQ    $0x00000020, R8
-	CMPQ    DI, R8
-	CMOVQLT DI, R8
-	SUBQ    R8, DI
+lutTL2T2AVX512_tl1chunk:
+	MOVQ    $0x00000020, R11
+	CMPQ    R10, R11
+	CMOVQLT R10, R11
+	SUBQ    R11, R10
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL2T2AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL2T2AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z10
 	VPANDD        Z0, Z10, Z11
 	VPSRLW        $0x04, Z10, Z12
 	VPORD         Z1, Z12, Z12
-	VPERMW        (BX)(DX*1), Z11, Z13
+	VPERMW        (SI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z2, Z2
-	VPERMW        (SI)(DX*1), Z11, Z13
+	VPERMW        (DI)(BX*1), Z11, Z13
 	VPADDW        Z13, Z4, Z4
-	VPERMW        (BX)(DX*1), Z12, Z13
+	VPERMW        (SI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z3, Z3
-	VPERMW        (SI)(DX*1), Z12, Z13
+	VPERMW        (DI)(BX*1), Z12, Z13
 	VPADDW        Z13, Z5, Z5
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R8
-	JNZ           gemvTL2T2AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R11
+	JNZ           lutTL2T2AVX512_tl1unit
 	VPMOVSXWD     Y2, Z13
 	VPADDD        Z13, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y13
@@ -1536,15 +1583,22 @@ gemvTL2T2AVX512_tl1unit:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         DI, DI
-	JNZ           gemvTL2T2AVX512_tl1chunk
+	TESTQ         R10, R10
+	JNZ           lutTL2T2AVX512_tl1chunk
 
-gemvTL2T2AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z6, (AX)
-	VMOVDQU32 Z7, 64(AX)
-	VMOVDQU32 Z8, 128(AX)
-	VMOVDQU32 Z9, 192(AX)
+lutTL2T2AVX512_tl1done:
+	VPADDD    (R9), Z6, Z6
+	VPADDD    64(R9), Z7, Z7
+	VMOVDQU32 Z6, (R9)
+	VMOVDQU32 Z7, 64(R9)
+	VPADDD    128(R9), Z8, Z8
+	VPADDD    192(R9), Z9, Z9
+	VMOVDQU32 Z8, 128(R9)
+	VMOVDQU32 Z9, 192(R9)
+	ADDQ      $0x00000100, R9
+	ADDQ      8(AX), R8
+	DECQ      16(AX)
+	JNZ       lutTL2T2AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -2019,62 +2073,69 @@ gemvInt1T3AVX512_step:
 	VZEROUPPER
 	RET
 
-// func gemvTL1T3AVX512(a *byte)
+// func lutTL1T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL1T3AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL1T3AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
+	MOVQ         32(AX), SI
 	MOVQ         SI, DI
-	ADDQ         64(AX), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x00100010, R8
-	VPBROADCASTD R8, Z1
-	VPXORD       Z5, Z5, Z5
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	MOVQ         48(AX), R8
-	TESTQ        R8, R8
-	JZ           gemvTL1T3AVX512_tl1done
+	ADDQ         40(AX), DI
+	MOVQ         DI, R8
+	ADDQ         40(AX), R8
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R9
+	MOVQ         24(AX), R10
 
-gemvTL1T3AVX512_tl1chunk:
-	MOVQ    $0x00000020, R9
-	CMPQ    R8, R9
-	CMOVQLT R8, R9
-	SUBQ    R9, R8
+lutTL1T3AVX512_rb:
+	MOVQ   R9, CX
+	MOVQ   R9, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	MOVQ   56(AX), R11
+	TESTQ  R11, R11
+	JZ     lutTL1T3AVX512_tl1done
+
+lutTL1T3AVX512_tl1chunk:
+	MOVQ    $0x00000020, R12
+	CMPQ    R11, R12
+	CMOVQLT R11, R12
+	SUBQ    R12, R11
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 
-gemvTL1T3AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL1T3AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
 	VPORD         Z1, Z13, Z13
-	VPERMW        (BX)(DX*1), Z12, Z14
+	VPERMW        (SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        (SI)(DX*1), Z12, Z14
+	VPERMW        (DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        (DI)(DX*1), Z12, Z14
+	VPERMW        (R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        (BX)(DX*1), Z13, Z14
+	VPERMW        (SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        (SI)(DX*1), Z13, Z14
+	VPERMW        (DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        (DI)(DX*1), Z13, Z14
+	VPERMW        (R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R9
-	JNZ           gemvTL1T3AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R12
+	JNZ           lutTL1T3AVX512_tl1unit
 	VPMOVSXWD     Y2, Z14
 	VPADDD        Z14, Z5, Z5
 	VEXTRACTI64X4 $0x01, Z2, Y14
@@ -2093,56 +2154,71 @@ gemvTL1T3AVX512_tl1unit:
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
-	TESTQ         R8, R8
-	JNZ           gemvTL1T3AVX512_tl1chunk
+	TESTQ         R11, R11
+	JNZ           lutTL1T3AVX512_tl1chunk
 
-gemvTL1T3AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z5, (AX)
-	VMOVDQU32 Z6, 64(AX)
-	VMOVDQU32 Z7, 128(AX)
-	VMOVDQU32 Z8, 192(AX)
-	VMOVDQU32 Z9, 256(AX)
-	VMOVDQU32 Z10, 320(AX)
+lutTL1T3AVX512_tl1done:
+	VPADDD    (R10), Z5, Z5
+	VPADDD    64(R10), Z6, Z6
+	VMOVDQU32 Z5, (R10)
+	VMOVDQU32 Z6, 64(R10)
+	VPADDD    128(R10), Z7, Z7
+	VPADDD    192(R10), Z8, Z8
+	VMOVDQU32 Z7, 128(R10)
+	VMOVDQU32 Z8, 192(R10)
+	VPADDD    256(R10), Z9, Z9
+	VPADDD    320(R10), Z10, Z10
+	VMOVDQU32 Z9, 256(R10)
+	VMOVDQU32 Z10, 320(R10)
+	ADDQ      $0x00000180, R10
+	ADDQ      8(AX), R9
+	DECQ      16(AX)
+	JNZ       lutTL1T3AVX512_rb
 	VZEROUPPER
 	RET
 
-// func gemvTL2T3AVX512(a *byte)
+// func lutTL2T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL2T3AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
+	MOVQ         32(AX), SI
 	MOVQ         SI, DI
-	ADDQ         64(AX), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x00100010, R8
-	VPBROADCASTD R8, Z1
-	VPXORD       Z5, Z5, Z5
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	MOVQ         72(AX), R8
-	TESTQ        R8, R8
-	JZ           gemvTL2T3AVX512_tail
+	ADDQ         40(AX), DI
+	MOVQ         DI, R8
+	ADDQ         40(AX), R8
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R9
+	MOVQ         24(AX), R10
 
-gemvTL2T3AVX512_chunk:
-	MOVQ    $0x00000004, R9
-	CMPQ    R8, R9
-	CMOVQLT R8, R9
-	SUBQ    R9, R8
+lutTL2T3AVX512_rb:
+	MOVQ   R9, CX
+	MOVQ   R9, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	MOVQ   48(AX), R11
+	TESTQ  R11, R11
+	JZ     lutTL2T3AVX512_tl2done
+
+lutTL2T3AVX512_chunk:
+	MOVQ    $0x00000004, R12
+	CMPQ    R11, R12
+	CMOVQLT R11, R12
+	SUBQ    R12, R11
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 
-gemvTL2T3AVX512_blk:
-	PREFETCHNTA   8192(CX)
+lutTL2T3AVX512_blk:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
@@ -2150,19 +2226,19 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        (BX)(DX*1), Z12, Z14
+	VPERMW        (SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        (SI)(DX*1), Z12, Z14
+	VPERMW        (DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        (DI)(DX*1), Z12, Z14
+	VPERMW        (R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        64(BX)(DX*1), Z13, Z14
+	VPERMW        64(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        64(SI)(DX*1), Z13, Z14
+	VPERMW        64(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        64(DI)(DX*1), Z13, Z14
+	VPERMW        64(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
-	PREFETCHNTA   8256(CX)
+	PREFETCHT0    64(DX)
 	VPMOVZXBW     32(CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
@@ -2170,19 +2246,19 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        128(BX)(DX*1), Z12, Z14
+	VPERMW        128(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        128(SI)(DX*1), Z12, Z14
+	VPERMW        128(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        128(DI)(DX*1), Z12, Z14
+	VPERMW        128(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        192(BX)(DX*1), Z13, Z14
+	VPERMW        192(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        192(SI)(DX*1), Z13, Z14
+	VPERMW        192(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        192(DI)(DX*1), Z13, Z14
+	VPERMW        192(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
-	PREFETCHNTA   8320(CX)
+	PREFETCHT0    128(DX)
 	VPMOVZXBW     64(CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
@@ -2190,19 +2266,19 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        256(BX)(DX*1), Z12, Z14
+	VPERMW        256(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        256(SI)(DX*1), Z12, Z14
+	VPERMW        256(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        256(DI)(DX*1), Z12, Z14
+	VPERMW        256(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        320(BX)(DX*1), Z13, Z14
+	VPERMW        320(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        320(SI)(DX*1), Z13, Z14
+	VPERMW        320(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        320(DI)(DX*1), Z13, Z14
+	VPERMW        320(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
-	PREFETCHNTA   8384(CX)
+	PREFETCHT0    192(DX)
 	VPMOVZXBW     96(CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
@@ -2210,19 +2286,19 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        384(BX)(DX*1), Z12, Z14
+	VPERMW        384(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        384(SI)(DX*1), Z12, Z14
+	VPERMW        384(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        384(DI)(DX*1), Z12, Z14
+	VPERMW        384(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        448(BX)(DX*1), Z13, Z14
+	VPERMW        448(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        448(SI)(DX*1), Z13, Z14
+	VPERMW        448(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        448(DI)(DX*1), Z13, Z14
+	VPERMW        448(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
-	PREFETCHNTA   8448(CX)
+	PREFETCHT0    256(DX)
 	VPMOVZXBW     128(CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
@@ -2230,17 +2306,17 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        512(BX)(DX*1), Z12, Z14
+	VPERMW        512(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        512(SI)(DX*1), Z12, Z14
+	VPERMW        512(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        512(DI)(DX*1), Z12, Z14
+	VPERMW        512(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        576(BX)(DX*1), Z13, Z14
+	VPERMW        576(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        576(SI)(DX*1), Z13, Z14
+	VPERMW        576(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        576(DI)(DX*1), Z13, Z14
+	VPERMW        576(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	VPMOVZXBW     160(CX), Z11
 	VPANDD        Z0, Z11, Z12
@@ -2249,17 +2325,17 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        640(BX)(DX*1), Z12, Z14
+	VPERMW        640(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        640(SI)(DX*1), Z12, Z14
+	VPERMW        640(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        640(DI)(DX*1), Z12, Z14
+	VPERMW        640(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        704(BX)(DX*1), Z13, Z14
+	VPERMW        704(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        704(SI)(DX*1), Z13, Z14
+	VPERMW        704(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        704(DI)(DX*1), Z13, Z14
+	VPERMW        704(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	VPMOVZXBW     192(CX), Z11
 	VPANDD        Z0, Z11, Z12
@@ -2268,17 +2344,17 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        768(BX)(DX*1), Z12, Z14
+	VPERMW        768(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        768(SI)(DX*1), Z12, Z14
+	VPERMW        768(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        768(DI)(DX*1), Z12, Z14
+	VPERMW        768(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        832(BX)(DX*1), Z13, Z14
+	VPERMW        832(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        832(SI)(DX*1), Z13, Z14
+	VPERMW        832(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        832(DI)(DX*1), Z13, Z14
+	VPERMW        832(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	VPMOVZXBW     224(CX), Z11
 	VPANDD        Z0, Z11, Z12
@@ -2287,22 +2363,23 @@ gemvTL2T3AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z12, K1, Z12
 	VPADDW        Z1, Z13, K2, Z13
-	VPERMW        896(BX)(DX*1), Z12, Z14
+	VPERMW        896(SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        896(SI)(DX*1), Z12, Z14
+	VPERMW        896(DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        896(DI)(DX*1), Z12, Z14
+	VPERMW        896(R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        960(BX)(DX*1), Z13, Z14
+	VPERMW        960(SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        960(SI)(DX*1), Z13, Z14
+	VPERMW        960(DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        960(DI)(DX*1), Z13, Z14
+	VPERMW        960(R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	ADDQ          $0x00000140, CX
-	ADDQ          $0x00000400, DX
-	DECQ          R9
-	JNZ           gemvTL2T3AVX512_blk
+	ADDQ          $0x00000140, DX
+	ADDQ          $0x00000400, BX
+	DECQ          R12
+	JNZ           lutTL2T3AVX512_blk
 	VPMOVSXWD     Y2, Z14
 	VPADDD        Z14, Z5, Z5
 	VEXTRACTI64X4 $0x01, Z2, Y14
@@ -2321,45 +2398,46 @@ gemvTL2T3AVX512_blk:
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
-	TESTQ         R8, R8
-	JNZ           gemvTL2T3AVX512_chunk
+	TESTQ         R11, R11
+	JNZ           lutTL2T3AVX512_chunk
 
-gemvTL2T3AVX512_tail:
-	MOVQ  80(AX), R8
-	TESTQ R8, R8
-	JZ    gemvTL2T3AVX512_tl1done
+lutTL2T3AVX512_tl2done:
+	MOVQ  56(AX), R11
+	TESTQ R11, R11
+	JZ    lutTL2T3AVX512_tl1done
 
-gemvTL2T3AVX512_tl1chunk:
-	MOVQ    $0x00000020, R9
-	CMPQ    R8, R9
-	CMOVQLT R8, R9
-	SUBQ    R9, R8
+lutTL2T3AVX512_tl1chunk:
+	MOVQ    $0x00000020, R12
+	CMPQ    R11, R12
+	CMOVQLT R11, R12
+	SUBQ    R12, R11
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 
-gemvTL2T3AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL2T3AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z11
 	VPANDD        Z0, Z11, Z12
 	VPSRLW        $0x04, Z11, Z13
 	VPORD         Z1, Z13, Z13
-	VPERMW        (BX)(DX*1), Z12, Z14
+	VPERMW        (SI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        (SI)(DX*1), Z12, Z14
+	VPERMW        (DI)(BX*1), Z12, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        (DI)(DX*1), Z12, Z14
+	VPERMW        (R8)(BX*1), Z12, Z14
 	VPADDW        Z14, Z4, Z4
-	VPERMW        (BX)(DX*1), Z13, Z14
+	VPERMW        (SI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z2, Z2
-	VPERMW        (SI)(DX*1), Z13, Z14
+	VPERMW        (DI)(BX*1), Z13, Z14
 	VPADDW        Z14, Z3, Z3
-	VPERMW        (DI)(DX*1), Z13, Z14
+	VPERMW        (R8)(BX*1), Z13, Z14
 	VPADDW        Z14, Z4, Z4
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R9
-	JNZ           gemvTL2T3AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R12
+	JNZ           lutTL2T3AVX512_tl1unit
 	VPMOVSXWD     Y2, Z14
 	VPADDD        Z14, Z5, Z5
 	VEXTRACTI64X4 $0x01, Z2, Y14
@@ -2378,17 +2456,26 @@ gemvTL2T3AVX512_tl1unit:
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
-	TESTQ         R8, R8
-	JNZ           gemvTL2T3AVX512_tl1chunk
+	TESTQ         R11, R11
+	JNZ           lutTL2T3AVX512_tl1chunk
 
-gemvTL2T3AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z5, (AX)
-	VMOVDQU32 Z6, 64(AX)
-	VMOVDQU32 Z7, 128(AX)
-	VMOVDQU32 Z8, 192(AX)
-	VMOVDQU32 Z9, 256(AX)
-	VMOVDQU32 Z10, 320(AX)
+lutTL2T3AVX512_tl1done:
+	VPADDD    (R10), Z5, Z5
+	VPADDD    64(R10), Z6, Z6
+	VMOVDQU32 Z5, (R10)
+	VMOVDQU32 Z6, 64(R10)
+	VPADDD    128(R10), Z7, Z7
+	VPADDD    192(R10), Z8, Z8
+	VMOVDQU32 Z7, 128(R10)
+	VMOVDQU32 Z8, 192(R10)
+	VPADDD    256(R10), Z9, Z9
+	VPADDD    320(R10), Z10, Z10
+	VMOVDQU32 Z9, 256(R10)
+	VMOVDQU32 Z10, 320(R10)
+	ADDQ      $0x00000180, R10
+	ADDQ      8(AX), R9
+	DECQ      16(AX)
+	JNZ       lutTL2T3AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -2961,71 +3048,78 @@ gemvInt1T4AVX512_step:
 	VZEROUPPER
 	RET
 
-// func gemvTL1T4AVX512(a *byte)
+// func lutTL1T4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL1T4AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL1T4AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
+	MOVQ         32(AX), SI
 	MOVQ         SI, DI
-	ADDQ         64(AX), DI
+	ADDQ         40(AX), DI
 	MOVQ         DI, R8
-	ADDQ         64(AX), R8
-	MOVL         $0x0f0f0f0f, R9
-	VPBROADCASTD R9, Z0
-	MOVL         $0x00100010, R9
-	VPBROADCASTD R9, Z1
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	VPXORD       Z11, Z11, Z11
-	VPXORD       Z12, Z12, Z12
-	VPXORD       Z13, Z13, Z13
-	MOVQ         48(AX), R9
-	TESTQ        R9, R9
-	JZ           gemvTL1T4AVX512_tl1done
+	ADDQ         40(AX), R8
+	MOVQ         R8, R9
+	ADDQ         40(AX), R9
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R10
+	MOVQ         24(AX), R11
 
-gemvTL1T4AVX512_tl1chunk:
-	MOVQ    $0x00000020, R10
-	CMPQ    R9, R10
-	CMOVQLT R9, R10
-	SUBQ    R10, R9
+lutTL1T4AVX512_rb:
+	MOVQ   R10, CX
+	MOVQ   R10, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   56(AX), R12
+	TESTQ  R12, R12
+	JZ     lutTL1T4AVX512_tl1done
+
+lutTL1T4AVX512_tl1chunk:
+	MOVQ    $0x00000020, R13
+	CMPQ    R12, R13
+	CMOVQLT R12, R13
+	SUBQ    R13, R12
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL1T4AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL1T4AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
 	VPORD         Z1, Z16, Z16
-	VPERMW        (BX)(DX*1), Z15, Z17
+	VPERMW        (SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        (SI)(DX*1), Z15, Z17
+	VPERMW        (DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(DX*1), Z15, Z17
+	VPERMW        (R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(DX*1), Z15, Z17
+	VPERMW        (R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        (BX)(DX*1), Z16, Z17
+	VPERMW        (SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        (SI)(DX*1), Z16, Z17
+	VPERMW        (DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(DX*1), Z16, Z17
+	VPERMW        (R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(DX*1), Z16, Z17
+	VPERMW        (R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R10
-	JNZ           gemvTL1T4AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R13
+	JNZ           lutTL1T4AVX512_tl1unit
 	VPMOVSXWD     Y2, Z17
 	VPADDD        Z17, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y17
@@ -3050,63 +3144,80 @@ gemvTL1T4AVX512_tl1unit:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         R9, R9
-	JNZ           gemvTL1T4AVX512_tl1chunk
+	TESTQ         R12, R12
+	JNZ           lutTL1T4AVX512_tl1chunk
 
-gemvTL1T4AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z6, (AX)
-	VMOVDQU32 Z7, 64(AX)
-	VMOVDQU32 Z8, 128(AX)
-	VMOVDQU32 Z9, 192(AX)
-	VMOVDQU32 Z10, 256(AX)
-	VMOVDQU32 Z11, 320(AX)
-	VMOVDQU32 Z12, 384(AX)
-	VMOVDQU32 Z13, 448(AX)
+lutTL1T4AVX512_tl1done:
+	VPADDD    (R11), Z6, Z6
+	VPADDD    64(R11), Z7, Z7
+	VMOVDQU32 Z6, (R11)
+	VMOVDQU32 Z7, 64(R11)
+	VPADDD    128(R11), Z8, Z8
+	VPADDD    192(R11), Z9, Z9
+	VMOVDQU32 Z8, 128(R11)
+	VMOVDQU32 Z9, 192(R11)
+	VPADDD    256(R11), Z10, Z10
+	VPADDD    320(R11), Z11, Z11
+	VMOVDQU32 Z10, 256(R11)
+	VMOVDQU32 Z11, 320(R11)
+	VPADDD    384(R11), Z12, Z12
+	VPADDD    448(R11), Z13, Z13
+	VMOVDQU32 Z12, 384(R11)
+	VMOVDQU32 Z13, 448(R11)
+	ADDQ      $0x00000200, R11
+	ADDQ      8(AX), R10
+	DECQ      16(AX)
+	JNZ       lutTL1T4AVX512_rb
 	VZEROUPPER
 	RET
 
-// func gemvTL2T4AVX512(a *byte)
+// func lutTL2T4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·gemvTL2T4AVX512(SB), NOSPLIT, $0-8
+TEXT ·lutTL2T4AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         56(AX), BX
-	MOVQ         BX, SI
-	ADDQ         64(AX), SI
+	MOVQ         32(AX), SI
 	MOVQ         SI, DI
-	ADDQ         64(AX), DI
+	ADDQ         40(AX), DI
 	MOVQ         DI, R8
-	ADDQ         64(AX), R8
-	MOVL         $0x0f0f0f0f, R9
-	VPBROADCASTD R9, Z0
-	MOVL         $0x00100010, R9
-	VPBROADCASTD R9, Z1
-	VPXORD       Z6, Z6, Z6
-	VPXORD       Z7, Z7, Z7
-	VPXORD       Z8, Z8, Z8
-	VPXORD       Z9, Z9, Z9
-	VPXORD       Z10, Z10, Z10
-	VPXORD       Z11, Z11, Z11
-	VPXORD       Z12, Z12, Z12
-	VPXORD       Z13, Z13, Z13
-	MOVQ         72(AX), R9
-	TESTQ        R9, R9
-	JZ           gemvTL2T4AVX512_tail
+	ADDQ         40(AX), R8
+	MOVQ         R8, R9
+	ADDQ         40(AX), R9
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z0
+	MOVL         $0x00100010, CX
+	VPBROADCASTD CX, Z1
+	MOVQ         (AX), R10
+	MOVQ         24(AX), R11
 
-gemvTL2T4AVX512_chunk:
-	MOVQ    $0x00000004, R10
-	CMPQ    R9, R10
-	CMOVQLT R9, R10
-	SUBQ    R10, R9
+lutTL2T4AVX512_rb:
+	MOVQ   R10, CX
+	MOVQ   R10, DX
+	ADDQ   8(AX), DX
+	XORQ   BX, BX
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	MOVQ   48(AX), R12
+	TESTQ  R12, R12
+	JZ     lutTL2T4AVX512_tl2done
+
+lutTL2T4AVX512_chunk:
+	MOVQ    $0x00000004, R13
+	CMPQ    R12, R13
+	CMOVQLT R12, R13
+	SUBQ    R13, R12
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL2T4AVX512_blk:
-	PREFETCHNTA   8192(CX)
+lutTL2T4AVX512_blk:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
@@ -3114,23 +3225,23 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        (BX)(DX*1), Z15, Z17
+	VPERMW        (SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        (SI)(DX*1), Z15, Z17
+	VPERMW        (DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(DX*1), Z15, Z17
+	VPERMW        (R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(DX*1), Z15, Z17
+	VPERMW        (R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        64(BX)(DX*1), Z16, Z17
+	VPERMW        64(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        64(SI)(DX*1), Z16, Z17
+	VPERMW        64(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        64(DI)(DX*1), Z16, Z17
+	VPERMW        64(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        64(R8)(DX*1), Z16, Z17
+	VPERMW        64(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
-	PREFETCHNTA   8256(CX)
+	PREFETCHT0    64(DX)
 	VPMOVZXBW     32(CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
@@ -3138,23 +3249,23 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        128(BX)(DX*1), Z15, Z17
+	VPERMW        128(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        128(SI)(DX*1), Z15, Z17
+	VPERMW        128(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        128(DI)(DX*1), Z15, Z17
+	VPERMW        128(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        128(R8)(DX*1), Z15, Z17
+	VPERMW        128(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        192(BX)(DX*1), Z16, Z17
+	VPERMW        192(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        192(SI)(DX*1), Z16, Z17
+	VPERMW        192(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        192(DI)(DX*1), Z16, Z17
+	VPERMW        192(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        192(R8)(DX*1), Z16, Z17
+	VPERMW        192(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
-	PREFETCHNTA   8320(CX)
+	PREFETCHT0    128(DX)
 	VPMOVZXBW     64(CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
@@ -3162,23 +3273,23 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        256(BX)(DX*1), Z15, Z17
+	VPERMW        256(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        256(SI)(DX*1), Z15, Z17
+	VPERMW        256(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        256(DI)(DX*1), Z15, Z17
+	VPERMW        256(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        256(R8)(DX*1), Z15, Z17
+	VPERMW        256(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        320(BX)(DX*1), Z16, Z17
+	VPERMW        320(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        320(SI)(DX*1), Z16, Z17
+	VPERMW        320(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        320(DI)(DX*1), Z16, Z17
+	VPERMW        320(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        320(R8)(DX*1), Z16, Z17
+	VPERMW        320(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
-	PREFETCHNTA   8384(CX)
+	PREFETCHT0    192(DX)
 	VPMOVZXBW     96(CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
@@ -3186,23 +3297,23 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        384(BX)(DX*1), Z15, Z17
+	VPERMW        384(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        384(SI)(DX*1), Z15, Z17
+	VPERMW        384(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        384(DI)(DX*1), Z15, Z17
+	VPERMW        384(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        384(R8)(DX*1), Z15, Z17
+	VPERMW        384(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        448(BX)(DX*1), Z16, Z17
+	VPERMW        448(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        448(SI)(DX*1), Z16, Z17
+	VPERMW        448(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        448(DI)(DX*1), Z16, Z17
+	VPERMW        448(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        448(R8)(DX*1), Z16, Z17
+	VPERMW        448(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
-	PREFETCHNTA   8448(CX)
+	PREFETCHT0    256(DX)
 	VPMOVZXBW     128(CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
@@ -3210,21 +3321,21 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        512(BX)(DX*1), Z15, Z17
+	VPERMW        512(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        512(SI)(DX*1), Z15, Z17
+	VPERMW        512(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        512(DI)(DX*1), Z15, Z17
+	VPERMW        512(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        512(R8)(DX*1), Z15, Z17
+	VPERMW        512(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        576(BX)(DX*1), Z16, Z17
+	VPERMW        576(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        576(SI)(DX*1), Z16, Z17
+	VPERMW        576(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        576(DI)(DX*1), Z16, Z17
+	VPERMW        576(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        576(R8)(DX*1), Z16, Z17
+	VPERMW        576(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	VPMOVZXBW     160(CX), Z14
 	VPANDD        Z0, Z14, Z15
@@ -3233,21 +3344,21 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        640(BX)(DX*1), Z15, Z17
+	VPERMW        640(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        640(SI)(DX*1), Z15, Z17
+	VPERMW        640(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        640(DI)(DX*1), Z15, Z17
+	VPERMW        640(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        640(R8)(DX*1), Z15, Z17
+	VPERMW        640(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        704(BX)(DX*1), Z16, Z17
+	VPERMW        704(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        704(SI)(DX*1), Z16, Z17
+	VPERMW        704(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        704(DI)(DX*1), Z16, Z17
+	VPERMW        704(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        704(R8)(DX*1), Z16, Z17
+	VPERMW        704(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	VPMOVZXBW     192(CX), Z14
 	VPANDD        Z0, Z14, Z15
@@ -3256,21 +3367,21 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        768(BX)(DX*1), Z15, Z17
+	VPERMW        768(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        768(SI)(DX*1), Z15, Z17
+	VPERMW        768(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        768(DI)(DX*1), Z15, Z17
+	VPERMW        768(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        768(R8)(DX*1), Z15, Z17
+	VPERMW        768(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        832(BX)(DX*1), Z16, Z17
+	VPERMW        832(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        832(SI)(DX*1), Z16, Z17
+	VPERMW        832(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        832(DI)(DX*1), Z16, Z17
+	VPERMW        832(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        832(R8)(DX*1), Z16, Z17
+	VPERMW        832(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	VPMOVZXBW     224(CX), Z14
 	VPANDD        Z0, Z14, Z15
@@ -3279,26 +3390,27 @@ gemvTL2T4AVX512_blk:
 	KSHIFTRQ      $0x20, K1, K2
 	VPADDW        Z1, Z15, K1, Z15
 	VPADDW        Z1, Z16, K2, Z16
-	VPERMW        896(BX)(DX*1), Z15, Z17
+	VPERMW        896(SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        896(SI)(DX*1), Z15, Z17
+	VPERMW        896(DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        896(DI)(DX*1), Z15, Z17
+	VPERMW        896(R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        896(R8)(DX*1), Z15, Z17
+	VPERMW        896(R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        960(BX)(DX*1), Z16, Z17
+	VPERMW        960(SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        960(SI)(DX*1), Z16, Z17
+	VPERMW        960(DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        960(DI)(DX*1), Z16, Z17
+	VPERMW        960(R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        960(R8)(DX*1), Z16, Z17
+	VPERMW        960(R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	ADDQ          $0x00000140, CX
-	ADDQ          $0x00000400, DX
-	DECQ          R10
-	JNZ           gemvTL2T4AVX512_blk
+	ADDQ          $0x00000140, DX
+	ADDQ          $0x00000400, BX
+	DECQ          R13
+	JNZ           lutTL2T4AVX512_blk
 	VPMOVSXWD     Y2, Z17
 	VPADDD        Z17, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y17
@@ -3323,50 +3435,51 @@ gemvTL2T4AVX512_blk:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         R9, R9
-	JNZ           gemvTL2T4AVX512_chunk
+	TESTQ         R12, R12
+	JNZ           lutTL2T4AVX512_chunk
 
-gemvTL2T4AVX512_tail:
-	MOVQ  80(AX), R9
-	TESTQ R9, R9
-	JZ    gemvTL2T4AVX512_tl1done
+lutTL2T4AVX512_tl2done:
+	MOVQ  56(AX), R12
+	TESTQ R12, R12
+	JZ    lutTL2T4AVX512_tl1done
 
-gemvTL2T4AVX512_tl1chunk:
-	MOVQ    $0x00000020, R10
-	CMPQ    R9, R10
-	CMOVQLT R9, R10
-	SUBQ    R10, R9
+lutTL2T4AVX512_tl1chunk:
+	MOVQ    $0x00000020, R13
+	CMPQ    R12, R13
+	CMOVQLT R12, R13
+	SUBQ    R13, R12
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 
-gemvTL2T4AVX512_tl1unit:
-	PREFETCHNTA   8192(CX)
+lutTL2T4AVX512_tl1unit:
+	PREFETCHT0    (DX)
 	VPMOVZXBW     (CX), Z14
 	VPANDD        Z0, Z14, Z15
 	VPSRLW        $0x04, Z14, Z16
 	VPORD         Z1, Z16, Z16
-	VPERMW        (BX)(DX*1), Z15, Z17
+	VPERMW        (SI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        (SI)(DX*1), Z15, Z17
+	VPERMW        (DI)(BX*1), Z15, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(DX*1), Z15, Z17
+	VPERMW        (R8)(BX*1), Z15, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(DX*1), Z15, Z17
+	VPERMW        (R9)(BX*1), Z15, Z17
 	VPADDW        Z17, Z5, Z5
-	VPERMW        (BX)(DX*1), Z16, Z17
+	VPERMW        (SI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z2, Z2
-	VPERMW        (SI)(DX*1), Z16, Z17
+	VPERMW        (DI)(BX*1), Z16, Z17
 	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(DX*1), Z16, Z17
+	VPERMW        (R8)(BX*1), Z16, Z17
 	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(DX*1), Z16, Z17
+	VPERMW        (R9)(BX*1), Z16, Z17
 	VPADDW        Z17, Z5, Z5
 	ADDQ          $0x20, CX
-	ADDQ          $0x40, DX
-	DECQ          R10
-	JNZ           gemvTL2T4AVX512_tl1unit
+	ADDQ          $0x20, DX
+	ADDQ          $0x40, BX
+	DECQ          R13
+	JNZ           lutTL2T4AVX512_tl1unit
 	VPMOVSXWD     Y2, Z17
 	VPADDD        Z17, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y17
@@ -3391,19 +3504,30 @@ gemvTL2T4AVX512_tl1unit:
 	VPXORD        Z3, Z3, Z3
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
-	TESTQ         R9, R9
-	JNZ           gemvTL2T4AVX512_tl1chunk
+	TESTQ         R12, R12
+	JNZ           lutTL2T4AVX512_tl1chunk
 
-gemvTL2T4AVX512_tl1done:
-	MOVQ      24(AX), AX
-	VMOVDQU32 Z6, (AX)
-	VMOVDQU32 Z7, 64(AX)
-	VMOVDQU32 Z8, 128(AX)
-	VMOVDQU32 Z9, 192(AX)
-	VMOVDQU32 Z10, 256(AX)
-	VMOVDQU32 Z11, 320(AX)
-	VMOVDQU32 Z12, 384(AX)
-	VMOVDQU32 Z13, 448(AX)
+lutTL2T4AVX512_tl1done:
+	VPADDD    (R11), Z6, Z6
+	VPADDD    64(R11), Z7, Z7
+	VMOVDQU32 Z6, (R11)
+	VMOVDQU32 Z7, 64(R11)
+	VPADDD    128(R11), Z8, Z8
+	VPADDD    192(R11), Z9, Z9
+	VMOVDQU32 Z8, 128(R11)
+	VMOVDQU32 Z9, 192(R11)
+	VPADDD    256(R11), Z10, Z10
+	VPADDD    320(R11), Z11, Z11
+	VMOVDQU32 Z10, 256(R11)
+	VMOVDQU32 Z11, 320(R11)
+	VPADDD    384(R11), Z12, Z12
+	VPADDD    448(R11), Z13, Z13
+	VMOVDQU32 Z12, 384(R11)
+	VMOVDQU32 Z13, 448(R11)
+	ADDQ      $0x00000200, R11
+	ADDQ      8(AX), R10
+	DECQ      16(AX)
+	JNZ       lutTL2T4AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -5043,44 +5167,50 @@ gemvInt8T2VNNIINT8AVXVNNI_step:
 	VZEROUPPER
 	RET
 
-// func gemvTL1T1AVX2(a *byte)
+// func lutTL1T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
-TEXT ·gemvTL1T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ  a+0(FP), AX
-	MOVQ  (AX), CX
-	MOVQ  56(AX), DX
+TEXT ·lutTL1T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), SI
+	MOVQ 24(AX), DI
+
+lutTL1T1AVX2_rb:
+	MOVQ  SI, CX
+	MOVQ  SI, DX
+	ADDQ  8(AX), DX
+	MOVQ  32(AX), BX
 	VPXOR Y2, Y2, Y2
 	VPXOR Y3, Y3, Y3
 	VPXOR Y4, Y4, Y4
 	VPXOR Y5, Y5, Y5
-	MOVQ  48(AX), BX
-	TESTQ BX, BX
-	JZ    gemvTL1T1AVX2_tl1done
+	MOVQ  56(AX), R8
+	TESTQ R8, R8
+	JZ    lutTL1T1AVX2_tl1done
 
-gemvTL1T1AVX2_tl1chunk:
-	MOVQ    $0x00000020, SI
-	CMPQ    BX, SI
-	CMOVQLT BX, SI
-	SUBQ    SI, BX
+lutTL1T1AVX2_tl1chunk:
+	MOVQ    $0x00000020, R9
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 
-gemvTL1T1AVX2_tl1unit:
-	PREFETCHT0     8192(CX)
+lutTL1T1AVX2_tl1unit:
+	PREFETCHT0     (DX)
 	VMOVDQU        (CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
 	VPAND          m0fY<>+0(SB), Y7, Y7
-	VBROADCASTI128 (DX), Y8
-	VBROADCASTI128 16(DX), Y9
+	VBROADCASTI128 (BX), Y8
+	VBROADCASTI128 16(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPUNPCKLBW     Y9, Y8, Y10
 	VPUNPCKHBW     Y9, Y8, Y8
 	VPADDW         Y10, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VBROADCASTI128 32(DX), Y8
-	VBROADCASTI128 48(DX), Y9
+	VBROADCASTI128 32(BX), Y8
+	VBROADCASTI128 48(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPUNPCKLBW     Y9, Y8, Y10
@@ -5088,9 +5218,10 @@ gemvTL1T1AVX2_tl1unit:
 	VPADDW         Y10, Y0, Y0
 	VPADDW         Y8, Y1, Y1
 	ADDQ           $0x20, CX
-	ADDQ           $0x40, DX
-	DECQ           SI
-	JNZ            gemvTL1T1AVX2_tl1unit
+	ADDQ           $0x20, DX
+	ADDQ           $0x40, BX
+	DECQ           R9
+	JNZ            lutTL1T1AVX2_tl1unit
 	VPMOVSXWD      X0, Y10
 	VPADDD         Y10, Y2, Y2
 	VEXTRACTI128   $0x01, Y0, X10
@@ -5103,43 +5234,56 @@ gemvTL1T1AVX2_tl1unit:
 	VPADDD         Y10, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
-	TESTQ          BX, BX
-	JNZ            gemvTL1T1AVX2_tl1chunk
+	TESTQ          R8, R8
+	JNZ            lutTL1T1AVX2_tl1chunk
 
-gemvTL1T1AVX2_tl1done:
-	MOVQ    24(AX), AX
-	VMOVDQU Y2, (AX)
-	VMOVDQU Y3, 32(AX)
-	VMOVDQU Y4, 64(AX)
-	VMOVDQU Y5, 96(AX)
+lutTL1T1AVX2_tl1done:
+	VPADDD  (DI), Y2, Y2
+	VMOVDQU Y2, (DI)
+	VPADDD  32(DI), Y3, Y3
+	VMOVDQU Y3, 32(DI)
+	VPADDD  64(DI), Y4, Y4
+	VMOVDQU Y4, 64(DI)
+	VPADDD  96(DI), Y5, Y5
+	VMOVDQU Y5, 96(DI)
+	SUBQ    $-128, DI
+	ADDQ    8(AX), SI
+	DECQ    16(AX)
+	JNZ     lutTL1T1AVX2_rb
 	VZEROUPPER
 	RET
 
-// func gemvTL2T1AVX2(a *byte)
+// func lutTL2T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
-TEXT ·gemvTL2T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ  a+0(FP), AX
-	MOVQ  (AX), CX
-	MOVQ  56(AX), DX
+TEXT ·lutTL2T1AVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), SI
+	MOVQ 24(AX), DI
+
+lutTL2T1AVX2_rb:
+	MOVQ  SI, CX
+	MOVQ  SI, DX
+	ADDQ  8(AX), DX
+	MOVQ  32(AX), BX
 	VPXOR Y2, Y2, Y2
 	VPXOR Y3, Y3, Y3
 	VPXOR Y4, Y4, Y4
 	VPXOR Y5, Y5, Y5
-	MOVQ  72(AX), BX
-	TESTQ BX, BX
-	JZ    gemvTL2T1AVX2_tail
+	MOVQ  48(AX), R8
+	TESTQ R8, R8
+	JZ    lutTL2T1AVX2_tl2done
 
-gemvTL2T1AVX2_chunk:
-	MOVQ    $0x00000004, SI
-	CMPQ    BX, SI
-	CMOVQLT BX, SI
-	SUBQ    SI, BX
+lutTL2T1AVX2_chunk:
+	MOVQ    $0x00000004, R9
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y10, Y10, Y10
 
-gemvTL2T1AVX2_blk:
-	PREFETCHT0     8192(CX)
+lutTL2T1AVX2_blk:
+	PREFETCHT0     (DX)
 	VMOVDQU        (CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
@@ -5149,8 +5293,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 (DX), Y8
-	VBROADCASTI128 16(DX), Y9
+	VBROADCASTI128 (BX), Y8
+	VBROADCASTI128 16(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5164,8 +5308,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 32(DX), Y8
-	VBROADCASTI128 48(DX), Y9
+	VBROADCASTI128 32(BX), Y8
+	VBROADCASTI128 48(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5174,7 +5318,7 @@ gemvTL2T1AVX2_blk:
 	VPUNPCKHBW     Y9, Y8, Y8
 	VPADDW         Y12, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     8256(CX)
+	PREFETCHT0     64(DX)
 	VMOVDQU        32(CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
@@ -5184,8 +5328,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 64(DX), Y8
-	VBROADCASTI128 80(DX), Y9
+	VBROADCASTI128 64(BX), Y8
+	VBROADCASTI128 80(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5199,8 +5343,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 96(DX), Y8
-	VBROADCASTI128 112(DX), Y9
+	VBROADCASTI128 96(BX), Y8
+	VBROADCASTI128 112(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5209,7 +5353,7 @@ gemvTL2T1AVX2_blk:
 	VPUNPCKHBW     Y9, Y8, Y8
 	VPADDW         Y12, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     8320(CX)
+	PREFETCHT0     128(DX)
 	VMOVDQU        64(CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
@@ -5219,8 +5363,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 128(DX), Y8
-	VBROADCASTI128 144(DX), Y9
+	VBROADCASTI128 128(BX), Y8
+	VBROADCASTI128 144(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5234,8 +5378,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 160(DX), Y8
-	VBROADCASTI128 176(DX), Y9
+	VBROADCASTI128 160(BX), Y8
+	VBROADCASTI128 176(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5244,7 +5388,7 @@ gemvTL2T1AVX2_blk:
 	VPUNPCKHBW     Y9, Y8, Y8
 	VPADDW         Y12, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     8384(CX)
+	PREFETCHT0     192(DX)
 	VMOVDQU        96(CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
@@ -5254,8 +5398,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 192(DX), Y8
-	VBROADCASTI128 208(DX), Y9
+	VBROADCASTI128 192(BX), Y8
+	VBROADCASTI128 208(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5269,8 +5413,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 224(DX), Y8
-	VBROADCASTI128 240(DX), Y9
+	VBROADCASTI128 224(BX), Y8
+	VBROADCASTI128 240(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5279,7 +5423,7 @@ gemvTL2T1AVX2_blk:
 	VPUNPCKHBW     Y9, Y8, Y8
 	VPADDW         Y12, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     8448(CX)
+	PREFETCHT0     256(DX)
 	VMOVDQU        128(CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
@@ -5289,8 +5433,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 256(DX), Y8
-	VBROADCASTI128 272(DX), Y9
+	VBROADCASTI128 256(BX), Y8
+	VBROADCASTI128 272(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5304,8 +5448,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 288(DX), Y8
-	VBROADCASTI128 304(DX), Y9
+	VBROADCASTI128 288(BX), Y8
+	VBROADCASTI128 304(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5323,8 +5467,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 320(DX), Y8
-	VBROADCASTI128 336(DX), Y9
+	VBROADCASTI128 320(BX), Y8
+	VBROADCASTI128 336(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5338,8 +5482,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 352(DX), Y8
-	VBROADCASTI128 368(DX), Y9
+	VBROADCASTI128 352(BX), Y8
+	VBROADCASTI128 368(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5357,8 +5501,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 384(DX), Y8
-	VBROADCASTI128 400(DX), Y9
+	VBROADCASTI128 384(BX), Y8
+	VBROADCASTI128 400(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5372,8 +5516,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 416(DX), Y8
-	VBROADCASTI128 432(DX), Y9
+	VBROADCASTI128 416(BX), Y8
+	VBROADCASTI128 432(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5391,8 +5535,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 448(DX), Y8
-	VBROADCASTI128 464(DX), Y9
+	VBROADCASTI128 448(BX), Y8
+	VBROADCASTI128 464(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5406,8 +5550,8 @@ gemvTL2T1AVX2_blk:
 	VPAND          signBitsY<>+0(SB), Y11, Y11
 	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
 	VPSUBB         Y11, Y10, Y10
-	VBROADCASTI128 480(DX), Y8
-	VBROADCASTI128 496(DX), Y9
+	VBROADCASTI128 480(BX), Y8
+	VBROADCASTI128 496(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
 	VPXOR          Y11, Y8, Y8
@@ -5417,9 +5561,10 @@ gemvTL2T1AVX2_blk:
 	VPADDW         Y12, Y0, Y0
 	VPADDW         Y8, Y1, Y1
 	ADDQ           $0x00000140, CX
-	ADDQ           $0x00000200, DX
-	DECQ           SI
-	JNZ            gemvTL2T1AVX2_blk
+	ADDQ           $0x00000140, DX
+	ADDQ           $0x00000200, BX
+	DECQ           R9
+	JNZ            lutTL2T1AVX2_blk
 	VPXOR          Y12, Y12, Y12
 	VPUNPCKLBW     Y12, Y10, Y8
 	VPUNPCKHBW     Y12, Y10, Y9
@@ -5437,68 +5582,76 @@ gemvTL2T1AVX2_blk:
 	VPADDD         Y12, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
-	TESTQ          BX, BX
-	JNZ            gemvTL2T1AVX2_chunk
+	TESTQ          R8, R8
+	JNZ            lutTL2T1AVX2_chunk
 
-gemvTL2T1AVX2_tail:
-	MOVQ  80(AX), BX
-	TESTQ BX, BX
-	JZ    gemvTL2T1AVX2_tl1done
+lutTL2T1AVX2_tl2done:
+	MOVQ  56(AX), R8
+	TESTQ R8, R8
+	JZ    lutTL2T1AVX2_tl1done
 
-gemvTL2T1AVX2_tl1chunk:
-	MOVQ    $0x00000020, SI
-	CMPQ    BX, SI
-	CMOVQLT BX, SI
-	SUBQ    SI, BX
+lutTL2T1AVX2_tl1chunk:
+	MOVQ    $0x00000020, R9
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 
-gemvTL2T1AVX2_tl1unit:
-	PREFETCHT0     8192(CX)
+lutTL2T1AVX2_tl1unit:
+	PREFETCHT0     (DX)
 	VMOVDQU        (CX), Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          m0fY<>+0(SB), Y6, Y6
 	VPAND          m0fY<>+0(SB), Y7, Y7
-	VBROADCASTI128 (DX), Y8
-	VBROADCASTI128 16(DX), Y9
+	VBROADCASTI128 (BX), Y8
+	VBROADCASTI128 16(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y10
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPADDW         Y10, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VBROADCASTI128 32(DX), Y8
-	VBROADCASTI128 48(DX), Y9
+	VBROADCASTI128 32(BX), Y8
+	VBROADCASTI128 48(BX), Y9
 	VPSHUFB        Y7, Y8, Y8
 	VPSHUFB        Y7, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y10
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPADDW         Y10, Y0, Y0
 	VPADDW         Y8, Y1, Y1
 	ADDQ           $0x20, CX
-	ADDQ           $0x40, DX
-	DECQ           SI
-	JNZ            gemvTL2T1AVX2_tl1unit
-	VPMOVSXWD      X0, Y12
-	VPADDD         Y12, Y2, Y2
-	VEXTRACTI128   $0x01, Y0, X12
-	VPMOVSXWD      X12, Y12
-	VPADDD         Y12, Y4, Y4
-	VPMOVSXWD      X1, Y12
-	VPADDD         Y12, Y3, Y3
-	VEXTRACTI128   $0x01, Y1, X12
-	VPMOVSXWD      X12, Y12
-	VPADDD         Y12, Y5, Y5
+	ADDQ           $0x20, DX
+	ADDQ           $0x40, BX
+	DECQ           R9
+	JNZ            lutTL2T1AVX2_tl1unit
+	VPMOVSXWD      X0, Y10
+	VPADDD         Y10, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X10
+	VPMOVSXWD      X10, Y10
+	VPADDD         Y10, Y4, Y4
+	VPMOVSXWD      X1, Y10
+	VPADDD         Y10, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X10
+	VPMOVSXWD      X10, Y10
+	VPADDD         Y10, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
-	TESTQ          BX, BX
-	JNZ            gemvTL2T1AVX2_tl1chunk
+	TESTQ          R8, R8
+	JNZ            lutTL2T1AVX2_tl1chunk
 
-gemvTL2T1AVX2_tl1done:
-	MOVQ    24(AX), AX
-	VMOVDQU Y2, (AX)
-	VMOVDQU Y3, 32(AX)
-	VMOVDQU Y4, 64(AX)
-	VMOVDQU Y5, 96(AX)
+lutTL2T1AVX2_tl1done:
+	VPADDD  (DI), Y2, Y2
+	VMOVDQU Y2, (DI)
+	VPADDD  32(DI), Y3, Y3
+	VMOVDQU Y3, 32(DI)
+	VPADDD  64(DI), Y4, Y4
+	VMOVDQU Y4, 64(DI)
+	VPADDD  96(DI), Y5, Y5
+	VMOVDQU Y5, 96(DI)
+	SUBQ    $-128, DI
+	ADDQ    8(AX), SI
+	DECQ    16(AX)
+	JNZ     lutTL2T1AVX2_rb
 	VZEROUPPER
 	RET

@@ -116,63 +116,49 @@ func tl1Table(d []byte, h, i int, z bool) int32 {
 	return int32(int16(uint16(d[32*h+i]) | uint16(d[32*h+16+i])<<8))
 }
 
-// gemvTL1Generic: the exact sums from the tables (tabTL1Z or tabTL1Y layout); one
-// segment, a step is one unit (4 inputs).
-func gemvTL1Generic(a *gemvArgs, T int, z bool) {
-	units := a.LastSteps
-	w := bytesAt(a.W, 32*units)
-	sums := int32At(a.Sums, T*RowBlock)
-	for t := 0; t < T; t++ {
-		tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), 64*units)
-		for r := 0; r < RowBlock; r++ {
-			var s int32
-			for u := 0; u < units; u++ {
-				v := w[32*u+r]
-				s += tl1Table(tab[64*u:], 0, int(v&15), z) + tl1Table(tab[64*u:], 1, int(v>>4), z)
-			}
-			sums[t*RowBlock+r] = s
-		}
-	}
-}
-
-// gemvTL2Generic: the exact sums from the tables (tabTL2Z or tabTL2Y), Aux tl2 blocks then
-// Aux2 tl1 units.
-func gemvTL2Generic(a *gemvArgs, T int, z bool) {
-	nb, tail := a.Aux, a.Aux2
-	w := bytesAt(a.W, 320*nb+32*tail)
+// lutGeneric: the tl1/tl2 chunk operation (see lutArgs), tables in the zmm (z) or ymm
+// layout (tabTL1Z/tabTL2Z or tabTL1Y/tabTL2Y); tl2 when a.Blocks > 0 or tl2 is set.
+func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
 	per := 32
 	if z {
 		per = 64
 	}
-	sums := int32At(a.Sums, T*RowBlock)
-	for t := 0; t < T; t++ {
-		tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), per*16*nb+64*tail)
-		for r := 0; r < RowBlock; r++ {
-			var s int32
-			for b := 0; b < nb; b++ {
-				p := w[320*b:]
-				for tr := 0; tr < 16; tr++ {
-					v := int(p[32*(tr/2)+r]>>(4*(tr%2))) & 15
-					neg := binary.LittleEndian.Uint32(p[256+4*tr:])>>r&1 != 0
-					d := tab[per*(16*b+tr):]
-					var e int32
-					if z {
-						e = int32(int16(binary.LittleEndian.Uint16(d[2*v:])))
-					} else {
-						e = int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
+	nb, units := a.Blocks, a.Units
+	if !tl2 {
+		nb = 0
+	}
+	sums := int32At(a.Sums, a.NRB*T*RowBlock)
+	for rb := 0; rb < a.NRB; rb++ {
+		w := bytesAt(unsafe.Add(a.W, rb*a.RBBytes), 320*nb+32*units)
+		for t := 0; t < T; t++ {
+			tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), per*16*nb+64*units)
+			for r := 0; r < RowBlock; r++ {
+				var s int32
+				for b := 0; b < nb; b++ {
+					p := w[320*b:]
+					for tr := 0; tr < 16; tr++ {
+						v := int(p[32*(tr/2)+r]>>(4*(tr%2))) & 15
+						neg := binary.LittleEndian.Uint32(p[256+4*tr:])>>r&1 != 0
+						d := tab[per*(16*b+tr):]
+						var e int32
+						if z {
+							e = int32(int16(binary.LittleEndian.Uint16(d[2*v:])))
+						} else {
+							e = int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
+						}
+						if neg {
+							e = -e
+						}
+						s += e
 					}
-					if neg {
-						e = -e
-					}
-					s += e
 				}
+				tt := tab[per*16*nb:]
+				for u := 0; u < units; u++ {
+					v := w[320*nb+32*u+r]
+					s += tl1Table(tt[64*u:], 0, int(v&15), z) + tl1Table(tt[64*u:], 1, int(v>>4), z)
+				}
+				sums[(rb*T+t)*RowBlock+r] += s
 			}
-			tt := tab[per*16*nb:]
-			for u := 0; u < tail; u++ {
-				v := w[320*nb+32*u+r]
-				s += tl1Table(tt[64*u:], 0, int(v&15), z) + tl1Table(tt[64*u:], 1, int(v>>4), z)
-			}
-			sums[t*RowBlock+r] = s
 		}
 	}
 }

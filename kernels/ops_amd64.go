@@ -44,10 +44,10 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
 			o.kstep, o.xKind = 16, xInt1Perm
 		case quantcfg.TL1:
-			o.gemv = gemv4(gemvTL1T1AVX512, gemvTL1T2AVX512, gemvTL1T3AVX512, gemvTL1T4AVX512)
+			o.lut = gemv4(lutTL1T1AVX512, lutTL1T2AVX512, lutTL1T3AVX512, lutTL1T4AVX512)
 			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true
 		case quantcfg.TL2:
-			o.gemv = gemv4(gemvTL2T1AVX512, gemvTL2T2AVX512, gemvTL2T3AVX512, gemvTL2T4AVX512)
+			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
 			o.tabKind, o.exact = tabTL2Z, true
 		case quantcfg.BF16:
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
@@ -98,9 +98,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemvT = 1
 			}
 		case quantcfg.TL1:
-			o.gemv, o.gemvT, o.kstep, o.tabKind, o.exact = gemv4(gemvTL1T1AVX2, nil, nil, nil), 1, 4, tabTL1Y, true
+			o.lut, o.gemvT, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, nil, nil, nil), 1, 4, tabTL1Y, true
 		case quantcfg.TL2:
-			o.gemv, o.gemvT, o.tabKind, o.exact = gemv4(gemvTL2T1AVX2, nil, nil, nil), 1, tabTL2Y, true
+			o.lut, o.gemvT, o.tabKind, o.exact = gemv4(lutTL2T1AVX2, nil, nil, nil), 1, tabTL2Y, true
 		case quantcfg.BF16:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
 		case quantcfg.F32:

@@ -23,6 +23,7 @@ const (
 // fmtOps are one (ISA, format)'s assembly operations; nil where the path has none.
 type fmtOps struct {
 	gemv    [maxGemvT + 1]func(*byte) // by token count
+	lut     [maxGemvT + 1]func(*byte) // tl1/tl2: the chunked lookup-table GEMV (lutArgs) by token count
 	tile    [maxTileT + 1]func(*byte) // GEMM micro-kernel by token count
 	unpack  func(*byte)
 	epi     func(*byte)
@@ -400,6 +401,69 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	}
 }
 
+// lutChunkBytes is the tables' size (all tokens of a group) in one K chunk of the
+// lookup-table kernels: the chunk's tables stay in L1 while every row block of the range
+// uses them (re-reading a whole K's tables from L2 for each row block halved their speed
+// from DRAM).
+const lutChunkBytes = 24 << 10
+
+// runLUT is Run for the tl1/tl2 lookup-table kernels: per token group, the row blocks are
+// swept chunk by chunk of K, accumulating int32 sums, then the epilogue runs per row block.
+func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
+	ly, n, nrb := l.Layout, a.N, rb1-rb0
+	tile := min(k.ops.gemvT, n)
+	if need := nrb * tile * RowBlock; cap(tb.sums) < need {
+		tb.sums = make([]int32, need)
+	}
+	blkTab := 1024 // bytes of tables per tl2 block
+	if k.ops.tabKind == tabTL2Y {
+		blkTab = 512
+	}
+	la, epi := &tb.la, &tb.epi
+	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0}
+	base := unsafe.Pointer(&l.Data[rb0*ly.RowBlockBytes])
+	for t0 := 0; t0 < n; t0 += tile {
+		T := min(tile, n-t0)
+		sums := tb.sums[:nrb*T*RowBlock]
+		clear(sums)
+		tab := unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
+		call := func(w unsafe.Pointer, tabOff, blocks, units int) {
+			*la = lutArgs{W: w, RBBytes: ly.RowBlockBytes, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
+				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units}
+			k.ops.lut[T](argp(la))
+		}
+		if k.format == quantcfg.TL2 {
+			nb, cb := ly.K3/TL2Block, max(1, lutChunkBytes/(blkTab*T))
+			for b0 := 0; b0 < nb; b0 += cb {
+				call(unsafe.Add(base, 320*b0), blkTab*b0, min(cb, nb-b0), 0)
+			}
+			if u := ly.Kp1 / 4; u > 0 {
+				call(unsafe.Add(base, 320*nb), blkTab*nb, 0, u)
+			}
+		} else {
+			nu, cu := ly.Kp/4, max(1, lutChunkBytes/(64*T))
+			for u0 := 0; u0 < nu; u0 += cu {
+				call(unsafe.Add(base, 32*u0), 64*u0, 0, min(cu, nu-u0))
+			}
+		}
+		epi.NTok = T
+		epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+		epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+		for rb := rb0; rb < rb1; rb++ {
+			m0 := rb * RowBlock
+			epi.Sums = unsafe.Pointer(&sums[(rb-rb0)*T*RowBlock])
+			epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
+			epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
+			epi.Bias = nil
+			if lp.bias != nil {
+				epi.Bias = unsafe.Pointer(&lp.bias[m0])
+			}
+			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+			k.ops.epi(argp(epi))
+		}
+	}
+}
+
 // threadBuf is one Run call's private memory, argument blocks included (an indirect
 // call makes its arguments escape; pooling them avoids an allocation per call).
 type threadBuf struct {
@@ -408,13 +472,14 @@ type threadBuf struct {
 	g    gemvArgs
 	mm   gemmArgs
 	ua   unpackArgs
+	la   lutArgs
 	epi  epiArgs
 	f    floatArgs
 	tab  [32]byte
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.epi, tb.f = gemvArgs{}, gemmArgs{}, unpackArgs{}, epiArgs{}, floatArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}
 	bufPool.Put(tb)
 }
 
@@ -444,6 +509,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	lp := l.simdPrep()
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
+	if !p.gemm && k.ops.lut[1] != nil {
+		k.runLUT(l, a, rb0, rb1, out, p, s, lp, tb)
+		return
+	}
 	tile := k.ops.gemvT
 	if p.gemm {
 		tile = k.ops.tileT

@@ -47,18 +47,23 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.xKind, o.exact = xInt16, true
 		}
 		g = func(a *gemvArgs, T int) { gemvInt8Generic(a, T, z, !z) }
-	case quantcfg.TL1:
+	case quantcfg.TL1, quantcfg.TL2:
+		tl2 := f == quantcfg.TL2
 		o.kstep, o.tabKind, o.exact = 4, tabTL1Y, true
-		if z {
-			o.tabKind = tabTL1Z
+		if tl2 {
+			o.tabKind = tabTL2Y
 		}
-		g = func(a *gemvArgs, T int) { gemvTL1Generic(a, T, z) }
-	case quantcfg.TL2:
-		o.tabKind, o.exact = tabTL2Y, true
 		if z {
-			o.tabKind = tabTL2Z
+			if tl2 {
+				o.tabKind = tabTL2Z
+			} else {
+				o.tabKind = tabTL1Z
+			}
 		}
-		g = func(a *gemvArgs, T int) { gemvTL2Generic(a, T, z) }
+		for T := 1; T <= o.gemvT; T++ {
+			T := T
+			o.lut[T] = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), T, z, tl2) }
+		}
 	}
 	for T := 1; T <= o.gemvT; T++ {
 		T := T
@@ -174,6 +179,7 @@ func TestArgOffsets(t *testing.T) {
 	var m gemmArgs
 	var e epiArgs
 	var f floatArgs
+	var la lutArgs
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -203,6 +209,10 @@ func TestArgOffsets(t *testing.T) {
 		{"float.XStride", unsafe.Offsetof(f.XStride), 16}, {"float.K", unsafe.Offsetof(f.K), 24},
 		{"float.Bias", unsafe.Offsetof(f.Bias), 32}, {"float.Out", unsafe.Offsetof(f.Out), 40},
 		{"float.OutStride", unsafe.Offsetof(f.OutStride), 48}, {"float.Mask", unsafe.Offsetof(f.Mask), 56},
+		{"lut.W", unsafe.Offsetof(la.W), 0}, {"lut.RBBytes", unsafe.Offsetof(la.RBBytes), 8},
+		{"lut.NRB", unsafe.Offsetof(la.NRB), 16}, {"lut.Sums", unsafe.Offsetof(la.Sums), 24},
+		{"lut.Tab", unsafe.Offsetof(la.Tab), 32}, {"lut.TabStride", unsafe.Offsetof(la.TabStride), 40},
+		{"lut.Blocks", unsafe.Offsetof(la.Blocks), 48}, {"lut.Units", unsafe.Offsetof(la.Units), 56},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
@@ -237,4 +247,136 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSIMDGemmLargeN: the prefill path with many, ragged token counts.
+func TestSIMDGemmLargeN(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	ns := []int{64, 77, 130}
+	if testing.Short() {
+		ns = []int{77}
+	}
+	for _, k := range ks {
+		for si, spec := range specsFor(k.format) {
+			if si > 1 && testing.Short() {
+				break
+			}
+			for _, sh := range [][2]int{{70, 300}, {33, 1100}} {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range ns {
+					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+						continue
+					}
+					x := randActs(rng, n, sh[1])
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkExact(t, fmt.Sprintf("%s setting %d %dx%d n=%d", k.Name(), si, sh[0], sh[1], n), runSplit(t, k, tl.Layer, x, n), want, sh[0])
+				}
+			}
+		}
+	}
+}
+
+// fuzzFormat compares every assembly kernel of format f with the reference on a layer
+// and activations derived from the fuzz inputs.
+func fuzzFormat(t *testing.T, f quantcfg.Format, m, k, n uint16, setting uint8, seed uint64) {
+	mm, kk, nn := int(m%100)+1, int(k%700)+1, int(n%20)+1
+	specs := specsFor(f)
+	spec := specs[int(setting)%len(specs)]
+	spec.Out, spec.In, spec.Bias = mm, kk, seed%2 == 0
+	rng := rand.New(rand.NewPCG(seed, uint64(mm*kk)))
+	tl := newTestLayer(t, rng, spec)
+	x := randActs(rng, nn, kk)
+	if seed%3 == 0 { // extreme activations: one large value per token, the rest tiny or equal
+		for i := range x {
+			x[i] = float32(1 - 2*int(seed>>7&1))
+			if i%kk == int(seed)%kk {
+				x[i] *= 1e6
+			}
+		}
+	}
+	want, err := Reference(tl.Layer, x, nn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ker := range asmKernels() {
+		if ker.format != f {
+			continue
+		}
+		if ok, _ := ker.CanImplement(tl.Layer, nn); !ok {
+			continue
+		}
+		checkExact(t, fmt.Sprintf("%s %s %dx%d n=%d", ker.Name(), spec.Act, mm, kk, nn), runSplit(t, ker, tl.Layer, x, nn), want, mm)
+	}
+}
+
+func addFuzzSeeds(f *testing.F) {
+	f.Add(uint16(31), uint16(47), uint16(1), uint8(0), uint64(1))
+	f.Add(uint16(63), uint16(511), uint16(4), uint8(1), uint64(2))
+	f.Add(uint16(32), uint16(129), uint16(7), uint8(2), uint64(3))
+	f.Add(uint16(5), uint16(96), uint16(19), uint8(3), uint64(6))
+}
+
+func FuzzKernelI2S(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.I2S, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelTL1(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.TL1, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelTL2(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.TL2, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt2(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int2, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt1(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int1, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt8(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int8, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelBF16(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.BF16, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelF32(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.F32, m, k, n, s, seed)
+	})
 }

@@ -58,8 +58,8 @@ func genGemv() {
 		gemvI2SZ(T)
 		gemvInt8Z(T)
 		gemvInt1Z(T)
-		gemvTL1Z(T)
-		gemvTL2Z(T)
+		lutZ(T, false)
+		lutZ(T, true)
 	}
 	genGemvAVX2()
 }
@@ -489,11 +489,16 @@ func gemvInt1Z(T int) {
 	RET()
 }
 
+// Argument block offsets: kernels.lutArgs.
+const (
+	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
+)
+
 // lutState is the register state of the zmm lookup-table kernels (tl1, tl2).
 type lutState struct {
 	p                       *pool
 	T                       int
-	w, kt                   GPVirtual       // weight pointer; byte offset into every token's table
+	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
 	tabs                    []GPVirtual     // token tables
 	acc16                   [][]VecPhysical // [token][chain]: two chains for T <= 2 (vpaddw's 2-cycle latency)
 	acc32                   [][2]VecPhysical
@@ -502,9 +507,8 @@ type lutState struct {
 
 func newLUTState(a Register, T int) *lutState {
 	s := &lutState{p: newPool(true), T: T}
-	s.w, s.kt = ld(a, gW), GP64()
-	XORQ(s.kt, s.kt)
-	s.tabs = tokenPtrs(a, T, gTab, gTabStride)
+	s.w, s.pf, s.kt = GP64(), GP64(), GP64()
+	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
 	s.m0f, s.c16 = s.p.get(), s.p.get()
 	bcastByte(s.m0f, 0x0f)
 	bcastWord(s.c16, 16)
@@ -521,7 +525,6 @@ func newLUTState(a Register, T int) *lutState {
 		s.acc32 = append(s.acc32, r)
 	}
 	s.wz, s.i0, s.i1, s.l = s.p.get(), s.p.get(), s.p.get(), s.p.get()
-	zeroAll(flat2(s.acc32)...)
 	return s
 }
 
@@ -569,7 +572,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	SUBQ(c, n)
 	s.zero16()
 	Label(name + "_tl1unit")
-	PREFETCHNTA(at(s.w, prefetchDist))
+	PREFETCHT0(at(s.pf, 0))
 	VPMOVZXBW(at(s.w, 0), s.wz)
 	VPANDD(s.m0f, s.wz, s.i0)
 	VPSRLW(U8(4), s.wz, s.i1)
@@ -577,6 +580,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	s.lookup(s.i0, 0, 0)
 	s.lookup(s.i1, 0, 1)
 	ADDQ(U8(32), s.w)
+	ADDQ(U8(32), s.pf)
 	ADDQ(U8(64), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_tl1unit"))
@@ -586,51 +590,25 @@ func (s *lutState) tl1Units(name string, n Register) {
 	Label(done)
 }
 
-func (s *lutState) store(a Register) {
-	sums := ld(a, gSums)
-	for t := 0; t < s.T; t++ {
-		VMOVDQU32(s.acc32[t][0], at(sums, 128*t))
-		VMOVDQU32(s.acc32[t][1], at(sums, 128*t+64))
-	}
-}
-
-// gemvTL1Z: tl1 on zmm. A unit's 32 index bytes are widened to words (row order); the low
-// nibble indexes words 0-15 of the unit's 64-byte table (pair 2u), the high nibble + 16
-// words 16-31 (pair 2u+1); vpermw looks up 32 rows' int16 pair sums at once, summed in
-// int16 (flushed to int32 every 32 units).
-func gemvTL1Z(T int) {
-	name := gemvName("TL1", T, "AVX512")
-	a := fn(name, gemvDoc(name, "gemvTL1Generic (tabTL1Z)", T))
-	s := newLUTState(a, T)
-	n := ld(a, gLastSteps)
-	s.tl1Units(name, n)
-	s.store(a)
-	VZEROUPPER()
-	RET()
-}
-
-// gemvTL2Z: tl2 on zmm. Per unit (two triples), the widened index nibbles get +16 where
-// the triple's sign bit is set (a masked add with the sign word as the mask), selecting the
-// negated half of the triple's 64-byte table; vpermw looks up 32 rows' int16 triple sums.
-// Flushed to int32 every 4 blocks (|sum| <= 64*384). The tl1 tail follows.
-func gemvTL2Z(T int) {
-	name := gemvName("TL2", T, "AVX512")
-	a := fn(name, gemvDoc(name, "gemvTL2Generic (tabTL2Z)", T))
-	s := newLUTState(a, T)
-	nb := ld(a, gAux)
-	TESTQ(nb, nb)
-	JZ(LabelRef(name + "_tail"))
+// tl2Blocks runs n (a register, may be 0) tl2 blocks: per unit (two triples), the widened
+// index nibbles get +16 where the triple's sign bit is set (a masked add with the sign word
+// as the mask), selecting the negated half of the triple's 64-byte table; vpermw looks up
+// 32 rows' int16 triple sums. Flushed to int32 every 4 blocks (a chain gains at most
+// 2*381 per unit).
+func (s *lutState) tl2Blocks(name string, n Register) {
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
 	c := GP64()
 	MOVQ(U32(4), c)
-	CMPQ(nb, c)
-	CMOVQLT(nb, c)
-	SUBQ(c, nb)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 8; u++ {
 		if u < 5 {
-			PREFETCHNTA(at(s.w, prefetchDist+64*u))
+			PREFETCHT0(at(s.pf, 64*u))
 		}
 		VPMOVZXBW(at(s.w, 32*u), s.wz)
 		VPANDD(s.m0f, s.wz, s.i0)
@@ -643,16 +621,50 @@ func gemvTL2Z(T int) {
 		s.lookup(s.i1, 128*u+64, 1)
 	}
 	ADDQ(U32(320), s.w)
+	ADDQ(U32(320), s.pf)
 	ADDQ(U32(1024), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
 	s.flush()
-	TESTQ(nb, nb)
+	TESTQ(n, n)
 	JNZ(LabelRef(name + "_chunk"))
-	Label(name + "_tail")
-	n := ld(a, gAux2)
+	Label(name + "_tl2done")
+}
+
+// lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
+// blocks and units against the chunk's tables (which stay in L1 across the row blocks), the
+// next row block's piece prefetched, the int32 sums added to Sums.
+func lutZ(T int, tl2 bool) {
+	f := "TL1"
+	if tl2 {
+		f = "TL2"
+	}
+	name := fmt.Sprintf("lut%sT%dAVX512", f, T)
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
+	s := newLUTState(a, T)
+	w0, sums := ld(a, lW), ld(a, lSums)
+	Label(name + "_rb")
+	MOVQ(w0, s.w)
+	MOVQ(w0, s.pf)
+	ADDQ(at(a, lRBBytes), s.pf)
+	XORQ(s.kt, s.kt)
+	zeroAll(flat2(s.acc32)...)
+	if tl2 {
+		nb := ld(a, lBlocks)
+		s.tl2Blocks(name, nb)
+	}
+	n := ld(a, lUnits)
 	s.tl1Units(name, n)
-	s.store(a)
+	for t := 0; t < T; t++ {
+		VPADDD(at(sums, 128*t), s.acc32[t][0], s.acc32[t][0])
+		VPADDD(at(sums, 128*t+64), s.acc32[t][1], s.acc32[t][1])
+		VMOVDQU32(s.acc32[t][0], at(sums, 128*t))
+		VMOVDQU32(s.acc32[t][1], at(sums, 128*t+64))
+	}
+	ADDQ(U32(128*T), sums)
+	ADDQ(at(a, lRBBytes), w0)
+	DECQ(at(a, lNRB))
+	JNZ(LabelRef(name + "_rb"))
 	VZEROUPPER()
 	RET()
 }

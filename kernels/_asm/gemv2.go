@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -71,8 +73,8 @@ func genGemvAVX2() {
 	for T := 1; T <= 2; T++ {
 		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
 	}
-	gemvTL1Y()
-	gemvTL2Y()
+	lutYFn(false)
+	lutYFn(true)
 }
 
 // gemvI2SY: one row quad at a time; each row's 32-byte piece gives 4 runs of codes
@@ -409,19 +411,18 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 // 0-7 and 16-23 in one register, 8-15 and 24-31 in the other) and summed in int16.
 type lutY struct {
 	p            *pool
-	w, tab       GPVirtual
+	w, pf, tab   GPVirtual
 	acc16        [2]VecPhysical
 	acc32        [4]VecPhysical // rows 0-7, 8-15, 16-23, 24-31
 	lo, hi, l, h VecPhysical
 }
 
-func newLutY(a Register) *lutY {
+func newLutY() *lutY {
 	s := &lutY{p: newPool(false)}
-	s.w, s.tab = ld(a, gW), ld(a, gTab)
+	s.w, s.pf, s.tab = GP64(), GP64(), GP64()
 	copy(s.acc16[:], s.p.getn(2))
 	copy(s.acc32[:], s.p.getn(4))
 	s.lo, s.hi, s.l, s.h = s.p.get(), s.p.get(), s.p.get(), s.p.get()
-	zeroAll(s.acc32[:]...)
 	return s
 }
 
@@ -481,11 +482,12 @@ func (s *lutY) tl1Units(name string, n Register) {
 	SUBQ(c, n)
 	zeroAll(s.acc16[:]...)
 	Label(name + "_tl1unit")
-	PREFETCHT0(at(s.w, prefetchDist))
+	PREFETCHT0(at(s.pf, 0))
 	s.nibbles(at(s.w, 0))
 	s.add(s.lo, 0, nil)
 	s.add(s.hi, 32, nil)
 	ADDQ(U8(32), s.w)
+	ADDQ(U8(32), s.pf)
 	ADDQ(U8(64), s.tab)
 	DECQ(c)
 	JNZ(LabelRef(name + "_tl1unit"))
@@ -495,47 +497,25 @@ func (s *lutY) tl1Units(name string, n Register) {
 	Label(done)
 }
 
-func (s *lutY) store(a Register) {
-	sums := ld(a, gSums)
-	for i, r := range s.acc32 {
-		VMOVDQU(r, at(sums, 32*i))
-	}
-}
-
-// gemvTL1Y: tl1 with pshufb byte-plane tables (tabTL1Y), one token.
-func gemvTL1Y() {
-	name := "gemvTL1T1AVX2"
-	a := fn(name, gemvDoc(name, "gemvTL1Generic (tabTL1Y)", 1))
-	s := newLutY(a)
-	n := ld(a, gLastSteps)
-	s.tl1Units(name, n)
-	s.store(a)
-	VZEROUPPER()
-	RET()
-}
-
-// gemvTL2Y: tl2 with pshufb byte-plane tables of the non-negative triple sums (tabTL2Y);
-// a negative triple's entry is complemented (xor with its sign bytes: -v-1) and the count
-// of negatives per row, kept in bytes, is added back at each flush (every 4 blocks).
-func gemvTL2Y() {
-	name := "gemvTL2T1AVX2"
-	a := fn(name, gemvDoc(name, "gemvTL2Generic (tabTL2Y)", 1))
-	s := newLutY(a)
+// tl2Blocks runs n (a register, may be 0) tl2 blocks with the byte-plane tables of the
+// non-negative triple sums (tabTL2Y): a negative triple's entry is complemented (xor with
+// its sign bytes: -v-1) and the count of negatives per row, kept in bytes, is added back at
+// each flush (every 4 blocks).
+func (s *lutY) tl2Blocks(name string, n Register) {
 	cnt8, sg := s.p.get(), s.p.get()
-	nb := ld(a, gAux)
-	TESTQ(nb, nb)
-	JZ(LabelRef(name + "_tail"))
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
 	c := GP64()
 	MOVQ(U32(4), c)
-	CMPQ(nb, c)
-	CMOVQLT(nb, c)
-	SUBQ(c, nb)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
 	zeroAll(s.acc16[0], s.acc16[1], cnt8)
 	Label(name + "_blk")
 	for u := 0; u < 8; u++ {
 		if u < 5 {
-			PREFETCHT0(at(s.w, prefetchDist+64*u))
+			PREFETCHT0(at(s.pf, 64*u))
 		}
 		s.nibbles(at(s.w, 32*u))
 		for h, iv := range []VecPhysical{s.lo, s.hi} {
@@ -549,10 +529,10 @@ func gemvTL2Y() {
 		}
 	}
 	ADDQ(U32(320), s.w)
+	ADDQ(U32(320), s.pf)
 	ADDQ(U32(512), s.tab)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
-	// negatives: + count per row (bytes, row order) into the int16 sums' layout
 	t := s.p.get()
 	VPXOR(t, t, t)
 	VPUNPCKLBW(t, cnt8, s.l) // rows 0-7 | 16-23 as words
@@ -561,12 +541,42 @@ func gemvTL2Y() {
 	VPADDW(s.h, s.acc16[1], s.acc16[1])
 	s.p.put(t)
 	s.flush()
-	TESTQ(nb, nb)
+	TESTQ(n, n)
 	JNZ(LabelRef(name + "_chunk"))
-	Label(name + "_tail")
-	n := ld(a, gAux2)
+	Label(name + "_tl2done")
+	s.p.put(cnt8, sg)
+}
+
+// lutYFn: the tl1/tl2 chunk kernel (see lutArgs), one token, AVX2.
+func lutYFn(tl2 bool) {
+	f := "TL1"
+	if tl2 {
+		f = "TL2"
+	}
+	name := fmt.Sprintf("lut%sT1AVX2", f)
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.", name, f))
+	s := newLutY()
+	w0, sums := ld(a, lW), ld(a, lSums)
+	Label(name + "_rb")
+	MOVQ(w0, s.w)
+	MOVQ(w0, s.pf)
+	ADDQ(at(a, lRBBytes), s.pf)
+	MOVQ(at(a, lTab), s.tab)
+	zeroAll(s.acc32[:]...)
+	if tl2 {
+		nb := ld(a, lBlocks)
+		s.tl2Blocks(name, nb)
+	}
+	n := ld(a, lUnits)
 	s.tl1Units(name, n)
-	s.store(a)
+	for i, r := range s.acc32 {
+		VPADDD(at(sums, 32*i), r, r)
+		VMOVDQU(r, at(sums, 32*i))
+	}
+	SUBQ(I8(-128), sums)
+	ADDQ(at(a, lRBBytes), w0)
+	DECQ(at(a, lNRB))
+	JNZ(LabelRef(name + "_rb"))
 	VZEROUPPER()
 	RET()
 }
