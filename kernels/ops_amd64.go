@@ -19,6 +19,13 @@ func init() {
 		}
 	}
 	kernelList = append(list, kernelList...)
+	if cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi {
+		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z] = lutBuildTL1AVX512, lutBuildTL2AVX512
+	}
+	if cpu.avx2 {
+		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
+		sumInt8Fast = sumInt8AVX2
+	}
 }
 
 var kernelFormats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16, quantcfg.F32}

@@ -243,12 +243,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		if a.N > 1 {
 			n, kk := a.N, l.Layout.K
 			_, s := scratchBase(a, 4*n*kk)
-			xt := unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), n*kk)
-			for t := 0; t < n; t++ {
-				for i, v := range a.F[t*kk : (t+1)*kk] {
-					xt[i*n+t] = v
-				}
-			}
+			transposeFloats(a.F, n, kk, unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), n*kk))
 		}
 		return
 	}
@@ -264,21 +259,13 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 			xs[t*p.nseg+j] = a.XS[a.XSIndex(t, k0)]
 			var sum int32
 			if p.c0 != 0 {
-				for _, v := range xq[k0:k1] {
-					sum += int32(v)
-				}
+				sum = sumInt8(xq[k0:k1])
 			}
 			corr[t*p.nseg+j] = p.c0 * sum
 		}
 	}
 	if p.gemm {
-		xt := s[p.xOff : p.xOff+ly.Kp*n]
-		for t := 0; t < n; t++ {
-			xq := a.Q[t*ly.Kp : (t+1)*ly.Kp]
-			for q := 0; q < ly.Kp/4; q++ {
-				copy(xt[(q*n+t)*4:(q*n+t)*4+4], unsafe.Slice((*byte)(unsafe.Pointer(&xq[4*q])), 4))
-			}
-		}
+		transposeDwords(a.Q[:n*ly.Kp], n, ly.Kp, s[p.xOff:p.xOff+ly.Kp*n])
 		return
 	}
 	switch k.ops.xKind {
@@ -300,7 +287,78 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		buildInt2TabZ(l, s[p.tabOff:p.tabOff+192])
 	case tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y:
 		for t := 0; t < n; t++ {
-			buildLUT(k.ops.tabKind, ly, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride])
+			x, dst := a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride]
+			if fast := lutBuilders[k.ops.tabKind]; fast != nil && !purego.Load() {
+				buildLUTWith(fast, k.ops.tabKind, ly, x, dst)
+			} else {
+				buildLUT(k.ops.tabKind, ly, x, dst)
+			}
+		}
+	}
+}
+
+// Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
+// versions run).
+var (
+	lutBuilders [tabTL2Y + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
+	sumInt8Fast func(x *int8, n int) int32                       // n a multiple of 32
+)
+
+// sumInt8 returns the sum of x.
+func sumInt8(x []int8) int32 {
+	var s int32
+	n := len(x) &^ 31
+	if n > 0 && sumInt8Fast != nil && !purego.Load() {
+		s = sumInt8Fast(&x[0], n)
+	} else {
+		n = 0
+	}
+	for _, v := range x[n:] {
+		s += int32(v)
+	}
+	return s
+}
+
+func sumInt8Generic(x []int8) int32 {
+	var s int32
+	for _, v := range x {
+		s += int32(v)
+	}
+	return s
+}
+
+// transposeDwords writes dst[q][t] = the dword q of row t of src (n rows of kp bytes), in
+// 16x16 tiles.
+func transposeDwords(src []int8, n, kp int, dst []byte) {
+	nq := kp / 4
+	s := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), n*nq)
+	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n*nq)
+	for t0 := 0; t0 < n; t0 += 16 {
+		t1 := min(t0+16, n)
+		for q0 := 0; q0 < nq; q0 += 16 {
+			q1 := min(q0+16, nq)
+			for t := t0; t < t1; t++ {
+				row := s[t*nq:]
+				for q := q0; q < q1; q++ {
+					d[q*n+t] = row[q]
+				}
+			}
+		}
+	}
+}
+
+// transposeFloats writes dst[k][t] = src[t][k] for n rows of kk floats, in 16x16 tiles.
+func transposeFloats(src []float32, n, kk int, dst []float32) {
+	for t0 := 0; t0 < n; t0 += 16 {
+		t1 := min(t0+16, n)
+		for k0 := 0; k0 < kk; k0 += 16 {
+			k1 := min(k0+16, kk)
+			for t := t0; t < t1; t++ {
+				row := src[t*kk:]
+				for k := k0; k < k1; k++ {
+					dst[k*n+t] = row[k]
+				}
+			}
 		}
 	}
 }
@@ -308,12 +366,10 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 // permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
 // the qword of dwords 0, 2 for low nibbles and of 1, 3 for high nibbles).
 func permInt1(x []int8, dst []byte) {
-	src := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x))
-	for g := 0; g < len(x); g += 16 {
-		copy(dst[g:g+4], src[g:g+4])
-		copy(dst[g+4:g+8], src[g+8:g+12])
-		copy(dst[g+8:g+12], src[g+4:g+8])
-		copy(dst[g+12:g+16], src[g+12:g+16])
+	s := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x)/4)
+	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), len(x)/4)
+	for g := 0; g+3 < len(s); g += 4 {
+		d[g], d[g+1], d[g+2], d[g+3] = s[g], s[g+2], s[g+1], s[g+3]
 	}
 }
 
@@ -460,6 +516,29 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			}
 			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
 			k.ops.epi(argp(epi))
+		}
+	}
+}
+
+// buildLUTWith is buildLUT with an assembly builder (tl2: the triples, then the tl1 tail).
+func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int8, dst []byte) {
+	switch kind {
+	case tabTL1Z, tabTL1Y:
+		fast(&x[0], ly.Kp/4, &dst[0])
+	case tabTL2Z, tabTL2Y:
+		nt, per, tl1 := ly.K3/3, 64, lutBuilders[tabTL1Z]
+		if kind == tabTL2Y {
+			per, tl1 = 32, lutBuilders[tabTL1Y]
+		}
+		if nt > 0 {
+			fast(&x[0], nt, &dst[0])
+		}
+		if ly.Kp1 > 0 {
+			if tl1 != nil {
+				tl1(&x[ly.K3], ly.Kp1/4, &dst[per*nt])
+			} else {
+				buildLUT(kind-2, Layout{Kp: ly.Kp1}, x[ly.K3:], dst[per*nt:]) // the tl1 layout of the same width
+			}
 		}
 	}
 }
