@@ -21,8 +21,3 @@ func readBytesGeneric(p []byte) uint64 {
 	}
 	return x
 }
-
-// vnniPeakGeneric is the reference of vnniPeakAVX512's result: 24 accumulators of 16
-// dwords, each dword gaining 4*(3*-1) per iteration; the sum of dwords 0, 4, 8 and 12 of
-// all accumulators.
-func vnniPeakGeneric(n int) uint32 { return uint32(int32(-24 * 4 * 12 * n)) }

@@ -227,14 +227,20 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 }
 
 // scratchBase returns a's scratch, grown to hold size bytes after a 64-byte aligned base,
-// and the base's offset.
+// and the base's offset (Prepare only: Run must not write a).
 func scratchBase(a *Acts, size int) (int, []byte) {
 	if cap(a.Scratch) < size+64 {
 		a.Scratch = make([]byte, size+64)
 	}
 	a.Scratch = a.Scratch[:cap(a.Scratch)]
-	base := int((64 - uintptr(unsafe.Pointer(&a.Scratch[0]))%64) % 64)
-	return base, a.Scratch[base : base+size]
+	return scratchView(a, size)
+}
+
+// scratchView is scratchBase without growing (Run, concurrently with other Runs).
+func scratchView(a *Acts, size int) (int, []byte) {
+	s := a.Scratch[:cap(a.Scratch)]
+	base := int((64 - uintptr(unsafe.Pointer(&s[0]))%64) % 64)
+	return base, s[base : base+size]
 }
 
 func (k *simdKernel) Prepare(l *Layer, a *Acts) {
@@ -313,12 +319,10 @@ func sumInt8(x []int8) int32 {
 	} else {
 		n = 0
 	}
-	for _, v := range x[n:] {
-		s += int32(v)
-	}
-	return s
+	return s + sumInt8Generic(x[n:])
 }
 
+// sumInt8Generic is the reference of sumInt8AVX2.
 func sumInt8Generic(x []int8) int32 {
 	var s int32
 	for _, v := range x {
@@ -584,7 +588,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	ly := l.Layout
 	n := a.N
 	p := k.plan(l, n)
-	_, s := scratchBase(a, p.size)
+	_, s := scratchView(a, p.size)
 	lp := l.simdPrep()
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
@@ -712,7 +716,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	*f = floatArgs{XStride: 4 * n, K: ly.K, OutStride: 4 * ly.M}
 	xt := unsafe.Pointer(&a.F[0])
 	if n > 1 {
-		_, s := scratchBase(a, 4*n*ly.K)
+		_, s := scratchView(a, 4*n*ly.K)
 		xt = unsafe.Pointer(&s[0])
 	}
 	for rb := rb0; rb < rb1; rb++ {

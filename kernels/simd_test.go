@@ -380,3 +380,70 @@ func FuzzKernelF32(f *testing.F) {
 		fuzzFormat(t, quantcfg.F32, m, k, n, s, seed)
 	})
 }
+
+// TestSIMDConcurrent: many goroutines prepare their own calls on shared layers and run
+// disjoint row-block ranges of them at once (go test -race checks the sharing).
+func TestSIMDConcurrent(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	type job struct {
+		k    *simdKernel
+		l    *Layer
+		x    []float32
+		n    int
+		want []float32
+	}
+	var jobs []job
+	for _, k := range ks {
+		if k.isa != ks[0].isa {
+			continue
+		}
+		spec := quantcfg.LayerSpec{Format: k.format, Out: 200, In: 300, Bias: true}
+		tl := newTestLayer(t, rng, spec)
+		for _, n := range []int{1, 3, 9} {
+			x := randActs(rng, n, 300)
+			want, err := Reference(tl.Layer, x, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, job{k, tl.Layer, x, n, want})
+		}
+	}
+	done := make(chan error, 4*len(jobs))
+	for rep := 0; rep < 4; rep++ {
+		for _, j := range jobs {
+			go func(j job) {
+				var a Acts
+				if err := j.l.Quantize(j.x, j.n, &a); err != nil {
+					done <- err
+					return
+				}
+				j.k.Prepare(j.l, &a)
+				out := make([]float32, j.n*j.l.Layout.M)
+				nrb := j.l.Layout.RowBlocks()
+				fin := make(chan struct{}, nrb)
+				for rb := 0; rb < nrb; rb++ {
+					go func(rb int) { j.k.Run(j.l, &a, rb, rb+1, out); fin <- struct{}{} }(rb)
+				}
+				for rb := 0; rb < nrb; rb++ {
+					<-fin
+				}
+				for i := range out {
+					if !sameBits(out[i], j.want[i]) {
+						done <- fmt.Errorf("%s n=%d: output %d = %v, want %v", j.k.Name(), j.n, i, out[i], j.want[i])
+						return
+					}
+				}
+				done <- nil
+			}(j)
+		}
+	}
+	for i := 0; i < 4*len(jobs); i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

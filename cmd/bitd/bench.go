@@ -112,12 +112,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
-	o.minBytes, o.rounds, o.minTime = 512<<20, 5, 60*time.Millisecond
+	o.minBytes, o.rounds, o.minTime = 512<<20, 7, 50*time.Millisecond
 	if o.cache {
 		o.minBytes = 0
 	}
 	if o.quick {
-		o.rounds, o.minTime = 3, 40*time.Millisecond
+		o.rounds, o.minTime = 5, 30*time.Millisecond
 		o.formats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL2, quantcfg.Int2, quantcfg.BF16}
 		o.shapes = []kbench.Shape{{M: 2560, K: 2560}, {M: 4096, K: 14336}}
 	}

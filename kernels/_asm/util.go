@@ -16,8 +16,6 @@ var zregs = []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12,
 	Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
 var yregs = []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15,
 	Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23, Y24, Y25, Y26, Y27, Y28, Y29, Y30, Y31}
-var xregs = []VecPhysical{X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X13, X14, X15,
-	X16, X17, X18, X19, X20, X21, X22, X23, X24, X25, X26, X27, X28, X29, X30, X31}
 
 // pool hands out vector registers of one width (zmm, or ymm 0-15 for AVX2 code).
 type pool struct {
@@ -118,12 +116,4 @@ func dwordTable(name string, d []uint32) Mem {
 		DATA(4*i, U32(v))
 	}
 	return m
-}
-
-var labelN int
-
-// label returns a fresh label name with the given stem.
-func label(stem string) string {
-	labelN++
-	return fmt.Sprintf("%s_%d", stem, labelN)
 }

@@ -171,7 +171,8 @@ func (p *Pool) Close() {
 func Split(n, workers, w int) (lo, hi int) { return n * w / workers, n * (w + 1) / workers }
 
 // ReadBandwidth reads buf with the pool's workers (each its contiguous share) reps times and
-// returns the best rate in bytes per second.
+// returns the best rate in bytes per second (the least disturbed trial: on a shared
+// machine other processes only ever slow it down).
 func ReadBandwidth(p *Pool, buf []byte, reps int) float64 {
 	var best float64
 	for r := 0; r < reps; r++ {
@@ -183,6 +184,34 @@ func ReadBandwidth(p *Pool, buf []byte, reps int) float64 {
 		best = max(best, float64(len(buf))/time.Since(t0).Seconds())
 	}
 	return best
+}
+
+// Trial measures one timed run's wall time and the CPU time the process got in it.
+type Trial struct {
+	t0  time.Time
+	cpu time.Duration
+}
+
+// StartTrial starts a trial.
+func StartTrial() Trial { return Trial{time.Now(), cpuTime()} }
+
+// Elapsed is the wall time so far.
+func (t Trial) Elapsed() time.Duration { return time.Since(t.t0) }
+
+// Stop ends the trial: it is clean when the process used at least 90% of threads CPUs for
+// its whole wall time (no other process took one of them for long).
+func (t Trial) Stop(threads int) (wall time.Duration, clean bool) {
+	wall = time.Since(t.t0)
+	used := cpuTime() - t.cpu
+	return wall, float64(used) >= 0.9*float64(threads)*float64(wall)
+}
+
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // VNNIPeak measures one core's int8 VNNI peak (operations per second, multiply and add

@@ -68,11 +68,12 @@ func NewSet(f quantcfg.Format, sh Shape, minBytes int, seed uint64) (*Set, error
 // Timing is one measured configuration.
 type Timing struct {
 	Impl    string
-	NsPerOp float64 // median over the trials
+	NsPerOp float64 // median over the clean trials
 	BestNs  float64
 	BytesOp int     // weight bytes per call
 	GBps    float64 // weight bytes per second at the median
 	Trials  int
+	Clean   int // trials in which the process had its CPUs (the median is over these)
 }
 
 // Runner runs GEMVs (or GEMMs) of a Set on a Pool: activations quantized once per call
@@ -120,32 +121,39 @@ func (r *Runner) Call(i int) {
 }
 
 // Measure times rounds of calls over the whole rotation (each round at least minTime)
-// and returns the median and best time per call.
+// and returns the median time per call over the clean rounds (see Clean) and the best.
 func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
-	r.Call(0) // warm up (scratch, per-layer preparation)
-	var per []float64
-	best := 0.0
+	for i := range r.Set.Layers { // warm up: scratch, per-layer preparation
+		r.Call(i)
+	}
+	var all, clean []float64
 	calls := len(r.Set.Layers)
 	for rd := 0; rd < rounds; rd++ {
 		n := 0
-		t0 := time.Now()
+		tr := StartTrial()
 		for {
 			for i := 0; i < calls; i++ {
 				r.Call(n + i)
 			}
 			n += calls
-			if time.Since(t0) >= minTime {
+			if tr.Elapsed() >= minTime {
 				break
 			}
 		}
-		ns := float64(time.Since(t0).Nanoseconds()) / float64(n)
-		per = append(per, ns)
-		if best == 0 || ns < best {
-			best = ns
+		wall, ok := tr.Stop(r.Pool.Threads())
+		ns := float64(wall.Nanoseconds()) / float64(n)
+		all = append(all, ns)
+		if ok {
+			clean = append(clean, ns)
 		}
 	}
-	sort.Float64s(per)
-	med := per[len(per)/2]
+	sort.Float64s(all)
+	best := all[0]
+	if len(clean) == 0 {
+		clean = all[:1] // every round was disturbed: the best is the least disturbed
+	}
+	sort.Float64s(clean)
+	med := clean[len(clean)/2]
 	by := r.Set.Layers[0].Layout.Bytes()
-	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: rounds}
+	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: rounds, Clean: len(clean)}
 }
