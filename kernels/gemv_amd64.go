@@ -124,6 +124,66 @@ func lutTL1T4AVX512(a *byte)
 //go:noescape
 func lutTL2T4AVX512(a *byte)
 
+// gemvInt2T5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt2T5AVX512(a *byte)
+
+// gemvI2ST5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST5AVX512(a *byte)
+
+// gemvInt8T5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T5AVX512(a *byte)
+
+// gemvInt2T6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt2T6AVX512(a *byte)
+
+// gemvI2ST6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST6AVX512(a *byte)
+
+// gemvInt8T6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T6AVX512(a *byte)
+
+// gemvInt2T7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt2T7AVX512(a *byte)
+
+// gemvI2ST7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST7AVX512(a *byte)
+
+// gemvInt8T7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T7AVX512(a *byte)
+
+// gemvInt2T8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
+//
+//go:noescape
+func gemvInt2T8AVX512(a *byte)
+
+// gemvI2ST8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST8AVX512(a *byte)
+
+// gemvInt8T8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
+//
+//go:noescape
+func gemvInt8T8AVX512(a *byte)
+
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape

@@ -39,14 +39,17 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			tileT6AVX512, tileT7AVX512, tileT8AVX512, tileT9AVX512, tileT10AVX512, tileT11AVX512, tileT12AVX512}
 		switch f {
 		case quantcfg.Int2:
-			o.gemv = gemv4(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2T3AVX512, gemvInt2T4AVX512)
-			o.kstep, o.tabKind = 8, tabInt2Z
+			o.gemv = gemvN(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2T3AVX512, gemvInt2T4AVX512,
+				gemvInt2T5AVX512, gemvInt2T6AVX512, gemvInt2T7AVX512, gemvInt2T8AVX512)
+			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8
 		case quantcfg.I2S:
-			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
-			o.kstep = 128
+			o.gemv = gemvN(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512,
+				gemvI2ST5AVX512, gemvI2ST6AVX512, gemvI2ST7AVX512, gemvI2ST8AVX512)
+			o.kstep, o.gemvT = 128, 8
 		case quantcfg.Int8:
-			o.gemv = gemv4(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512)
-			o.kstep = 16
+			o.gemv = gemvN(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512,
+				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
+			o.kstep, o.gemvT = 16, 8
 		case quantcfg.Int1:
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
 			o.kstep, o.xKind = 16, xInt1Perm
@@ -134,6 +137,11 @@ var unpackers = map[quantcfg.Format]func(*byte){
 	quantcfg.Int2: unpackInt2AVX2, quantcfg.Int1: unpackInt1AVX2, quantcfg.Int8: unpackInt8AVX2,
 }
 
-func gemv4(f1, f2, f3, f4 func(*byte)) [maxGemvT + 1]func(*byte) {
-	return [maxGemvT + 1]func(*byte){nil, f1, f2, f3, f4}
+func gemv4(f1, f2, f3, f4 func(*byte)) [maxGemvT + 1]func(*byte) { return gemvN(f1, f2, f3, f4) }
+
+// gemvN lists the GEMV functions for 1, 2, ... tokens.
+func gemvN(fs ...func(*byte)) [maxGemvT + 1]func(*byte) {
+	var out [maxGemvT + 1]func(*byte)
+	copy(out[1:], fs)
+	return out
 }

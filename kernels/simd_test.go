@@ -165,9 +165,9 @@ func TestGenericOpsMatchReference(t *testing.T) {
 	for _, f := range allFormats {
 		for _, z := range []bool{true, false} {
 			k := &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}
-			ns := []int{1, 2, 3, 4, 5, 7, 13}
+			ns := []int{1, 2, 3, 4, 5, 7, 13, 17, 64}
 			if testing.Short() {
-				ns = []int{1, 5}
+				ns = []int{1, 64}
 			}
 			if ran := checkKernelExact(t, k, f, ns, 1); ran == 0 {
 				t.Fatalf("%s: no case ran", f)
@@ -240,7 +240,7 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 	if len(ks) == 0 {
 		t.Skip("no assembly kernel runs here")
 	}
-	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 33}
+	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 33, 64}
 	if testing.Short() {
 		ns = []int{1, 3, 4, 8, 13}
 	}

@@ -49,7 +49,7 @@ func genGemv() {
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
 
-	for T := 1; T <= 4; T++ {
+	for T := 1; T <= 8; T++ {
 		if T <= 2 {
 			gemvInt2Pair(T)
 		} else {
@@ -57,9 +57,11 @@ func genGemv() {
 		}
 		gemvI2SZ(T)
 		gemvInt8Z(T)
-		gemvInt1Z(T)
-		lutZ(T, false)
-		lutZ(T, true)
+		if T <= 4 {
+			gemvInt1Z(T)
+			lutZ(T, false)
+			lutZ(T, true)
+		}
 	}
 	genGemvAVX2()
 }
@@ -88,6 +90,70 @@ func segLoop(name string, a Register, u int, zero func(), body func(i int), stor
 	store(sums)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
+}
+
+// tokX addresses T tokens' activations at a moving offset: for T <= 4 one pointer per
+// token and a shared offset register; for more tokens (general registers run out) three
+// bases (tokens 0, 3, 6) that move, plus the stride as a scaled index.
+type tokX struct {
+	a                  Register
+	T, baseOff, strOff int
+	ptrs               []GPVirtual
+	kx, s              GPVirtual
+}
+
+func newTokX(a Register, T, baseOff, strideOff int) *tokX {
+	x := &tokX{a: a, T: T, baseOff: baseOff, strOff: strideOff}
+	if T <= 4 {
+		x.ptrs = tokenPtrs(a, T, baseOff, strideOff)
+		x.kx = GP64()
+		XORQ(x.kx, x.kx)
+		return x
+	}
+	x.s = ld(a, strideOff)
+	x.ptrs = []GPVirtual{GP64(), GP64(), GP64()}
+	x.load()
+	return x
+}
+
+func (x *tokX) load() {
+	MOVQ(at(x.a, x.baseOff), x.ptrs[0])
+	for i := 1; i < 3; i++ {
+		LEAQ(Mem{Base: x.ptrs[i-1], Index: x.s, Scale: 2}, x.ptrs[i])
+		ADDQ(x.s, x.ptrs[i])
+	}
+}
+
+// reset moves back to offset 0.
+func (x *tokX) reset() {
+	if x.T <= 4 {
+		XORQ(x.kx, x.kx)
+		return
+	}
+	x.load()
+}
+
+// mem is token t's activations at the current offset + disp.
+func (x *tokX) mem(t, disp int) Mem {
+	if x.T <= 4 {
+		return idx(x.ptrs[t], x.kx, 1, disp)
+	}
+	b := x.ptrs[t/3]
+	if t%3 == 0 {
+		return at(b, disp)
+	}
+	return Mem{Base: b, Index: x.s, Scale: uint8(t % 3), Disp: disp}
+}
+
+// advance moves the offset by n bytes.
+func (x *tokX) advance(n int) {
+	if x.T <= 4 {
+		ADDQ(U32(uint32(n)), x.kx)
+		return
+	}
+	for _, p := range x.ptrs {
+		ADDQ(U32(uint32(n)), p)
+	}
 }
 
 // tokenPtrs loads T pointers base + t*stride from the argument block.
@@ -204,9 +270,8 @@ func gemvInt2Split(T int) {
 	name := gemvName("Int2", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 8)", T))
 	p := newPool(true)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, T, gX, gXStride)
+	w := ld(a, gW)
+	xs := newTokX(a, T, gX, gXStride)
 	tab := ld(a, gTab)
 	la, lb := p.get(), p.get()
 	VMOVDQU64(at(tab, 0), la)
@@ -214,13 +279,21 @@ func gemvInt2Split(T int) {
 	m0f, sel := p.get(), p.get()
 	bcastByte(m0f, 0x0f)
 	VMOVDQU64(selHigh, sel)
-	// acc[t][h][g]: token t, unit h of the step, rows 16g..16g+15.
+	// acc[t][h][g]: token t, unit h of the step (two chains for T <= 4: vpdpbusd's latency),
+	// rows 16g..16g+15.
+	chains := 2
+	if T > 4 {
+		chains = 1
+	}
 	acc := make([][2][2]VecPhysical, T)
 	var all []VecPhysical
 	for t := range acc {
-		for h := range acc[t] {
+		for h := 0; h < chains; h++ {
 			copy(acc[t][h][:], p.getn(2))
 			all = append(all, acc[t][h][:]...)
+		}
+		if chains == 1 {
+			acc[t][1] = acc[t][0]
 		}
 	}
 	wv, hi, x := p.get(), p.get(), p.get()
@@ -234,17 +307,19 @@ func gemvInt2Split(T int) {
 			VPERMI2B(lb, la, wv)
 			VPERMI2B(lb, la, hi)
 			for t := range acc {
-				VPBROADCASTD(idx(xs[t], kx, 1, 4*h), x)
+				VPBROADCASTD(xs.mem(t, 4*h), x)
 				VPDPBUSD(x, wv, acc[t][h][0])
 				VPDPBUSD(x, hi, acc[t][h][1])
 			}
 		}
 		ADDQ(U8(64), w)
-		ADDQ(U8(8), kx)
+		xs.advance(8)
 	}, func(sums Register) {
 		for t := range acc {
 			for g := 0; g < 2; g++ {
-				VPADDD(acc[t][1][g], acc[t][0][g], acc[t][0][g])
+				if chains == 2 {
+					VPADDD(acc[t][1][g], acc[t][0][g], acc[t][0][g])
+				}
 				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
 			}
 		}
@@ -262,13 +337,17 @@ func gemvI2SZ(T int) {
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
-	xs := tokenPtrs(a, T, gX, gXStride)
+	xs := newTokX(a, T, gX, gXStride)
 	m3 := p.get()
 	bcastByte(m3, 3)
-	// chains: 4 (one per run) for T <= 2, 2 for T >= 3 (register budget).
+	// chains: 4 (one per run) for T <= 2, 2 for T 3-4, 1 beyond (register budget; with more
+	// tokens the dot products are far enough apart to hide vpdpbusd's latency).
 	nc := 4
 	if T >= 3 {
 		nc = 2
+	}
+	if T >= 5 {
+		nc = 1
 	}
 	acc := make([][2][]VecPhysical, T) // [t][row pair][chain]
 	var all []VecPhysical
@@ -287,9 +366,9 @@ func gemvI2SZ(T int) {
 	MOVQ(at(a, gSums), sumsQ)
 	MOVQ(at(a, gW), wq)
 	Label(name + "_quad")
-	w, kx, nseg, sums := GP64(), GP64(), GP64(), GP64()
+	w, nseg, sums := GP64(), GP64(), GP64()
 	MOVQ(wq, w)
-	XORQ(kx, kx)
+	xs.reset()
 	MOVQ(at(a, gNSeg), nseg)
 	MOVQ(sumsQ, sums)
 	Label(name + "_seg")
@@ -315,14 +394,14 @@ func gemvI2SZ(T int) {
 	}
 	for s := 0; s < 4; s++ {
 		for t := range acc {
-			VBROADCASTI64X4(idx(xs[t], kx, 1, 32*s), x)
+			VBROADCASTI64X4(xs.mem(t, 32*s), x)
 			for r := 0; r < 2; r++ {
 				VPDPBUSD(x, cls[2*s+r], acc[t][r][s%nc])
 			}
 		}
 	}
 	ADDQ(U8(128), w)
-	SUBQ(I8(-128), kx)
+	xs.advance(128)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_blk"))
 	// reduce: per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
@@ -365,14 +444,16 @@ func gemvInt8Z(T int) {
 	name := gemvName("Int8", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvInt8Generic (offset)", T))
 	p := newPool(true)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, T, gX, gXStride)
+	w := ld(a, gW)
+	xs := newTokX(a, T, gX, gXStride)
 	m80 := p.get()
 	bcastByte(m80, 0x80)
 	sets := 4
 	if T >= 3 {
 		sets = 2
+	}
+	if T >= 5 {
+		sets = 1
 	}
 	acc := make([][][2]VecPhysical, T)
 	var all []VecPhysical
@@ -393,13 +474,13 @@ func gemvInt8Z(T int) {
 			VPXORD(at(w, 128*u), m80, wv[0])
 			VPXORD(at(w, 128*u+64), m80, wv[1])
 			for t := range acc {
-				VPBROADCASTD(idx(xs[t], kx, 1, 4*u), x)
+				VPBROADCASTD(xs.mem(t, 4*u), x)
 				VPDPBUSD(x, wv[0], acc[t][u%sets][0])
 				VPDPBUSD(x, wv[1], acc[t][u%sets][1])
 			}
 		}
 		ADDQ(U32(512), w)
-		ADDQ(U8(16), kx)
+		xs.advance(16)
 	}, func(sums Register) {
 		for t := range acc {
 			for g := 0; g < 2; g++ {
