@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -82,3 +83,62 @@ func TestPrepareHelpers(t *testing.T) {
 // dwords, each dword gaining 4*(3*-1) per iteration; the sum of dwords 0, 4, 8 and 12 of
 // all accumulators.
 func vnniPeakGeneric(n int) uint32 { return uint32(int32(-24 * 4 * 12 * n)) }
+
+// TestActHelpers: the assembly quantizer loops equal act.go's scalar ones, bit for bit,
+// including ties, large values, signed zeros and lengths with tails.
+func TestActHelpers(t *testing.T) {
+	if absMaxAsm == nil {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, n := range []int{16, 17, 31, 48, 100, 2560, 14336 + 5} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * 3)
+			switch i % 7 {
+			case 1:
+				x[i] = float32(int(x[i])) + 0.5 // ties
+			case 2:
+				x[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		var want float32
+		for _, v := range x {
+			want = max(want, float32(math.Abs(float64(v))))
+		}
+		if got, ok := absMaxFast(x); !ok || got != want {
+			t.Errorf("n=%d: absMax %v, want %v", n, got, want)
+		}
+		for _, xs := range []float32{actScale(want), 1, 127 / 0.5, 3.7} {
+			got := make([]int8, n)
+			if !quantizeFast(x, xs, got) {
+				t.Fatal("quantizeFast did not run")
+			}
+			for i, v := range x {
+				if w := QuantizeAct(v, xs); got[i] != w {
+					t.Fatalf("n=%d xs=%v: x[%d]=%v -> %d, want %d", n, xs, i, v, got[i], w)
+				}
+			}
+		}
+		if i := firstNonFinite(x); i != -1 {
+			t.Errorf("n=%d: finite input reported at %d", n, i)
+		}
+		for _, bad := range []int{0, n / 2, n - 1} {
+			y := append([]float32(nil), x...)
+			y[bad] = float32(math.Inf(-1))
+			if bad > 0 {
+				y[bad-1+min(1, n-bad-1)] = float32(math.NaN())
+			}
+			want := -1
+			for i, v := range y {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					want = i
+					break
+				}
+			}
+			if got := firstNonFinite(y); got != want {
+				t.Errorf("n=%d: first non-finite %d, want %d", n, got, want)
+			}
+		}
+	}
+}

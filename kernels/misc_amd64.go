@@ -34,6 +34,24 @@ func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 //go:noescape
 func sumInt8AVX2(x *int8, n int) int32
 
+// absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its
+// reference.
+//
+//go:noescape
+func absMaxF32AVX512(x *float32, n int) float32
+
+// nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an
+// infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.
+//
+//go:noescape
+func nonFiniteF32AVX512(x *float32, n int) int
+
+// quantizeF32AVX512 writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple
+// of 16); QuantizeAct is its reference.
+//
+//go:noescape
+func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
+
 // readBytesAVX512 reads n bytes at p (n a multiple of 256) and returns a checksum, so the loads
 // are not optimized away; readBytesGeneric is its reference.
 //

@@ -714,6 +714,90 @@ sum8_done:
 	VZEROUPPER
 	RET
 
+// func absMaxF32AVX512(x *float32, n int) float32
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·absMaxF32AVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7fffffff, DX
+	VPBROADCASTD DX, Z0
+	VPXORD       Z1, Z1, Z1
+	SHRQ         $0x04, CX
+	JZ           absmax_done
+
+absmax_l:
+	VANDPS (AX), Z0, Z2
+	VMAXPS Z2, Z1, Z1
+	ADDQ   $0x40, AX
+	DECQ   CX
+	JNZ    absmax_l
+
+absmax_done:
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VMAXPS        Y2, Y1, Y1
+	VEXTRACTF128  $0x01, Y1, X2
+	VMAXPS        X2, X1, X1
+	VPERMILPS     $0x4e, X1, X2
+	VMAXPS        X2, X1, X1
+	VPERMILPS     $0xb1, X1, X2
+	VMAXPS        X2, X1, X1
+	MOVSS         X1, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func nonFiniteF32AVX512(x *float32, n int) int
+// Requires: AVX, AVX512F
+TEXT ·nonFiniteF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7f800000, DX
+	VPBROADCASTD DX, Z0
+	XORQ         DX, DX
+	SHRQ         $0x04, CX
+	JZ           nonfin_none
+
+nonfin_l:
+	VPANDD   (AX), Z0, Z1
+	VPCMPEQD Z0, Z1, K1
+	KORTESTW K1, K1
+	JNZ      nonfin_found
+	ADDQ     $0x40, AX
+	ADDQ     $0x10, DX
+	DECQ     CX
+	JNZ      nonfin_l
+
+nonfin_none:
+	MOVQ $-1, DX
+
+nonfin_found:
+	MOVQ DX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
+// Requires: AVX, AVX512F, SSE
+TEXT ·quantizeF32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         dst+24(FP), DX
+	MOVSS        xs+16(FP), X0
+	VBROADCASTSS X0, Z0
+	SHRQ         $0x04, CX
+	JZ           quant_done
+
+quant_l:
+	VMULPS    (AX), Z0, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (DX)
+	ADDQ      $0x40, AX
+	ADDQ      $0x10, DX
+	DECQ      CX
+	JNZ       quant_l
+
+quant_done:
+	VZEROUPPER
+	RET
+
 // func readBytesAVX512(p *byte, n int) uint64
 // Requires: AVX, AVX2, AVX512F
 TEXT ·readBytesAVX512(SB), NOSPLIT, $0-24

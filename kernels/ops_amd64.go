@@ -22,6 +22,9 @@ func init() {
 	if cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi {
 		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z] = lutBuildTL1AVX512, lutBuildTL2AVX512
 	}
+	if cpu.avx512 {
+		absMaxAsm, nonFiniteAsm, quantizeAsm = absMaxF32AVX512, nonFiniteF32AVX512, quantizeF32AVX512
+	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
 		sumInt8Fast = sumInt8AVX2

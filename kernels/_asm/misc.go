@@ -12,6 +12,7 @@ import (
 // int8 VNNI peak loop.
 func genMisc() {
 	genLUTBuilders()
+	genActHelpers()
 	for _, z := range []bool{true, false} {
 		name := "readBytesAVX2"
 		if z {
@@ -358,6 +359,97 @@ func genLUTBuilders() {
 		SHLQ(U8(7), n)
 		SUBQ(n, r)
 		Store(r.As32(), ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+}
+
+// genActHelpers writes AVX-512 versions of the activation quantizer's loops (act.go):
+// absMax, the finite check and the rounding to int8; n is a multiple of 16 (the Go callers
+// do the tail).
+func genActHelpers() {
+	{
+		TEXT("absMaxF32AVX512", NOSPLIT, "func(x *float32, n int) float32")
+		Pragma("noescape")
+		Doc("absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its",
+			"reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(true)
+		m, acc, v := p.get(), p.get(), p.get()
+		bcastDword(m, 0x7fffffff)
+		VPXORD(acc, acc, acc)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("absmax_done"))
+		Label("absmax_l")
+		VANDPS(at(x, 0), m, v)
+		VMAXPS(v, acc, acc)
+		ADDQ(U8(64), x)
+		DECQ(n)
+		JNZ(LabelRef("absmax_l"))
+		Label("absmax_done")
+		VEXTRACTF64X4(U8(1), acc, v.AsY())
+		VMAXPS(v.AsY(), acc.AsY(), acc.AsY())
+		VEXTRACTF128(U8(1), acc.AsY(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		VPERMILPS(U8(0x4E), acc.AsX(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		VPERMILPS(U8(0xB1), acc.AsX(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		Store(acc.AsX(), ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	{
+		TEXT("nonFiniteF32AVX512", NOSPLIT, "func(x *float32, n int) int")
+		Pragma("noescape")
+		Doc("nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an",
+			"infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(true)
+		e := p.get()
+		v := p.get()
+		bcastDword(e, 0x7f800000)
+		i := GP64()
+		XORQ(i, i)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("nonfin_none"))
+		Label("nonfin_l")
+		VPANDD(at(x, 0), e, v)
+		VPCMPEQD(e, v, K1)
+		KORTESTW(K1, K1)
+		JNZ(LabelRef("nonfin_found"))
+		ADDQ(U8(64), x)
+		ADDQ(U8(16), i)
+		DECQ(n)
+		JNZ(LabelRef("nonfin_l"))
+		Label("nonfin_none")
+		MOVQ(I32(-1), i)
+		Label("nonfin_found")
+		Store(i, ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	{
+		TEXT("quantizeF32AVX512", NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
+		Pragma("noescape")
+		Doc("quantizeF32AVX512 writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
+			"of 16); QuantizeAct is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(true)
+		s, v := p.get(), p.get()
+		xsv := Load(Param("xs"), XMM())
+		VBROADCASTSS(xsv, s)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("quant_done"))
+		Label("quant_l")
+		VMULPS(at(x, 0), s, v)
+		VCVTPS2DQ(v, v)
+		VPMOVSDB(v, at(d, 0))
+		ADDQ(U8(64), x)
+		ADDQ(U8(16), d)
+		DECQ(n)
+		JNZ(LabelRef("quant_l"))
+		Label("quant_done")
 		VZEROUPPER()
 		RET()
 	}
