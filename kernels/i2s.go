@@ -21,13 +21,11 @@ func i2sEncode(l Layout, w []int8, blk []byte) {
 	for r := 0; r < RowBlock; r++ {
 		row := w[r*l.Kp : (r+1)*l.Kp]
 		for b := 0; b < nb; b++ {
-			piece := blk[((r/4*nb+b)*4+r%4)*32:][:32]
-			for j := 0; j < 32; j++ {
-				var v byte
-				for s := 0; s < 4; s++ {
-					v |= byte(row[128*b+32*s+j]+1) << (6 - 2*s)
-				}
-				piece[j] = v
+			piece := blk[((r/4*nb+b)*4+r%4)*32:][:32:32]
+			s0, s1 := row[128*b:][:32:32], row[128*b+32:][:32:32]
+			s2, s3 := row[128*b+64:][:32:32], row[128*b+96:][:32:32]
+			for j := range piece {
+				piece[j] = byte(s0[j]+1)<<6 | byte(s1[j]+1)<<4 | byte(s2[j]+1)<<2 | byte(s3[j]+1)
 			}
 		}
 	}

@@ -14,20 +14,13 @@ package kernels
 // four for inputs 8u+4..8u+7.
 
 func int1Encode(l Layout, w []int8, blk []byte) {
-	for u := 0; u < l.Kp/8; u++ {
-		unit := blk[32*u:][:32]
-		for p := 0; p < 32; p++ {
-			r8, k4 := p/4, p%4
-			var v byte
-			for h := 0; h < 2; h++ {
-				k := 8*u + 4*h + k4
-				for j := 0; j < 4; j++ {
-					if w[(8*j+r8)*l.Kp+k] < 0 {
-						v |= 1 << (4*h + j)
-					}
-				}
+	for r8 := 0; r8 < 8; r8++ {
+		for j := 0; j < 4; j++ {
+			row := w[(8*j+r8)*l.Kp:][:l.Kp]
+			for k, v := range row {
+				// bit 1 for -1: the sign bit of the int8
+				blk[32*(k/8)+4*r8+k%4] |= byte(v) >> 7 << (4*(k%8/4) + j)
 			}
-			unit[p] = v
 		}
 	}
 }

@@ -16,15 +16,11 @@ package kernels
 // VNNI4 order vpdpbusd consumes with a broadcast dword of activations.
 
 func int2Encode(l Layout, w []int8, blk []byte) {
-	for u := 0; u < l.Kp/4; u++ {
-		unit := blk[32*u:][:32]
-		for p := 0; p < 32; p++ {
-			r8, k := p/4, 4*u+p%4
-			var v byte
-			for j := 0; j < 4; j++ {
-				v |= byte(w[(8*j+r8)*l.Kp+k]) << (2 * j)
-			}
-			unit[p] = v
+	for r8 := 0; r8 < 8; r8++ {
+		w0, w1 := w[r8*l.Kp:][:l.Kp], w[(8+r8)*l.Kp:][:l.Kp]
+		w2, w3 := w[(16+r8)*l.Kp:][:l.Kp], w[(24+r8)*l.Kp:][:l.Kp]
+		for k := 0; k < l.Kp; k++ {
+			blk[32*(k/4)+4*r8+k%4] = byte(w0[k]) | byte(w1[k])<<2 | byte(w2[k])<<4 | byte(w3[k])<<6
 		}
 	}
 }

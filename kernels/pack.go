@@ -67,6 +67,7 @@ func Pack(f quantcfg.Format, m, k int, w Weights, dst []byte) error {
 	if err := checkWeights(f, m, k, w); err != nil {
 		return err
 	}
+	var scratch []int8
 	for rb := 0; rb < l.RowBlocks(); rb++ {
 		r0, r1 := rb*RowBlock, min((rb+1)*RowBlock, m)
 		blk := l.RowBlockData(dst, rb)
@@ -77,7 +78,12 @@ func Pack(f quantcfg.Format, m, k int, w Weights, dst []byte) error {
 			floatEncode(l, rows, blk)
 			continue
 		}
-		encoders[f](l, padRows(l, w.Q, r0, r1), blk)
+		if r1-r0 == RowBlock && l.Kp == k {
+			encoders[f](l, w.Q[r0*k:r1*k], blk)
+			continue
+		}
+		scratch = padRows(l, w.Q, r0, r1, scratch)
+		encoders[f](l, scratch, blk)
 	}
 	return nil
 }
@@ -85,12 +91,12 @@ func Pack(f quantcfg.Format, m, k int, w Weights, dst []byte) error {
 // padRows returns rows [r0, r1) of the logical weights as a [32][Kp] row block, every
 // padding position (rows >= M, inputs >= K) holding the format's padding value: 0 where the
 // format has a zero weight (ternary formats, int8), code 0 for int2, +1 (bit 0) for int1.
-func padRows(l Layout, q []int8, r0, r1 int) []int8 {
+func padRows(l Layout, q []int8, r0, r1 int, rows []int8) []int8 {
 	var pad int8
 	if l.Format == quantcfg.Int1 {
 		pad = 1
 	}
-	rows := make([]int8, RowBlock*l.Kp)
+	rows = resize(rows, RowBlock*l.Kp)
 	for i := range rows {
 		rows[i] = pad
 	}

@@ -14,17 +14,25 @@ import (
 // float64, rounded to float32, floored at 1e-5), W_t = clamp(roundHalfEven(W/s), -1, 1).
 // It returns the ternary weights and s (the per-tensor scale).
 func Ternarize(w []float32) ([]int8, float32, error) {
-	if err := checkFinite("weight", w); err != nil {
-		return nil, 0, err
-	}
 	var sum float64
 	for _, v := range w {
 		sum += math.Abs(float64(v))
 	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) {
+		return nil, 0, checkFinite("weight", w)
+	}
 	s := max(float32(sum/float64(max(len(w), 1))), actEps)
 	q := make([]int8, len(w))
 	for i, v := range w {
-		q[i] = int8(max(-1, min(1, math.RoundToEven(float64(v/s)))))
+		// clamp(roundHalfEven(t), -1, 1) for t = v/s: ±0.5 round to 0 (even)
+		t := v / s
+		var r int8
+		if t > 0.5 {
+			r = 1
+		} else if t < -0.5 {
+			r = -1
+		}
+		q[i] = r
 	}
 	return q, s, nil
 }

@@ -23,20 +23,19 @@ import (
 
 func tl2Encode(l Layout, w []int8, blk []byte) {
 	nb := l.K3 / TL2Block
-	for b := 0; b < nb; b++ {
-		p := blk[320*b:][:320]
-		for t := 0; t < 16; t++ {
-			var signs uint32
-			for r := 0; r < RowBlock; r++ {
-				k := TL2Block*b + 3*t
-				v := 9*int(w[r*l.Kp+k]) + 3*int(w[r*l.Kp+k+1]) + int(w[r*l.Kp+k+2])
+	for r := 0; r < RowBlock; r++ {
+		row := w[r*l.Kp:][:l.K3]
+		for b := 0; b < nb; b++ {
+			p := blk[320*b:][:320:320]
+			tri := row[TL2Block*b:][:TL2Block:TL2Block]
+			for t := 0; t < 16; t++ {
+				v := 9*int(tri[3*t]) + 3*int(tri[3*t+1]) + int(tri[3*t+2])
 				if v < 0 {
-					signs |= 1 << r
+					p[256+4*t+r/8] |= 1 << (r % 8) // bit r of the little-endian uint32
 					v = -v
 				}
 				p[32*(t/2)+r] |= byte(v) << (4 * (t % 2))
 			}
-			binary.LittleEndian.PutUint32(p[256+4*t:], signs)
 		}
 	}
 	tl1EncodeUnits(l, w, l.K3, l.Kp1, blk[320*nb:])

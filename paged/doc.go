@@ -1,5 +1,20 @@
-// Package paged owns page-aligned memory outside the Go heap: huge-page arenas for packed
-// weights, memfd-backed shared regions for the ipc package, and the .bitgo pack file
-// (a msgpack header and 2 MiB-aligned blobs, mapped read-only, every blob checksummed).
-// It does not know what the bytes mean: formats belong to quantcfg and kernels.
+// Package paged owns page-aligned memory outside the Go heap and the files that fill it:
+//
+//   - Arena: blocks of anonymous memory, 2 MiB-aligned with MADV_HUGEPAGE, optionally
+//     mlocked, accounted (mapped, locked, resident via mincore), freed explicitly. The
+//     engine keeps packed weights in them.
+//   - Region: sealed memfd-backed shared memory for the ipc package.
+//   - The .bitgo pack file (FORMAT.md): PackWriter streams layers and tensors to disk;
+//     OpenPack maps a file read-only and shared, so blobs are used in place, a restart is
+//     a mapping rather than a copy, and several processes share one page-cache copy. Every
+//     blob carries a CRC-32C.
+//   - Safetensors files and sharded checkpoints (OpenSafetensors, OpenCheckpoint): strict
+//     validation, zero-copy tensor access; WriteSafetensors for tests and tools.
+//
+// It does not know what the bytes mean: formats and their layouts belong to quantcfg and
+// kernels. Layer metadata is kept in quantcfg's terms (quantcfg.LayerSpec).
+//
+// Every error wraps a sentinel of errors.go and names the file, the layer or tensor, and
+// the problem. Hostile files (truncated, corrupt, lying length prefixes) give errors, never
+// panics or unbounded allocations; the fuzz targets in fuzz_test.go hold that line.
 package paged

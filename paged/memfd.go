@@ -8,9 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrRegion: a shared-memory region could not be created, mapped or trusted.
-var ErrRegion = errors.New("shared memory region")
-
 // Region is a memfd-backed shared-memory mapping: created by the daemon for one client,
 // sized once and sealed against growing and shrinking (so neither side can make the other
 // fault by truncating it), and mapped read-write by both.

@@ -98,6 +98,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs.BoolVar(&o.cache, "cache", false, "cache-resident variant: one weight matrix instead of a rotation through DRAM (op gemv_cache)")
 	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 VNNI peak (op gemm)")
 	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
+	fs.String("device", "cpu", "cpu, or xe2:N for an Xe2 GPU's benchmark (its own flags)")
 	formats := fs.String("format", "", "comma-separated formats (default: all)")
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
@@ -183,6 +184,23 @@ func intList(s string, lo, hi int) ([]int, error) {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
+	// --device xe2:N (and other non-CPU backends) have benchmarks of their own.
+	for i, a := range args {
+		v := ""
+		switch {
+		case (a == "--device" || a == "-device") && i+1 < len(args):
+			v = args[i+1]
+		case strings.HasPrefix(a, "--device="), strings.HasPrefix(a, "-device="):
+			v = a[strings.Index(a, "=")+1:]
+		}
+		if prefix, _, _ := strings.Cut(v, ":"); v != "" && prefix != "cpu" {
+			if fn, ok := benchBackends[prefix]; ok {
+				return fn(args, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "bench: --device %q: no benchmark for that device (cpu, or one of the backends bitd info lists)\n", v)
+			return 2
+		}
+	}
 	o, err := parseBenchFlags(args, stderr)
 	if errors.Is(err, errUsage) {
 		return 2

@@ -42,8 +42,6 @@ func main() {
 		genFloat()
 	case "misc":
 		genMisc()
-	case "exp":
-		genExp()
 	default:
 		fmt.Fprintf(os.Stderr, "_asm: unknown -op %q\n", *op)
 		os.Exit(2)

@@ -1,0 +1,77 @@
+# bitgo's front door. `make demo` runs the main job on a fresh machine; `make test` runs
+# every test. Both install what they need (scripts/deps.sh is idempotent).
+
+SHELL      := /bin/bash
+GO         ?= go
+PY         ?= /usr/bin/python3
+SHARED     ?= $(abspath ../shared)
+TORCH2     := $(SHARED)/tools/torch2
+BIN        := bin/bitd
+FUZZTIME   ?= 4s
+export BITD_BIN := $(abspath $(BIN))
+
+.PHONY: all deps build demo test test-go test-race test-fuzz test-integration test-py test-py2 \
+        bench soak lint generate check-generate clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/bitd
+
+## demo: build bitd, show what this machine offers, and check every format end to end.
+demo: deps build
+	$(BIN) info
+	$(BIN) selfcheck -m 2560 -k 2560
+	@if [ -f pyclient/bitgo/demo.py ]; then PYTHONPATH=pyclient $(PY) -m bitgo.demo; fi
+
+## test: every test: Go (unit, race, fuzz, integration), OpenCL on PoCL, Python (torch 1.13 and 2.6).
+test: deps build test-go test-race test-fuzz test-integration test-py test-py2 check-generate
+	@echo "make test: all suites passed"
+
+test-go:
+	$(GO) vet ./...
+	BITD_REQUIRE_OPENCL=1 $(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags noasm ./kernels/...
+
+test-race:
+	$(GO) test -count=1 -race $$($(GO) list ./... | grep -E '/(sched|engine|ipc)$$')
+
+test-fuzz:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+test-integration: build
+	@if ls tests/*_test.go >/dev/null 2>&1; then $(GO) test -count=1 -tags integration ./tests/...; fi
+
+test-py: build
+	@if [ -d pyclient/tests ]; then PYTHONPATH=pyclient $(PY) -m pytest -q pyclient/tests; fi
+
+test-py2: build
+	@if [ -d pyclient/tests ]; then \
+	  bash $(TORCH2)/make-env.sh && \
+	  bash $(TORCH2)/run-in-env.sh -b "$(CURDIR)" -w "$(CURDIR)" -e PYTHONPATH=pyclient -e BITD_BIN=$(BITD_BIN) \
+	    -- python3 -m pytest -q -p no:cacheprovider pyclient/tests; fi
+
+## bench: the performance figures (DRAM working sets; minutes).
+bench: build
+	$(GO) test -run='^$$' -bench=. -benchtime=1x ./sched/... ./kernels/... 2>/dev/null || true
+	$(GO) test -run='^$$' -bench='RoundTrip|IdleCPU' -benchtime=20000x ./ipc/
+	set -o pipefail; BITD_SOAK=60s $(GO) test -count=1 -tags integration -run='^TestLoad$$' -v ./tests/ | grep -E 'calls|ok|FAIL'
+	@if $(BIN) help 2>&1 | grep -q ' bench '; then $(BIN) bench; fi
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^kernels/_asm/'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+generate:
+	@if [ -x scripts/generate.sh ]; then scripts/generate.sh; else echo "nothing to generate"; fi
+
+check-generate:
+	@if [ -x scripts/generate.sh ]; then scripts/generate.sh && git diff --exit-code --stat -- kernels || \
+	  { echo "make generate changed the tree: commit the regenerated files"; exit 1; }; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"bitgo/engine"
+	"bitgo/ipc"
+)
+
+// serveMetrics are bitd serve's Prometheus metrics, registered on an injected registry.
+// It implements ipc.Observer. Achieved weight bandwidth per format is
+// rate(bitd_engine_weight_read_bytes_total) / rate(bitd_engine_compute_seconds_total).
+type serveMetrics struct {
+	calls     *prometheus.HistogramVec // op, format
+	errors    *prometheus.CounterVec   // op, code
+	sessions  prometheus.Gauge
+	opened    prometheus.Counter
+	freed     prometheus.Counter
+	readBytes *prometheus.CounterVec // format
+	compute   *prometheus.CounterVec // format
+	tokens    *prometheus.CounterVec // format
+	bandwidth *prometheus.GaugeVec   // format
+}
+
+func newServeMetrics(reg prometheus.Registerer, e *engine.Engine, shared int) *serveMetrics {
+	f := promauto.With(reg)
+	m := &serveMetrics{
+		calls: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bitd_ipc_call_duration_seconds",
+			Help:    "Time the daemon spent on one call, from decoding the request to writing the response, by op and layer format.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 13), // 1 us .. 17 s
+		}, []string{"op", "format"}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "bitd_ipc_errors_total",
+			Help: "Calls answered with an error status, by op and status name.",
+		}, []string{"op", "code"}),
+		sessions: f.NewGauge(prometheus.GaugeOpts{
+			Name: "bitd_ipc_sessions",
+			Help: "Client sessions open now.",
+		}),
+		opened: f.NewCounter(prometheus.CounterOpts{
+			Name: "bitd_ipc_sessions_opened_total",
+			Help: "Client sessions opened since start.",
+		}),
+		freed: f.NewCounter(prometheus.CounterOpts{
+			Name: "bitd_ipc_session_layers_freed_total",
+			Help: "Layers freed because the session that registered them ended.",
+		}),
+		readBytes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "bitd_engine_weight_read_bytes_total",
+			Help: "Bytes of packed weights, scales and biases read by forward calls, by format.",
+		}, []string{"format"}),
+		compute: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "bitd_engine_compute_seconds_total",
+			Help: "Time spent computing forward calls, by format.",
+		}, []string{"format"}),
+		tokens: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "bitd_engine_tokens_total",
+			Help: "Tokens (activation rows) computed by forward calls, by format.",
+		}, []string{"format"}),
+		bandwidth: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bitd_engine_weight_bandwidth_bytes",
+			Help: "Achieved weight bandwidth (bytes read per second of compute) of the last forward call, by format.",
+		}, []string{"format"}),
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bitd_engine_layers",
+		Help: "Layers registered in the engine (shared and per-session).",
+	}, func() float64 { return float64(e.Stats().Layers) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bitd_engine_shared_layers",
+		Help: "Layers loaded from pack files, shared by every session.",
+	}, func() float64 { return float64(shared) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bitd_engine_resident_bytes",
+		Help: "Bytes of packed weights resident in the engine.",
+	}, func() float64 { return float64(e.Stats().WeightBytes) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bitd_engine_threads",
+		Help: "Threads computing each call.",
+	}, func() float64 { return float64(e.Threads()) })
+	return m
+}
+
+// Call records one finished request (ipc.Observer).
+func (m *serveMetrics) Call(c ipc.CallEvent) {
+	op, format := c.Op.String(), string(c.Format)
+	m.calls.WithLabelValues(op, format).Observe(c.Duration.Seconds())
+	if c.Status != ipc.StatusOK {
+		m.errors.WithLabelValues(op, c.Status.String()).Inc()
+		return
+	}
+	if c.Op == ipc.OpForward && c.Handler > 0 {
+		m.readBytes.WithLabelValues(format).Add(float64(c.Bytes))
+		m.compute.WithLabelValues(format).Add(c.Handler.Seconds())
+		m.tokens.WithLabelValues(format).Add(float64(c.Tokens))
+		m.bandwidth.WithLabelValues(format).Set(float64(c.Bytes) / c.Handler.Seconds())
+	}
+}
+
+// Session records a session opening (+1) or ending (-1, with the layers it freed).
+func (m *serveMetrics) Session(delta int, layers int, _ int64) {
+	m.sessions.Add(float64(delta))
+	if delta > 0 {
+		m.opened.Inc()
+	} else {
+		m.freed.Add(float64(layers))
+	}
+}

@@ -1,0 +1,347 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"bitgo/kernels"
+	"bitgo/quantcfg"
+)
+
+func randLayer(rng *rand.Rand, name string, f quantcfg.Format, m, k int, bias bool) Spec {
+	s := Spec{LayerSpec: quantcfg.LayerSpec{Name: name, Format: f, Out: m, In: k, Bias: bias}.WithDefaults()}
+	w := kernels.Weights{}
+	if f.IsFloat() {
+		w.F = make([]float32, m*k)
+		for i := range w.F {
+			w.F[i] = kernels.RoundBF16(float32(rng.NormFloat64()))
+		}
+	} else {
+		w.Q = make([]int8, m*k)
+		for i := range w.Q {
+			switch {
+			case f == quantcfg.Int2:
+				w.Q[i] = int8(rng.IntN(4))
+			case f == quantcfg.Int1:
+				w.Q[i] = int8(2*rng.IntN(2) - 1)
+			case f == quantcfg.Int8:
+				w.Q[i] = int8(rng.IntN(256) - 128)
+			default:
+				w.Q[i] = int8(rng.IntN(3) - 1)
+			}
+		}
+	}
+	s.Weights = &w
+	s.Scales = make([]float32, s.NumScales())
+	for i := range s.Scales {
+		s.Scales[i] = float32(0.01 + rng.Float64())
+	}
+	if bias {
+		s.Bias = make([]float32, m)
+		for i := range s.Bias {
+			s.Bias[i] = float32(rng.NormFloat64())
+		}
+	}
+	return s
+}
+
+// reference computes what Forward must return, through package kernels' reference.
+func reference(t testing.TB, s Spec, x []float32, n int) []float32 {
+	t.Helper()
+	blob, err := kernels.PackNew(s.Format, s.Out, s.In, *s.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kernels.NewLayer(s.LayerSpec, blob, s.Scales, s.Bias)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := kernels.Reference(l, x, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func TestForwardMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	e, err := New(Config{Threads: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, fi := range quantcfg.Formats() {
+		for _, sh := range [][2]int{{70, 130}, {257, 96}, {1, 1}} {
+			s := randLayer(rng, fmt.Sprintf("%s-%dx%d", fi.Format, sh[0], sh[1]), fi.Format, sh[0], sh[1], sh[0]%2 == 0)
+			id, err := e.Register(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{1, 3, 17} {
+				x := make([]float32, n*s.In)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				want := reference(t, s, x, n)
+				// f32 through bytes, with an unaligned buffer (as shared memory may give)
+				xb := append([]byte{0}, f32bytes(x)...)[1:]
+				out := make([]byte, 4*n*s.Out+1)[1:]
+				if err := e.Forward(id, xb, quantcfg.DTypeF32, n, out); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])); math.Float32bits(got) != math.Float32bits(want[i]) {
+						t.Fatalf("%s n=%d: out[%d] = %v, want %v", s.Name, n, i, got, want[i])
+					}
+				}
+				// bf16 in and out: input widened exactly, output rounded to nearest even
+				xh := make([]byte, 2*len(x))
+				xw := make([]float32, len(x))
+				for i, v := range x {
+					h := kernels.BF16(v)
+					binary.LittleEndian.PutUint16(xh[2*i:], h)
+					xw[i] = kernels.FromBF16(h)
+				}
+				wantH := reference(t, s, xw, n)
+				outH := make([]byte, 2*n*s.Out)
+				if err := e.Forward(id, xh, quantcfg.DTypeBF16, n, outH); err != nil {
+					t.Fatal(err)
+				}
+				for i := range wantH {
+					if got := binary.LittleEndian.Uint16(outH[2*i:]); got != kernels.BF16(wantH[i]) {
+						t.Fatalf("%s bf16 n=%d: out[%d] = %#x, want %#x", s.Name, n, i, got, kernels.BF16(wantH[i]))
+					}
+				}
+				// the float32 API
+				outF := make([]float32, n*s.Out)
+				if err := e.ForwardF32(id, x, n, outF); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if math.Float32bits(outF[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s ForwardF32: out[%d] = %v, want %v", s.Name, i, outF[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestErrorsNameLayerAndMismatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	e, _ := New(Config{Threads: 2})
+	defer e.Close()
+	s := randLayer(rng, "q_proj", quantcfg.I2S, 64, 128, false)
+	id, err := e.Register(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]byte, 4*2*128)
+	for _, c := range []struct {
+		err  error
+		want []string
+	}{
+		{e.Forward(id, x[:4*127], quantcfg.DTypeF32, 1, make([]byte, 4*64)), []string{"q_proj", "input has 508 bytes", "128 in_features"}},
+		{e.Forward(id, x, quantcfg.DTypeF32, 2, make([]byte, 4*63)), []string{"q_proj", "output has 252 bytes", "64 out_features"}},
+		{e.Forward(id, x, "f16", 2, make([]byte, 4*128)), []string{"q_proj", "dtype \"f16\""}},
+		{e.Forward(id, x, quantcfg.DTypeF32, 0, nil), []string{"q_proj", "0 tokens"}},
+		{e.Forward(id+100, x, quantcfg.DTypeF32, 2, nil), []string{"no such layer"}},
+	} {
+		if c.err == nil {
+			t.Errorf("no error, want %q", c.want)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(c.err.Error(), w) {
+				t.Errorf("error %q lacks %q", c.err, w)
+			}
+		}
+	}
+	nan := f32bytes([]float32{float32(math.NaN())})
+	xx := append(make([]byte, 4*130), nan...)
+	xx = append(xx, make([]byte, 4*125)...)
+	if err := e.Forward(id, xx, quantcfg.DTypeF32, 2, make([]byte, 4*128)); !errors.Is(err, kernels.ErrNonFinite) || !strings.Contains(err.Error(), "q_proj") || !strings.Contains(err.Error(), "token 1, input 2") {
+		t.Errorf("NaN: %v", err)
+	}
+	if _, err := e.Register(s); !errors.Is(err, ErrExists) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	bad := s
+	bad.Name, bad.Scales = "k_proj", nil
+	if _, err := e.Register(bad); !errors.Is(err, kernels.ErrShape) || !strings.Contains(err.Error(), "k_proj") {
+		t.Errorf("missing scales: %v", err)
+	}
+	// a packed blob from a client is checked
+	lay, _ := kernels.NewLayout(quantcfg.I2S, 64, 128)
+	blob := make([]byte, lay.Bytes())
+	blob[5] = 0xff // code 3
+	ps := Spec{LayerSpec: s.LayerSpec, Packed: blob, Scales: s.Scales}
+	ps.Name = "v_proj"
+	if _, err := e.Register(ps); !errors.Is(err, kernels.ErrWeights) || !strings.Contains(err.Error(), "v_proj") {
+		t.Errorf("bad packed blob: %v", err)
+	}
+	if st := e.Stats(); st.Errors != 5 || st.Layers != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestConcurrentCallers: many goroutines forward on shared and private layers while others
+// register and free; results stay exact (run with -race).
+func TestConcurrentCallers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	e, _ := New(Config{Threads: 2})
+	defer e.Close()
+	shared := randLayer(rng, "shared", quantcfg.Int2, 96, 256, true)
+	sid, err := e.Register(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 2*256)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	want := reference(t, shared, x, 2)
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			own := randLayer(rng, fmt.Sprintf("own%d", g), quantcfg.TL2, 40, 100, false)
+			oid, err := e.Register(own)
+			if err != nil {
+				errc <- err
+				return
+			}
+			ox := make([]float32, 100)
+			ownWant := reference(t, own, ox, 1)
+			out := make([]float32, 2*96)
+			oout := make([]float32, 40)
+			for i := 0; i < 50; i++ {
+				if err := e.ForwardF32(sid, x, 2, out); err != nil {
+					errc <- err
+					return
+				}
+				for j := range want {
+					if out[j] != want[j] {
+						errc <- fmt.Errorf("goroutine %d: shared out[%d] = %v, want %v", g, j, out[j], want[j])
+						return
+					}
+				}
+				if err := e.ForwardF32(oid, ox, 1, oout); err != nil {
+					errc <- err
+					return
+				}
+				for j := range ownWant {
+					if oout[j] != ownWant[j] {
+						errc <- fmt.Errorf("goroutine %d: own out[%d]", g, j)
+						return
+					}
+				}
+			}
+			if err := e.Free(oid); err != nil {
+				errc <- err
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if st := e.Stats(); st.Layers != 1 || st.Calls != 800 {
+		t.Errorf("stats after: %+v", st)
+	}
+}
+
+// TestFreeDuringCall: a layer freed while a call runs is released only after the call.
+func TestFreeDuringCall(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	released := make(chan struct{})
+	block := make(chan struct{})
+	started := make(chan struct{}, 1)
+	e, _ := New(Config{Runner: blockingRunner{goRunner{1}, started, block}})
+	defer e.Close()
+	s := randLayer(rng, "", quantcfg.I2S, 32, 128, false)
+	lay, _ := kernels.NewLayout(s.Format, s.Out, s.In)
+	blob := make([]byte, lay.Bytes())
+	if err := kernels.Pack(s.Format, s.Out, s.In, *s.Weights, blob); err != nil {
+		t.Fatal(err)
+	}
+	s.Weights, s.Packed, s.Borrow, s.Trusted = nil, blob, true, true
+	s.Release = func() { close(released) }
+	id, err := e.Register(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- e.ForwardF32(id, make([]float32, 128), 1, make([]float32, 32)) }()
+	<-started
+	if err := e.Free(id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-released:
+		t.Fatal("released while a call was in flight")
+	default:
+	}
+	close(block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-released
+	if err := e.Free(id); !errors.Is(err, ErrNoLayer) {
+		t.Fatalf("double free: %v", err)
+	}
+}
+
+type blockingRunner struct {
+	goRunner
+	started chan struct{}
+	block   chan struct{}
+}
+
+func (b blockingRunner) Split(class string, blocks int, fn func(w, lo, hi int)) {
+	b.started <- struct{}{}
+	<-b.block
+	b.goRunner.Split(class, blocks, fn)
+}
+
+// TestKernelPanicIsAnError: a runner (or kernel) that panics gives ErrInternal naming the
+// layer, and the engine keeps working.
+func TestKernelPanicIsAnError(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	e, _ := New(Config{Runner: panicRunner{}})
+	defer e.Close()
+	s := randLayer(rng, "boom", quantcfg.I2S, 32, 128, false)
+	id, err := e.Register(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.ForwardF32(id, make([]float32, 128), 1, make([]float32, 32))
+	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "worker exploded") {
+		t.Fatalf("got %v", err)
+	}
+	if st := e.Stats(); st.Errors != 1 || st.Layers != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+type panicRunner struct{ goRunner }
+
+func (panicRunner) Split(string, int, func(w, lo, hi int)) { panic("worker exploded") }

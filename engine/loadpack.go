@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"bitgo/kernels"
+	"bitgo/paged"
+)
+
+// PackLayout names the blob layouts of package kernels as pack files record them
+// (paged.PackHeader.Layout): `bitd pack` writes it and LoadPack refuses any other value.
+// Bump it whenever a format's layout in kernels changes, so old pack files are refused
+// with a clear error instead of being misread.
+const PackLayout = "kernels/1"
+
+// LoadOptions tunes LoadPackWith; the zero value is LoadPack's behaviour.
+type LoadOptions struct {
+	// Verify says when blob checksums are checked (default: all of them before any layer
+	// is registered).
+	Verify paged.Verify
+	// CheckCodes also decodes every blob to check its codes (kernels.CheckBlob), for pack
+	// files from an untrusted source: a checksum proves the file is what its writer wrote,
+	// not that its writer was honest.
+	CheckCodes bool
+	// Prefix is prepended to every layer name (to load two models into one engine).
+	Prefix string
+}
+
+// LoadedPack describes a pack file registered with LoadPack.
+type LoadedPack struct {
+	Path  string
+	Model string
+	// Layers lists the registered layers in file order: Names[i] has id IDs[i].
+	Names []string
+	IDs   []ID
+	// Bytes is the size of the packed weights used in place.
+	Bytes int64
+
+	e *Engine
+}
+
+// LoadPack maps a .bitgo pack file read-only and registers every layer under its name.
+// The weights are used in place from the mapping (no copy): loading costs the mapping
+// and the checksum pass, and the page cache is shared with every other process that maps
+// the file. The file stays mapped until every layer loaded from it has been freed (and
+// its calls have finished). On error nothing stays registered.
+func (e *Engine) LoadPack(path string) (*LoadedPack, error) {
+	return e.LoadPackWith(path, LoadOptions{})
+}
+
+// LoadPackWith is LoadPack with options.
+func (e *Engine) LoadPackWith(path string, o LoadOptions) (_ *LoadedPack, err error) {
+	p, err := paged.OpenPack(path, paged.OpenOptions{Verify: o.Verify})
+	if err != nil {
+		return nil, err
+	}
+	if p.Layout != PackLayout {
+		p.Close()
+		return nil, fmt.Errorf("%w: %s: blob layout %q, this bitd reads %q: repack the model with this bitd's `bitd pack`", paged.ErrPackVersion, path, p.Layout, PackLayout)
+	}
+	// The mapping is released when the last reference goes: one per registered layer and
+	// one held by this function until it returns.
+	ref := &packRef{p: p}
+	ref.n.Store(1)
+	defer ref.release()
+
+	lp := &LoadedPack{Path: path, Model: p.Model, e: e}
+	defer func() {
+		if err != nil {
+			lp.Free()
+		}
+	}()
+	for _, l := range p.Layers {
+		blob, err := p.LayerBlob(l.Spec.Name)
+		if err != nil {
+			return nil, err
+		}
+		spec := l.Spec
+		spec.Name = o.Prefix + spec.Name
+		if o.CheckCodes {
+			lay, err := kernels.NewLayout(spec.Format, spec.Out, spec.In)
+			if err != nil {
+				return nil, fmt.Errorf("%s: layer %s: %w", path, spec.Name, err)
+			}
+			if err := kernels.CheckBlob(lay, blob); err != nil {
+				return nil, fmt.Errorf("%s: layer %s: %w", path, spec.Name, err)
+			}
+		}
+		ref.n.Add(1)
+		id, err := e.Register(Spec{
+			LayerSpec: spec, Packed: blob, Borrow: true, Trusted: true,
+			Release: ref.release, Scales: l.Scales, Bias: l.Bias,
+		})
+		if err != nil {
+			ref.release() // Register does not call Release when it fails
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		lp.Names = append(lp.Names, spec.Name)
+		lp.IDs = append(lp.IDs, id)
+		lp.Bytes += int64(len(blob))
+	}
+	e.log.Info("pack loaded", "path", path, "model", p.Model, "layers", len(lp.IDs), "bytes", lp.Bytes)
+	return lp, nil
+}
+
+// Free frees every layer of the pack that is still registered; the file is unmapped once
+// their calls in flight have finished.
+func (lp *LoadedPack) Free() error {
+	var errs []error
+	for _, id := range lp.IDs {
+		if err := lp.e.Free(id); err != nil && !errors.Is(err, ErrNoLayer) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type packRef struct {
+	p *paged.Pack
+	n atomic.Int64
+}
+
+func (r *packRef) release() {
+	if r.n.Add(-1) == 0 {
+		r.p.Close()
+	}
+}

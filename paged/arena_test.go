@@ -1,0 +1,297 @@
+package paged
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestArenaAllocAlignedZeroedAccounted(t *testing.T) {
+	a := NewArena(ArenaOptions{Name: "test"})
+	defer a.Close()
+	sizes := []int{1, 4095, 4096, 1 << 20, 3<<20 + 17}
+	var blocks []*Block
+	var wantReq, wantMapped int64
+	for _, n := range sizes {
+		b, err := a.Alloc(n)
+		if err != nil {
+			t.Fatalf("Alloc(%d): %v", n, err)
+		}
+		blocks = append(blocks, b)
+		d := b.Bytes()
+		if len(d) != n || cap(d) != n {
+			t.Fatalf("Alloc(%d): len %d cap %d", n, len(d), cap(d))
+		}
+		if addr := uintptr(unsafe.Pointer(&d[0])); addr%HugePageSize != 0 {
+			t.Fatalf("Alloc(%d) at %#x: not 2 MiB aligned", n, addr)
+		}
+		if b.Mapped()%os.Getpagesize() != 0 || b.Mapped() < n || b.Mapped()-n >= os.Getpagesize() {
+			t.Fatalf("Alloc(%d): mapped %d", n, b.Mapped())
+		}
+		wantReq += int64(n)
+		wantMapped += int64(b.Mapped())
+	}
+	s := a.Stats()
+	if s.Blocks != len(sizes) || s.Requested != wantReq || s.Mapped != wantMapped || s.Locked != 0 {
+		t.Fatalf("stats %+v, want %d blocks, %d requested, %d mapped", s, len(sizes), wantReq, wantMapped)
+	}
+	if s.Resident != 0 {
+		t.Fatalf("untouched blocks resident: %d", s.Resident)
+	}
+	for _, b := range blocks {
+		for i, v := range b.Bytes() {
+			if v != 0 {
+				t.Fatalf("block of %d: byte %d is %d, not zeroed", len(b.Bytes()), i, v)
+			}
+		}
+	}
+	// Touch the big block: it becomes resident (whole pages of it).
+	big := blocks[len(blocks)-1]
+	for i := 0; i < len(big.Bytes()); i += 4096 {
+		big.Bytes()[i] = 1
+	}
+	if r := big.Resident(); r != int64(big.Mapped()) {
+		t.Fatalf("touched block resident %d, want %d", r, big.Mapped())
+	}
+	if r := a.Stats().Resident; r < int64(big.Mapped()) {
+		t.Fatalf("arena resident %d < touched block %d", r, big.Mapped())
+	}
+	// The block is not in the Go heap: the runtime does not know its address.
+	if err := big.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Free(); err != nil {
+		t.Fatalf("second Free: %v", err)
+	}
+	if s := a.Stats(); s.Blocks != len(sizes)-1 || s.Mapped != wantMapped-int64(big.Mapped()) {
+		t.Fatalf("after Free: %+v", s)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Blocks != 0 || s.Mapped != 0 || s.Requested != 0 {
+		t.Fatalf("after Close: %+v", s)
+	}
+	if _, err := a.Alloc(10); !errors.Is(err, ErrArena) {
+		t.Fatalf("Alloc after Close: %v", err)
+	}
+	if err := blocks[0].Free(); err != nil {
+		t.Fatalf("Free after Close: %v", err)
+	}
+}
+
+func TestArenaBadSizes(t *testing.T) {
+	a := NewArena(ArenaOptions{Name: "weights"})
+	defer a.Close()
+	for _, n := range []int{0, -1, 1 << 62} {
+		_, err := a.Alloc(n)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "weights") {
+			t.Errorf("Alloc(%d): %v", n, err)
+		}
+	}
+	// More than the address space can hold fails with an error, not a crash.
+	if _, err := a.Alloc(1 << 61); !errors.Is(err, ErrArena) {
+		t.Errorf("Alloc(2^61): %v", err)
+	}
+}
+
+func TestArenaHugePageAdvice(t *testing.T) {
+	a := NewArena(ArenaOptions{})
+	defer a.Close()
+	b, err := a.Alloc(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := uintptr(unsafe.Pointer(&b.Bytes()[0]))
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip(err)
+	}
+	// Find the VMA holding the block and check the kernel recorded the advice ("hg").
+	var inside bool
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if lo, hi, ok := vmaRange(line); ok {
+			inside = lo <= addr && addr < hi
+			continue
+		}
+		if inside && strings.HasPrefix(line, "VmFlags:") {
+			if !strings.Contains(line, " hg") {
+				t.Fatalf("block VMA lacks the hugepage advice: %s", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("block at %#x not found in /proc/self/smaps", addr)
+}
+
+// vmaRange parses the "lo-hi perms ..." line that starts an smaps entry.
+func vmaRange(line string) (lo, hi uintptr, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(f[0], "-")
+	if !found {
+		return 0, 0, false
+	}
+	x, err1 := strconv.ParseUint(a, 16, 64)
+	y, err2 := strconv.ParseUint(b, 16, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uintptr(x), uintptr(y), true
+}
+
+func setPanicOnFault() (restore func()) {
+	old := debug.SetPanicOnFault(true)
+	return func() { debug.SetPanicOnFault(old) }
+}
+
+func TestArenaReadOnly(t *testing.T) {
+	a := NewArena(ArenaOptions{})
+	defer a.Close()
+	b, err := a.Alloc(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Bytes()[5] = 7
+	if err := b.ReadOnly(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Bytes()[5] != 7 {
+		t.Fatal("content lost")
+	}
+	// A write now faults; with SetPanicOnFault it panics instead of killing the process.
+	if !faults(func() { b.Bytes()[6] = 1 }) {
+		t.Fatal("write to a read-only block did not fault")
+	}
+	if err := b.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReadOnly(); !errors.Is(err, ErrArena) {
+		t.Fatalf("ReadOnly after Free: %v", err)
+	}
+}
+
+func faults(f func()) (faulted bool) {
+	defer setPanicOnFault()()
+	defer func() { faulted = recover() != nil }()
+	f()
+	return false
+}
+
+func TestArenaLock(t *testing.T) {
+	a := NewArena(ArenaOptions{Lock: true, Name: "locked"})
+	defer a.Close()
+	b, err := a.Alloc(64 << 10)
+	if errors.Is(err, ErrMemlock) {
+		t.Skipf("this environment refuses 64 KiB of mlock: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Locked != 64<<10 || s.Resident != 64<<10 {
+		t.Fatalf("locked block: %+v", s)
+	}
+	b.Free()
+	if s := a.Stats(); s.Locked != 0 {
+		t.Fatalf("after Free: %+v", s)
+	}
+}
+
+// TestArenaLockRefused checks the error when RLIMIT_MEMLOCK refuses: as an unprivileged
+// process with the limit at zero. Root bypasses the limit (CAP_IPC_LOCK), so as root the
+// check runs in a child process that drops to user nobody.
+func TestArenaLockRefused(t *testing.T) {
+	if os.Getenv("BITGO_MLOCK_CHILD") == "1" {
+		lockRefusedCheck(t)
+		return
+	}
+	if os.Geteuid() != 0 {
+		lockRefusedCheck(t)
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir, err := os.MkdirTemp("", "bitgo-mlock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "paged.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestArenaLockRefused$", "-test.v")
+	cmd.Env = append(os.Environ(), "BITGO_MLOCK_CHILD=1", "GOCOVERDIR=")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "refused as expected") {
+		t.Fatalf("child did not run the check:\n%s", out)
+	}
+}
+
+func lockRefusedCheck(t *testing.T) {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: 0, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old)
+	a := NewArena(ArenaOptions{Lock: true, Name: "weights"})
+	defer a.Close()
+	_, err := a.Alloc(1 << 20)
+	if !errors.Is(err, ErrMemlock) {
+		t.Fatalf("mlock over RLIMIT_MEMLOCK=0: %v", err)
+	}
+	for _, want := range []string{"weights", "RLIMIT_MEMLOCK is soft 0 bytes", "ulimit -l", "1048576"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if s := a.Stats(); s.Blocks != 0 || s.Mapped != 0 {
+		t.Errorf("refused block still accounted: %+v", s)
+	}
+	t.Log("refused as expected:", err)
+}
+
+func TestResidentOfUnalignedSlice(t *testing.T) {
+	a := NewArena(ArenaOptions{NoHugePages: true})
+	defer a.Close()
+	b, err := a.Alloc(3 * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Bytes()[4096+10] = 1 // page 1 only
+	if r := Resident(b.Bytes()[100:200]); r != 0 {
+		t.Errorf("page 0 slice resident %d", r)
+	}
+	if r := Resident(b.Bytes()[4000:4200]); r != 104 {
+		t.Errorf("slice straddling pages 0-1: resident %d, want 104 (the part in page 1)", r)
+	}
+	if r := Resident(make([]byte, 0)); r != 0 {
+		t.Errorf("empty: %d", r)
+	}
+}

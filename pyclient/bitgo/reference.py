@@ -1,0 +1,744 @@
+"""The arithmetic of every bitgo format in plain PyTorch: the test oracle.
+
+This module reproduces, bit for bit, what Go's ``kernels`` package defines (kernels/doc.go):
+
+* ``pack`` / ``unpack``: every packed layout, byte-identical to Go's ``kernels.Pack``
+  (padding rows and inputs included), and its inverse with the same validity checks;
+* ``quantize_acts``: int8 activation quantization (per-token, per-tensor, per-group:G);
+* the exact integer accumulation per segment and the float32 epilogue in the defined order
+  (``p_j = (float32(acc_j) * ws) / xs``, summed left to right, then the bias; no FMA);
+* the float formats' sequential-k sum;
+* the weight recipes (``ternarize``, ``ternarize_rows``, ``quantize_weights``), identical to
+  Go's ``kernels.Ternarize`` / ``TernarizeRows`` / ``QuantizeWeights``;
+* ``linear(module, x)``: what a :class:`bitgo.BitLinear` must return for ``x``.
+
+Integer sums are computed as float32 or float64 matrix products of integer values, which are
+exact whenever every partial sum stays below 2**24 (float32) or 2**53 (float64); the bound is
+checked per call. Everything else is float32 element-wise arithmetic, which PyTorch evaluates
+with IEEE rounding and no contraction in eager mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_info,
+                     parse_format)
+
+__all__ = [
+    "ROW_BLOCK", "TL2_BLOCK", "Layout", "layout", "pack", "unpack", "quantize_acts",
+    "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
+    "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
+    "dequantize",
+]
+
+ROW_BLOCK = 32
+"""Output rows stored together: the unit of thread partitioning."""
+
+TL2_BLOCK = 48
+"""Inputs (16 triples) in one tl2 block."""
+
+_EPS = torch.tensor(1e-5, dtype=torch.float32)  # BitNet's clamp(min=1e-5), as a float32
+_EPS_NP = np.float32(1e-5)
+_I127 = torch.tensor(127.0, dtype=torch.float32)
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Padded geometry and byte sizes of a layer's packed blob (Go's ``kernels.Layout``)."""
+
+    format: Format
+    m: int
+    k: int
+    mp: int
+    kp: int
+    k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
+    kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
+    row_block_bytes: int = 0
+
+    @property
+    def row_blocks(self) -> int:
+        return self.mp // ROW_BLOCK
+
+    @property
+    def nbytes(self) -> int:
+        return self.row_blocks * self.row_block_bytes
+
+
+def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
+    """The layout of an M x K layer in a format; ValueError names a dimension out of range."""
+    fmt = parse_format(fmt)
+    fi = format_info(fmt)
+    if not isinstance(m, int) or m < 1 or m > MAX_DIM:
+        raise ValueError(f"out_features (M) = {m!r}: must be in [1, {MAX_DIM}]")
+    if not isinstance(k, int) or k < 1 or k > fi.max_k:
+        raise ValueError(f"in_features (K) = {k!r}: format {fmt.value} takes K in [1, {fi.max_k}]")
+    mp = _round_up(m, ROW_BLOCK)
+    if fmt is Format.I2S:
+        kp = _round_up(k, 128)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
+    if fmt is Format.TL1:
+        kp = _round_up(k, 4)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
+    if fmt is Format.TL2:
+        k3 = k // TL2_BLOCK * TL2_BLOCK
+        kp1 = _round_up(k - k3, 4)
+        return Layout(fmt, m, k, mp, k3 + kp1, k3, kp1, 320 * (k3 // TL2_BLOCK) + 8 * kp1)
+    if fmt is Format.INT2:
+        kp = _round_up(k, 32)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
+    if fmt is Format.INT1:
+        kp = _round_up(k, 32)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=4 * kp)
+    if fmt is Format.INT8:
+        kp = _round_up(k, 32)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=32 * kp)
+    if fmt is Format.BF16:
+        return Layout(fmt, m, k, mp, k, row_block_bytes=64 * k)
+    return Layout(fmt, m, k, mp, k, row_block_bytes=128 * k)
+
+
+# ---------------------------------------------------------------------------------------------
+# bfloat16 rounding (Go's kernels.BF16 / FromBF16)
+
+
+def bf16_bits(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> bfloat16 bits (int32 tensor of values 0..65535), rounding to nearest even;
+    NaN becomes the quiet NaN 0x7FC0 with its sign kept (never infinity)."""
+    b = x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    nan = (b & 0x7FFFFFFF) > 0x7F800000
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+    q = ((b >> 16) | 0x7FC0) & 0xFFFF
+    return torch.where(nan, q, r).to(torch.int32)
+
+
+def from_bf16_bits(h: torch.Tensor) -> torch.Tensor:
+    """bfloat16 bits -> float32, exactly."""
+    v = (h.to(torch.int64) & 0xFFFF) << 16
+    v = torch.where(v >= 1 << 31, v - (1 << 32), v)  # to a signed int32 bit pattern
+    return v.to(torch.int32).view(torch.float32)
+
+
+def bf16_round(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> torch.bfloat16 with Go's rounding (nearest even, NaN -> quiet NaN)."""
+    h = bf16_bits(x)
+    h = torch.where(h >= 1 << 15, h - (1 << 16), h).to(torch.int16)
+    return h.view(torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------------
+# Logical weights and their checks
+
+
+def _check_logical(fmt: Format, w: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """Validate logical weights [m, k]; return them as int32 (integer formats) or float32."""
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"{fmt.value} weights: want a torch.Tensor, got {type(w).__name__}")
+    if tuple(w.shape) != (m, k):
+        raise ValueError(f"{fmt.value} weights have shape {tuple(w.shape)}, want ({m}, {k})")
+    w = w.detach().cpu()
+    if format_info(fmt).float:
+        if not w.is_floating_point():
+            raise ValueError(f"{fmt.value} weights: want a float tensor, got {w.dtype}")
+        w = w.to(torch.float32)
+        _check_finite(w, lambda i: f"{fmt.value} weight at row {i // k}, input {i % k}")
+        return w
+    if w.is_floating_point():
+        if not torch.equal(w, w.round()) or not bool(torch.isfinite(w).all()):
+            raise ValueError(f"{fmt.value} weights must be integer-valued")
+    w = w.to(torch.int32)
+    if format_info(fmt).ternary:
+        lo, hi, what = -1, 1, "ternary weights are -1, 0 or 1"
+        bad = (w < lo) | (w > hi)
+    elif fmt is Format.INT2:
+        what = "int2 weights are code indices 0..3"
+        bad = (w < 0) | (w > 3)
+    elif fmt is Format.INT1:
+        what = "int1 weights are +1 or -1"
+        bad = (w != 1) & (w != -1)
+    else:
+        what = "int8 weights are in [-128, 127]"
+        bad = (w < -128) | (w > 127)
+    if bool(bad.any()):
+        i = int(bad.reshape(-1).nonzero()[0])
+        raise ValueError(f"{fmt.value} weight at row {i // k}, input {i % k} is "
+                         f"{int(w.reshape(-1)[i])}: {what}")
+    return w
+
+
+def _check_finite(x: torch.Tensor, where) -> None:
+    fin = torch.isfinite(x)
+    if not bool(fin.all()):
+        i = int((~fin).reshape(-1).nonzero()[0])
+        raise ValueError(f"{where(i)} is {float(x.reshape(-1)[i])}: not finite")
+
+
+def _pad(w: torch.Tensor, l: Layout, value: int) -> torch.Tensor:
+    """Rows [0, M) of logical weights in an [Mp, Kp] tensor whose padding holds ``value``."""
+    out = torch.full((l.mp, l.kp), value, dtype=w.dtype)
+    out[: l.m, : l.k] = w
+    return out
+
+
+def _bytes_le(v: torch.Tensor, n: int) -> torch.Tensor:
+    """Little-endian bytes of non-negative integers: [..., n] uint8."""
+    v = v.to(torch.int64)
+    return torch.stack([(v >> (8 * i)) & 0xFF for i in range(n)], dim=-1).to(torch.uint8)
+
+
+def _from_le(b: torch.Tensor, n: int) -> torch.Tensor:
+    b = b.to(torch.int64)
+    v = b[..., 0]
+    for i in range(1, n):
+        v = v | (b[..., i] << (8 * i))
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoders: padded logical [Mp, Kp] (int32) -> [row blocks, row block bytes] (uint8)
+
+
+def _enc_i2s(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    c = (w + 1).view(l.mp // 4, 4, l.kp // 128, 4, 32)  # quad, row, block, run s, byte j
+    v = (c[:, :, :, 0] << 6) | (c[:, :, :, 1] << 4) | (c[:, :, :, 2] << 2) | c[:, :, :, 3]
+    return v.permute(0, 2, 1, 3).reshape(l.row_blocks, l.row_block_bytes)
+
+
+def _tl1_units(w: torch.Tensor, rows_blocks: int) -> torch.Tensor:
+    kp = w.shape[1]
+    p = w.reshape(rows_blocks, ROW_BLOCK, kp // 4, 2, 2)  # rb, r, unit, pair h, element
+    idx = 3 * p[..., 0] + p[..., 1] + 4
+    v = idx[..., 0] | (idx[..., 1] << 4)  # rb, r, unit
+    return v.permute(0, 2, 1).reshape(rows_blocks, 8 * kp)
+
+
+def _enc_tl1(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    return _tl1_units(w, l.row_blocks)
+
+
+_SIGN_BITS = torch.tensor([1 << r for r in range(ROW_BLOCK)], dtype=torch.int64)
+
+
+def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
+    parts = []
+    if nb:
+        t = w[:, : l.k3].reshape(rb, ROW_BLOCK, nb, 16, 3).to(torch.int64)
+        v = 9 * t[..., 0] + 3 * t[..., 1] + t[..., 2]  # rb, r, block, triple
+        sign = (v < 0).to(torch.int64)
+        idx = v.abs().reshape(rb, ROW_BLOCK, nb, 8, 2)
+        ib = (idx[..., 0] | (idx[..., 1] << 4)).permute(0, 2, 3, 1).reshape(rb, nb, 256)
+        words = (sign * _SIGN_BITS.view(1, ROW_BLOCK, 1, 1)).sum(dim=1)  # rb, block, triple
+        sb = _bytes_le(words, 4).reshape(rb, nb, 64).to(torch.int64)
+        parts.append(torch.cat([ib, sb], dim=2).reshape(rb, nb * 320))
+    if l.kp1:
+        parts.append(_tl1_units(w[:, l.k3: l.k3 + l.kp1], rb).to(torch.int64))
+    return torch.cat(parts, dim=1)
+
+
+def _enc_int2(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    c = w.view(l.row_blocks, 4, 8, l.kp // 4, 4)  # rb, j, r8, unit, k4
+    v = c[:, 0] | (c[:, 1] << 2) | (c[:, 2] << 4) | (c[:, 3] << 6)  # rb, r8, unit, k4
+    return v.permute(0, 2, 1, 3).reshape(l.row_blocks, l.row_block_bytes)
+
+
+def _enc_int1(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    b = (w < 0).to(torch.int32).view(l.row_blocks, 4, 8, l.kp // 8, 2, 4)  # rb,j,r8,u,h,k4
+    v = torch.zeros((l.row_blocks, 8, l.kp // 8, 4), dtype=torch.int32)
+    for h in range(2):
+        for j in range(4):
+            v = v | (b[:, j, :, :, h] << (4 * h + j))
+    return v.permute(0, 2, 1, 3).reshape(l.row_blocks, l.row_block_bytes)
+
+
+def _enc_int8(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    v = w.view(l.row_blocks, ROW_BLOCK, l.kp // 4, 4).permute(0, 2, 1, 3)
+    return (v & 0xFF).reshape(l.row_blocks, l.row_block_bytes)
+
+
+def _enc_float(w: torch.Tensor, l: Layout) -> torch.Tensor:
+    if l.format is Format.BF16:
+        words, n = bf16_bits(w), 2
+    else:
+        words, n = w.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF, 4
+    v = words.view(l.row_blocks, ROW_BLOCK, l.k).permute(0, 2, 1)  # rb, k, r
+    return _bytes_le(v, n).reshape(l.row_blocks, l.row_block_bytes)
+
+
+_ENCODERS = {
+    Format.I2S: _enc_i2s, Format.TL1: _enc_tl1, Format.TL2: _enc_tl2,
+    Format.INT2: _enc_int2, Format.INT1: _enc_int1, Format.INT8: _enc_int8,
+}
+
+
+def pack(fmt: Union[str, Format], weights: torch.Tensor) -> torch.Tensor:
+    """Pack logical weights [M, K] into the format's layout: a uint8 tensor of
+    ``layout(fmt, M, K).nbytes`` bytes, byte-identical to Go's ``kernels.Pack``.
+
+    Logical weights are: ternary formats -1/0/1; int2 code indices 0..3 (the level is the
+    layer's codebook[code]); int1 +1/-1; int8 the values; bf16/f32 float values (bf16 rounds
+    to nearest even)."""
+    fmt = parse_format(fmt)
+    if weights.dim() != 2:
+        raise ValueError(f"{fmt.value} weights: want a 2-D [out_features, in_features] tensor, "
+                         f"got shape {tuple(weights.shape)}")
+    m, k = weights.shape
+    l = layout(fmt, int(m), int(k))
+    w = _check_logical(fmt, weights, l.m, l.k)
+    if format_info(fmt).float:
+        wp = torch.zeros((l.mp, l.k), dtype=torch.float32)
+        wp[: l.m] = w
+        out = _enc_float(wp, l)
+    else:
+        out = _ENCODERS[fmt](_pad(w, l, 1 if fmt is Format.INT1 else 0), l)
+    return out.to(torch.uint8).reshape(-1).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoders: blob -> padded logical [Mp, Kp] (int32) or [Mp, K] float32
+
+
+def _bad(fmt: Format, what: str, mask: torch.Tensor, where) -> None:
+    if bool(mask.any()):
+        i = tuple(int(v) for v in mask.nonzero()[0])
+        row, inp = where(i)
+        raise ValueError(f"invalid {fmt.value} blob: {what} at row {row}, input {inp}")
+
+
+def _dec_i2s(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    v = b.view(l.mp // 4, l.kp // 128, 4, 32).permute(0, 2, 1, 3)  # quad, row, block, j
+    c = torch.stack([(v >> (6 - 2 * s)) & 3 for s in range(4)], dim=3)  # q, r, b, s, j
+    _bad(l.format, "code 3 (codes are w+1 in {0,1,2})", c == 3,
+         lambda i: (4 * i[0] + i[1], 128 * i[2] + 32 * i[3] + i[4]))
+    return c.reshape(l.mp, l.kp) - 1
+
+
+def _tl1_decode(b: torch.Tensor, rows_blocks: int, kp: int, k0: int, fmt: Format) -> torch.Tensor:
+    v = b.reshape(rows_blocks, kp // 4, ROW_BLOCK).permute(0, 2, 1)  # rb, r, unit
+    idx = torch.stack([v & 15, v >> 4], dim=3)  # rb, r, unit, h
+    _bad(fmt, "tl1 index > 8 (indices are 0..8)", idx > 8,
+         lambda i: (ROW_BLOCK * i[0] + i[1], k0 + 4 * i[2] + 2 * i[3]))
+    pair = torch.stack([idx // 3 - 1, idx % 3 - 1], dim=4)  # rb, r, unit, h, e
+    return pair.reshape(rows_blocks * ROW_BLOCK, kp)
+
+
+def _dec_tl1(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    return _tl1_decode(b, l.row_blocks, l.kp, 0, l.format)
+
+
+def _dec_tl2(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
+    b = b.view(rb, l.row_block_bytes)
+    parts = []
+    if nb:
+        blk = b[:, : 320 * nb].reshape(rb, nb, 320)
+        ib = blk[:, :, :256].reshape(rb, nb, 8, ROW_BLOCK)  # rb, block, u, r
+        idx = torch.stack([ib & 15, ib >> 4], dim=3).reshape(rb, nb, 16, ROW_BLOCK)
+        words = _from_le(blk[:, :, 256:].reshape(rb, nb, 16, 4), 4)  # rb, block, triple
+        sign = (words.unsqueeze(3) >> torch.arange(ROW_BLOCK).view(1, 1, 1, -1)) & 1
+        idx = idx.permute(0, 3, 1, 2)  # rb, r, block, triple
+        sign = sign.permute(0, 3, 1, 2)
+        _bad(l.format, "tl2 index > 13 (indices are 0..13)", idx > 13,
+             lambda i: (ROW_BLOCK * i[0] + i[1], TL2_BLOCK * i[2] + 3 * i[3]))
+        v = torch.where(sign == 1, -idx, idx) + 13
+        d0 = v // 9
+        rem = v - 9 * d0
+        t = torch.stack([d0 - 1, rem // 3 - 1, rem % 3 - 1], dim=4)  # rb, r, block, triple, 3
+        parts.append(t.reshape(l.mp, l.k3))
+    if l.kp1:
+        parts.append(_tl1_decode(b[:, 320 * nb:], rb, l.kp1, l.k3, l.format).to(torch.int64))
+    return torch.cat(parts, dim=1)
+
+
+def _dec_int2(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    v = b.view(l.row_blocks, l.kp // 4, 8, 4).permute(0, 2, 1, 3)  # rb, r8, unit, k4
+    c = torch.stack([(v >> (2 * j)) & 3 for j in range(4)], dim=1)  # rb, j, r8, unit, k4
+    return c.reshape(l.mp, l.kp)
+
+
+def _dec_int1(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    v = b.view(l.row_blocks, l.kp // 8, 8, 4).permute(0, 2, 1, 3)  # rb, r8, unit, k4
+    bits = torch.stack([torch.stack([(v >> (4 * h + j)) & 1 for h in range(2)], dim=3)
+                        for j in range(4)], dim=1)  # rb, j, r8, unit, h, k4
+    return (1 - 2 * bits).reshape(l.mp, l.kp)
+
+
+def _dec_int8(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    v = b.view(l.row_blocks, l.kp // 4, ROW_BLOCK, 4).permute(0, 2, 1, 3)
+    v = torch.where(v >= 128, v - 256, v)
+    return v.reshape(l.mp, l.kp)
+
+
+def _dec_float(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    n = 2 if l.format is Format.BF16 else 4
+    words = _from_le(b.view(l.row_blocks, l.k, ROW_BLOCK, n), n).permute(0, 2, 1)
+    words = words.reshape(l.mp, l.k)
+    if n == 2:
+        return from_bf16_bits(words)
+    words = torch.where(words >= 1 << 31, words - (1 << 32), words)
+    return words.to(torch.int32).view(torch.float32)
+
+
+_DECODERS = {
+    Format.I2S: _dec_i2s, Format.TL1: _dec_tl1, Format.TL2: _dec_tl2,
+    Format.INT2: _dec_int2, Format.INT1: _dec_int1, Format.INT8: _dec_int8,
+}
+
+
+def _check_blob(blob: torch.Tensor, l: Layout) -> torch.Tensor:
+    if not isinstance(blob, torch.Tensor) or blob.dtype != torch.uint8:
+        raise ValueError(f"{l.format.value} blob: want a uint8 tensor")
+    if blob.numel() != l.nbytes:
+        raise ValueError(f"{l.format.value} {l.m}x{l.k} blob has {blob.numel()} bytes, "
+                         f"want {l.nbytes}")
+    return blob.detach().cpu().reshape(-1).to(torch.int64)
+
+
+def unpack(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor) -> torch.Tensor:
+    """Logical weights [M, K] of a packed blob (the inverse of :func:`pack`): int8 for the
+    integer formats, float32 for bf16/f32. A code outside the format's set is a ValueError
+    naming the row and the input."""
+    l = layout(fmt, m, k)
+    b = _check_blob(blob, l)
+    if format_info(l.format).float:
+        return _dec_float(b, l)[:m].contiguous()
+    w = _DECODERS[l.format](b, l)
+    return w[:m, :k].to(torch.int8).contiguous()
+
+
+def _unpack_padded(l: Layout, blob: torch.Tensor) -> torch.Tensor:
+    """The whole padded [Mp, Kp] logical weights (for checking padding)."""
+    b = _check_blob(blob, l)
+    return _DECODERS[l.format](b, l)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+
+@dataclasses.dataclass
+class Acts:
+    """One call's quantized activations: ``q`` [N, K] int32 in [-128, 127], ``xs`` the
+    float32 scales (one; one per token; or [N, ceil(K/G)] per group)."""
+
+    q: torch.Tensor
+    xs: torch.Tensor
+    kind: ActKind
+    group: int
+
+
+def _act_scale(amax: torch.Tensor) -> torch.Tensor:
+    """xs = 127 / max(amax, 1e-5), float32."""
+    return _I127 / torch.maximum(amax, _EPS)
+
+
+def _quantize_run(x: torch.Tensor, xs: torch.Tensor) -> torch.Tensor:
+    """clamp(roundHalfEven(x*xs), -128, 127) with x*xs a float32 product."""
+    return torch.clamp(torch.round(x * xs), -128, 127).to(torch.int32)
+
+
+def quantize_acts(cfg: QuantConfig, x: torch.Tensor) -> Acts:
+    """Quantize x ([N, K] float32) per the config's act mode (Go's ``kernels.QuantizeActs``).
+    Non-finite values are a ValueError naming the token and the input."""
+    if x.dtype != torch.float32 or x.dim() != 2:
+        raise ValueError(f"quantize_acts: want a [N, K] float32 tensor, got {x.dtype} "
+                         f"{tuple(x.shape)}")
+    n, k = x.shape
+    _check_finite(x, lambda i: f"activation of token {i // k}, input {i % k}")
+    kind = cfg.act_kind
+    if kind is ActKind.PER_TOKEN:
+        xs = _act_scale(x.abs().amax(dim=1))
+        return Acts(_quantize_run(x, xs[:, None]), xs, kind, 0)
+    if kind is ActKind.PER_TENSOR:
+        xs = _act_scale(x.abs().max()).reshape(1)
+        return Acts(_quantize_run(x, xs), xs, kind, 0)
+    if kind is ActKind.PER_GROUP:
+        g = cfg.act_group
+        ng = (k + g - 1) // g
+        xp = torch.zeros((n, ng * g), dtype=torch.float32)
+        xp[:, :k] = x
+        xp = xp.view(n, ng, g)
+        xs = _act_scale(xp.abs().amax(dim=2))  # zero padding never raises a max of |x|
+        q = _quantize_run(xp, xs[:, :, None]).reshape(n, ng * g)[:, :k]
+        return Acts(q.contiguous(), xs, kind, g)
+    raise ValueError(f"act mode {cfg.act!r} cannot quantize activations for format "
+                     f"{cfg.format.value}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The matrix product
+
+
+def _levels(cfg: QuantConfig, w: torch.Tensor) -> torch.Tensor:
+    """Integer weights wq[m][k] (int32) of logical weights: int2 codes through the codebook."""
+    w = w.to(torch.int32)
+    if cfg.format is Format.INT2:
+        return torch.tensor(cfg.codebook, dtype=torch.int32)[w.to(torch.int64)]
+    return w
+
+
+def _int_matmul(xq: torch.Tensor, wq: torch.Tensor, max_w: int) -> torch.Tensor:
+    """Exact integer sums xq @ wq^T as float32 [N, M] (each value rounded from the exact sum,
+    as Go's float32(int32) does)."""
+    k = xq.shape[1]
+    bound = 128 * max(max_w, 1) * max(k, 1)
+    if bound < (1 << 24):
+        return xq.to(torch.float32) @ wq.to(torch.float32).t()
+    acc = xq.to(torch.float64) @ wq.to(torch.float64).t()  # exact: bound < 2**53
+    return acc.to(torch.float32)
+
+
+def _ws_column(cfg: QuantConfig, scales: torch.Tensor, m: int, k: int, j: int, seg: int):
+    """The weight scale of segment j for every row: a scalar or an [M] float32 tensor."""
+    kind = cfg.scale_kind
+    if kind is ScaleKind.TENSOR:
+        return scales[0]
+    if kind is ScaleKind.ROW:
+        return scales
+    g = cfg.scale_group
+    ng = (k + g - 1) // g
+    return scales.view(m, ng)[:, j * seg // g]
+
+
+def _xs_column(a: Acts, k0: int):
+    """The activation scale of the segment starting at k0 for every token: [N, 1] or scalar."""
+    if a.kind is ActKind.PER_TENSOR:
+        return a.xs[0]
+    if a.kind is ActKind.PER_TOKEN:
+        return a.xs[:, None]
+    return a.xs[:, k0 // a.group][:, None]
+
+
+def linear_logical(x: torch.Tensor, weights: torch.Tensor, scales: Optional[torch.Tensor],
+                   bias: Optional[torch.Tensor], cfg: QuantConfig) -> torch.Tensor:
+    """y for x ([N, K] float32) with logical weights [M, K] (see :func:`pack`), float32
+    [N, M], by the definition in Go's kernels/doc.go."""
+    m, k = weights.shape
+    n = x.shape[0]
+    if bias is not None:
+        bias = bias.to(torch.float32)
+    if cfg.is_float:
+        _check_finite(x, lambda i: f"activation of token {i // k}, input {i % k}")
+        w = weights.to(torch.float32)
+        if cfg.format is Format.BF16:
+            w = from_bf16_bits(bf16_bits(w))
+        wt = w.t().contiguous()
+        acc = torch.zeros((n, m), dtype=torch.float32)  # +0
+        for kk in range(k):  # the sequential-k sum, each product rounded to float32
+            acc = acc + x[:, kk: kk + 1] * wt[kk: kk + 1, :]
+        if bias is not None:
+            acc = acc + bias
+        return acc
+    a = quantize_acts(cfg, x)
+    wq = _levels(cfg, weights)
+    max_w = int(wq.abs().max()) if wq.numel() else 1
+    scales = scales.to(torch.float32)
+    seg = cfg.seg_len() or k
+    y = None
+    for j in range((k + seg - 1) // seg):
+        k0, k1 = j * seg, min((j + 1) * seg, k)
+        acc = _int_matmul(a.q[:, k0:k1], wq[:, k0:k1], max_w)
+        p = (acc * _ws_column(cfg, scales, m, k, j, seg)) / _xs_column(a, k0)
+        y = p if y is None else y + p
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def _to_dtype(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.float32:
+        return y
+    if dtype == torch.bfloat16:
+        return bf16_round(y)
+    return y.to(dtype)  # float16: round to nearest even
+
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def linear_packed(x: torch.Tensor, packed: torch.Tensor, scales: Optional[torch.Tensor],
+                  bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int) -> torch.Tensor:
+    """y for x of shape [..., K] (float32, bfloat16 or float16) from a packed blob: shape
+    [..., M] in x's dtype. bf16/fp16 inputs are widened exactly; outputs are rounded from the
+    float32 result to nearest even."""
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"input dtype {x.dtype}: allowed float32, bfloat16, float16")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"input has shape {tuple(x.shape)}: last dimension must be "
+                         f"in_features = {k}")
+    lead = tuple(x.shape[:-1])
+    x2 = x.detach().reshape(-1, k).to(torch.float32)
+    if x2.shape[0] == 0:
+        return torch.empty(lead + (m,), dtype=x.dtype)
+    w = unpack(cfg.format, m, k, packed)
+    y = linear_logical(x2, w, scales, bias, cfg)
+    return _to_dtype(y, x.dtype).reshape(lead + (m,))
+
+
+def linear(module, x: torch.Tensor) -> torch.Tensor:
+    """What ``module`` (a :class:`bitgo.BitLinear`) must return for x."""
+    return linear_packed(x, module.packed, module.scales, module.bias, module.config,
+                         module.out_features, module.in_features)
+
+
+def dequantize(cfg: QuantConfig, weights: torch.Tensor, scales: Optional[torch.Tensor]):
+    """float32 [M, K] weights level * scale (for inspection: the layer never computes with
+    them)."""
+    m, k = weights.shape
+    if cfg.is_float:
+        w = weights.to(torch.float32)
+        return from_bf16_bits(bf16_bits(w)) if cfg.format is Format.BF16 else w
+    wq = _levels(cfg, weights).to(torch.float32)
+    kind = cfg.scale_kind
+    s = scales.to(torch.float32)
+    if kind is ScaleKind.TENSOR:
+        return wq * s[0]
+    if kind is ScaleKind.ROW:
+        return wq * s[:, None]
+    g = cfg.scale_group
+    ng = (k + g - 1) // g
+    cols = torch.arange(k) // g
+    return wq * s.view(m, ng)[:, cols]
+
+
+# ---------------------------------------------------------------------------------------------
+# Weight recipes (Go's kernels.Ternarize, TernarizeRows, QuantizeWeights)
+
+
+def _seq_abs_sum(units: np.ndarray) -> np.ndarray:
+    """Sum of |v| along the last axis in float64, sequentially left to right (the order Go's
+    loop uses; numpy's accumulate is sequential, unlike its pairwise sum)."""
+    a = np.abs(units.astype(np.float64))
+    if a.shape[-1] == 0:
+        return np.zeros(a.shape[:-1])
+    return np.add.accumulate(a, axis=-1)[..., -1]
+
+
+def _mean_scale(units: np.ndarray, counts) -> torch.Tensor:
+    """s = max(float32(sum|v| / n), 1e-5) per unit."""
+    s = (_seq_abs_sum(units) / np.asarray(counts, dtype=np.float64)).astype(np.float32)
+    return torch.from_numpy(np.maximum(s, _EPS_NP).reshape(-1).copy())
+
+
+def _finite_float32(w: torch.Tensor, what: str) -> torch.Tensor:
+    if not isinstance(w, torch.Tensor) or not w.is_floating_point():
+        raise ValueError(f"{what}: want a float tensor")
+    w = w.detach().cpu().to(torch.float32).contiguous()
+    _check_finite(w.reshape(-1), lambda i: f"{what} {i}")
+    return w
+
+
+def _round_clamp(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    return torch.clamp(torch.round(v), lo, hi).to(torch.int8)
+
+
+def ternarize(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """BitNet b1.58's absmean recipe over the whole tensor: s = mean|W| (summed in float64
+    left to right, rounded to float32, floored at 1e-5), W_t = clamp(roundHalfEven(W/s), -1, 1)
+    in float32. Returns (W_t int8 of w's shape, s as a 1-element float32 tensor)."""
+    w = _finite_float32(w, "weight")
+    s = _mean_scale(w.reshape(1, -1).numpy(), [max(w.numel(), 1)])
+    return _round_clamp(w / s[0], -1, 1), s
+
+
+def ternarize_rows(w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ternarize` applied to each row of [M, K] separately: (W_t, [M] scales)."""
+    w = _finite_float32(w, "weight")
+    if w.dim() != 2:
+        raise ValueError(f"ternarize_rows: want [M, K] weights, got {tuple(w.shape)}")
+    s = _mean_scale(w.numpy(), [w.shape[1]] * w.shape[0])
+    return _round_clamp(w / s[:, None], -1, 1), s
+
+
+def _units(cfg: QuantConfig, w: torch.Tensor):
+    """Split [M, K] weights into scale units: (units [U, L] zero-padded, counts [U], and a
+    function broadcasting [U] scales back to [M, K])."""
+    m, k = w.shape
+    kind = cfg.scale_kind
+    if kind is ScaleKind.TENSOR:
+        return w.reshape(1, -1), [m * k], lambda s: s[0]
+    if kind is ScaleKind.ROW:
+        return w, [k] * m, lambda s: s[:, None]
+    if kind is ScaleKind.GROUP:
+        g = cfg.scale_group
+        ng = (k + g - 1) // g
+        wp = torch.zeros((m, ng * g), dtype=torch.float32)
+        wp[:, :k] = w
+        counts = [min(g, k - j * g) for j in range(ng)] * m
+        cols = torch.arange(k) // g
+        return wp.view(m * ng, g), counts, lambda s: s.view(m, ng)[:, cols]
+    raise ValueError(f"scale {cfg.scale!r} cannot quantize {cfg.format.value} weights")
+
+
+def weight_scales(cfg: QuantConfig, w: torch.Tensor) -> torch.Tensor:
+    """The scales the config's recipe gives float weights [M, K] (float32,
+    ``cfg.num_scales(M, K)`` values):
+
+    ternary formats: s = mean|W| per unit (tensor or row); int8: max|W|/127; int2:
+    max|W|/max|level|; int1: mean|W|; every scale floored at 1e-5."""
+    w = _finite_float32(w, "weight")
+    units, counts, _ = _units(cfg, w)
+    fmt = cfg.format
+    if cfg.is_ternary or fmt is Format.INT1:
+        return _mean_scale(units.numpy(), counts)
+    amax = units.abs().amax(dim=1)  # zero padding never raises a max of |w|
+    if fmt is Format.INT8:
+        div = torch.tensor(127.0, dtype=torch.float32)
+    elif fmt is Format.INT2:
+        div = torch.tensor(float(max(abs(c) for c in cfg.codebook)), dtype=torch.float32)
+    else:
+        raise ValueError(f"format {fmt.value} has no weight scales")
+    return torch.maximum(amax / div, _EPS)
+
+
+def quantize_with_scales(cfg: QuantConfig, w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Logical weights of float weights [M, K] given their scales (the second half of every
+    recipe): ternary clamp(round(W/s), -1, 1); int8 clamp(round(W/s), -128, 127); int2 the
+    code whose level is nearest W/s (ties: the lower code); int1 +1 for W >= 0, else -1."""
+    w = _finite_float32(w, "weight")
+    _, _, spread = _units(cfg, w)
+    s = spread(scales.to(torch.float32))
+    fmt = cfg.format
+    if cfg.is_ternary:
+        return _round_clamp(w / s, -1, 1)
+    if fmt is Format.INT8:
+        return _round_clamp(w / s, -128, 127)
+    if fmt is Format.INT1:
+        return torch.where(w >= 0, torch.tensor(1, dtype=torch.int8),
+                           torch.tensor(-1, dtype=torch.int8))
+    if fmt is Format.INT2:
+        t = w / s
+        cb = [torch.tensor(float(c), dtype=torch.float32) for c in cfg.codebook]
+        best = torch.zeros(w.shape, dtype=torch.int8)
+        dbest = (t - cb[0]).abs()
+        for c in range(1, 4):
+            d = (t - cb[c]).abs()
+            better = d < dbest
+            best = torch.where(better, torch.tensor(c, dtype=torch.int8), best)
+            dbest = torch.where(better, d, dbest)
+        return best
+    raise ValueError(f"format {fmt.value} is not quantized")
+
+
+def quantize_weights(cfg: QuantConfig, w: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Go's ``kernels.QuantizeWeights`` (int2, int1, int8) and ``Ternarize`` /
+    ``TernarizeRows`` (ternary formats): float weights [M, K] -> (logical weights int8 [M, K],
+    float32 scales)."""
+    s = weight_scales(cfg, w)
+    return quantize_with_scales(cfg, w, s), s
+
+
+def quantize_for(cfg: QuantConfig, w: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logical weights and scales of float weights [M, K] for any format: the recipes above
+    for quantized formats; the float32 weights themselves (no scales) for bf16/f32."""
+    if cfg.is_float:
+        return _finite_float32(w, "weight"), None
+    return quantize_weights(cfg, w)

@@ -1,0 +1,213 @@
+"""bitgo.reference on its own: round trips, refusals, edge values, exactness of the integer
+sums. (Agreement with Go is test_reference_go.py.)"""
+
+import math
+
+import pytest
+import torch
+
+from bitgo import reference as R
+from bitgo.config import QuantConfig
+from conftest import FORMATS, assert_bits_equal
+
+SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
+
+
+def logical(fmt, m, k, gen):
+    if fmt in ("i2s", "tl1", "tl2"):
+        return torch.randint(-1, 2, (m, k), generator=gen, dtype=torch.int8)
+    if fmt == "int2":
+        return torch.randint(0, 4, (m, k), generator=gen, dtype=torch.int8)
+    if fmt == "int1":
+        return (2 * torch.randint(0, 2, (m, k), generator=gen) - 1).to(torch.int8)
+    if fmt == "int8":
+        return torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+    return torch.randn((m, k), generator=gen)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m,k", SHAPES)
+def test_pack_unpack_round_trip(fmt, m, k):
+    gen = torch.Generator().manual_seed(m * 1000 + k)
+    w = logical(fmt, m, k, gen)
+    blob = R.pack(fmt, w)
+    assert blob.dtype == torch.uint8 and blob.numel() == R.layout(fmt, m, k).nbytes
+    back = R.unpack(fmt, m, k, blob)
+    if fmt == "bf16":
+        w = R.from_bf16_bits(R.bf16_bits(w))
+    if fmt in ("bf16", "f32"):
+        assert_bits_equal(back, w)
+    else:
+        assert torch.equal(back, w)
+
+
+def test_layout_sizes_match_the_table():
+    # kernels/doc.go: row block bytes per format
+    assert R.layout("i2s", 33, 129).row_block_bytes == 8 * 256
+    assert R.layout("tl1", 1, 5).row_block_bytes == 8 * 8
+    l = R.layout("tl2", 1, 100)  # K3 = 96, tail 4
+    assert (l.k3, l.kp1, l.row_block_bytes) == (96, 4, 320 * 2 + 8 * 4)
+    assert R.layout("int2", 1, 33).row_block_bytes == 8 * 64
+    assert R.layout("int1", 1, 33).row_block_bytes == 4 * 64
+    assert R.layout("int8", 1, 33).row_block_bytes == 32 * 64
+    assert R.layout("bf16", 33, 3).nbytes == 2 * 64 * 3
+    assert R.layout("f32", 1, 3).nbytes == 128 * 3
+
+
+@pytest.mark.parametrize("fmt, bad, words", [
+    ("i2s", 2, "ternary weights are -1, 0 or 1"),
+    ("tl2", -2, "ternary weights"),
+    ("int2", 4, "code indices 0..3"),
+    ("int1", 0, "+1 or -1"),
+])
+def test_pack_refuses_values_outside_the_format(fmt, bad, words):
+    w = logical(fmt, 5, 9, torch.Generator().manual_seed(1))
+    w[3, 7] = bad
+    with pytest.raises(ValueError, match=r"row 3, input 7 is -?\d+: .*" + words.replace("+", r"\+")):
+        R.pack(fmt, w)
+
+
+def test_pack_refuses_non_finite_float_weights_and_bad_shapes():
+    w = torch.randn(4, 6)
+    w[2, 5] = math.inf
+    with pytest.raises(ValueError, match="f32 weight at row 2, input 5 is inf"):
+        R.pack("f32", w)
+    with pytest.raises(ValueError, match="2-D"):
+        R.pack("i2s", torch.zeros(3, dtype=torch.int8))
+    with pytest.raises(ValueError, match=r"in_features \(K\) = 70000"):
+        R.pack("int8", torch.zeros(1, 70000, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("fmt, byte_index, value, words", [
+    ("i2s", 5, 0xFF, "code 3"),  # every code 3
+    ("tl1", 0, 0x9F, "tl1 index > 8"),
+    ("tl2", 0, 0x0E, "tl2 index > 13"),
+])
+def test_unpack_refuses_invalid_codes(fmt, byte_index, value, words):
+    blob = R.pack(fmt, torch.zeros(3, 100, dtype=torch.int8))
+    blob[byte_index] = value
+    with pytest.raises(ValueError, match=f"invalid {fmt} blob: {words}.* at row \\d+, input \\d+"):
+        R.unpack(fmt, 3, 100, blob)
+    with pytest.raises(ValueError, match="blob has 7 bytes"):
+        R.unpack(fmt, 3, 100, blob[:7])
+
+
+def test_bf16_rounding_edges():
+    f = torch.tensor([1.0, 1.00390625, 1.01171875, -0.0, math.inf, 3.4e38, -3.4e38],
+                     dtype=torch.float32)
+    # 1 + 2^-8 ties to even (down), 1 + 3*2^-8 ties up; 3.4e38 rounds to +inf
+    want = [0x3F80, 0x3F80, 0x3F82, 0x8000, 0x7F80, 0x7F80, 0xFF80]
+    assert R.bf16_bits(f).tolist() == want
+    nan = torch.tensor([0x7FA00001, 0xFF800001], dtype=torch.int64)
+    nan = torch.where(nan >= 1 << 31, nan - (1 << 32), nan).to(torch.int32).view(torch.float32)
+    assert R.bf16_bits(nan).tolist() == [0x7FE0, 0xFFC0]  # quiet, sign kept, never inf
+
+
+def test_activation_quantization_rounds_half_to_even():
+    cfg = QuantConfig(format="i2s")
+    x = torch.tensor([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 200.0 / 127]])
+    a = R.quantize_acts(cfg, x)
+    assert float(a.xs[0]) == 1.0
+    assert a.q.tolist() == [[127, 0, 2, 2, 0, -2, -2, 2]]
+    z = R.quantize_acts(cfg, torch.zeros(1, 4))
+    assert float(z.xs[0]) == float(torch.tensor(127.0) / torch.tensor(1e-5))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("fmt", ["i2s", "int8", "f32"])
+def test_non_finite_activations_are_refused(bad, fmt):
+    cfg = QuantConfig(format=fmt)
+    m, k = 3, 10
+    blob = R.pack(fmt, logical(fmt, m, k, torch.Generator().manual_seed(0)))
+    s = torch.ones(cfg.num_scales(m, k))
+    x = torch.randn(2, 3, k)
+    x[1, 2, 4] = bad
+    with pytest.raises(ValueError, match=r"activation of token 5, input 4 is (nan|-?inf)"):
+        R.linear_packed(x, blob, s if s.numel() else None, None, cfg, m, k)
+
+
+def test_lossless_bitnet_recipe():
+    """i2s with per-tensor scale s and per-token activations is BitNet b1.58's reference:
+    (float32(W_t . xq) * s) / xs, with W_t, s from absmean ternarization."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(40, 300, generator=gen) * 0.02
+    x = torch.randn(5, 300, generator=gen)
+    wt, s = R.ternarize(w)
+    # (127 / tensor would be computed as 127 * reciprocal(tensor): not a division)
+    xs = torch.tensor(127.0) / torch.clamp(x.abs().amax(dim=1, keepdim=True), min=1e-5)
+    xq = torch.clamp(torch.round(x * xs), -128, 127)
+    acc = (xq.double() @ wt.double().t()).float()
+    want = (acc * s) / xs
+    cfg = QuantConfig(format="i2s", act="per-token", scale="tensor")
+    got = R.linear_packed(x, R.pack("i2s", wt), s, None, cfg, 40, 300)
+    assert_bits_equal(got, want)
+
+
+def test_integer_sums_are_exact_beyond_float32():
+    """int8 with K = 65536: sums reach 2**30; the float64 path must equal int64 arithmetic."""
+    m, k = 2, 1 << 16
+    w = torch.full((m, k), 127, dtype=torch.int8)
+    w[1] = -128
+    x = torch.full((1, k), 3.0)
+    x[0, 0] = -3.0
+    x[0, 1] = 3.0 + 1e-3
+    cfg = QuantConfig(format="int8", scale="row")
+    xq = R.quantize_acts(cfg, x).q
+    exact = (xq.to(torch.int64) @ w.to(torch.int64).t())
+    assert abs(int(exact[0, 0])) > 1 << 24
+    got = R._int_matmul(xq, w.to(torch.int32), 128)
+    assert torch.equal(got, exact.to(torch.float32))
+
+
+@pytest.mark.parametrize("fmt", ["i2s", "int2", "bf16"])
+def test_float16_inputs_round_the_float32_result(fmt):
+    cfg = QuantConfig(format=fmt)
+    m, k = 9, 70
+    blob = R.pack(fmt, logical(fmt, m, k, torch.Generator().manual_seed(4)))
+    s = torch.rand(cfg.num_scales(m, k)) + 0.5
+    x = torch.randn(4, k).half()
+    y = R.linear_packed(x, blob, s if s.numel() else None, None, cfg, m, k)
+    y32 = R.linear_packed(x.float(), blob, s if s.numel() else None, None, cfg, m, k)
+    assert y.dtype == torch.float16 and torch.equal(y, y32.half())
+
+
+def test_empty_batch_and_bad_input_shapes():
+    cfg = QuantConfig(format="i2s")
+    blob = R.pack("i2s", torch.zeros(3, 8, dtype=torch.int8))
+    y = R.linear_packed(torch.zeros(0, 8), blob, torch.ones(1), None, cfg, 3, 8)
+    assert y.shape == (0, 3)
+    with pytest.raises(ValueError, match="last dimension must be in_features = 8"):
+        R.linear_packed(torch.zeros(2, 9), blob, torch.ones(1), None, cfg, 3, 8)
+    with pytest.raises(ValueError, match="dtype torch.float64"):
+        R.linear_packed(torch.zeros(2, 8, dtype=torch.float64), blob, torch.ones(1), None, cfg,
+                        3, 8)
+
+
+def test_float_format_sums_inputs_in_order():
+    # 1e8 + 1 - 1e8 in float32 is 0 in this order; any other order gives another answer.
+    cfg = QuantConfig(format="f32")
+    w = torch.tensor([[1.0, 1.0, 1.0]])
+    x = torch.tensor([[1e8, 1.0, -1e8]])
+    y = R.linear_packed(x, R.pack("f32", w), None, None, cfg, 1, 3)
+    assert float(y) == 0.0
+    x = torch.tensor([[1e8, -1e8, 1.0]])
+    assert float(R.linear_packed(x, R.pack("f32", w), None, None, cfg, 1, 3)) == 1.0
+
+
+@pytest.mark.parametrize("cfg", [
+    QuantConfig(format="int8", scale="group:32"),
+    QuantConfig(format="int2", scale="row", codebook=(-3, -1, 1, 3)),
+    QuantConfig(format="int1", scale="tensor"),
+    QuantConfig(format="tl1", scale="row"),
+])
+def test_dequantize_is_level_times_scale(cfg):
+    w = torch.randn(6, 70)
+    q, s = R.quantize_weights(cfg, w)
+    d = R.dequantize(cfg, q, s)
+    lv = R._levels(cfg, q).float()
+    if cfg.scale == "tensor":
+        assert torch.equal(d, lv * s[0])
+    elif cfg.scale == "row":
+        assert torch.equal(d, lv * s[:, None])
+    else:
+        assert torch.equal(d[:, 40], lv[:, 40] * s.view(6, 3)[:, 1])
