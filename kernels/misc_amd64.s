@@ -799,7 +799,7 @@ quant_done:
 	RET
 
 // func readBytesAVX512(p *byte, n int) uint64
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·readBytesAVX512(SB), NOSPLIT, $0-24
 	MOVQ  p+0(FP), AX
 	MOVQ  n+8(FP), CX
@@ -810,6 +810,10 @@ TEXT ·readBytesAVX512(SB), NOSPLIT, $0-24
 	SHRQ  $0x08, CX
 
 readBytesAVX512_loop:
+	PREFETCHT0    8192(AX)
+	PREFETCHT0    8256(AX)
+	PREFETCHT0    8320(AX)
+	PREFETCHT0    8384(AX)
 	VPXORQ        (AX), Z0, Z0
 	VPXORQ        64(AX), Z1, Z1
 	VPXORQ        128(AX), Z2, Z2
@@ -830,7 +834,7 @@ readBytesAVX512_loop:
 	RET
 
 // func readBytesAVX2(p *byte, n int) uint64
-// Requires: AVX, AVX2
+// Requires: AVX, AVX2, MMX+
 TEXT ·readBytesAVX2(SB), NOSPLIT, $0-24
 	MOVQ  p+0(FP), AX
 	MOVQ  n+8(FP), CX
@@ -841,6 +845,10 @@ TEXT ·readBytesAVX2(SB), NOSPLIT, $0-24
 	SHRQ  $0x08, CX
 
 readBytesAVX2_loop:
+	PREFETCHT0   8192(AX)
+	PREFETCHT0   8256(AX)
+	PREFETCHT0   8320(AX)
+	PREFETCHT0   8384(AX)
 	VPXOR        (AX), Y0, Y0
 	VPXOR        128(AX), Y0, Y0
 	VPXOR        32(AX), Y1, Y1

@@ -32,6 +32,9 @@ func genMisc() {
 		SHRQ(U8(8), n)
 		Label(name + "_loop")
 		for i := 0; i < 4; i++ {
+			PREFETCHT0(at(pp, prefetchDist+64*i))
+		}
+		for i := 0; i < 4; i++ {
 			if z {
 				VPXORQ(at(pp, 64*i), acc[i], acc[i])
 			} else {
