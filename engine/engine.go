@@ -59,8 +59,29 @@ type Runner interface {
 	Close() error
 }
 
+// Backend runs layers on another device (one GPU). The engine offers it every layer it
+// registers; layers it declines run on the CPU kernels.
+type Backend interface {
+	// Name is the device's name for logs and stats ("xe2:0").
+	Name() string
+	// Accepts says whether the backend runs layers of this spec, and if not, why.
+	Accepts(spec quantcfg.LayerSpec) (bool, string)
+	// Register takes a layer in package kernels' packed layout; the backend keeps its own
+	// copy (the blob may be released once Register returns).
+	Register(spec quantcfg.LayerSpec, blob []byte, scales, bias []float32) (BackendLayer, error)
+}
+
+// BackendLayer is one layer resident on a Backend. Forward has Engine.Forward's contract
+// (arguments already checked by the engine).
+type BackendLayer interface {
+	Forward(dt quantcfg.DType, x []byte, n int, out []byte) error
+	Free() error
+}
+
 // Config configures an Engine.
 type Config struct {
+	// Backend, if set, runs every layer it accepts (bitd serve --device xe2:N).
+	Backend Backend
 	// Runner runs kernels in parallel; nil uses a plain goroutine split over Threads.
 	Runner Runner
 	// Threads for the default runner; 0 means GOMAXPROCS.
@@ -95,7 +116,8 @@ type layer struct {
 	k       *kernels.Layer
 	refs    atomic.Int64 // 1 while registered, +1 per call in flight
 	release func()
-	owned   bool // the engine allocated the blob
+	owned   bool         // the engine allocated the blob
+	dev     BackendLayer // non-nil: the layer runs on the backend
 
 	kmu     sync.Mutex
 	kernels map[int]kernels.Kernel // by token count
@@ -169,6 +191,23 @@ func (e *Engine) Register(s Spec) (ID, error) {
 	}
 	l := &layer{k: kl, release: s.Release, owned: owned, kernels: map[int]kernels.Kernel{}}
 	l.refs.Store(1)
+	if b := e.cfg.Backend; b != nil {
+		if ok, why := b.Accepts(spec); !ok {
+			e.log.Info("layer runs on the CPU", "name", name, "device", b.Name(), "reason", why)
+		} else {
+			dl, err := b.Register(spec, blob, kl.Scales, kl.Bias)
+			if err != nil {
+				return 0, fmt.Errorf("layer %s: device %s: %w", name, b.Name(), err)
+			}
+			l.dev = dl
+			// The device holds its own copy; the CPU blob is not read again.
+			if s.Release != nil {
+				s.Release()
+				l.release = nil
+			}
+			kl.Data, blob = nil, nil
+		}
+	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -254,6 +293,11 @@ func (e *Engine) releaseRef(l *layer) {
 	if l.refs.Add(-1) != 0 {
 		return
 	}
+	if l.dev != nil {
+		if err := l.dev.Free(); err != nil {
+			e.log.Error("engine: freeing a device layer", "name", l.k.Spec.Name, "err", err)
+		}
+	}
 	e.weightBytes.Add(-int64(len(l.k.Data)))
 	if l.release != nil {
 		l.release()
@@ -302,6 +346,9 @@ func (e *Engine) Forward(id ID, x []byte, dt quantcfg.DType, n int, out []byte) 
 		return e.fail(l, n, fmt.Errorf("layer %s: %w: output has %d bytes, want %d tokens x %d out_features x %d bytes (%s) = %d",
 			spec.Name, ErrBadRequest, len(out), n, spec.Out, size, dt, n*spec.Out*size))
 	}
+	if l.dev != nil {
+		return e.runDevice(l, dt, x, n, out)
+	}
 	c := e.ctxPool.Get().(*callCtx)
 	defer e.ctxPool.Put(c)
 	c.x = resize(c.x, n*spec.In)
@@ -325,6 +372,10 @@ func (e *Engine) ForwardF32(id ID, x []float32, n int, out []float32) error {
 	if n < 1 || len(x) != n*spec.In || len(out) != n*spec.Out {
 		return e.fail(l, n, fmt.Errorf("layer %s: %w: n=%d, %d inputs (want %d), %d outputs (want %d)",
 			spec.Name, ErrBadRequest, n, len(x), n*spec.In, len(out), n*spec.Out))
+	}
+	if l.dev != nil {
+		xb, ob := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x)), unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out))
+		return e.runDevice(l, quantcfg.DTypeF32, xb, n, ob)
 	}
 	c := e.ctxPool.Get().(*callCtx)
 	defer e.ctxPool.Put(c)
@@ -356,6 +407,23 @@ func (e *Engine) run(l *layer, c *callCtx, n int) error {
 	e.busyNanos.Add(int64(d))
 	if e.cfg.Observe != nil {
 		e.cfg.Observe(Call{Layer: l.k.Spec.Name, Format: l.k.Spec.Format, Kernel: kern.Name(), N: n, WeightBytes: len(l.k.Data), Duration: d})
+	}
+	return nil
+}
+
+// runDevice runs a call on the backend.
+func (e *Engine) runDevice(l *layer, dt quantcfg.DType, x []byte, n int, out []byte) error {
+	start := time.Now()
+	if err := l.dev.Forward(dt, x, n, out); err != nil {
+		return e.fail(l, n, fmt.Errorf("layer %s: device %s: %w", l.k.Spec.Name, e.cfg.Backend.Name(), err))
+	}
+	d := time.Since(start)
+	e.calls.Add(1)
+	e.tokens.Add(uint64(n))
+	e.busyNanos.Add(int64(d))
+	if e.cfg.Observe != nil {
+		lay := l.k.Layout
+		e.cfg.Observe(Call{Layer: l.k.Spec.Name, Format: l.k.Spec.Format, Kernel: e.cfg.Backend.Name(), N: n, WeightBytes: lay.Bytes(), Duration: d})
 	}
 	return nil
 }

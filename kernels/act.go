@@ -53,10 +53,8 @@ func QuantizeActs(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts) 
 	if len(x) != n*k {
 		return fmt.Errorf("%w: activations have %d values, want %d tokens x %d inputs = %d", ErrShape, len(x), n, k, n*k)
 	}
-	for i, v := range x {
-		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("%w: activation of token %d, input %d is %v", ErrNonFinite, i/k, i%k, v)
-		}
+	if i := firstNonFinite(x); i >= 0 {
+		return fmt.Errorf("%w: activation of token %d, input %d is %v", ErrNonFinite, i/k, i%k, x[i])
 	}
 	a.N, a.K, a.Kp, a.Mode = n, k, l.Kp, mode
 	if l.Format.IsFloat() {
@@ -100,6 +98,9 @@ func QuantizeActs(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts) 
 }
 
 func absMax(x []float32) float32 {
+	if m, ok := absMaxFast(x); ok {
+		return m
+	}
 	var m float32
 	for _, v := range x {
 		if v < 0 {
@@ -125,6 +126,9 @@ func QuantizeAct(x, xs float32) int8 {
 }
 
 func quantizeRun(x []float32, xs float32, dst []int8) {
+	if quantizeFast(x, xs, dst) {
+		return
+	}
 	for i, v := range x {
 		dst[i] = QuantizeAct(v, xs)
 	}

@@ -125,6 +125,7 @@ func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stder
 	}
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path clients dial")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "threads computing each call (0 = every core)")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "cpu, or xe2:N to run int2 and ternary layers on that Intel GPU (env BITD_DEVICE)")
 	packFlag := &listFlag{vals: &cfg.Packs}
 	fs.Var(packFlag, "pack", "pack `FILE` (.bitgo, see bitd pack) to load at start, its layers shared by every client (repeat, or comma-separate)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "HOST:PORT for /metrics (empty disables)")
@@ -190,7 +191,7 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // serve runs the daemon until ctx ends, then drains. ready, if set, is called once the
 // socket accepts clients (with the metrics address actually bound, or "").
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *prometheus.Registry, ready func(metricsAddr string)) int {
-	log.Info("bitd serve: configuration", "socket", cfg.Socket, "threads", cfg.Threads, "packs", cfg.Packs,
+	log.Info("bitd serve: configuration", "socket", cfg.Socket, "threads", cfg.Threads, "device", cfg.Device, "packs", cfg.Packs,
 		"metrics_addr", cfg.MetricsAddr, "allow_gids", cfg.AllowGIDs, "log_level", cfg.LogLevel, "log_format", cfg.LogFormat,
 		"region", cfg.Region, "max_region", cfg.MaxRegion, "max_session_bytes", cfg.MaxSessionBytes,
 		"max_layers", cfg.MaxLayers, "max_sessions", cfg.MaxSessions, "drain_timeout", cfg.DrainTimeout, "pid", os.Getpid())
@@ -211,7 +212,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 		}
 	}()
 	log.Info("bitd serve: worker pool", "threads", pool.Threads(), "cores", pool.WorkerCores())
-	e, err := engine.New(engine.Config{Runner: sched.Runner{Pool: pool}, Logger: log})
+	backend, closeBackend, err := openBackend(cfg.Device, log)
+	if err != nil {
+		log.Error("bitd serve: device", "device", cfg.Device, "err", err)
+		return 1
+	}
+	defer closeBackend()
+	e, err := engine.New(engine.Config{Runner: sched.Runner{Pool: pool}, Backend: backend, Logger: log})
 	if err != nil {
 		log.Error("bitd serve: engine", "err", err)
 		return 1

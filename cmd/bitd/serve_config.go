@@ -22,6 +22,8 @@ type serveConfig struct {
 	Socket string `json:"socket"`
 	// Threads computing each call; 0 means every core.
 	Threads int `json:"threads"`
+	// Device is "cpu" or "xe2:N" (one GPU; layers it cannot run stay on the CPU).
+	Device string `json:"device"`
 	// Packs are .bitgo pack files loaded at start; their layers are shared by every
 	// session (read-only, by name).
 	Packs []string `json:"packs"`
@@ -56,6 +58,7 @@ func defaultSocket() string {
 func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Socket:          defaultSocket(),
+		Device:          "cpu",
 		MetricsAddr:     "127.0.0.1:9464",
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -80,6 +83,11 @@ func (c serveConfig) Validate() error {
 		bad("--socket: empty path")
 	case len(c.Socket) > maxSocketPath:
 		bad("--socket %s: %d bytes, a unix socket path has at most %d", c.Socket, len(c.Socket), maxSocketPath)
+	}
+	if c.Device != "cpu" {
+		if _, err := parseXe2Device(c.Device); err != nil {
+			bad("--device %q: want cpu or xe2:N (bitd info lists the GPUs)", c.Device)
+		}
 	}
 	if c.Threads < 0 {
 		bad("--threads %d: must be >= 0 (0 = every core)", c.Threads)
@@ -232,6 +240,9 @@ func (c *serveConfig) applyEnv(lookupEnv func(string) (string, bool)) []string {
 		c.Socket = v
 	}
 	integer("BITD_THREADS", &c.Threads, 0)
+	if v, ok := get("BITD_DEVICE"); ok {
+		c.Device = v
+	}
 	if v, ok := get("BITD_PACK"); ok {
 		c.Packs = splitList(v)
 	}

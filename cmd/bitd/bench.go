@@ -1,0 +1,534 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"bitgo/kernels"
+	"bitgo/kernels/kbench"
+	"bitgo/quantcfg"
+)
+
+func init() {
+	register(command{name: "bench", summary: "measure bandwidth and the kernels on real model shapes", run: runBench})
+}
+
+// benchOpts are `bitd bench`'s flags.
+type benchOpts struct {
+	json     bool
+	quick    bool
+	cache    bool
+	prefill  bool
+	plot     string
+	formats  []quantcfg.Format
+	shapes   []kbench.Shape
+	threads  []int
+	ns       []int
+	minBytes int
+	rounds   int
+	minTime  time.Duration
+}
+
+// benchRecord is one result line; the JSON field names are the `--json` schema.
+type benchRecord struct {
+	Op              string  `json:"op"`
+	Format          string  `json:"format"`
+	M               int     `json:"m"`
+	K               int     `json:"k"`
+	N               int     `json:"n"`
+	Threads         int     `json:"threads"`
+	Impl            string  `json:"impl"`
+	GBps            float64 `json:"gbps"`
+	RooflinePct     float64 `json:"roofline_pct"`
+	NsPerOp         float64 `json:"ns_per_op"`
+	SpeedupVsBF16   float64 `json:"speedup_vs_bf16"`
+	WorkingSetBytes int     `json:"working_set_bytes"`
+	// prefill records only
+	Gops         float64 `json:"gops,omitempty"`
+	VNNIPeakGops float64 `json:"vnni_peak_gops,omitempty"`
+}
+
+type benchMachine struct {
+	CPU      string   `json:"cpu"`
+	Features []string `json:"features"`
+	Threads  int      `json:"threads"`
+	ReadGBps struct {
+		DRAM1T  float64 `json:"dram_1t"`
+		DRAMAll float64 `json:"dram_all"`
+		L3All   float64 `json:"l3_all"`
+	} `json:"read_gbps"`
+}
+
+type benchReport struct {
+	Machine benchMachine  `json:"machine"`
+	Results []benchRecord `json:"results"`
+}
+
+// benchEnv is the state shared by the suites: options, machine figures, where to log.
+type benchEnv struct {
+	opt     benchOpts
+	machine benchMachine
+	l3By    map[int]float64 // L3-resident read rate by thread count (cache variant's roofline)
+	dramBy  map[int]float64 // DRAM read rate by thread count (the best seen so far)
+	dram    *kbench.Mem     // the 1 GiB buffer, kept to re-measure during the run
+	log     io.Writer
+}
+
+// A suite is one kind of measurement (bandwidth is always first). A later `--model` suite
+// (whole-model decode and prefill through the engine) adds a function of this type.
+type suite func(e *benchEnv) ([]benchRecord, error)
+
+var errUsage = errors.New("usage")
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o benchOpts
+	fs.BoolVar(&o.json, "json", false, "print one JSON object (machine and results) instead of a table")
+	fs.BoolVar(&o.quick, "quick", false, "a subset that finishes within 40 s (i2s, tl2, int2, bf16 on 2560x2560 and 4096x14336)")
+	fs.BoolVar(&o.cache, "cache", false, "cache-resident variant: one weight matrix instead of a rotation through DRAM (op gemv_cache)")
+	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 VNNI peak (op gemm)")
+	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
+	fs.String("device", "cpu", "cpu, or xe2:N for an Xe2 GPU's benchmark (its own flags)")
+	formats := fs.String("format", "", "comma-separated formats (default: all)")
+	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
+	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
+	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB (so DRAM is measured).\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, errUsage
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	o.minBytes, o.rounds, o.minTime = 512<<20, 7, 50*time.Millisecond
+	if o.cache {
+		o.minBytes = 0
+	}
+	if o.quick {
+		o.rounds, o.minTime = 5, 30*time.Millisecond
+		o.formats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL2, quantcfg.Int2, quantcfg.BF16}
+		o.shapes = []kbench.Shape{{M: 2560, K: 2560}, {M: 4096, K: 14336}}
+	}
+	if *formats != "" {
+		o.formats = nil
+		for _, s := range strings.Split(*formats, ",") {
+			f, err := quantcfg.ParseFormat(s)
+			if err != nil {
+				return o, fmt.Errorf("bench: --format: %w", err)
+			}
+			o.formats = append(o.formats, f)
+		}
+	}
+	if o.formats == nil {
+		for _, fi := range quantcfg.Formats() {
+			o.formats = append(o.formats, fi.Format)
+		}
+	}
+	if *shapes != "" {
+		o.shapes = nil
+		for _, s := range strings.Split(*shapes, ",") {
+			sh, err := kbench.ParseShape(s)
+			if err != nil {
+				return o, fmt.Errorf("bench: --shape: %w", err)
+			}
+			o.shapes = append(o.shapes, sh)
+		}
+	}
+	if o.shapes == nil {
+		o.shapes = kbench.Shapes
+	}
+	var err error
+	all := runtime.NumCPU()
+	if o.threads, err = intList(*threads, 1, all); err != nil {
+		return o, fmt.Errorf("bench: --threads: %w", err)
+	}
+	if o.threads == nil {
+		o.threads = []int{1}
+		if all > 1 {
+			o.threads = append(o.threads, all)
+		}
+	}
+	if o.ns, err = intList(*ns, 1, 64); err != nil || o.ns == nil {
+		return o, fmt.Errorf("bench: --n: %v (want token counts in [1, 64], like 1,4)", err)
+	}
+	return o, nil
+}
+
+// intList parses "a,b,c" with every value in [lo, hi]; "" gives nil.
+func intList(s string, lo, hi int) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < lo || v > hi {
+			return nil, fmt.Errorf("%q is not an integer in [%d, %d]", f, lo, hi)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	// --device xe2:N (and other non-CPU backends) have benchmarks of their own.
+	for i, a := range args {
+		v := ""
+		switch {
+		case (a == "--device" || a == "-device") && i+1 < len(args):
+			v = args[i+1]
+		case strings.HasPrefix(a, "--device="), strings.HasPrefix(a, "-device="):
+			v = a[strings.Index(a, "=")+1:]
+		}
+		if prefix, _, _ := strings.Cut(v, ":"); v != "" && prefix != "cpu" {
+			if fn, ok := benchBackends[prefix]; ok {
+				return fn(args, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "bench: --device %q: no benchmark for that device (cpu, or one of the backends bitd info lists)\n", v)
+			return 2
+		}
+	}
+	o, err := parseBenchFlags(args, stderr)
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}}
+	if o.json {
+		e.log = io.Discard
+	}
+	if err := e.measureMachine(); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer e.dram.Free()
+	suites := []suite{gemvSuite}
+	if o.prefill {
+		suites = append(suites, prefillSuite)
+	}
+	var results []benchRecord
+	for _, s := range suites {
+		recs, err := s(e)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		results = append(results, recs...)
+	}
+	// Every GEMV is compared with the best read rate of the whole run (the most conservative
+	// roofline on a machine whose bandwidth drifts).
+	for i := range results {
+		if r := &results[i]; r.Op == "gemv" || r.Op == "gemv_cache" {
+			if rf := e.roofline(r.Threads, r.Op == "gemv_cache"); rf > 0 {
+				r.RooflinePct = 100 * r.GBps / rf
+			}
+		}
+	}
+	rep := benchReport{Machine: e.machine, Results: results}
+	if o.plot != "" {
+		if err := os.WriteFile(o.plot, []byte(rooflineSVG(rep)), 0o644); err != nil {
+			fmt.Fprintln(stderr, "bench: --plot:", err)
+			return 1
+		}
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	printTable(stdout, rep)
+	return 0
+}
+
+// measureMachine fills the machine record: DRAM read bandwidth with a 1 GiB buffer (1 thread
+// and all), and L3-resident read bandwidth.
+func (e *benchEnv) measureMachine() error {
+	m := &e.machine
+	m.CPU, m.Features, m.Threads = kernels.CPUName(), kernels.CPUFeatures(), runtime.NumCPU()
+	if m.Features == nil {
+		m.Features = []string{}
+	}
+	fmt.Fprintf(e.log, "cpu: %s (%d threads; %s)\n", m.CPU, m.Threads, strings.Join(m.Features, " "))
+	dram, err := kbench.Alloc(1 << 30)
+	if err != nil {
+		return err
+	}
+	e.dram = dram
+	l3, err := kbench.Alloc(16 << 20)
+	if err != nil {
+		return err
+	}
+	defer l3.Free()
+	reps := 5
+	if e.opt.quick {
+		reps = 3
+	}
+	threads := append([]int{1}, e.opt.threads...)
+	threads = append(threads, m.Threads)
+	for _, t := range dedup(threads) {
+		p := kbench.NewPool(t)
+		c := kbench.ReadBandwidth(p, l3.B, 20*reps) / 1e9
+		p.Close()
+		e.l3By[t] = c
+		if t == m.Threads {
+			m.ReadGBps.L3All = c
+		}
+		e.remeasureDRAM(t, reps)
+		fmt.Fprintf(e.log, "read bandwidth, %d thread(s): DRAM %.1f GB/s, L3-resident %.1f GB/s\n", t, e.dramBy[t], c)
+	}
+	return nil
+}
+
+// remeasureDRAM reads the 1 GiB buffer with t threads and keeps the best rate seen: the
+// shared machine's bandwidth drifts during a run, and a kernel is compared with the best
+// read rate measured up to its own measurement (before each shape), never with a stale low.
+func (e *benchEnv) remeasureDRAM(t, reps int) {
+	p := kbench.NewPool(t)
+	d := kbench.ReadBandwidth(p, e.dram.B, reps) / 1e9
+	p.Close()
+	e.dramBy[t] = max(e.dramBy[t], d)
+	m := &e.machine
+	m.ReadGBps.DRAM1T = e.dramBy[1]
+	m.ReadGBps.DRAMAll = e.dramBy[m.Threads]
+}
+
+// roofline is the read rate a result is compared with.
+func (e *benchEnv) roofline(threads int, cache bool) float64 {
+	if cache {
+		return e.l3By[threads]
+	}
+	return e.dramBy[threads]
+}
+
+func dedup(v []int) []int {
+	sort.Ints(v)
+	out := v[:0]
+	for i, x := range v {
+		if i == 0 || x != v[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// gemvSuite runs every format's GEMV on every shape, token count and thread count. bf16
+// runs first on each shape so the others' speed-up over it is known.
+func gemvSuite(e *benchEnv) ([]benchRecord, error) {
+	o := e.opt
+	op := "gemv"
+	if o.cache {
+		op = "gemv_cache"
+	}
+	formats := append([]quantcfg.Format(nil), o.formats...)
+	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
+	var recs []benchRecord
+	bf16 := map[string]float64{} // shape/n/threads -> ns per op
+	for _, sh := range o.shapes {
+		if !o.cache {
+			for _, t := range o.threads {
+				e.remeasureDRAM(t, 3)
+			}
+		}
+		for _, f := range formats {
+			set, err := kbench.NewSet(f, sh, o.minBytes, 1)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", f, sh, err)
+			}
+			for _, n := range o.ns {
+				for _, t := range o.threads {
+					p := kbench.NewPool(t)
+					r, err := kbench.NewRunner(p, set, n, 2)
+					if err != nil {
+						p.Close()
+						set.Free()
+						return nil, fmt.Errorf("%s %s: %w", f, sh, err)
+					}
+					tm := r.Measure(o.rounds, o.minTime)
+					p.Close()
+					key := fmt.Sprintf("%s/%d/%d", sh, n, t)
+					if f == quantcfg.BF16 {
+						bf16[key] = tm.NsPerOp
+					}
+					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
+						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
+					if rf := e.roofline(t, o.cache); rf > 0 {
+						rec.RooflinePct = 100 * tm.GBps / rf
+					}
+					if b := bf16[key]; b > 0 {
+						rec.SpeedupVsBF16 = b / tm.NsPerOp
+					}
+					recs = append(recs, rec)
+					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% %10.0f ns  x%.2f vs bf16\n",
+						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, tm.NsPerOp, rec.SpeedupVsBF16)
+				}
+			}
+			set.Free()
+		}
+	}
+	return recs, nil
+}
+
+// prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
+// bf16 against the int8 VNNI peak measured in the same run (issue 3's prefill target).
+func prefillSuite(e *benchEnv) ([]benchRecord, error) {
+	const n = 512
+	sh := kbench.Shape{M: 4096, K: 4096}
+	var recs []benchRecord
+	for _, t := range e.opt.threads {
+		p := kbench.NewPool(t)
+		peak := kbench.VNNIPeak(p, 300*time.Millisecond) / 1e9
+		var bfNs float64
+		for _, f := range []quantcfg.Format{quantcfg.BF16, quantcfg.I2S, quantcfg.Int2, quantcfg.TL2} {
+			set, err := kbench.NewSet(f, sh, 0, 1)
+			if err != nil {
+				p.Close()
+				return nil, err
+			}
+			r, err := kbench.NewRunner(p, set, n, 2)
+			if err != nil {
+				set.Free()
+				p.Close()
+				return nil, err
+			}
+			tm := r.Measure(3, 100*time.Millisecond)
+			set.Free()
+			gops := 2 * float64(sh.M) * float64(sh.K) * n / tm.NsPerOp
+			rec := benchRecord{Op: "gemm", Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
+				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp, Gops: gops, VNNIPeakGops: peak}
+			if peak > 0 {
+				rec.RooflinePct = 100 * gops / peak
+			}
+			if f == quantcfg.BF16 {
+				bfNs = tm.NsPerOp
+			}
+			if bfNs > 0 {
+				rec.SpeedupVsBF16 = bfNs / tm.NsPerOp
+			}
+			recs = append(recs, rec)
+			fmt.Fprintf(e.log, "gemm  %-5s %s n=%d t=%d %-18s %7.0f Gops (%.0f%% of the %.0f Gops VNNI peak) %10.0f ns  x%.2f vs bf16\n",
+				f, sh, n, t, tm.Impl, gops, rec.RooflinePct, peak, tm.NsPerOp, rec.SpeedupVsBF16)
+		}
+		p.Close()
+	}
+	return recs, nil
+}
+
+func printTable(w io.Writer, rep benchReport) {
+	m := rep.Machine
+	fmt.Fprintf(w, "cpu %s, %d threads\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
+		m.CPU, m.Threads, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
+	fmt.Fprintf(w, "%-10s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-10s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16)
+	}
+}
+
+// rooflineSVG draws achieved GB/s per shape (groups) and format (bars) for each thread
+// count's n=1 GEMVs, against the measured read bandwidth.
+func rooflineSVG(rep benchReport) string {
+	type key struct{ shape, format string }
+	byThreads := map[int]map[key]float64{}
+	var shapes, formats []string
+	seenS, seenF := map[string]bool{}, map[string]bool{}
+	for _, r := range rep.Results {
+		if !strings.HasPrefix(r.Op, "gemv") || r.N != rep.Results[0].N {
+			continue
+		}
+		s := fmt.Sprintf("%dx%d", r.M, r.K)
+		if byThreads[r.Threads] == nil {
+			byThreads[r.Threads] = map[key]float64{}
+		}
+		byThreads[r.Threads][key{s, r.Format}] = r.GBps
+		if !seenS[s] {
+			seenS[s], shapes = true, append(shapes, s)
+		}
+		if !seenF[r.Format] {
+			seenF[r.Format], formats = true, append(formats, r.Format)
+		}
+	}
+	var threads []int
+	for t := range byThreads {
+		threads = append(threads, t)
+	}
+	sort.Ints(threads)
+	const pw, ph, left, top = 900, 320, 60, 40
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+	var b strings.Builder
+	height := top + len(threads)*(ph+60) + 40
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", pw+left+150, height)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">GEMV weight read rate vs. measured read bandwidth (%s)</text>`+"\n", left, rep.Machine.CPU)
+	for pi, t := range threads {
+		y0 := top + pi*(ph+60)
+		roof := rep.Machine.ReadGBps.DRAM1T
+		if t > 1 {
+			roof = rep.Machine.ReadGBps.DRAMAll
+		}
+		ymax := roof * 1.3
+		for _, v := range byThreads[t] {
+			ymax = math.Max(ymax, v*1.1)
+		}
+		ymax = math.Max(ymax, 1)
+		sy := func(v float64) float64 { return float64(y0+ph) - v/ymax*float64(ph) }
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%d thread(s), n=%d</text>`+"\n", left, y0-8, t, rep.Results[0].N)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, y0+ph, left+pw, y0+ph)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, y0, left, y0+ph)
+		for g := 0.0; g <= ymax; g += niceStep(ymax) {
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.0f</text>`+"\n", left-4, sy(g)+4, g)
+		}
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="red" stroke-dasharray="6,3"/>`+"\n", left, sy(roof), left+pw, sy(roof))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" fill="red">read bandwidth %.1f GB/s</text>`+"\n", left+pw+4, sy(roof)+4, roof)
+		gw := float64(pw) / float64(max(len(shapes), 1))
+		bw := gw * 0.8 / float64(max(len(formats), 1))
+		for si, s := range shapes {
+			x0 := float64(left) + gw*float64(si) + gw*0.1
+			for fi, f := range formats {
+				v, ok := byThreads[t][key{s, f}]
+				if !ok {
+					continue
+				}
+				x := x0 + bw*float64(fi)
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s %.1f GB/s</title></rect>`+"\n",
+					x, sy(v), bw*0.9, float64(y0+ph)-sy(v), colors[fi%len(colors)], f, s, v)
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x0+gw*0.4, y0+ph+14, s)
+		}
+	}
+	for fi, f := range formats {
+		y := top + 20*fi
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", left+pw+10, y+40, colors[fi%len(colors)], left+pw+24, y+49, f)
+	}
+	fmt.Fprintf(&b, `<text x="14" y="%d" transform="rotate(-90 14,%d)">GB/s of weights</text>`+"\n", top+ph/2, top+ph/2)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func niceStep(max float64) float64 {
+	s := math.Pow(10, math.Floor(math.Log10(max/5)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if max/(s*m) <= 8 {
+			return s * m
+		}
+	}
+	return s * 10
+}

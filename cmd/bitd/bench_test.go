@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--format", "i3s"}, `format "i3s"`},
+		{[]string{"--shape", "12x"}, `shape "12x"`},
+		{[]string{"--threads", "0"}, `"0" is not an integer`},
+		{[]string{"--n", "1,x"}, "--n"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		var stderr bytes.Buffer
+		if code := run(append([]string{"bench"}, c.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}
+
+// TestBenchJSON runs a tiny cache-resident bench and checks the --json schema.
+func TestBenchJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	plot := filepath.Join(t.TempDir(), "r.svg")
+	var out, stderr bytes.Buffer
+	code := run([]string{"bench", "--json", "--cache", "--format", "i2s,bf16", "--shape", "64x256", "--threads", "1", "--n", "1,2", "--plot", plot}, &out, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	m := rep["machine"].(map[string]any)
+	for _, k := range []string{"cpu", "features", "threads", "read_gbps"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("machine lacks %q", k)
+		}
+	}
+	for _, k := range []string{"dram_1t", "dram_all", "l3_all"} {
+		if v, ok := m["read_gbps"].(map[string]any)[k].(float64); !ok || v <= 0 {
+			t.Errorf("read_gbps.%s = %v", k, v)
+		}
+	}
+	res := rep["results"].([]any)
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4 (2 formats x 2 n)", len(res))
+	}
+	for _, r := range res {
+		r := r.(map[string]any)
+		for _, k := range []string{"op", "format", "m", "k", "n", "threads", "impl", "gbps", "roofline_pct", "ns_per_op", "speedup_vs_bf16", "working_set_bytes"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result lacks %q: %v", k, r)
+			}
+		}
+		if r["op"] != "gemv_cache" || r["ns_per_op"].(float64) <= 0 {
+			t.Errorf("bad record %v", r)
+		}
+		if r["format"] == "i2s" && r["speedup_vs_bf16"].(float64) <= 0 {
+			t.Errorf("i2s without a speed-up over bf16: %v", r)
+		}
+	}
+	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("plot: %v", err)
+	}
+}

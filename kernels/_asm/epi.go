@@ -1,0 +1,153 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Argument block offsets: kernels.epiArgs.
+const (
+	epSums, epNTok, epNSeg, epA, epCorr, epXS, epCorrStride = 0, 8, 16, 24, 32, 40, 48
+	epWS, epWSSeg, epBias, epOut, epOutStride, epMask       = 56, 64, 72, 80, 88, 96
+)
+
+func genEpilogue() {
+	var bits []uint32
+	for i := 0; i < 32; i++ {
+		bits = append(bits, 1<<i)
+	}
+	rowBits := dwordTable("epiRowBits", bits)
+	genEpi(true, Mem{})
+	genEpi(false, rowBits)
+}
+
+// genEpi writes epilogueAVX512 (zmm: 32 rows in 2 registers, masked stores) or
+// epilogueAVX2 (ymm: 4 registers, vmaskmovps).
+func genEpi(z bool, rowBits Mem) {
+	name, nv := "epilogueAVX2", 4
+	if z {
+		name, nv = "epilogueAVX512", 2
+	}
+	a := fn(name,
+		name+" is the integer epilogue of one row block for NTok tokens (see epiArgs);",
+		"epilogueGeneric is its reference.")
+	p := newPool(z)
+	sums, ntok, corr, xs, out := ld(a, epSums), ld(a, epNTok), ld(a, epCorr), ld(a, epXS), ld(a, epOut)
+	segStride := GP64()
+	MOVQ(ntok, segStride)
+	SHLQ(U8(7), segStride)
+	av := p.get()
+	VPBROADCASTD(at(a, epA), av)
+	var masks []VecPhysical
+	if z {
+		m := GP64()
+		MOVQ(at(a, epMask), m)
+		KMOVW(m.As32(), K1)
+		SHRQ(U8(16), m)
+		KMOVW(m.As32(), K2)
+	} else {
+		mb := p.get()
+		VPBROADCASTD(at(a, epMask), mb)
+		masks = p.getn(4)
+		for i, m := range masks {
+			VPAND(rowBits.Offset(32*i), mb, m)
+			VPCMPEQD(rowBits.Offset(32*i), m, m)
+		}
+		p.put(mb)
+	}
+	y := p.getn(nv)
+	f := p.getn(nv)
+	step := 64
+	if !z {
+		step = 32
+	}
+	seg := func(s, c, x, w Register, dst []VecPhysical) {
+		for i := range dst {
+			VMOVDQU32orY(z, at(s, step*i), dst[i])
+			VPMULLD(av, dst[i], dst[i])
+		}
+		if z {
+			for i := range dst {
+				VPADDD_BCST(at(c, 0), dst[i], dst[i])
+			}
+		} else {
+			t := p.get()
+			VPBROADCASTD(at(c, 0), t)
+			for i := range dst {
+				VPADDD(t, dst[i], dst[i])
+			}
+			p.put(t)
+		}
+		for i := range dst {
+			VCVTDQ2PS(dst[i], dst[i])
+			VMULPS(at(w, step*i), dst[i], dst[i])
+		}
+		if z {
+			for i := range dst {
+				VDIVPS_BCST(at(x, 0), dst[i], dst[i])
+			}
+		} else {
+			t := p.get()
+			VBROADCASTSS(at(x, 0), t)
+			for i := range dst {
+				VDIVPS(t, dst[i], dst[i])
+			}
+			p.put(t)
+		}
+	}
+	Label(name + "_tok")
+	s, c, x, w, j := GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(sums, s)
+	MOVQ(corr, c)
+	MOVQ(xs, x)
+	MOVQ(at(a, epWS), w)
+	MOVQ(at(a, epNSeg), j)
+	seg(s, c, x, w, y)
+	DECQ(j)
+	JZ(LabelRef(name + "_segdone"))
+	Label(name + "_seg")
+	ADDQ(segStride, s)
+	ADDQ(U8(4), c)
+	ADDQ(U8(4), x)
+	ADDQ(at(a, epWSSeg), w)
+	seg(s, c, x, w, f)
+	for i := range y {
+		VADDPS(f[i], y[i], y[i])
+	}
+	DECQ(j)
+	JNZ(LabelRef(name + "_seg"))
+	Label(name + "_segdone")
+	b := GP64()
+	MOVQ(at(a, epBias), b)
+	TESTQ(b, b)
+	JZ(LabelRef(name + "_store"))
+	for i := range y {
+		VADDPS(at(b, step*i), y[i], y[i])
+	}
+	Label(name + "_store")
+	for i := range y {
+		if z {
+			VMOVUPS(y[i], []Register{K1, K2}[i], at(out, step*i))
+		} else {
+			VMASKMOVPS(y[i], masks[i], at(out, step*i))
+		}
+	}
+	ADDQ(U8(128), sums)
+	ADDQ(at(a, epCorrStride), corr)
+	ADDQ(at(a, epCorrStride), xs)
+	ADDQ(at(a, epOutStride), out)
+	DECQ(ntok)
+	JNZ(LabelRef(name + "_tok"))
+	VZEROUPPER()
+	RET()
+}
+
+// VMOVDQU32orY loads 64 bytes (zmm) or 32 bytes (ymm).
+func VMOVDQU32orY(z bool, m Mem, v VecPhysical) {
+	if z {
+		VMOVDQU32(m, v)
+	} else {
+		VMOVDQU(m, v)
+	}
+}

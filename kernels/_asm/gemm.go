@@ -1,0 +1,475 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Argument block offsets: kernels.gemmArgs and kernels.unpackArgs.
+const (
+	mB, mX, mXQ, mSums, mSegQ, mNSeg, mLastQ, mSumsSeg = 0, 8, 16, 24, 32, 40, 48, 56
+	uW, uB, uN, uTab, uN2                              = 0, 8, 16, 24, 32
+)
+
+var (
+	tl1Div3, tl1Mod3     Mem // nibble -> idx/3, idx%3
+	tl2C0, tl2C1, tl2C2  Mem // nibble |v| -> the codes w+1 of the balanced ternary digits of v
+	int1BitTabs          Mem // 4 x 16 bytes: nibble -> bit j
+	signSpread, signBits Mem // sign dword -> 32 bytes 0x00/0xFF
+	wordOnes             Mem
+)
+
+func genGemm() {
+	var d3, m3, c0, c1, c2, ib []byte
+	for i := 0; i < 16; i++ {
+		d3 = append(d3, byte(i/3%3))
+		m3 = append(m3, byte(i%3))
+		v := i
+		if v > 13 {
+			v = 0
+		}
+		c0 = append(c0, byte((v+13)/9))
+		c1 = append(c1, byte((v+13)%9/3))
+		c2 = append(c2, byte((v+13)%3))
+	}
+	for j := 0; j < 4; j++ {
+		for i := 0; i < 16; i++ {
+			ib = append(ib, byte(i>>j&1))
+		}
+	}
+	tl1Div3, tl1Mod3 = table("tl1Div3", d3), table("tl1Mod3", m3)
+	tl2C0, tl2C1, tl2C2 = table("tl2C0", c0), table("tl2C1", c1), table("tl2C2", c2)
+	int1BitTabs = table("int1BitTabs", ib)
+	var sp, sb []byte
+	for i := 0; i < 32; i++ {
+		sp = append(sp, byte(i%16/8)+2*byte(i/16))
+		sb = append(sb, 1<<(i%8))
+	}
+	signSpread, signBits = table("signSpread", sp), table("signBits", sb)
+	var ones []byte
+	for i := 0; i < 16; i++ {
+		ones = append(ones, 1, 0)
+	}
+	wordOnes = table("wordOnes", ones)
+
+	for T := 1; T <= 12; T++ {
+		tileZ(T)
+	}
+	for T := 1; T <= 2; T++ {
+		tileY(T, false)
+	}
+	for T := 1; T <= 3; T++ {
+		tileY(T, true)
+	}
+	unpackInt2()
+	unpackInt1()
+	unpackInt8()
+	unpackI2S()
+	unpackTL1()
+	unpackTL2()
+}
+
+// tileZ: the AVX-512 GEMM micro-kernel, 32 rows (two zmm of dwords) x T tokens, one
+// vpdpbusd per row half and token per quad of inputs.
+func tileZ(T int) {
+	name := fmt.Sprintf("tileT%dAVX512", T)
+	a := fn(name, fmt.Sprintf("%s is the GEMM micro-kernel for %d token(s) (see gemmArgs); tileGeneric is its reference.", name, T))
+	p := newPool(true)
+	b, x, xq, sums, nseg := ld(a, mB), ld(a, mX), ld(a, mXQ), ld(a, mSums), ld(a, mNSeg)
+	acc := make([][2]VecPhysical, T)
+	for t := range acc {
+		copy(acc[t][:], p.getn(2))
+	}
+	b0, b1 := p.get(), p.get()
+	xv := p.getn(2)
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, mSegQ), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, mLastQ), cnt)
+	zeroAll(flat2(acc)...)
+	Label(name + "_q")
+	VMOVDQU64(at(b, 0), b0)
+	VMOVDQU64(at(b, 64), b1)
+	for t := range acc {
+		VPBROADCASTD(at(x, 4*t), xv[t%2])
+		VPDPBUSD(xv[t%2], b0, acc[t][0])
+		VPDPBUSD(xv[t%2], b1, acc[t][1])
+	}
+	ADDQ(U8(128), b)
+	ADDQ(xq, x)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_q"))
+	for t := range acc {
+		VMOVDQU32(acc[t][0], at(sums, 128*t))
+		VMOVDQU32(acc[t][1], at(sums, 128*t+64))
+	}
+	ADDQ(at(a, mSumsSeg), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	VZEROUPPER()
+	RET()
+}
+
+// tileY: the AVX2 micro-kernel (vpmaddubsw + vpmaddwd; weights must be <= 127) or, with
+// vnni, the AVX-VNNI one (VEX vpdpbusd), 32 rows (four ymm) x T tokens.
+func tileY(T int, vnni bool) {
+	isa := "AVX2"
+	if vnni {
+		isa = "AVXVNNI"
+	}
+	name := fmt.Sprintf("tileT%d%s", T, isa)
+	a := fn(name, fmt.Sprintf("%s is the GEMM micro-kernel for %d token(s) (see gemmArgs); tileGeneric is its reference.", name, T))
+	p := newPool(false)
+	b, x, xq, sums, nseg := ld(a, mB), ld(a, mX), ld(a, mXQ), ld(a, mSums), ld(a, mNSeg)
+	acc := make([][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(4))
+		all = append(all, acc[t][:]...)
+	}
+	xv := p.getn(T)
+	bv := p.get()
+	var ones, prod VecPhysical
+	if !vnni {
+		ones, prod = p.get(), p.get()
+		VMOVDQU(wordOnes, ones)
+	}
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, mSegQ), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, mLastQ), cnt)
+	zeroAll(all...)
+	Label(name + "_q")
+	for t := range acc {
+		VPBROADCASTD(at(x, 4*t), xv[t])
+	}
+	for g := 0; g < 4; g++ {
+		VMOVDQU(at(b, 32*g), bv)
+		for t := range acc {
+			if vnni {
+				VPDPBUSD(xv[t], bv, acc[t][g])
+			} else {
+				VPMADDUBSW(xv[t], bv, prod)
+				VPMADDWD(ones, prod, prod)
+				VPADDD(prod, acc[t][g], acc[t][g])
+			}
+		}
+	}
+	ADDQ(U8(128), b)
+	ADDQ(xq, x)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_q"))
+	for t := range acc {
+		for g := 0; g < 4; g++ {
+			VMOVDQU(acc[t][g], at(sums, 128*t+32*g))
+		}
+	}
+	ADDQ(at(a, mSumsSeg), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	VZEROUPPER()
+	RET()
+}
+
+func unpackDoc(name, f string) string {
+	return fmt.Sprintf("%s decodes one %s row block into the GEMM layout (see unpackArgs); unpackGeneric is its reference.", name, f)
+}
+
+// unpackInt2 (AVX2 code, used by every path): nibble tables give 8 rows' dwords per
+// vpshufb.
+func unpackInt2() {
+	name := "unpackInt2AVX2"
+	a := fn(name, unpackDoc(name, "int2"))
+	p := newPool(false)
+	w, b, n, tab := ld(a, uW), ld(a, uB), ld(a, uN), ld(a, uTab)
+	la, lb, m0f := p.get(), p.get(), p.get()
+	VBROADCASTI128(at(tab, 0), la)
+	VBROADCASTI128(at(tab, 16), lb)
+	bcastByte(m0f, 0x0f)
+	v, lo, hi := p.get(), p.get(), p.get()
+	Label(name + "_u")
+	VMOVDQU(at(w, 0), v)
+	VPAND(m0f, v, lo)
+	VPSRLW(U8(4), v, hi)
+	VPAND(m0f, hi, hi)
+	VPSHUFB(lo, la, v)
+	VMOVDQU(v, at(b, 0))
+	VPSHUFB(lo, lb, v)
+	VMOVDQU(v, at(b, 32))
+	VPSHUFB(hi, la, v)
+	VMOVDQU(v, at(b, 64))
+	VPSHUFB(hi, lb, v)
+	VMOVDQU(v, at(b, 96))
+	ADDQ(U8(32), w)
+	SUBQ(I8(-128), b)
+	DECQ(n)
+	JNZ(LabelRef(name + "_u"))
+	VZEROUPPER()
+	RET()
+}
+
+// unpackInt1: bit j of each nibble -> 8 rows' dwords for one quad of inputs.
+func unpackInt1() {
+	name := "unpackInt1AVX2"
+	a := fn(name, unpackDoc(name, "int1"))
+	p := newPool(false)
+	w, b, n := ld(a, uW), ld(a, uB), ld(a, uN)
+	tabs := p.getn(4)
+	for j, r := range tabs {
+		VBROADCASTI128(int1BitTabs.Offset(16*j), r)
+	}
+	m0f := p.get()
+	bcastByte(m0f, 0x0f)
+	v, lo, hi := p.get(), p.get(), p.get()
+	Label(name + "_u")
+	VMOVDQU(at(w, 0), v)
+	VPAND(m0f, v, lo)
+	VPSRLW(U8(4), v, hi)
+	VPAND(m0f, hi, hi)
+	for h, idx := range []VecPhysical{lo, hi} {
+		for j := 0; j < 4; j++ {
+			VPSHUFB(idx, tabs[j], v)
+			VMOVDQU(v, at(b, 128*h+32*j))
+		}
+	}
+	ADDQ(U8(32), w)
+	ADDQ(U32(256), b)
+	DECQ(n)
+	JNZ(LabelRef(name + "_u"))
+	VZEROUPPER()
+	RET()
+}
+
+// unpackInt8: u = w xor 0x80.
+func unpackInt8() {
+	name := "unpackInt8AVX2"
+	a := fn(name, unpackDoc(name, "int8"))
+	p := newPool(false)
+	w, b, n := ld(a, uW), ld(a, uB), ld(a, uN)
+	m80 := p.get()
+	bcastByte(m80, 0x80)
+	v := p.getn(4)
+	Label(name + "_u")
+	for i := range v {
+		VPXOR(at(w, 32*i), m80, v[i])
+	}
+	for i := range v {
+		VMOVDQU(v[i], at(b, 32*i))
+	}
+	SUBQ(I8(-128), w)
+	SUBQ(I8(-128), b)
+	DECQ(n)
+	JNZ(LabelRef(name + "_u"))
+	VZEROUPPER()
+	RET()
+}
+
+// transpose8 transposes 8 ymm rows of 8 dwords in place (r[i] ends up holding column i),
+// using one temporary.
+func transpose8(r []VecPhysical, t VecPhysical) {
+	// dwords within 128-bit lanes
+	for i := 0; i < 8; i += 2 {
+		VPUNPCKLDQ(r[i+1], r[i], t)
+		VPUNPCKHDQ(r[i+1], r[i], r[i+1])
+		VMOVDQA(t, r[i])
+	}
+	// now r0 = A01 (cols 0,1 | 4,5 of rows 0,1 interleaved), r1 = B01 (cols 2,3 | 6,7), ...
+	// qwords: C = cols (0|4), (1|5) from A pairs; (2|6), (3|7) from B pairs.
+	for _, base := range []int{0, 4} {
+		a01, b01, a23, b23 := r[base], r[base+1], r[base+2], r[base+3]
+		VPUNPCKLQDQ(a23, a01, t)   // col 0|4
+		VPUNPCKHQDQ(a23, a01, a23) // col 1|5
+		VMOVDQA(t, a01)            // a01 = col 0|4
+		VPUNPCKLQDQ(b23, b01, t)   // col 2|6
+		VPUNPCKHQDQ(b23, b01, b23) // col 3|7
+		VMOVDQA(t, b01)            // b01 = col 2|6
+		// order: r[base] = 0|4, r[base+1] = 2|6, r[base+2] = 1|5, r[base+3] = 3|7
+		r[base+1], r[base+2] = r[base+2], r[base+1]
+	}
+	// now r[0..3] rows 0-3 of cols (0|4, 1|5, 2|6, 3|7), r[4..7] rows 4-7 likewise.
+	for i := 0; i < 4; i++ {
+		VPERM2I128(U8(0x20), r[4+i], r[i], t)      // col i
+		VPERM2I128(U8(0x31), r[4+i], r[i], r[4+i]) // col i+4
+		VMOVDQA(t, r[i])
+	}
+}
+
+// unpackI2S: for each block and 32-input run, the codes of 8 rows are 8 rows x 8 quads of
+// dwords; an 8x8 transpose makes them 8 quads x 8 rows. N: blocks, N2: bytes per quad.
+func unpackI2S() {
+	name := "unpackI2SAVX2"
+	a := fn(name, unpackDoc(name, "i2s"))
+	p := newPool(false)
+	w, b, nb, qs := ld(a, uW), ld(a, uB), ld(a, uN), ld(a, uN2)
+	m3 := p.get()
+	bcastByte(m3, 3)
+	r := p.getn(8)
+	t := p.get()
+	// rows 8g + i live at quad 2g + i/4, piece i%4.
+	q2, base, base1 := GP64(), GP64(), GP64()
+	MOVQ(qs, q2)
+	SHLQ(U8(1), q2)
+	Label(name + "_blk")
+	for s := 0; s < 4; s++ {
+		MOVQ(w, base)
+		for g := 0; g < 4; g++ {
+			MOVQ(base, base1)
+			ADDQ(qs, base1)
+			for i := 0; i < 8; i++ {
+				src := base
+				if i >= 4 {
+					src = base1
+				}
+				VMOVDQU(at(src, 32*(i%4)), r[i])
+				if s < 3 {
+					VPSRLW(U8(6-2*s), r[i], r[i])
+				}
+				VPAND(m3, r[i], r[i])
+			}
+			transpose8(r, t)
+			for q := 0; q < 8; q++ {
+				VMOVDQU(r[q], at(b, (8*s+q)*128+32*g))
+			}
+			ADDQ(q2, base)
+		}
+	}
+	SUBQ(I8(-128), w)
+	ADDQ(U32(32*128), b)
+	DECQ(nb)
+	JNZ(LabelRef(name + "_blk"))
+	VZEROUPPER()
+	RET()
+}
+
+// interleave4 turns four vectors of 32 rows' bytes (inputs k..k+3) into the four 32-byte
+// pieces of a VNNI quad (rows 0-7, 8-15, 16-23, 24-31) and stores them at m. Clobbers
+// its inputs; t is a temporary.
+func interleave4(v [4]VecPhysical, t VecPhysical, m Mem) {
+	a, b, c, d := v[0], v[1], v[2], v[3]
+	VPUNPCKLBW(b, a, t) // ab_l: rows 0-7 | 16-23 as words
+	VPUNPCKHBW(b, a, b) // ab_h: rows 8-15 | 24-31
+	VPUNPCKLBW(d, c, a) // cd_l
+	VPUNPCKHBW(d, c, d) // cd_h
+	VPUNPCKLWD(a, t, c) // P0: rows 0-3 | 16-19
+	VPUNPCKHWD(a, t, t) // P1: rows 4-7 | 20-23
+	VPUNPCKLWD(d, b, a) // P2: rows 8-11 | 24-27
+	VPUNPCKHWD(d, b, b) // P3: rows 12-15 | 28-31
+	VPERM2I128(U8(0x20), t, c, d)
+	VMOVDQU(d, m)
+	VPERM2I128(U8(0x20), b, a, d)
+	VMOVDQU(d, m.Offset(32))
+	VPERM2I128(U8(0x31), t, c, d)
+	VMOVDQU(d, m.Offset(64))
+	VPERM2I128(U8(0x31), b, a, d)
+	VMOVDQU(d, m.Offset(96))
+}
+
+// tl1UnitsY decodes n (register, > 0 checked by the caller) tl1 units at w into B at b.
+func tl1UnitsY(name string, p *pool, w, b, n Register) {
+	d3, m3, m0f := p.get(), p.get(), p.get()
+	VBROADCASTI128(tl1Div3, d3)
+	VBROADCASTI128(tl1Mod3, m3)
+	bcastByte(m0f, 0x0f)
+	lo, hi, t := p.get(), p.get(), p.get()
+	v := p.getn(4)
+	Label(name + "_u")
+	VMOVDQU(at(w, 0), lo)
+	VPSRLW(U8(4), lo, hi)
+	VPAND(m0f, lo, lo)
+	VPAND(m0f, hi, hi)
+	VPSHUFB(lo, d3, v[0])
+	VPSHUFB(lo, m3, v[1])
+	VPSHUFB(hi, d3, v[2])
+	VPSHUFB(hi, m3, v[3])
+	interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 0))
+	ADDQ(U8(32), w)
+	SUBQ(I8(-128), b)
+	DECQ(n)
+	JNZ(LabelRef(name + "_u"))
+	p.put(d3, m3, m0f, lo, hi, t)
+	p.put(v...)
+}
+
+// unpackTL1: pair index -> the two codes (idx/3, idx%3), interleaved into VNNI quads.
+func unpackTL1() {
+	name := "unpackTL1AVX2"
+	a := fn(name, unpackDoc(name, "tl1"))
+	p := newPool(false)
+	w, b, n := ld(a, uW), ld(a, uB), ld(a, uN)
+	tl1UnitsY(name, p, w, b, n)
+	VZEROUPPER()
+	RET()
+}
+
+// unpackTL2: per block, the 48 inputs' code vectors (three digits per triple, negated
+// where the sign bit is set: c -> 2-c) go to a stack buffer, then every four are
+// interleaved into a VNNI quad; the tl1 tail follows. N: blocks, N2: tail units.
+func unpackTL2() {
+	name := "unpackTL2AVX2"
+	a := fnAttr(name, 0, unpackDoc(name, "tl2"))
+	buf := AllocLocal(48 * 32)
+	p := newPool(false)
+	w, b, nb := ld(a, uW), ld(a, uB), ld(a, uN)
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_tail"))
+	Label(name + "_blk")
+	{
+		c := p.getn(3)
+		VBROADCASTI128(tl2C0, c[0])
+		VBROADCASTI128(tl2C1, c[1])
+		VBROADCASTI128(tl2C2, c[2])
+		m0f, spread, bits, three := p.get(), p.get(), p.get(), p.get()
+		bcastByte(m0f, 0x0f)
+		VMOVDQU(signSpread, spread)
+		VMOVDQU(signBits, bits)
+		bcastByte(three, 3)
+		idx, s, s3, d := p.get(), p.get(), p.get(), p.get()
+		for tr := 0; tr < 16; tr++ {
+			VMOVDQU(at(w, 32*(tr/2)), idx)
+			if tr%2 == 1 {
+				VPSRLW(U8(4), idx, idx)
+			}
+			VPAND(m0f, idx, idx)
+			VPBROADCASTD(at(w, 256+4*tr), s)
+			VPSHUFB(spread, s, s)
+			VPAND(bits, s, s)
+			VPCMPEQB(bits, s, s)
+			VPAND(three, s, s3)
+			for i := 0; i < 3; i++ {
+				VPSHUFB(idx, c[i], d)
+				VPXOR(s, d, d)
+				VPADDB(s3, d, d)
+				VMOVDQU(d, buf.Offset(32*(3*tr+i)))
+			}
+		}
+		p.put(c...)
+		p.put(m0f, spread, bits, three, idx, s, s3, d)
+		v := p.getn(4)
+		t := p.get()
+		for q := 0; q < 12; q++ {
+			for i := 0; i < 4; i++ {
+				VMOVDQU(buf.Offset(32*(4*q+i)), v[i])
+			}
+			interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 128*q))
+		}
+		p.put(v...)
+		p.put(t)
+	}
+	ADDQ(U32(320), w)
+	ADDQ(U32(12*128), b)
+	DECQ(nb)
+	JNZ(LabelRef(name + "_blk"))
+	Label(name + "_tail")
+	n := ld(a, uN2)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	tl1UnitsY(name, p, w, b, n)
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,751 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Argument block offsets: kernels.gemvArgs.
+const (
+	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
+	gTab, gTabStride, gAux, gAux2                         = 56, 64, 72, 80
+)
+
+// prefetchDist is how far ahead (bytes) the GEMV kernels prefetch their weight stream.
+// The hardware prefetchers alone leave the AVX-512 kernels at 60-75% of the read bandwidth
+// when they compute between loads; 8 KiB ahead brings them to it (measured on Zen 5).
+const prefetchDist = 8192
+
+// Read-only tables shared by the GEMV kernels (defined before any function).
+var (
+	pairPerm  Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx   Mem // vpermt2d: the even dwords of two registers
+	selHigh   Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
+	i2sGather Mem // vpermd: dwords 0, 4, 8, 12
+	int1Bits  Mem // dwords of bytes 1, 2, 4, 8
+)
+
+func genGemv() {
+	var pp []byte
+	for d := 0; d < 16; d++ {
+		for i := 0; i < 4; i++ {
+			pp = append(pp, byte(32*(d%2)+4*(d/2)+i))
+		}
+	}
+	pairPerm = table("pairPerm", pp)
+	var ev []uint32
+	for i := 0; i < 16; i++ {
+		ev = append(ev, uint32(2*i))
+	}
+	evenIdx = dwordTable("evenIdx", ev)
+	sh := make([]byte, 64)
+	for i := 32; i < 64; i++ {
+		sh[i] = 0x40
+	}
+	selHigh = table("selHigh", sh)
+	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
+	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
+
+	for T := 1; T <= 8; T++ {
+		if T <= 2 {
+			gemvInt2Pair(T)
+		} else {
+			gemvInt2Split(T)
+		}
+		gemvI2SZ(T)
+		gemvInt8Z(T)
+		if T <= 4 {
+			gemvInt1Z(T)
+			lutZ(T, false)
+			lutZ(T, true)
+		}
+	}
+	genGemvAVX2()
+}
+
+// segLoop runs the segment structure shared by the GEMV kernels: for each segment, zero
+// the accumulators, run body once per step (SegSteps, or LastSteps for the last segment;
+// unrolled u times, u a power of two dividing every step count), then store. body advances
+// its own pointers and gets the copy index.
+func segLoop(name string, a Register, u int, zero func(), body func(i int), store func(sums Register)) {
+	sums, nseg := ld(a, gSums), ld(a, gNSeg)
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	for v := u; v > 1; v >>= 1 {
+		SHRQ(U8(1), cnt)
+	}
+	zero()
+	Label(name + "_step")
+	for i := 0; i < u; i++ {
+		body(i)
+	}
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	store(sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+}
+
+// tokX addresses T tokens' activations at a moving offset: for T <= 4 one pointer per
+// token and a shared offset register; for more tokens (general registers run out) three
+// bases (tokens 0, 3, 6) that move, plus the stride as a scaled index.
+type tokX struct {
+	a                  Register
+	T, baseOff, strOff int
+	ptrs               []GPVirtual
+	kx, s              GPVirtual
+}
+
+func newTokX(a Register, T, baseOff, strideOff int) *tokX {
+	x := &tokX{a: a, T: T, baseOff: baseOff, strOff: strideOff}
+	if T <= 4 {
+		x.ptrs = tokenPtrs(a, T, baseOff, strideOff)
+		x.kx = GP64()
+		XORQ(x.kx, x.kx)
+		return x
+	}
+	x.s = ld(a, strideOff)
+	x.ptrs = []GPVirtual{GP64(), GP64(), GP64()}
+	x.load()
+	return x
+}
+
+func (x *tokX) load() {
+	MOVQ(at(x.a, x.baseOff), x.ptrs[0])
+	for i := 1; i < 3; i++ {
+		LEAQ(Mem{Base: x.ptrs[i-1], Index: x.s, Scale: 2}, x.ptrs[i])
+		ADDQ(x.s, x.ptrs[i])
+	}
+}
+
+// reset moves back to offset 0.
+func (x *tokX) reset() {
+	if x.T <= 4 {
+		XORQ(x.kx, x.kx)
+		return
+	}
+	x.load()
+}
+
+// mem is token t's activations at the current offset + disp.
+func (x *tokX) mem(t, disp int) Mem {
+	if x.T <= 4 {
+		return idx(x.ptrs[t], x.kx, 1, disp)
+	}
+	b := x.ptrs[t/3]
+	if t%3 == 0 {
+		return at(b, disp)
+	}
+	return Mem{Base: b, Index: x.s, Scale: uint8(t % 3), Disp: disp}
+}
+
+// advance moves the offset by n bytes.
+func (x *tokX) advance(n int) {
+	if x.T <= 4 {
+		ADDQ(U32(uint32(n)), x.kx)
+		return
+	}
+	for _, p := range x.ptrs {
+		ADDQ(U32(uint32(n)), p)
+	}
+}
+
+// tokenPtrs loads T pointers base + t*stride from the argument block.
+func tokenPtrs(a Register, T, baseOff, strideOff int) []GPVirtual {
+	xs := []GPVirtual{ld(a, baseOff)}
+	for t := 1; t < T; t++ {
+		x := GP64()
+		MOVQ(xs[t-1], x)
+		ADDQ(at(a, strideOff), x)
+		xs = append(xs, x)
+	}
+	return xs
+}
+
+func zeroAll(rs ...VecPhysical) {
+	for _, r := range rs {
+		if r.Size() == 64 {
+			VPXORD(r, r, r)
+		} else {
+			VPXOR(r, r, r)
+		}
+	}
+}
+
+func flat2(a [][2]VecPhysical) []VecPhysical {
+	var out []VecPhysical
+	for _, r := range a {
+		out = append(out, r[:]...)
+	}
+	return out
+}
+
+func gemvName(f string, T int, isa string) string { return fmt.Sprintf("gemv%sT%d%s", f, T, isa) }
+
+func gemvDoc(name, generic string, T int) string {
+	return fmt.Sprintf("%s is the GEMV of one row block for %d token(s) (see gemvArgs); %s is its reference.", name, T, generic)
+}
+
+// gemvInt2Pair (T <= 2): 64 bytes (two 4-input units) per step. A vpermb pairs the two
+// units' dwords (dword 2r+h = unit h, row r) so one broadcast qword of activations serves
+// both; vpermb lookups in 64-entry tables decode the 2-bit codes of row groups 0-2 straight
+// from the byte (the table ignores the other bits) and a 2-bit shift brings group 3 into
+// reach. Tab: tabInt2Z.
+func gemvInt2Pair(T int) {
+	name := gemvName("Int2", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 8)", T))
+	p := newPool(true)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	tab := ld(a, gTab)
+	lut := p.getn(3)
+	for i, r := range lut {
+		VMOVDQU64(at(tab, 64*i), r)
+	}
+	perm := p.get()
+	VMOVDQU64(pairPerm, perm)
+	// acc[t][i][j]: token t, step copy i (two chains hide vpdpbusd's latency), row group j.
+	acc := make([][2][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		for i := range acc[t] {
+			copy(acc[t][i][:], p.getn(4))
+			all = append(all, acc[t][i][:]...)
+		}
+	}
+	wv, hi, x := p.get(), p.get(), p.get()
+	v := p.getn(4)
+	segLoop(name, a, 2, func() { zeroAll(all...) }, func(i int) {
+		PREFETCHT0(at(w, prefetchDist))
+		VPERMB(at(w, 0), perm, wv)
+		VPSRLW(U8(2), wv, hi)
+		VPERMB(lut[0], wv, v[0])
+		VPERMB(lut[1], wv, v[1])
+		VPERMB(lut[2], wv, v[2])
+		VPERMB(lut[2], hi, v[3])
+		for t := range acc {
+			VPBROADCASTQ(idx(xs[t], kx, 1, 0), x)
+			for j := 0; j < 4; j++ {
+				VPDPBUSD(x, v[j], acc[t][i][j])
+			}
+		}
+		ADDQ(U8(64), w)
+		ADDQ(U8(8), kx)
+	}, func(sums Register) {
+		tmp := p.get()
+		VMOVDQU32(evenIdx, x)
+		for t := range acc {
+			for j := 0; j < 4; j++ {
+				r := acc[t][0][j]
+				VPADDD(acc[t][1][j], r, r)
+				VPSRLQ(U8(32), r, tmp)
+				VPADDD(tmp, r, r)
+			}
+			VPERMT2D(acc[t][0][1], x, acc[t][0][0])
+			VPERMT2D(acc[t][0][3], x, acc[t][0][2])
+			VMOVDQU32(acc[t][0][0], at(sums, 128*t))
+			VMOVDQU32(acc[t][0][2], at(sums, 128*t+64))
+		}
+		p.put(tmp)
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt2Split (T >= 3): one 32-byte unit per half-step, broadcast to both halves of a
+// zmm; vpermi2b with 128-entry tables decodes rows 0-7 (code 0) into the low half and rows
+// 8-15 (code 1) into the high half (bit 6 of the index, set in the high half, selects the
+// table), and rows 16-31 likewise from the unit shifted right by 4: each vector holds 16
+// rows' dwords for one quad of inputs, multiplied with a broadcast dword of activations.
+// Fewer shuffles per token than the pair layout, which matters when vpdpbusd is the limit.
+func gemvInt2Split(T int) {
+	name := gemvName("Int2", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 8)", T))
+	p := newPool(true)
+	w := ld(a, gW)
+	xs := newTokX(a, T, gX, gXStride)
+	tab := ld(a, gTab)
+	la, lb := p.get(), p.get()
+	VMOVDQU64(at(tab, 0), la)
+	VMOVDQU64(at(tab, 64), lb)
+	m0f, sel := p.get(), p.get()
+	bcastByte(m0f, 0x0f)
+	VMOVDQU64(selHigh, sel)
+	// acc[t][h][g]: token t, unit h of the step (two chains for T <= 4: vpdpbusd's latency),
+	// rows 16g..16g+15.
+	chains := 2
+	if T > 4 {
+		chains = 1
+	}
+	acc := make([][2][2]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		for h := 0; h < chains; h++ {
+			copy(acc[t][h][:], p.getn(2))
+			all = append(all, acc[t][h][:]...)
+		}
+		if chains == 1 {
+			acc[t][1] = acc[t][0]
+		}
+	}
+	wv, hi, x := p.get(), p.get(), p.get()
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		PREFETCHT0(at(w, prefetchDist))
+		for h := 0; h < 2; h++ {
+			VBROADCASTI64X4(at(w, 32*h), wv)
+			VPSRLW(U8(4), wv, hi)
+			VPTERNLOGD(U8(0xEA), sel, m0f, wv) // (wv & m0f) | sel
+			VPTERNLOGD(U8(0xEA), sel, m0f, hi)
+			VPERMI2B(lb, la, wv)
+			VPERMI2B(lb, la, hi)
+			for t := range acc {
+				VPBROADCASTD(xs.mem(t, 4*h), x)
+				VPDPBUSD(x, wv, acc[t][h][0])
+				VPDPBUSD(x, hi, acc[t][h][1])
+			}
+		}
+		ADDQ(U8(64), w)
+		xs.advance(8)
+	}, func(sums Register) {
+		for t := range acc {
+			for g := 0; g < 2; g++ {
+				if chains == 2 {
+					VPADDD(acc[t][1][g], acc[t][0][g], acc[t][0][g])
+				}
+				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
+			}
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvI2SZ: i2s on zmm, one row quad at a time (its blocks are one contiguous stream):
+// a zmm holds two rows' 32-byte pieces of a 128-input block; shifts and masks give the
+// codes of each 32-input run, multiplied with the activations of that run broadcast to
+// both halves. Per segment each row's 8 lanes are reduced and stored. Aux: bytes per quad.
+func gemvI2SZ(T int) {
+	name := gemvName("I2S", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
+	p := newPool(true)
+	xs := newTokX(a, T, gX, gXStride)
+	m3 := p.get()
+	bcastByte(m3, 3)
+	// chains: 4 (one per run) for T <= 2, 2 for T 3-4, 1 beyond (register budget; with more
+	// tokens the dot products are far enough apart to hide vpdpbusd's latency).
+	nc := 4
+	if T >= 3 {
+		nc = 2
+	}
+	if T >= 5 {
+		nc = 1
+	}
+	acc := make([][2][]VecPhysical, T) // [t][row pair][chain]
+	var all []VecPhysical
+	for t := range acc {
+		for r := range acc[t] {
+			acc[t][r] = p.getn(nc)
+			all = append(all, acc[t][r]...)
+		}
+	}
+	wv := p.getn(2)
+	x := p.get()
+	cls := p.getn(8) // cls[2s+r]: run s of row pair r
+	c := cls[0]
+	quad, wq, sumsQ := GP64(), GP64(), GP64()
+	XORQ(quad, quad)
+	MOVQ(at(a, gSums), sumsQ)
+	MOVQ(at(a, gW), wq)
+	Label(name + "_quad")
+	w, nseg, sums := GP64(), GP64(), GP64()
+	MOVQ(wq, w)
+	xs.reset()
+	MOVQ(at(a, gNSeg), nseg)
+	MOVQ(sumsQ, sums)
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	zeroAll(all...)
+	Label(name + "_blk")
+	PREFETCHT0(at(w, prefetchDist))
+	PREFETCHT0(at(w, prefetchDist+64))
+	VMOVDQU64(at(w, 0), wv[0])
+	VMOVDQU64(at(w, 64), wv[1])
+	for s := 0; s < 4; s++ {
+		for r := 0; r < 2; r++ {
+			if s < 3 {
+				VPSRLW(U8(6-2*s), wv[r], cls[2*s+r])
+				VPANDD(m3, cls[2*s+r], cls[2*s+r])
+			} else {
+				VPANDD(m3, wv[r], cls[2*s+r])
+			}
+		}
+	}
+	for s := 0; s < 4; s++ {
+		for t := range acc {
+			VBROADCASTI64X4(xs.mem(t, 32*s), x)
+			for r := 0; r < 2; r++ {
+				VPDPBUSD(x, cls[2*s+r], acc[t][r][s%nc])
+			}
+		}
+	}
+	ADDQ(U8(128), w)
+	xs.advance(128)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_blk"))
+	// reduce: per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
+	y := p.get()
+	VMOVDQU32(i2sGather, y)
+	for t := range acc {
+		for r := 0; r < 2; r++ {
+			for i := 1; i < nc; i++ {
+				VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
+			}
+		}
+		a01, a23 := acc[t][0][0], acc[t][1][0]
+		VSHUFI64X2(U8(0x88), a23, a01, c) // lanes a01[0], a01[2], a23[0], a23[2]
+		VSHUFI64X2(U8(0xDD), a23, a01, x) // lanes a01[1], a01[3], a23[1], a23[3]
+		VPADDD(x, c, c)
+		VPSHUFD(U8(0x4E), c, x)
+		VPADDD(x, c, c)
+		VPSHUFD(U8(0xB1), c, x)
+		VPADDD(x, c, c)
+		VPERMD(c, y, c)
+		VMOVDQU32(c.AsX(), at(sums, 128*t))
+	}
+	p.put(y)
+	ADDQ(U32(128*T), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	ADDQ(at(a, gAux), wq)
+	ADDQ(U8(16), sumsQ)
+	INCQ(quad)
+	CMPQ(quad, U8(8))
+	JNE(LabelRef(name + "_quad"))
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt8Z: int8 on zmm, four 128-byte units (16 inputs) per step; each unit is two
+// vectors of 16 rows' dwords, made unsigned (xor 0x80: u = w+128) and multiplied with a
+// broadcast dword of activations.
+func gemvInt8Z(T int) {
+	name := gemvName("Int8", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvInt8Generic (offset)", T))
+	p := newPool(true)
+	w := ld(a, gW)
+	xs := newTokX(a, T, gX, gXStride)
+	m80 := p.get()
+	bcastByte(m80, 0x80)
+	sets := 4
+	if T >= 3 {
+		sets = 2
+	}
+	if T >= 5 {
+		sets = 1
+	}
+	acc := make([][][2]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		for i := 0; i < sets; i++ {
+			var r [2]VecPhysical
+			copy(r[:], p.getn(2))
+			acc[t] = append(acc[t], r)
+			all = append(all, r[:]...)
+		}
+	}
+	wv := p.getn(2)
+	x := p.get()
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		for u := 0; u < 4; u++ {
+			PREFETCHT0(at(w, prefetchDist+128*u))
+			PREFETCHT0(at(w, prefetchDist+128*u+64))
+			VPXORD(at(w, 128*u), m80, wv[0])
+			VPXORD(at(w, 128*u+64), m80, wv[1])
+			for t := range acc {
+				VPBROADCASTD(xs.mem(t, 4*u), x)
+				VPDPBUSD(x, wv[0], acc[t][u%sets][0])
+				VPDPBUSD(x, wv[1], acc[t][u%sets][1])
+			}
+		}
+		ADDQ(U32(512), w)
+		xs.advance(16)
+	}, func(sums Register) {
+		for t := range acc {
+			for g := 0; g < 2; g++ {
+				for i := 1; i < sets; i++ {
+					VPADDD(acc[t][i][g], acc[t][0][g], acc[t][0][g])
+				}
+				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
+			}
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt1Z: int1 on zmm, 64 bytes (two 8-input units) per step, paired like int2 (dword
+// 2r+h = unit h, row r). Bit j of the low nibble (row group j, inputs of the low quad)
+// masked in place (value 2^j) and bit j of the nibble shifted down (high quad) multiply the
+// activations (prepared in xInt1Perm order: the low quads' dwords of both units, then the
+// high quads'); accumulator j is shifted back by j at the end. u = the sign bit.
+func gemvInt1Z(T int) {
+	name := gemvName("Int1", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, permuted)", T))
+	p := newPool(true)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	perm := p.get()
+	VMOVDQU64(pairPerm, perm)
+	chains := 2 // separate low/high quad chains for T <= 2
+	if T >= 3 {
+		chains = 1
+	}
+	acc := make([][][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		for c := 0; c < chains; c++ {
+			var r [4]VecPhysical
+			copy(r[:], p.getn(4))
+			acc[t] = append(acc[t], r)
+			all = append(all, r[:]...)
+		}
+	}
+	wv, hi, xl, xh := p.get(), p.get(), p.get(), p.get()
+	vl, vh := p.getn(4), p.getn(4)
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		PREFETCHT0(at(w, prefetchDist))
+		VPERMB(at(w, 0), perm, wv)
+		VPSRLW(U8(4), wv, hi)
+		for j := 0; j < 4; j++ {
+			VPANDD_BCST(int1Bits.Offset(4*j), wv, vl[j])
+			VPANDD_BCST(int1Bits.Offset(4*j), hi, vh[j])
+		}
+		for t := range acc {
+			VPBROADCASTQ(idx(xs[t], kx, 1, 0), xl)
+			VPBROADCASTQ(idx(xs[t], kx, 1, 8), xh)
+			for j := 0; j < 4; j++ {
+				VPDPBUSD(xl, vl[j], acc[t][0][j])
+				VPDPBUSD(xh, vh[j], acc[t][chains-1][j])
+			}
+		}
+		ADDQ(U8(64), w)
+		ADDQ(U8(16), kx)
+	}, func(sums Register) {
+		v := vl[0]
+		VMOVDQU32(evenIdx, v)
+		for t := range acc {
+			for j := 0; j < 4; j++ {
+				r := acc[t][0][j]
+				if chains == 2 {
+					VPADDD(acc[t][1][j], r, r)
+				}
+				if j > 0 {
+					VPSRAD(U8(j), r, r)
+				}
+				VPSRLQ(U8(32), r, wv)
+				VPADDD(wv, r, r)
+			}
+			VPERMT2D(acc[t][0][1], v, acc[t][0][0])
+			VPERMT2D(acc[t][0][3], v, acc[t][0][2])
+			VMOVDQU32(acc[t][0][0], at(sums, 128*t))
+			VMOVDQU32(acc[t][0][2], at(sums, 128*t+64))
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// Argument block offsets: kernels.lutArgs.
+const (
+	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
+)
+
+// lutState is the register state of the zmm lookup-table kernels (tl1, tl2).
+type lutState struct {
+	p                       *pool
+	T                       int
+	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
+	tabs                    []GPVirtual     // token tables
+	acc16                   [][]VecPhysical // [token][chain]: two chains for T <= 2 (vpaddw's 2-cycle latency)
+	acc32                   [][2]VecPhysical
+	m0f, c16, wz, i0, i1, l VecPhysical
+}
+
+func newLUTState(a Register, T int) *lutState {
+	s := &lutState{p: newPool(true), T: T}
+	s.w, s.pf, s.kt = GP64(), GP64(), GP64()
+	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
+	s.m0f, s.c16 = s.p.get(), s.p.get()
+	bcastByte(s.m0f, 0x0f)
+	bcastWord(s.c16, 16)
+	chains := 1
+	if T <= 2 {
+		chains = 2
+	}
+	for t := 0; t < T; t++ {
+		s.acc16 = append(s.acc16, s.p.getn(chains))
+	}
+	for t := 0; t < T; t++ {
+		var r [2]VecPhysical
+		copy(r[:], s.p.getn(2))
+		s.acc32 = append(s.acc32, r)
+	}
+	s.wz, s.i0, s.i1, s.l = s.p.get(), s.p.get(), s.p.get(), s.p.get()
+	return s
+}
+
+// flush adds the int16 sums into the int32 accumulators (rows 0-15, 16-31) and clears them.
+func (s *lutState) flush() {
+	for t := 0; t < s.T; t++ {
+		for _, c := range s.acc16[t] {
+			VPMOVSXWD(c.AsY(), s.l)
+			VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
+			VEXTRACTI64X4(U8(1), c, s.l.AsY())
+			VPMOVSXWD(s.l.AsY(), s.l)
+			VPADDD(s.l, s.acc32[t][1], s.acc32[t][1])
+		}
+	}
+	s.zero16()
+}
+
+func (s *lutState) zero16() {
+	for _, c := range s.acc16 {
+		zeroAll(c...)
+	}
+}
+
+// lookup adds table entries (64-byte word tables at the token's table + kt + off) indexed
+// by idx to the int16 accumulators.
+func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
+	for t := 0; t < s.T; t++ {
+		c := s.acc16[t][chain%len(s.acc16[t])]
+		VPERMW(idx(s.tabs[t], s.kt, 1, off), idxv, s.l)
+		VPADDW(s.l, c, c)
+	}
+}
+
+// tl1Units runs n (a register, may be 0) tl1 units, flushing every 32 (a chain gains at
+// most 2*256 per unit).
+func (s *lutState) tl1Units(name string, n Register) {
+	done := name + "_tl1done"
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	Label(name + "_tl1chunk")
+	c := GP64()
+	MOVQ(U32(32), c)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	s.zero16()
+	Label(name + "_tl1unit")
+	PREFETCHT0(at(s.pf, 0))
+	VPMOVZXBW(at(s.w, 0), s.wz)
+	VPANDD(s.m0f, s.wz, s.i0)
+	VPSRLW(U8(4), s.wz, s.i1)
+	VPORD(s.c16, s.i1, s.i1)
+	s.lookup(s.i0, 0, 0)
+	s.lookup(s.i1, 0, 1)
+	ADDQ(U8(32), s.w)
+	ADDQ(U8(32), s.pf)
+	ADDQ(U8(64), s.kt)
+	DECQ(c)
+	JNZ(LabelRef(name + "_tl1unit"))
+	s.flush()
+	TESTQ(n, n)
+	JNZ(LabelRef(name + "_tl1chunk"))
+	Label(done)
+}
+
+// tl2Blocks runs n (a register, may be 0) tl2 blocks: per unit (two triples), the widened
+// index nibbles get +16 where the triple's sign bit is set (a masked add with the sign word
+// as the mask), selecting the negated half of the triple's 64-byte table; vpermw looks up
+// 32 rows' int16 triple sums. Flushed to int32 every 4 blocks (a chain gains at most
+// 2*381 per unit).
+func (s *lutState) tl2Blocks(name string, n Register) {
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_tl2done"))
+	Label(name + "_chunk")
+	c := GP64()
+	MOVQ(U32(4), c)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	s.zero16()
+	Label(name + "_blk")
+	for u := 0; u < 8; u++ {
+		if u < 5 {
+			PREFETCHT0(at(s.pf, 64*u))
+		}
+		VPMOVZXBW(at(s.w, 32*u), s.wz)
+		VPANDD(s.m0f, s.wz, s.i0)
+		VPSRLW(U8(4), s.wz, s.i1)
+		KMOVQ(at(s.w, 256+8*u), K1)
+		KSHIFTRQ(U8(32), K1, K2)
+		VPADDW(s.c16, s.i0, K1, s.i0)
+		VPADDW(s.c16, s.i1, K2, s.i1)
+		s.lookup(s.i0, 128*u, 0)
+		s.lookup(s.i1, 128*u+64, 1)
+	}
+	ADDQ(U32(320), s.w)
+	ADDQ(U32(320), s.pf)
+	ADDQ(U32(1024), s.kt)
+	DECQ(c)
+	JNZ(LabelRef(name + "_blk"))
+	s.flush()
+	TESTQ(n, n)
+	JNZ(LabelRef(name + "_chunk"))
+	Label(name + "_tl2done")
+}
+
+// lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
+// blocks and units against the chunk's tables (which stay in L1 across the row blocks), the
+// next row block's piece prefetched, the int32 sums added to Sums.
+func lutZ(T int, tl2 bool) {
+	f := "TL1"
+	if tl2 {
+		f = "TL2"
+	}
+	name := fmt.Sprintf("lut%sT%dAVX512", f, T)
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
+	s := newLUTState(a, T)
+	w0, sums := ld(a, lW), ld(a, lSums)
+	Label(name + "_rb")
+	MOVQ(w0, s.w)
+	MOVQ(w0, s.pf)
+	ADDQ(at(a, lRBBytes), s.pf)
+	XORQ(s.kt, s.kt)
+	zeroAll(flat2(s.acc32)...)
+	if tl2 {
+		nb := ld(a, lBlocks)
+		s.tl2Blocks(name, nb)
+	}
+	n := ld(a, lUnits)
+	s.tl1Units(name, n)
+	for t := 0; t < T; t++ {
+		VPADDD(at(sums, 128*t), s.acc32[t][0], s.acc32[t][0])
+		VPADDD(at(sums, 128*t+64), s.acc32[t][1], s.acc32[t][1])
+		VMOVDQU32(s.acc32[t][0], at(sums, 128*t))
+		VMOVDQU32(s.acc32[t][1], at(sums, 128*t+64))
+	}
+	ADDQ(U32(128*T), sums)
+	ADDQ(at(a, lRBBytes), w0)
+	DECQ(at(a, lNRB))
+	JNZ(LabelRef(name + "_rb"))
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,584 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The AVX2 GEMV kernels (ymm 0-15 only) and their AVX-VNNI twins: the same code with each
+// vpmaddubsw + vpmaddwd + vpaddd replaced by one VEX vpdpbusd (AVX-VNNI has no masks and
+// no EVEX, so everything else is AVX2). For int8 with AVX-VNNI-INT8, vpdpbssd multiplies the
+// signed weights directly.
+
+var (
+	wOnes Mem // 16 words of 1 (vpmaddwd reduction)
+	m0fY  Mem // 32 bytes 0x0f
+	m3Y   Mem // 32 bytes 3
+	m80Y  Mem // 32 bytes 0x80
+	bitsY Mem // 4 x 32 bytes: 1, 2, 4, 8
+)
+
+// dotY adds the dot products of unsigned bytes u and signed bytes s (4 per dword) to acc:
+// with vnni one vpdpbusd, else vpmaddubsw (pairs to int16; u*s pairs must not saturate),
+// vpmaddwd with ones, vpaddd, using tmp.
+func dotY(vnni bool, acc, u, s, tmp VecPhysical) {
+	if vnni {
+		VPDPBUSD(s, u, acc)
+		return
+	}
+	VPMADDUBSW(s, u, tmp)
+	VPMADDWD(wOnes, tmp, tmp)
+	VPADDD(tmp, acc, acc)
+}
+
+func genGemvAVX2() {
+	var ones, m0f, m3, m80, bits []byte
+	for i := 0; i < 32; i++ {
+		ones = append(ones, byte(1-i%2))
+		m0f, m3, m80 = append(m0f, 0x0f), append(m3, 3), append(m80, 0x80)
+	}
+	for j := 0; j < 4; j++ {
+		for i := 0; i < 32; i++ {
+			bits = append(bits, 1<<j)
+		}
+	}
+	wOnes, m0fY, m3Y, m80Y, bitsY = table("wOnesY", ones), table("m0fY", m0f), table("m3Y", m3), table("m80Y", m80), table("bitsY", bits)
+	var sp, sb []byte
+	for i := 0; i < 32; i++ {
+		sp = append(sp, byte(i%16/8)+2*byte(i/16))
+		sb = append(sb, 1<<(i%8))
+	}
+	signSpreadY, signBitsY = table("signSpreadY", sp), table("signBitsY", sb)
+
+	for _, vnni := range []bool{false, true} {
+		isa := "AVX2"
+		if vnni {
+			isa = "AVXVNNI"
+		}
+		for T := 1; T <= 2; T++ {
+			gemvI2SY(T, isa, vnni)
+			gemvInt2Y(T, isa, vnni)
+			if vnni || T == 1 {
+				gemvInt8Y(T, isa, vnni, false)
+			}
+		}
+		gemvInt1Y(1, isa, vnni)
+		if vnni {
+			gemvInt1Y(2, isa, vnni)
+		}
+	}
+	for T := 1; T <= 2; T++ {
+		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
+	}
+	lutYFn(false)
+	lutYFn(true)
+}
+
+// gemvI2SY: one row quad at a time; each row's 32-byte piece gives 4 runs of codes
+// (shift, mask) against the 4 runs of activations; the 8 lanes of each row are reduced per
+// segment (vphaddd) and 4 rows stored.
+func gemvI2SY(T int, isa string, vnni bool) {
+	name := gemvName("I2S", T, isa)
+	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
+	p := newPool(false)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	acc := make([][4]VecPhysical, T) // [token][row of the quad]
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(4))
+		all = append(all, acc[t][:]...)
+	}
+	m3 := p.get()
+	VMOVDQU(m3Y, m3)
+	var wv []VecPhysical
+	var c, s16, tmp VecPhysical
+	var xv []VecPhysical
+	if vnni {
+		wv = p.getn(4)
+		c = p.get()
+		xv = p.getn(T)
+	} else {
+		wv = p.getn(1)
+		c, s16, tmp = p.get(), p.get(), p.get()
+	}
+	quad, wq, sumsQ := GP64(), GP64(), GP64()
+	XORQ(quad, quad)
+	MOVQ(at(a, gSums), sumsQ)
+	MOVQ(at(a, gW), wq)
+	Label(name + "_quad")
+	w, kx, nseg, sums := GP64(), GP64(), GP64(), GP64()
+	MOVQ(wq, w)
+	XORQ(kx, kx)
+	MOVQ(at(a, gNSeg), nseg)
+	MOVQ(sumsQ, sums)
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	zeroAll(all...)
+	Label(name + "_blk")
+	PREFETCHT0(at(w, prefetchDist))
+	PREFETCHT0(at(w, prefetchDist+64))
+	class := func(src VecPhysical, s int) {
+		if s < 3 {
+			VPSRLW(U8(6-2*s), src, c)
+			VPAND(m3, c, c)
+		} else {
+			VPAND(m3, src, c)
+		}
+	}
+	if vnni {
+		for r := 0; r < 4; r++ {
+			VMOVDQU(at(w, 32*r), wv[r])
+		}
+		for s := 0; s < 4; s++ {
+			for t := range acc {
+				VMOVDQU(idx(xs[t], kx, 1, 32*s), xv[t])
+			}
+			for r := 0; r < 4; r++ {
+				class(wv[r], s)
+				for t := range acc {
+					VPDPBUSD(xv[t], c, acc[t][r])
+				}
+			}
+		}
+	} else {
+		for r := 0; r < 4; r++ {
+			VMOVDQU(at(w, 32*r), wv[0])
+			for t := range acc {
+				for s := 0; s < 4; s++ {
+					class(wv[0], s)
+					if s == 0 {
+						VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, s16)
+					} else {
+						VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, tmp)
+						VPADDW(tmp, s16, s16)
+					}
+				}
+				VPMADDWD(wOnes, s16, s16)
+				VPADDD(s16, acc[t][r], acc[t][r])
+			}
+		}
+	}
+	SUBQ(I8(-128), w)
+	SUBQ(I8(-128), kx)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_blk"))
+	for t := range acc {
+		r := acc[t]
+		VPHADDD(r[1], r[0], r[0])
+		VPHADDD(r[3], r[2], r[2])
+		VPHADDD(r[2], r[0], r[0])
+		VEXTRACTI128(U8(1), r[0], r[1].AsX())
+		VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
+		VMOVDQU(r[0].AsX(), at(sums, 128*t))
+	}
+	ADDQ(U32(128*T), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	ADDQ(at(a, gAux), wq)
+	ADDQ(U8(16), sumsQ)
+	INCQ(quad)
+	CMPQ(quad, U8(8))
+	JNE(LabelRef(name + "_quad"))
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt2Y: one 32-byte unit (4 inputs x 32 rows) per step; nibble tables (tabInt2) give
+// the four row groups' dwords, multiplied with a broadcast dword of activations.
+func gemvInt2Y(T int, isa string, vnni bool) {
+	name := gemvName("Int2", T, isa)
+	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4)", T))
+	p := newPool(false)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	tab := ld(a, gTab)
+	acc := make([][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(4))
+		all = append(all, acc[t][:]...)
+	}
+	la, lb := p.get(), p.get()
+	VBROADCASTI128(at(tab, 0), la)
+	VBROADCASTI128(at(tab, 16), lb)
+	v := p.getn(4)
+	x := p.get()
+	var tmp VecPhysical
+	if !vnni {
+		tmp = p.get()
+	}
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		PREFETCHT0(at(w, prefetchDist))
+		VMOVDQU(at(w, 0), v[2])
+		VPSRLW(U8(4), v[2], v[3])
+		VPAND(m0fY, v[2], v[2])
+		VPAND(m0fY, v[3], v[3])
+		VPSHUFB(v[2], la, v[0])
+		VPSHUFB(v[2], lb, v[1])
+		VPSHUFB(v[3], lb, x)
+		VPSHUFB(v[3], la, v[2])
+		VMOVDQA(x, v[3])
+		for t := range acc {
+			VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
+			for j := 0; j < 4; j++ {
+				dotY(vnni, acc[t][j], v[j], x, tmp)
+			}
+		}
+		ADDQ(U8(32), w)
+		ADDQ(U8(4), kx)
+	}, func(sums Register) {
+		for t := range acc {
+			for j := 0; j < 4; j++ {
+				VMOVDQU(acc[t][j], at(sums, 128*t+32*j))
+			}
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt8Y: int8. AVX2 (int16 activations, xInt16): each 128-byte unit is widened to
+// int16 and multiplied with vpmaddwd (exact, no offset); AVX-VNNI: u = w xor 0x80 with
+// vpdpbusd; AVX-VNNI-INT8 (ssd): vpdpbssd on the signed weights.
+func gemvInt8Y(T int, isa string, vnni, ssd bool) {
+	name := gemvName("Int8", T, isa)
+	ref := "gemvInt8Generic (int16 activations)"
+	if vnni {
+		ref = "gemvInt8Generic (offset)"
+		if ssd {
+			ref = "gemvInt8Generic (signed)"
+		}
+	}
+	a := fn(name, gemvDoc(name, ref, T))
+	p := newPool(false)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	if vnni {
+		acc := make([][4]VecPhysical, T)
+		var all []VecPhysical
+		for t := range acc {
+			copy(acc[t][:], p.getn(4))
+			all = append(all, acc[t][:]...)
+		}
+		wv := p.getn(4)
+		x, m80 := p.get(), p.get()
+		VMOVDQU(m80Y, m80)
+		segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+			PREFETCHT0(at(w, prefetchDist))
+			PREFETCHT0(at(w, prefetchDist+64))
+			for g := 0; g < 4; g++ {
+				if ssd {
+					VMOVDQU(at(w, 32*g), wv[g])
+				} else {
+					VPXOR(at(w, 32*g), m80, wv[g])
+				}
+			}
+			for t := range acc {
+				VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
+				for g := 0; g < 4; g++ {
+					VPDPBUSD(x, wv[g], acc[t][g])
+				}
+			}
+			SUBQ(I8(-128), w)
+			ADDQ(U8(4), kx)
+		}, func(sums Register) {
+			for t := range acc {
+				for g := 0; g < 4; g++ {
+					VMOVDQU(acc[t][g], at(sums, 128*t+32*g))
+				}
+			}
+			ADDQ(U32(128*T), sums)
+		})
+		VZEROUPPER()
+		RET()
+		return
+	}
+	// int16 path: 8 accumulators per token, dword 2r'+h of accumulator i = row 4i+r',
+	// inputs pair h of the quad.
+	acc := make([][8]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(8))
+		all = append(all, acc[t][:]...)
+	}
+	wv, x := p.get(), p.getn(T)
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		PREFETCHT0(at(w, prefetchDist))
+		PREFETCHT0(at(w, prefetchDist+64))
+		for t := range acc {
+			VPBROADCASTQ(idx(xs[t], kx, 2, 0), x[t])
+		}
+		for i := 0; i < 8; i++ {
+			VPMOVSXBW(at(w, 16*i), wv)
+			for t := range acc {
+				tm := p.get()
+				VPMADDWD(x[t], wv, tm)
+				VPADDD(tm, acc[t][i], acc[t][i])
+				p.put(tm)
+			}
+		}
+		SUBQ(I8(-128), w)
+		ADDQ(U8(4), kx)
+	}, func(sums Register) {
+		for t := range acc {
+			for i := 0; i < 8; i += 2 {
+				// rows 4i..4i+3 in acc i, 4i+4.. in acc i+1: pair-add -> 8 rows in order
+				VPHADDD(acc[t][i+1], acc[t][i], acc[t][i])
+				VPERMQ(U8(0xD8), acc[t][i], acc[t][i])
+				VMOVDQU(acc[t][i], at(sums, 128*t+16*i))
+			}
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt1Y: int1, one 32-byte unit (8 inputs x 32 rows) per step: bit j of the low nibble
+// (value 2^j) against the low quad's activations and of the shifted high nibble against the
+// high quad's, into row group j's accumulator (shifted back by j at the end).
+func gemvInt1Y(T int, isa string, vnni bool) {
+	name := gemvName("Int1", T, isa)
+	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 8)", T))
+	p := newPool(false)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, T, gX, gXStride)
+	acc := make([][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(4))
+		all = append(all, acc[t][:]...)
+	}
+	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
+	xl, xh := p.getn(T), p.getn(T)
+	var tmp, s16 VecPhysical
+	if !vnni {
+		tmp, s16 = p.get(), p.get()
+	}
+	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		PREFETCHT0(at(w, prefetchDist))
+		VMOVDQU(at(w, 0), wv)
+		VPSRLW(U8(4), wv, hi)
+		for t := range acc {
+			VPBROADCASTD(idx(xs[t], kx, 1, 0), xl[t])
+			VPBROADCASTD(idx(xs[t], kx, 1, 4), xh[t])
+		}
+		for j := 0; j < 4; j++ {
+			VPAND(bitsY.Offset(32*j), wv, vl)
+			VPAND(bitsY.Offset(32*j), hi, vh)
+			for t := range acc {
+				if vnni {
+					VPDPBUSD(xl[t], vl, acc[t][j])
+					VPDPBUSD(xh[t], vh, acc[t][j])
+				} else {
+					VPMADDUBSW(xl[t], vl, s16)
+					VPMADDUBSW(xh[t], vh, tmp)
+					VPADDW(tmp, s16, s16)
+					VPMADDWD(wOnes, s16, s16)
+					VPADDD(s16, acc[t][j], acc[t][j])
+				}
+			}
+		}
+		ADDQ(U8(32), w)
+		ADDQ(U8(8), kx)
+	}, func(sums Register) {
+		for t := range acc {
+			for j := 0; j < 4; j++ {
+				if j > 0 {
+					VPSRAD(U8(j), acc[t][j], acc[t][j])
+				}
+				VMOVDQU(acc[t][j], at(sums, 128*t+32*j))
+			}
+		}
+		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// lutY is the state of the AVX2 lookup-table kernels (one token): the pshufb tables are
+// byte planes of the int16 sums; low and high planes are interleaved into words (rows
+// 0-7 and 16-23 in one register, 8-15 and 24-31 in the other) and summed in int16.
+type lutY struct {
+	p            *pool
+	w, pf, tab   GPVirtual
+	acc16        [2]VecPhysical
+	acc32        [4]VecPhysical // rows 0-7, 8-15, 16-23, 24-31
+	lo, hi, l, h VecPhysical
+}
+
+func newLutY() *lutY {
+	s := &lutY{p: newPool(false)}
+	s.w, s.pf, s.tab = GP64(), GP64(), GP64()
+	copy(s.acc16[:], s.p.getn(2))
+	copy(s.acc32[:], s.p.getn(4))
+	s.lo, s.hi, s.l, s.h = s.p.get(), s.p.get(), s.p.get(), s.p.get()
+	return s
+}
+
+// nibbles loads 32 index bytes and splits them into low and high nibbles.
+func (s *lutY) nibbles(m Mem) {
+	VMOVDQU(m, s.lo)
+	VPSRLW(U8(4), s.lo, s.hi)
+	VPAND(m0fY, s.lo, s.lo)
+	VPAND(m0fY, s.hi, s.hi)
+}
+
+// add looks up the 32 rows' int16 entries of idx in the planes at tab+off (16 low bytes,
+// 16 high bytes), optionally xors them with sign bytes sg, and adds them.
+func (s *lutY) add(idxv VecPhysical, off int, sg VecPhysical) {
+	VBROADCASTI128(at(s.tab, off), s.l)
+	VBROADCASTI128(at(s.tab, off+16), s.h)
+	VPSHUFB(idxv, s.l, s.l)
+	VPSHUFB(idxv, s.h, s.h)
+	if sg != nil {
+		VPXOR(sg, s.l, s.l)
+		VPXOR(sg, s.h, s.h)
+	}
+	t := s.p.get()
+	VPUNPCKLBW(s.h, s.l, t)
+	VPUNPCKHBW(s.h, s.l, s.l)
+	VPADDW(t, s.acc16[0], s.acc16[0])
+	VPADDW(s.l, s.acc16[1], s.acc16[1])
+	s.p.put(t)
+}
+
+// flush widens the int16 sums into the int32 accumulators and clears them.
+func (s *lutY) flush() {
+	t := s.p.get()
+	for i, c := range s.acc16 {
+		// c: rows 8i..8i+7 (low lane), 16+8i..16+8i+7 (high lane)
+		VPMOVSXWD(c.AsX(), t)
+		VPADDD(t, s.acc32[i], s.acc32[i])
+		VEXTRACTI128(U8(1), c, t.AsX())
+		VPMOVSXWD(t.AsX(), t)
+		VPADDD(t, s.acc32[2+i], s.acc32[2+i])
+	}
+	s.p.put(t)
+	zeroAll(s.acc16[:]...)
+}
+
+// tl1Units runs n (a register, may be 0) tl1 units, flushing every 32 (each row gains
+// at most 2*254 per unit).
+func (s *lutY) tl1Units(name string, n Register) {
+	done := name + "_tl1done"
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	Label(name + "_tl1chunk")
+	c := GP64()
+	MOVQ(U32(32), c)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	zeroAll(s.acc16[:]...)
+	Label(name + "_tl1unit")
+	PREFETCHT0(at(s.pf, 0))
+	s.nibbles(at(s.w, 0))
+	s.add(s.lo, 0, nil)
+	s.add(s.hi, 32, nil)
+	ADDQ(U8(32), s.w)
+	ADDQ(U8(32), s.pf)
+	ADDQ(U8(64), s.tab)
+	DECQ(c)
+	JNZ(LabelRef(name + "_tl1unit"))
+	s.flush()
+	TESTQ(n, n)
+	JNZ(LabelRef(name + "_tl1chunk"))
+	Label(done)
+}
+
+// tl2Blocks runs n (a register, may be 0) tl2 blocks with the byte-plane tables of the
+// non-negative triple sums (tabTL2Y): a negative triple's entry is complemented (xor with
+// its sign bytes: -v-1) and the count of negatives per row, kept in bytes, is added back at
+// each flush (every 4 blocks).
+func (s *lutY) tl2Blocks(name string, n Register) {
+	cnt8, sg := s.p.get(), s.p.get()
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_tl2done"))
+	Label(name + "_chunk")
+	c := GP64()
+	MOVQ(U32(4), c)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	zeroAll(s.acc16[0], s.acc16[1], cnt8)
+	Label(name + "_blk")
+	for u := 0; u < 8; u++ {
+		if u < 5 {
+			PREFETCHT0(at(s.pf, 64*u))
+		}
+		s.nibbles(at(s.w, 32*u))
+		for h, iv := range []VecPhysical{s.lo, s.hi} {
+			tr := 2*u + h
+			VPBROADCASTD(at(s.w, 256+4*tr), sg)
+			VPSHUFB(signSpreadY, sg, sg)
+			VPAND(signBitsY, sg, sg)
+			VPCMPEQB(signBitsY, sg, sg)
+			VPSUBB(sg, cnt8, cnt8)
+			s.add(iv, 32*tr, sg)
+		}
+	}
+	ADDQ(U32(320), s.w)
+	ADDQ(U32(320), s.pf)
+	ADDQ(U32(512), s.tab)
+	DECQ(c)
+	JNZ(LabelRef(name + "_blk"))
+	t := s.p.get()
+	VPXOR(t, t, t)
+	VPUNPCKLBW(t, cnt8, s.l) // rows 0-7 | 16-23 as words
+	VPUNPCKHBW(t, cnt8, s.h) // rows 8-15 | 24-31
+	VPADDW(s.l, s.acc16[0], s.acc16[0])
+	VPADDW(s.h, s.acc16[1], s.acc16[1])
+	s.p.put(t)
+	s.flush()
+	TESTQ(n, n)
+	JNZ(LabelRef(name + "_chunk"))
+	Label(name + "_tl2done")
+	s.p.put(cnt8, sg)
+}
+
+// lutYFn: the tl1/tl2 chunk kernel (see lutArgs), one token, AVX2.
+func lutYFn(tl2 bool) {
+	f := "TL1"
+	if tl2 {
+		f = "TL2"
+	}
+	name := fmt.Sprintf("lut%sT1AVX2", f)
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.", name, f))
+	s := newLutY()
+	w0, sums := ld(a, lW), ld(a, lSums)
+	Label(name + "_rb")
+	MOVQ(w0, s.w)
+	MOVQ(w0, s.pf)
+	ADDQ(at(a, lRBBytes), s.pf)
+	MOVQ(at(a, lTab), s.tab)
+	zeroAll(s.acc32[:]...)
+	if tl2 {
+		nb := ld(a, lBlocks)
+		s.tl2Blocks(name, nb)
+	}
+	n := ld(a, lUnits)
+	s.tl1Units(name, n)
+	for i, r := range s.acc32 {
+		VPADDD(at(sums, 32*i), r, r)
+		VMOVDQU(r, at(sums, 32*i))
+	}
+	SUBQ(I8(-128), sums)
+	ADDQ(at(a, lRBBytes), w0)
+	DECQ(at(a, lNRB))
+	JNZ(LabelRef(name + "_rb"))
+	VZEROUPPER()
+	RET()
+}
+
+var signSpreadY, signBitsY Mem

@@ -1,0 +1,117 @@
+// Command _asm generates the amd64 assembly of package kernels with avo.
+//
+//	go run . -op gemv -out ../gemv_amd64.s -stubs ../gemv_amd64.go -pkg kernels
+//
+// (scripts/generate.sh runs every op.) Each -op writes one .s file and its Go stubs. The
+// argument blocks are read at fixed offsets that mirror the structs in kernels/args.go
+// (TestArgOffsets in package kernels checks them).
+//
+// After avo has written the assembly, a post-pass
+//   - rewrites vpdpbusd in the AVX-VNNI functions (names containing "AVXVNNI") to its VEX
+//     encoding, as raw bytes (the Go assembler only emits the EVEX form), and to vpdpbssd
+//     (AVX-VNNI-INT8) in functions whose names contain "VNNIINT8";
+//   - refuses any AVX-512-only register (X/Y/Z16-31, Z, K) in the AVX2 and AVX-VNNI
+//     functions, which must run on CPUs without AVX-512.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/buildtags"
+)
+
+var op = flag.String("op", "", "which file to generate: gemv, gemm, epilogue, float, misc")
+
+func main() {
+	flag.Parse()
+	Constraint(buildtags.Not("noasm").ToConstraint())
+	switch *op {
+	case "gemv":
+		genGemv()
+	case "gemm":
+		genGemm()
+	case "epilogue":
+		genEpilogue()
+	case "float":
+		genFloat()
+	case "misc":
+		genMisc()
+	default:
+		fmt.Fprintf(os.Stderr, "_asm: unknown -op %q\n", *op)
+		os.Exit(2)
+	}
+	Generate()
+	if out := flag.Lookup("out").Value.String(); out != "" && out != "-" {
+		if err := postPass(out); err != nil {
+			fmt.Fprintln(os.Stderr, "_asm:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+var (
+	textRe = regexp.MustCompile(`^TEXT ·(\w+)\(SB\)`)
+	dpRe   = regexp.MustCompile(`^(\s*)VPDPBUSD\s+Y(\d+), Y(\d+), Y(\d+)\s*$`)
+	badRe  = regexp.MustCompile(`\b([XY](1[6-9]|2\d|3[01])|Z\d+|K[0-7])\b`)
+)
+
+// postPass applies the VEX rewrite and the AVX2 register guard to the generated file.
+func postPass(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	fn := ""
+	for i, ln := range lines {
+		if m := textRe.FindStringSubmatch(ln); m != nil {
+			fn = m[1]
+			continue
+		}
+		vex := strings.Contains(fn, "AVXVNNI")
+		if !vex && !strings.Contains(fn, "AVX2") {
+			continue
+		}
+		code := ln
+		if c := strings.Index(code, "//"); c >= 0 {
+			code = code[:c]
+		}
+		if m := badRe.FindString(code); m != "" {
+			return fmt.Errorf("%s: function %s is AVX2-class but uses %s: %q", path, fn, m, ln)
+		}
+		if !vex {
+			continue
+		}
+		if m := dpRe.FindStringSubmatch(ln); m != nil {
+			rm, _ := strconv.Atoi(m[2])
+			vvvv, _ := strconv.Atoi(m[3])
+			dst, _ := strconv.Atoi(m[4])
+			pp := 1 // 66: vpdpbusd
+			name := "vpdpbusd"
+			if strings.Contains(fn, "VNNIINT8") {
+				pp, name = 3, "vpdpbssd" // F2: vpdpbssd
+			}
+			lines[i] = m[1] + vexDot(dst, vvvv, rm, pp) + fmt.Sprintf(" // {vex} %s Y%d, Y%d, Y%d", name, dst, vvvv, rm)
+		} else if strings.Contains(code, "VPDPBUSD") {
+			return fmt.Errorf("%s: function %s: VPDPBUSD form the VEX rewrite cannot encode: %q", path, fn, ln)
+		}
+	}
+	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+}
+
+// vexDot encodes VEX.256.pp.0F38.W0 50 /r (vpdpbusd pp=66, vpdpbssd pp=F2) with register
+// operands: dst in ModRM.reg, src1 in VEX.vvvv, src2 in ModRM.rm.
+func vexDot(dst, src1, src2, pp int) string {
+	r := (^dst >> 3) & 1
+	bb := (^src2 >> 3) & 1
+	b1 := r<<7 | 1<<6 | bb<<5 | 0x02
+	b2 := 0<<7 | (^src1&15)<<3 | 1<<2 | pp
+	modrm := 0xC0 | (dst&7)<<3 | (src2 & 7)
+	return fmt.Sprintf("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x", b1, b2, modrm)
+}

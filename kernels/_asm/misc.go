@@ -1,0 +1,459 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// genMisc writes the measurement loops of package kernels: a read-bandwidth loop and an
+// int8 VNNI peak loop.
+func genMisc() {
+	genLUTBuilders()
+	genActHelpers()
+	for _, z := range []bool{true, false} {
+		name := "readBytesAVX2"
+		if z {
+			name = "readBytesAVX512"
+		}
+		TEXT(name, NOSPLIT, "func(p *byte, n int) uint64")
+		Pragma("noescape")
+		Doc(name+" reads n bytes at p (n a multiple of 256) and returns a checksum, so the loads",
+			"are not optimized away; readBytesGeneric is its reference.")
+		pp := Load(Param("p"), GP64())
+		n := Load(Param("n"), GP64())
+		p := newPool(z)
+		acc := p.getn(4)
+		for _, r := range acc {
+			VPXOR(r.AsY(), r.AsY(), r.AsY())
+		}
+		SHRQ(U8(8), n)
+		Label(name + "_loop")
+		for i := 0; i < 4; i++ {
+			PREFETCHT0(at(pp, prefetchDist+64*i))
+		}
+		for i := 0; i < 4; i++ {
+			if z {
+				VPXORQ(at(pp, 64*i), acc[i], acc[i])
+			} else {
+				VPXOR(at(pp, 32*i), acc[i], acc[i])
+				VPXOR(at(pp, 128+32*i), acc[i], acc[i])
+			}
+		}
+		ADDQ(U32(256), pp)
+		DECQ(n)
+		JNZ(LabelRef(name + "_loop"))
+		if z {
+			VPXORQ(acc[1], acc[0], acc[0])
+			VPXORQ(acc[3], acc[2], acc[2])
+			VPXORQ(acc[2], acc[0], acc[0])
+			VEXTRACTI64X4(U8(1), acc[0], acc[1].AsY())
+			VPXOR(acc[1].AsY(), acc[0].AsY(), acc[0].AsY())
+		} else {
+			VPXOR(acc[1], acc[0], acc[0])
+			VPXOR(acc[3], acc[2], acc[2])
+			VPXOR(acc[2], acc[0], acc[0])
+		}
+		VEXTRACTI128(U8(1), acc[0].AsY(), acc[1].AsX())
+		VPXOR(acc[1].AsX(), acc[0].AsX(), acc[0].AsX())
+		r := GP64()
+		VMOVQ(acc[0].AsX(), r)
+		Store(r, ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+
+	TEXT("vnniPeakAVX512", NOSPLIT, "func(n int) uint32")
+	Doc("vnniPeakAVX512 runs n iterations of 24 independent zmm vpdpbusd (1536 int8 multiply-adds",
+		"each, no memory traffic): the int8 VNNI peak of one core. vnniPeakGeneric is its reference.")
+	n := Load(Param("n"), GP64())
+	p := newPool(true)
+	acc := p.getn(24)
+	u, s := p.get(), p.get()
+	bcastByte(u, 3)
+	bcastByte(s, 0xff)
+	for _, r := range acc {
+		VPXORD(r, r, r)
+	}
+	Label("vnni_loop")
+	for _, r := range acc {
+		VPDPBUSD(s, u, r)
+	}
+	DECQ(n)
+	JNZ(LabelRef("vnni_loop"))
+	for i := 1; i < len(acc); i++ {
+		VPADDD(acc[i], acc[0], acc[0])
+	}
+	VEXTRACTI64X4(U8(1), acc[0], acc[1].AsY())
+	VPADDD(acc[1].AsY(), acc[0].AsY(), acc[0].AsY())
+	VEXTRACTI128(U8(1), acc[0].AsY(), acc[1].AsX())
+	VPADDD(acc[1].AsX(), acc[0].AsX(), acc[0].AsX())
+	r := GP32()
+	VMOVD(acc[0].AsX(), r)
+	Store(r, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// lutBuildCoefs returns the word coefficient vectors of the table builders: for tl1, entry
+// i of a pair table is (i/3-1)*x0 + (i%3-1)*x1 (0 for i > 8), two 16-entry tables per
+// 32 words; for tl2, entry v of a triple table is d0*x0 + d1*x1 + d2*x2 with (d0, d1, d2)
+// the balanced ternary digits of v (0 for v > 13), and entries 16+v the negations.
+func lutBuildCoefs(tl2 bool) [3][32]int16 {
+	var c [3][32]int16
+	for j := 0; j < 32; j++ {
+		i := j % 16
+		if !tl2 {
+			if i <= 8 {
+				c[0][j], c[1][j] = int16(i/3-1), int16(i%3-1)
+			}
+			continue
+		}
+		if i > 13 {
+			continue
+		}
+		d0 := (i + 13) / 9
+		rem := i + 13 - 9*d0
+		s := int16(1)
+		if j >= 16 {
+			s = -1
+		}
+		c[0][j], c[1][j], c[2][j] = s*int16(d0-1), s*int16(rem/3-1), s*int16(rem%3-1)
+	}
+	return c
+}
+
+func wordTable(name string, w []int16) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range w {
+		DATA(2*i, U16(uint16(v)))
+	}
+	return m
+}
+
+// genLUTBuilders writes the per-call table builders of the tl1/tl2 GEMV kernels (their
+// generic reference is buildLUT): lutBuildTL1AVX512(x, units, dst) writes tabTL1Z tables
+// for units of 4 inputs, lutBuildTL2AVX512(x, triples, dst) tabTL2Z tables (x points at the
+// first triple; it reads x[-1] for every triple but the first, so x must not be the first
+// byte of an allocation unless triples == 1), and the AVX2 builders the byte-plane layouts.
+func genLUTBuilders() {
+	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
+	var t1, t2 [3]Mem
+	for i := 0; i < 3; i++ {
+		t1[i] = wordTable(fmt.Sprintf("lutC1_%d", i), c1[i][:])
+		t2[i] = wordTable(fmt.Sprintf("lutC2_%d", i), c2[i][:])
+	}
+	// vpermw indexes picking word w of [b0 b1 b2 b3 ...] (sign-extended bytes) for all lanes
+	pick := func(name string, lo, hi int) Mem {
+		var w []int16
+		for j := 0; j < 32; j++ {
+			if j < 16 {
+				w = append(w, int16(lo))
+			} else {
+				w = append(w, int16(hi))
+			}
+		}
+		return wordTable(name, w)
+	}
+	p1x0, p1x1 := pick("lutP1x0", 0, 2), pick("lutP1x1", 1, 3)
+	p2 := [3]Mem{pick("lutP2x0", 1, 1), pick("lutP2x1", 2, 2), pick("lutP2x2", 3, 3)}
+	p2first := [3]Mem{pick("lutP2f0", 0, 0), pick("lutP2f1", 1, 1), pick("lutP2f2", 2, 2)}
+	var split []byte
+	for l := 0; l < 2; l++ {
+		for i := 0; i < 8; i++ {
+			split = append(split, byte(2*i))
+		}
+		for i := 0; i < 8; i++ {
+			split = append(split, byte(2*i+1))
+		}
+	}
+	splitW := table("lutSplitWords", split)
+
+	// AVX-512 tl1
+	{
+		TEXT("lutBuildTL1AVX512", NOSPLIT, "func(x *int8, units int, dst *byte)")
+		Pragma("noescape")
+		Doc("lutBuildTL1AVX512 writes units tabTL1Z tables (64 bytes each) for the activations at x;",
+			"buildLUT is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("units"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(true)
+		ca, cb, i0, i1 := p.get(), p.get(), p.get(), p.get()
+		VMOVDQU16(t1[0], ca)
+		VMOVDQU16(t1[1], cb)
+		VMOVDQU16(p1x0, i0)
+		VMOVDQU16(p1x1, i1)
+		v, a, b := p.get(), p.get(), p.get()
+		TESTQ(n, n)
+		JZ(LabelRef("lut1z_done"))
+		Label("lut1z_u")
+		VPBROADCASTD(at(x, 0), v.AsX())
+		VPMOVSXBW(v.AsX(), v.AsY())
+		VINSERTI64X4(U8(1), v.AsY(), v, v)
+		VPERMW(v, i0, a)
+		VPERMW(v, i1, b)
+		VPMULLW(ca, a, a)
+		VPMULLW(cb, b, b)
+		VPADDW(b, a, a)
+		VMOVDQU16(a, at(d, 0))
+		ADDQ(U8(4), x)
+		ADDQ(U8(64), d)
+		DECQ(n)
+		JNZ(LabelRef("lut1z_u"))
+		Label("lut1z_done")
+		VZEROUPPER()
+		RET()
+	}
+	// AVX-512 tl2
+	{
+		TEXT("lutBuildTL2AVX512", NOSPLIT, "func(x *int8, triples int, dst *byte)")
+		Pragma("noescape")
+		Doc("lutBuildTL2AVX512 writes triples tabTL2Z tables (64 bytes each) for the activations at x",
+			"(reading x[-1] for every triple but the first); buildLUT is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("triples"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(true)
+		cs := p.getn(3)
+		for i := range cs {
+			VMOVDQU16(t2[i], cs[i])
+		}
+		ix := p.getn(3)
+		v, acc, tm := p.get(), p.get(), p.get()
+		TESTQ(n, n)
+		JZ(LabelRef("lut2z_done"))
+		one := func(src Mem, picks [3]Mem) {
+			VPBROADCASTD(src, v.AsX())
+			VPMOVSXBW(v.AsX(), v.AsY())
+			VINSERTI64X4(U8(1), v.AsY(), v, v)
+			for i := 0; i < 3; i++ {
+				VMOVDQU16(picks[i], ix[i])
+				if i == 0 {
+					VPERMW(v, ix[i], acc)
+					VPMULLW(cs[i], acc, acc)
+				} else {
+					VPERMW(v, ix[i], tm)
+					VPMULLW(cs[i], tm, tm)
+					VPADDW(tm, acc, acc)
+				}
+			}
+			VMOVDQU16(acc, at(d, 0))
+			ADDQ(U8(3), x)
+			ADDQ(U8(64), d)
+		}
+		one(at(x, 0), p2first)
+		DECQ(n)
+		JZ(LabelRef("lut2z_done"))
+		Label("lut2z_t")
+		one(at(x, -1), p2)
+		DECQ(n)
+		JNZ(LabelRef("lut2z_t"))
+		Label("lut2z_done")
+		VZEROUPPER()
+		RET()
+	}
+	// AVX2 byte-plane builders: a 16-word table -> 16 low bytes, 16 high bytes.
+	splitStore := func(tab VecPhysical, sp VecPhysical, m Mem) {
+		VPSHUFB(sp, tab, tab)
+		VPERMQ(U8(0xD8), tab, tab)
+		VMOVDQU(tab, m)
+	}
+	bcastWordOf := func(m Mem, v VecPhysical) {
+		VPBROADCASTB(m, v.AsX())
+		VPMOVSXBW(v.AsX(), v)
+	}
+	{
+		TEXT("lutBuildTL1AVX2", NOSPLIT, "func(x *int8, units int, dst *byte)")
+		Pragma("noescape")
+		Doc("lutBuildTL1AVX2 writes units tabTL1Y tables (64 bytes each) for the activations at x;",
+			"buildLUT is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("units"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(false)
+		ca, cb, sp := p.get(), p.get(), p.get()
+		VMOVDQU(t1[0], ca)
+		VMOVDQU(t1[1], cb)
+		VMOVDQU(splitW, sp)
+		a, b := p.get(), p.get()
+		TESTQ(n, n)
+		JZ(LabelRef("lut1y_done"))
+		Label("lut1y_u")
+		for h := 0; h < 2; h++ {
+			bcastWordOf(at(x, 2*h), a)
+			bcastWordOf(at(x, 2*h+1), b)
+			VPMULLW(ca, a, a)
+			VPMULLW(cb, b, b)
+			VPADDW(b, a, a)
+			splitStore(a, sp, at(d, 32*h))
+		}
+		ADDQ(U8(4), x)
+		ADDQ(U8(64), d)
+		DECQ(n)
+		JNZ(LabelRef("lut1y_u"))
+		Label("lut1y_done")
+		VZEROUPPER()
+		RET()
+	}
+	{
+		TEXT("lutBuildTL2AVX2", NOSPLIT, "func(x *int8, triples int, dst *byte)")
+		Pragma("noescape")
+		Doc("lutBuildTL2AVX2 writes triples tabTL2Y tables (32 bytes each) for the activations at x;",
+			"buildLUT is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("triples"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(false)
+		cs := p.getn(3)
+		for i := range cs {
+			VMOVDQU(t2[i], cs[i])
+		}
+		sp := p.get()
+		VMOVDQU(splitW, sp)
+		acc, tm := p.get(), p.get()
+		TESTQ(n, n)
+		JZ(LabelRef("lut2y_done"))
+		Label("lut2y_t")
+		for i := 0; i < 3; i++ {
+			r := acc
+			if i > 0 {
+				r = tm
+			}
+			bcastWordOf(at(x, i), r)
+			VPMULLW(cs[i], r, r)
+			if i > 0 {
+				VPADDW(tm, acc, acc)
+			}
+		}
+		splitStore(acc, sp, at(d, 0))
+		ADDQ(U8(3), x)
+		ADDQ(U8(32), d)
+		DECQ(n)
+		JNZ(LabelRef("lut2y_t"))
+		Label("lut2y_done")
+		VZEROUPPER()
+		RET()
+	}
+	// sum of int8
+	{
+		TEXT("sumInt8AVX2", NOSPLIT, "func(x *int8, n int) int32")
+		Pragma("noescape")
+		Doc("sumInt8AVX2 returns the sum of the n int8 values at x (n a multiple of 32); sumInt8Generic",
+			"is its reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(false)
+		m80, z, acc, v := p.get(), p.get(), p.get(), p.get()
+		bcastByte(m80, 0x80)
+		VPXOR(z, z, z)
+		VPXOR(acc, acc, acc)
+		cnt := GP64()
+		MOVQ(n, cnt)
+		SHRQ(U8(5), cnt)
+		JZ(LabelRef("sum8_done"))
+		Label("sum8_l")
+		VPXOR(at(x, 0), m80, v) // x + 128 as unsigned
+		VPSADBW(z, v, v)
+		VPADDQ(v, acc, acc)
+		ADDQ(U8(32), x)
+		DECQ(cnt)
+		JNZ(LabelRef("sum8_l"))
+		Label("sum8_done")
+		VEXTRACTI128(U8(1), acc, v.AsX())
+		VPADDQ(v.AsX(), acc.AsX(), acc.AsX())
+		VPSHUFD(U8(0x4E), acc.AsX(), v.AsX())
+		VPADDQ(v.AsX(), acc.AsX(), acc.AsX())
+		r := GP64()
+		VMOVQ(acc.AsX(), r)
+		SHLQ(U8(7), n)
+		SUBQ(n, r)
+		Store(r.As32(), ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+}
+
+// genActHelpers writes AVX-512 versions of the activation quantizer's loops (act.go):
+// absMax, the finite check and the rounding to int8; n is a multiple of 16 (the Go callers
+// do the tail).
+func genActHelpers() {
+	{
+		TEXT("absMaxF32AVX512", NOSPLIT, "func(x *float32, n int) float32")
+		Pragma("noescape")
+		Doc("absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its",
+			"reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(true)
+		m, acc, v := p.get(), p.get(), p.get()
+		bcastDword(m, 0x7fffffff)
+		VPXORD(acc, acc, acc)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("absmax_done"))
+		Label("absmax_l")
+		VANDPS(at(x, 0), m, v)
+		VMAXPS(v, acc, acc)
+		ADDQ(U8(64), x)
+		DECQ(n)
+		JNZ(LabelRef("absmax_l"))
+		Label("absmax_done")
+		VEXTRACTF64X4(U8(1), acc, v.AsY())
+		VMAXPS(v.AsY(), acc.AsY(), acc.AsY())
+		VEXTRACTF128(U8(1), acc.AsY(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		VPERMILPS(U8(0x4E), acc.AsX(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		VPERMILPS(U8(0xB1), acc.AsX(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		Store(acc.AsX(), ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	{
+		TEXT("nonFiniteF32AVX512", NOSPLIT, "func(x *float32, n int) int")
+		Pragma("noescape")
+		Doc("nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an",
+			"infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(true)
+		e := p.get()
+		v := p.get()
+		bcastDword(e, 0x7f800000)
+		i := GP64()
+		XORQ(i, i)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("nonfin_none"))
+		Label("nonfin_l")
+		VPANDD(at(x, 0), e, v)
+		VPCMPEQD(e, v, K1)
+		KORTESTW(K1, K1)
+		JNZ(LabelRef("nonfin_found"))
+		ADDQ(U8(64), x)
+		ADDQ(U8(16), i)
+		DECQ(n)
+		JNZ(LabelRef("nonfin_l"))
+		Label("nonfin_none")
+		MOVQ(I32(-1), i)
+		Label("nonfin_found")
+		Store(i, ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	{
+		TEXT("quantizeF32AVX512", NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
+		Pragma("noescape")
+		Doc("quantizeF32AVX512 writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
+			"of 16); QuantizeAct is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(true)
+		s, v := p.get(), p.get()
+		xsv := Load(Param("xs"), XMM())
+		VBROADCASTSS(xsv, s)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("quant_done"))
+		Label("quant_l")
+		VMULPS(at(x, 0), s, v)
+		VCVTPS2DQ(v, v)
+		VPMOVSDB(v, at(d, 0))
+		ADDQ(U8(64), x)
+		ADDQ(U8(16), d)
+		DECQ(n)
+		JNZ(LabelRef("quant_l"))
+		Label("quant_done")
+		VZEROUPPER()
+		RET()
+	}
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/mmcloughlin/avo/attr"
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Vector registers are assigned by hand from a pool (the kernels are register-bound and
+// the AVX2 ones must stay within 0-15); general registers are avo's virtual registers.
+
+var zregs = []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+	Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}
+var yregs = []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15,
+	Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23, Y24, Y25, Y26, Y27, Y28, Y29, Y30, Y31}
+
+// pool hands out vector registers of one width (zmm, or ymm 0-15 for AVX2 code).
+type pool struct {
+	regs []VecPhysical
+	used []bool
+}
+
+func newPool(z bool) *pool {
+	if z {
+		return &pool{regs: zregs, used: make([]bool, 32)}
+	}
+	return &pool{regs: yregs[:16], used: make([]bool, 16)}
+}
+
+func (p *pool) get() VecPhysical {
+	for i, u := range p.used {
+		if !u {
+			p.used[i] = true
+			return p.regs[i]
+		}
+	}
+	panic(fmt.Sprintf("out of vector registers (%d)", len(p.regs)))
+}
+
+func (p *pool) getn(n int) []VecPhysical {
+	r := make([]VecPhysical, n)
+	for i := range r {
+		r[i] = p.get()
+	}
+	return r
+}
+
+func (p *pool) put(rs ...VecPhysical) {
+	for _, r := range rs {
+		for i, q := range p.regs {
+			if q == r {
+				if !p.used[i] {
+					panic("double free of " + r.Asm())
+				}
+				p.used[i] = false
+			}
+		}
+	}
+}
+
+// fn starts a function taking one argument-block pointer and returns that pointer.
+func fn(name string, doc ...string) GPVirtual { return fnAttr(name, NOSPLIT, doc...) }
+
+// fnAttr is fn with the given TEXT attributes (0 for functions whose frame is too big for
+// NOSPLIT: the assembler then adds the stack check).
+func fnAttr(name string, attr attr.Attribute, doc ...string) GPVirtual {
+	TEXT(name, attr, "func(a *byte)")
+	Pragma("noescape")
+	Doc(doc...)
+	return Load(Param("a"), GP64()).(GPVirtual)
+}
+
+// ld loads the 8-byte field at off of the block at a into a new register.
+func ld(a Register, off int) GPVirtual {
+	r := GP64()
+	MOVQ(Mem{Base: a, Disp: off}, r)
+	return r
+}
+
+func at(base Register, disp int) Mem { return Mem{Base: base, Disp: disp} }
+
+func idx(base, index Register, scale uint8, disp int) Mem {
+	return Mem{Base: base, Index: index, Scale: scale, Disp: disp}
+}
+
+// bcastByte fills v with byte b (via a general register).
+func bcastByte(v VecPhysical, b byte) {
+	t := GP32()
+	MOVL(U32(uint32(b)*0x01010101), t)
+	VPBROADCASTD(t, v)
+}
+
+func bcastDword(v VecPhysical, d uint32) {
+	t := GP32()
+	MOVL(U32(d), t)
+	VPBROADCASTD(t, v)
+}
+
+func bcastWord(v VecPhysical, w uint16) { bcastDword(v, uint32(w)*0x10001) }
+
+// table defines a read-only data symbol of bytes.
+func table(name string, b []byte) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range b {
+		DATA(i, U8(v))
+	}
+	return m
+}
+
+func dwordTable(name string, d []uint32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i, v := range d {
+		DATA(4*i, U32(v))
+	}
+	return m
+}

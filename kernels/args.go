@@ -1,0 +1,107 @@
+package kernels
+
+import "unsafe"
+
+// Argument blocks of the assembly operations. Each operation takes one pointer to its
+// block (passed as *byte: the avo generator knows only builtin types); the generator in
+// _asm/ reads the fields at the offsets these structs have (every field is 8 bytes, in
+// order; TestArgOffsets checks). Pointers are unsafe.Pointer so the garbage collector
+// sees them while the block sits on the caller's stack.
+//
+// The generic (pure Go) version of every operation, in *_generic.go, defines what the
+// operation computes; the tests hold every assembly version to it.
+
+// gemvArgs: integer GEMV over one row block for T tokens (T is part of the function):
+// raw per-segment sums Sums[j][t][r] (int32, row order) of the format's unsigned weight
+// values u(r,k) times the prepared activations, over segment j's steps. See each
+// format's gemv*Generic for u, the activation layout and the step.
+type gemvArgs struct {
+	W         unsafe.Pointer // row block stream
+	X         unsafe.Pointer // token 0's prepared activations
+	XStride   int            // bytes between tokens in X
+	Sums      unsafe.Pointer // int32 [NSeg][T][32]
+	SegSteps  int            // steps in each segment but the last
+	NSeg      int            // segments (>= 1)
+	LastSteps int            // steps in the last segment
+	Tab       unsafe.Pointer // int2: decode tables; tl1/tl2: token 0's lookup tables
+	TabStride int            // tl1/tl2: bytes between tokens' lookup tables
+	Aux       int            // i2s: bytes per row quad (Kp/128*128); tl2: tl2 blocks
+	Aux2      int            // tl2: tl1 tail units
+}
+
+// lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens
+// (T is part of the function): Sums[rb][t][r] += the exact sum over the chunk's inputs of
+// w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
+// chunks of K in order over the same row blocks, so each chunk's tables stay in L1 while
+// every row block uses them.
+type lutArgs struct {
+	W         unsafe.Pointer // the chunk in the first row block
+	RBBytes   int            // bytes between row blocks
+	NRB       int            // row blocks (>= 1)
+	Sums      unsafe.Pointer // int32 [NRB][T][32], added to
+	Tab       unsafe.Pointer // token 0's tables for the chunk
+	TabStride int            // bytes between tokens' tables
+	Blocks    int            // tl2 blocks in the chunk (0 for tl1)
+	Units     int            // tl1 units in the chunk (tl2: its tl1 tail units, after the blocks)
+}
+
+// unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,
+// q over Kp/4 quads (VNNI order: a row's 4 consecutive inputs in one dword).
+type unpackArgs struct {
+	W   unsafe.Pointer // row block stream
+	B   unsafe.Pointer // [Kp/4][32][4] bytes
+	N   int            // units (int2, int1, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks
+	Tab unsafe.Pointer // int2: decode table (16 bytes: code -> u)
+	N2  int            // i2s: bytes per quad; tl2: tl1 tail units
+}
+
+// gemmArgs: the prefill micro-kernel, T tokens (part of the function) x 32 rows:
+// Sums[j][t][r] = sum over segment j's quads q and i < 4 of B[q][r][i] * X[q][t][i],
+// where X is the activations transposed to [Kp/4][N] dwords.
+type gemmArgs struct {
+	B       unsafe.Pointer // unpacked row block at quad 0
+	X       unsafe.Pointer // xT at quad 0, first token of the tile
+	XQ      int            // bytes between quads in xT (4*N)
+	Sums    unsafe.Pointer // int32 [NSeg][T][32]
+	SegQ    int            // quads per segment but the last
+	NSeg    int            // segments
+	LastQ   int            // quads in the last segment
+	SumsSeg int            // bytes between segments in Sums (T*128)
+}
+
+// epiArgs: the integer epilogue for one row block and NTok tokens: for each token t,
+// acc_j = A*Sums[j][t][r] + Corr[t][j] (int32, wrapping), p_j = (float32(acc_j)*WS[j][r]) /
+// XS[t][j], y = p_0 + p_1 + ... left to right, y += Bias[r] when Bias != nil, and
+// Out[t][r] = y for the rows set in Mask.
+type epiArgs struct {
+	Sums       unsafe.Pointer // int32 [NSeg][NTok][32]
+	NTok       int
+	NSeg       int
+	A          int            // 1 or -2
+	Corr       unsafe.Pointer // int32, token t segment j at t*CorrStride + 4j
+	XS         unsafe.Pointer // float32, same layout as Corr
+	CorrStride int            // bytes between tokens in Corr and XS
+	WS         unsafe.Pointer // float32 [NSeg][32] at WSSeg bytes apart
+	WSSeg      int
+	Bias       unsafe.Pointer // float32 [32] or nil
+	Out        unsafe.Pointer // float32, token 0 row 0 of the block
+	OutStride  int            // bytes between tokens in Out
+	Mask       int            // rows of the block to store (bit r = row r)
+}
+
+// floatArgs: bf16/f32 GEMV (and GEMM tile) over one row block for T tokens: for each token t
+// and row r, acc = +0, acc = acc + float32(w[r][k]*x[t][k]) for k = 0..K-1 (no FMA),
+// acc += Bias[r] when Bias != nil, Out[t][r] = acc for the rows in Mask. The activations
+// are transposed: x[t][k] is the float32 at X + k*XStride + 4t.
+type floatArgs struct {
+	W         unsafe.Pointer // row block: [K][32] bf16 or float32
+	X         unsafe.Pointer // input 0, first token of the tile
+	XStride   int            // bytes between inputs (4 * tokens of the call)
+	K         int
+	Bias      unsafe.Pointer // float32 [32] or nil
+	Out       unsafe.Pointer
+	OutStride int
+	Mask      int
+}
+
+func argp[T any](a *T) *byte { return (*byte)(unsafe.Pointer(a)) }

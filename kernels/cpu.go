@@ -1,0 +1,187 @@
+package kernels
+
+import (
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// ISA names one instruction-set path of the SIMD kernels, in priority order.
+type ISA int
+
+// The SIMD paths, best first.
+const (
+	// ISAAVX512 is AVX-512 F/BW/VL + VNNI + VBMI on zmm registers (Ice Lake and later
+	// Xeons, Zen 4 and later).
+	ISAAVX512 ISA = iota
+	// ISAAVXVNNI is the AVX2 kernels with VEX-encoded vpdpbusd (AVX-VNNI: Alder Lake and later
+	// client CPUs, Zen 5), and vpdpbssd for int8 where AVX-VNNI-INT8 exists (Arrow Lake,
+	// Lunar Lake).
+	ISAAVXVNNI
+	// ISAAVX2 is AVX2 with vpmaddubsw/vpmaddwd on ymm registers 0-15.
+	ISAAVX2
+	numISA
+)
+
+var isaNames = [numISA]string{"avx512vnni", "avxvnni", "avx2"}
+
+func (i ISA) String() string {
+	if i >= 0 && i < numISA {
+		return isaNames[i]
+	}
+	return "isa(" + strconv.Itoa(int(i)) + ")"
+}
+
+// cpu holds what the processor supports, detected once. Tests and kill switches only
+// narrow it (see the Disable functions).
+var cpu = struct {
+	avx2, fma, avx512, avx512vnni, avx512vbmi, avxvnni, avxvnniint8 bool
+}{
+	avx2:        cpuid.CPU.Supports(cpuid.AVX2, cpuid.FMA3, cpuid.BMI2),
+	fma:         cpuid.CPU.Supports(cpuid.FMA3),
+	avx512:      cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512DQ),
+	avx512vnni:  cpuid.CPU.Supports(cpuid.AVX512VNNI),
+	avx512vbmi:  cpuid.CPU.Supports(cpuid.AVX512VBMI),
+	avxvnni:     cpuid.CPU.Supports(cpuid.AVXVNNI),
+	avxvnniint8: cpuid.CPU.Supports(cpuid.AVXVNNIINT8),
+}
+
+// disabled[i] switches path i off (kill switches and test hooks); purego switches all
+// assembly off.
+var (
+	disabled [numISA]atomic.Bool
+	purego   atomic.Bool
+	noINT8   atomic.Bool // AVX-VNNI-INT8 off (tests)
+)
+
+func init() {
+	if envBool("BITD_PUREGO") {
+		purego.Store(true)
+	}
+	if envBool("BITD_DISABLE_AVX512") {
+		disabled[ISAAVX512].Store(true)
+	}
+	if envBool("BITD_DISABLE_AVX2") {
+		// The AVX-VNNI path is AVX2 code with VEX dot products: it goes too.
+		disabled[ISAAVX2].Store(true)
+		disabled[ISAAVXVNNI].Store(true)
+	}
+	if envBool("BITD_DISABLE_AVXVNNI") {
+		disabled[ISAAVXVNNI].Store(true)
+	}
+}
+
+// envBool reads a boolean kill switch; an unparsable value is reported and ignored.
+func envBool(name string) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		slog.Warn("ignoring environment variable: not a boolean", "name", name, "value", v)
+		return false
+	}
+	return b
+}
+
+// isaReason says why path i cannot run here ("" when it can).
+func isaReason(i ISA) string {
+	if !hasAsm {
+		return "built without assembly (noasm tag or not amd64)"
+	}
+	if purego.Load() {
+		return "assembly disabled (BITD_PUREGO=1 or DisableAsm)"
+	}
+	if disabled[i].Load() {
+		return i.String() + " disabled (kill switch or test hook)"
+	}
+	switch i {
+	case ISAAVX512:
+		var miss []string
+		if !cpu.avx512 {
+			miss = append(miss, "AVX-512 F/BW/VL/DQ")
+		}
+		if !cpu.avx512vnni {
+			miss = append(miss, "AVX512_VNNI")
+		}
+		if !cpu.avx512vbmi {
+			miss = append(miss, "AVX512_VBMI")
+		}
+		if len(miss) > 0 {
+			return "CPU lacks " + strings.Join(miss, ", ")
+		}
+	case ISAAVXVNNI:
+		if !cpu.avx2 {
+			return "CPU lacks AVX2/FMA/BMI2"
+		}
+		if !cpu.avxvnni {
+			return "CPU lacks AVX-VNNI (VEX vpdpbusd)"
+		}
+	case ISAAVX2:
+		if !cpu.avx2 {
+			return "CPU lacks AVX2/FMA/BMI2"
+		}
+	}
+	return ""
+}
+
+// hasINT8 reports whether AVX-VNNI-INT8 (VEX vpdpbssd) can run.
+func hasINT8() bool { return cpu.avxvnniint8 && !noINT8.Load() }
+
+// ISAAvailable reports whether path i can run on this CPU under the current switches.
+func ISAAvailable(i ISA) bool { return isaReason(i) == "" }
+
+func disable(i ISA) (restore func()) {
+	old := disabled[i].Swap(true)
+	return func() { disabled[i].Store(old) }
+}
+
+// DisableAVX512 switches the AVX-512 kernels off until restore is called (tests, benchmarks).
+func DisableAVX512() (restore func()) { return disable(ISAAVX512) }
+
+// DisableAVXVNNI switches the AVX-VNNI kernels off until restore is called.
+func DisableAVXVNNI() (restore func()) { return disable(ISAAVXVNNI) }
+
+// DisableAVX2 switches the AVX2 and AVX-VNNI kernels off until restore is called.
+func DisableAVX2() (restore func()) {
+	r1, r2 := disable(ISAAVX2), disable(ISAAVXVNNI)
+	return func() { r2(); r1() }
+}
+
+// DisableAVXVNNIINT8 switches the vpdpbssd int8 kernel off until restore is called.
+func DisableAVXVNNIINT8() (restore func()) {
+	old := noINT8.Swap(true)
+	return func() { noINT8.Store(old) }
+}
+
+// DisableAsm switches every assembly kernel off until restore is called (BITD_PUREGO=1).
+func DisableAsm() (restore func()) {
+	old := purego.Swap(true)
+	return func() { purego.Store(old) }
+}
+
+// CPUName is the processor's brand string.
+func CPUName() string { return strings.TrimSpace(cpuid.CPU.BrandName) }
+
+// CPUFeatures lists the features the kernels care about that this CPU has.
+func CPUFeatures() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"avx2", cpu.avx2}, {"fma", cpu.fma}, {"avx512", cpu.avx512}, {"avx512vnni", cpu.avx512vnni},
+		{"avx512vbmi", cpu.avx512vbmi}, {"avxvnni", cpu.avxvnni}, {"avxvnniint8", cpu.avxvnniint8},
+		{"avx512bf16", cpuid.CPU.Supports(cpuid.AVX512BF16)},
+	} {
+		if f.ok {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

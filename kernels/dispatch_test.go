@@ -1,0 +1,94 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+// TestSelectionPrefersBestISA fails when this CPU has a SIMD path that dispatch did not
+// choose: AVX-512 VNNI first, then (with AVX-512 disabled) AVX-VNNI, then AVX2.
+func TestSelectionPrefersBestISA(t *testing.T) {
+	for _, env := range []string{"BITD_PUREGO", "BITD_DISABLE_AVX512", "BITD_DISABLE_AVX2", "BITD_DISABLE_AVXVNNI"} {
+		if envBool(env) {
+			t.Skipf("%s is set", env)
+		}
+	}
+	if !hasAsm {
+		t.Skip("built without assembly")
+	}
+	check := func(stage string, want string) {
+		t.Helper()
+		for _, c := range Dispatch(1) {
+			w := want
+			if w != "ref" && c.Format == quantcfg.Int8 && strings.HasPrefix(want, "avxvnni") && hasINT8() {
+				w = "avxvnniint8"
+			}
+			if w != "ref" {
+				w += "/" + string(c.Format)
+			}
+			if c.Kernel != w {
+				t.Errorf("%s: %s runs on %q, want %q (skipped: %v)", stage, c.Format, c.Kernel, w, c.Skipped)
+			}
+		}
+		l, _ := probeLayer(quantcfg.LayerSpec{Format: quantcfg.Int2, Out: 64, In: 64})
+		if k, err := Select(l, 8); err != nil || (want != "ref" && !strings.HasPrefix(k.Name(), want)) {
+			t.Errorf("%s: Select(int2, n=8) = %v, %v", stage, k, err)
+		}
+	}
+	best := func() string {
+		switch {
+		case ISAAvailable(ISAAVX512):
+			return "avx512vnni"
+		case ISAAvailable(ISAAVXVNNI):
+			return "avxvnni"
+		case ISAAvailable(ISAAVX2):
+			return "avx2"
+		}
+		return "ref"
+	}
+	if cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi {
+		check("all paths", "avx512vnni")
+	} else {
+		check("all paths", best())
+	}
+	r1 := DisableAVX512()
+	defer r1()
+	if cpu.avx2 && cpu.avxvnni {
+		check("AVX-512 off", "avxvnni")
+	} else if cpu.avx2 {
+		check("AVX-512 off", "avx2")
+	}
+	r2 := DisableAVXVNNI()
+	defer r2()
+	if cpu.avx2 {
+		check("AVX-512 and AVX-VNNI off", "avx2")
+	}
+	r3 := DisableAVX2()
+	defer r3()
+	check("all SIMD off", "ref")
+	r3()
+	r4 := DisableAsm()
+	defer r4()
+	check("purego", "ref")
+}
+
+func TestDispatchReasons(t *testing.T) {
+	r := DisableAsm()
+	defer r()
+	for _, c := range Dispatch(1) {
+		if c.Kernel != "ref" {
+			t.Errorf("%s: %s with assembly disabled", c.Format, c.Kernel)
+		}
+		for _, s := range c.Skipped {
+			if !strings.Contains(s, "assembly disabled") {
+				t.Errorf("%s: skipped for %q, want the purego reason", c.Format, s)
+			}
+		}
+	}
+	l, _ := probeLayer(quantcfg.LayerSpec{Format: quantcfg.I2S, Out: 64, In: 64})
+	if k, err := Select(l, 1); err != nil || k.Name() != "ref" {
+		t.Fatalf("Select with assembly disabled: %v, %v", k, err)
+	}
+}

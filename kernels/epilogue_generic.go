@@ -1,0 +1,35 @@
+package kernels
+
+import "unsafe"
+
+// epilogueGeneric is the integer epilogue of epilogue_amd64.s (see epiArgs).
+func epilogueGeneric(a *epiArgs) {
+	sums := int32At(a.Sums, a.NSeg*a.NTok*RowBlock)
+	for t := 0; t < a.NTok; t++ {
+		var y [RowBlock]float32
+		for j := 0; j < a.NSeg; j++ {
+			corr := *(*int32)(unsafe.Add(a.Corr, t*a.CorrStride+4*j))
+			xs := *(*float32)(unsafe.Add(a.XS, t*a.CorrStride+4*j))
+			ws := unsafe.Slice((*float32)(unsafe.Add(a.WS, j*a.WSSeg)), RowBlock)
+			for r := range y {
+				acc := int32(a.A)*sums[(j*a.NTok+t)*RowBlock+r] + corr
+				p := Epilogue(acc, ws[r], xs)
+				if j == 0 {
+					y[r] = p
+				} else {
+					y[r] = y[r] + p
+				}
+			}
+		}
+		out := unsafe.Slice((*float32)(unsafe.Add(a.Out, t*a.OutStride)), RowBlock)
+		for r := range y {
+			if a.Mask>>r&1 == 0 {
+				continue
+			}
+			if a.Bias != nil {
+				y[r] = y[r] + *(*float32)(unsafe.Add(a.Bias, 4*r))
+			}
+			out[r] = y[r]
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Generic versions of the GEMM operations of gemm_amd64.s (see unpackArgs, gemmArgs).
+
+// unpackGeneric decodes a row block into B[q][r][i] = u(r, 4q+i) with u = w+1 (ternary
+// formats), Tab[code] (int2), the sign bit (int1), w+128 (int8).
+func unpackGeneric(a *unpackArgs, f string) {
+	var kp int
+	switch f {
+	case "i2s":
+		kp = 128 * a.N
+	case "tl2":
+		kp = TL2Block*a.N + 4*a.N2
+	case "int1":
+		kp = 8 * a.N
+	default:
+		kp = 4 * a.N
+	}
+	b := bytesAt(a.B, RowBlock*kp)
+	put := func(r, k int, u byte) { b[(k/4)*128+4*r+k%4] = u }
+	switch f {
+	case "i2s":
+		w := bytesAt(a.W, 8*kp)
+		for r := 0; r < RowBlock; r++ {
+			for k := 0; k < kp; k++ {
+				blk, s, j := k/128, k%128/32, k%32
+				put(r, k, w[r/4*a.N2+(blk*4+r%4)*32+j]>>(6-2*s)&3)
+			}
+		}
+	case "int2":
+		w, tab := bytesAt(a.W, 8*kp), bytesAt(a.Tab, 16)
+		for r := 0; r < RowBlock; r++ {
+			for k := 0; k < kp; k++ {
+				put(r, k, tab[w[32*(k/4)+4*(r%8)+k%4]>>(2*(r/8))&3])
+			}
+		}
+	case "int1":
+		w := bytesAt(a.W, 4*kp)
+		for r := 0; r < RowBlock; r++ {
+			for k := 0; k < kp; k++ {
+				put(r, k, w[32*(k/8)+4*(r%8)+k%4]>>(4*(k%8/4)+r/8)&1)
+			}
+		}
+	case "int8":
+		w := bytesAt(a.W, 32*kp)
+		for r := 0; r < RowBlock; r++ {
+			for k := 0; k < kp; k++ {
+				put(r, k, w[128*(k/4)+4*r+k%4]^0x80)
+			}
+		}
+	case "tl1":
+		unpackTL1Units(bytesAt(a.W, 8*kp), 0, a.N, put)
+	case "tl2":
+		w := bytesAt(a.W, 320*a.N+32*a.N2)
+		for blk := 0; blk < a.N; blk++ {
+			p := w[320*blk:]
+			for t := 0; t < 16; t++ {
+				signs := binary.LittleEndian.Uint32(p[256+4*t:])
+				for r := 0; r < RowBlock; r++ {
+					v := int(p[32*(t/2)+r]>>(4*(t%2))) & 15
+					if signs>>r&1 != 0 {
+						v = -v
+					}
+					d0 := (v + 13) / 9
+					rem := v + 13 - 9*d0
+					k := TL2Block*blk + 3*t
+					put(r, k, byte(d0))
+					put(r, k+1, byte(rem/3))
+					put(r, k+2, byte(rem%3))
+				}
+			}
+		}
+		unpackTL1Units(w[320*a.N:], TL2Block*a.N, a.N2, put)
+	}
+}
+
+func unpackTL1Units(w []byte, k0, units int, put func(r, k int, u byte)) {
+	for u := 0; u < units; u++ {
+		for r := 0; r < RowBlock; r++ {
+			v := w[32*u+r]
+			for h := 0; h < 2; h++ {
+				idx := v >> (4 * h) & 15
+				k := k0 + 4*u + 2*h
+				put(r, k, idx/3)
+				put(r, k+1, idx%3)
+			}
+		}
+	}
+}
+
+// tileGeneric is the micro-kernel for T tokens.
+func tileGeneric(a *gemmArgs, T int) {
+	nq := (a.NSeg-1)*a.SegQ + a.LastQ
+	b := bytesAt(a.B, 128*nq)
+	for j := 0; j < a.NSeg; j++ {
+		q0, q1 := j*a.SegQ, j*a.SegQ+a.SegQ
+		if j == a.NSeg-1 {
+			q1 = q0 + a.LastQ
+		}
+		sums := int32At(unsafe.Add(a.Sums, j*a.SumsSeg), T*RowBlock)
+		for t := 0; t < T; t++ {
+			for r := 0; r < RowBlock; r++ {
+				var s int32
+				for q := q0; q < q1; q++ {
+					x := int8At(unsafe.Add(a.X, q*a.XQ+4*t), 4)
+					for i := 0; i < 4; i++ {
+						s += int32(b[128*q+4*r+i]) * int32(x[i])
+					}
+				}
+				sums[t*RowBlock+r] = s
+			}
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Generic (pure Go) versions of the GEMV operations of gemv_amd64.s: they define what each
+// assembly function computes (see gemvArgs) and the tests compare the two. They are not in
+// the dispatch list: the reference kernel is the portable path.
+
+func bytesAt(p unsafe.Pointer, n int) []byte { return unsafe.Slice((*byte)(p), n) }
+
+func int8At(p unsafe.Pointer, n int) []int8 { return unsafe.Slice((*int8)(p), n) }
+
+func int32At(p unsafe.Pointer, n int) []int32 { return unsafe.Slice((*int32)(p), n) }
+
+// segRange returns segment j's inputs [k0, k1) for steps of kstep inputs.
+func (a *gemvArgs) segRange(j, kstep int) (int, int) {
+	k0 := j * a.SegSteps * kstep
+	if j == a.NSeg-1 {
+		return k0, k0 + a.LastSteps*kstep
+	}
+	return k0, k0 + a.SegSteps*kstep
+}
+
+func (a *gemvArgs) kp(kstep int) int { return ((a.NSeg-1)*a.SegSteps + a.LastSteps) * kstep }
+
+// gemvSums runs u(r, k) * x(t, k) over every segment, token and row.
+func gemvSums(a *gemvArgs, T, kstep int, u func(r, k int) int32, x func(t, k int) int32) {
+	sums := int32At(a.Sums, a.NSeg*T*RowBlock)
+	for j := 0; j < a.NSeg; j++ {
+		k0, k1 := a.segRange(j, kstep)
+		for t := 0; t < T; t++ {
+			for r := 0; r < RowBlock; r++ {
+				var s int32
+				for k := k0; k < k1; k++ {
+					s += u(r, k) * x(t, k)
+				}
+				sums[(j*T+t)*RowBlock+r] = s
+			}
+		}
+	}
+}
+
+func xNat(a *gemvArgs, kp int) func(t, k int) int32 {
+	return func(t, k int) int32 { return int32(int8At(unsafe.Add(a.X, t*a.XStride), kp)[k]) }
+}
+
+// gemvI2SGeneric: u = the i2s code (w+1); x natural; a step is one 128-input block;
+// Aux is the bytes per row quad.
+func gemvI2SGeneric(a *gemvArgs, T int) {
+	kp := a.kp(128)
+	w := bytesAt(a.W, 8*kp)
+	u := func(r, k int) int32 {
+		b, s, j := k/128, k%128/32, k%32
+		return int32(w[r/4*a.Aux+(b*4+r%4)*32+j] >> (6 - 2*s) & 3)
+	}
+	gemvSums(a, T, 128, u, xNat(a, kp))
+}
+
+// gemvInt2Generic: u = Tab[code] (Tab[0:16] maps a nibble's low code to its unsigned level);
+// x natural.
+func gemvInt2Generic(a *gemvArgs, T, kstep int) {
+	kp := a.kp(kstep)
+	w := bytesAt(a.W, 8*kp)
+	tab := bytesAt(a.Tab, 32)
+	u := func(r, k int) int32 {
+		return int32(tab[w[32*(k/4)+4*(r%8)+k%4]>>(2*(r/8))&3])
+	}
+	gemvSums(a, T, kstep, u, xNat(a, kp))
+}
+
+// gemvInt1Generic: u = the sign bit b (w = 1-2b); x natural, or permuted (xInt1Perm).
+func gemvInt1Generic(a *gemvArgs, T, kstep int, perm bool) {
+	kp := a.kp(kstep)
+	w := bytesAt(a.W, 4*kp)
+	u := func(r, k int) int32 {
+		return int32(w[32*(k/8)+4*(r%8)+k%4] >> (4*(k%8/4) + r/8) & 1)
+	}
+	x := xNat(a, kp)
+	if perm {
+		slot := [4]int{0, 2, 1, 3}
+		x = func(t, k int) int32 {
+			return int32(int8At(unsafe.Add(a.X, t*a.XStride), kp)[k&^15+4*slot[k%16/4]+k%4])
+		}
+	}
+	gemvSums(a, T, kstep, u, x)
+}
+
+// gemvInt8Generic: u = w+128 with int8 x (offset), or u = w with int16 x (x16) or int8 x.
+func gemvInt8Generic(a *gemvArgs, T int, offset, x16 bool) {
+	kp := a.kp(4)
+	w := bytesAt(a.W, 32*kp)
+	u := func(r, k int) int32 {
+		v := int32(int8(w[128*(k/4)+4*r+k%4]))
+		if offset {
+			v += 128
+		}
+		return v
+	}
+	x := xNat(a, kp)
+	if x16 {
+		x = func(t, k int) int32 {
+			return int32(unsafe.Slice((*int16)(unsafe.Add(a.X, t*a.XStride)), kp)[k])
+		}
+	}
+	gemvSums(a, T, 4, u, x)
+}
+
+// tl1Table reads entry i of pair h (0, 1) of a unit's 64-byte table.
+func tl1Table(d []byte, h, i int, z bool) int32 {
+	if z {
+		return int32(int16(binary.LittleEndian.Uint16(d[32*h+2*i:])))
+	}
+	return int32(int16(uint16(d[32*h+i]) | uint16(d[32*h+16+i])<<8))
+}
+
+// lutGeneric: the tl1/tl2 chunk operation (see lutArgs), tables in the zmm (z) or ymm
+// layout (tabTL1Z/tabTL2Z or tabTL1Y/tabTL2Y); tl2 when a.Blocks > 0 or tl2 is set.
+func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
+	per := 32
+	if z {
+		per = 64
+	}
+	nb, units := a.Blocks, a.Units
+	if !tl2 {
+		nb = 0
+	}
+	sums := int32At(a.Sums, a.NRB*T*RowBlock)
+	for rb := 0; rb < a.NRB; rb++ {
+		w := bytesAt(unsafe.Add(a.W, rb*a.RBBytes), 320*nb+32*units)
+		for t := 0; t < T; t++ {
+			tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), per*16*nb+64*units)
+			for r := 0; r < RowBlock; r++ {
+				var s int32
+				for b := 0; b < nb; b++ {
+					p := w[320*b:]
+					for tr := 0; tr < 16; tr++ {
+						v := int(p[32*(tr/2)+r]>>(4*(tr%2))) & 15
+						neg := binary.LittleEndian.Uint32(p[256+4*tr:])>>r&1 != 0
+						d := tab[per*(16*b+tr):]
+						var e int32
+						if z {
+							e = int32(int16(binary.LittleEndian.Uint16(d[2*v:])))
+						} else {
+							e = int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
+						}
+						if neg {
+							e = -e
+						}
+						s += e
+					}
+				}
+				tt := tab[per*16*nb:]
+				for u := 0; u < units; u++ {
+					v := w[320*nb+32*u+r]
+					s += tl1Table(tt[64*u:], 0, int(v&15), z) + tl1Table(tt[64*u:], 1, int(v>>4), z)
+				}
+				sums[(rb*T+t)*RowBlock+r] += s
+			}
+		}
+	}
+}

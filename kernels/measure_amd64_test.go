@@ -1,0 +1,144 @@
+//go:build !noasm
+
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+func TestMeasureLoops(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	buf := make([]byte, 4096+256)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	want := readBytesGeneric(buf)
+	if got := ReadBytes(buf); got != want {
+		t.Errorf("ReadBytes = %#x, want %#x", got, want)
+	}
+	if ISAAvailable(ISAAVX2) {
+		if got := readBytesAVX2(&buf[0], len(buf)); got != want {
+			t.Errorf("readBytesAVX2 = %#x, want %#x", got, want)
+		}
+	}
+	if ISAAvailable(ISAAVX512) {
+		if got, want := vnniPeakAVX512(10), vnniPeakGeneric(10); got != want {
+			t.Errorf("vnniPeakAVX512(10) = %d, want %d", got, want)
+		}
+	}
+}
+
+func TestPrepareHelpers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, kp := range []int{4, 48, 52, 96, 100, 2560, 14336 + 32} {
+		x := make([]int8, kp)
+		for i := range x {
+			x[i] = int8(rng.IntN(255) - 127)
+		}
+		if kp%32 == 0 && sumInt8Fast != nil {
+			if got, want := sumInt8AVX2(&x[0], kp), sumInt8Generic(x); got != want {
+				t.Errorf("sumInt8AVX2(%d) = %d, want %d", kp, got, want)
+			}
+		}
+		if got, want := sumInt8(x[:kp-1]), sumInt8Generic(x[:kp-1]); got != want {
+			t.Errorf("sumInt8(%d) = %d, want %d", kp-1, got, want)
+		}
+		k := kp
+		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y} {
+			f := lutBuilders[kind]
+			if f == nil {
+				continue
+			}
+			format := quantcfg.TL1
+			if kind >= tabTL2Z {
+				format = quantcfg.TL2
+			}
+			ly, err := NewLayout(format, 32, k)
+			if err != nil || ly.Kp > kp {
+				continue
+			}
+			size := 16 * ly.Kp
+			if kind == tabTL2Z {
+				size = 64*(ly.K3/3) + 16*ly.Kp1
+			} else if kind == tabTL2Y {
+				size = 32*(ly.K3/3) + 16*ly.Kp1
+			}
+			want, got := make([]byte, size), make([]byte, size)
+			buildLUT(kind, ly, x, want)
+			buildLUTWith(f, kind, ly, x, got)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("table kind %d, K=%d: byte %d = %#x, want %#x", kind, k, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// vnniPeakGeneric is the reference of vnniPeakAVX512's result: 24 accumulators of 16
+// dwords, each dword gaining 4*(3*-1) per iteration; the sum of dwords 0, 4, 8 and 12 of
+// all accumulators.
+func vnniPeakGeneric(n int) uint32 { return uint32(int32(-24 * 4 * 12 * n)) }
+
+// TestActHelpers: the assembly quantizer loops equal act.go's scalar ones, bit for bit,
+// including ties, large values, signed zeros and lengths with tails.
+func TestActHelpers(t *testing.T) {
+	if absMaxAsm == nil {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, n := range []int{16, 17, 31, 48, 100, 2560, 14336 + 5} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * 3)
+			switch i % 7 {
+			case 1:
+				x[i] = float32(int(x[i])) + 0.5 // ties
+			case 2:
+				x[i] = float32(math.Copysign(0, -1))
+			}
+		}
+		var want float32
+		for _, v := range x {
+			want = max(want, float32(math.Abs(float64(v))))
+		}
+		if got, ok := absMaxFast(x); !ok || got != want {
+			t.Errorf("n=%d: absMax %v, want %v", n, got, want)
+		}
+		for _, xs := range []float32{actScale(want), 1, 127 / 0.5, 3.7} {
+			got := make([]int8, n)
+			if !quantizeFast(x, xs, got) {
+				t.Fatal("quantizeFast did not run")
+			}
+			for i, v := range x {
+				if w := QuantizeAct(v, xs); got[i] != w {
+					t.Fatalf("n=%d xs=%v: x[%d]=%v -> %d, want %d", n, xs, i, v, got[i], w)
+				}
+			}
+		}
+		if i := firstNonFinite(x); i != -1 {
+			t.Errorf("n=%d: finite input reported at %d", n, i)
+		}
+		for _, bad := range []int{0, n / 2, n - 1} {
+			y := append([]float32(nil), x...)
+			y[bad] = float32(math.Inf(-1))
+			if bad > 0 {
+				y[bad-1+min(1, n-bad-1)] = float32(math.NaN())
+			}
+			want := -1
+			for i, v := range y {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					want = i
+					break
+				}
+			}
+			if got := firstNonFinite(y); got != want {
+				t.Errorf("n=%d: first non-finite %d, want %d", n, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+//go:build !noasm
+
+package kernels
+
+import "bitgo/quantcfg"
+
+// The assembly kernels of this build, registered ahead of the reference in priority order.
+
+func init() {
+	var list []Kernel
+	for _, isa := range []ISA{ISAAVX512, ISAAVXVNNI, ISAAVX2} {
+		for _, f := range kernelFormats {
+			if isa == ISAAVXVNNI && f == quantcfg.Int8 {
+				list = append(list, &simdKernel{isa: isa, format: f, ops: int8VNNIOps(), int8vnni: true})
+			}
+			if o := asmOps(isa, f); o != nil {
+				list = append(list, &simdKernel{isa: isa, format: f, ops: o})
+			}
+		}
+	}
+	kernelList = append(list, kernelList...)
+	if cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi {
+		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z] = lutBuildTL1AVX512, lutBuildTL2AVX512
+	}
+	if cpu.avx512 {
+		absMaxAsm, nonFiniteAsm, quantizeAsm = absMaxF32AVX512, nonFiniteF32AVX512, quantizeF32AVX512
+	}
+	if cpu.avx2 {
+		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
+		sumInt8Fast = sumInt8AVX2
+	}
+}
+
+var kernelFormats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16, quantcfg.F32}
+
+// asmOps returns the operations of one ISA path for one format, or nil.
+func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
+	switch isa {
+	case ISAAVX512:
+		o := &fmtOps{epi: epilogueAVX512, tileMaxU: 255, gemvMaxU: 255, gemvT: 4, tileT: maxTileT, unpack: unpackers[f]}
+		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX512, tileT2AVX512, tileT3AVX512, tileT4AVX512, tileT5AVX512,
+			tileT6AVX512, tileT7AVX512, tileT8AVX512, tileT9AVX512, tileT10AVX512, tileT11AVX512, tileT12AVX512}
+		switch f {
+		case quantcfg.Int2:
+			o.gemv = gemvN(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2T3AVX512, gemvInt2T4AVX512,
+				gemvInt2T5AVX512, gemvInt2T6AVX512, gemvInt2T7AVX512, gemvInt2T8AVX512)
+			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8
+		case quantcfg.I2S:
+			o.gemv = gemvN(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512,
+				gemvI2ST5AVX512, gemvI2ST6AVX512, gemvI2ST7AVX512, gemvI2ST8AVX512)
+			o.kstep, o.gemvT = 128, 8
+		case quantcfg.Int8:
+			o.gemv = gemvN(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512,
+				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
+			o.kstep, o.gemvT = 16, 8
+		case quantcfg.Int1:
+			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
+			o.kstep, o.xKind = 16, xInt1Perm
+		case quantcfg.TL1:
+			o.lut = gemv4(lutTL1T1AVX512, lutTL1T2AVX512, lutTL1T3AVX512, lutTL1T4AVX512)
+			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true
+		case quantcfg.TL2:
+			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
+			o.tabKind, o.exact = tabTL2Z, true
+		case quantcfg.BF16:
+			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
+				floatBF16T5AVX512, floatBF16T6AVX512, floatBF16T7AVX512, floatBF16T8AVX512, floatBF16T9AVX512,
+				floatBF16T10AVX512, floatBF16T11AVX512, floatBF16T12AVX512}
+			o.floatT = maxTileT
+		case quantcfg.F32:
+			o.float = [maxTileT + 1]func(*byte){nil, floatF32T1AVX512, floatF32T2AVX512, floatF32T3AVX512, floatF32T4AVX512,
+				floatF32T5AVX512, floatF32T6AVX512, floatF32T7AVX512, floatF32T8AVX512, floatF32T9AVX512,
+				floatF32T10AVX512, floatF32T11AVX512, floatF32T12AVX512}
+			o.floatT = maxTileT
+		default:
+			return nil
+		}
+		return o
+	case ISAAVXVNNI, ISAAVX2:
+		vnni := isa == ISAAVXVNNI
+		o := &fmtOps{epi: epilogueAVX2, unpack: unpackers[f], tileMaxU: 127, gemvMaxU: 127, gemvT: 2, tileT: 2}
+		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX2, tileT2AVX2}
+		if vnni {
+			o.tileMaxU, o.gemvMaxU, o.tileT = 255, 255, 3
+			o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVXVNNI, tileT2AVXVNNI, tileT3AVXVNNI}
+		}
+		pick := func(avx2, avxvnni [maxGemvT + 1]func(*byte)) [maxGemvT + 1]func(*byte) {
+			if vnni {
+				return avxvnni
+			}
+			return avx2
+		}
+		switch f {
+		case quantcfg.I2S:
+			o.gemv = pick(gemv4(gemvI2ST1AVX2, gemvI2ST2AVX2, nil, nil), gemv4(gemvI2ST1AVXVNNI, gemvI2ST2AVXVNNI, nil, nil))
+			o.kstep = 128
+		case quantcfg.Int2:
+			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))
+			o.kstep, o.tabKind = 4, tabInt2
+		case quantcfg.Int8:
+			o.kstep = 4
+			if vnni {
+				o.gemv = gemv4(gemvInt8T1AVXVNNI, gemvInt8T2AVXVNNI, nil, nil)
+			} else {
+				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
+			}
+		case quantcfg.Int1:
+			o.kstep = 8
+			o.gemv = pick(gemv4(gemvInt1T1AVX2, nil, nil, nil), gemv4(gemvInt1T1AVXVNNI, gemvInt1T2AVXVNNI, nil, nil))
+			if !vnni {
+				o.gemvT = 1
+			}
+		case quantcfg.TL1:
+			o.lut, o.gemvT, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, nil, nil, nil), 1, 4, tabTL1Y, true
+		case quantcfg.TL2:
+			o.lut, o.gemvT, o.tabKind, o.exact = gemv4(lutTL2T1AVX2, nil, nil, nil), 1, tabTL2Y, true
+		case quantcfg.BF16:
+			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
+		case quantcfg.F32:
+			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatF32T1AVX2, floatF32T2AVX2}, 2
+		default:
+			return nil
+		}
+		return o
+	}
+	return nil
+}
+
+// int8VNNIOps is the AVX-VNNI-INT8 int8 kernel's operations (vpdpbssd: signed weights,
+// exact sums).
+func int8VNNIOps() *fmtOps {
+	o := asmOps(ISAAVXVNNI, quantcfg.Int8)
+	o.gemv, o.exact = gemv4(gemvInt8T1VNNIINT8AVXVNNI, gemvInt8T2VNNIINT8AVXVNNI, nil, nil), true
+	return o
+}
+
+// unpackers are AVX2 code, shared by every path.
+var unpackers = map[quantcfg.Format]func(*byte){
+	quantcfg.I2S: unpackI2SAVX2, quantcfg.TL1: unpackTL1AVX2, quantcfg.TL2: unpackTL2AVX2,
+	quantcfg.Int2: unpackInt2AVX2, quantcfg.Int1: unpackInt1AVX2, quantcfg.Int8: unpackInt8AVX2,
+}
+
+func gemv4(f1, f2, f3, f4 func(*byte)) [maxGemvT + 1]func(*byte) { return gemvN(f1, f2, f3, f4) }
+
+// gemvN lists the GEMV functions for 1, 2, ... tokens.
+func gemvN(fs ...func(*byte)) [maxGemvT + 1]func(*byte) {
+	var out [maxGemvT + 1]func(*byte)
+	copy(out[1:], fs)
+	return out
+}

@@ -1,0 +1,40 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+func BenchmarkPrepare(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16} {
+		for _, n := range []int{1, 512} {
+			k := 14336
+			if n == 512 {
+				k = 4096
+			}
+			spec := quantcfg.LayerSpec{Format: f, Out: 64, In: k}
+			tl := newTestLayer(b, rng, spec)
+			x := randActs(rng, n, k)
+			kern, _ := Select(tl.Layer, n)
+			b.Run(fmt.Sprintf("%s/K%d/n%d/%s", f, k, n, kern.Name()), func(b *testing.B) {
+				var a Acts
+				if err := tl.Quantize(x, n, &a); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					kern.Prepare(tl.Layer, &a)
+				}
+			})
+			b.Run(fmt.Sprintf("%s/K%d/n%d/quantize", f, k, n), func(b *testing.B) {
+				var a Acts
+				for b.Loop() {
+					_ = tl.Quantize(x, n, &a)
+				}
+			})
+		}
+	}
+}

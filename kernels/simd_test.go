@@ -1,0 +1,453 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"bitgo/quantcfg"
+)
+
+// genericOps builds an ops table from the generic operations, in the zmm ("z") or ymm
+// ("y") layouts, so the driver, Prepare and the generic operations are tested against the
+// reference independently of the assembly.
+func genericOps(f quantcfg.Format, z bool) *fmtOps {
+	o := &fmtOps{gemvT: 4, tileT: maxTileT, floatT: maxTileT, tileMaxU: 255, gemvMaxU: 255, epi: func(p *byte) { epilogueGeneric((*epiArgs)(unsafe.Pointer(p))) }}
+	if !z {
+		o.gemvT, o.tileT, o.tileMaxU, o.gemvMaxU = 2, 2, 127, 127
+	}
+	for T := 1; T <= maxTileT; T++ {
+		T := T
+		o.tile[T] = func(p *byte) { tileGeneric((*gemmArgs)(unsafe.Pointer(p)), T) }
+		o.float[T] = func(p *byte) { floatGeneric((*floatArgs)(unsafe.Pointer(p)), T, f == quantcfg.BF16) }
+	}
+	o.unpack = func(p *byte) { unpackGeneric((*unpackArgs)(unsafe.Pointer(p)), string(f)) }
+	var g func(a *gemvArgs, T int)
+	switch f {
+	case quantcfg.I2S:
+		o.kstep = 128
+		g = gemvI2SGeneric
+	case quantcfg.Int2:
+		o.kstep, o.tabKind = 4, tabInt2
+		if z {
+			o.kstep = 8
+		}
+		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
+	case quantcfg.Int1:
+		o.kstep = 8
+		if z {
+			o.kstep, o.xKind = 16, xInt1Perm
+		}
+		g = func(a *gemvArgs, T int) { gemvInt1Generic(a, T, o.kstep, z) }
+	case quantcfg.Int8:
+		o.kstep = 4
+		if !z {
+			o.xKind, o.exact = xInt16, true
+		}
+		g = func(a *gemvArgs, T int) { gemvInt8Generic(a, T, z, !z) }
+	case quantcfg.TL1, quantcfg.TL2:
+		tl2 := f == quantcfg.TL2
+		o.kstep, o.tabKind, o.exact = 4, tabTL1Y, true
+		if tl2 {
+			o.tabKind = tabTL2Y
+		}
+		if z {
+			if tl2 {
+				o.tabKind = tabTL2Z
+			} else {
+				o.tabKind = tabTL1Z
+			}
+		}
+		for T := 1; T <= o.gemvT; T++ {
+			T := T
+			o.lut[T] = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), T, z, tl2) }
+		}
+	}
+	for T := 1; T <= o.gemvT; T++ {
+		T := T
+		if g != nil {
+			o.gemv[T] = func(p *byte) { g((*gemvArgs)(unsafe.Pointer(p)), T) }
+		}
+	}
+	return o
+}
+
+// runSplit runs kernel k over l for x in two or three row-block ranges (as threads would)
+// and checks that nothing is written past the output.
+func runSplit(t testing.TB, k Kernel, l *Layer, x []float32, n int) []float32 {
+	t.Helper()
+	var a Acts
+	if err := l.Quantize(x, n, &a); err != nil {
+		t.Fatal(err)
+	}
+	k.Prepare(l, &a)
+	m := l.Layout.M
+	buf := make([]float32, n*m+64)
+	for i := range buf {
+		buf[i] = float32(math.NaN())
+	}
+	out := buf[:n*m]
+	nrb := l.Layout.RowBlocks()
+	cuts := []int{0, nrb / 3, nrb / 2, nrb}
+	for i := 0; i+1 < len(cuts); i++ {
+		k.Run(l, &a, cuts[i], cuts[i+1], out)
+	}
+	for i := n * m; i < len(buf); i++ {
+		if !math.IsNaN(float64(buf[i])) {
+			t.Fatalf("%s wrote past the output (index %d of %d)", k.Name(), i, n*m)
+		}
+	}
+	return out
+}
+
+var testMs = []int{1, 31, 33, 64, 70}
+var testKs = []int{1, 3, 4, 31, 32, 33, 47, 48, 49, 95, 96, 97, 127, 128, 129, 200, 300, 520}
+
+// checkKernelExact runs kernel k against the reference on ragged shapes, every setting of
+// the format that k accepts, and the token counts ns.
+func checkKernelExact(t *testing.T, k Kernel, f quantcfg.Format, ns []int, seed uint64) (ran int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, uint64(len(f))))
+	ms, ks := testMs, testKs
+	if raceEnabled {
+		ms, ks = []int{33, 70}, []int{1, 47, 97, 129, 520}
+	}
+	for si, spec := range specsFor(f) {
+		for _, m := range ms {
+			for _, kk := range ks {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = m, kk, (m+kk+si)%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range ns {
+					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+						continue
+					}
+					x := randActs(rng, n, kk)
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := runSplit(t, k, tl.Layer, x, n)
+					checkExact(t, fmt.Sprintf("%s setting %d (%s, %s) %dx%d n=%d", k.Name(), si, tl.Spec.Scale, tl.Spec.Act, m, kk, n), got, want, m)
+					ran++
+				}
+			}
+		}
+	}
+	return ran
+}
+
+// genericKernel wraps generic operations as a kernel that always runs.
+type genericKernel struct{ simdKernel }
+
+func (g *genericKernel) CanImplement(l *Layer, n int) (bool, string) {
+	if l.Spec.Format != g.format {
+		return false, "format"
+	}
+	if g.format == quantcfg.I2S && l.SegLen%128 != 0 {
+		return false, "i2s segments"
+	}
+	if l.SegLen != 0 && g.ops.kstep != 0 && l.SegLen%g.ops.kstep != 0 {
+		return false, "segments"
+	}
+	if g.format == quantcfg.Int2 {
+		lo, hi := codebookSpan(l)
+		if hi-lo > g.ops.gemvMaxU {
+			return false, "span"
+		}
+	}
+	return true, ""
+}
+
+func TestGenericOpsMatchReference(t *testing.T) {
+	for _, f := range allFormats {
+		for _, z := range []bool{true, false} {
+			k := &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}
+			ns := []int{1, 2, 3, 4, 5, 7, 13, 17, 64}
+			if testing.Short() {
+				ns = []int{1, 64}
+			}
+			if ran := checkKernelExact(t, k, f, ns, 1); ran == 0 {
+				t.Fatalf("%s: no case ran", f)
+			}
+		}
+	}
+}
+
+func TestArgOffsets(t *testing.T) {
+	// The generator (_asm/) reads the argument blocks at these offsets.
+	var g gemvArgs
+	var u unpackArgs
+	var m gemmArgs
+	var e epiArgs
+	var f floatArgs
+	var la lutArgs
+	for _, c := range []struct {
+		name string
+		got  uintptr
+		want uintptr
+	}{
+		{"gemv.W", unsafe.Offsetof(g.W), 0}, {"gemv.X", unsafe.Offsetof(g.X), 8},
+		{"gemv.XStride", unsafe.Offsetof(g.XStride), 16}, {"gemv.Sums", unsafe.Offsetof(g.Sums), 24},
+		{"gemv.SegSteps", unsafe.Offsetof(g.SegSteps), 32}, {"gemv.NSeg", unsafe.Offsetof(g.NSeg), 40},
+		{"gemv.LastSteps", unsafe.Offsetof(g.LastSteps), 48}, {"gemv.Tab", unsafe.Offsetof(g.Tab), 56},
+		{"gemv.TabStride", unsafe.Offsetof(g.TabStride), 64}, {"gemv.Aux", unsafe.Offsetof(g.Aux), 72},
+		{"gemv.Aux2", unsafe.Offsetof(g.Aux2), 80},
+		{"unpack.W", unsafe.Offsetof(u.W), 0}, {"unpack.B", unsafe.Offsetof(u.B), 8},
+		{"unpack.N", unsafe.Offsetof(u.N), 16}, {"unpack.Tab", unsafe.Offsetof(u.Tab), 24},
+		{"unpack.N2", unsafe.Offsetof(u.N2), 32},
+		{"gemm.B", unsafe.Offsetof(m.B), 0}, {"gemm.X", unsafe.Offsetof(m.X), 8},
+		{"gemm.XQ", unsafe.Offsetof(m.XQ), 16}, {"gemm.Sums", unsafe.Offsetof(m.Sums), 24},
+		{"gemm.SegQ", unsafe.Offsetof(m.SegQ), 32}, {"gemm.NSeg", unsafe.Offsetof(m.NSeg), 40},
+		{"gemm.LastQ", unsafe.Offsetof(m.LastQ), 48}, {"gemm.SumsSeg", unsafe.Offsetof(m.SumsSeg), 56},
+		{"epi.Sums", unsafe.Offsetof(e.Sums), 0}, {"epi.NTok", unsafe.Offsetof(e.NTok), 8},
+		{"epi.NSeg", unsafe.Offsetof(e.NSeg), 16}, {"epi.A", unsafe.Offsetof(e.A), 24},
+		{"epi.Corr", unsafe.Offsetof(e.Corr), 32}, {"epi.XS", unsafe.Offsetof(e.XS), 40},
+		{"epi.CorrStride", unsafe.Offsetof(e.CorrStride), 48}, {"epi.WS", unsafe.Offsetof(e.WS), 56},
+		{"epi.WSSeg", unsafe.Offsetof(e.WSSeg), 64}, {"epi.Bias", unsafe.Offsetof(e.Bias), 72},
+		{"epi.Out", unsafe.Offsetof(e.Out), 80}, {"epi.OutStride", unsafe.Offsetof(e.OutStride), 88},
+		{"epi.Mask", unsafe.Offsetof(e.Mask), 96},
+		{"float.W", unsafe.Offsetof(f.W), 0}, {"float.X", unsafe.Offsetof(f.X), 8},
+		{"float.XStride", unsafe.Offsetof(f.XStride), 16}, {"float.K", unsafe.Offsetof(f.K), 24},
+		{"float.Bias", unsafe.Offsetof(f.Bias), 32}, {"float.Out", unsafe.Offsetof(f.Out), 40},
+		{"float.OutStride", unsafe.Offsetof(f.OutStride), 48}, {"float.Mask", unsafe.Offsetof(f.Mask), 56},
+		{"lut.W", unsafe.Offsetof(la.W), 0}, {"lut.RBBytes", unsafe.Offsetof(la.RBBytes), 8},
+		{"lut.NRB", unsafe.Offsetof(la.NRB), 16}, {"lut.Sums", unsafe.Offsetof(la.Sums), 24},
+		{"lut.Tab", unsafe.Offsetof(la.Tab), 32}, {"lut.TabStride", unsafe.Offsetof(la.TabStride), 40},
+		{"lut.Blocks", unsafe.Offsetof(la.Blocks), 48}, {"lut.Units", unsafe.Offsetof(la.Units), 56},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// asmKernels returns the assembly kernels that can run on this CPU.
+func asmKernels() []*simdKernel {
+	var out []*simdKernel
+	for _, k := range kernelList {
+		if s, ok := k.(*simdKernel); ok && isaReason(s.isa) == "" && (!s.int8vnni || hasINT8()) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestSIMDKernelsMatchReference(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 33, 64}
+	if testing.Short() {
+		ns = []int{1, 3, 4, 8, 13}
+	}
+	for _, k := range ks {
+		t.Run(k.Name(), func(t *testing.T) {
+			if ran := checkKernelExact(t, k, k.format, ns, 7); ran == 0 {
+				t.Fatalf("%s: accepted no setting", k.Name())
+			}
+		})
+	}
+}
+
+// TestSIMDGemmLargeN: the prefill path with many, ragged token counts.
+func TestSIMDGemmLargeN(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	ns := []int{64, 77, 130}
+	if testing.Short() {
+		ns = []int{77}
+	}
+	for _, k := range ks {
+		for si, spec := range specsFor(k.format) {
+			if si > 1 && testing.Short() {
+				break
+			}
+			for _, sh := range [][2]int{{70, 300}, {33, 1100}} {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range ns {
+					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+						continue
+					}
+					x := randActs(rng, n, sh[1])
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkExact(t, fmt.Sprintf("%s setting %d %dx%d n=%d", k.Name(), si, sh[0], sh[1], n), runSplit(t, k, tl.Layer, x, n), want, sh[0])
+				}
+			}
+		}
+	}
+}
+
+// fuzzFormat compares every assembly kernel of format f with the reference on a layer
+// and activations derived from the fuzz inputs.
+func fuzzFormat(t *testing.T, f quantcfg.Format, m, k, n uint16, setting uint8, seed uint64) {
+	mm, kk, nn := int(m%100)+1, int(k%700)+1, int(n%20)+1
+	specs := specsFor(f)
+	spec := specs[int(setting)%len(specs)]
+	spec.Out, spec.In, spec.Bias = mm, kk, seed%2 == 0
+	rng := rand.New(rand.NewPCG(seed, uint64(mm*kk)))
+	tl := newTestLayer(t, rng, spec)
+	x := randActs(rng, nn, kk)
+	if seed%3 == 0 { // extreme activations: one large value per token, the rest tiny or equal
+		for i := range x {
+			x[i] = float32(1 - 2*int(seed>>7&1))
+			if i%kk == int(seed)%kk {
+				x[i] *= 1e6
+			}
+		}
+	}
+	want, err := Reference(tl.Layer, x, nn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ker := range asmKernels() {
+		if ker.format != f {
+			continue
+		}
+		if ok, _ := ker.CanImplement(tl.Layer, nn); !ok {
+			continue
+		}
+		checkExact(t, fmt.Sprintf("%s %s %dx%d n=%d", ker.Name(), spec.Act, mm, kk, nn), runSplit(t, ker, tl.Layer, x, nn), want, mm)
+	}
+}
+
+func addFuzzSeeds(f *testing.F) {
+	f.Add(uint16(31), uint16(47), uint16(1), uint8(0), uint64(1))
+	f.Add(uint16(63), uint16(511), uint16(4), uint8(1), uint64(2))
+	f.Add(uint16(32), uint16(129), uint16(7), uint8(2), uint64(3))
+	f.Add(uint16(5), uint16(96), uint16(19), uint8(3), uint64(6))
+}
+
+func FuzzKernelI2S(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.I2S, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelTL1(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.TL1, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelTL2(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.TL2, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt2(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int2, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt1(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int1, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelInt8(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.Int8, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelBF16(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.BF16, m, k, n, s, seed)
+	})
+}
+
+func FuzzKernelF32(f *testing.F) {
+	addFuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, m, k, n uint16, s uint8, seed uint64) {
+		fuzzFormat(t, quantcfg.F32, m, k, n, s, seed)
+	})
+}
+
+// TestSIMDConcurrent: many goroutines prepare their own calls on shared layers and run
+// disjoint row-block ranges of them at once (go test -race checks the sharing).
+func TestSIMDConcurrent(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	type job struct {
+		k    *simdKernel
+		l    *Layer
+		x    []float32
+		n    int
+		want []float32
+	}
+	var jobs []job
+	for _, k := range ks {
+		if k.isa != ks[0].isa {
+			continue
+		}
+		spec := quantcfg.LayerSpec{Format: k.format, Out: 200, In: 300, Bias: true}
+		tl := newTestLayer(t, rng, spec)
+		for _, n := range []int{1, 3, 9} {
+			x := randActs(rng, n, 300)
+			want, err := Reference(tl.Layer, x, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, job{k, tl.Layer, x, n, want})
+		}
+	}
+	done := make(chan error, 4*len(jobs))
+	for rep := 0; rep < 4; rep++ {
+		for _, j := range jobs {
+			go func(j job) {
+				var a Acts
+				if err := j.l.Quantize(j.x, j.n, &a); err != nil {
+					done <- err
+					return
+				}
+				j.k.Prepare(j.l, &a)
+				out := make([]float32, j.n*j.l.Layout.M)
+				nrb := j.l.Layout.RowBlocks()
+				fin := make(chan struct{}, nrb)
+				for rb := 0; rb < nrb; rb++ {
+					go func(rb int) { j.k.Run(j.l, &a, rb, rb+1, out); fin <- struct{}{} }(rb)
+				}
+				for rb := 0; rb < nrb; rb++ {
+					<-fin
+				}
+				for i := range out {
+					if !sameBits(out[i], j.want[i]) {
+						done <- fmt.Errorf("%s n=%d: output %d = %v, want %v", j.k.Name(), j.n, i, out[i], j.want[i])
+						return
+					}
+				}
+				done <- nil
+			}(j)
+		}
+	}
+	for i := 0; i < 4*len(jobs); i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

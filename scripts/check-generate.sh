@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# check-generate.sh fails when the committed assembly of package kernels differs from what
+# the generator produces (run `scripts/generate.sh` and commit), and checks the encodings
+# the Go assembler cannot spell: every vpdpbusd in the AVX-VNNI functions must disassemble
+# as `{vex} vpdpbusd`, every one in the AVX-VNNI-INT8 functions as `vpdpbssd` (VEX), and no
+# AVX2-class function may touch an AVX-512 register (the generator refuses those too).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+scripts/generate.sh
+if ! git diff --exit-code --stat -- kernels/; then
+  echo "check-generate: regenerated assembly differs from the committed files (run scripts/generate.sh and commit)" >&2
+  exit 1
+fi
+untracked=$(git ls-files --others --exclude-standard -- 'kernels/*_amd64.s' 'kernels/*_amd64.go')
+if [ -n "$untracked" ]; then
+  echo "check-generate: generated files not committed: $untracked" >&2
+  exit 1
+fi
+if ! command -v objdump >/dev/null; then
+  echo "check-generate: objdump not found; skipping the encoding check" >&2
+  exit 0
+fi
+bin=$(mktemp)
+trap 'rm -f "$bin"' EXIT
+go test -c -o "$bin" ./kernels
+objdump -d "$bin" | awk '
+  /^[0-9a-f]+ <.*>:$/ { fn = $2; vex = (fn ~ /AVXVNNI/); int8 = (fn ~ /VNNIINT8/); avx2 = (fn ~ /AVX2|AVXVNNI/); next }
+  vex && /vpdpbusd|vpdpbssd/ {
+    n++
+    if (int8 && $0 !~ /vpdpbssd/) { print "not vpdpbssd in " fn ": " $0; bad = 1 }
+    if (!int8 && $0 !~ /\{vex\} vpdpbusd/) { print "not VEX vpdpbusd in " fn ": " $0; bad = 1 }
+  }
+  avx2 && /%[xyz]mm(1[6-9]|2[0-9]|3[01])|%zmm|%k[0-7]/ { print "AVX-512 register in " fn ": " $0; bad = 1 }
+  END {
+    if (n == 0) { print "no AVX-VNNI dot products found"; bad = 1 }
+    if (bad) exit 1
+    print "check-generate: " n " VEX dot products verified"
+  }'
