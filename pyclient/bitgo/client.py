@@ -350,10 +350,12 @@ class Client:
     def _tail(self) -> str:
         return self._daemon.tail_text() if self._daemon is not None else ""
 
-    def _fail(self, msg: str, status=None) -> DaemonError:
-        """Close the session after a transport failure; the error is sticky."""
+    def _fail(self, msg: str, status=None, gone: bool = False) -> DaemonError:
+        """Close the session after a transport failure; the error is sticky. ``gone``: the
+        daemon closed the connection (give our child a moment to be reaped, for its exit
+        status)."""
         d = self._daemon
-        if d is not None and not d.alive():
+        if d is not None and not d.alive(wait=0.5 if gone else 0.0):
             msg += f" (bitd exited with {d.exit_text()})"
         err = DaemonError(msg + self._tail(), status=status)
         self._err = err
@@ -442,7 +444,8 @@ class Client:
                 break
             why = self._dead()
             if why is not None:
-                raise self._fail(f"bitd (pid {self.server_pid}) during {what}: {why}")
+                raise self._fail(f"bitd (pid {self.server_pid}) during {what}: {why}",
+                                 gone=True)
             if self._call_timeout_ns is not None and _now() - t0 > self._call_timeout_ns:
                 raise self._fail(f"bitd (pid {self.server_pid}) did not answer {what} within "
                                  f"{self._call_timeout_ns / 1e9:g} s; the session is closed")

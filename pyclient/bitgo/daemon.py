@@ -224,7 +224,14 @@ class EmbeddedDaemon:
                 return f"signal {-code}"
         return f"status {code}"
 
-    def alive(self) -> bool:
+    def alive(self, wait: float = 0.0) -> bool:
+        """Whether the process runs. With ``wait``, give a process that is exiting (its
+        sockets already closed) that long to become reapable, so its exit status is known."""
+        if wait and self.proc.poll() is None:
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                pass
         return self.proc.poll() is None
 
     def exit_text(self) -> str:

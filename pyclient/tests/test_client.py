@@ -309,6 +309,11 @@ def test_private_daemon_dies_with_its_parent(tmp_path):
     assert not _alive(pid), f"bitd {pid} outlived its parent"
 
 
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -343,23 +348,26 @@ def _slow_layer(c):
 
 
 def test_killed_daemon_mid_call_raises_quickly():
+    import bitgo.client as bc
     c = Client(embedded=True)
     lid, x = _slow_layer(c)
-    t0 = time.perf_counter()
-    c.forward(lid, x)
-    one = time.perf_counter() - t0
     box = {}
 
     def call():
         try:
-            c.forward(lid, x)
+            while True:  # until the kill lands in a call
+                c.forward(lid, x)
         except BaseException as e:
             box["err"] = e
         box["t"] = time.perf_counter()
 
     th = threading.Thread(target=call)
     th.start()
-    time.sleep(min(0.05, one / 4))
+    w = c._w
+    deadline = time.time() + 30
+    while time.time() < deadline:  # a request is published and not answered: mid-call
+        if w[bc._REQ_SEQ] != w[bc._RESP_SEQ]:
+            break
     os.kill(c.daemon.pid, signal.SIGKILL)
     killed = time.perf_counter()
     th.join(10)
@@ -367,7 +375,7 @@ def test_killed_daemon_mid_call_raises_quickly():
     err = box.get("err")
     assert isinstance(err, DaemonError), repr(err)
     assert box["t"] - killed < 2.0, f"noticed after {box['t'] - killed:.3f} s"
-    assert "SIGKILL" in str(err) and "stderr" in str(err)
+    assert "during forward" in str(err) and "SIGKILL" in str(err) and "stderr" in str(err)
     with pytest.raises(DaemonError, match="SIGKILL"):  # sticky
         c.ping()
     with pytest.raises(DaemonError):
@@ -391,6 +399,9 @@ def test_stopped_daemon_times_out():
     c = Client(embedded=True, call_timeout=0.5)
     try:
         os.kill(c.daemon.pid, signal.SIGSTOP)
+        deadline = time.time() + 5
+        while _state(c.daemon.pid) != "T" and time.time() < deadline:
+            time.sleep(0.001)  # kill returns before every thread has stopped
         t0 = time.perf_counter()
         with pytest.raises(DaemonError, match="did not answer ping within 0.5 s"):
             c.ping()
