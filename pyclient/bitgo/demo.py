@@ -32,6 +32,7 @@ client, the shared-memory round trip.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import math
@@ -239,6 +240,21 @@ def reference_logits(model: Decoder, tokens: List[int], progress=None) -> List[t
         return [model.lm_head(model.norm(x)) for x in xs]
 
 
+def set_threads(n: int) -> None:
+    """torch's threads and, when torch's BLAS is OpenBLAS, OpenBLAS's: its worker threads spin
+    for a long while after every call (lm_head's, here), and on a small machine they take the
+    cores bitd computes on."""
+    torch.set_num_threads(n)
+    for name in ("libblas.so.3", "libopenblas.so.0"):
+        try:
+            fn = getattr(ctypes.CDLL(name), "openblas_set_num_threads", None)
+        except OSError:
+            continue
+        if fn is not None:
+            fn(int(n))
+            return
+
+
 def fastest_threads(model: Decoder, cores: int) -> int:
     """The torch thread count (1 or every core) that decodes this model faster here: Debian's
     torch 1.13 runs bfloat16 linears faster on one thread, float32 ones through OpenBLAS on
@@ -248,7 +264,7 @@ def fastest_threads(model: Decoder, cores: int) -> int:
     best, pick = float("inf"), cores
     s = model.s
     for n in (cores, 1):
-        torch.set_num_threads(n)
+        set_threads(n)
         cache, rope = KVCache(s, s.layers, 3, model.dtype), Rotary(s, 3)
         with torch.no_grad():
             model.step(1, cache, rope, 0)
@@ -258,7 +274,7 @@ def fastest_threads(model: Decoder, cores: int) -> int:
             dt = time.perf_counter() - t
         if dt < best:
             best, pick = dt, n
-    torch.set_num_threads(pick)
+    set_threads(pick)
     return pick
 
 
@@ -287,7 +303,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     cores = len(os.sched_getaffinity(0))
     if not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(cores)  # the float baselines use every core
+        set_threads(cores)
     s = Shape(layers=args.layers, vocab=args.vocab)
     fmt = args.format
     cfg = bitgo.QuantConfig(format=fmt)
@@ -324,11 +340,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows.append(("torch nn.Linear bfloat16", args.tokens / sec, 2 * nlin))
         log(f"  bfloat16: {args.tokens / sec:6.2f} tokens/s ({nt} torch threads)")
         res["threads_bf16"] = nt
-    torch.set_num_threads(cores)
+    set_threads(cores)
 
     # bitgo: quantize the (float) model in place, compute activations in float32. bitd's
-    # threads do the linear layers; torch keeps one thread, so that its OpenMP workers do
-    # not spin on the cores bitd computes on.
+    # threads do the linear layers; torch and OpenBLAS keep one thread, so that their
+    # workers do not spin on the cores bitd computes on.
     t = time.perf_counter()
     client = bitgo.default_client()
     bitgo.quantize_(model, cfg)
@@ -336,7 +352,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gc.collect()
     qsec = time.perf_counter() - t
     torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    set_threads(1)
     d = client.daemon
     where = (f"a private bitd (pid {d.pid}, started by bitgo.Client)" if d is not None
              else f"bitd at {client.socket_path} (pid {client.server_pid})")
@@ -379,7 +395,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                overhead_us_per_call=(lin_ns - handler_ns) / max(timer.calls, 1) / 1e3)
 
     ok = True
-    torch.set_num_threads(torch_threads)
+    set_threads(torch_threads)
     if not args.skip_check:
         t = time.perf_counter()
         ref = reference_logits(model, toks)
