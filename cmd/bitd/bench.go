@@ -25,21 +25,21 @@ func init() {
 
 // benchOpts are `bitd bench`'s flags.
 type benchOpts struct {
-	json     bool
-	quick    bool
-	cache    bool
-	prefill  bool
-	model    string
-	plot     string
-	formats  []quantcfg.Format
-	shapes   []kbench.Shape
-	threads  []int
-	ns       []int
+	json    bool
+	quick   bool
+	cache   bool
+	prefill bool
+	model   string
+	plot    string
+	formats []quantcfg.Format
+	shapes  []kbench.Shape
+	threads []int
+	ns      []int
 	// formatsSet and threadsSet tell whether --format and --threads were given.
 	formatsSet, threadsSet bool
-	minBytes int
-	rounds   int
-	minTime  time.Duration
+	minBytes               int
+	rounds                 int
+	minTime                time.Duration
 }
 
 // benchRecord is one result line; the JSON field names are the `--json` schema.
