@@ -25,18 +25,21 @@ func init() {
 
 // benchOpts are `bitd bench`'s flags.
 type benchOpts struct {
-	json     bool
-	quick    bool
-	cache    bool
-	prefill  bool
-	plot     string
-	formats  []quantcfg.Format
-	shapes   []kbench.Shape
-	threads  []int
-	ns       []int
-	minBytes int
-	rounds   int
-	minTime  time.Duration
+	json    bool
+	quick   bool
+	cache   bool
+	prefill bool
+	model   string
+	plot    string
+	formats []quantcfg.Format
+	shapes  []kbench.Shape
+	threads []int
+	ns      []int
+	// formatsSet and threadsSet tell whether --format and --threads were given.
+	formatsSet, threadsSet bool
+	minBytes               int
+	rounds                 int
+	minTime                time.Duration
 }
 
 // benchRecord is one result line; the JSON field names are the `--json` schema.
@@ -99,6 +102,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs.BoolVar(&o.cache, "cache", false, "cache-resident variant: one weight matrix instead of a rotation through DRAM (op gemv_cache)")
 	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 VNNI peak (op gemm)")
 	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
+	fs.StringVar(&o.model, "model", "", "measure a whole model's linear layers through the engine instead (decode and 512-token prefill tokens/s; default formats i2s, tl2, bf16): "+benchModelNames())
 	fs.String("device", "cpu", "cpu, or xe2:N for an Xe2 GPU's benchmark (its own flags)")
 	formats := fs.String("format", "", "comma-separated formats (default: all)")
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
@@ -123,6 +127,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		o.formats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL2, quantcfg.Int2, quantcfg.BF16}
 		o.shapes = []kbench.Shape{{M: 2560, K: 2560}, {M: 4096, K: 14336}}
 	}
+	if o.model != "" {
+		if _, ok := benchModels[o.model]; !ok {
+			return o, fmt.Errorf("bench: --model %q: known models: %s", o.model, benchModelNames())
+		}
+	}
+	o.formatsSet, o.threadsSet = *formats != "", *threads != ""
 	if *formats != "" {
 		o.formats = nil
 		for _, s := range strings.Split(*formats, ",") {
@@ -219,6 +229,31 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer e.dram.Free()
+	if o.model != "" {
+		recs, err := modelSuite(e)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		if o.json {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(struct {
+				Machine benchMachine  `json:"machine"`
+				Results []modelRecord `json:"results"`
+			}{e.machine, recs}); err != nil {
+				fmt.Fprintln(stderr, "bench:", err)
+				return 1
+			}
+			return 0
+		}
+		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-10s %-6s %3s %12s %14s %9s %9s\n",
+			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "decode tok/s", "prefill tok/s", "dec x bf16", "pre x bf16")
+		for _, r := range recs {
+			fmt.Fprintf(stdout, "%-10s %-6s %3d %12.1f %14.1f %9.2f %9.2f\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.PrefillTokS, r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
+		}
+		return 0
+	}
 	suites := []suite{gemvSuite}
 	if o.prefill {
 		suites = append(suites, prefillSuite)

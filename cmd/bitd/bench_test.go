@@ -75,3 +75,40 @@ func TestBenchJSON(t *testing.T) {
 		t.Errorf("plot: %v", err)
 	}
 }
+
+// TestBenchModelJSON runs --model on a tiny two-layer model and checks the JSON records.
+func TestBenchModelJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	benchModels["tiny"] = benchModel{Name: "tiny", Layers: 4, Mats: []benchMat{{"q", 64, 96, 1}, {"up", 96, 64, 2}}}
+	defer delete(benchModels, "tiny")
+	var out, stderr bytes.Buffer
+	if code := run([]string{"bench", "--json", "--quick", "--model", "tiny", "--format", "bf16,i2s,int2"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep struct {
+		Machine map[string]any `json:"machine"`
+		Results []map[string]any
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d records, want 3: %s", len(rep.Results), out.String())
+	}
+	for _, r := range rep.Results {
+		for _, k := range []string{"op", "model", "format", "threads", "decode_tok_s", "prefill_tok_s", "speedup_vs_bf16"} {
+			if _, ok := r[k]; !ok {
+				t.Fatalf("record lacks %q: %v", k, r)
+			}
+		}
+		if r["op"] != "model" || r["model"] != "tiny" || r["decode_tok_s"].(float64) <= 0 || r["prefill_tok_s"].(float64) <= 0 || r["speedup_vs_bf16"].(float64) <= 0 {
+			t.Fatalf("bad record %v", r)
+		}
+	}
+	var stderr2 bytes.Buffer
+	if code := run([]string{"bench", "--model", "gpt5"}, &bytes.Buffer{}, &stderr2); code != 2 || !strings.Contains(stderr2.String(), "known models: bitnet-2b") {
+		t.Fatalf("unknown model: exit %d, %q", code, stderr2.String())
+	}
+}

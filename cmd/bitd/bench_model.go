@@ -1,0 +1,260 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"bitgo/engine"
+	"bitgo/kernels"
+	"bitgo/quantcfg"
+	"bitgo/sched"
+)
+
+// A benchModel is the linear layers of a transformer: Layers repetitions of Mats.
+type benchModel struct {
+	Name   string
+	Layers int
+	Mats   []benchMat
+}
+
+type benchMat struct {
+	Name  string
+	Out   int
+	In    int
+	Count int // how many matrices of this shape a layer has
+}
+
+// benchModels are the real models `bitd bench --model` knows.
+var benchModels = map[string]benchModel{
+	// BitNet b1.58 2B4T: hidden 2560, FFN 6912, 20 query heads and 5 KV heads of 128.
+	"bitnet-2b": {Name: "bitnet-2b", Layers: 30, Mats: []benchMat{
+		{"q_proj", 2560, 2560, 1}, {"k_proj", 640, 2560, 1}, {"v_proj", 640, 2560, 1}, {"o_proj", 2560, 2560, 1},
+		{"gate_proj", 6912, 2560, 1}, {"up_proj", 6912, 2560, 1}, {"down_proj", 2560, 6912, 1},
+	}},
+}
+
+func benchModelNames() string {
+	var names []string
+	for n := range benchModels {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// modelRecord is one `--model` result (op "model"); it is written as its own JSON object.
+type modelRecord struct {
+	Op            string  `json:"op"`
+	Model         string  `json:"model"`
+	Format        string  `json:"format"`
+	Threads       int     `json:"threads"`
+	DecodeTokS    float64 `json:"decode_tok_s"`
+	PrefillTokS   float64 `json:"prefill_tok_s"`
+	SpeedupVsBF16 float64 `json:"speedup_vs_bf16"`
+	// PrefillSpeedupVsBF16 is the prefill counterpart of SpeedupVsBF16 (decode).
+	PrefillSpeedupVsBF16 float64 `json:"prefill_speedup_vs_bf16"`
+	WeightBytes          int64   `json:"weight_bytes"`
+}
+
+// prefillTokens is the prompt length of the prefill measurement.
+const prefillTokens = 512
+
+// prefillLayers is how many of the model's layers the prefill pass times: prefill is
+// compute-bound (each weight is reused by 512 tokens), so the time of a few layers times
+// Layers/prefillLayers is the whole model's, and bf16 stays within the time budget.
+const prefillLayers = 3
+
+// modelSuite registers the model's linear layers (random weights, every layer in its own
+// memory, so decode reads the whole model from DRAM) in an engine on sched's pinned pool,
+// and measures decode (one token through every layer, median over tokens) and prefill
+// (512 tokens) for each format.
+func modelSuite(e *benchEnv) ([]modelRecord, error) {
+	model := benchModels[e.opt.model]
+	formats := e.opt.formats
+	if !e.opt.formatsSet {
+		formats = []quantcfg.Format{quantcfg.BF16, quantcfg.I2S, quantcfg.TL2}
+	}
+	// bf16 first, so every other format's speed-up is known when it is printed.
+	slices.SortStableFunc(formats, func(a, b quantcfg.Format) int {
+		return map[bool]int{true: 0, false: 1}[a == quantcfg.BF16] - map[bool]int{true: 0, false: 1}[b == quantcfg.BF16]
+	})
+	threads := []int{runtime.NumCPU()}
+	if e.opt.threadsSet {
+		threads = e.opt.threads
+	}
+	var recs []modelRecord
+	for _, t := range threads {
+		sc := sched.Default()
+		sc.Threads = min(t, runtime.GOMAXPROCS(0))
+		pool, err := sched.New(sc)
+		if err != nil {
+			return nil, err
+		}
+		eng, err := engine.New(engine.Config{Runner: sched.Runner{Pool: pool}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		var bf modelRecord
+		for _, f := range formats {
+			r, err := measureModel(e, eng, model, f)
+			if err != nil {
+				eng.Close()
+				pool.Close()
+				return nil, err
+			}
+			r.Threads = pool.Threads()
+			if f == quantcfg.BF16 {
+				bf = r
+			}
+			if bf.DecodeTokS > 0 {
+				r.SpeedupVsBF16 = r.DecodeTokS / bf.DecodeTokS
+				r.PrefillSpeedupVsBF16 = r.PrefillTokS / bf.PrefillTokS
+			}
+			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s  prefill(%d) %8.1f tok/s  x%.2f / x%.2f vs bf16  (%.0f MiB of weights)\n",
+				model.Name, f, r.Threads, r.DecodeTokS, prefillTokens, r.PrefillTokS, r.SpeedupVsBF16, r.PrefillSpeedupVsBF16, float64(r.WeightBytes)/(1<<20))
+			recs = append(recs, r)
+		}
+		if err := eng.Close(); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		if err := pool.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return recs, nil
+}
+
+func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.Format) (modelRecord, error) {
+	rec := modelRecord{Op: "model", Model: model.Name, Format: string(f)}
+	rng := rand.New(rand.NewPCG(uint64(len(f)), 7))
+	type mat struct {
+		spec   quantcfg.LayerSpec
+		blob   []byte
+		scales []float32
+	}
+	// One random template per shape; every layer gets its own copy (distinct memory).
+	var templates []mat
+	for _, m := range model.Mats {
+		spec := quantcfg.LayerSpec{Format: f, Out: m.Out, In: m.In}.WithDefaults()
+		w := kernels.Weights{}
+		if f.IsFloat() {
+			w.F = make([]float32, m.Out*m.In)
+			for i := range w.F {
+				w.F[i] = float32(rng.NormFloat64() * 0.02)
+			}
+		} else {
+			w.Q = make([]int8, m.Out*m.In)
+			for i := range w.Q {
+				switch {
+				case f.IsTernary():
+					w.Q[i] = int8(rng.IntN(3) - 1)
+				case f == quantcfg.Int2:
+					w.Q[i] = int8(rng.IntN(4))
+				case f == quantcfg.Int1:
+					w.Q[i] = int8(2*rng.IntN(2) - 1)
+				default:
+					w.Q[i] = int8(rng.IntN(255) - 127)
+				}
+			}
+		}
+		blob, err := kernels.PackNew(f, m.Out, m.In, w)
+		if err != nil {
+			return rec, err
+		}
+		scales := make([]float32, spec.NumScales())
+		for i := range scales {
+			scales[i] = 0.01
+		}
+		for c := 0; c < m.Count; c++ {
+			templates = append(templates, mat{spec, blob, scales})
+		}
+	}
+	ids := make([][]engine.ID, model.Layers)
+	defer func() {
+		for _, layer := range ids {
+			for _, id := range layer {
+				_ = eng.Free(id)
+			}
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+	}()
+	for l := range ids {
+		for i, tm := range templates {
+			s := engine.Spec{LayerSpec: tm.spec, Packed: append([]byte(nil), tm.blob...), Borrow: true, Trusted: true, Scales: tm.scales}
+			s.Name = fmt.Sprintf("bench/%d/%s/%d", l, model.Mats[min(i, len(model.Mats)-1)].Name, i)
+			id, err := eng.Register(s)
+			if err != nil {
+				return rec, err
+			}
+			ids[l] = append(ids[l], id)
+			rec.WeightBytes += int64(len(tm.blob))
+		}
+	}
+	maxK, maxM := 0, 0
+	for _, tm := range templates {
+		maxK, maxM = max(maxK, tm.spec.In), max(maxM, tm.spec.Out)
+	}
+	x := make([]float32, prefillTokens*maxK)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	out := make([]float32, prefillTokens*maxM)
+	pass := func(layers, n int) (time.Duration, error) {
+		start := time.Now()
+		for l := 0; l < layers; l++ {
+			for i, id := range ids[l] {
+				tm := templates[i]
+				if err := eng.ForwardF32(id, x[:n*tm.spec.In], n, out[:n*tm.spec.Out]); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return time.Since(start), nil
+	}
+	// decode: one token through every layer; warm up, then the median of several tokens
+	tokens := 9
+	if f.IsFloat() || e.opt.quick {
+		tokens = 5
+	}
+	if _, err := pass(model.Layers, 1); err != nil {
+		return rec, err
+	}
+	var times []time.Duration
+	for i := 0; i < tokens; i++ {
+		d, err := pass(model.Layers, 1)
+		if err != nil {
+			return rec, err
+		}
+		times = append(times, d)
+	}
+	slices.Sort(times)
+	rec.DecodeTokS = 1 / times[len(times)/2].Seconds()
+	// prefill: 512 tokens through prefillLayers layers, scaled to the model; best of two
+	// passes after a warm-up of one layer
+	if _, err := pass(1, prefillTokens); err != nil {
+		return rec, err
+	}
+	layers := min(prefillLayers, model.Layers)
+	best := time.Duration(1<<63 - 1)
+	for i := 0; i < 2; i++ {
+		d, err := pass(layers, prefillTokens)
+		if err != nil {
+			return rec, err
+		}
+		best = min(best, d)
+	}
+	whole := best.Seconds() * float64(model.Layers) / float64(layers)
+	rec.PrefillTokS = prefillTokens / whole
+	return rec, nil
+}
