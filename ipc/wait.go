@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -31,36 +32,51 @@ func futexWake(addr *uint32) {
 func schedYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // spinner adapts how long a waiter spins (with sched_yield) before it sleeps on the
-// futex, from the waits it has seen: it spins about twice the recent typical wait, so a
-// peer that answers quickly is caught without a wake-up (which costs 25-50 us across
-// cores here), and a peer that takes long is waited for asleep.
+// futex, from the waits it has seen. A wake-up costs 25-170 us on this kind of machine, so a
+// waiter should be awake when the peer's next word arrives whenever that is likely soon:
+// it spins a little longer than the 95th percentile of its recent waits, when that fits
+// under the ceiling; else the 75th, else the median; else (the peer is mostly slow or
+// idle) just the floor. Percentiles, not a mean: a decode loop's gaps between calls
+// are mostly short with a few long ones (attention between projections), and a mean pulled
+// up by the long ones would put the waiter to sleep before the short ones too.
 type spinner struct {
-	ewma  int64 // ns, recent waits (clamped)
-	floor int64 // ns, always spin this long
-	ceil  int64 // ns, never spin longer
+	waits  [spinHistory]int64 // ns, the most recent waits (a ring)
+	n, at  int                // filled entries, next slot
+	cached int64              // the budget, recomputed every few observations
+	fresh  int                // observations since the last recomputation
+	floor  int64              // ns, always spin this long
+	ceil   int64              // ns, never spin longer
 }
+
+const spinHistory = 32
 
 func newSpinner(floor, ceil time.Duration) spinner {
-	return spinner{ewma: int64(floor), floor: int64(floor), ceil: int64(ceil)}
+	return spinner{floor: int64(floor), ceil: int64(ceil), cached: int64(floor)}
 }
 
-func (s *spinner) budget() int64 {
-	e := s.ewma
-	if e > s.ceil {
-		return s.floor // waits are long: sleep almost at once
-	}
-	b := 2*e + s.floor
-	if b > s.ceil {
-		b = s.ceil
-	}
-	return b
-}
+func (s *spinner) budget() int64 { return s.cached }
 
 func (s *spinner) observe(d int64) {
-	if d > 4*s.ceil {
-		d = 4 * s.ceil
+	s.waits[s.at] = d
+	s.at = (s.at + 1) % spinHistory
+	s.n = min(s.n+1, spinHistory)
+	if s.fresh++; s.fresh >= 4 || s.n < spinHistory {
+		s.fresh = 0
+		s.cached = s.compute()
 	}
-	s.ewma += (d - s.ewma) / 4
+}
+
+func (s *spinner) compute() int64 {
+	var sorted [spinHistory]int64
+	w := sorted[:s.n]
+	copy(w, s.waits[:s.n])
+	slices.Sort(w)
+	for _, q := range []int{95, 75, 50} {
+		if p := w[(len(w)-1)*q/100]; p+p/4 <= s.ceil {
+			return max(s.floor, p+p/4+s.floor/2)
+		}
+	}
+	return s.floor
 }
 
 // waitChange returns when *word != old: it polls briefly, spins with sched_yield for
@@ -127,7 +143,7 @@ const firstSlice = 2 * time.Millisecond
 // ceilings bound the CPU a waiter burns when the peer is slow or idle.
 var (
 	serverSpinFloor = 50 * time.Microsecond
-	serverSpinCeil  = 250 * time.Microsecond
+	serverSpinCeil  = 2 * time.Millisecond // well under the 10 ms after which an idle daemon must use ~no CPU
 	clientSpinFloor = 50 * time.Microsecond
 	clientSpinCeil  = time.Millisecond
 )

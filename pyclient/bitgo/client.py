@@ -118,8 +118,13 @@ class Client:
       call_timeout: seconds one call may take before the client gives up and closes
         (None: no limit besides the daemon being alive). Default 300.
       connect_timeout: seconds for connecting and the handshake.
-      threads: ``--threads`` of a private daemon (default ``$BITGO_BITD_THREADS``, else
-        every core).
+      threads: ``--threads`` of a private daemon (default ``$BITGO_BITD_THREADS``; else
+        ``$BITD_THREADS`` as bitd reads it; else every core this process may use but one,
+        at least one). A private daemon shares the machine with this process, whose own
+        thread is busy between linear calls (norms, attention): leaving it a core keeps
+        bitd's threads from time-sharing a core with it, which on a small machine costs
+        more per call (the scheduler makes a core's tasks take turns) than one fewer
+        compute thread costs in a bandwidth-bound GEMV.
     """
 
     def __init__(self, socket: Optional[str] = None, *, embedded: Optional[bool] = None,
@@ -187,6 +192,8 @@ class Client:
                     threads = int(env)
                 except ValueError:
                     raise ValueError(f"BITGO_BITD_THREADS={env!r}: want an integer") from None
+            elif not os.environ.get("BITD_THREADS", "").strip():
+                threads = max(1, len(os.sched_getaffinity(0)) - 1)
         self._daemon = EmbeddedDaemon(threads=threads)
         return self._daemon.socket_path
 

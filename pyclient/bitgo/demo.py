@@ -106,19 +106,34 @@ class KVCache:
 class Block(nn.Module):
     """One decoder block; the decoding step and the reference check share its stages."""
 
-    def __init__(self, s: Shape, idx: int, gen: torch.Generator, seed: int):
+    def __init__(self, s: Shape, idx: int, gen: torch.Generator, seed: int, fused: bool = True):
         super().__init__()
-        self.s, self.idx = s, idx
+        self.s, self.idx, self.fused = s, idx, fused
         h, f, kv = s.hidden, s.ffn, s.kv_heads * s.head_dim
+        self.splits = ([h, kv, kv], [f, f])
         self.attn_norm = RMSNorm(h, s.eps, gen)
         self.attn_sub_norm = RMSNorm(h, s.eps, gen)
         self.ffn_norm = RMSNorm(h, s.eps, gen)
         self.ffn_sub_norm = RMSNorm(f, s.eps, gen)
         rng = np.random.default_rng(seed)
-        for name, out, inp in (("q_proj", h, h), ("k_proj", kv, h), ("v_proj", kv, h),
-                               ("o_proj", h, h), ("gate_proj", f, h), ("up_proj", f, h),
-                               ("down_proj", h, f)):
+        if fused:  # as vLLM runs it: merged QKV and gate/up projections
+            mats = (("qkv_proj", h + 2 * kv, h), ("o_proj", h, h), ("gate_up_proj", 2 * f, h),
+                    ("down_proj", h, f))
+        else:
+            mats = (("q_proj", h, h), ("k_proj", kv, h), ("v_proj", kv, h), ("o_proj", h, h),
+                    ("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f))
+        for name, out, inp in mats:
             setattr(self, name, ternary_linear(rng, out, inp))
+
+    def qkv(self, h: torch.Tensor):
+        if self.fused:
+            return self.qkv_proj(h).split(self.splits[0], dim=-1)
+        return self.q_proj(h), self.k_proj(h), self.v_proj(h)
+
+    def gate_up(self, h: torch.Tensor):
+        if self.fused:
+            return self.gate_up_proj(h).split(self.splits[1], dim=-1)
+        return self.gate_proj(h), self.up_proj(h)
 
     # stages (shared by decoding and the reference check)
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache,
@@ -141,10 +156,10 @@ class Block(nn.Module):
     def step(self, x: torch.Tensor, cache: KVCache, rope: Rotary, pos: int) -> torch.Tensor:
         """One token: x is [1, hidden]."""
         h = self.attn_norm(x)
-        a = self.attend(self.q_proj(h), self.k_proj(h), self.v_proj(h), cache, rope, pos)
+        a = self.attend(*self.qkv(h), cache, rope, pos)
         x = x + self.o_proj(a)
         h = self.ffn_norm(x)
-        return x + self.down_proj(self.ffn_act(self.gate_proj(h), self.up_proj(h)))
+        return x + self.down_proj(self.ffn_act(*self.gate_up(h)))
 
 
 def ternary_linear(rng: np.random.Generator, out: int, inp: int) -> nn.Linear:
@@ -158,13 +173,13 @@ def ternary_linear(rng: np.random.Generator, out: int, inp: int) -> nn.Linear:
 
 
 class Decoder(nn.Module):
-    def __init__(self, s: Shape, seed: int = 0):
+    def __init__(self, s: Shape, seed: int = 0, fused: bool = True):
         super().__init__()
         self.s = s
         gen = torch.Generator().manual_seed(seed)
         self.embed_tokens = nn.Embedding(s.vocab, s.hidden)
         self.embed_tokens.weight.requires_grad_(False).normal_(generator=gen)
-        self.layers = nn.ModuleList(Block(s, i, gen, seed * 1000 + i) for i in range(s.layers))
+        self.layers = nn.ModuleList(Block(s, i, gen, seed * 1000 + i, fused) for i in range(s.layers))
         self.norm = RMSNorm(s.hidden, s.eps, gen)
         self.lm_head = nn.Linear(s.hidden, s.vocab, bias=False)
         self.lm_head.weight.requires_grad_(False).normal_(std=s.hidden ** -0.5, generator=gen)
@@ -222,16 +237,22 @@ def reference_logits(model: Decoder, tokens: List[int], progress=None) -> List[t
         y = R.linear(mod, torch.cat(xs, dim=0))
         return [y[t: t + 1].clone() for t in range(len(xs))]
 
+    def lins(blk, names, splits, xs):
+        if blk.fused:
+            ys = lin(getattr(blk, names[0]), xs)
+            return list(zip(*(y.split(splits, dim=-1) for y in ys)))
+        return [lin(getattr(blk, n), xs) for n in names[1:]]
+
     with torch.no_grad():
         xs = [model.embed_tokens.weight[tokens[t]].view(1, -1) for t in range(steps)]
         for i, blk in enumerate(model.layers):
             hs = [blk.attn_norm(x) for x in xs]
-            qs, ks, vs = lin(blk.q_proj, hs), lin(blk.k_proj, hs), lin(blk.v_proj, hs)
+            qs, ks, vs = lins(blk, ("qkv_proj", "q_proj", "k_proj", "v_proj"), blk.splits[0], hs)
             a = [blk.attend(qs[t], ks[t], vs[t], cache, rope, t) for t in range(steps)]
             os_ = lin(blk.o_proj, a)
             xs = [xs[t] + os_[t] for t in range(steps)]
             hs = [blk.ffn_norm(x) for x in xs]
-            gs, us = lin(blk.gate_proj, hs), lin(blk.up_proj, hs)
+            gs, us = lins(blk, ("gate_up_proj", "gate_proj", "up_proj"), blk.splits[1], hs)
             fs = [blk.ffn_act(gs[t], us[t]) for t in range(steps)]
             ds = lin(blk.down_proj, fs)
             xs = [xs[t] + ds[t] for t in range(steps)]
@@ -296,6 +317,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-bf16", action="store_true", help="skip the bfloat16 baseline")
     ap.add_argument("--skip-check", action="store_true", help="skip the exactness check")
+    ap.add_argument("--unfused", action="store_true",
+                    help="separate q/k/v and gate/up projections (7 linear calls per layer, "
+                         "not the 4 of merged QKV and gate/up that vLLM runs)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.prompt < 1 or args.layers < 1:
@@ -322,7 +346,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                               "torch": torch.__version__}
 
     t = time.perf_counter()
-    model = Decoder(s, seed=args.seed)
+    model = Decoder(s, seed=args.seed, fused=not args.unfused)
     log(f"  built the float32 model in {time.perf_counter() - t:.1f} s "
         f"({4 * nlin / 1e9:.1f} GB of linear weights)")
 
