@@ -249,8 +249,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-10s %-6s %3s %12s %14s %9s %9s\n",
 			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "decode tok/s", "prefill tok/s", "dec x bf16", "pre x bf16")
+		ratio := func(v float64) string { // 0: bf16 was not measured (--format without bf16)
+			if v == 0 {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}
 		for _, r := range recs {
-			fmt.Fprintf(stdout, "%-10s %-6s %3d %12.1f %14.1f %9.2f %9.2f\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.PrefillTokS, r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
+			fmt.Fprintf(stdout, "%-10s %-6s %3d %12.1f %14.1f %9s %9s\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.PrefillTokS, ratio(r.SpeedupVsBF16), ratio(r.PrefillSpeedupVsBF16))
 		}
 		return 0
 	}

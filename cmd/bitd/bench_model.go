@@ -59,7 +59,8 @@ type modelRecord struct {
 	DecodeTokS    float64 `json:"decode_tok_s"`
 	PrefillTokS   float64 `json:"prefill_tok_s"`
 	SpeedupVsBF16 float64 `json:"speedup_vs_bf16"`
-	// PrefillSpeedupVsBF16 is the prefill counterpart of SpeedupVsBF16 (decode).
+	// PrefillSpeedupVsBF16 is the prefill counterpart of SpeedupVsBF16 (decode). Both are 0
+	// when bf16 was not measured in the run (--format without bf16).
 	PrefillSpeedupVsBF16 float64 `json:"prefill_speedup_vs_bf16"`
 	WeightBytes          int64   `json:"weight_bytes"`
 }
