@@ -45,12 +45,30 @@ func checkWeights(f quantcfg.Format, m, k int, w Weights) error {
 	default:
 		return nil
 	}
-	for i, v := range w.Q {
-		if v < lo || v > hi || (f == quantcfg.Int1 && v == 0) {
-			return fmt.Errorf("%w: %s weight at row %d, input %d is %d: %s", ErrWeights, f, i/k, i%k, v, what)
-		}
+	if i := firstOutside(w.Q, lo, hi, f == quantcfg.Int1); i >= 0 {
+		return fmt.Errorf("%w: %s weight at row %d, input %d is %d: %s", ErrWeights, f, i/k, i%k, w.Q[i], what)
 	}
 	return nil
+}
+
+// firstOutside returns the index of the first value outside [lo, hi] (or equal to 0 when
+// noZero), or -1. One unsigned compare per value: it runs on every packed weight.
+func firstOutside(q []int8, lo, hi int8, noZero bool) int {
+	span := uint8(hi - lo)
+	if noZero { // ±1: v+1 must be 0 or 2
+		for i, v := range q {
+			if uint8(v+1)&^2 != 0 {
+				return i
+			}
+		}
+		return -1
+	}
+	for i, v := range q {
+		if uint8(v-lo) > span {
+			return i
+		}
+	}
+	return -1
 }
 
 // Pack writes logical weights into dst in the format's layout. dst must have exactly
