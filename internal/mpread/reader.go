@@ -84,11 +84,17 @@ func (r *Reader) fail(at int, format string, args ...any) error {
 // code consumes the type byte of the next value; want names the value expected.
 func (r *Reader) code(want string) (byte, error) {
 	if r.off >= len(r.b) {
-		return 0, errAt(r.off, "unexpected end: the input ends early (want %s)", want)
+		return 0, r.ended(want)
 	}
 	c := r.b[r.off]
 	r.off++
 	return c, nil
+}
+
+// ended reports the end of the input where a value should start (out of line, so that
+// code inlines).
+func (r *Reader) ended(want string) error {
+	return errAt(r.off, "unexpected end: the input ends early (want %s)", want)
 }
 
 // be consumes a big-endian unsigned integer of n = 1, 2, 4 or 8 bytes.
@@ -107,6 +113,56 @@ func (r *Reader) be(n int) (uint64, bool) {
 		return uint64(binary.BigEndian.Uint32(s)), true
 	}
 	return binary.BigEndian.Uint64(s), true
+}
+
+// fixedLen is the payload of the fixed-size codes 0xca (float32) to 0xd3 (int64).
+var fixedLen = [10]uint64{4, 8, 1, 2, 4, 8, 1, 2, 4, 8}
+
+// size consumes what the type byte c, just consumed, says a length prefix follows it
+// with, and returns the element count of an array, the entry count of a map, or else the
+// bytes of payload that follow (0 when the type byte is the whole value). ok is false if
+// the input ends inside the length prefix.
+func (r *Reader) size(c byte) (n uint64, ok bool) {
+	switch {
+	case c <= 0x7f, c >= 0xe0, c >= 0xc0 && c <= 0xc3: // fixint, nil, 0xc1, booleans
+		return 0, true
+	case c <= 0x9f: // fixmap, fixarray
+		return uint64(c & 0x0f), true
+	case c <= 0xbf: // fixstr
+		return uint64(c & 0x1f), true
+	case c <= 0xc6: // bin 8/16/32
+		return r.be(1 << (c - 0xc4))
+	case c <= 0xc9: // ext 8/16/32: length, type byte, data
+		n, ok = r.be(1 << (c - 0xc7))
+		return n + 1, ok
+	case c <= 0xd3: // float32/64, uint 8-64, int 8-64
+		return fixedLen[c-0xca], true
+	case c <= 0xd8: // fixext 1-16: type byte, data
+		return 1 + 1<<(c-0xd4), true
+	case c <= 0xdb: // str 8/16/32
+		return r.be(1 << (c - 0xd9))
+	case c <= 0xdd: // array 16/32
+		return r.be(2 << (c - 0xdc))
+	}
+	return r.be(2 << (c - 0xde)) // map 16/32
+}
+
+// header consumes the type byte and length prefix of a value that must be of type want
+// (an array, a map or a string) and returns its count or length.
+func (r *Reader) header(want typ) (uint64, error) {
+	at := r.off
+	c, err := r.code(typeNames[want])
+	if err != nil {
+		return 0, err
+	}
+	if t := typeOf(c); t != want {
+		return 0, r.fail(at, "want %s, got %s", typeNames[want], typeNames[t])
+	}
+	n, ok := r.size(c)
+	if !ok {
+		return 0, r.short(at, c)
+	}
+	return n, nil
 }
 
 // short reports a value whose type byte is there but whose body is cut off.
@@ -130,24 +186,9 @@ func (r *Reader) Nil() bool {
 // reads the n elements.
 func (r *Reader) ArrayLen(minElem, limit int) (int, error) {
 	at := r.off
-	c, err := r.code("an array")
+	n, err := r.header(tArray)
 	if err != nil {
 		return 0, err
-	}
-	var n uint64
-	ok := true
-	switch {
-	case c>>4 == 0x9:
-		n = uint64(c & 0x0f)
-	case c == 0xdc:
-		n, ok = r.be(2)
-	case c == 0xdd:
-		n, ok = r.be(4)
-	default:
-		return 0, r.fail(at, "want an array, got %s", typeName(c))
-	}
-	if !ok {
-		return 0, r.short(at, c)
 	}
 	if left := r.Remaining(); n > uint64(left/max(minElem, 1)) {
 		return 0, r.fail(at, "an array of %d elements cannot fit in the %d bytes left", n, left)
@@ -164,24 +205,9 @@ func (r *Reader) ArrayLen(minElem, limit int) (int, error) {
 // with string keys.
 func (r *Reader) MapLen(limit int) (int, error) {
 	at := r.off
-	c, err := r.code("a map")
+	n, err := r.header(tMap)
 	if err != nil {
 		return 0, err
-	}
-	var n uint64
-	ok := true
-	switch {
-	case c>>4 == 0x8:
-		n = uint64(c & 0x0f)
-	case c == 0xde:
-		n, ok = r.be(2)
-	case c == 0xdf:
-		n, ok = r.be(4)
-	default:
-		return 0, r.fail(at, "want a map, got %s", typeName(c))
-	}
-	if !ok {
-		return 0, r.short(at, c)
 	}
 	if left := r.Remaining(); n > uint64(left/2) {
 		return 0, r.fail(at, "a map of %d entries cannot fit in the %d bytes left", n, left)
@@ -196,22 +222,9 @@ func (r *Reader) MapLen(limit int) (int, error) {
 // It does not check that the bytes are UTF-8.
 func (r *Reader) Str(limit int) (string, error) {
 	at := r.off
-	c, err := r.code("a string")
+	n, err := r.header(tStr)
 	if err != nil {
 		return "", err
-	}
-	var n uint64
-	ok := true
-	switch {
-	case c>>5 == 0x5:
-		n = uint64(c & 0x1f)
-	case c >= 0xd9 && c <= 0xdb:
-		n, ok = r.be(1 << (c - 0xd9))
-	default:
-		return "", r.fail(at, "want a string, got %s", typeName(c))
-	}
-	if !ok {
-		return "", r.short(at, c)
 	}
 	if left := r.Remaining(); n > uint64(left) {
 		return "", r.fail(at, "a string of %d bytes runs past the end of the input (%d bytes left)", n, left)
@@ -224,37 +237,45 @@ func (r *Reader) Str(limit int) (string, error) {
 	return s, nil
 }
 
+// integer reads an integer in any msgpack encoding and returns its two's-complement bits
+// and whether it is negative; want names the value expected.
+func (r *Reader) integer(want string) (v uint64, neg bool, err error) {
+	at := r.off
+	if at >= len(r.b) { // code's work, spelled out: integers are the hot path
+		return 0, false, r.ended(want)
+	}
+	c := r.b[at]
+	r.off++
+	switch {
+	case c <= 0x7f:
+		return uint64(c), false, nil
+	case c >= 0xe0:
+		return uint64(int64(int8(c))), true, nil
+	case c >= 0xcc && c <= 0xd3: // uint 8-64, int 8-64
+		n := 1 << ((c - 0xcc) & 3)
+		v, ok := r.be(n)
+		if !ok {
+			return 0, false, r.short(at, c)
+		}
+		if c >= 0xd0 {
+			shift := 64 - 8*uint(n)
+			s := int64(v<<shift) >> shift
+			return uint64(s), s < 0, nil
+		}
+		return v, false, nil
+	}
+	return 0, false, r.fail(at, "want %s, got %s", want, typeName(c))
+}
+
 // Uint reads a non-negative integer in any msgpack integer encoding (a signed encoding
 // of a non-negative value included).
 func (r *Reader) Uint() (uint64, error) {
 	at := r.off
-	c, err := r.code("a non-negative integer")
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case c <= 0x7f:
-		return uint64(c), nil
-	case c >= 0xcc && c <= 0xcf: // uint 8/16/32/64
-		v, ok := r.be(1 << (c - 0xcc))
-		if !ok {
-			return 0, r.short(at, c)
-		}
-		return v, nil
-	case c >= 0xd0 && c <= 0xd3: // int 8/16/32/64
-		n := 1 << (c - 0xd0)
-		v, ok := r.be(n)
-		if !ok {
-			return 0, r.short(at, c)
-		}
-		if v>>(n*8-1) != 0 {
-			return 0, r.fail(at, "want a non-negative integer, got a negative one")
-		}
-		return v, nil
-	case c >= 0xe0:
+	v, neg, err := r.integer("a non-negative integer")
+	if err == nil && neg {
 		return 0, r.fail(at, "want a non-negative integer, got a negative one")
 	}
-	return 0, r.fail(at, "want a non-negative integer, got %s", typeName(c))
+	return v, err
 }
 
 // UintMax reads an integer in [0, limit]; what names it in errors.
@@ -274,34 +295,11 @@ func (r *Reader) UintMax(what string, limit uint64) (uint64, error) {
 // math.MaxInt64 is an error.
 func (r *Reader) Int() (int64, error) {
 	at := r.off
-	c, err := r.code("an integer")
-	if err != nil {
-		return 0, err
+	v, neg, err := r.integer("an integer")
+	if err == nil && !neg && v > math.MaxInt64 {
+		return 0, r.fail(at, "integer %d does not fit in int64", v)
 	}
-	switch {
-	case c <= 0x7f:
-		return int64(c), nil
-	case c >= 0xe0:
-		return int64(int8(c)), nil
-	case c >= 0xcc && c <= 0xcf:
-		v, ok := r.be(1 << (c - 0xcc))
-		if !ok {
-			return 0, r.short(at, c)
-		}
-		if v > math.MaxInt64 {
-			return 0, r.fail(at, "integer %d does not fit in int64", v)
-		}
-		return int64(v), nil
-	case c >= 0xd0 && c <= 0xd3:
-		n := 1 << (c - 0xd0)
-		v, ok := r.be(n)
-		if !ok {
-			return 0, r.short(at, c)
-		}
-		shift := 64 - uint(n)*8
-		return int64(v<<shift) >> shift, nil
-	}
-	return 0, r.fail(at, "want an integer, got %s", typeName(c))
+	return int64(v), err
 }
 
 // IntRange reads an integer in [lo, hi]; what names it in errors.
@@ -321,35 +319,23 @@ func (r *Reader) IntRange(what string, lo, hi int64) (int64, error) {
 // beyond 2^53 round).
 func (r *Reader) Float64() (float64, error) {
 	at := r.off
-	c, err := r.code("a number")
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case c == 0xca:
-		v, ok := r.be(4)
-		if !ok {
+	if at < len(r.b) && (r.b[at] == 0xca || r.b[at] == 0xcb) {
+		c := r.b[at]
+		r.off++
+		v, ok := r.be(4 << (c - 0xca))
+		switch {
+		case !ok:
 			return 0, r.short(at, c)
-		}
-		return float64(math.Float32frombits(uint32(v))), nil
-	case c == 0xcb:
-		v, ok := r.be(8)
-		if !ok {
-			return 0, r.short(at, c)
+		case c == 0xca:
+			return float64(math.Float32frombits(uint32(v))), nil
 		}
 		return math.Float64frombits(v), nil
-	case c == 0xcf:
-		v, ok := r.be(8)
-		if !ok {
-			return 0, r.short(at, c)
-		}
-		return float64(v), nil
-	case c <= 0x7f, c >= 0xe0, c >= 0xcc && c <= 0xd3:
-		r.off = at
-		v, err := r.Int()
-		return float64(v), err
 	}
-	return 0, r.fail(at, "want a number, got %s", typeName(c))
+	v, neg, err := r.integer("a number")
+	if neg {
+		return float64(int64(v)), err
+	}
+	return float64(v), err
 }
 
 // Float32 reads a msgpack float32 (0xca) and nothing else: a float64 or an integer where
@@ -412,13 +398,10 @@ func (r *Reader) Bool() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	switch c {
-	case 0xc2:
-		return false, nil
-	case 0xc3:
-		return true, nil
+	if c != 0xc2 && c != 0xc3 {
+		return false, r.fail(at, "want a boolean, got %s", typeName(c))
 	}
-	return false, r.fail(at, "want a boolean, got %s", typeName(c))
+	return c == 0xc3, nil
 }
 
 // Raw steps over the next value, as Skip does, and returns its encoding (aliasing the
@@ -444,16 +427,6 @@ func (r *Reader) Skip() error {
 	return nil
 }
 
-// Kinds of value for skip.
-const (
-	kindBytes = iota // n bytes of payload follow the header
-	kindArray        // n values follow
-	kindMap          // n keys and n values follow
-)
-
-// fixedLen is the payload of the fixed-size codes 0xca (float32) to 0xd3 (int64).
-var fixedLen = [10]uint64{4, 8, 1, 2, 4, 8, 1, 2, 4, 8}
-
 func (r *Reader) skip() error {
 	var stack [DefaultDepth + 1]int
 	left := append(stack[:0], 1) // values still to step over at each open level
@@ -469,58 +442,32 @@ func (r *Reader) skip() error {
 		if err != nil {
 			return err
 		}
-		var n uint64
-		ok, kind := true, kindBytes
-		switch {
-		case c <= 0x7f, c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3:
-			continue // the code is the whole value
-		case c <= 0x8f:
-			kind, n = kindMap, uint64(c&0x0f)
-		case c <= 0x9f:
-			kind, n = kindArray, uint64(c&0x0f)
-		case c <= 0xbf:
-			n = uint64(c & 0x1f)
-		case c == 0xc1:
+		t := typeOf(c)
+		if t == tReserved {
 			return errAt(at, "invalid msgpack code %#02x", c)
-		case c <= 0xc6: // bin 8/16/32
-			n, ok = r.be(1 << (c - 0xc4))
-		case c <= 0xc9: // ext 8/16/32: length, type byte, data
-			n, ok = r.be(1 << (c - 0xc7))
-			n++
-		case c <= 0xd3: // float32/64, uint 8-64, int 8-64
-			n = fixedLen[c-0xca]
-		case c <= 0xd8: // fixext 1-16: type byte, data
-			n = 1 + 1<<(c-0xd4)
-		case c <= 0xdb: // str 8/16/32
-			n, ok = r.be(1 << (c - 0xd9))
-		case c <= 0xdd: // array 16/32
-			kind = kindArray
-			n, ok = r.be(2 << (c - 0xdc))
-		default: // map 16/32
-			kind = kindMap
-			n, ok = r.be(2 << (c - 0xde))
 		}
+		n, ok := r.size(c)
 		if !ok {
-			return errAt(at, "unexpected end: the input ends inside %s", typeName(c))
+			return errAt(at, "unexpected end: the input ends inside %s", typeNames[t])
 		}
 		rem := uint64(r.Remaining())
 		switch {
-		case kind == kindBytes:
+		case t != tArray && t != tMap:
 			if n > rem {
-				return errAt(at, "%s of %d bytes runs past the end of the input (%d bytes left)", typeName(c), n, rem)
+				return errAt(at, "%s of %d bytes runs past the end of the input (%d bytes left)", typeNames[t], n, rem)
 			}
 			r.off += int(n)
 			continue
 		case n == 0:
 			continue
-		case kind == kindArray && n > rem:
+		case t == tArray && n > rem:
 			return errAt(at, "an array of %d elements cannot fit in the %d bytes left", n, rem)
-		case kind == kindMap && n > rem/2:
+		case t == tMap && n > rem/2:
 			return errAt(at, "a map of %d entries cannot fit in the %d bytes left", n, rem)
 		case len(left) > r.depth: // the values of this container would sit at depth len(left)
 			return errAt(at, "values nested more than %d deep", r.depth)
 		}
-		if kind == kindMap {
+		if t == tMap {
 			n *= 2
 		}
 		left = append(left, int(n))
@@ -587,29 +534,51 @@ func (r *Reader) fields(required []string, f func(key string) (bool, error)) err
 	return nil
 }
 
-// typeName names the type a msgpack code starts, for errors.
-func typeName(c byte) string {
+// typ is the type of a msgpack value, as its first byte tells.
+type typ uint8
+
+const (
+	tInt typ = iota
+	tNil
+	tBool
+	tFloat32
+	tFloat64
+	tStr
+	tBin
+	tArray
+	tMap
+	tExt
+	tReserved // 0xc1, never used
+)
+
+var typeNames = [...]string{tInt: "an integer", tNil: "nil", tBool: "a boolean", tFloat32: "a float32", tFloat64: "a float64",
+	tStr: "a string", tBin: "binary data", tArray: "an array", tMap: "a map", tExt: "an extension", tReserved: "the reserved byte 0xc1"}
+
+func typeOf(c byte) typ {
 	switch {
 	case c <= 0x7f, c >= 0xe0, c >= 0xcc && c <= 0xd3:
-		return "an integer"
+		return tInt
 	case c <= 0x8f, c == 0xde, c == 0xdf:
-		return "a map"
+		return tMap
 	case c <= 0x9f, c == 0xdc, c == 0xdd:
-		return "an array"
+		return tArray
 	case c <= 0xbf, c >= 0xd9 && c <= 0xdb:
-		return "a string"
+		return tStr
 	case c == 0xc0:
-		return "nil"
-	case c == 0xc2, c == 0xc3:
-		return "a boolean"
-	case c >= 0xc4 && c <= 0xc6:
-		return "binary data"
-	case c == 0xca:
-		return "a float32"
-	case c == 0xcb:
-		return "a float64"
+		return tNil
 	case c == 0xc1:
-		return "the reserved byte 0xc1"
+		return tReserved
+	case c == 0xc2, c == 0xc3:
+		return tBool
+	case c >= 0xc4 && c <= 0xc6:
+		return tBin
+	case c == 0xca:
+		return tFloat32
+	case c == 0xcb:
+		return tFloat64
 	}
-	return "an extension" // 0xc7-0xc9, 0xd4-0xd8
+	return tExt // 0xc7-0xc9, 0xd4-0xd8
 }
+
+// typeName names the type a msgpack code starts, for errors.
+func typeName(c byte) string { return typeNames[typeOf(c)] }
