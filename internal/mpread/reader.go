@@ -184,36 +184,27 @@ func (r *Reader) Nil() bool {
 // least minElem bytes (at least 1 whatever minElem says), so n is at most the bytes that
 // remain divided by minElem; n is also at most limit (NoLimit for none). The caller then
 // reads the n elements.
-func (r *Reader) ArrayLen(minElem, limit int) (int, error) {
-	at := r.off
-	n, err := r.header(tArray)
-	if err != nil {
-		return 0, err
-	}
-	if left := r.Remaining(); n > uint64(left/max(minElem, 1)) {
-		return 0, r.fail(at, "an array of %d elements cannot fit in the %d bytes left", n, left)
-	}
-	if n > uint64(max(limit, 0)) {
-		return 0, r.fail(at, "an array of %d elements is longer than the limit of %d", n, limit)
-	}
-	return int(n), nil
-}
+func (r *Reader) ArrayLen(minElem, limit int) (int, error) { return r.count(tArray, minElem, limit) }
 
 // MapLen reads a map header and returns its entry count n: at most half the bytes that
 // remain (a key and a value take at least a byte each) and at most limit (NoLimit for
 // none). The caller then reads n keys and values, alternating; Fields does it for maps
 // with string keys.
-func (r *Reader) MapLen(limit int) (int, error) {
+func (r *Reader) MapLen(limit int) (int, error) { return r.count(tMap, 2, limit) }
+
+// count reads the header of an array or a map (want) and returns its count n, checked
+// against the input (each of the n takes at least minBytes) and the caller's limit.
+func (r *Reader) count(want typ, minBytes, limit int) (int, error) {
 	at := r.off
-	n, err := r.header(tMap)
+	n, err := r.header(want)
 	if err != nil {
 		return 0, err
 	}
-	if left := r.Remaining(); n > uint64(left/2) {
-		return 0, r.fail(at, "a map of %d entries cannot fit in the %d bytes left", n, left)
+	if left := r.Remaining(); n > uint64(left/max(minBytes, 1)) {
+		return 0, r.fail(at, "%s of %d %s cannot fit in the %d bytes left", typeNames[want], n, unitNames[want], left)
 	}
 	if n > uint64(max(limit, 0)) {
-		return 0, r.fail(at, "a map of %d entries is larger than the limit of %d", n, limit)
+		return 0, r.fail(at, "%s of %d %s exceeds the limit of %d", typeNames[want], n, unitNames[want], limit)
 	}
 	return int(n), nil
 }
@@ -359,31 +350,25 @@ func (r *Reader) Float32() (float32, error) {
 // Float32s reads an array of at most limit float32 values (5 bytes each on the wire, 4
 // in memory).
 func (r *Reader) Float32s(limit int) ([]float32, error) {
-	at := r.off
-	n, err := r.ArrayLen(5, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, n)
-	for i := range out {
-		if out[i], err = r.Float32(); err != nil {
-			r.off = at
-			return nil, fmt.Errorf("element %d: %w", i, err)
-		}
-	}
-	return out, nil
+	return readArray(r, 5, limit, (*Reader).Float32)
 }
 
 // Uint64s reads an array of at most limit non-negative integers.
 func (r *Reader) Uint64s(limit int) ([]uint64, error) {
+	return readArray(r, 1, limit, (*Reader).Uint)
+}
+
+// readArray reads an array of at most limit elements of at least minElem bytes each,
+// each with read.
+func readArray[T any](r *Reader, minElem, limit int, read func(*Reader) (T, error)) ([]T, error) {
 	at := r.off
-	n, err := r.ArrayLen(1, limit)
+	n, err := r.ArrayLen(minElem, limit)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]uint64, n)
+	out := make([]T, n)
 	for i := range out {
-		if out[i], err = r.Uint(); err != nil {
+		if out[i], err = read(r); err != nil {
 			r.off = at
 			return nil, fmt.Errorf("element %d: %w", i, err)
 		}
@@ -451,26 +436,26 @@ func (r *Reader) skip() error {
 			return errAt(at, "unexpected end: the input ends inside %s", typeNames[t])
 		}
 		rem := uint64(r.Remaining())
-		switch {
-		case t != tArray && t != tMap:
+		if t != tArray && t != tMap { // n bytes of payload
 			if n > rem {
 				return errAt(at, "%s of %d bytes runs past the end of the input (%d bytes left)", typeNames[t], n, rem)
 			}
 			r.off += int(n)
 			continue
-		case n == 0:
+		}
+		values := n // of n elements or entries; each value takes a byte at least
+		if t == tMap {
+			values = 2 * n
+		}
+		switch {
+		case values == 0:
 			continue
-		case t == tArray && n > rem:
-			return errAt(at, "an array of %d elements cannot fit in the %d bytes left", n, rem)
-		case t == tMap && n > rem/2:
-			return errAt(at, "a map of %d entries cannot fit in the %d bytes left", n, rem)
+		case values > rem:
+			return errAt(at, "%s of %d %s cannot fit in the %d bytes left", typeNames[t], n, unitNames[t], rem)
 		case len(left) > r.depth: // the values of this container would sit at depth len(left)
 			return errAt(at, "values nested more than %d deep", r.depth)
 		}
-		if t == tMap {
-			n *= 2
-		}
-		left = append(left, int(n))
+		left = append(left, int(values))
 	}
 	return nil
 }
@@ -579,6 +564,9 @@ func typeOf(c byte) typ {
 	}
 	return tExt // 0xc7-0xc9, 0xd4-0xd8
 }
+
+// unitNames are what arrays and maps count, for errors.
+var unitNames = [...]string{tArray: "elements", tMap: "entries"}
 
 // typeName names the type a msgpack code starts, for errors.
 func typeName(c byte) string { return typeNames[typeOf(c)] }
