@@ -16,9 +16,10 @@
 //   - an array or map header is checked against the bytes that remain (every element
 //     needs at least one byte, every map entry two, a float32 five; ArrayLen takes the
 //     caller's own minimum) and against the caller's maximum, before the caller can
-//     allocate for it, so what a read allocates is a small multiple of the input it
-//     consumes (at most 8 bytes per input byte, for Uint64s);
-//   - time linear in the input (Fields sorts its keys: n log n in their number);
+//     allocate for it; what one call allocates for itself is at most 8 bytes per
+//     remaining input byte (Uint64s' slice, Fields' list of keys);
+//   - time proportional to the input, but for Fields, which sorts its keys (n log n in
+//     their number);
 //   - a failed read consumes nothing: the Reader stays at the value it could not read.
 //
 // Errors are *Error values wrapping ErrInvalid: the byte offset of the offending value

@@ -91,8 +91,7 @@ func (r *Reader) code(want string) (byte, error) {
 	return c, nil
 }
 
-// ended reports the end of the input where a value should start (out of line, so that
-// code inlines).
+// ended reports the end of the input where a value should start.
 func (r *Reader) ended(want string) error {
 	return errAt(r.off, "unexpected end: the input ends early (want %s)", want)
 }
@@ -118,10 +117,10 @@ func (r *Reader) be(n int) (uint64, bool) {
 // fixedLen is the payload of the fixed-size codes 0xca (float32) to 0xd3 (int64).
 var fixedLen = [10]uint64{4, 8, 1, 2, 4, 8, 1, 2, 4, 8}
 
-// size consumes what the type byte c, just consumed, says a length prefix follows it
-// with, and returns the element count of an array, the entry count of a map, or else the
-// bytes of payload that follow (0 when the type byte is the whole value). ok is false if
-// the input ends inside the length prefix.
+// size consumes the length prefix, if any, that follows the type byte c (just consumed)
+// and returns the element count of an array, the entry count of a map, or else the bytes
+// of payload that follow (0 when the type byte is the whole value). ok is false if the
+// input ends inside the length prefix.
 func (r *Reader) size(c byte) (n uint64, ok bool) {
 	switch {
 	case c <= 0x7f, c >= 0xe0, c >= 0xc0 && c <= 0xc3: // fixint, nil, 0xc1, booleans
