@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"bitgo/internal/mpread"
 	"bitgo/paged"
 	"bitgo/quantcfg"
 )
@@ -106,7 +107,7 @@ func FuzzDecodeResponse(f *testing.F) {
 }
 
 // FuzzMsgpackCompat checks that what vmihailenco/msgpack (and so any standard encoder,
-// compact or not) writes, mpReader reads back unchanged.
+// compact or not) writes, the wire's reader (internal/mpread) reads back unchanged.
 func FuzzMsgpackCompat(f *testing.F) {
 	f.Add(uint64(0), int64(0), "", true, false)
 	f.Add(uint64(math.MaxUint64), int64(math.MinInt64), "name.with.dots", false, true)
@@ -118,35 +119,35 @@ func FuzzMsgpackCompat(f *testing.F) {
 		if err := enc.Encode([]any{u, i, s, b, map[string]any{"k": u}}); err != nil {
 			t.Fatal(err)
 		}
-		r := mpReader{b: buf.Bytes()}
-		n, err := r.arrayLen()
+		r := newReader(buf.Bytes())
+		n, err := r.ArrayLen(1, mpread.NoLimit)
 		if err != nil || n != 5 {
 			t.Fatalf("array: %d %v", n, err)
 		}
-		gu, err := r.uint()
+		gu, err := r.Uint()
 		if err != nil || gu != u {
 			t.Fatalf("uint %d: %d %v", u, gu, err)
 		}
-		gi, err := r.int()
+		gi, err := r.Int()
 		if err != nil || gi != i {
 			t.Fatalf("int %d: %d %v", i, gi, err)
 		}
-		gs, err := r.str(1 << 20)
+		gs, err := r.Str(1 << 20)
 		if err != nil || gs != s {
 			t.Fatalf("str: %v", err)
 		}
-		gb, err := r.bool()
+		gb, err := r.Bool()
 		if err != nil || gb != b {
 			t.Fatalf("bool: %v", err)
 		}
-		args, err := readArgs(&r)
+		args, err := readArgs(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v, _, err := args.uint("k", math.MaxUint64, true); err != nil || v != u {
 			t.Fatalf("map value: %d %v", v, err)
 		}
-		if err := r.done(); err != nil {
+		if err := r.Done(); err != nil {
 			t.Fatal(err)
 		}
 	})

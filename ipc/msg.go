@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"bitgo/internal/mpread"
 	"bitgo/quantcfg"
 )
 
@@ -106,26 +107,28 @@ type request struct {
 }
 
 // decodeRequest decodes and checks the syntax of one slot request. It never reads
-// outside b and allocates at most a few strings no longer than b.
-func decodeRequest(b []byte) (request, error) {
-	r := mpReader{b: b}
-	n, err := r.arrayLen()
+// outside b and allocates at most a few strings no longer than b. Every error carries a
+// status (ErrBadRequest when nothing more specific applies).
+func decodeRequest(b []byte) (req request, err error) {
+	defer func() { err = asBadRequest(err) }()
+	r := newReader(b)
+	n, err := r.ArrayLen(1, mpread.NoLimit)
 	if err != nil {
 		return request{}, fmt.Errorf("request: %w", err)
 	}
 	if n < 1 {
 		return request{}, fmt.Errorf("%w: request: an empty array has no op", ErrBadRequest)
 	}
-	opv, err := r.uint()
+	opv, err := r.Uint()
 	if err != nil {
 		return request{}, fmt.Errorf("request op: %w", err)
 	}
 	if opv < uint64(OpHello) || opv > uint64(OpStats) {
 		return request{}, fmt.Errorf("%w: op %d: known ops are %d (hello) to %d (stats)", ErrUnknownOp, opv, OpHello, OpStats)
 	}
-	req := request{op: Op(opv)}
+	req = request{op: Op(opv)}
 	if req.op == OpForward {
-		req.fwd, err = decodeForwardBody(&r, n)
+		req.fwd, err = decodeForwardBody(r, n)
 		return req, err
 	}
 	if n > 2 {
@@ -133,13 +136,13 @@ func decodeRequest(b []byte) (request, error) {
 	}
 	var args argMap
 	if n == 2 {
-		if r.peekNil() {
+		if r.Nil() {
 			args = argMap{}
-		} else if args, err = readArgs(&r); err != nil {
+		} else if args, err = readArgs(r); err != nil {
 			return req, fmt.Errorf("%s request: %w", req.op, err)
 		}
 	}
-	if err := r.done(); err != nil {
+	if err := r.Done(); err != nil {
 		return req, fmt.Errorf("%s request: %w", req.op, err)
 	}
 	if err := req.fill(args); err != nil {
@@ -148,22 +151,22 @@ func decodeRequest(b []byte) (request, error) {
 	return req, nil
 }
 
-func decodeForwardBody(r *mpReader, n int) (forwardReq, error) {
+func decodeForwardBody(r *mpread.Reader, n int) (forwardReq, error) {
 	var f forwardReq
 	if n != 8 {
 		return f, fmt.Errorf("%w: forward request: want an array of 8 [op, id, n, dtype, x_off, x_len, out_off, out_len], got %d elements", ErrBadRequest, n)
 	}
-	id, err := r.uint()
+	id, err := r.Uint()
 	if err != nil {
 		return f, fmt.Errorf("forward id: %w", err)
 	}
 	f.id = LayerID(id)
-	tokens, err := r.uintMax("forward n", math.MaxInt32)
+	tokens, err := r.UintMax("forward n", math.MaxInt32)
 	if err != nil {
 		return f, err
 	}
 	f.n = int(tokens)
-	code, err := r.uint()
+	code, err := r.Uint()
 	if err != nil {
 		return f, fmt.Errorf("forward dtype: %w", err)
 	}
@@ -171,19 +174,19 @@ func decodeForwardBody(r *mpReader, n int) (forwardReq, error) {
 	if f.dt, ok = dtypeOf(code); !ok {
 		return f, fmt.Errorf("%w: forward dtype code %d: allowed %d (f32), %d (bf16)", ErrBadRequest, code, DTypeCodeF32, DTypeCodeBF16)
 	}
-	if f.xOff, err = r.uintMax("forward x_off", math.MaxInt64); err != nil {
+	if f.xOff, err = r.UintMax("forward x_off", math.MaxInt64); err != nil {
 		return f, err
 	}
-	if f.xLen, err = r.uintMax("forward x_len", math.MaxInt64); err != nil {
+	if f.xLen, err = r.UintMax("forward x_len", math.MaxInt64); err != nil {
 		return f, err
 	}
-	if f.outOff, err = r.uintMax("forward out_off", math.MaxInt64); err != nil {
+	if f.outOff, err = r.UintMax("forward out_off", math.MaxInt64); err != nil {
 		return f, err
 	}
-	if f.outLen, err = r.uintMax("forward out_len", math.MaxInt64); err != nil {
+	if f.outLen, err = r.UintMax("forward out_len", math.MaxInt64); err != nil {
 		return f, err
 	}
-	if err := r.done(); err != nil {
+	if err := r.Done(); err != nil {
 		return f, fmt.Errorf("forward request: %w", err)
 	}
 	return f, nil
@@ -193,103 +196,27 @@ func decodeForwardBody(r *mpReader, n int) (forwardReq, error) {
 // stay undecoded until the op says what type each key must have.
 type argMap map[string][]byte
 
-func readArgs(r *mpReader) (argMap, error) {
-	n, err := r.mapLen()
+func readArgs(r *mpread.Reader) (argMap, error) {
+	args := argMap{}
+	err := r.Fields("arguments", nil, func(k string) (bool, error) {
+		v, err := r.Raw()
+		args[k] = v
+		return true, err
+	})
 	if err != nil {
 		return nil, err
-	}
-	args := make(argMap, n)
-	for i := 0; i < n; i++ {
-		k, err := r.str(maxKeyLen)
-		if err != nil {
-			return nil, fmt.Errorf("argument key %d: %w", i, err)
-		}
-		if _, dup := args[k]; dup {
-			return nil, fmt.Errorf("%w: argument %q given twice", ErrBadRequest, k)
-		}
-		start := r.p
-		if err := r.skip(0); err != nil {
-			return nil, fmt.Errorf("argument %q: %w", k, err)
-		}
-		args[k] = r.b[start:r.p]
 	}
 	return args, nil
 }
 
-// skip steps over one value of any type, nesting at most 8 deep.
-func (r *mpReader) skip(depth int) error {
-	if depth > 8 {
-		return r.errf("values nested more than 8 deep")
-	}
-	if r.p >= len(r.b) {
-		return r.errf("message ends early")
-	}
-	c := r.b[r.p]
-	switch {
-	case c <= 0x7f, c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3:
-		r.p++
-		return nil
-	case c >= 0xcc && c <= 0xd3, c == 0xca, c == 0xcb:
-		var n int
-		switch c {
-		case 0xca:
-			n = 4
-		case 0xcb:
-			n = 8
-		default:
-			n = 1 << ((c - 0xcc) & 3)
-		}
-		r.p++
-		_, err := r.take(n)
-		return err
-	case c&0xe0 == 0xa0, c >= 0xd9 && c <= 0xdb:
-		_, err := r.str(math.MaxInt32)
-		return err
-	case c >= 0xc4 && c <= 0xc6: // bin 8/16/32
-		r.p++
-		n, err := r.be(1 << (c - 0xc4))
-		if err != nil {
-			return err
-		}
-		if n > uint64(r.remaining()) {
-			return r.errf("binary of %d bytes, only %d remain", n, r.remaining())
-		}
-		r.p += int(n)
-		return nil
-	case c&0xf0 == 0x90, c == 0xdc, c == 0xdd:
-		n, err := r.arrayLen()
-		if err != nil {
-			return err
-		}
-		for i := 0; i < n; i++ {
-			if err := r.skip(depth + 1); err != nil {
-				return err
-			}
-		}
-		return nil
-	case c&0xf0 == 0x80, c == 0xde, c == 0xdf:
-		n, err := r.mapLen()
-		if err != nil {
-			return err
-		}
-		for i := 0; i < 2*n; i++ {
-			if err := r.skip(depth + 1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return r.errf("%s is not used by this protocol", typeName(c))
-}
-
 // take removes key from the map and returns a reader over its value.
-func (a argMap) take(key string) (*mpReader, bool) {
+func (a argMap) take(key string) (*mpread.Reader, bool) {
 	v, ok := a[key]
 	if !ok {
 		return nil, false
 	}
 	delete(a, key)
-	return &mpReader{b: v}, true
+	return newReader(v), true
 }
 
 func (a argMap) leftover(op Op) error {
@@ -307,7 +234,7 @@ func (a argMap) uint(key string, max uint64, required bool) (uint64, bool, error
 		}
 		return 0, false, nil
 	}
-	v, err := r.uintMax(key, max)
+	v, err := r.UintMax(key, max)
 	return v, true, err
 }
 
@@ -319,7 +246,7 @@ func (a argMap) str(key string, max int, required bool) (string, error) {
 		}
 		return "", nil
 	}
-	s, err := r.str(max)
+	s, err := r.Str(max)
 	if err != nil {
 		return "", fmt.Errorf("argument %q: %w", key, err)
 	}
@@ -334,7 +261,7 @@ func (a argMap) bool(key string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	v, err := r.bool()
+	v, err := r.Bool()
 	if err != nil {
 		return false, fmt.Errorf("argument %q: %w", key, err)
 	}
@@ -408,7 +335,7 @@ func decodeBegin(a argMap) (beginReq, error) {
 		if s.Format != quantcfg.Int2 {
 			return b, fmt.Errorf("%w: codebook given for format %s: only int2 uses a code book", quantcfg.ErrInvalid, s.Format)
 		}
-		n, err := r.arrayLen()
+		n, err := r.ArrayLen(1, mpread.NoLimit)
 		if err != nil {
 			return b, fmt.Errorf("argument \"codebook\": %w", err)
 		}
@@ -416,7 +343,7 @@ func decodeBegin(a argMap) (beginReq, error) {
 			return b, fmt.Errorf("%w: argument \"codebook\": want 4 levels, got %d", ErrBadRequest, n)
 		}
 		for i := range s.Codebook {
-			v, err := r.int()
+			v, err := r.Int()
 			if err != nil {
 				return b, fmt.Errorf("argument \"codebook\"[%d]: %w", i, err)
 			}
@@ -425,7 +352,7 @@ func decodeBegin(a argMap) (beginReq, error) {
 			}
 			s.Codebook[i] = int8(v)
 		}
-		if err := r.done(); err != nil {
+		if err := r.Done(); err != nil {
 			return b, fmt.Errorf("argument \"codebook\": %w", err)
 		}
 	}
@@ -493,15 +420,16 @@ type helloReq struct {
 }
 
 // decodeHello reads the client's handshake. Unknown keys are ignored so that a newer
-// client gets a clean version error rather than a complaint about its new fields.
-func decodeHello(b []byte) (helloReq, error) {
-	var h helloReq
-	r := mpReader{b: b}
-	args, err := readArgs(&r)
+// client gets a clean version error rather than a complaint about its new fields. Every
+// error carries a status (ErrBadRequest when nothing more specific applies).
+func decodeHello(b []byte) (h helloReq, err error) {
+	defer func() { err = asBadRequest(err) }()
+	r := newReader(b)
+	args, err := readArgs(r)
 	if err != nil {
 		return h, fmt.Errorf("hello: %w", err)
 	}
-	if err := r.done(); err != nil {
+	if err := r.Done(); err != nil {
 		return h, fmt.Errorf("hello: %w", err)
 	}
 	var given bool
@@ -657,36 +585,36 @@ func appendForwardOK(b []byte, ns uint64) []byte {
 // decodeResponse reads [status, msg, result] (client side). The result's raw bytes are
 // returned for the caller to decode into its type.
 func decodeResponse(b []byte) (Status, string, []byte, error) {
-	r := mpReader{b: b}
-	n, err := r.arrayLen()
+	r := newReader(b)
+	n, err := r.ArrayLen(1, mpread.NoLimit)
 	if err != nil {
 		return 0, "", nil, err
 	}
 	if n != 3 {
 		return 0, "", nil, fmt.Errorf("%w: response is an array of %d, want 3", ErrProtocol, n)
 	}
-	st, err := r.uintMax("status", math.MaxUint16)
+	st, err := r.UintMax("status", math.MaxUint16)
 	if err != nil {
 		return 0, "", nil, err
 	}
-	msg, err := r.str(SlotRespCap)
+	msg, err := r.Str(SlotRespCap)
 	if err != nil {
 		return 0, "", nil, err
 	}
-	return Status(st), msg, r.b[r.p:], nil
+	return Status(st), msg, r.Rest(), nil
 }
 
 // forwardOKResult reads the handler time of a fixed forward success response.
 func forwardOKResult(raw []byte) (uint64, error) {
-	r := mpReader{b: raw}
-	if r.peekNil() {
+	r := newReader(raw)
+	if r.Nil() {
 		return 0, nil
 	}
-	v, err := r.uint()
+	v, err := r.Uint()
 	if err != nil {
 		return 0, err
 	}
-	return v, r.done()
+	return v, r.Done()
 }
 
 // asBadRequest wraps a decoder error that carries no status of its own.
@@ -697,14 +625,14 @@ func asBadRequest(err error) error {
 	return err
 }
 
-// Client-side decoders of the daemon's answers. They use mpReader too: the client
-// checks what a buggy or hostile daemon sends as carefully as the daemon checks clients.
+// Client-side decoders of the daemon's answers. They use mpread too: the client checks
+// what a buggy or hostile daemon sends as carefully as the daemon checks clients.
 
-func decodeWhole(b []byte, what string, fields map[string]func(*mpReader) error) error {
-	r := mpReader{b: b}
-	err := r.fields(fields)
+func decodeWhole(b []byte, what string, known map[string]func(*mpread.Reader) error) error {
+	r := newReader(b)
+	err := fields(r, known)
 	if err == nil {
-		err = r.done()
+		err = r.Done()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrProtocol, what, err)
@@ -712,8 +640,8 @@ func decodeWhole(b []byte, what string, fields map[string]func(*mpReader) error)
 	return nil
 }
 
-func (l *Limits) fields() map[string]func(*mpReader) error {
-	return map[string]func(*mpReader) error{
+func (l *Limits) fields() map[string]func(*mpread.Reader) error {
+	return map[string]func(*mpread.Reader) error{
 		"max_region": intField(&l.MaxRegion), "max_bytes": intField(&l.MaxBytes), "max_layers": intField(&l.MaxLayers),
 		"max_uploads": intField(&l.MaxUploads), "max_tokens": intField(&l.MaxTokens),
 	}
@@ -721,19 +649,19 @@ func (l *Limits) fields() map[string]func(*mpReader) error {
 
 func decodeHelloReply(b []byte) (HelloReply, error) {
 	var h HelloReply
-	err := decodeWhole(b, "handshake reply", map[string]func(*mpReader) error{
+	err := decodeWhole(b, "handshake reply", map[string]func(*mpread.Reader) error{
 		"proto": intField(&h.Proto), "status": intField(&h.Status), "msg": strField(&h.Msg, maxFrameSize),
 		"session": intField(&h.Session), "server": strField(&h.Server, MaxNameLen), "server_pid": intField(&h.ServerPID),
 		"region": intField(&h.Region), "nslots": intField(&h.NSlots), "slot_size": intField(&h.SlotSize),
 		"data_off": intField(&h.DataOff), "data_size": intField(&h.DataSize),
-		"limits": func(r *mpReader) error { return r.fields(h.Limits.fields()) },
+		"limits": func(r *mpread.Reader) error { return fields(r, h.Limits.fields()) },
 	})
 	return h, err
 }
 
 func decodeBeginResult(b []byte) (beginResult, error) {
 	var x beginResult
-	err := decodeWhole(b, "begin result", map[string]func(*mpReader) error{
+	err := decodeWhole(b, "begin result", map[string]func(*mpread.Reader) error{
 		"upload": intField(&x.Upload), "weights_bytes": intField(&x.WeightsBytes), "scales": intField(&x.Scales), "bias": intField(&x.Bias),
 	})
 	return x, err
@@ -741,7 +669,7 @@ func decodeBeginResult(b []byte) (beginResult, error) {
 
 func decodeLayerResult(b []byte) (layerResult, error) {
 	var x layerResult
-	err := decodeWhole(b, "layer result", map[string]func(*mpReader) error{
+	err := decodeWhole(b, "layer result", map[string]func(*mpread.Reader) error{
 		"id": uint64Field(&x.ID), "name": strField(&x.Name, MaxNameLen), "format": strField(&x.Format, maxSpellLen),
 		"out": intField(&x.Out), "in": intField(&x.In), "act": strField(&x.Act, maxSpellLen), "scale": strField(&x.Scale, maxSpellLen),
 		"bias": boolField(&x.Bias), "bytes": intField(&x.Bytes), "shared": boolField(&x.Shared),
@@ -752,29 +680,29 @@ func decodeLayerResult(b []byte) (layerResult, error) {
 func decodeStats(b []byte) (Stats, error) {
 	var s Stats
 	ss := &s.Session
-	err := decodeWhole(b, "stats", map[string]func(*mpReader) error{
+	err := decodeWhole(b, "stats", map[string]func(*mpread.Reader) error{
 		"sessions": intField(&s.Sessions),
-		"session": func(r *mpReader) error {
-			return r.fields(map[string]func(*mpReader) error{
+		"session": func(r *mpread.Reader) error {
+			return fields(r, map[string]func(*mpread.Reader) error{
 				"id": intField(&ss.ID), "layers": intField(&ss.Layers), "shared": intField(&ss.Shared), "bytes": intField(&ss.Bytes),
 				"uploads": intField(&ss.Uploads), "calls": uint64Field(&ss.Calls), "errors": uint64Field(&ss.Errors),
 			})
 		},
-		"engine": func(r *mpReader) error {
-			if r.peekNil() {
+		"engine": func(r *mpread.Reader) error {
+			if r.Nil() {
 				return nil
 			}
-			n, err := r.mapLen()
+			n, err := r.MapLen(mpread.NoLimit)
 			if err != nil {
 				return err
 			}
 			s.Engine = make(map[string]float64, n)
 			for i := 0; i < n; i++ {
-				k, err := r.str(MaxNameLen)
+				k, err := r.Str(MaxNameLen)
 				if err != nil {
 					return err
 				}
-				if s.Engine[k], err = r.float(); err != nil {
+				if s.Engine[k], err = r.Float64(); err != nil {
 					return err
 				}
 			}

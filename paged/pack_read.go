@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"bitgo/internal/mpread"
 	"bitgo/quantcfg"
 )
 
@@ -484,70 +485,71 @@ func (p *Pack) Close() error {
 	return nil
 }
 
-// decodeHeader decodes the msgpack header (FORMAT.md, "Header") with the bounded reader:
-// required keys must be present, no key may repeat, unknown keys are skipped (later minor
-// versions add keys), optional keys may also be nil, and nothing may follow the map.
+// decodeHeader decodes the msgpack header (FORMAT.md, "Header") with the bounded reader
+// (internal/mpread): required keys must be present, no key may repeat, unknown keys are
+// skipped (later minor versions add keys), optional keys may also be nil, and nothing may
+// follow the map.
 func decodeHeader(b []byte) (*wireHeader, error) {
-	r := &mpReader{b: b}
+	r := mpread.New(b, mpread.Limits{})
 	h := &wireHeader{}
-	err := r.fields("header", []string{"model", "layout", "align", "layers", "tensors"}, func(key string) (known bool, err error) {
+	err := r.Fields("header", []string{"model", "layout", "align", "layers", "tensors"}, func(key string) (known bool, err error) {
 		switch key {
 		case "model":
-			h.Model, err = r.str()
+			h.Model, err = r.Str(mpread.NoLimit)
 		case "layout":
-			h.Layout, err = r.str()
+			h.Layout, err = r.Str(mpread.NoLimit)
 		case "created_by":
-			if !r.isNil() {
-				h.CreatedBy, err = r.str()
+			if !r.Nil() {
+				h.CreatedBy, err = r.Str(mpread.NoLimit)
 			}
 		case "align":
-			h.Align, err = r.uint()
+			h.Align, err = r.Uint()
 		case "metadata":
-			if !r.isNil() {
-				h.Metadata, err = r.strMap()
+			if !r.Nil() {
+				h.Metadata, err = decodeStrMap(r)
 			}
 		case "layers":
 			var n int
-			if n, err = r.arrayLen(minLayerBytes); err != nil {
+			if n, err = r.ArrayLen(minLayerBytes, mpread.NoLimit); err != nil {
 				return true, err
 			}
 			h.Layers = make([]wireLayer, n)
 			for i := range h.Layers {
-				if err = r.layer(&h.Layers[i]); err != nil {
+				if err = decodeLayer(r, &h.Layers[i]); err != nil {
 					return true, fmt.Errorf("layers[%d]: %w", i, err)
 				}
 			}
 		case "tensors":
 			var n int
-			if n, err = r.arrayLen(minTensorBytes); err != nil {
+			if n, err = r.ArrayLen(minTensorBytes, mpread.NoLimit); err != nil {
 				return true, err
 			}
 			h.Tensors = make([]wireTensor, n)
 			for i := range h.Tensors {
-				if err = r.tensor(&h.Tensors[i]); err != nil {
+				if err = decodeTensor(r, &h.Tensors[i]); err != nil {
 					return true, fmt.Errorf("tensors[%d]: %w", i, err)
 				}
 			}
 		case "external":
-			if r.isNil() {
+			if r.Nil() {
 				return true, nil
 			}
 			var n int
-			if n, err = r.arrayLen(minExternalBytes); err != nil {
+			if n, err = r.ArrayLen(minExternalBytes, mpread.NoLimit); err != nil {
 				return true, err
 			}
 			h.External = make([]wireExternal, n)
 			for i := range h.External {
 				e := &h.External[i]
-				err = r.fields("external tensor", []string{"name", "dtype", "shape"}, func(key string) (bool, error) {
+				err = r.Fields("external tensor", []string{"name", "dtype", "shape"}, func(key string) (bool, error) {
 					var err error
 					switch key {
 					case "name":
-						e.Name, err = r.str()
+						e.Name, err = r.Str(mpread.NoLimit)
 					case "dtype":
-						e.DType, err = r.str()
+						e.DType, err = r.Str(mpread.NoLimit)
 					case "shape":
-						e.Shape, err = r.uints()
+						e.Shape, err = r.Uint64s(mpread.NoLimit)
 					default:
 						return false, nil
 					}
@@ -565,8 +567,8 @@ func decodeHeader(b []byte) (*wireHeader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.remaining() != 0 {
-		return nil, r.errf("%d bytes follow the header's msgpack map", r.remaining())
+	if r.Remaining() != 0 {
+		return nil, r.Errorf("%d bytes follow the header's msgpack map", r.Remaining())
 	}
 	return h, nil
 }
@@ -579,50 +581,52 @@ const (
 	minExternalBytes = 1 + 5 + 6 + 6
 )
 
-func (r *mpReader) layer(l *wireLayer) error {
-	return r.fields("layer", []string{"name", "format", "out", "in", "act", "scale", "scales", "offset", "length", "crc32c"}, func(key string) (bool, error) {
+func decodeLayer(r *mpread.Reader, l *wireLayer) error {
+	return r.Fields("layer", []string{"name", "format", "out", "in", "act", "scale", "scales", "offset", "length", "crc32c"}, func(key string) (bool, error) {
 		var err error
 		switch key {
 		case "name":
-			l.Name, err = r.str()
+			l.Name, err = r.Str(mpread.NoLimit)
 		case "format":
-			l.Format, err = r.str()
+			l.Format, err = r.Str(mpread.NoLimit)
 		case "out":
-			l.Out, err = r.uint()
+			l.Out, err = r.Uint()
 		case "in":
-			l.In, err = r.uint()
+			l.In, err = r.Uint()
 		case "act":
-			l.Act, err = r.str()
+			l.Act, err = r.Str(mpread.NoLimit)
 		case "scale":
-			l.Scale, err = r.str()
+			l.Scale, err = r.Str(mpread.NoLimit)
 		case "codebook":
-			if r.isNil() {
+			if r.Nil() {
 				return true, nil
 			}
 			var n int
-			if n, err = r.arrayLen(1); err != nil {
+			if n, err = r.ArrayLen(1, mpread.NoLimit); err != nil {
 				return true, err
 			}
 			l.Codebook = make([]int, n)
 			for i := range l.Codebook {
 				var v int64
-				if v, err = r.int(); err != nil {
+				if v, err = r.Int(); err != nil {
 					return true, err
 				}
 				l.Codebook[i] = int(max(min(v, 1<<20), -1<<20))
 			}
 		case "scales":
-			l.Scales, err = r.float32s()
+			l.Scales, err = r.Float32s(mpread.NoLimit)
 		case "bias":
-			if !r.isNil() {
-				l.Bias, err = r.float32s()
+			if !r.Nil() {
+				l.Bias, err = r.Float32s(mpread.NoLimit)
 			}
 		case "offset":
-			l.Offset, err = r.uint()
+			l.Offset, err = r.Uint()
 		case "length":
-			l.Length, err = r.uint()
+			l.Length, err = r.Uint()
 		case "crc32c":
-			l.CRC32C, err = r.crc()
+			var v uint64
+			v, err = r.UintMax("crc32c", 0xffffffff)
+			l.CRC32C = uint32(v)
 		default:
 			return false, nil
 		}
@@ -630,22 +634,24 @@ func (r *mpReader) layer(l *wireLayer) error {
 	})
 }
 
-func (r *mpReader) tensor(t *wireTensor) error {
-	return r.fields("tensor", []string{"name", "dtype", "shape", "offset", "length", "crc32c"}, func(key string) (bool, error) {
+func decodeTensor(r *mpread.Reader, t *wireTensor) error {
+	return r.Fields("tensor", []string{"name", "dtype", "shape", "offset", "length", "crc32c"}, func(key string) (bool, error) {
 		var err error
 		switch key {
 		case "name":
-			t.Name, err = r.str()
+			t.Name, err = r.Str(mpread.NoLimit)
 		case "dtype":
-			t.DType, err = r.str()
+			t.DType, err = r.Str(mpread.NoLimit)
 		case "shape":
-			t.Shape, err = r.uints()
+			t.Shape, err = r.Uint64s(mpread.NoLimit)
 		case "offset":
-			t.Offset, err = r.uint()
+			t.Offset, err = r.Uint()
 		case "length":
-			t.Length, err = r.uint()
+			t.Length, err = r.Uint()
 		case "crc32c":
-			t.CRC32C, err = r.crc()
+			var v uint64
+			v, err = r.UintMax("crc32c", 0xffffffff)
+			t.CRC32C = uint32(v)
 		default:
 			return false, nil
 		}
@@ -653,69 +659,24 @@ func (r *mpReader) tensor(t *wireTensor) error {
 	})
 }
 
-func (r *mpReader) crc() (uint32, error) {
-	at := r.off
-	v, err := r.uint()
-	if err == nil && v > 0xffffffff {
-		r.off = at
-		return 0, r.errf("crc32c %d does not fit in 32 bits", v)
-	}
-	return uint32(v), err
-}
-
-func (r *mpReader) strMap() (map[string]string, error) {
-	n, err := r.mapLen()
+// decodeStrMap reads the metadata map of strings to strings; a repeated key is an error.
+func decodeStrMap(r *mpread.Reader) (map[string]string, error) {
+	n, err := r.MapLen(mpread.NoLimit)
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]string, n)
+	m := make(map[string]string, min(n, 64)) // n is bounded by the input, not small
 	for range n {
-		k, err := r.str()
+		k, err := r.Str(mpread.NoLimit)
 		if err != nil {
 			return nil, err
 		}
 		if _, dup := m[k]; dup {
-			return nil, r.errf("metadata key %q appears twice", k)
+			return nil, r.Errorf("metadata key %q appears twice", k)
 		}
-		if m[k], err = r.str(); err != nil {
+		if m[k], err = r.Str(mpread.NoLimit); err != nil {
 			return nil, fmt.Errorf("metadata %q: %w", k, err)
 		}
 	}
 	return m, nil
-}
-
-// fields reads a map with string keys, calling f on each with the reader at its value;
-// f returns known=false (having read nothing) for keys to skip. Repeated keys and missing
-// required keys are errors.
-func (r *mpReader) fields(what string, required []string, f func(key string) (known bool, err error)) error {
-	n, err := r.mapLen()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	seen := make(map[string]bool, n)
-	for range n {
-		key, err := r.str()
-		if err != nil {
-			return fmt.Errorf("%s: key: %w", what, err)
-		}
-		if seen[key] {
-			return fmt.Errorf("%s: key %q appears twice", what, key)
-		}
-		seen[key] = true
-		known, err := f(key)
-		if err != nil {
-			return fmt.Errorf("%s: %q: %w", what, key, err)
-		}
-		if !known {
-			if err := r.skip(); err != nil {
-				return fmt.Errorf("%s: %q: %w", what, key, err)
-			}
-		}
-	}
-	for _, k := range required {
-		if !seen[k] {
-			return fmt.Errorf("%s: required key %q is missing", what, k)
-		}
-	}
-	return nil
 }
