@@ -277,38 +277,58 @@ func TestSplitUpdatesRatios(t *testing.T) {
 	// a third of worker 0's, with and without stealing. The test looks at
 	// the median over the last 10 calls: with Alpha 0.3 a single call in
 	// which the OS or the Go scheduler paused a worker moves the ratios
-	// for a call or two, by design.
+	// for a call or two, by design. On a shared machine (go test runs
+	// packages in parallel) a worker can also lose its core for many
+	// calls, and with stealing the other worker then does all the work
+	// and the ratios keep their last value; so each mode gets three
+	// attempts, and fails only if all three miss.
 	cores, _ := Cores()
 	for _, steal := range []bool{false, true} {
-		// Pinned when possible: unpinned threads may share one core for
-		// milliseconds, and then worker 1 finds nothing left to do.
-		c := Default()
-		c.Threads, c.Pin, c.Steal = 2, len(cores) >= 2, steal
-		p := newTestPool(t, c)
-		const per = 10 * time.Microsecond
-		var q []float64
-		for call := 0; call < 40; call++ {
-			err := p.Split("slow1", 60, func(w, lo, hi int) {
-				d := time.Duration(hi-lo) * per
-				if w == 1 {
-					d *= 3
-				}
-				spinFor(d)
-			})
-			if err != nil {
-				t.Fatal(err)
+		var misses []string
+		for attempt := 0; attempt < 3; attempt++ {
+			m, q := slowWorkerRatio(t, steal, len(cores) >= 2)
+			if m >= 0.2 && m <= 0.5 {
+				misses = nil
+				break
 			}
-			r := p.Ratios("slow1")
-			q = append(q, r[1]/r[0])
+			misses = append(misses, fmt.Sprintf("%.2f (%.2f)", m, q))
 		}
-		p.Close() // its spinning worker would hold a P during the next pool's calls
-		if m := median(q[30:]); m < 0.2 || m > 0.5 {
-			t.Fatalf("steal=%v: worker 1/worker 0 ratio, median of the last 10 calls %.2f (%v), want about 1/3", steal, m, q[30:])
-		}
-		if !slices.Equal(p.Classes(), []Class{"slow1"}) {
-			t.Fatalf("Classes() = %v", p.Classes())
+		if misses != nil {
+			t.Fatalf("steal=%v: worker 1/worker 0 ratio, median of the last 10 of 40 calls, in three attempts: %v; want about 1/3", steal, misses)
 		}
 	}
+}
+
+// slowWorkerRatio runs 40 splits on two workers, worker 1 3x slower per
+// block, and returns the median of worker 1's ratio over worker 0's in
+// the last 10 calls, and those 10 values.
+func slowWorkerRatio(t *testing.T, steal, pin bool) (float64, []float64) {
+	// Pinned when possible: unpinned threads may share one core for
+	// milliseconds, and then worker 1 finds nothing left to do.
+	c := Default()
+	c.Threads, c.Pin, c.Steal = 2, pin, steal
+	p := newTestPool(t, c)
+	defer p.Close() // its spinning worker would hold a P during the next pool's calls
+	const per = 10 * time.Microsecond
+	var q []float64
+	for call := 0; call < 40; call++ {
+		err := p.Split("slow1", 60, func(w, lo, hi int) {
+			d := time.Duration(hi-lo) * per
+			if w == 1 {
+				d *= 3
+			}
+			spinFor(d)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := p.Ratios("slow1")
+		q = append(q, r[1]/r[0])
+	}
+	if !slices.Equal(p.Classes(), []Class{"slow1"}) {
+		t.Fatalf("Classes() = %v", p.Classes())
+	}
+	return median(q[30:]), q[30:]
 }
 
 func TestStaticNeverChanges(t *testing.T) {
