@@ -34,11 +34,12 @@ func schedYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 // spinner adapts how long a waiter spins (with sched_yield) before it sleeps on the
 // futex, from the waits it has seen. A wake-up costs 25-170 us on this kind of machine, so a
 // waiter should be awake when the peer's next word arrives whenever that is likely soon:
-// it spins a little longer than the 95th percentile of its recent waits, when that fits
-// under the ceiling; else the 75th, else the median; else (the peer is mostly slow or
-// idle) just the floor. Percentiles, not a mean: a decode loop's gaps between calls
-// are mostly short with a few long ones (attention between projections), and a mean pulled
-// up by the long ones would put the waiter to sleep before the short ones too.
+// it spins half as long again as the longest of its recent waits (at most the ceiling)
+// when that wait was under the ceiling; else the same from the 95th percentile, the 75th,
+// the median; else (the peer is mostly slow or idle) just the floor. Percentiles, not a
+// mean: a decode loop's gaps between calls are mostly short with a few long ones
+// (attention between projections, the host's lm_head and sampling once per token), and a
+// mean pulled up by the long ones would put the waiter to sleep before the short ones too.
 type spinner struct {
 	waits  [spinHistory]int64 // ns, the most recent waits (a ring)
 	n, at  int                // filled entries, next slot
@@ -71,9 +72,9 @@ func (s *spinner) compute() int64 {
 	w := sorted[:s.n]
 	copy(w, s.waits[:s.n])
 	slices.Sort(w)
-	for _, q := range []int{95, 75, 50} {
-		if p := w[(len(w)-1)*q/100]; p+p/4 <= s.ceil {
-			return max(s.floor, p+p/4+s.floor/2)
+	for _, q := range []int{100, 95, 75, 50} {
+		if p := w[(len(w)-1)*q/100]; p <= s.ceil {
+			return min(s.ceil, max(s.floor, p+p/2+s.floor/2))
 		}
 	}
 	return s.floor
@@ -143,7 +144,7 @@ const firstSlice = 2 * time.Millisecond
 // ceilings bound the CPU a waiter burns when the peer is slow or idle.
 var (
 	serverSpinFloor = 50 * time.Microsecond
-	serverSpinCeil  = 2 * time.Millisecond // well under the 10 ms after which an idle daemon must use ~no CPU
+	serverSpinCeil  = 5 * time.Millisecond // a host's step between tokens; under the 10 ms after which an idle daemon must use ~no CPU
 	clientSpinFloor = 50 * time.Microsecond
 	clientSpinCeil  = time.Millisecond
 )

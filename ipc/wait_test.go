@@ -42,4 +42,16 @@ func TestSpinnerBudget(t *testing.T) {
 	if b := s.budget(); b < us(125) || b > us(200) {
 		t.Fatalf("mixed budget %v, want just above the 100 us median", time.Duration(b))
 	}
+	// a decode loop with the host's step between tokens (1.8 ms, under the ceiling) once in
+	// 32 waits: spin through it, up to the ceiling
+	for i := 0; i < 64; i++ {
+		d := us(20)
+		if i%32 == 0 {
+			d = us(1800)
+		}
+		s.observe(d)
+	}
+	if b := s.budget(); b != us(2000) {
+		t.Fatalf("budget with a rare gap under the ceiling %v, want the ceiling", time.Duration(b))
+	}
 }

@@ -32,7 +32,8 @@ HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-# handle -> runner(x, packed, scales, bias, cfg, m, k) for layers registered with a daemon.
+# handle -> runner(x, packed, scales, bias, spec) for layers registered with a daemon; the
+# runner checks its arguments (with check(), or faster against what it registered).
 _runners: Dict[int, Callable] = {}
 _runners_lock = threading.Lock()
 
@@ -63,9 +64,11 @@ def _spec_sizes(spec: str):
     return cfg, m, k, reference.layout(cfg.format, m, k).nbytes, cfg.num_scales(m, k)
 
 
-def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
-           bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int, nbytes: int,
-           ns: int) -> None:
+def check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+          bias: Optional[torch.Tensor], spec: str) -> None:
+    """Every argument of a ``bitgo::linear`` call checked against the layer spec; a
+    ValueError or TypeError naming the argument and the problem."""
+    cfg, m, k, nbytes, ns = _spec_sizes(spec)
     if x.dtype not in _DTYPES:
         raise TypeError(f"bitgo::linear: input dtype {x.dtype}: allowed float32, bfloat16, "
                         f"float16")
@@ -92,18 +95,16 @@ def _check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
 
 def _linear_impl(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                  bias: Optional[torch.Tensor], spec: str, handle: int) -> torch.Tensor:
+    if handle:
+        runner = _runners.get(handle)  # a dict read is atomic; writers hold the lock
+        if runner is None:
+            raise RuntimeError(f"bitgo::linear: layer handle {handle} is not registered with a "
+                               f"bitd client (it was freed, or belongs to another process)")
+        return runner(x, packed, scales, bias, spec)  # it checks its arguments
     cfg, m, k, nbytes, ns = _spec_sizes(spec)
-    _check(x, packed, scales, bias, cfg, m, k, nbytes, ns)
-    if handle == 0:
-        return reference.linear_packed(x, packed, scales if scales.numel() else None, bias,
-                                       cfg, m, k)
-    runner = _runners.get(handle)  # a dict read is atomic; writers hold the lock
-    if runner is None:
-        raise RuntimeError(f"bitgo::linear: layer handle {handle} is not registered with a bitd "
-                           f"client (it was freed, or belongs to another process)")
-    if x.numel() == 0:
-        return x.new_empty((*x.shape[:-1], m))
-    return runner(x, packed, scales, bias, cfg, m, k)
+    check(x, packed, scales, bias, spec)
+    return reference.linear_packed(x, packed, scales if scales.numel() else None, bias,
+                                   cfg, m, k)
 
 
 def _fake(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,

@@ -48,7 +48,8 @@ def test_runner_registration_routes_calls():
     b = _layer(QuantConfig(format="tl1"))
     seen = []
 
-    def runner(x, packed, scales, bias, cfg, m, k):
+    def runner(x, packed, scales, bias, spec):
+        cfg, m, k = _ops.parse_spec(spec)
         seen.append((tuple(x.shape), cfg.format.value, m, k))
         return torch.zeros(*x.shape[:-1], m, dtype=x.dtype)
 
@@ -109,3 +110,46 @@ def test_eager_op_on_old_and_new_torch():
     x = torch.randn(4, 96)
     y = torch.ops.bitgo.linear(x, b.packed, b.scales, b.bias, b._spec, 0)
     assert_bits_equal(y, bitgo.reference.linear(b, x))
+
+
+def test_registered_handle_checks_every_argument():
+    """Calls through a bitd registration are checked as strictly as reference calls: the
+    fast path (the registered tensors themselves) and the slow one (anything else) refuse the
+    same bad inputs, accept copies of the registered weights, and refuse other weights."""
+    b = _layer(QuantConfig(format="i2s"))
+    assert b.handle != 0
+    x = torch.randn(3, 96)
+    want = bitgo.reference.linear(b, x)
+    h, spec = b.handle, b._spec
+    assert_bits_equal(_ops.linear(x, b.packed, b.scales, b.bias, spec, h), want)
+    # copies of the weights (what opcheck and compilers may pass) are the same layer
+    assert_bits_equal(_ops.linear(x, b.packed.clone(), b.scales.clone(), b.bias.clone(),
+                                  spec, h), want)
+    assert_bits_equal(_ops.linear(x, b.packed, b.scales, b.bias, spec, h), want)
+    with pytest.raises(TypeError, match="input dtype torch.float64"):
+        _ops.linear(x.double(), b.packed, b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="last dimension must be in_features = 96"):
+        _ops.linear(torch.randn(3, 95), b.packed, b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="last dimension must be in_features = 96"):
+        _ops.linear(torch.tensor(1.0), b.packed, b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="not contiguous"):
+        _ops.linear(torch.randn(96, 3).t(), b.packed, b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="packed weights are torch.uint8 with 10 elements"):
+        _ops.linear(x, b.packed[:10], b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="scales are torch.float64"):
+        _ops.linear(x, b.packed, b.scales.double(), b.bias, spec, h)
+    other = b.packed.clone()
+    other[0] ^= 1
+    with pytest.raises(ValueError, match="differ from those handle .* was registered with"):
+        _ops.linear(x, other, b.scales, b.bias, spec, h)
+    with pytest.raises(ValueError, match="was registered as"):
+        _ops.linear(x, b.packed, b.scales, b.bias, spec.replace("per-token", "per-tensor"), h)
+    # and the registered tensors still take the fast path with the right answer
+    assert_bits_equal(_ops.linear(x, b.packed, b.scales, b.bias, spec, h), want)
+    # another bias than the registered one is checked too (a size-1 bias would broadcast)
+    with pytest.raises(ValueError, match="bias is torch.float32 with 1 elements, want float32 with 40"):
+        _ops.linear(x, b.packed, b.scales, torch.ones(1), spec, h)
+    with pytest.raises(ValueError, match="bias is torch.float64"):
+        _ops.linear(x, b.packed, b.scales, b.bias.double(), spec, h)
+    assert_bits_equal(_ops.linear(x, b.packed, b.scales, None, spec, h),
+                      bitgo.reference.linear_packed(x, b.packed, b.scales, None, b.config, 40, 96))
