@@ -50,6 +50,10 @@ type session struct {
 	reqBuf [SlotReqCap]byte
 	fast   []byte
 	spin   spinner
+	// the last call's event, recorded after its answer is published (the Observer's
+	// metrics are not on the caller's critical path)
+	ev     CallEvent
+	evDone bool
 
 	inCall   atomic.Bool
 	stopOnce sync.Once
@@ -145,6 +149,10 @@ func (x *session) serve() error {
 			x.handle(done)
 			done++
 			publish(x.r.respSeq(), x.r.clientWait(), done)
+			if x.evDone {
+				x.evDone = false
+				x.srv.opt.Observer.Call(x.ev)
+			}
 		}
 	}
 }
@@ -233,9 +241,11 @@ func (x *session) fail(ev CallEvent, start time.Time, err error) []byte {
 	return x.enc.encode(ev.Status, err.Error(), nil)
 }
 
+// observe keeps the event of the call being answered for the Observer, which serve calls
+// once the answer is published.
 func (x *session) observe(ev CallEvent) {
-	if o := x.srv.opt.Observer; o != nil {
-		o.Call(ev)
+	if x.srv.opt.Observer != nil {
+		x.ev, x.evDone = ev, true
 	}
 }
 
