@@ -150,8 +150,11 @@ class Client:
         self._layers: Dict[int, dict] = {}
         self._views: Dict[tuple, list] = {}
         self._ewma = _SPIN_FLOOR_NS
-        self.forward_calls = 0  # forward requests answered, and bitd's compute time for them
+        # forward requests answered; bitd's compute time for them; the time they took in
+        # this client (copying in and out, the round trip, bitd's compute)
+        self.forward_calls = 0
         self.handler_ns = 0
+        self.client_ns = 0
         self.name = name or f"bitgo-py-{os.getpid()}"
         if region_bytes < 0 or not 0 <= slots <= 64:
             raise ValueError(f"region_bytes {region_bytes}, slots {slots}: want region_bytes "
@@ -747,6 +750,7 @@ class Client:
 
     def _forward_one(self, lid: int, x: torch.Tensor, ent: list) -> Tuple[torch.Tensor, int]:
         """One forward request through cached views (caller holds the lock, settled)."""
+        t_in = _now()
         xv, ov, n, code, xlen, ooff, olen, _, oshape, dt = ent
         xv.copy_(x)
         seq = self._seq
@@ -774,7 +778,9 @@ class Client:
             self._response(so, OP_FORWARD)  # raises the daemon's error
             raise self._fail("bitd: forward succeeded with an unexpected result "
                              "(protocol error)")
-        return y.copy_(ov), ns
+        y.copy_(ov)
+        self.client_ns += _now() - t_in
+        return y, ns
 
     def _make_views(self, lid: int, x: torch.Tensor, m: int) -> Optional[tuple]:
         """Cached views of the data area for this input shape: x at offset 0, the output

@@ -23,10 +23,13 @@ are independent (per-token activation scales, exact integer sums), so each row i
 one-token call returns. Equal logits at every step also mean the reference path would have
 chosen the same tokens.
 
-Speed is tokens per second over the generated tokens (greedy decoding). "IPC share" is the
-part of the time spent in bitgo's linear layers (measured around ``BitLinear.forward``) that
-is not bitd computing (bitd reports its compute time with every answer): the operator, the
-client, the shared-memory round trip.
+Speed is tokens per second over the generated tokens (greedy decoding). The time spent in
+bitgo's linear layers (measured around ``BitLinear.forward``) splits three ways: bitd
+computing (bitd reports its compute time with every answer); the "IPC share", the time in
+``bitgo.Client`` that is not bitd computing (copying activations in and outputs out of the
+shared memory, publishing the request, waiting beyond the compute, reading the answer); and
+the host side, BitLinear.forward and the ``bitgo::linear`` operator's dispatch and checks,
+which any custom operator pays.
 """
 
 from __future__ import annotations
@@ -385,14 +388,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     res["bitd_threads"] = threads
     nb = sum(m.packed.numel() for m in model.modules() if isinstance(m, bitgo.BitLinear))
     generate(model, prompt[:2], 2)  # warm-up: first-call paths in the daemon and the op
-    client.forward_calls = client.handler_ns = 0
+    client.forward_calls = client.handler_ns = client.client_ns = 0
     with bitgo.nn.LinearTimer() as timer:
         toks, logits, sec = generate(model, prompt, args.tokens, keep_logits=True)
     tps = args.tokens / sec
     rows.append((f"bitgo {fmt} (bitd)", tps, nb))
-    lin_ns, handler_ns = timer.ns, client.handler_ns
+    lin_ns, handler_ns, client_ns = timer.ns, client.handler_ns, client.client_ns
     steps = len(toks) - 1
-    ipc_share = (lin_ns - handler_ns) / lin_ns if lin_ns else float("nan")
+    ipc_share = (client_ns - handler_ns) / lin_ns if lin_ns else float("nan")
+    host_share = (lin_ns - client_ns) / lin_ns if lin_ns else float("nan")
     log(f"  bitgo: {tps:6.2f} tokens/s")
 
     log("")
@@ -409,14 +413,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         res["speedup_bf16"] = sp16
     log(line)
     per_step = timer.calls / max(steps, 1)
+    calls = max(timer.calls, 1)
     log(f"  time in linear layers: {lin_ns / 1e6 / steps:.1f} ms/token of "
         f"{1000 * sec / args.tokens:.1f} ({per_step:.0f} calls); bitd computing "
-        f"{handler_ns / 1e6 / steps:.1f} ms/token; IPC share of linear-layer time "
-        f"{100 * ipc_share:.1f}% ({(lin_ns - handler_ns) / max(timer.calls, 1) / 1e3:.1f} "
-        f"us per call)")
-    res.update(ipc_share=ipc_share, linear_ms_per_token=lin_ns / 1e6 / steps,
+        f"{handler_ns / 1e6 / steps:.1f} ms/token")
+    log(f"  IPC share of linear-layer time {100 * ipc_share:.1f}% "
+        f"({(client_ns - handler_ns) / calls / 1e3:.1f} us per call); BitLinear and the "
+        f"bitgo::linear operator {100 * host_share:.1f}% ({(lin_ns - client_ns) / calls / 1e3:.1f}"
+        f" us per call)")
+    res.update(ipc_share=ipc_share, host_share=host_share,
+               linear_ms_per_token=lin_ns / 1e6 / steps,
                bitd_ms_per_token=handler_ns / 1e6 / steps,
-               overhead_us_per_call=(lin_ns - handler_ns) / max(timer.calls, 1) / 1e3)
+               ipc_us_per_call=(client_ns - handler_ns) / calls / 1e3,
+               host_us_per_call=(lin_ns - client_ns) / calls / 1e3,
+               overhead_us_per_call=(lin_ns - handler_ns) / calls / 1e3)
 
     ok = True
     set_threads(torch_threads)
