@@ -240,15 +240,40 @@ type call struct {
 }
 
 func (l *layer) call(n int, dt quantcfg.DType, seed uint64) (call, error) {
+	x := l.inputs(n, seed)
+	y, err := kernels.Reference(l.kl, x, n)
+	if err != nil {
+		return call{}, err
+	}
+	return call{n: n, dt: dt, x: encode(x, dt), want: encode(y, dt)}, nil
+}
+
+// inputs are n tokens of random activations (bf16 values, exact in either dtype).
+func (l *layer) inputs(n int, seed uint64) []float32 {
 	r := rand.New(rand.NewPCG(seed, 0x78))
 	x := make([]float32, n*l.spec.In)
 	for i := range x {
 		x[i] = kernels.RoundBF16(float32(r.NormFloat64()))
 	}
-	y, err := kernels.Reference(l.kl, x, n)
+	return x
+}
+
+// fastCall is call with the answer computed by the kernel bitd selects (one thread) instead
+// of the reference: for calls too large for the reference to be quick. The kernels are
+// checked bit for bit against the reference by their own tests.
+func (l *layer) fastCall(n int, dt quantcfg.DType, seed uint64) (call, error) {
+	x := l.inputs(n, seed)
+	k, err := kernels.Select(l.kl, n)
 	if err != nil {
 		return call{}, err
 	}
+	var a kernels.Acts
+	if err := l.kl.Quantize(x, n, &a); err != nil {
+		return call{}, err
+	}
+	k.Prepare(l.kl, &a)
+	y := make([]float32, n*l.kl.Layout.M)
+	k.Run(l.kl, &a, 0, l.kl.Layout.RowBlocks(), y)
 	return call{n: n, dt: dt, x: encode(x, dt), want: encode(y, dt)}, nil
 }
 
