@@ -114,10 +114,11 @@ class RemoteLayer:
         self.info = info
         self.bias = bias
         self.spec = cfg.spec(m, k)
-        # The last call arguments that passed every check (at first the registered tensors;
-        # then also, say, vLLM's Parameters around them): later calls with these very
-        # objects skip the checks that cannot change (dtype, size, which weights).
-        self._reg = self._known = (packed, scales)
+        # The last (packed, scales, bias) that passed every check and are the registered ones
+        # (at first the registered tensors; then also, say, vLLM's Parameters around them):
+        # later calls with these very objects skip the checks that cannot change (dtype,
+        # size, which weights).
+        self._reg = self._known = (packed, scales, bias)
         self._ids = [self.id]
         self._nobias: Optional[int] = None
         _ops.register_runner(self.handle, _weak_runner(self))
@@ -128,7 +129,7 @@ class RemoteLayer:
         """The runner behind the handle: checks the call, computes it in bitd."""
         m = self.m
         known = self._known
-        if (packed is known[0] and scales is known[1] and bias is self.bias
+        if (packed is known[0] and scales is known[1] and bias is known[2]
                 and (spec is self.spec or spec == self.spec)):
             # The weights are the registered ones; x's dtype and shape are those of an earlier
             # call when the client has views for them (float32 and bfloat16 only).
@@ -156,15 +157,22 @@ class RemoteLayer:
                 raise ValueError(f"bitgo::linear: the packed weights or scales differ from "
                                  f"those handle {self.handle} was registered with (register "
                                  f"the layer again after changing them)")
-        self._known = (packed, scales)
+        if self._same_bias(bias):
+            self._known = (packed, scales, bias)
+
+    def _same_bias(self, bias: Optional[torch.Tensor]) -> bool:
+        """Whether bias is the registered one (the same tensor, or one over the same memory,
+        such as vLLM's Parameter around it)."""
+        mine = self.bias
+        return bias is mine or (bias is not None and mine is not None
+                                and bias.data_ptr() == mine.data_ptr()
+                                and bias.shape == mine.shape)
 
     def _run_bias(self, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
         """A checked call with any bias."""
         cfg, m, k = self.cfg, self.m, self.k
         mine = self.bias
-        if bias is mine or (bias is not None and mine is not None
-                            and bias.data_ptr() == mine.data_ptr()
-                            and bias.shape == mine.shape):
+        if self._same_bias(bias):
             return self.client._forward(self.id, x, m)[0]
         # Another bias than the registered one: the bias-free twin, then the epilogue's last
         # step (y + bias in float32) and the output rounding here.
@@ -172,7 +180,7 @@ class RemoteLayer:
             lid = self.id
         else:
             if self._nobias is None:
-                packed, scales = self._known
+                packed, scales = self._known[:2]
                 info = self.client.register(cfg.format.value, m, k, packed,
                                             scales if scales.numel() else None, None,
                                             packed=True, act=cfg.act, scale=cfg.scale,

@@ -153,3 +153,17 @@ def test_registered_handle_checks_every_argument():
         _ops.linear(x, b.packed, b.scales, b.bias.double(), spec, h)
     assert_bits_equal(_ops.linear(x, b.packed, b.scales, None, spec, h),
                       bitgo.reference.linear_packed(x, b.packed, b.scales, None, b.config, 40, 96))
+
+
+def test_registered_handle_fast_path_with_wrapping_parameters():
+    """vLLM registers .data tensors and calls with the Parameters around them: the first call
+    checks them, and they then take the fast path (same answers)."""
+    b = _layer(QuantConfig(format="i2s"), bias=True)
+    x = torch.randn(2, 96)
+    want = bitgo.reference.linear(b, x)
+    r = b._remote
+    packed, scales, bias = (nn.Parameter(t, requires_grad=False)
+                            for t in (b.packed, b.scales, b.bias))
+    assert_bits_equal(_ops.linear(x, packed, scales, bias, b._spec, b.handle), want)
+    assert r._known[0] is packed and r._known[1] is scales and r._known[2] is bias
+    assert_bits_equal(_ops.linear(x, packed, scales, bias, b._spec, b.handle), want)
