@@ -752,6 +752,8 @@ class Client:
         """One forward request through cached views (caller holds the lock, settled)."""
         t_in = _now()
         xv, ov, n, code, xlen, ooff, olen, _, oshape, dt = ent
+        if x.requires_grad:  # else copy_ would make the cached view part of autograd graphs
+            x = x.detach()
         xv.copy_(x)
         seq = self._seq
         so = self._slot_offs[seq % self._nslots]

@@ -195,3 +195,17 @@ def test_quantize_keeps_the_model_working():
     assert_bits_equal(model(x), R.linear(model[2], h))
     with pytest.raises(ValueError, match="wrap a bare nn.Linear"):
         bitgo.quantize_(nn.Linear(4, 4))
+
+
+def test_input_requiring_grad_leaves_the_shared_views_alone():
+    """An input that requires grad is computed like any other (bitgo has no backward), and
+    the client's cached shared-memory views never join an autograd graph (which would chain
+    a node per later call)."""
+    b = bitgo.BitLinear(64, 32, bias=True)
+    x = torch.randn(2, 64, requires_grad=True)
+    assert_bits_equal(b(x), bitgo.reference.linear(b, x.detach()))
+    x2 = torch.randn(2, 64)
+    assert_bits_equal(b(x2), bitgo.reference.linear(b, x2))
+    c = bitgo.client.default_client()
+    for ent in c._views.values():
+        assert not ent[0].requires_grad and not ent[1].requires_grad
