@@ -480,6 +480,9 @@ class Client:
         if seq is not None:
             if self._w[_RESP_SEQ] == seq:
                 self._wait(seq, "an interrupted call", _SPIN_CEIL_NS, _now())
+            # an interrupt during the futex sleep left the sleeping flag set: clear it, or
+            # bitd would wake us after every answer
+            self._w[_CLIENT_SLEEPING] = 0
             self._inflight = None
             got = self._w[_RESP_SEQ]
             if got != (seq + 1) & 0xFFFFFFFF:

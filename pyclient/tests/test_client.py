@@ -481,10 +481,13 @@ def test_interrupted_call_keeps_calls_and_answers_paired(monkeypatch):
         b = _layer(QuantConfig(format="i2s"), k=64, m=16)
         small = _register(c, b)
 
-        def interrupt():
+        def interrupt(*args):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(bc, "_sched_yield", interrupt)  # Ctrl-C while the call waits
+        # Ctrl-C while the call waits, spinning or (if its spin budget ran out before the
+        # first look, as it can on a first call) sleeping
+        monkeypatch.setattr(bc, "_sched_yield", interrupt)
+        monkeypatch.setattr(bc._sys, "futex_wait", interrupt)
         with pytest.raises(KeyboardInterrupt):
             c.forward(lid, x)
         monkeypatch.undo()
@@ -492,6 +495,7 @@ def test_interrupted_call_keeps_calls_and_answers_paired(monkeypatch):
         xs = torch.randn(3, 64)
         assert_bits_equal(c.forward(small["id"], xs), R.linear(b, xs))  # not the old answer
         assert c._inflight is None
+        assert c._w[bc._CLIENT_SLEEPING] == 0
         c.ping()
     finally:
         c.close()
