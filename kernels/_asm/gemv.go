@@ -575,6 +575,17 @@ const (
 	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
 )
 
+// takeChunk returns a new register c = min(n, most) and subtracts c from n: the next chunk
+// of a loop whose int16 sums are flushed every most iterations.
+func takeChunk(n Register, most uint32) GPVirtual {
+	c := GP64()
+	MOVQ(U32(most), c)
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	return c
+}
+
 // lutState is the register state of the zmm lookup-table kernels (tl1, tl2).
 type lutState struct {
 	p                       *pool
@@ -646,11 +657,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	Label(name + "_tl1chunk")
-	c := GP64()
-	MOVQ(U32(32), c)
-	CMPQ(n, c)
-	CMOVQLT(n, c)
-	SUBQ(c, n)
+	c := takeChunk(n, 32)
 	s.zero16()
 	Label(name + "_tl1unit")
 	PREFETCHT0(at(s.pf, 0))
@@ -680,11 +687,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
-	c := GP64()
-	MOVQ(U32(4), c)
-	CMPQ(n, c)
-	CMOVQLT(n, c)
-	SUBQ(c, n)
+	c := takeChunk(n, 4)
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 8; u++ {
@@ -742,11 +745,7 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_pairnext"))
 	Label(name + "_pchunk")
-	c := GP64()
-	MOVQ(U32(4), c)
-	CMPQ(n, c)
-	CMOVQLT(n, c)
-	SUBQ(c, n)
+	c := takeChunk(n, 4)
 	for j := 0; j < 2; j++ {
 		for _, cs := range acc[j] {
 			zeroAll(cs...)
