@@ -5,43 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"bitgo/quantcfg"
 	"bitgo/xe2"
 )
 
-// benchBackends maps a --device prefix to its benchmark; the bench command dispatches
-// `--device xe2:N` here. Until the CPU `bitd bench` exists, this file registers a bench
-// command of its own that serves --device xe2:N only.
+// benchBackends maps a --device prefix to its benchmark; `bitd bench --device xe2:N`
+// dispatches here (runBench).
 var benchBackends = map[string]func(args []string, stdout, stderr io.Writer) int{"xe2": runBenchXe2}
-
-func init() {
-	if _, ok := commands["bench"]; !ok {
-		register(command{name: "bench", summary: "measure the kernels on real model shapes (--device xe2:N: the Xe2 GPU)", run: runBenchDispatch})
-	}
-}
-
-func runBenchDispatch(args []string, stdout, stderr io.Writer) int {
-	for i, a := range args {
-		v := ""
-		switch {
-		case (a == "--device" || a == "-device") && i+1 < len(args):
-			v = args[i+1]
-		case strings.HasPrefix(a, "--device="), strings.HasPrefix(a, "-device="):
-			v = a[strings.Index(a, "=")+1:]
-		}
-		if prefix, _, ok := strings.Cut(v, ":"); ok {
-			if fn, ok := benchBackends[prefix]; ok {
-				return fn(args, stdout, stderr)
-			}
-		}
-	}
-	// No GPU requested: the CPU benchmark belongs to the bench command proper, which this
-	// build does not have yet; say so without failing `make bench`.
-	fmt.Fprintln(stderr, "bitd bench: the CPU benchmark is not in this build yet; --device xe2:N measures an Xe2 GPU (bitd info lists them)")
-	return 0
-}
 
 func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
