@@ -222,13 +222,14 @@ func (p *Pool) loop(i int) {
 // spinTight is how many polls a waiter makes before it starts yielding.
 const spinTight = 64
 
-// waitCall returns once gen differs from last: it polls, then polls with
-// sched_yield for Spin, then sleeps on the futex.
-func (p *Pool) waitCall(last uint32) uint32 {
+// spinUntil polls done, spinTight times back to back, then with sched_yield
+// until spin has passed; it reports whether done became true (else the caller
+// sleeps).
+func spinUntil(spin time.Duration, done func() bool) bool {
 	var deadline time.Time
 	for i := 0; ; i++ {
-		if g := p.gen.Load(); g != last {
-			return g
+		if done() {
+			return true
 		}
 		if i < spinTight {
 			continue
@@ -237,11 +238,19 @@ func (p *Pool) waitCall(last uint32) uint32 {
 		if i&7 == 0 {
 			now := time.Now()
 			if deadline.IsZero() {
-				deadline = now.Add(p.cfg.Spin)
+				deadline = now.Add(spin)
 			} else if now.After(deadline) {
-				break
+				return false
 			}
 		}
+	}
+}
+
+// waitCall returns once gen differs from last: it polls, then polls with
+// sched_yield for Spin, then sleeps on the futex.
+func (p *Pool) waitCall(last uint32) uint32 {
+	if spinUntil(p.cfg.Spin, func() bool { return p.gen.Load() != last }) {
+		return p.gen.Load()
 	}
 	for {
 		p.sleepers.Add(1)
@@ -259,23 +268,8 @@ func (p *Pool) waitCall(last uint32) uint32 {
 
 // waitJoin returns once every dedicated worker has finished the call.
 func (p *Pool) waitJoin() {
-	var deadline time.Time
-	for i := 0; ; i++ {
-		if p.pending.Load() == 0 {
-			return
-		}
-		if i < spinTight {
-			continue
-		}
-		osYield()
-		if i&7 == 0 {
-			now := time.Now()
-			if deadline.IsZero() {
-				deadline = now.Add(p.cfg.Spin)
-			} else if now.After(deadline) {
-				break
-			}
-		}
+	if spinUntil(p.cfg.Spin, func() bool { return p.pending.Load() == 0 }) {
+		return
 	}
 	for {
 		p.waiting.Store(1)
