@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -15,6 +16,31 @@ import (
 type Weights struct {
 	Q []int8
 	F []float32
+}
+
+// Bytes encodes the weights as bitd's wire carries logical weights (ipc/PROTOCOL.md,
+// register): int8 values for the integer formats, little-endian float32 for f32, and
+// little-endian bfloat16 (F rounded to nearest even) for bf16.
+func (w Weights) Bytes(f quantcfg.Format) []byte {
+	switch f {
+	case quantcfg.F32:
+		b := make([]byte, 4*len(w.F))
+		for i, v := range w.F {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		return b
+	case quantcfg.BF16:
+		b := make([]byte, 2*len(w.F))
+		for i, v := range w.F {
+			binary.LittleEndian.PutUint16(b[2*i:], BF16(v))
+		}
+		return b
+	}
+	b := make([]byte, len(w.Q))
+	for i, v := range w.Q {
+		b[i] = byte(v)
+	}
+	return b
 }
 
 // checkWeights validates logical weights for a format and shape.

@@ -205,27 +205,7 @@ func newLayer(spec quantcfg.LayerSpec, seed uint64) (*layer, error) {
 }
 
 // logical is the layer's weights as the wire uploads them.
-func (l *layer) logical() []byte {
-	switch l.spec.Format {
-	case quantcfg.F32:
-		b := make([]byte, 4*len(l.w.F))
-		for i, v := range l.w.F {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-		}
-		return b
-	case quantcfg.BF16:
-		b := make([]byte, 2*len(l.w.F))
-		for i, v := range l.w.F {
-			binary.LittleEndian.PutUint16(b[2*i:], kernels.BF16(v))
-		}
-		return b
-	}
-	b := make([]byte, len(l.w.Q))
-	for i, v := range l.w.Q {
-		b[i] = byte(v)
-	}
-	return b
-}
+func (l *layer) logical() []byte { return l.w.Bytes(l.spec.Format) }
 
 func (l *layer) weights() ipc.Weights {
 	return ipc.Weights{Data: l.logical(), Scales: l.scales, Bias: l.bias}

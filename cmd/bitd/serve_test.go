@@ -209,27 +209,7 @@ func randomLayer(t *testing.T, r *rand.Rand, spec quantcfg.LayerSpec) testLayer 
 }
 
 // logical is the layer's weights as the wire uploads them.
-func (l testLayer) logical() []byte {
-	switch l.spec.Format {
-	case quantcfg.F32:
-		b := make([]byte, 4*len(l.w.F))
-		for i, v := range l.w.F {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-		}
-		return b
-	case quantcfg.BF16:
-		b := make([]byte, 2*len(l.w.F))
-		for i, v := range l.w.F {
-			binary.LittleEndian.PutUint16(b[2*i:], kernels.BF16(v))
-		}
-		return b
-	}
-	b := make([]byte, len(l.w.Q))
-	for i, v := range l.w.Q {
-		b[i] = byte(v)
-	}
-	return b
-}
+func (l testLayer) logical() []byte { return l.w.Bytes(l.spec.Format) }
 
 // want is the reference output for x (f32 values) in dtype dt, as bytes.
 func (l testLayer) want(t *testing.T, x []float32, n int, dt quantcfg.DType) []byte {
