@@ -30,7 +30,6 @@ __all__ = ["linear", "parse_spec", "register_runner", "unregister_runner", "HAS_
 
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
 
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # handle -> runner(x, packed, scales, bias, spec) for layers registered with a daemon; the
 # runner checks its arguments (with check(), or faster against what it registered).
@@ -69,18 +68,7 @@ def check(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
     """Every argument of a ``bitgo::linear`` call checked against the layer spec; a
     ValueError or TypeError naming the argument and the problem."""
     cfg, m, k, nbytes, ns = _spec_sizes(spec)
-    if x.dtype not in _DTYPES:
-        raise TypeError(f"bitgo::linear: input dtype {x.dtype}: allowed float32, bfloat16, "
-                        f"float16")
-    if not x.is_cpu:
-        raise ValueError(f"bitgo::linear: input is on device {x.device}; bitgo runs on CPU "
-                         f"tensors (bitd owns the compute device): move it with .cpu()")
-    if x.dim() < 1 or x.shape[-1] != k:
-        raise ValueError(f"bitgo::linear: input has shape {tuple(x.shape)}: the last dimension "
-                         f"must be in_features = {k}")
-    if not x.is_contiguous():
-        raise ValueError(f"bitgo::linear: input of shape {tuple(x.shape)} is not contiguous "
-                         f"(strides {tuple(x.stride())}); call .contiguous() first")
+    reference.check_input(x, k, "bitgo::linear")
     if packed.dtype != torch.uint8 or packed.numel() != nbytes:
         raise ValueError(f"bitgo::linear: packed weights are {packed.dtype} with "
                          f"{packed.numel()} elements, want uint8 with {nbytes} ({cfg.format.value}"

@@ -48,7 +48,7 @@ from typing import Any, Dict, Optional, Tuple
 import msgpack
 import torch
 
-from . import _sys
+from . import _sys, reference
 from .daemon import EmbeddedDaemon, default_socket_path
 from .errors import STATUS_NAMES, DaemonError, RequestError
 
@@ -706,17 +706,7 @@ class Client:
         k, m = info["in"], info["out"]
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"forward: x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            raise TypeError(f"forward: x has dtype {x.dtype}; allowed float32, bfloat16, "
-                            f"float16")
-        if x.device.type != "cpu":
-            raise ValueError(f"forward: x is on {x.device}; bitd reads CPU tensors")
-        if x.dim() < 1 or x.shape[-1] != k:
-            raise ValueError(f"forward: x has shape {tuple(x.shape)}: the last dimension must "
-                             f"be the layer's in_features = {k}")
-        if not x.is_contiguous():
-            raise ValueError(f"forward: x of shape {tuple(x.shape)} is not contiguous; call "
-                             f".contiguous() first")
+        reference.check_input(x, k, "forward", "x", "the layer's in_features")
         y, ns = self._forward(layer_id, x, m)
         return (y, ns) if timed else y
 

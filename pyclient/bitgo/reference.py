@@ -581,6 +581,24 @@ def _to_dtype(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def check_input(x: torch.Tensor, k: int, where: str, name: str = "input",
+                in_name: str = "in_features") -> None:
+    """The checks every entry into bitd makes of an input x for a layer with k inputs: a
+    float32/bfloat16/float16 CPU tensor, contiguous, with k as its last dimension. A TypeError
+    (dtype) or ValueError naming ``where``, the input and the problem."""
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{where}: {name} dtype {x.dtype}: allowed float32, bfloat16, float16")
+    if not x.is_cpu:
+        raise ValueError(f"{where}: {name} is on device {x.device}; bitgo runs on CPU tensors "
+                         f"(bitd owns the compute device): move it with .cpu()")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"{where}: {name} has shape {tuple(x.shape)}: the last dimension must "
+                         f"be {in_name} = {k}")
+    if not x.is_contiguous():
+        raise ValueError(f"{where}: {name} of shape {tuple(x.shape)} is not contiguous "
+                         f"(strides {tuple(x.stride())}); call .contiguous() first")
+
+
 def linear_packed(x: torch.Tensor, packed: torch.Tensor, scales: Optional[torch.Tensor],
                   bias: Optional[torch.Tensor], cfg: QuantConfig, m: int, k: int) -> torch.Tensor:
     """y for x of shape [..., K] (float32, bfloat16 or float16) from a packed blob: shape

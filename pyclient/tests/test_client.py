@@ -204,7 +204,7 @@ def test_bad_inputs_are_clear_errors(client):
         client.forward(lid, torch.randn(2, 63))
     with pytest.raises(ValueError, match="not contiguous"):
         client.forward(lid, torch.randn(64, 2).t())
-    with pytest.raises(ValueError, match="x is on meta"):
+    with pytest.raises(ValueError, match="x is on device meta"):
         client.forward(lid, torch.empty(2, 64, device="meta"))
     with pytest.raises(TypeError, match="dtype torch.float64"):
         client.forward(lid, torch.randn(2, 64, dtype=torch.float64))
