@@ -79,20 +79,26 @@ func (d *Device) ReadBandwidth(size, iters int) (float64, error) {
 	return float64(size) / times[len(times)/2], nil
 }
 
+// defaultRun fills what Bench and Tune share when left zero: 20 timed calls, per-token
+// activations, per-row scales.
+func defaultRun(iters *int, act *quantcfg.ActMode, scale *quantcfg.ScaleGran) {
+	if *iters <= 0 {
+		*iters = 20
+	}
+	if act.IsZero() {
+		*act = quantcfg.PerToken
+	}
+	if scale.IsZero() {
+		*scale = quantcfg.PerRowScale
+	}
+}
+
 // Bench times every shape and token count with the tiles Forward would choose (the tune
 // table's winners when loaded, else the heuristic), on rotating weight sets larger than
 // the device cache, and relates them to the device's roofline. bw is the read bandwidth
 // in GB/s (ReadBandwidth).
 func Bench(d *Device, o BenchOptions, bw float64) ([]BenchResult, error) {
-	if o.Iters <= 0 {
-		o.Iters = 20
-	}
-	if o.Act.IsZero() {
-		o.Act = quantcfg.PerToken
-	}
-	if o.Scale.IsZero() {
-		o.Scale = quantcfg.PerRowScale
-	}
+	defaultRun(&o.Iters, &o.Act, &o.Scale)
 	peak := d.Info.PeakInt8TOPS()
 	rng := rand.New(rand.NewPCG(5, 6))
 	var out []BenchResult

@@ -192,15 +192,7 @@ func Tune(d *Device, o TuneOptions) (TuneDevice, []TuneResult, error) {
 	if len(o.Shapes) == 0 || len(o.Tokens) == 0 {
 		return TuneDevice{}, nil, fmt.Errorf("%w: tune: no shapes or token counts given", ErrInvalid)
 	}
-	if o.Iters <= 0 {
-		o.Iters = 20
-	}
-	if o.Act.IsZero() {
-		o.Act = quantcfg.PerToken
-	}
-	if o.Scale.IsZero() {
-		o.Scale = quantcfg.PerRowScale
-	}
+	defaultRun(&o.Iters, &o.Act, &o.Scale)
 	if o.Codebook == (quantcfg.Codebook{}) {
 		o.Codebook = quantcfg.DefaultCodebook
 	}
