@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -334,4 +336,20 @@ func mincore(addr, length uintptr) int64 {
 		n += int64(hi - lo)
 	}
 	return n
+}
+
+// ProcessRSS is this process's resident set in bytes (anonymous and file pages, from
+// /proc/self/statm): what loading a pack file costs beyond the mapped bytes. 0 when it
+// cannot be read.
+func ProcessRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -294,4 +295,19 @@ func TestResidentOfUnalignedSlice(t *testing.T) {
 	if r := Resident(make([]byte, 0)); r != 0 {
 		t.Errorf("empty: %d", r)
 	}
+}
+
+func TestProcessRSSSeesTouchedPages(t *testing.T) {
+	before := ProcessRSS()
+	if before <= 0 {
+		t.Fatalf("ProcessRSS() = %d", before)
+	}
+	b := make([]byte, 64<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	if grew := ProcessRSS() - before; grew < 60<<20 {
+		t.Fatalf("RSS grew by %d bytes after touching 64 MiB", grew)
+	}
+	runtime.KeepAlive(b)
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"bitgo/quantcfg"
@@ -104,12 +103,12 @@ func BenchmarkPackOpen2B(b *testing.B) {
 			b.SetBytes(st.Size())
 			var rss float64
 			for b.Loop() {
-				before := rssBytes()
+				before := ProcessRSS()
 				p, err := OpenPack(path, c.opts)
 				if err != nil {
 					b.Fatal(err)
 				}
-				rss = float64(rssBytes()-before) / float64(st.Size())
+				rss = float64(ProcessRSS()-before) / float64(st.Size())
 				p.Close()
 			}
 			b.ReportMetric(rss, "rss/pack")
@@ -126,16 +125,3 @@ func BenchmarkCRC32C(b *testing.B) {
 	}
 }
 
-// rssBytes is the process's resident set (anonymous + file pages), from /proc/self/statm.
-func rssBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
-}

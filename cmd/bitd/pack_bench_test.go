@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -159,14 +158,14 @@ func loadToReady(b *testing.B, path string) (time.Duration, float64, int64) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		before := rssBytes()
+		before := paged.ProcessRSS()
 		start := time.Now()
 		lp, err := e.LoadPack(path)
 		if err != nil {
 			b.Fatal(err)
 		}
 		times = append(times, time.Since(start))
-		rss = float64(rssBytes() - before)
+		rss = float64(paged.ProcessRSS() - before)
 		packed = lp.Bytes
 		e.Close()
 	}
@@ -180,15 +179,3 @@ func loadToReady(b *testing.B, path string) (time.Duration, float64, int64) {
 	return times[len(times)/2], rss, packed
 }
 
-func rssBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
-}
