@@ -16,27 +16,7 @@ import (
 
 func randLayer(rng *rand.Rand, name string, f quantcfg.Format, m, k int, bias bool) Spec {
 	s := Spec{LayerSpec: quantcfg.LayerSpec{Name: name, Format: f, Out: m, In: k, Bias: bias}.WithDefaults()}
-	w := kernels.Weights{}
-	if f.IsFloat() {
-		w.F = make([]float32, m*k)
-		for i := range w.F {
-			w.F[i] = kernels.RoundBF16(float32(rng.NormFloat64()))
-		}
-	} else {
-		w.Q = make([]int8, m*k)
-		for i := range w.Q {
-			switch {
-			case f == quantcfg.Int2:
-				w.Q[i] = int8(rng.IntN(4))
-			case f == quantcfg.Int1:
-				w.Q[i] = int8(2*rng.IntN(2) - 1)
-			case f == quantcfg.Int8:
-				w.Q[i] = int8(rng.IntN(256) - 128)
-			default:
-				w.Q[i] = int8(rng.IntN(3) - 1)
-			}
-		}
-	}
+	w := kernels.RandomWeights(rng, f, m, k, 1)
 	s.Weights = &w
 	s.Scales = make([]float32, s.NumScales())
 	for i := range s.Scales {

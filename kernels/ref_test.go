@@ -17,30 +17,7 @@ type testLayer struct {
 }
 
 func randWeights(rng *rand.Rand, f quantcfg.Format, m, k int) Weights {
-	if f.IsFloat() {
-		w := make([]float32, m*k)
-		for i := range w {
-			w[i] = float32(rng.NormFloat64())
-			if f == quantcfg.BF16 {
-				w[i] = RoundBF16(w[i])
-			}
-		}
-		return Weights{F: w}
-	}
-	q := make([]int8, m*k)
-	for i := range q {
-		switch {
-		case f.IsTernary():
-			q[i] = int8(rng.IntN(3) - 1)
-		case f == quantcfg.Int2:
-			q[i] = int8(rng.IntN(4))
-		case f == quantcfg.Int1:
-			q[i] = int8(2*rng.IntN(2) - 1)
-		default:
-			q[i] = int8(rng.IntN(256) - 128)
-		}
-	}
-	return Weights{Q: q}
+	return RandomWeights(rng, f, m, k, 1)
 }
 
 func newTestLayer(t testing.TB, rng *rand.Rand, spec quantcfg.LayerSpec) testLayer {

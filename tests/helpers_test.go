@@ -163,27 +163,7 @@ func newLayer(spec quantcfg.LayerSpec, seed uint64) (*layer, error) {
 	r := rand.New(rand.NewPCG(seed, 0x6269_7467_6f))
 	spec = spec.WithDefaults()
 	l := &layer{spec: spec}
-	n := spec.Out * spec.In
-	if spec.Format.IsFloat() {
-		l.w.F = make([]float32, n)
-		for i := range l.w.F {
-			l.w.F[i] = kernels.RoundBF16(float32(r.NormFloat64()) / 8)
-		}
-	} else {
-		l.w.Q = make([]int8, n)
-		for i := range l.w.Q {
-			switch {
-			case spec.Format.IsTernary():
-				l.w.Q[i] = int8(r.IntN(3) - 1)
-			case spec.Format == quantcfg.Int2:
-				l.w.Q[i] = int8(r.IntN(4))
-			case spec.Format == quantcfg.Int1:
-				l.w.Q[i] = int8(2*r.IntN(2) - 1)
-			default:
-				l.w.Q[i] = int8(r.IntN(256) - 128)
-			}
-		}
-	}
+	l.w = kernels.RandomWeights(r, spec.Format, spec.Out, spec.In, 1.0/8)
 	l.scales = make([]float32, spec.NumScales())
 	for i := range l.scales {
 		l.scales[i] = 0.001 + r.Float32()/64

@@ -352,15 +352,7 @@ func TestRegisterBlob(t *testing.T) {
 	rng := rand.New(rand.NewPCG(12, 1))
 	for _, f := range []quantcfg.Format{quantcfg.Int2, quantcfg.I2S, quantcfg.TL2} {
 		spec := quantcfg.LayerSpec{Name: string(f), Format: f, Out: 45, In: 200}.WithDefaults()
-		q := make([]int8, spec.Out*spec.In)
-		for i := range q {
-			if f == quantcfg.Int2 {
-				q[i] = int8(rng.IntN(4))
-			} else {
-				q[i] = int8(rng.IntN(3) - 1)
-			}
-		}
-		blob, err := kernels.PackNew(f, spec.Out, spec.In, kernels.Weights{Q: q})
+		blob, err := kernels.PackNew(f, spec.Out, spec.In, kernels.RandomWeights(rng, f, spec.Out, spec.In, 1))
 		if err != nil {
 			t.Fatal(err)
 		}

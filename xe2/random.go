@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"bitgo/kernels"
 	"bitgo/quantcfg"
 )
 
@@ -12,10 +13,7 @@ import (
 // binades so that the epilogue's rounding is exercised.
 func RandomLayer(rng *rand.Rand, spec quantcfg.LayerSpec) (codes []int8, scales, bias []float32) {
 	spec = spec.WithDefaults()
-	codes = make([]int8, spec.Out*spec.In)
-	for i := range codes {
-		codes[i] = int8(rng.IntN(4))
-	}
+	codes = kernels.RandomWeights(rng, quantcfg.Int2, spec.Out, spec.In, 1).Q
 	scales = make([]float32, spec.NumScales())
 	for i := range scales {
 		scales[i] = float32(math.Ldexp(0.5+rng.Float64(), -rng.IntN(12)))

@@ -147,27 +147,7 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 	var templates []mat
 	for _, m := range model.Mats {
 		spec := quantcfg.LayerSpec{Format: f, Out: m.Out, In: m.In}.WithDefaults()
-		w := kernels.Weights{}
-		if f.IsFloat() {
-			w.F = make([]float32, m.Out*m.In)
-			for i := range w.F {
-				w.F[i] = float32(rng.NormFloat64() * 0.02)
-			}
-		} else {
-			w.Q = make([]int8, m.Out*m.In)
-			for i := range w.Q {
-				switch {
-				case f.IsTernary():
-					w.Q[i] = int8(rng.IntN(3) - 1)
-				case f == quantcfg.Int2:
-					w.Q[i] = int8(rng.IntN(4))
-				case f == quantcfg.Int1:
-					w.Q[i] = int8(2*rng.IntN(2) - 1)
-				default:
-					w.Q[i] = int8(rng.IntN(255) - 127)
-				}
-			}
-		}
+		w := kernels.RandomWeights(rng, f, m.Out, m.In, 0.02)
 		blob, err := kernels.PackNew(f, m.Out, m.In, w)
 		if err != nil {
 			return rec, err

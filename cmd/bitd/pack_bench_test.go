@@ -178,4 +178,3 @@ func loadToReady(b *testing.B, path string) (time.Duration, float64, int64) {
 	}
 	return times[len(times)/2], rss, packed
 }
-

@@ -109,28 +109,13 @@ var shapes = [][2]int{
 
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
+// randLogical: random logical weights; float weights are not rounded to bfloat16 (the
+// vectors check that Pack rounds them).
 func randLogical(rng *rand.Rand, f quantcfg.Format, m, k int) kernels.Weights {
 	if f.IsFloat() {
-		w := make([]float32, m*k)
-		for i := range w {
-			w[i] = float32(rng.NormFloat64())
-		}
-		return kernels.Weights{F: w}
+		f = quantcfg.F32
 	}
-	q := make([]int8, m*k)
-	for i := range q {
-		switch {
-		case f.IsTernary():
-			q[i] = int8(rng.IntN(3) - 1)
-		case f == quantcfg.Int2:
-			q[i] = int8(rng.IntN(4))
-		case f == quantcfg.Int1:
-			q[i] = int8(2*rng.IntN(2) - 1)
-		default:
-			q[i] = int8(rng.IntN(256) - 128)
-		}
-	}
-	return kernels.Weights{Q: q}
+	return kernels.RandomWeights(rng, f, m, k, 1)
 }
 
 // activations: random, plus edge tokens: all zeros (amax floored at 1e-5), exact ties for
