@@ -95,10 +95,10 @@ _sched_yield = os.sched_yield
 _now = time.perf_counter_ns
 
 
-def _ewma(e: int, d: int) -> int:
+def _ewma(e: int, d: Optional[int]) -> int:
     """The moving average of waits a spin budget follows (one long wait moves it by at most
-    a ceiling)."""
-    return e + (min(d, 4 * _SPIN_CEIL_NS) - e) // 4
+    a ceiling); d None (a wait that included waking bitd) leaves it."""
+    return e if d is None else e + (min(d, 4 * _SPIN_CEIL_NS) - e) // 4
 
 
 class _NobodyThere(Exception):
@@ -494,15 +494,20 @@ class Client:
         """Publish request seq (already in its slot), wait, check the sequence; return the
         slot offset."""
         t0 = _now()
-        self._publish((seq + 1) & 0xFFFFFFFF)
-        self._ewma = _ewma(self._ewma, self._finish(seq, what, self._ewma, t0))
+        woke = self._publish((seq + 1) & 0xFFFFFFFF)
+        self._ewma = _ewma(self._ewma, self._finish(seq, what, self._ewma, t0, woke))
         return self._slot_offs[seq % self._nslots]
 
-    def _finish(self, seq: int, what: str, expect: int, t0: int) -> int:
-        """The second half of a round trip, after request seq was published at t0: wait for
-        its answer, check the sequence, and return the nanoseconds since t0. An exception
-        other than DaemonError while waiting (a KeyboardInterrupt) leaves the call in
-        flight: the next call waits for its answer."""
+    def _finish(self, seq: int, what: str, expect: int, t0: int,
+                woke: bool) -> Optional[int]:
+        """The second half of a round trip, after request seq was published at t0 (waking
+        bitd if ``woke``): wait for its answer, check the sequence, and return the
+        nanoseconds since t0, or None when bitd had to be woken (its wake-up comes on top of
+        the usual wait, so the client spins the longest it does, and the wait says nothing
+        about calls like this one). An exception other than DaemonError while waiting (a
+        KeyboardInterrupt) leaves the call in flight: the next call waits for its answer."""
+        if woke:
+            expect = _SPIN_CEIL_NS
         if self._w[_RESP_SEQ] == seq:
             try:
                 d = self._wait(seq, what, expect, t0)
@@ -518,7 +523,7 @@ class Client:
             raise self._fail(f"bitd: response sequence {got} after request {seq + 1} "
                              f"(protocol error)")
         self._seq = got
-        return d
+        return None if woke else d
 
     def _call(self, req: bytes, op: int) -> Any:
         """One control request (caller holds the lock): the result, or RequestError."""
@@ -761,10 +766,7 @@ class Client:
         except BaseException:
             self._inflight = seq
             raise
-        if woke:  # bitd was asleep: its wake-up comes on top; spin the longest we do
-            self._finish(seq, "forward", _SPIN_CEIL_NS, t0)
-        else:
-            ent[7] = _ewma(ent[7], self._finish(seq, "forward", ent[7], t0))
+        ent[7] = _ewma(ent[7], self._finish(seq, "forward", ent[7], t0, woke))
         if self._w[(so + 8) >> 2] == 12 and mm[so + 2048: so + 2052] == _FWD_OK:
             ns = _U64BE.unpack_from(mm, so + 2052)[0]
             self.forward_calls += 1

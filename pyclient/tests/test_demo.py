@@ -22,9 +22,9 @@ def test_demo_small_model_is_exact_and_reports_its_split(tmp_path):
     assert r["exact"] is True and r["steps_checked"] == 4
     assert set(r["tokens_per_s"]) == {"torch nn.Linear float32", "bitgo i2s (bitd)"}
     assert all(v > 0 for v in r["tokens_per_s"].values())
-    # the linear-layer time splits into bitd computing, IPC and the host side
+    # the three measurements nest: bitd's compute inside the client's call inside the
+    # module's, so each part of the linear-layer time is positive
     lin, bitd = r["linear_ms_per_token"], r["bitd_ms_per_token"]
     assert 0 < bitd < lin
     assert 0 < r["ipc_share"] < 1 and 0 < r["host_share"] < 1
-    assert abs(bitd / lin + r["ipc_share"] + r["host_share"] - 1) < 1e-9
-    assert r["overhead_us_per_call"] > 0
+    assert r["ipc_us_per_call"] > 0 and r["host_us_per_call"] > 0
