@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"bitgo/quantcfg"
 	"bitgo/xe2"
 )
 
@@ -19,11 +18,8 @@ func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var xf xe2Flags
 	xf.register(fs, "")
-	shapes := fs.String("shapes", modelShapes, "layer shapes MxK, comma-separated")
-	tokens := fs.String("tokens", "1,8,64,512", "token counts")
-	act := fs.String("act", "per-token", "activation quantization")
-	scale := fs.String("scale", "row", "weight scales")
-	iters := fs.Int("iters", 20, "timed calls per shape (median reported)")
+	var rf xe2RunFlags
+	rf.register(fs, "1,8,64,512", "token counts", "timed calls per shape (median reported)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -36,29 +32,18 @@ func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	bo := xe2.BenchOptions{Iters: *iters}
-	if bo.Shapes, err = parseShapes(*shapes); err != nil {
+	w, err := rf.parse()
+	if err != nil {
 		return fail(2, "%v", err)
 	}
-	if bo.Tokens, err = parseInts("tokens", *tokens); err != nil {
-		return fail(2, "%v", err)
-	}
-	if bo.Act, err = quantcfg.ParseActMode(*act); err != nil {
-		return fail(2, "--act: %v", err)
-	}
-	if bo.Scale, err = quantcfg.ParseScaleGran(*scale); err != nil {
-		return fail(2, "--scale: %v", err)
-	}
-	if *iters < 1 {
-		return fail(2, "--iters %d: must be >= 1", *iters)
-	}
+	bo := xe2.BenchOptions{Iters: w.iters, Shapes: w.shapes, Tokens: w.tokens, Act: w.act, Scale: w.scale}
 	dev, err := xe2.Open(idx, xf.options(stderr))
 	if err != nil {
 		return fail(1, "%v", err)
 	}
 	defer dev.Close()
 	bwSize := int(min(uint64(512<<20), max(uint64(64<<20), 8*dev.Info.CacheBytes), dev.Info.MaxAlloc/2))
-	bw, err := dev.ReadBandwidth(bwSize, *iters)
+	bw, err := dev.ReadBandwidth(bwSize, w.iters)
 	if err != nil {
 		return fail(1, "read bandwidth: %v", err)
 	}

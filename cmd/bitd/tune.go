@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 
-	"bitgo/quantcfg"
 	"bitgo/xe2"
 )
 
@@ -21,13 +20,10 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var xf xe2Flags
 	xf.register(fs, "")
-	shapes := fs.String("shapes", modelShapes, "layer shapes MxK (out x in features), comma-separated")
-	tokens := fs.String("tokens", "1,2,4,8,64,512", "token counts; each selects a bucket (1, 2, 4, 8, then <=32, <=128, ...)")
-	act := fs.String("act", "per-token", "activation quantization: per-token, per-tensor, per-group:G")
-	scale := fs.String("scale", "row", "weight scales: row, tensor, group:G")
+	var rf xe2RunFlags
+	rf.register(fs, "1,2,4,8,64,512", "token counts; each selects a bucket (1, 2, 4, 8, then <=32, <=128, ...)", "timed calls per candidate (median kept)")
 	codebook := fs.String("codebook", "-2,-1,0,1", "int2 code book (its affinity decides DPAS or conversion)")
 	quick := fs.Bool("quick", false, "search a small candidate set (smoke runs)")
-	iters := fs.Int("iters", 20, "timed calls per candidate (median kept)")
 	out := fs.String("out", xe2.DefaultTunePath(), "table to write (merged with its current content)")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -44,27 +40,16 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	to := xe2.TuneOptions{Quick: *quick, Iters: *iters}
-	if to.Shapes, err = parseShapes(*shapes); err != nil {
+	w, err := rf.parse()
+	if err != nil {
 		return fail(2, "%v", err)
 	}
-	if to.Tokens, err = parseInts("tokens", *tokens); err != nil {
-		return fail(2, "%v", err)
-	}
-	if to.Act, err = quantcfg.ParseActMode(*act); err != nil {
-		return fail(2, "--act: %v", err)
-	}
-	if to.Scale, err = quantcfg.ParseScaleGran(*scale); err != nil {
-		return fail(2, "--scale: %v", err)
-	}
+	to := xe2.TuneOptions{Quick: *quick, Iters: w.iters, Shapes: w.shapes, Tokens: w.tokens, Act: w.act, Scale: w.scale}
 	cb, err := parseCodebook(*codebook)
 	if err != nil {
 		return fail(2, "%v", err)
 	}
 	to.Codebook = *cb
-	if *iters < 1 {
-		return fail(2, "--iters %d: must be >= 1", *iters)
-	}
 	opts := xf.options(stderr)
 	opts.TunePath = "" // tune from the heuristic's state, never from an older table
 	dev, err := xe2.Open(idx, opts)

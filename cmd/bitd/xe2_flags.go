@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"bitgo/quantcfg"
 	"bitgo/xe2"
 )
 
@@ -83,3 +84,48 @@ func parseInts(name, s string) ([]int, error) {
 
 // modelShapes are the decode shapes of BitNet b1.58 2B4T and Llama-3-8B's linear layers.
 const modelShapes = "2560x2560,640x2560,6912x2560,2560x6912,4096x4096,1024x4096,14336x4096,4096x14336"
+
+// xe2RunFlags are the workload flags tune and bench --device xe2:N share: the shapes, the
+// token counts, the activation and scale modes and the timed calls.
+type xe2RunFlags struct {
+	shapes, tokens, act, scale *string
+	iters                      *int
+}
+
+func (r *xe2RunFlags) register(fs *flag.FlagSet, tokens, tokensHelp, itersHelp string) {
+	r.shapes = fs.String("shapes", modelShapes, "layer shapes MxK (out x in features), comma-separated")
+	r.tokens = fs.String("tokens", tokens, tokensHelp)
+	r.act = fs.String("act", "per-token", "activation quantization: per-token, per-tensor, per-group:G")
+	r.scale = fs.String("scale", "row", "weight scales: row, tensor, group:G")
+	r.iters = fs.Int("iters", 20, itersHelp)
+}
+
+// xe2Run is the parsed workload.
+type xe2Run struct {
+	shapes [][2]int
+	tokens []int
+	act    quantcfg.ActMode
+	scale  quantcfg.ScaleGran
+	iters  int
+}
+
+func (r *xe2RunFlags) parse() (xe2Run, error) {
+	var w xe2Run
+	var err error
+	if w.shapes, err = parseShapes(*r.shapes); err != nil {
+		return w, err
+	}
+	if w.tokens, err = parseInts("tokens", *r.tokens); err != nil {
+		return w, err
+	}
+	if w.act, err = quantcfg.ParseActMode(*r.act); err != nil {
+		return w, fmt.Errorf("--act: %w", err)
+	}
+	if w.scale, err = quantcfg.ParseScaleGran(*r.scale); err != nil {
+		return w, fmt.Errorf("--scale: %w", err)
+	}
+	if w.iters = *r.iters; w.iters < 1 {
+		return w, fmt.Errorf("--iters %d: must be >= 1", w.iters)
+	}
+	return w, nil
+}
