@@ -189,52 +189,38 @@ def _parse_group(field: str, spelled: str, g: str) -> int:
     return n
 
 
-def parse_act(s: Union[str, ActKind, None]) -> tuple:
-    """Read an activation mode into (ActKind or None for "format default", group or 0)."""
+def _parse_mode(field: str, s, kind, grouped, prefix: str, allowed: str) -> tuple:
+    """Read a mode spelled as one of kind's values or "<prefix>G" into (kind member or None
+    for "format default", group or 0)."""
     if s is None:
         return None, 0
-    if isinstance(s, ActKind):
-        if s is ActKind.PER_GROUP:
-            raise ValueError(f"act {s.value!r}: per-group needs a group size: 'per-group:G'; "
-                             f"allowed: {_ACT_ALLOWED}")
-        return s, 0
+    if isinstance(s, kind):
+        s = s.value
     if not isinstance(s, str):
-        raise ValueError(f"act {s!r}: want a string; allowed: {_ACT_ALLOWED}")
+        raise ValueError(f"{field} {s!r}: want a string; allowed: {allowed}")
     t = s.strip().lower()
     if t == "":
         return None, 0
-    if t in ("per-token", "per-tensor", "none"):
-        return ActKind(t), 0
-    if t.startswith("per-group:"):
+    if t == grouped.value:
+        raise ValueError(f"{field} {s!r}: needs a group size: '{prefix}G'; allowed: {allowed}")
+    if t.startswith(prefix):
         try:
-            return ActKind.PER_GROUP, _parse_group("act", s, t[len("per-group:"):])
+            return grouped, _parse_group(field, s, t[len(prefix):])
         except ValueError as e:
-            raise ValueError(f"{e}; allowed: {_ACT_ALLOWED}") from None
-    raise ValueError(f"act {s!r}: allowed: {_ACT_ALLOWED}")
+            raise ValueError(f"{e}; allowed: {allowed}") from None
+    if t in {k.value for k in kind}:
+        return kind(t), 0
+    raise ValueError(f"{field} {s!r}: allowed: {allowed}")
+
+
+def parse_act(s: Union[str, ActKind, None]) -> tuple:
+    """Read an activation mode into (ActKind or None for "format default", group or 0)."""
+    return _parse_mode("act", s, ActKind, ActKind.PER_GROUP, "per-group:", _ACT_ALLOWED)
 
 
 def parse_scale(s: Union[str, ScaleKind, None]) -> tuple:
     """Read a scale granularity into (ScaleKind or None for "format default", group or 0)."""
-    if s is None:
-        return None, 0
-    if isinstance(s, ScaleKind):
-        if s is ScaleKind.GROUP:
-            raise ValueError(f"scale {s.value!r}: group needs a size: 'group:G'; "
-                             f"allowed: {_SCALE_ALLOWED}")
-        return s, 0
-    if not isinstance(s, str):
-        raise ValueError(f"scale {s!r}: want a string; allowed: {_SCALE_ALLOWED}")
-    t = s.strip().lower()
-    if t == "":
-        return None, 0
-    if t in ("tensor", "row", "none"):
-        return ScaleKind(t), 0
-    if t.startswith("group:"):
-        try:
-            return ScaleKind.GROUP, _parse_group("scale", s, t[len("group:"):])
-        except ValueError as e:
-            raise ValueError(f"{e}; allowed: {_SCALE_ALLOWED}") from None
-    raise ValueError(f"scale {s!r}: allowed: {_SCALE_ALLOWED}")
+    return _parse_mode("scale", s, ScaleKind, ScaleKind.GROUP, "group:", _SCALE_ALLOWED)
 
 
 def _spell(kind, group: int) -> str:

@@ -128,3 +128,15 @@ def test_from_dict_rejects_unknown_keys_and_missing_format():
         QuantConfig.from_dict({"quant_method": "bitgo", "format": "i2s", "bits": 2})
     with pytest.raises(ValueError, match="format is missing"):
         QuantConfig.from_dict({"quant_method": "bitgo"})
+
+
+def test_grouped_modes_without_a_size_say_so():
+    from bitgo.config import ActKind, ScaleKind, parse_act, parse_scale
+    for bad in ("per-group", " Per-Group ", ActKind.PER_GROUP):
+        with pytest.raises(ValueError, match="needs a group size: 'per-group:G'"):
+            parse_act(bad)
+    for bad in ("group", ScaleKind.GROUP):
+        with pytest.raises(ValueError, match="needs a group size: 'group:G'"):
+            parse_scale(bad)
+    assert parse_act(ActKind.NONE) == (ActKind.NONE, 0)
+    assert parse_scale("GROUP:64") == (ScaleKind.GROUP, 64)
