@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"unsafe"
 )
 
@@ -60,12 +59,8 @@ func unpackGeneric(a *unpackArgs, f string) {
 		for blk := 0; blk < a.N; blk++ {
 			p := w[320*blk:]
 			for t := 0; t < 16; t++ {
-				signs := binary.LittleEndian.Uint32(p[256+4*t:])
 				for r := 0; r < RowBlock; r++ {
-					v := int(p[32*(t/2)+r]>>(4*(t%2))) & 15
-					if signs>>r&1 != 0 {
-						v = -v
-					}
+					v := tl2Value(tl2Code(p, t, r))
 					d0 := (v + 13) / 9
 					rem := v + 13 - 9*d0
 					k := TL2Block*blk + 3*t

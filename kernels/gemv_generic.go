@@ -137,8 +137,8 @@ func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
 				for b := 0; b < nb; b++ {
 					p := w[320*b:]
 					for tr := 0; tr < 16; tr++ {
-						v := int(p[32*(tr/2)+r]>>(4*(tr%2))) & 15
-						neg := binary.LittleEndian.Uint32(p[256+4*tr:])>>r&1 != 0
+						c := tl2Code(p, tr, r)
+						v, neg := c&15, c&16 != 0
 						d := tab[per*(16*b+tr):]
 						var e int32
 						if z {

@@ -6,20 +6,57 @@ import (
 )
 
 // tl2: ternary weights in triples; the triple (w0, w1, w2) at inputs (3t, 3t+1, 3t+2) is the
-// balanced-ternary value v = 9*w0 + 3*w1 + w2 in [-13, 13], stored as a sign bit (v < 0) and
-// a 4-bit index |v| in 0..13 (14, 15 invalid). A per-call table holds the 14 sums of the
-// non-negative triples; the sign negates. 5 bits per 3 weights: 1.67 bits per weight.
+// balanced-ternary value v = 9*w0 + 3*w1 + w2 in [-13, 13], stored as the 5-bit code
+// |v| + 16*(v < 0) (codes 14, 15, 30 and 31 are invalid; 16, a negative zero, reads as 0).
+// A per-call table holds the sums of the non-negative triples and their negations, so the
+// code indexes it directly. 5 bits per 3 weights: 1.67 bits per weight.
 //
 // Block-fitting split: inputs [0, K3) with K3 = 48*floor(K/48) are stored as tl2 blocks of 16
 // triples; the remainder [K3, K) is stored as tl1 (see tl1.go), padded to Kp1 = roundup(K-K3, 4).
 // Row block rb is 320*(K3/48) + 8*Kp1 contiguous bytes: its tl2 blocks, then its tl1 units.
-// tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes:
+// tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes, five planes of 32 words:
 //
-//	bytes [32u, 32u+32), u = 0..7:  byte r (row r): bits 3..0 = index of triple 2u,
-//	                                                bits 7..4 = index of triple 2u+1
-//	bytes [256+4t, 260+4t), t = 0..15: little-endian uint32, bit r = sign of triple t, row r
+//	bytes [64j, 64j+64), j = 0..4: little-endian uint16, word r (row r):
+//	    bits  0..4  = code of triple 3j
+//	    bits  5..9  = code of triple 3j+1
+//	    bits 10..14 = code of triple 3j+2
+//	    bit  15     = bit j of the code of triple 15
 //
-// Triple t of block b covers inputs 48b+3t .. 48b+3t+2.
+// Triple t of block b covers inputs 48b+3t .. 48b+3t+2. A word's low five bits are a code as
+// they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
+// above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
+
+// tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
+func tl2Code(p []byte, t, r int) int {
+	if t < 15 {
+		return int(binary.LittleEndian.Uint16(p[64*(t/3)+2*r:])>>(5*(t%3))) & 31
+	}
+	c := 0
+	for j := 0; j < 5; j++ {
+		c |= int(p[64*j+2*r+1]>>7) << j
+	}
+	return c
+}
+
+// setTL2Code stores code c (0..31) of triple t of row r in the zeroed block p.
+func setTL2Code(p []byte, t, r, c int) {
+	if t < 15 {
+		o := 64*(t/3) + 2*r
+		binary.LittleEndian.PutUint16(p[o:], binary.LittleEndian.Uint16(p[o:])|uint16(c)<<(5*(t%3)))
+		return
+	}
+	for j := 0; j < 5; j++ {
+		p[64*j+2*r+1] |= byte(c>>j&1) << 7
+	}
+}
+
+// tl2Value is the triple value of a valid code (tl2Code(...)&15 <= 13).
+func tl2Value(c int) int {
+	if c&16 != 0 {
+		return -(c & 15)
+	}
+	return c & 15
+}
 
 func tl2Encode(l Layout, w []int8, blk []byte) {
 	nb := l.K3 / TL2Block
@@ -30,11 +67,11 @@ func tl2Encode(l Layout, w []int8, blk []byte) {
 			tri := row[TL2Block*b:][:TL2Block:TL2Block]
 			for t := 0; t < 16; t++ {
 				v := 9*int(tri[3*t]) + 3*int(tri[3*t+1]) + int(tri[3*t+2])
+				c := v
 				if v < 0 {
-					p[256+4*t+r/8] |= 1 << (r % 8) // bit r of the little-endian uint32
-					v = -v
+					c = 16 - v
 				}
-				p[32*(t/2)+r] |= byte(v) << (4 * (t % 2))
+				setTL2Code(p, t, r, c)
 			}
 		}
 	}
@@ -46,16 +83,13 @@ func tl2Decode(l Layout, blk []byte, w []int8) error {
 	for b := 0; b < nb; b++ {
 		p := blk[320*b:][:320]
 		for t := 0; t < 16; t++ {
-			signs := binary.LittleEndian.Uint32(p[256+4*t:])
 			for r := 0; r < RowBlock; r++ {
-				v := int(p[32*(t/2)+r]>>(4*(t%2))) & 15
+				c := tl2Code(p, t, r)
 				k := TL2Block*b + 3*t
-				if v > 13 {
-					return fmt.Errorf("%w: tl2 index %d at row %d, inputs %d-%d (indices are 0..13)", ErrWeights, v, r, k, k+2)
+				if c&15 > 13 {
+					return fmt.Errorf("%w: tl2 code %d at row %d, inputs %d-%d (codes are 0..13 and 16..29)", ErrWeights, c, r, k, k+2)
 				}
-				if signs>>r&1 != 0 {
-					v = -v
-				}
+				v := tl2Value(c)
 				// balanced ternary digits of v
 				d0 := (v + 13) / 9
 				rem := v + 13 - 9*d0

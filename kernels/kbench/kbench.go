@@ -231,7 +231,7 @@ func VNNIPeak(p *Pool, d time.Duration) float64 {
 }
 
 // RandomBlob fills blob (the layout of format f) with valid random codes: i2s codes 0..2,
-// tl1 indices 0..8, tl2 indices 0..13 with random signs, any byte for int2/int1/int8, and
+// tl1 indices 0..8, tl2 blocks of random ternary weights, any byte for int2/int1/int8, and
 // random finite values for bf16/f32. It is fast (no packing) so benchmarks can fill
 // gigabytes.
 func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) {
@@ -247,12 +247,6 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 	case quantcfg.TL1:
 		for v := 0; v < 256; v++ {
 			if v&15 <= 8 && v>>4 <= 8 {
-				valid = append(valid, byte(v))
-			}
-		}
-	case quantcfg.TL2:
-		for v := 0; v < 256; v++ {
-			if v&15 <= 13 && v>>4 <= 13 {
 				valid = append(valid, byte(v))
 			}
 		}
@@ -286,13 +280,20 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 			copy(blob[off+n:], pat[:s])
 		}
 	}
-	if f == quantcfg.TL2 { // sign words are free bits: randomize them
+	if f == quantcfg.TL2 { // whole blocks packed from random ternary weights, then the tl1 tail
+		const nb = 16
+		w := kernels.RandomWeights(rng, quantcfg.TL2, kernels.RowBlock, nb*kernels.TL2Block, 1)
+		blocks, err := kernels.PackNew(quantcfg.TL2, kernels.RowBlock, nb*kernels.TL2Block, w)
+		if err != nil {
+			panic(err) // a valid shape by construction
+		}
 		for rb := 0; rb < ly.RowBlocks(); rb++ {
 			blk := ly.RowBlockData(blob, rb)
 			for b := 0; b < ly.K3/kernels.TL2Block; b++ {
-				for i := 256; i < 320; i++ {
-					blk[320*b+i] = byte(rng.Uint32())
-				}
+				copy(blk[320*b:320*b+320], blocks[320*rng.IntN(nb):])
+			}
+			for i := 320 * (ly.K3 / kernels.TL2Block); i < len(blk); i++ {
+				blk[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
 			}
 		}
 	}
