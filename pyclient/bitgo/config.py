@@ -66,12 +66,14 @@ class Format(_DocEnum):
 
     Kp = roundup(K, 4); row block = 8*Kp bytes. The blob is [Mp/32][Kp/4 units][32 rows] bytes:
     byte r of unit u: bits 3-0 = index of inputs (4u, 4u+1), bits 7-4 = index of (4u+2, 4u+3)."""
-    TL2 = "tl2", """Ternary weight triples as a sign bit + 4-bit index |9*w0 + 3*w1 + w2| (0..13).
+    TL2 = "tl2", """Ternary weight triples as 5-bit codes |v| + 16*(v < 0), v = 9*w0 + 3*w1 + w2.
 
+    v is in [-13, 13], so codes are 0..13 and 16..29 (16, a negative zero, reads as 0).
     K3 = 48*floor(K/48) inputs in tl2 blocks of 16 triples, the tail [K3, K) as tl1 padded to
     Kp1 = roundup(K-K3, 4); row block = 320*K3/48 + 8*Kp1 bytes: its tl2 blocks, then tl1 units.
-    A 320-byte block: bytes 32u + r = index of triple 2u (bits 3-0) and 2u+1 (bits 7-4) of row
-    r; bytes 256+4t..259+4t = little-endian uint32 whose bit r is the sign of triple t, row r."""
+    A 320-byte block is five planes: bytes 64j..64j+63 are 32 little-endian uint16 words, word r
+    (row r) = codes of triples 3j, 3j+1, 3j+2 in bits 0-4, 5-9, 10-14 and bit j of triple 15's
+    code in bit 15."""
     INT2 = "int2", """2-bit codes c (0..3) meaning codebook[c], VNNI4-interleaved.
 
     Kp = roundup(K, 32); row block = 8*Kp bytes: [Kp/4 units][32 B], byte p = 4*r8 + k4 of unit
@@ -141,7 +143,7 @@ _FORMATS = {
         FormatInfo(Format.TL1, 2, True, False, _TERN_SCALES, _LUT_ACTS, MAX_DIM,
                    "ternary, weight pairs as 4-bit indices into a 9-entry table"),
         FormatInfo(Format.TL2, 5 / 3, True, False, _TERN_SCALES, _LUT_ACTS, MAX_DIM,
-                   "ternary, weight triples as sign bit + 4-bit index; K remainder as tl1"),
+                   "ternary, weight triples as 5-bit signed codes; K remainder as tl1"),
         FormatInfo(Format.INT2, 2, False, False, _INT_SCALES, _INT_ACTS, 1 << 16,
                    "2-bit codes mapped through a 4-entry int8 code book, VNNI4-interleaved"),
         FormatInfo(Format.INT1, 1, False, False, _INT_SCALES, _INT_ACTS, MAX_DIM,

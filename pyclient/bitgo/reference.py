@@ -232,21 +232,26 @@ def _enc_tl1(w: torch.Tensor, l: Layout) -> torch.Tensor:
     return _tl1_units(w, l.row_blocks)
 
 
-_SIGN_BITS = torch.tensor([1 << r for r in range(ROW_BLOCK)], dtype=torch.int64)
+_PLANES = torch.arange(5, dtype=torch.int64)  # tl2: plane j's bit 15 is bit j of triple 15
+
+
+def _tl2_codes(w: torch.Tensor, rb: int, nb: int) -> torch.Tensor:
+    """The 5-bit codes |v| + 16*(v < 0), v = 9*w0 + 3*w1 + w2: [rb, r, block, triple]."""
+    t = w.reshape(rb, ROW_BLOCK, nb, 16, 3).to(torch.int64)
+    v = 9 * t[..., 0] + 3 * t[..., 1] + t[..., 2]
+    return v.abs() + 16 * (v < 0).to(torch.int64)
 
 
 def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
     rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
     parts = []
     if nb:
-        t = w[:, : l.k3].reshape(rb, ROW_BLOCK, nb, 16, 3).to(torch.int64)
-        v = 9 * t[..., 0] + 3 * t[..., 1] + t[..., 2]  # rb, r, block, triple
-        sign = (v < 0).to(torch.int64)
-        idx = v.abs().reshape(rb, ROW_BLOCK, nb, 8, 2)
-        ib = (idx[..., 0] | (idx[..., 1] << 4)).permute(0, 2, 3, 1).reshape(rb, nb, 256)
-        words = (sign * _SIGN_BITS.view(1, ROW_BLOCK, 1, 1)).sum(dim=1)  # rb, block, triple
-        sb = _bytes_le(words, 4).reshape(rb, nb, 64).to(torch.int64)
-        parts.append(torch.cat([ib, sb], dim=2).reshape(rb, nb * 320))
+        c = _tl2_codes(w[:, : l.k3], rb, nb)  # rb, r, block, triple
+        c3 = c[..., :15].reshape(rb, ROW_BLOCK, nb, 5, 3)  # triples 3j, 3j+1, 3j+2 of plane j
+        hi = (c[..., 15:] >> _PLANES) & 1  # rb, r, block, plane: bit j of triple 15's code
+        words = c3[..., 0] | (c3[..., 1] << 5) | (c3[..., 2] << 10) | (hi << 15)
+        words = words.permute(0, 2, 3, 1)  # rb, block, plane, r
+        parts.append(_bytes_le(words, 2).reshape(rb, nb * 320).to(torch.int64))
     if l.kp1:
         parts.append(_tl1_units(w[:, l.k3: l.k3 + l.kp1], rb).to(torch.int64))
     return torch.cat(parts, dim=1)
@@ -316,11 +321,15 @@ def pack(fmt: Union[str, Format], weights: torch.Tensor) -> torch.Tensor:
 # Decoders: blob -> padded logical [Mp, Kp] (int32) or [Mp, K] float32
 
 
-def _bad(fmt: Format, what: str, mask: torch.Tensor, where) -> None:
+def _bad(fmt: Format, what: str, mask: torch.Tensor, where, span: int = 1) -> None:
+    """Refuses the blob if ``mask`` has a true element: the first in the mask's order (lay it
+    out in Go's loop order to name the element Go names), as ``where(index) -> (row, input)``;
+    a code covering ``span`` inputs is named as inputs ``input``..``input + span - 1``."""
     if bool(mask.any()):
         i = tuple(int(v) for v in mask.nonzero()[0])
         row, inp = where(i)
-        raise ValueError(f"invalid {fmt.value} blob: {what} at row {row}, input {inp}")
+        at = f"input {inp}" if span == 1 else f"inputs {inp}-{inp + span - 1}"
+        raise ValueError(f"invalid {fmt.value} blob: {what} at row {row}, {at}")
 
 
 def _dec_i2s(b: torch.Tensor, l: Layout) -> torch.Tensor:
@@ -349,16 +358,15 @@ def _dec_tl2(b: torch.Tensor, l: Layout) -> torch.Tensor:
     b = b.view(rb, l.row_block_bytes)
     parts = []
     if nb:
-        blk = b[:, : 320 * nb].reshape(rb, nb, 320)
-        ib = blk[:, :, :256].reshape(rb, nb, 8, ROW_BLOCK)  # rb, block, u, r
-        idx = torch.stack([ib & 15, ib >> 4], dim=3).reshape(rb, nb, 16, ROW_BLOCK)
-        words = _from_le(blk[:, :, 256:].reshape(rb, nb, 16, 4), 4)  # rb, block, triple
-        sign = (words.unsqueeze(3) >> torch.arange(ROW_BLOCK).view(1, 1, 1, -1)) & 1
-        idx = idx.permute(0, 3, 1, 2)  # rb, r, block, triple
-        sign = sign.permute(0, 3, 1, 2)
-        _bad(l.format, "tl2 index > 13 (indices are 0..13)", idx > 13,
-             lambda i: (ROW_BLOCK * i[0] + i[1], TL2_BLOCK * i[2] + 3 * i[3]))
-        v = torch.where(sign == 1, -idx, idx) + 13
+        words = _from_le(b[:, : 320 * nb].reshape(rb, nb, 5, ROW_BLOCK, 2), 2)  # rb, blk, j, r
+        c3 = torch.stack([(words >> (5 * i)) & 31 for i in range(3)], dim=3)  # rb, blk, j, i, r
+        c15 = (((words >> 15) & 1) << _PLANES.view(1, 1, 5, 1)).sum(dim=2)  # rb, block, r
+        c = torch.cat([c3.reshape(rb, nb, 15, ROW_BLOCK), c15.unsqueeze(2)], dim=2)
+        # c: rb, block, triple, r (Go's loop order, so the first bad code is the one Go names)
+        _bad(l.format, "tl2 code > 13 in its low 4 bits (codes are 0..13 and 16..29)",
+             (c & 15) > 13, lambda i: (ROW_BLOCK * i[0] + i[3], TL2_BLOCK * i[1] + 3 * i[2]),
+             span=3)
+        v = torch.where(c >= 16, -(c & 15), c).permute(0, 3, 1, 2) + 13  # rb, r, block, triple
         d0 = v // 9
         rem = v - 9 * d0
         t = torch.stack([d0 - 1, rem // 3 - 1, rem % 3 - 1], dim=4)  # rb, r, block, triple, 3

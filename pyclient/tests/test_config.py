@@ -22,7 +22,7 @@ def test_defaults_follow_the_format_table(fmt):
 def test_enums_are_strings_with_layout_docs():
     assert Format.I2S == "i2s" and str(Format.TL2) == "tl2"
     assert "Kp = roundup(K, 128)" in Format.I2S.__doc__
-    assert "sign" in Format.TL2.__doc__ and "VNNI4" in Format.INT2.__doc__
+    assert "five planes" in Format.TL2.__doc__ and "VNNI4" in Format.INT2.__doc__
     assert ActKind("per-token") is ActKind.PER_TOKEN and ScaleKind("row") is ScaleKind.ROW
     for f in Format:
         assert f.__doc__ and f.__doc__ != Format.__doc__

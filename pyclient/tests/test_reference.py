@@ -81,15 +81,57 @@ def test_pack_refuses_non_finite_float_weights_and_bad_shapes():
 @pytest.mark.parametrize("fmt, byte_index, value, words", [
     ("i2s", 5, 0xFF, "code 3"),  # every code 3
     ("tl1", 0, 0x9F, "tl1 index > 8"),
-    ("tl2", 0, 0x0E, "tl2 index > 13"),
+    ("tl2", 0, 0x0E, "tl2 code > 13 in its low 4 bits"),
 ])
 def test_unpack_refuses_invalid_codes(fmt, byte_index, value, words):
     blob = R.pack(fmt, torch.zeros(3, 100, dtype=torch.int8))
     blob[byte_index] = value
-    with pytest.raises(ValueError, match=f"invalid {fmt} blob: {words}.* at row \\d+, input \\d+"):
+    with pytest.raises(ValueError, match=f"invalid {fmt} blob: {words}.* at row \\d+, inputs? \\d+"):
         R.unpack(fmt, 3, 100, blob)
     with pytest.raises(ValueError, match="blob has 7 bytes"):
         R.unpack(fmt, 3, 100, blob[:7])
+
+
+def test_tl2_block_words_by_hand():
+    """One tl2 block (kernels/tl2.go): plane j = bytes 64j..64j+63, little-endian uint16 word r
+    = codes of triples 3j, 3j+1, 3j+2 in bits 0-4, 5-9, 10-14 and bit j of triple 15's code in
+    bit 15; code = |v| + 16*(v < 0), v = 9*w0 + 3*w1 + w2. Worked out without Go."""
+    w = torch.zeros(2, 48, dtype=torch.int8)
+    tri = {0: (1, 1, 1), 1: (-1, -1, -1), 2: (0, 0, -1), 3: (1, -1, 0), 5: (0, 1, 1),
+           14: (-1, 0, 1), 15: (-1, 1, -1)}  # v = 13, -13, -1, 6, 4, -8, -7
+    for t, ws in tri.items():
+        w[0, 3 * t: 3 * t + 3] = torch.tensor(ws)
+    w[1, 45:48] = torch.tensor((1, 1, 1))  # row 1: only triple 15, v = 13 = 0b01101
+    # row 0: codes 13, 29, 17 | 6, 0, 4 | 0, 0, 0 | 0, 0, 0 | 0, 0, 24; triple 15: 23 = 0b10111
+    # plane 0: 13 | 29<<5 | 17<<10 | 1<<15; plane 1: 6 | 4<<10 | 1<<15; plane 4: 24<<10 | 1<<15
+    want = {(0, 0): 0xC7AD, (1, 0): 0x9006, (2, 0): 0x8000, (3, 0): 0x0000, (4, 0): 0xE000,
+            (0, 1): 0x8000, (1, 1): 0x0000, (2, 1): 0x8000, (3, 1): 0x8000, (4, 1): 0x0000}
+    expect = torch.zeros(320, dtype=torch.uint8)
+    for (j, r), word in want.items():
+        expect[64 * j + 2 * r] = word & 0xFF
+        expect[64 * j + 2 * r + 1] = word >> 8
+    blob = R.pack("tl2", w)
+    assert blob.tolist() == expect.tolist()
+    assert torch.equal(R.unpack("tl2", 2, 48, blob), w)
+
+    # code 16 (a negative zero) reads as 0: triple 4 of row 0 is bits 5-9 of plane 1's word
+    neg0 = blob.clone()
+    neg0[64 + 0] |= (16 << 5) & 0xFF
+    neg0[64 + 1] |= (16 << 5) >> 8
+    assert torch.equal(R.unpack("tl2", 2, 48, neg0), w)
+
+    # invalid codes (low 4 bits 14 or 15) are named by row and inputs; the first in Go's order
+    # (triple, then row) is reported: row 5's triple 15 (code 14: bits 1-3, planes 1-3) ...
+    bad = blob.clone()
+    for j in (1, 2, 3):
+        bad[64 * j + 2 * 5 + 1] |= 0x80
+    with pytest.raises(ValueError, match=r"invalid tl2 blob: tl2 code > 13 .* at row 5, "
+                                         r"inputs 45-47$"):
+        R.unpack("tl2", 6, 48, bad)
+    # ... unless an earlier triple of a later row is bad: row 7, triple 2 (bits 10-14 = 31)
+    bad[2 * 7 + 1] |= 0x7C
+    with pytest.raises(ValueError, match=r"at row 7, inputs 6-8$"):
+        R.unpack("tl2", 8, 48, bad)
 
 
 def test_bf16_rounding_edges():
