@@ -7,13 +7,35 @@ import (
 
 	"bitgo/kernels"
 	"bitgo/paged"
+	"bitgo/quantcfg"
 )
 
 // PackLayout names the blob layouts of package kernels as pack files record them
 // (paged.PackHeader.Layout): `bitd pack` writes it and LoadPack refuses any other value.
 // Bump it whenever a format's layout in kernels changes, so old pack files are refused
 // with a clear error instead of being misread.
-const PackLayout = "kernels/1"
+//
+// kernels/2 changed the tl2 block (five planes of 5-bit codes instead of index nibbles and
+// sign words); every other format is as in kernels/1, so a kernels/1 file without tl2
+// layers is still read.
+const PackLayout = "kernels/2"
+
+// readableLayout reports whether a pack of layout revision name can be served, and if not
+// why (naming the first layer in the way).
+func readableLayout(name string, layers []paged.PackLayer) error {
+	switch name {
+	case PackLayout:
+		return nil
+	case "kernels/1":
+		for _, l := range layers {
+			if l.Spec.Format == quantcfg.TL2 {
+				return fmt.Errorf("layer %s is tl2, whose block layout changed in kernels/2", l.Spec.Name)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("this bitd reads %q (and kernels/1 without tl2 layers)", PackLayout)
+}
 
 // LoadOptions tunes LoadPackWith; the zero value is LoadPack's behaviour.
 type LoadOptions struct {
@@ -56,9 +78,9 @@ func (e *Engine) LoadPackWith(path string, o LoadOptions) (_ *LoadedPack, err er
 	if err != nil {
 		return nil, err
 	}
-	if p.Layout != PackLayout {
+	if err := readableLayout(p.Layout, p.Layers); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("%w: %s: blob layout %q, this bitd reads %q: repack the model with this bitd's `bitd pack`", paged.ErrPackVersion, path, p.Layout, PackLayout)
+		return nil, fmt.Errorf("%w: %s: blob layout %q: %v: repack the model with this bitd's `bitd pack`", paged.ErrPackVersion, path, p.Layout, err)
 	}
 	// The mapping is released when the last reference goes: one per registered layer and
 	// one held by this function until it returns.

@@ -218,6 +218,35 @@ func TestLoadPackErrors(t *testing.T) {
 		t.Errorf("old layout: %v", err)
 	}
 
+	// kernels/1: read when no layer is tl2 (the only layout kernels/2 changed), refused
+	// naming the tl2 layer otherwise.
+	var noTL2, tl2 []packedLayer
+	for _, l := range layers {
+		if l.spec.Format == quantcfg.TL2 {
+			tl2 = append(tl2, l)
+		} else {
+			noTL2 = append(noTL2, l)
+		}
+	}
+	if len(tl2) == 0 {
+		t.Fatal("testPackLayers has no tl2 layer")
+	}
+	v1 := filepath.Join(dir, "v1.bitgo")
+	writePack(t, v1, "kernels/1", noTL2)
+	if lp, err := e.LoadPack(v1); err != nil {
+		t.Errorf("kernels/1 without tl2: %v", err)
+	} else {
+		lp.Free()
+	}
+	v1tl2 := filepath.Join(dir, "v1tl2.bitgo")
+	writePack(t, v1tl2, "kernels/1", layers)
+	if _, err := e.LoadPack(v1tl2); !errors.Is(err, paged.ErrPackVersion) || !strings.Contains(err.Error(), tl2[0].spec.Name) {
+		t.Errorf("kernels/1 with tl2: %v", err)
+	}
+	if s := e.Stats(); s.Layers != 0 {
+		t.Errorf("%d layers registered after the refusals", s.Layers)
+	}
+
 	// A corrupt blob: refused by name, nothing registered, nothing mapped.
 	good := filepath.Join(dir, "good.bitgo")
 	writePack(t, good, PackLayout, layers)

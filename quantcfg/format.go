@@ -13,7 +13,7 @@ type Format string
 const (
 	I2S  Format = "i2s"  // ternary {-1,0,1}, 2-bit codes, multiply-add kernels (bitnet.cpp I2_S)
 	TL1  Format = "tl1"  // ternary, pairs as 4-bit indices into a lookup table of pair sums
-	TL2  Format = "tl2"  // ternary, triples as sign bit + 4-bit index; K remainder in TL1
+	TL2  Format = "tl2"  // ternary, triples as 5-bit codes (sign, magnitude index); K remainder in TL1
 	Int2 Format = "int2" // 2-bit codes through a 4-level int8 code book
 	Int1 Format = "int1" // binary ±1 (bit 0 -> +1, bit 1 -> -1)
 	Int8 Format = "int8" // int8 weights, the int8 roofline reference
@@ -56,7 +56,7 @@ var formatTable = []FormatInfo{
 	{TL1, 2, 1, true, false, []ScaleKind{ScaleTensor, ScaleRow}, []ActKind{ActPerToken, ActPerTensor}, MaxDim,
 		"ternary, weight pairs as 4-bit indices into a 9-entry table of activation pair sums"},
 	{TL2, 5, 3, true, false, []ScaleKind{ScaleTensor, ScaleRow}, []ActKind{ActPerToken, ActPerTensor}, MaxDim,
-		"ternary, weight triples as sign bit + 4-bit index into a 14-entry table; K remainder as tl1"},
+		"ternary, weight triples as 5-bit codes (sign and magnitude 0..13) indexing a table of sums and negations; K remainder as tl1"},
 	{Int2, 2, 1, false, false, []ScaleKind{ScaleRow, ScaleTensor, ScaleGroup}, intActs, 1 << 16,
 		"2-bit codes mapped through a 4-entry int8 code book, VNNI4-interleaved"},
 	{Int1, 1, 1, false, false, []ScaleKind{ScaleRow, ScaleTensor, ScaleGroup}, intActs, MaxDim,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -592,24 +593,34 @@ type lutState struct {
 	T                       int
 	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
 	tabs                    []GPVirtual     // token tables
-	acc16                   [][]VecPhysical // [token][chain]: two chains for T <= 2 (vpaddw's 2-cycle latency)
+	acc16                   [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
 	acc32                   [][2]VecPhysical
 	m0f, c16, wz, i0, i1, l VecPhysical
+	top, x, l2              VecPhysical // tl2: the word sign bit, triple 15's code being gathered, a second lookup result
 }
 
-func newLUTState(a Register, T int) *lutState {
+// lutChains is the number of int16 chains per token: tl2 with one token looks up 16
+// entries per block into one token, so four chains keep vpaddw's latency off the critical
+// path; two otherwise (tl1 with more than two tokens: one).
+func lutChains(T int, tl2 bool) int {
+	switch {
+	case tl2 && T == 1:
+		return 4
+	case tl2 || T <= 2:
+		return 2
+	}
+	return 1
+}
+
+func newLUTState(a Register, T int, tl2 bool) *lutState {
 	s := &lutState{p: newPool(true), T: T}
 	s.w, s.pf, s.kt = GP64(), GP64(), GP64()
 	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
 	s.m0f, s.c16 = s.p.get(), s.p.get()
 	bcastByte(s.m0f, 0x0f)
 	bcastWord(s.c16, 16)
-	chains := 1
-	if T <= 2 {
-		chains = 2
-	}
 	for t := 0; t < T; t++ {
-		s.acc16 = append(s.acc16, s.p.getn(chains))
+		s.acc16 = append(s.acc16, s.p.getn(lutChains(T, tl2)))
 	}
 	for t := 0; t < T; t++ {
 		var r [2]VecPhysical
@@ -617,6 +628,10 @@ func newLUTState(a Register, T int) *lutState {
 		s.acc32 = append(s.acc32, r)
 	}
 	s.wz, s.i0, s.i1, s.l = s.p.get(), s.p.get(), s.p.get(), s.p.get()
+	if tl2 {
+		s.top, s.x, s.l2 = s.p.get(), s.p.get(), s.p.get()
+		bcastWord(s.top, 0x8000)
+	}
 	return s
 }
 
@@ -678,32 +693,89 @@ func (s *lutState) tl1Units(name string, n Register) {
 	Label(done)
 }
 
-// tl2Blocks runs n (a register, may be 0) tl2 blocks: per unit (two triples), the widened
-// index nibbles get +16 where the triple's sign bit is set (a masked add with the sign word
-// as the mask), selecting the negated half of the triple's 64-byte table; vpermw looks up
-// 32 rows' int16 triple sums. Flushed to int32 every 4 blocks (a chain gains at most
-// 2*381 per unit).
+// tl2Rows is the register set of one row block's codes in tl2Block.
+type tl2Rows struct {
+	v, code, x VecPhysical // the plane, a shifted plane, triple 15's code being gathered
+	w          Mem         // the block's first byte
+}
+
+// tl2Block emits one block for the row blocks of rows (one or two) and every token: per
+// plane, the word's low five bits are triple 3j's code as they stand (vpermw reads only
+// those), shifts by 5 and 10 bring triples 3j+1 and 3j+2 down, and bit 15 is shifted into
+// the gathered code of triple 15 (a bit-select with the word sign bit). The code indexes
+// the triple's 32-word table (sums of the magnitudes, then their negations) directly.
+// With two row blocks each table is loaded once into a register and serves both. acc
+// names the int16 chain of a row block, token and triple.
+func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
+	tmp := [2]VecPhysical{s.l, s.l2}
+	n := 0
+	lookupAll := func(tri int, codes func(r int) VecPhysical) {
+		for t := 0; t < s.T; t++ {
+			var tab Op = idx(s.tabs[t], s.kt, 1, 64*tri)
+			if len(rows) > 1 {
+				VMOVDQU64(tab, s.wz)
+				tab = s.wz
+			}
+			for r := range rows {
+				d := tmp[n%2]
+				n++
+				VPERMW(tab, codes(r), d)
+				c := acc(r, t, tri)
+				VPADDW(d, c, c)
+			}
+		}
+	}
+	plane := func(r int) VecPhysical { return rows[r].v }
+	code := func(r int) VecPhysical { return rows[r].code }
+	for j := 0; j < 5; j++ {
+		for _, rw := range rows {
+			m := rw.w
+			m.Disp += 64 * j
+			VMOVDQU64(m, rw.v)
+		}
+		lookupAll(3*j, plane)
+		for _, rw := range rows {
+			VPSRLW(U8(5), rw.v, rw.code)
+		}
+		lookupAll(3*j+1, code)
+		for _, rw := range rows {
+			VPSRLW(U8(10), rw.v, rw.code)
+		}
+		lookupAll(3*j+2, code)
+		for _, rw := range rows {
+			if j == 0 {
+				VMOVDQA64(rw.v, rw.x)
+			} else { // x = top ? v : x >> 1 (bit j of the code lands at bit 15, the earlier ones below)
+				VPSRLW(U8(1), rw.x, rw.x)
+				VPTERNLOGD(U8(0xd8), s.top, rw.v, rw.x)
+			}
+		}
+	}
+	for _, rw := range rows {
+		VPSRLW(U8(11), rw.x, rw.x)
+	}
+	lookupAll(15, func(r int) VecPhysical { return rows[r].x })
+}
+
+// tl2Flush is how many blocks an int16 chain can take: |entry| <= 381, at most 32767.
+func tl2Flush(perChainPerBlock int) uint32 { return uint32(32767 / (381 * perChainPerBlock)) }
+
+// tl2Blocks runs n (a register, may be 0) tl2 blocks of one row block, flushing the int16
+// chains into the int32 accumulators as often as their range requires.
 func (s *lutState) tl2Blocks(name string, n Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
-	c := takeChunk(n, 4)
+	chains := len(s.acc16[0])
+	c := takeChunk(n, tl2Flush(16/chains))
 	s.zero16()
 	Label(name + "_blk")
-	for u := 0; u < 8; u++ {
-		if u < 5 {
-			PREFETCHT0(at(s.pf, 64*u))
-		}
-		VPMOVZXBW(at(s.w, 32*u), s.wz)
-		VPANDD(s.m0f, s.wz, s.i0)
-		VPSRLW(U8(4), s.wz, s.i1)
-		KMOVQ(at(s.w, 256+8*u), K1)
-		KSHIFTRQ(U8(32), K1, K2)
-		VPADDW(s.c16, s.i0, K1, s.i0)
-		VPADDW(s.c16, s.i1, K2, s.i1)
-		s.lookup(s.i0, 128*u, 0)
-		s.lookup(s.i1, 128*u+64, 1)
+	for u := 0; u < 5; u++ {
+		PREFETCHT0(at(s.pf, 64*u))
 	}
+	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
+		return s.acc16[t][tri%chains]
+	})
 	ADDQ(U32(320), s.w)
 	ADDQ(U32(320), s.pf)
 	ADDQ(U32(1024), s.kt)
@@ -716,21 +788,25 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 }
 
 // tl2Pairs runs the chunk's tl2 blocks for row blocks two at a time while at least two
-// remain (Units = 0 only: a tl1 tail goes one row block at a time): each unit's tables are
-// loaded into registers once and serve both row blocks, halving the table loads (the
-// bottleneck with more than one token). The int16 sums are flushed straight into Sums.
-// Advances w0, sums and the argument block's NRB; falls through with NRB in {0, 1}.
+// remain (Units = 0 only: a tl1 tail goes one row block at a time): each table is loaded
+// into a register once and serves both row blocks, halving the table loads. The int16
+// sums are flushed straight into Sums. Advances w0, sums and the argument block's NRB;
+// falls through with NRB in {0, 1}.
 func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	T := s.T
 	p := s.p
-	acc := [2][][]VecPhysical{s.acc16, nil}
-	for t := 0; t < T; t++ {
-		acc[1] = append(acc[1], p.getn(len(s.acc16[t])))
+	second := tl2Rows{v: p.get(), code: p.get(), x: p.get()}
+	chains := len(s.acc16[0]) // per token: split between the two row blocks
+	per := chains / 2
+	if T > 1 {
+		per = 1
 	}
-	i0 := [2]VecPhysical{s.i0, p.get()}
-	i1 := [2]VecPhysical{s.i1, p.get()}
-	ta, tb := p.get(), p.get()
-	l2 := p.get()
+	acc := func(r, t, tri int) VecPhysical {
+		if T == 1 {
+			return s.acc16[0][2*r+tri%2]
+		}
+		return s.acc16[t][r]
+	}
 	rb := GP64()
 	MOVQ(at(a, lRBBytes), rb)
 	CMPQ(at(a, lUnits), U8(0))
@@ -745,64 +821,36 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_pairnext"))
 	Label(name + "_pchunk")
-	c := takeChunk(n, 4)
-	for j := 0; j < 2; j++ {
-		for _, cs := range acc[j] {
-			zeroAll(cs...)
-		}
-	}
+	c := takeChunk(n, tl2Flush(16/per))
+	s.zero16()
 	Label(name + "_pblk")
-	ks := [2][2]Register{{K1, K2}, {K3, K4}}
-	for u := 0; u < 8; u++ {
-		if u < 5 {
-			PREFETCHT0(at(s.pf, 64*u))
-			PREFETCHT0(Mem{Base: s.pf, Index: rb, Scale: 1, Disp: 64 * u})
-		}
-		for j := 0; j < 2; j++ {
-			m := func(d int) Mem {
-				if j == 0 {
-					return at(s.w, d)
-				}
-				return Mem{Base: s.w, Index: rb, Scale: 1, Disp: d}
-			}
-			VPMOVZXBW(m(32*u), s.wz)
-			VPANDD(s.m0f, s.wz, i0[j])
-			VPSRLW(U8(4), s.wz, i1[j])
-			KMOVQ(m(256+8*u), ks[j][0])
-			KSHIFTRQ(U8(32), ks[j][0], ks[j][1])
-			VPADDW(s.c16, i0[j], ks[j][0], i0[j])
-			VPADDW(s.c16, i1[j], ks[j][1], i1[j])
-		}
-		for t := 0; t < T; t++ {
-			VMOVDQU64(idx(s.tabs[t], s.kt, 1, 128*u), ta)
-			VMOVDQU64(idx(s.tabs[t], s.kt, 1, 128*u+64), tb)
-			for j := 0; j < 2; j++ {
-				cs := acc[j][t]
-				VPERMW(ta, i0[j], s.l)
-				VPADDW(s.l, cs[0], cs[0])
-				VPERMW(tb, i1[j], l2)
-				VPADDW(l2, cs[len(cs)-1], cs[len(cs)-1])
-			}
-		}
+	for u := 0; u < 5; u++ {
+		PREFETCHT0(at(s.pf, 64*u))
+		PREFETCHT0(Mem{Base: s.pf, Index: rb, Scale: 1, Disp: 64 * u})
 	}
+	second.w = Mem{Base: s.w, Index: rb, Scale: 1}
+	s.tl2Block([]tl2Rows{{v: s.i1, code: s.i0, x: s.x, w: at(s.w, 0)}, second}, acc)
 	ADDQ(U32(320), s.w)
 	ADDQ(U32(320), s.pf)
 	ADDQ(U32(1024), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_pblk"))
-	// flush: Sums[rb j][t] += the chains, sign-extended
-	for j := 0; j < 2; j++ {
+	// flush: Sums[rb r][t] += the row block's chains, sign-extended
+	for r := 0; r < 2; r++ {
 		for t := 0; t < T; t++ {
-			o := 128*T*j + 128*t
-			for _, cc := range acc[j][t] {
+			o := 128*T*r + 128*t
+			VMOVDQU32(at(sums, o), s.acc32[t][0])
+			VMOVDQU32(at(sums, o+64), s.acc32[t][1])
+			for i := 0; i < per; i++ {
+				cc := acc(r, t, i)
 				VPMOVSXWD(cc.AsY(), s.l)
-				VPADDD(at(sums, o), s.l, s.l)
-				VMOVDQU32(s.l, at(sums, o))
-				VEXTRACTI64X4(U8(1), cc, l2.AsY())
-				VPMOVSXWD(l2.AsY(), l2)
-				VPADDD(at(sums, o+64), l2, l2)
-				VMOVDQU32(l2, at(sums, o+64))
+				VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
+				VEXTRACTI64X4(U8(1), cc, s.l2.AsY())
+				VPMOVSXWD(s.l2.AsY(), s.l2)
+				VPADDD(s.l2, s.acc32[t][1], s.acc32[t][1])
 			}
+			VMOVDQU32(s.acc32[t][0], at(sums, o))
+			VMOVDQU32(s.acc32[t][1], at(sums, o+64))
 		}
 	}
 	TESTQ(n, n)
@@ -813,11 +861,11 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	SUBQ(U8(2), at(a, lNRB))
 	JMP(LabelRef(name + "_pair"))
 	Label(name + "_pairsdone")
-	for t := 0; t < T; t++ {
-		p.put(acc[1][t]...)
-	}
-	p.put(i0[1], i1[1], ta, tb, l2)
+	p.put(second.v, second.code, second.x)
 }
+
+// tl2PairsT1 makes the one-token tl2 kernel take row blocks in pairs too.
+var tl2PairsT1 = os.Getenv("TL2PAIRS1") != ""
 
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), the
@@ -831,9 +879,9 @@ func lutZ(T int, tl2 bool) {
 	}
 	name := fmt.Sprintf("lut%sT%dAVX512", f, T)
 	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
-	s := newLUTState(a, T)
+	s := newLUTState(a, T, tl2)
 	w0, sums := ld(a, lW), ld(a, lSums)
-	pairs := tl2 && T >= 2
+	pairs := tl2 && (T >= 2 || tl2PairsT1)
 	if pairs {
 		s.tl2Pairs(name, a, w0, sums)
 		CMPQ(at(a, lNRB), U8(0))
