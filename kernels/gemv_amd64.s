@@ -6961,73 +6961,39 @@ DATA bitsY<>+126(SB)/1, $0x08
 DATA bitsY<>+127(SB)/1, $0x08
 GLOBL bitsY<>(SB), RODATA|NOPTR, $128
 
-DATA signSpreadY<>+0(SB)/1, $0x00
-DATA signSpreadY<>+1(SB)/1, $0x00
-DATA signSpreadY<>+2(SB)/1, $0x00
-DATA signSpreadY<>+3(SB)/1, $0x00
-DATA signSpreadY<>+4(SB)/1, $0x00
-DATA signSpreadY<>+5(SB)/1, $0x00
-DATA signSpreadY<>+6(SB)/1, $0x00
-DATA signSpreadY<>+7(SB)/1, $0x00
-DATA signSpreadY<>+8(SB)/1, $0x01
-DATA signSpreadY<>+9(SB)/1, $0x01
-DATA signSpreadY<>+10(SB)/1, $0x01
-DATA signSpreadY<>+11(SB)/1, $0x01
-DATA signSpreadY<>+12(SB)/1, $0x01
-DATA signSpreadY<>+13(SB)/1, $0x01
-DATA signSpreadY<>+14(SB)/1, $0x01
-DATA signSpreadY<>+15(SB)/1, $0x01
-DATA signSpreadY<>+16(SB)/1, $0x02
-DATA signSpreadY<>+17(SB)/1, $0x02
-DATA signSpreadY<>+18(SB)/1, $0x02
-DATA signSpreadY<>+19(SB)/1, $0x02
-DATA signSpreadY<>+20(SB)/1, $0x02
-DATA signSpreadY<>+21(SB)/1, $0x02
-DATA signSpreadY<>+22(SB)/1, $0x02
-DATA signSpreadY<>+23(SB)/1, $0x02
-DATA signSpreadY<>+24(SB)/1, $0x03
-DATA signSpreadY<>+25(SB)/1, $0x03
-DATA signSpreadY<>+26(SB)/1, $0x03
-DATA signSpreadY<>+27(SB)/1, $0x03
-DATA signSpreadY<>+28(SB)/1, $0x03
-DATA signSpreadY<>+29(SB)/1, $0x03
-DATA signSpreadY<>+30(SB)/1, $0x03
-DATA signSpreadY<>+31(SB)/1, $0x03
-GLOBL signSpreadY<>(SB), RODATA|NOPTR, $32
-
-DATA signBitsY<>+0(SB)/1, $0x01
-DATA signBitsY<>+1(SB)/1, $0x02
-DATA signBitsY<>+2(SB)/1, $0x04
-DATA signBitsY<>+3(SB)/1, $0x08
-DATA signBitsY<>+4(SB)/1, $0x10
-DATA signBitsY<>+5(SB)/1, $0x20
-DATA signBitsY<>+6(SB)/1, $0x40
-DATA signBitsY<>+7(SB)/1, $0x80
-DATA signBitsY<>+8(SB)/1, $0x01
-DATA signBitsY<>+9(SB)/1, $0x02
-DATA signBitsY<>+10(SB)/1, $0x04
-DATA signBitsY<>+11(SB)/1, $0x08
-DATA signBitsY<>+12(SB)/1, $0x10
-DATA signBitsY<>+13(SB)/1, $0x20
-DATA signBitsY<>+14(SB)/1, $0x40
-DATA signBitsY<>+15(SB)/1, $0x80
-DATA signBitsY<>+16(SB)/1, $0x01
-DATA signBitsY<>+17(SB)/1, $0x02
-DATA signBitsY<>+18(SB)/1, $0x04
-DATA signBitsY<>+19(SB)/1, $0x08
-DATA signBitsY<>+20(SB)/1, $0x10
-DATA signBitsY<>+21(SB)/1, $0x20
-DATA signBitsY<>+22(SB)/1, $0x40
-DATA signBitsY<>+23(SB)/1, $0x80
-DATA signBitsY<>+24(SB)/1, $0x01
-DATA signBitsY<>+25(SB)/1, $0x02
-DATA signBitsY<>+26(SB)/1, $0x04
-DATA signBitsY<>+27(SB)/1, $0x08
-DATA signBitsY<>+28(SB)/1, $0x10
-DATA signBitsY<>+29(SB)/1, $0x20
-DATA signBitsY<>+30(SB)/1, $0x40
-DATA signBitsY<>+31(SB)/1, $0x80
-GLOBL signBitsY<>(SB), RODATA|NOPTR, $32
+DATA m1fY<>+0(SB)/1, $0x1f
+DATA m1fY<>+1(SB)/1, $0x00
+DATA m1fY<>+2(SB)/1, $0x1f
+DATA m1fY<>+3(SB)/1, $0x00
+DATA m1fY<>+4(SB)/1, $0x1f
+DATA m1fY<>+5(SB)/1, $0x00
+DATA m1fY<>+6(SB)/1, $0x1f
+DATA m1fY<>+7(SB)/1, $0x00
+DATA m1fY<>+8(SB)/1, $0x1f
+DATA m1fY<>+9(SB)/1, $0x00
+DATA m1fY<>+10(SB)/1, $0x1f
+DATA m1fY<>+11(SB)/1, $0x00
+DATA m1fY<>+12(SB)/1, $0x1f
+DATA m1fY<>+13(SB)/1, $0x00
+DATA m1fY<>+14(SB)/1, $0x1f
+DATA m1fY<>+15(SB)/1, $0x00
+DATA m1fY<>+16(SB)/1, $0x1f
+DATA m1fY<>+17(SB)/1, $0x00
+DATA m1fY<>+18(SB)/1, $0x1f
+DATA m1fY<>+19(SB)/1, $0x00
+DATA m1fY<>+20(SB)/1, $0x1f
+DATA m1fY<>+21(SB)/1, $0x00
+DATA m1fY<>+22(SB)/1, $0x1f
+DATA m1fY<>+23(SB)/1, $0x00
+DATA m1fY<>+24(SB)/1, $0x1f
+DATA m1fY<>+25(SB)/1, $0x00
+DATA m1fY<>+26(SB)/1, $0x1f
+DATA m1fY<>+27(SB)/1, $0x00
+DATA m1fY<>+28(SB)/1, $0x1f
+DATA m1fY<>+29(SB)/1, $0x00
+DATA m1fY<>+30(SB)/1, $0x1f
+DATA m1fY<>+31(SB)/1, $0x00
+GLOBL m1fY<>(SB), RODATA|NOPTR, $32
 
 // func gemvI2ST1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
@@ -8386,16 +8352,16 @@ lutTL1T1AVX2_tl1unit:
 	ADDQ           $0x40, BX
 	DECQ           R9
 	JNZ            lutTL1T1AVX2_tl1unit
-	VPMOVSXWD      X0, Y10
-	VPADDD         Y10, Y2, Y2
-	VEXTRACTI128   $0x01, Y0, X10
-	VPMOVSXWD      X10, Y10
-	VPADDD         Y10, Y4, Y4
-	VPMOVSXWD      X1, Y10
-	VPADDD         Y10, Y3, Y3
-	VEXTRACTI128   $0x01, Y1, X10
-	VPMOVSXWD      X10, Y10
-	VPADDD         Y10, Y5, Y5
+	VPMOVSXWD      X0, Y8
+	VPADDD         Y8, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y4, Y4
+	VPMOVSXWD      X1, Y8
+	VPADDD         Y8, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
 	TESTQ          R8, R8
@@ -8425,325 +8391,307 @@ TEXT ·lutTL2T1AVX2(SB), NOSPLIT, $0-8
 	MOVQ 24(AX), DI
 
 lutTL2T1AVX2_rb:
-	MOVQ  SI, CX
-	MOVQ  SI, DX
-	ADDQ  8(AX), DX
-	MOVQ  32(AX), BX
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-	VPXOR Y4, Y4, Y4
-	VPXOR Y5, Y5, Y5
-	MOVQ  48(AX), R8
-	TESTQ R8, R8
-	JZ    lutTL2T1AVX2_tl2done
+	MOVQ    SI, CX
+	MOVQ    SI, DX
+	ADDQ    8(AX), DX
+	MOVQ    32(AX), BX
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	MOVQ    48(AX), R8
+	VMOVDQU m1fY<>+0(SB), Y15
+	TESTQ   R8, R8
+	JZ      lutTL2T1AVX2_tl2done
 
 lutTL2T1AVX2_chunk:
-	MOVQ    $0x00000004, R9
+	MOVQ    $0x00000005, R9
 	CMPQ    R8, R9
 	CMOVQLT R8, R9
 	SUBQ    R9, R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
-	VPXOR   Y10, Y10, Y10
 
 lutTL2T1AVX2_blk:
 	PREFETCHT0     (DX)
-	VMOVDQU        (CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   256(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VMOVDQU        (CX), Y10
+	VMOVDQU        32(CX), Y11
+	VPSLLW         $0x0b, Y10, Y12
+	VPAND          Y15, Y10, Y6
+	VPSLLW         $0x0b, Y11, Y13
+	VPAND          Y15, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 (BX), Y8
 	VBROADCASTI128 16(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   260(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPSLLW         $0x06, Y10, Y12
+	VPSRLW         $0x0b, Y12, Y6
+	VPSLLW         $0x06, Y11, Y13
+	VPSRLW         $0x0b, Y13, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 32(BX), Y8
 	VBROADCASTI128 48(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     64(DX)
-	VMOVDQU        32(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   264(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPADDW         Y10, Y10, Y12
+	VPSRLW         $0x0a, Y10, Y6
+	VPADDW         Y11, Y11, Y13
+	VPSRLW         $0x0a, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 64(BX), Y8
 	VBROADCASTI128 80(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   268(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPACKSSWB      Y11, Y10, Y6
+	VPXOR          Y14, Y14, Y14
+	VPBLENDVB      Y6, bitsY<>+0(SB), Y14, Y14
+	PREFETCHT0     64(DX)
+	VMOVDQU        64(CX), Y10
+	VMOVDQU        96(CX), Y11
+	VPSLLW         $0x0b, Y10, Y12
+	VPAND          Y15, Y10, Y6
+	VPSLLW         $0x0b, Y11, Y13
+	VPAND          Y15, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 96(BX), Y8
 	VBROADCASTI128 112(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     128(DX)
-	VMOVDQU        64(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   272(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPSLLW         $0x06, Y10, Y12
+	VPSRLW         $0x0b, Y12, Y6
+	VPSLLW         $0x06, Y11, Y13
+	VPSRLW         $0x0b, Y13, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 128(BX), Y8
 	VBROADCASTI128 144(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   276(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPADDW         Y10, Y10, Y12
+	VPSRLW         $0x0a, Y10, Y6
+	VPADDW         Y11, Y11, Y13
+	VPSRLW         $0x0a, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 160(BX), Y8
 	VBROADCASTI128 176(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     192(DX)
-	VMOVDQU        96(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   280(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPACKSSWB      Y11, Y10, Y6
+	VPOR           bitsY<>+32(SB), Y14, Y7
+	VPBLENDVB      Y6, Y7, Y14, Y14
+	PREFETCHT0     128(DX)
+	VMOVDQU        128(CX), Y10
+	VMOVDQU        160(CX), Y11
+	VPSLLW         $0x0b, Y10, Y12
+	VPAND          Y15, Y10, Y6
+	VPSLLW         $0x0b, Y11, Y13
+	VPAND          Y15, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 192(BX), Y8
 	VBROADCASTI128 208(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   284(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPSLLW         $0x06, Y10, Y12
+	VPSRLW         $0x0b, Y12, Y6
+	VPSLLW         $0x06, Y11, Y13
+	VPSRLW         $0x0b, Y13, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 224(BX), Y8
 	VBROADCASTI128 240(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	PREFETCHT0     256(DX)
-	VMOVDQU        128(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   288(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPADDW         Y10, Y10, Y12
+	VPSRLW         $0x0a, Y10, Y6
+	VPADDW         Y11, Y11, Y13
+	VPSRLW         $0x0a, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 256(BX), Y8
 	VBROADCASTI128 272(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   292(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPACKSSWB      Y11, Y10, Y6
+	VPOR           bitsY<>+64(SB), Y14, Y7
+	VPBLENDVB      Y6, Y7, Y14, Y14
+	PREFETCHT0     192(DX)
+	VMOVDQU        192(CX), Y10
+	VMOVDQU        224(CX), Y11
+	VPSLLW         $0x0b, Y10, Y12
+	VPAND          Y15, Y10, Y6
+	VPSLLW         $0x0b, Y11, Y13
+	VPAND          Y15, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 288(BX), Y8
 	VBROADCASTI128 304(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VMOVDQU        160(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   296(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPSLLW         $0x06, Y10, Y12
+	VPSRLW         $0x0b, Y12, Y6
+	VPSLLW         $0x06, Y11, Y13
+	VPSRLW         $0x0b, Y13, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 320(BX), Y8
 	VBROADCASTI128 336(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   300(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPADDW         Y10, Y10, Y12
+	VPSRLW         $0x0a, Y10, Y6
+	VPADDW         Y11, Y11, Y13
+	VPSRLW         $0x0a, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 352(BX), Y8
 	VBROADCASTI128 368(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VMOVDQU        192(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   304(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPACKSSWB      Y11, Y10, Y6
+	VPOR           bitsY<>+96(SB), Y14, Y7
+	VPBLENDVB      Y6, Y7, Y14, Y14
+	PREFETCHT0     256(DX)
+	VMOVDQU        256(CX), Y10
+	VMOVDQU        288(CX), Y11
+	VPSLLW         $0x0b, Y10, Y12
+	VPAND          Y15, Y10, Y6
+	VPSLLW         $0x0b, Y11, Y13
+	VPAND          Y15, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 384(BX), Y8
 	VBROADCASTI128 400(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   308(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPSLLW         $0x06, Y10, Y12
+	VPSRLW         $0x0b, Y12, Y6
+	VPSLLW         $0x06, Y11, Y13
+	VPSRLW         $0x0b, Y13, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 416(BX), Y8
 	VBROADCASTI128 432(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y6, Y8, Y8
+	VPSHUFB        Y6, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VMOVDQU        224(CX), Y6
-	VPSRLW         $0x04, Y6, Y7
-	VPAND          m0fY<>+0(SB), Y6, Y6
-	VPAND          m0fY<>+0(SB), Y7, Y7
-	VPBROADCASTD   312(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPADDW         Y10, Y10, Y12
+	VPSRLW         $0x0a, Y10, Y6
+	VPADDW         Y11, Y11, Y13
+	VPSRLW         $0x0a, Y11, Y7
+	VPACKUSWB      Y7, Y6, Y6
 	VBROADCASTI128 448(BX), Y8
 	VBROADCASTI128 464(BX), Y9
 	VPSHUFB        Y6, Y8, Y8
 	VPSHUFB        Y6, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPUNPCKLBW     Y9, Y8, Y6
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y6, Y6
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y6, Y0, Y0
 	VPADDW         Y8, Y1, Y1
-	VPBROADCASTD   316(CX), Y11
-	VPSHUFB        signSpreadY<>+0(SB), Y11, Y11
-	VPAND          signBitsY<>+0(SB), Y11, Y11
-	VPCMPEQB       signBitsY<>+0(SB), Y11, Y11
-	VPSUBB         Y11, Y10, Y10
+	VPOR           wOnesY<>+0(SB), Y10, Y12
+	VPOR           wOnesY<>+0(SB), Y11, Y13
 	VBROADCASTI128 480(BX), Y8
 	VBROADCASTI128 496(BX), Y9
-	VPSHUFB        Y7, Y8, Y8
-	VPSHUFB        Y7, Y9, Y9
-	VPXOR          Y11, Y8, Y8
-	VPXOR          Y11, Y9, Y9
-	VPUNPCKLBW     Y9, Y8, Y12
+	VPSHUFB        Y14, Y8, Y8
+	VPSHUFB        Y14, Y9, Y9
+	VPUNPCKLBW     Y9, Y8, Y14
 	VPUNPCKHBW     Y9, Y8, Y8
-	VPADDW         Y12, Y0, Y0
+	VPSIGNW        Y12, Y14, Y14
+	VPSIGNW        Y13, Y8, Y8
+	VPADDW         Y14, Y0, Y0
 	VPADDW         Y8, Y1, Y1
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000200, BX
 	DECQ           R9
 	JNZ            lutTL2T1AVX2_blk
-	VPXOR          Y12, Y12, Y12
-	VPUNPCKLBW     Y12, Y10, Y8
-	VPUNPCKHBW     Y12, Y10, Y9
-	VPADDW         Y8, Y0, Y0
-	VPADDW         Y9, Y1, Y1
-	VPMOVSXWD      X0, Y12
-	VPADDD         Y12, Y2, Y2
-	VEXTRACTI128   $0x01, Y0, X12
-	VPMOVSXWD      X12, Y12
-	VPADDD         Y12, Y4, Y4
-	VPMOVSXWD      X1, Y12
-	VPADDD         Y12, Y3, Y3
-	VEXTRACTI128   $0x01, Y1, X12
-	VPMOVSXWD      X12, Y12
-	VPADDD         Y12, Y5, Y5
+	VPMOVSXWD      X0, Y8
+	VPADDD         Y8, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y3, Y3
+	VPMOVSXWD      X1, Y8
+	VPADDD         Y8, Y4, Y4
+	VEXTRACTI128   $0x01, Y1, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
 	TESTQ          R8, R8
@@ -8789,16 +8737,16 @@ lutTL2T1AVX2_tl1unit:
 	ADDQ           $0x40, BX
 	DECQ           R9
 	JNZ            lutTL2T1AVX2_tl1unit
-	VPMOVSXWD      X0, Y10
-	VPADDD         Y10, Y2, Y2
-	VEXTRACTI128   $0x01, Y0, X10
-	VPMOVSXWD      X10, Y10
-	VPADDD         Y10, Y4, Y4
-	VPMOVSXWD      X1, Y10
-	VPADDD         Y10, Y3, Y3
-	VEXTRACTI128   $0x01, Y1, X10
-	VPMOVSXWD      X10, Y10
-	VPADDD         Y10, Y5, Y5
+	VPMOVSXWD      X0, Y8
+	VPADDD         Y8, Y2, Y2
+	VEXTRACTI128   $0x01, Y0, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y4, Y4
+	VPMOVSXWD      X1, Y8
+	VPADDD         Y8, Y3, Y3
+	VEXTRACTI128   $0x01, Y1, X8
+	VPMOVSXWD      X8, Y8
+	VPADDD         Y8, Y5, Y5
 	VPXOR          Y0, Y0, Y0
 	VPXOR          Y1, Y1, Y1
 	TESTQ          R8, R8

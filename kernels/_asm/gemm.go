@@ -15,25 +15,32 @@ const (
 )
 
 var (
-	tl1Div3, tl1Mod3     Mem // nibble -> idx/3, idx%3
-	tl2C0, tl2C1, tl2C2  Mem // nibble |v| -> the codes w+1 of the balanced ternary digits of v
-	int1BitTabs          Mem // 4 x 16 bytes: nibble -> bit j
-	signSpread, signBits Mem // sign dword -> 32 bytes 0x00/0xFF
-	wordOnes             Mem
+	tl1Div3, tl1Mod3 Mem // nibble -> idx/3, idx%3
+	tl2W             Mem // 3 x 16 bytes: magnitude m -> balanced ternary digit i of m (-1, 0, 1)
+	tl2Bits          Mem // 3 x 32 bytes: 2, 4, 8
+	int1BitTabs      Mem // 4 x 16 bytes: nibble -> bit j
+	wordOnes         Mem
 )
 
 func genGemm() {
-	var d3, m3, c0, c1, c2, ib []byte
+	var d3, m3, tw, tb, ib []byte
 	for i := 0; i < 16; i++ {
 		d3 = append(d3, byte(i/3%3))
 		m3 = append(m3, byte(i%3))
-		v := i
-		if v > 13 {
-			v = 0
+	}
+	for d := 9; d >= 1; d /= 3 {
+		for m := 0; m < 16; m++ {
+			v := m
+			if v > 13 {
+				v = 0
+			}
+			tw = append(tw, byte(int8((v+13)/d%3-1)))
 		}
-		c0 = append(c0, byte((v+13)/9))
-		c1 = append(c1, byte((v+13)%9/3))
-		c2 = append(c2, byte((v+13)%3))
+	}
+	for j := 1; j < 4; j++ {
+		for i := 0; i < 32; i++ {
+			tb = append(tb, 1<<j)
+		}
 	}
 	for j := 0; j < 4; j++ {
 		for i := 0; i < 16; i++ {
@@ -41,14 +48,8 @@ func genGemm() {
 		}
 	}
 	tl1Div3, tl1Mod3 = table("tl1Div3", d3), table("tl1Mod3", m3)
-	tl2C0, tl2C1, tl2C2 = table("tl2C0", c0), table("tl2C1", c1), table("tl2C2", c2)
+	tl2W, tl2Bits = table("tl2W", tw), table("tl2Bits", tb)
 	int1BitTabs = table("int1BitTabs", ib)
-	var sp, sb []byte
-	for i := 0; i < 32; i++ {
-		sp = append(sp, byte(i%16/8)+2*byte(i/16))
-		sb = append(sb, 1<<(i%8))
-	}
-	signSpread, signBits = table("signSpread", sp), table("signBits", sb)
 	var ones []byte
 	for i := 0; i < 16; i++ {
 		ones = append(ones, 1, 0)
@@ -348,23 +349,28 @@ func unpackI2S() {
 
 // interleave4 turns four vectors of 32 rows' bytes (inputs k..k+3) into the four 32-byte
 // pieces of a VNNI quad (rows 0-7, 8-15, 16-23, 24-31) and stores them at m. Clobbers
-// its inputs; t is a temporary.
-func interleave4(v [4]VecPhysical, t VecPhysical, m Mem) {
+// its inputs; t is a temporary. The rows are in order, or packed: rows 0-7, 16-23 | 8-15,
+// 24-31 (as vpackuswb leaves two registers of rows 0-15 and 16-31).
+func interleave4(v [4]VecPhysical, t VecPhysical, m Mem, packed bool) {
 	a, b, c, d := v[0], v[1], v[2], v[3]
-	VPUNPCKLBW(b, a, t) // ab_l: rows 0-7 | 16-23 as words
-	VPUNPCKHBW(b, a, b) // ab_h: rows 8-15 | 24-31
+	VPUNPCKLBW(b, a, t) // ab_l: rows 0-7 | 16-23 as words (packed: 0-7 | 8-15)
+	VPUNPCKHBW(b, a, b) // ab_h: rows 8-15 | 24-31 (packed: 16-23 | 24-31)
 	VPUNPCKLBW(d, c, a) // cd_l
 	VPUNPCKHBW(d, c, d) // cd_h
-	VPUNPCKLWD(a, t, c) // P0: rows 0-3 | 16-19
-	VPUNPCKHWD(a, t, t) // P1: rows 4-7 | 20-23
-	VPUNPCKLWD(d, b, a) // P2: rows 8-11 | 24-27
-	VPUNPCKHWD(d, b, b) // P3: rows 12-15 | 28-31
+	VPUNPCKLWD(a, t, c) // P0: rows 0-3 | 16-19 (packed: 0-3 | 8-11)
+	VPUNPCKHWD(a, t, t) // P1: rows 4-7 | 20-23 (packed: 4-7 | 12-15)
+	VPUNPCKLWD(d, b, a) // P2: rows 8-11 | 24-27 (packed: 16-19 | 24-27)
+	VPUNPCKHWD(d, b, b) // P3: rows 12-15 | 28-31 (packed: 20-23 | 28-31)
+	o1, o2 := 32, 64    // where the low lanes of P2, P3 and the high lanes of P0, P1 go
+	if packed {
+		o1, o2 = 64, 32
+	}
 	VPERM2I128(U8(0x20), t, c, d)
 	VMOVDQU(d, m)
 	VPERM2I128(U8(0x20), b, a, d)
-	VMOVDQU(d, m.Offset(32))
+	VMOVDQU(d, m.Offset(o1))
 	VPERM2I128(U8(0x31), t, c, d)
-	VMOVDQU(d, m.Offset(64))
+	VMOVDQU(d, m.Offset(o2))
 	VPERM2I128(U8(0x31), b, a, d)
 	VMOVDQU(d, m.Offset(96))
 }
@@ -386,7 +392,7 @@ func tl1UnitsY(name string, p *pool, w, b, n Register) {
 	VPSHUFB(lo, m3, v[1])
 	VPSHUFB(hi, d3, v[2])
 	VPSHUFB(hi, m3, v[3])
-	interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 0))
+	interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 0), false)
 	ADDQ(U8(32), w)
 	SUBQ(I8(-128), b)
 	DECQ(n)
@@ -406,9 +412,13 @@ func unpackTL1() {
 	RET()
 }
 
-// unpackTL2: per block, the 48 inputs' code vectors (three digits per triple, negated
-// where the sign bit is set: c -> 2-c) go to a stack buffer, then every four are
-// interleaved into a VNNI quad; the tl1 tail follows. N: blocks, N2: tail units.
+// unpackTL2: per block, the 48 inputs' code vectors go to a stack buffer, then every four
+// are interleaved into a VNNI quad; the tl1 tail follows. N: blocks, N2: tail units. Per
+// plane, the fields' codes (word >> 5f) & 31 are packed to bytes (rows 0-7, 16-23 | 8-15,
+// 24-31); vpshufb reads the magnitude (bits 0-3) in tables of the balanced ternary digits w
+// (-1, 0, 1), vpsignb negates them where the code, shifted left 3, has its sign in bit 7
+// (zero only for code 0), and w + 1 is stored. Triple 15's magnitude gathers bit 15 of
+// planes 0-3 (bit 7 after vpacksswb, selecting vpblendvb); plane 4's, or 1, signs it.
 func unpackTL2() {
 	name := "unpackTL2AVX2"
 	a := fnAttr(name, 0, unpackDoc(name, "tl2"))
@@ -417,45 +427,67 @@ func unpackTL2() {
 	w, b, nb := ld(a, uW), ld(a, uB), ld(a, uN)
 	TESTQ(nb, nb)
 	JZ(LabelRef(name + "_tail"))
-	Label(name + "_blk")
 	{
-		c := p.getn(3)
-		VBROADCASTI128(tl2C0, c[0])
-		VBROADCASTI128(tl2C1, c[1])
-		VBROADCASTI128(tl2C2, c[2])
-		m0f, spread, bits, three := p.get(), p.get(), p.get(), p.get()
-		bcastByte(m0f, 0x0f)
-		VMOVDQU(signSpread, spread)
-		VMOVDQU(signBits, bits)
-		bcastByte(three, 3)
-		idx, s, s3, d := p.get(), p.get(), p.get(), p.get()
-		for tr := 0; tr < 16; tr++ {
-			VMOVDQU(at(w, 32*(tr/2)), idx)
-			if tr%2 == 1 {
-				VPSRLW(U8(4), idx, idx)
-			}
-			VPAND(m0f, idx, idx)
-			VPBROADCASTD(at(w, 256+4*tr), s)
-			VPSHUFB(spread, s, s)
-			VPAND(bits, s, s)
-			VPCMPEQB(bits, s, s)
-			VPAND(three, s, s3)
+		dig := p.getn(3)
+		for i := range dig {
+			VBROADCASTI128(tl2W.Offset(16*i), dig[i])
+		}
+		m1f, one := p.get(), p.get()
+		bcastWord(m1f, 31)
+		bcastByte(one, 1)
+		wv, c, c1, sg, d, t15 := p.getn(2), p.get(), p.get(), p.get(), p.get(), p.get()
+		digits := func(c VecPhysical, tr int) {
 			for i := 0; i < 3; i++ {
-				VPSHUFB(idx, c[i], d)
-				VPXOR(s, d, d)
-				VPADDB(s3, d, d)
+				VPSHUFB(c, dig[i], d)
+				VPSIGNB(sg, d, d)
+				VPADDB(one, d, d)
 				VMOVDQU(d, buf.Offset(32*(3*tr+i)))
 			}
 		}
-		p.put(c...)
-		p.put(m0f, spread, bits, three, idx, s, s3, d)
+		Label(name + "_blk")
+		for j := 0; j < 5; j++ {
+			VMOVDQU(at(w, 64*j), wv[0])
+			VMOVDQU(at(w, 64*j+32), wv[1])
+			for f := 0; f < 3; f++ {
+				switch f {
+				case 0:
+					VPAND(m1f, wv[0], c)
+					VPAND(m1f, wv[1], c1)
+				case 1:
+					VPSRLW(U8(5), wv[0], c)
+					VPSRLW(U8(5), wv[1], c1)
+					VPAND(m1f, c, c)
+					VPAND(m1f, c1, c1)
+				case 2: // bits 0-5 after the shift: bit 5 (triple 15's) is ignored by vpshufb
+					VPSRLW(U8(10), wv[0], c)
+					VPSRLW(U8(10), wv[1], c1)
+				}
+				VPACKUSWB(c1, c, c)
+				VPSLLW(U8(3), c, sg) // a byte's bit 7 is its own bit 4
+				digits(c, 3*j+f)
+			}
+			VPACKSSWB(wv[1], wv[0], c1) // bit 7: bit j of triple 15's code
+			switch j {
+			case 0:
+				VPXOR(t15, t15, t15)
+				VPBLENDVB(c1, one, t15, t15)
+			case 4:
+				VPOR(one, c1, sg)
+			default:
+				VPOR(tl2Bits.Offset(32*(j-1)), t15, c)
+				VPBLENDVB(c1, c, t15, t15)
+			}
+		}
+		digits(t15, 15)
+		p.put(wv...)
+		p.put(c, c1, sg, d, t15) // the tables stay for the next block
 		v := p.getn(4)
 		t := p.get()
 		for q := 0; q < 12; q++ {
 			for i := 0; i < 4; i++ {
 				VMOVDQU(buf.Offset(32*(4*q+i)), v[i])
 			}
-			interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 128*q))
+			interleave4([4]VecPhysical{v[0], v[1], v[2], v[3]}, t, at(b, 128*q), true)
 		}
 		p.put(v...)
 		p.put(t)

@@ -16,6 +16,7 @@ import (
 var (
 	wOnes Mem // 16 words of 1 (vpmaddwd reduction)
 	m0fY  Mem // 32 bytes 0x0f
+	m1fY  Mem // 16 words 31
 	m3Y   Mem // 32 bytes 3
 	m80Y  Mem // 32 bytes 0x80
 	bitsY Mem // 4 x 32 bytes: 1, 2, 4, 8
@@ -46,12 +47,11 @@ func genGemvAVX2() {
 		}
 	}
 	wOnes, m0fY, m3Y, m80Y, bitsY = table("wOnesY", ones), table("m0fY", m0f), table("m3Y", m3), table("m80Y", m80), table("bitsY", bits)
-	var sp, sb []byte
-	for i := 0; i < 32; i++ {
-		sp = append(sp, byte(i%16/8)+2*byte(i/16))
-		sb = append(sb, 1<<(i%8))
+	var m1f []byte
+	for i := 0; i < 16; i++ {
+		m1f = append(m1f, 31, 0)
 	}
-	signSpreadY, signBitsY = table("signSpreadY", sp), table("signBitsY", sb)
+	m1fY = table("m1fY", m1f)
 
 	for _, vnni := range []bool{false, true} {
 		isa := "AVX2"
@@ -407,8 +407,9 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 }
 
 // lutY is the state of the AVX2 lookup-table kernels (one token): the pshufb tables are
-// byte planes of the int16 sums; low and high planes are interleaved into words (rows
-// 0-7 and 16-23 in one register, 8-15 and 24-31 in the other) and summed in int16.
+// byte planes of the int16 sums; low and high planes are interleaved into words and summed
+// in int16. tl1 keeps rows 0-7 and 16-23 in one accumulator, 8-15 and 24-31 in the other;
+// tl2 rows 0-15 and 16-31 (flush's natural).
 type lutY struct {
 	p            *pool
 	w, pf, tab   GPVirtual
@@ -435,16 +436,12 @@ func (s *lutY) nibbles(m Mem) {
 }
 
 // add looks up the 32 rows' int16 entries of idx in the planes at tab+off (16 low bytes,
-// 16 high bytes), optionally xors them with sign bytes sg, and adds them.
-func (s *lutY) add(idxv VecPhysical, off int, sg VecPhysical) {
+// 16 high bytes) and adds them.
+func (s *lutY) add(idxv VecPhysical, off int) {
 	VBROADCASTI128(at(s.tab, off), s.l)
 	VBROADCASTI128(at(s.tab, off+16), s.h)
 	VPSHUFB(idxv, s.l, s.l)
 	VPSHUFB(idxv, s.h, s.h)
-	if sg != nil {
-		VPXOR(sg, s.l, s.l)
-		VPXOR(sg, s.h, s.h)
-	}
 	t := s.p.get()
 	VPUNPCKLBW(s.h, s.l, t)
 	VPUNPCKHBW(s.h, s.l, s.l)
@@ -453,18 +450,39 @@ func (s *lutY) add(idxv VecPhysical, off int, sg VecPhysical) {
 	s.p.put(t)
 }
 
-// flush widens the int16 sums into the int32 accumulators and clears them.
-func (s *lutY) flush() {
-	t := s.p.get()
+// addSigned looks up the tl2 codes c (bytes, rows 0-7, 16-23 | 8-15, 24-31 as vpackuswb
+// leaves two registers of rows 0-15 and 16-31; pshufb reads the magnitude, bits 0-3, and
+// needs bit 7 clear) in the planes at tab+off; unpacked, the words are rows 0-15 and 16-31
+// in order, negated by vpsignw where bit 15 of the word of the same row in y[0], y[1] is
+// set (a y word must be nonzero where the magnitude is) and added. Clobbers c.
+func (s *lutY) addSigned(c VecPhysical, off int, y []VecPhysical) {
+	VBROADCASTI128(at(s.tab, off), s.l)
+	VBROADCASTI128(at(s.tab, off+16), s.h)
+	VPSHUFB(c, s.l, s.l)
+	VPSHUFB(c, s.h, s.h)
+	VPUNPCKLBW(s.h, s.l, c)
+	VPUNPCKHBW(s.h, s.l, s.l)
+	VPSIGNW(y[0], c, c)
+	VPSIGNW(y[1], s.l, s.l)
+	VPADDW(c, s.acc16[0], s.acc16[0])
+	VPADDW(s.l, s.acc16[1], s.acc16[1])
+}
+
+// flush widens the int16 sums into the int32 accumulators and clears them (clobbers l);
+// natural: the accumulators hold rows 0-15 and 16-31 (else 0-7 | 16-23 and 8-15 | 24-31).
+func (s *lutY) flush(natural bool) {
+	t := s.l
 	for i, c := range s.acc16 {
-		// c: rows 8i..8i+7 (low lane), 16+8i..16+8i+7 (high lane)
+		lo, hi := s.acc32[i], s.acc32[2+i]
+		if natural {
+			lo, hi = s.acc32[2*i], s.acc32[2*i+1]
+		}
 		VPMOVSXWD(c.AsX(), t)
-		VPADDD(t, s.acc32[i], s.acc32[i])
+		VPADDD(t, lo, lo)
 		VEXTRACTI128(U8(1), c, t.AsX())
 		VPMOVSXWD(t.AsX(), t)
-		VPADDD(t, s.acc32[2+i], s.acc32[2+i])
+		VPADDD(t, hi, hi)
 	}
-	s.p.put(t)
 	zeroAll(s.acc16[:]...)
 }
 
@@ -480,63 +498,86 @@ func (s *lutY) tl1Units(name string, n Register) {
 	Label(name + "_tl1unit")
 	PREFETCHT0(at(s.pf, 0))
 	s.nibbles(at(s.w, 0))
-	s.add(s.lo, 0, nil)
-	s.add(s.hi, 32, nil)
+	s.add(s.lo, 0)
+	s.add(s.hi, 32)
 	ADDQ(U8(32), s.w)
 	ADDQ(U8(32), s.pf)
 	ADDQ(U8(64), s.tab)
 	DECQ(c)
 	JNZ(LabelRef(name + "_tl1unit"))
-	s.flush()
+	s.flush(false)
 	TESTQ(n, n)
 	JNZ(LabelRef(name + "_tl1chunk"))
 	Label(done)
 }
 
 // tl2Blocks runs n (a register, may be 0) tl2 blocks with the byte-plane tables of the
-// non-negative triple sums (tabTL2Y): a negative triple's entry is complemented (xor with
-// its sign bytes: -v-1) and the count of negatives per row, kept in bytes, is added back at
-// each flush (every 4 blocks).
+// magnitudes (tabTL2Y). Per plane, two loads give rows 0-15 and 16-31 as words. Per field f,
+// y = word << (11-5f) has the code's sign in bit 15 and is nonzero where its magnitude is;
+// it signs the entries (addSigned) indexed by the codes packed to bytes: word & 31, y >> 11
+// and word >> 10 (shifts and vpshufb share two pipes, so f = 0 masks and f = 2 doubles
+// instead). Triple 15's magnitude gathers bit 15 of planes 0-3 (vpacksswb keeps it as
+// bit 7 of a byte, which drives vpblendvb); plane 4's words, or 1, sign it. Flushed every
+// 5 blocks: 80 entries of at most 381 per int16 sum.
 func (s *lutY) tl2Blocks(name string, n Register) {
-	cnt8, sg := s.p.get(), s.p.get()
+	w, y := s.p.getn(2), s.p.getn(2)
+	t15, m1f := s.p.get(), s.p.get()
+	c0, c1 := s.lo, s.hi
+	VMOVDQU(m1fY, m1f)
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
-	c := takeChunk(n, 4)
-	zeroAll(s.acc16[0], s.acc16[1], cnt8)
+	c := takeChunk(n, 5)
+	zeroAll(s.acc16[:]...)
 	Label(name + "_blk")
-	for u := 0; u < 8; u++ {
-		if u < 5 {
-			PREFETCHT0(at(s.pf, 64*u))
+	for j := 0; j < 5; j++ {
+		PREFETCHT0(at(s.pf, 64*j))
+		VMOVDQU(at(s.w, 64*j), w[0])
+		VMOVDQU(at(s.w, 64*j+32), w[1])
+		for f := 0; f < 3; f++ {
+			for h := 0; h < 2; h++ {
+				c := []VecPhysical{c0, c1}[h]
+				switch f {
+				case 0:
+					VPSLLW(U8(11), w[h], y[h])
+					VPAND(m1f, w[h], c)
+				case 1:
+					VPSLLW(U8(6), w[h], y[h])
+					VPSRLW(U8(11), y[h], c)
+				case 2: // bit 5 of the code byte (triple 15's) is ignored by vpshufb
+					VPADDW(w[h], w[h], y[h])
+					VPSRLW(U8(10), w[h], c)
+				}
+			}
+			VPACKUSWB(c1, c0, c0)
+			s.addSigned(c0, 32*(3*j+f), y)
 		}
-		s.nibbles(at(s.w, 32*u))
-		for h, iv := range []VecPhysical{s.lo, s.hi} {
-			tr := 2*u + h
-			VPBROADCASTD(at(s.w, 256+4*tr), sg)
-			VPSHUFB(signSpreadY, sg, sg)
-			VPAND(signBitsY, sg, sg)
-			VPCMPEQB(signBitsY, sg, sg)
-			VPSUBB(sg, cnt8, cnt8)
-			s.add(iv, 32*tr, sg)
+		if j < 4 {
+			VPACKSSWB(w[1], w[0], c0) // bit 7: bit j of triple 15's code
+			if j == 0 {
+				VPXOR(t15, t15, t15)
+				VPBLENDVB(c0, bitsY, t15, t15)
+			} else {
+				VPOR(bitsY.Offset(32*j), t15, c1)
+				VPBLENDVB(c0, c1, t15, t15)
+			}
 		}
 	}
+	VPOR(wOnes, w[0], y[0])
+	VPOR(wOnes, w[1], y[1])
+	s.addSigned(t15, 32*15, y)
 	ADDQ(U32(320), s.w)
 	ADDQ(U32(320), s.pf)
 	ADDQ(U32(512), s.tab)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
-	t := s.p.get()
-	VPXOR(t, t, t)
-	VPUNPCKLBW(t, cnt8, s.l) // rows 0-7 | 16-23 as words
-	VPUNPCKHBW(t, cnt8, s.h) // rows 8-15 | 24-31
-	VPADDW(s.l, s.acc16[0], s.acc16[0])
-	VPADDW(s.h, s.acc16[1], s.acc16[1])
-	s.p.put(t)
-	s.flush()
+	s.flush(true)
 	TESTQ(n, n)
 	JNZ(LabelRef(name + "_chunk"))
 	Label(name + "_tl2done")
-	s.p.put(cnt8, sg)
+	s.p.put(w...)
+	s.p.put(y...)
+	s.p.put(t15, m1f)
 }
 
 // lutYFn: the tl1/tl2 chunk kernel (see lutArgs), one token, AVX2.
@@ -572,5 +613,3 @@ func lutYFn(tl2 bool) {
 	VZEROUPPER()
 	RET()
 }
-
-var signSpreadY, signBitsY Mem

@@ -1,0 +1,135 @@
+//go:build !noasm
+
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// randTL2RowBlock is one tl2 row block of nb blocks and units tl1 tail units with random
+// valid codes: magnitudes 0..13 with either sign (16, the negative zero, included), or
+// magnitude mag with sign neg for every triple when mag >= 0.
+func randTL2RowBlock(rng *rand.Rand, nb, units, mag int, neg bool) []byte {
+	w := make([]byte, 320*nb+32*units)
+	for b := 0; b < nb; b++ {
+		for t := 0; t < 16; t++ {
+			for r := 0; r < RowBlock; r++ {
+				c := rng.IntN(14) + 16*rng.IntN(2)
+				if mag >= 0 {
+					c = mag
+					if neg {
+						c += 16
+					}
+				}
+				setTL2Code(w[320*b:][:320], t, r, c)
+			}
+		}
+	}
+	for i := 320 * nb; i < len(w); i++ {
+		w[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
+	}
+	return w
+}
+
+// TestUnpackTL2 holds unpackTL2AVX2 to unpackGeneric byte for byte on random codes (every
+// code, the negative zero included) and block counts with and without a tl1 tail.
+func TestUnpackTL2(t *testing.T) {
+	if !ISAAvailable(ISAAVX2) {
+		t.Skip("no AVX2")
+	}
+	rng := rand.New(rand.NewPCG(21, 21))
+	for _, sh := range [][2]int{{1, 0}, {1, 1}, {2, 3}, {5, 0}, {7, 2}, {0, 4}} {
+		nb, units := sh[0], sh[1]
+		for rep := 0; rep < 4; rep++ {
+			w := randTL2RowBlock(rng, nb, units, -1, false)
+			kp := TL2Block*nb + 4*units
+			got, want := make([]byte, RowBlock*kp+64), make([]byte, RowBlock*kp+64)
+			for i := range got {
+				got[i], want[i] = 0xEE, 0xEE
+			}
+			a := unpackArgs{W: unsafe.Pointer(&w[0]), B: unsafe.Pointer(&got[0]), N: nb, N2: units}
+			unpackTL2AVX2(argp(&a))
+			a.B = unsafe.Pointer(&want[0])
+			unpackGeneric(&a, "tl2")
+			for i := range want {
+				if got[i] != want[i] {
+					q, r, k := i/128, i%128/4, i%128%4
+					t.Fatalf("%d blocks, %d units: byte %d (quad %d row %d input %d) = %d, want %d", nb, units, i, q, r, k, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestLUTTL2AVX2 holds lutTL2T1AVX2 to lutGeneric (ymm tables) on random codes and tables,
+// and on the extremes of the int16 sums: every code the same magnitude and sign against
+// tables of +-381 over enough blocks for several flushes, with several row blocks.
+func TestLUTTL2AVX2(t *testing.T) {
+	if !ISAAvailable(ISAAVX2) {
+		t.Skip("no AVX2")
+	}
+	rng := rand.New(rand.NewPCG(22, 22))
+	type tcase struct {
+		nb, units, nrb, mag int
+		neg                 bool
+		ext                 int16 // table entries all +-ext when nonzero
+	}
+	var cases []tcase
+	for _, nb := range []int{1, 4, 5, 6, 11, 48} {
+		for _, units := range []int{0, 3} {
+			cases = append(cases, tcase{nb: nb, units: units, nrb: 3, mag: -1})
+		}
+	}
+	for _, ext := range []int16{381, -381} {
+		for _, neg := range []bool{false, true} {
+			for _, mag := range []int{1, 13} {
+				cases = append(cases, tcase{nb: 23, units: 0, nrb: 2, mag: mag, neg: neg, ext: ext})
+			}
+		}
+	}
+	cases = append(cases, tcase{nb: 0, units: 5, nrb: 2, mag: -1})
+	for _, c := range cases {
+		rbBytes := 320*c.nb + 32*c.units
+		w := make([]byte, 0, c.nrb*rbBytes+1)
+		for rb := 0; rb < c.nrb; rb++ {
+			w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
+		}
+		w = append(w, 0)
+		tab := make([]byte, 512*c.nb+64*c.units)
+		for tr := 0; tr < 16*c.nb; tr++ {
+			for m := 1; m < 14; m++ {
+				e := int16(rng.IntN(763) - 381)
+				if c.ext != 0 {
+					e = c.ext
+				}
+				tab[32*tr+m], tab[32*tr+16+m] = byte(e), byte(uint16(e)>>8)
+			}
+		}
+		for u := 0; u < c.units; u++ {
+			for h := 0; h < 2; h++ {
+				for i := 0; i < 9; i++ {
+					e := int16(rng.IntN(509) - 254)
+					tab[512*c.nb+64*u+32*h+i], tab[512*c.nb+64*u+32*h+16+i] = byte(e), byte(uint16(e)>>8)
+				}
+			}
+		}
+		tab = append(tab, 0)
+		got, want := make([]int32, c.nrb*RowBlock), make([]int32, c.nrb*RowBlock)
+		for i := range got {
+			got[i] = int32(rng.IntN(1000))
+			want[i] = got[i]
+		}
+		a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
+			Tab: unsafe.Pointer(&tab[0]), Blocks: c.nb, Units: c.units}
+		lutTL2T1AVX2(argp(&a))
+		a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
+		lutGeneric(&a, 1, false, true)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%+v: row block %d row %d: %d, want %d", c, i/RowBlock, i%RowBlock, got[i], want[i])
+			}
+		}
+	}
+}
