@@ -42,7 +42,10 @@
 //
 // Every layout pads M up to Mp = a multiple of 32 and stores each block of 32 rows (a row
 // block) as one contiguous byte stream, so a kernel working through a row block reads
-// sequentially and threads take contiguous ranges of row blocks. K is padded per format
+// sequentially and threads take contiguous ranges of row blocks. tl2 is the exception: its
+// kernels sweep K in chunks (the lookup tables of a chunk stay in L1 while every row block of
+// the range uses them), so its blob stores chunk after chunk, each with the row blocks'
+// pieces side by side, and a thread still reads one stream. K is padded per format
 // (Kp). Padding weights (rows >= M, inputs >= K) hold the value 0 where the format has one
 // (ternary formats, int8, floats), code 0 in int2 and +1 in int1, so a blob is a pure function
 // of the logical weights; kernels see zero activations over [K, Kp), so padding never changes
@@ -53,9 +56,9 @@
 //	format  Kp                     row block bytes            unit
 //	i2s     roundup(K,128)         8*Kp                       4 rows x 128 k in 4x32 B (I2_S order)
 //	tl1     roundup(K,4)           8*Kp                       32 rows x 4 k in 32 B (two 4-bit pair indices per row)
-//	tl2     K3=48*floor(K/48),     320*K3/48 + 8*Kp1          32 rows x 48 k in 320 B (indices, then signs)
-//	        tail K1=K-K3 as tl1,
-//	        Kp1=roundup(K1,4)
+//	tl2     K3=48*floor(K/48),     320*K3/48 + 8*Kp1          32 rows x 48 k in 320 B (five planes of 5-bit codes);
+//	        tail K1=K-K3 as tl1,                              chunk-major: 12 blocks per chunk,
+//	        Kp1=roundup(K1,4)                                 then the tl1 tails
 //	int2    roundup(K,32)          8*Kp                       32 rows x 4 k in 32 B (VNNI4, 2-bit planes)
 //	int1    roundup(K,32)          4*Kp                       32 rows x 8 k in 32 B (VNNI4, 1-bit planes)
 //	int8    roundup(K,32)          32*Kp                      32 rows x 4 k in 128 B (VNNI4)

@@ -12,6 +12,10 @@ const RowBlock = 32
 // TL2Block is the number of inputs (16 triples) in one tl2 block.
 const TL2Block = 48
 
+// TL2Chunk is the number of tl2 blocks in one chunk (576 inputs): a tl2 blob stores its
+// chunks one after another, each holding every row block's piece of it (see tl2.go).
+const TL2Chunk = 12
+
 // Layout gives the padded geometry and byte sizes of a layer's packed blob.
 type Layout struct {
 	Format quantcfg.Format
@@ -19,7 +23,8 @@ type Layout struct {
 	Mp, Kp int // padded; for tl2 Kp = K3 + Kp1
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
-	// RowBlockBytes is the size of one row block's contiguous stream.
+	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
+	// format but tl2, whose streams are interleaved chunk by chunk (RowBlockData gathers one).
 	RowBlockBytes int
 }
 
@@ -73,9 +78,54 @@ func (l Layout) RowBlocks() int { return l.Mp / RowBlock }
 // Bytes is the size of the packed blob.
 func (l Layout) Bytes() int { return l.RowBlocks() * l.RowBlockBytes }
 
-// RowBlockData returns row block rb's stream within blob.
-func (l Layout) RowBlockData(blob []byte, rb int) []byte {
-	return blob[rb*l.RowBlockBytes : (rb+1)*l.RowBlockBytes]
+// RowBlockData returns row block rb's stream: the blob's own bytes for every format but
+// tl2, whose stream is gathered from its chunk pieces into scratch (grown if short).
+func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
+	if l.Format != quantcfg.TL2 {
+		return blob[rb*l.RowBlockBytes : (rb+1)*l.RowBlockBytes]
+	}
+	if cap(scratch) < l.RowBlockBytes {
+		scratch = make([]byte, l.RowBlockBytes)
+	}
+	s := scratch[:l.RowBlockBytes]
+	l.tl2Pieces(rb, func(b, o, n int) { copy(s[o:o+n], blob[b:b+n]) })
+	return s
+}
+
+// SetRowBlockData stores row block rb's stream (RowBlockBytes bytes) in the blob; for every
+// format but tl2 a stream that RowBlockData returned is already in place.
+func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
+	if l.Format != quantcfg.TL2 {
+		copy(blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], stream) // a no-op when in place
+		return
+	}
+	l.tl2Pieces(rb, func(b, o, n int) { copy(blob[b:b+n], stream[o:o+n]) })
+}
+
+// tl2Pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
+// tl2 blob: one per chunk of tl2 blocks, then the tl1 tail.
+func (l Layout) tl2Pieces(rb int, fn func(b, o, n int)) {
+	nb := l.K3 / TL2Block
+	for c0 := 0; c0 < nb; c0 += TL2Chunk {
+		off, n := l.TL2Piece(rb, c0)
+		fn(off, 320*c0, n)
+	}
+	if l.Kp1 > 0 {
+		off, n := l.TL2Piece(rb, nb)
+		fn(off, 320*nb, n)
+	}
+}
+
+// TL2Piece is the blob offset of row block rb's piece of the tl2 chunk starting at block c0
+// (a multiple of TL2Chunk, or K3/48 for the tl1 tail) and the bytes between row blocks'
+// pieces of it.
+func (l Layout) TL2Piece(rb, c0 int) (off, stride int) {
+	nb, mrb := l.K3/TL2Block, l.RowBlocks()
+	if c0 >= nb {
+		return mrb*320*nb + rb*8*l.Kp1, 8 * l.Kp1
+	}
+	stride = 320 * min(TL2Chunk, nb-c0)
+	return mrb*320*c0 + rb*stride, stride
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

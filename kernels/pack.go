@@ -112,22 +112,26 @@ func Pack(f quantcfg.Format, m, k int, w Weights, dst []byte) error {
 		return err
 	}
 	var scratch []int8
+	var stream []byte
 	for rb := 0; rb < l.RowBlocks(); rb++ {
 		r0, r1 := rb*RowBlock, min((rb+1)*RowBlock, m)
-		blk := l.RowBlockData(dst, rb)
+		blk := l.RowBlockData(dst, rb, stream)
+		if f == quantcfg.TL2 {
+			stream = blk
+		}
 		clear(blk)
-		if f.IsFloat() {
+		switch {
+		case f.IsFloat():
 			rows := make([]float32, RowBlock*k) // padding rows are 0
 			copy(rows, w.F[r0*k:r1*k])
 			floatEncode(l, rows, blk)
-			continue
-		}
-		if r1-r0 == RowBlock && l.Kp == k {
+		case r1-r0 == RowBlock && l.Kp == k:
 			encoders[f](l, w.Q[r0*k:r1*k], blk)
-			continue
+		default:
+			scratch = padRows(l, w.Q, r0, r1, scratch)
+			encoders[f](l, scratch, blk)
 		}
-		scratch = padRows(l, w.Q, r0, r1, scratch)
-		encoders[f](l, scratch, blk)
+		l.SetRowBlockData(dst, rb, blk)
 	}
 	return nil
 }
@@ -186,7 +190,7 @@ func Unpack(f quantcfg.Format, m, k int, blob []byte) (Weights, error) {
 		out := make([]float32, m*k)
 		tmp := make([]float32, RowBlock*k)
 		for rb := 0; rb < l.RowBlocks(); rb++ {
-			floatDecode(l, l.RowBlockData(blob, rb), tmp)
+			floatDecode(l, l.RowBlockData(blob, rb, nil), tmp)
 			r1 := min((rb+1)*RowBlock, m)
 			copy(out[rb*RowBlock*k:r1*k], tmp)
 		}
@@ -194,8 +198,10 @@ func Unpack(f quantcfg.Format, m, k int, blob []byte) (Weights, error) {
 	}
 	out := make([]int8, m*k)
 	tmp := make([]int8, RowBlock*l.Kp)
+	var stream []byte
 	for rb := 0; rb < l.RowBlocks(); rb++ {
-		if err := decoders[f](l, l.RowBlockData(blob, rb), tmp); err != nil {
+		stream = l.RowBlockData(blob, rb, stream)
+		if err := decoders[f](l, stream, tmp); err != nil {
 			return Weights{}, fmt.Errorf("row block %d: %w", rb, err)
 		}
 		for r := 0; r < RowBlock && rb*RowBlock+r < m; r++ {
@@ -216,8 +222,10 @@ func CheckBlob(l Layout, blob []byte) error {
 		return nil // every bit pattern is a valid int8 or float... floats are checked below
 	}
 	tmp := make([]int8, RowBlock*l.Kp)
+	var stream []byte
 	for rb := 0; rb < l.RowBlocks(); rb++ {
-		if err := dec(l, l.RowBlockData(blob, rb), tmp); err != nil {
+		stream = l.RowBlockData(blob, rb, stream)
+		if err := dec(l, stream, tmp); err != nil {
 			return fmt.Errorf("row block %d: %w", rb, err)
 		}
 	}

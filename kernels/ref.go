@@ -22,9 +22,11 @@ func (refKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	ly := l.Layout
 	w := make([]int8, RowBlock*ly.Kp)
 	segs := l.Segments()
+	var stream []byte
 	for rb := rb0; rb < rb1; rb++ {
 		// Blobs reaching a kernel were produced by Pack or passed CheckBlob.
-		_ = decoders[ly.Format](ly, ly.RowBlockData(l.Data, rb), w)
+		stream = ly.RowBlockData(l.Data, rb, stream)
+		_ = decoders[ly.Format](ly, stream, w)
 		if ly.Format == quantcfg.Int2 {
 			for i, c := range w {
 				w[i] = l.Levels[c&3]
@@ -65,7 +67,7 @@ func refFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	ly := l.Layout
 	w := make([]float32, RowBlock*ly.K)
 	for rb := rb0; rb < rb1; rb++ {
-		floatDecode(ly, ly.RowBlockData(l.Data, rb), w)
+		floatDecode(ly, ly.RowBlockData(l.Data, rb, nil), w)
 		for r := 0; r < RowBlock; r++ {
 			m := rb*RowBlock + r
 			if m >= ly.M {

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -556,6 +557,49 @@ func TestBF16(t *testing.T) {
 	} {
 		if got := BF16(c.in); got != c.want {
 			t.Errorf("BF16(%v) = %#x, want %#x", c.in, got, c.want)
+		}
+	}
+}
+
+// TestTL2ChunkMajor: a tl2 blob stores its chunks of 12 blocks one after another, each with
+// every row block's piece side by side, then the tl1 tails (the offsets of tl2.go's picture,
+// computed here independently of Layout). K = 48*27 + 7: two whole chunks, a chunk of 3
+// blocks and a 7-input tail.
+func TestTL2ChunkMajor(t *testing.T) {
+	const m, k = 70, 48*27 + 7
+	r := rand.New(rand.NewPCG(5, 6))
+	w := RandomWeights(r, quantcfg.TL2, m, k, 1)
+	blob, err := PackNew(quantcfg.TL2, m, k, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := NewLayout(quantcfg.TL2, m, k)
+	mrb, nb := l.RowBlocks(), 27
+	if mrb != 3 || l.K3 != 48*nb || l.Kp1 != 8 {
+		t.Fatalf("layout %+v", l)
+	}
+	for rb := 0; rb < mrb; rb++ {
+		// the row block's stream, encoded on its own
+		rows := make([]int8, RowBlock*l.Kp)
+		for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
+			copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*k:][:k])
+		}
+		stream := make([]byte, l.RowBlockBytes)
+		tl2Encode(l, rows, stream)
+		for b := 0; b < nb; b++ {
+			c0 := b / 12 * 12
+			bc := min(12, nb-c0)
+			off := mrb*320*c0 + rb*320*bc + 320*(b-c0)
+			if !bytes.Equal(blob[off:off+320], stream[320*b:320*b+320]) {
+				t.Fatalf("row block %d block %d is not at %d", rb, b, off)
+			}
+		}
+		tail := mrb*320*nb + rb*8*l.Kp1
+		if !bytes.Equal(blob[tail:tail+8*l.Kp1], stream[320*nb:]) {
+			t.Fatalf("row block %d tail is not at %d", rb, tail)
+		}
+		if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
+			t.Fatalf("RowBlockData(%d) differs from the stream", rb)
 		}
 	}
 }

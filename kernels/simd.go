@@ -504,29 +504,36 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	}
 	la, epi := &tb.la, &tb.epi
 	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0}
-	base := unsafe.Pointer(&l.Data[rb0*ly.RowBlockBytes])
+	data := unsafe.Pointer(&l.Data[0])
 	for t0 := 0; t0 < n; t0 += tile {
 		T := min(tile, n-t0)
 		sums := tb.sums[:nrb*T*RowBlock]
 		clear(sums)
 		tab := unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
-		call := func(w unsafe.Pointer, tabOff, blocks, units int) {
-			*la = lutArgs{W: w, RBBytes: ly.RowBlockBytes, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
+		call := func(off, stride, tabOff, blocks, units int) {
+			*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
 				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units}
 			k.ops.lut[T](argp(la))
 		}
 		if k.format == quantcfg.TL2 {
+			// the blob's chunks hold the row blocks' pieces side by side: one stream per thread
 			nb, cb := ly.K3/TL2Block, max(1, lutChunkBytes/(blkTab*T))
-			for b0 := 0; b0 < nb; b0 += cb {
-				call(unsafe.Add(base, 320*b0), blkTab*b0, min(cb, nb-b0), 0)
+			for c0 := 0; c0 < nb; c0 += TL2Chunk {
+				off, stride := ly.TL2Piece(rb0, c0)
+				bc := min(TL2Chunk, nb-c0)
+				for b0 := 0; b0 < bc; b0 += cb {
+					call(off+320*b0, stride, blkTab*(c0+b0), min(cb, bc-b0), 0)
+				}
 			}
 			if u := ly.Kp1 / 4; u > 0 {
-				call(unsafe.Add(base, 320*nb), blkTab*nb, 0, u)
+				off, stride := ly.TL2Piece(rb0, nb)
+				call(off, stride, blkTab*nb, 0, u)
 			}
 		} else {
+			base := rb0 * ly.RowBlockBytes
 			nu, cu := ly.Kp/4, max(1, lutChunkBytes/(64*T))
 			for u0 := 0; u0 < nu; u0 += cu {
-				call(unsafe.Add(base, 32*u0), 64*u0, 0, min(cu, nu-u0))
+				call(base+32*u0, ly.RowBlockBytes, 64*u0, 0, min(cu, nu-u0))
 			}
 		}
 		epi.NTok = T
@@ -573,15 +580,16 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 // threadBuf is one Run call's private memory, argument blocks included (an indirect
 // call makes its arguments escape; pooling them avoids an allocation per call).
 type threadBuf struct {
-	sums []int32
-	b    []byte
-	g    gemvArgs
-	mm   gemmArgs
-	ua   unpackArgs
-	la   lutArgs
-	epi  epiArgs
-	f    floatArgs
-	tab  [32]byte
+	sums   []int32
+	b      []byte
+	stream []byte // a tl2 row block gathered for the GEMM unpack
+	g      gemvArgs
+	mm     gemmArgs
+	ua     unpackArgs
+	la     lutArgs
+	epi    epiArgs
+	f      floatArgs
+	tab    [32]byte
 }
 
 func (tb *threadBuf) release() {
@@ -701,6 +709,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Bias = unsafe.Pointer(&lp.bias[m0])
 		}
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		if k.format == quantcfg.TL2 { // gathered from its chunks (tb.stream never aliases a blob)
+			tb.stream = ly.RowBlockData(l.Data, rb, tb.stream)
+			w = unsafe.Pointer(&tb.stream[0])
+		}
 		if p.gemm {
 			ua.W = w
 			k.ops.unpack(argp(ua))

@@ -13,7 +13,16 @@ import (
 //
 // Block-fitting split: inputs [0, K3) with K3 = 48*floor(K/48) are stored as tl2 blocks of 16
 // triples; the remainder [K3, K) is stored as tl1 (see tl1.go), padded to Kp1 = roundup(K-K3, 4).
-// Row block rb is 320*(K3/48) + 8*Kp1 contiguous bytes: its tl2 blocks, then its tl1 units.
+// Row block rb's stream is 320*(K3/48) + 8*Kp1 bytes: its tl2 blocks, then its tl1 units.
+// The blob interleaves the streams chunk-major, so that a kernel sweeping one K chunk over a
+// range of row blocks reads contiguous memory. With nb = K3/48 blocks, Mrb = Mp/32 row
+// blocks and chunks of TL2Chunk = 12 blocks (the last may have fewer, bc = min(12, nb-c0)):
+//
+//	chunk at block c0 = 0, 12, 24, ...: at Mrb*320*c0, row block rb's blocks c0..c0+bc-1
+//	                                    at Mrb*320*c0 + rb*320*bc (320*bc bytes each)
+//	tl1 tails:                          at Mrb*320*nb + rb*8*Kp1 (8*Kp1 bytes each)
+//
+// (Layout.TL2Piece computes these offsets, Layout.RowBlockData gathers a row block's stream.)
 // tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes, five planes of 32 words:
 //
 //	bytes [64j, 64j+64), j = 0..4: little-endian uint16, word r (row r):

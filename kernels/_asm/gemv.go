@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -864,14 +863,12 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	p.put(second.v, second.code, second.x)
 }
 
-// tl2PairsT1 makes the one-token tl2 kernel take row blocks in pairs too.
-var tl2PairsT1 = os.Getenv("TL2PAIRS1") != ""
-
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
-// blocks and units against the chunk's tables (which stay in L1 across the row blocks), the
-// next row block's piece prefetched, the int32 sums added to Sums. tl2 with two or more
-// tokens takes the row blocks in pairs first (tl2Pairs); one token stays one row block at
-// a time (its loads are not the limit, and one stream from DRAM was 2-3% faster).
+// blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
+// later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: the
+// one after), the int32 sums added to Sums. tl2 with two or more tokens takes the row
+// blocks in pairs first (tl2Pairs); one token stays one row block at a time (pairs measured
+// 10-25% slower cache-resident, and no faster from DRAM).
 func lutZ(T int, tl2 bool) {
 	f := "TL1"
 	if tl2 {
@@ -881,7 +878,7 @@ func lutZ(T int, tl2 bool) {
 	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
 	s := newLUTState(a, T, tl2)
 	w0, sums := ld(a, lW), ld(a, lSums)
-	pairs := tl2 && (T >= 2 || tl2PairsT1)
+	pairs := tl2 && T >= 2
 	if pairs {
 		s.tl2Pairs(name, a, w0, sums)
 		CMPQ(at(a, lNRB), U8(0))
@@ -891,6 +888,9 @@ func lutZ(T int, tl2 bool) {
 	MOVQ(w0, s.w)
 	MOVQ(w0, s.pf)
 	ADDQ(at(a, lRBBytes), s.pf)
+	if tl2 { // the pieces of a chunk are contiguous: two row blocks ahead is ~8 KB ahead
+		ADDQ(at(a, lRBBytes), s.pf)
+	}
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
 	if tl2 {

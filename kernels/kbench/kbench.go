@@ -287,14 +287,13 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 		if err != nil {
 			panic(err) // a valid shape by construction
 		}
-		for rb := 0; rb < ly.RowBlocks(); rb++ {
-			blk := ly.RowBlockData(blob, rb)
-			for b := 0; b < ly.K3/kernels.TL2Block; b++ {
-				copy(blk[320*b:320*b+320], blocks[320*rng.IntN(nb):])
-			}
-			for i := 320 * (ly.K3 / kernels.TL2Block); i < len(blk); i++ {
-				blk[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
-			}
+		// the blob's tl2 blocks come first (in chunks), the tl1 tails after them
+		tl2End := ly.RowBlocks() * 320 * (ly.K3 / kernels.TL2Block)
+		for b := 0; b < tl2End; b += 320 {
+			copy(blob[b:b+320], blocks[320*rng.IntN(nb):])
+		}
+		for i := tl2End; i < len(blob); i++ {
+			blob[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
 		}
 	}
 }
