@@ -42,6 +42,10 @@ ROW_BLOCK = 32
 TL2_BLOCK = 48
 """Inputs (16 triples) in one tl2 block."""
 
+TL2_CHUNK = 12
+"""tl2 blocks per chunk: the blob stores chunk after chunk, each with every row block's
+piece side by side, then the tl1 tails (kernels/tl2.go)."""
+
 _EPS = torch.tensor(1e-5, dtype=torch.float32)  # BitNet's clamp(min=1e-5), as a float32
 _EPS_NP = np.float32(1e-5)
 _I127 = torch.tensor(127.0, dtype=torch.float32)
@@ -254,7 +258,28 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
         parts.append(_bytes_le(words, 2).reshape(rb, nb * 320).to(torch.int64))
     if l.kp1:
         parts.append(_tl1_units(w[:, l.k3: l.k3 + l.kp1], rb).to(torch.int64))
-    return torch.cat(parts, dim=1)
+    return _tl2_chunk_major(torch.cat(parts, dim=1), l)
+
+
+def _tl2_chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
+    """Row-block streams [rb, row_block_bytes] -> the blob's chunk-major order (flat)."""
+    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
+    full = nb // TL2_CHUNK
+    piece = 320 * TL2_CHUNK
+    return torch.cat([s[:, : full * piece].reshape(rb, full, piece).permute(1, 0, 2).reshape(-1),
+                      s[:, full * piece: 320 * nb].reshape(-1),  # a last, shorter chunk
+                      s[:, 320 * nb:].reshape(-1)])  # the tl1 tails
+
+
+def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    """The blob's chunk-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
+    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
+    full = nb // TL2_CHUNK
+    piece = 320 * TL2_CHUNK
+    o1, o2 = rb * full * piece, rb * 320 * nb
+    return torch.cat([b[:o1].reshape(full, rb, piece).permute(1, 0, 2).reshape(rb, full * piece),
+                      b[o1:o2].reshape(rb, 320 * (nb - full * TL2_CHUNK)),
+                      b[o2:].reshape(rb, 8 * l.kp1)], dim=1)
 
 
 def _enc_int2(w: torch.Tensor, l: Layout) -> torch.Tensor:
@@ -355,7 +380,7 @@ def _dec_tl1(b: torch.Tensor, l: Layout) -> torch.Tensor:
 
 def _dec_tl2(b: torch.Tensor, l: Layout) -> torch.Tensor:
     rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
-    b = b.view(rb, l.row_block_bytes)
+    b = _tl2_streams(b.reshape(-1), l)
     parts = []
     if nb:
         words = _from_le(b[:, : 320 * nb].reshape(rb, nb, 5, ROW_BLOCK, 2), 2)  # rb, blk, j, r

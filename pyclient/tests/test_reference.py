@@ -92,6 +92,31 @@ def test_unpack_refuses_invalid_codes(fmt, byte_index, value, words):
         R.unpack(fmt, 3, 100, blob[:7])
 
 
+def test_tl2_chunk_major():
+    """A tl2 blob stores chunks of 12 blocks one after another, each holding every row
+    block's piece side by side, then the tl1 tails; a one-row-block blob is that row block's
+    stream. K = 48*13 + 4: a whole chunk, a one-block chunk and a 4-input tail."""
+    g = torch.Generator().manual_seed(7)
+    m, k, nb = 70, 48 * 13 + 4, 13
+    w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
+    blob = R.pack("tl2", w)
+    rbs = 3
+    for rb in range(rbs):
+        rows = torch.zeros((32, k), dtype=torch.int8)
+        part = w[32 * rb: 32 * rb + 32]
+        rows[: part.shape[0]] = part
+        stream = R.pack("tl2", rows)  # one row block: the stream itself
+        assert stream.numel() == 320 * nb + 8 * 4
+        for b in range(nb):
+            c0 = b // 12 * 12
+            bc = min(12, nb - c0)
+            off = rbs * 320 * c0 + rb * 320 * bc + 320 * (b - c0)
+            assert torch.equal(blob[off: off + 320], stream[320 * b: 320 * b + 320]), (rb, b)
+        tail = rbs * 320 * nb + rb * 32
+        assert torch.equal(blob[tail: tail + 32], stream[320 * nb:])
+    assert torch.equal(R.unpack("tl2", m, k, blob), w)
+
+
 def test_tl2_block_words_by_hand():
     """One tl2 block (kernels/tl2.go): plane j = bytes 64j..64j+63, little-endian uint16 word r
     = codes of triples 3j, 3j+1, 3j+2 in bits 0-4, 5-9, 10-14 and bit j of triple 15's code in
