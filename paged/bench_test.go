@@ -124,4 +124,3 @@ func BenchmarkCRC32C(b *testing.B) {
 		CRC32C(buf)
 	}
 }
-
