@@ -557,17 +557,17 @@ TEXT ·lutBuildTL2AVX512(SB), NOSPLIT, $0-24
 	VMOVDQU16    lutC2_2<>+0(SB), Z2
 	TESTQ        CX, CX
 	JZ           lut2z_done
+	VMOVDQU16    lutP2f0<>+0(SB), Z3
+	VMOVDQU16    lutP2f1<>+0(SB), Z4
+	VMOVDQU16    lutP2f2<>+0(SB), Z5
 	VPBROADCASTD (AX), X6
 	VPMOVSXBW    X6, Y6
 	VINSERTI64X4 $0x01, Y6, Z6, Z6
-	VMOVDQU16    lutP2f0<>+0(SB), Z3
 	VPERMW       Z6, Z3, Z7
 	VPMULLW      Z0, Z7, Z7
-	VMOVDQU16    lutP2f1<>+0(SB), Z4
 	VPERMW       Z6, Z4, Z8
 	VPMULLW      Z1, Z8, Z8
 	VPADDW       Z8, Z7, Z7
-	VMOVDQU16    lutP2f2<>+0(SB), Z5
 	VPERMW       Z6, Z5, Z8
 	VPMULLW      Z2, Z8, Z8
 	VPADDW       Z8, Z7, Z7
@@ -576,19 +576,19 @@ TEXT ·lutBuildTL2AVX512(SB), NOSPLIT, $0-24
 	ADDQ         $0x40, DX
 	DECQ         CX
 	JZ           lut2z_done
+	VMOVDQU16    lutP2x0<>+0(SB), Z3
+	VMOVDQU16    lutP2x1<>+0(SB), Z4
+	VMOVDQU16    lutP2x2<>+0(SB), Z5
 
 lut2z_t:
 	VPBROADCASTD -1(AX), X6
 	VPMOVSXBW    X6, Y6
 	VINSERTI64X4 $0x01, Y6, Z6, Z6
-	VMOVDQU16    lutP2x0<>+0(SB), Z3
 	VPERMW       Z6, Z3, Z7
 	VPMULLW      Z0, Z7, Z7
-	VMOVDQU16    lutP2x1<>+0(SB), Z4
 	VPERMW       Z6, Z4, Z8
 	VPMULLW      Z1, Z8, Z8
 	VPADDW       Z8, Z7, Z7
-	VMOVDQU16    lutP2x2<>+0(SB), Z5
 	VPERMW       Z6, Z5, Z8
 	VPMULLW      Z2, Z8, Z8
 	VPADDW       Z8, Z7, Z7

@@ -226,7 +226,6 @@ func genLUTBuilders() {
 			VPMOVSXBW(v.AsX(), v.AsY())
 			VINSERTI64X4(U8(1), v.AsY(), v, v)
 			for i := 0; i < 3; i++ {
-				VMOVDQU16(picks[i], ix[i])
 				if i == 0 {
 					VPERMW(v, ix[i], acc)
 					VPMULLW(cs[i], acc, acc)
@@ -240,9 +239,15 @@ func genLUTBuilders() {
 			ADDQ(U8(3), x)
 			ADDQ(U8(64), d)
 		}
+		for i := range ix {
+			VMOVDQU16(p2first[i], ix[i])
+		}
 		one(at(x, 0), p2first)
 		DECQ(n)
 		JZ(LabelRef("lut2z_done"))
+		for i := range ix {
+			VMOVDQU16(p2[i], ix[i])
+		}
 		Label("lut2z_t")
 		one(at(x, -1), p2)
 		DECQ(n)
