@@ -230,10 +230,6 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 			tb = 192
 		case tabTL1Z, tabTL1Y:
 			tb = 16 * ly.Kp
-		case tabTL2Z:
-			tb = 64*(ly.K3/3) + 16*ly.Kp1
-		case tabTL2Y:
-			tb = 32*(ly.K3/3) + 16*ly.Kp1
 		}
 		if tb > 0 {
 			p.tabOff, p.tabStride = off, align64(tb)
@@ -314,15 +310,20 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		buildInt2Tab(l, s[p.tabOff:p.tabOff+32])
 	case tabInt2Z:
 		buildInt2TabZ(l, s[p.tabOff:p.tabOff+192])
-	case tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y:
+	case tabTL1Z, tabTL1Y: // (tl2 builds its tables per thread and chunk: runLUT)
 		for t := 0; t < n; t++ {
-			x, dst := a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride]
-			if fast := lutBuilders[k.ops.tabKind]; fast != nil && !purego.Load() {
-				buildLUTWith(fast, k.ops.tabKind, ly, x, dst)
-			} else {
-				buildLUT(k.ops.tabKind, ly, x, dst)
-			}
+			buildTables(k.ops.tabKind, ly, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride])
 		}
+	}
+}
+
+// buildTables writes the lookup tables of kind for the activations x of layout ly, with the
+// assembly builder when there is one.
+func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
+	if fast := lutBuilders[kind]; fast != nil && !purego.Load() {
+		buildLUTWith(fast, kind, ly, x, dst)
+	} else {
+		buildLUT(kind, ly, x, dst)
 	}
 }
 
@@ -505,29 +506,46 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	la, epi := &tb.la, &tb.epi
 	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0}
 	data := unsafe.Pointer(&l.Data[0])
+	var lbuf []byte
 	for t0 := 0; t0 < n; t0 += tile {
 		T := min(tile, n-t0)
 		sums := tb.sums[:nrb*T*RowBlock]
 		clear(sums)
-		tab := unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
+		var tab unsafe.Pointer
+		if k.format != quantcfg.TL2 {
+			tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
+		}
 		call := func(off, stride, tabOff, blocks, units int) {
 			*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
 				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units}
 			k.ops.lut[T](argp(la))
 		}
 		if k.format == quantcfg.TL2 {
-			// the blob's chunks hold the row blocks' pieces side by side: one stream per thread
+			// The blob's chunks hold the row blocks' pieces side by side (one stream per
+			// thread), and each chunk's tables are built by this thread into an L1-sized
+			// buffer just before the chunk is swept: they never travel through L2 or from
+			// the core that ran Prepare (measured: +4-7% at one thread, up to +25% at two).
 			nb, cb := ly.K3/TL2Block, max(1, lutChunkBytes/(blkTab*T))
+			per := align64(max(TL2Chunk*blkTab, 16*ly.Kp1))
+			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
+			tab = unsafe.Pointer(&lbuf[0])
+			p.tabStride = per
 			for c0 := 0; c0 < nb; c0 += TL2Chunk {
 				off, stride := ly.TL2Piece(rb0, c0)
 				bc := min(TL2Chunk, nb-c0)
+				for t := 0; t < T; t++ {
+					buildTables(k.ops.tabKind, Layout{K3: TL2Block * bc}, a.Q[(t0+t)*ly.Kp+TL2Block*c0:], lbuf[t*per:])
+				}
 				for b0 := 0; b0 < bc; b0 += cb {
-					call(off+320*b0, stride, blkTab*(c0+b0), min(cb, bc-b0), 0)
+					call(off+320*b0, stride, blkTab*b0, min(cb, bc-b0), 0)
 				}
 			}
 			if u := ly.Kp1 / 4; u > 0 {
+				for t := 0; t < T; t++ {
+					buildTables(k.ops.tabKind-2, Layout{Kp: ly.Kp1}, a.Q[(t0+t)*ly.Kp+ly.K3:], lbuf[t*per:])
+				}
 				off, stride := ly.TL2Piece(rb0, nb)
-				call(off, stride, blkTab*nb, 0, u)
+				call(off, stride, 0, 0, u)
 			}
 		} else {
 			base := rb0 * ly.RowBlockBytes
@@ -581,6 +599,7 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 // call makes its arguments escape; pooling them avoids an allocation per call).
 type threadBuf struct {
 	sums   []int32
+	lut    []byte // tl2: one chunk's tables, built by this thread
 	b      []byte
 	stream []byte // a tl2 row block gathered for the GEMM unpack
 	g      gemvArgs
