@@ -12,8 +12,8 @@ const RowBlock = 32
 // TL2Block is the number of inputs (16 triples) in one tl2 block.
 const TL2Block = 48
 
-// TL2Chunk is the number of tl2 blocks in one chunk (576 inputs): a tl2 blob stores its
-// chunks one after another, each holding every row block's piece of it (see tl2.go).
+// TL2Chunk is the most tl2 blocks in one chunk (576 inputs): a tl2 blob stores its chunks
+// one after another, each holding every row block's piece of it (see tl2.go).
 const TL2Chunk = 12
 
 // Layout gives the padded geometry and byte sizes of a layer's packed blob.
@@ -103,29 +103,37 @@ func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 }
 
 // tl2Pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
-// tl2 blob: one per chunk of tl2 blocks, then the tl1 tail.
+// tl2 blob, one per chunk (the last also holds the tl1 tail).
 func (l Layout) tl2Pieces(rb int, fn func(b, o, n int)) {
-	nb := l.K3 / TL2Block
-	for c0 := 0; c0 < nb; c0 += TL2Chunk {
-		off, n := l.TL2Piece(rb, c0)
-		fn(off, 320*c0, n)
-	}
-	if l.Kp1 > 0 {
-		off, n := l.TL2Piece(rb, nb)
-		fn(off, 320*nb, n)
+	for c := 0; c < l.TL2Chunks(); c++ {
+		b0, _ := l.TL2ChunkBlocks(c)
+		off, n := l.TL2Piece(rb, c)
+		fn(off, 320*b0, n)
 	}
 }
 
-// TL2Piece is the blob offset of row block rb's piece of the tl2 chunk starting at block c0
-// (a multiple of TL2Chunk, or K3/48 for the tl1 tail) and the bytes between row blocks'
-// pieces of it.
-func (l Layout) TL2Piece(rb, c0 int) (off, stride int) {
-	nb, mrb := l.K3/TL2Block, l.RowBlocks()
-	if c0 >= nb {
-		return mrb*320*nb + rb*8*l.Kp1, 8 * l.Kp1
+// TL2Chunks is the number of chunks of a tl2 blob: ceil(nb/TL2Chunk) for its nb = K3/48
+// blocks, at least one (a K below 48 is one chunk of the tl1 tail alone).
+func (l Layout) TL2Chunks() int { return max(1, (l.K3/TL2Block+TL2Chunk-1)/TL2Chunk) }
+
+// TL2ChunkBlocks returns the first block and the number of blocks of chunk c: the blocks are
+// spread evenly, chunk c starting at block c*nb/chunks (so no chunk is a short straggler).
+func (l Layout) TL2ChunkBlocks(c int) (b0, bc int) {
+	nb, nc := l.K3/TL2Block, l.TL2Chunks()
+	b0 = c * nb / nc
+	return b0, (c+1)*nb/nc - b0
+}
+
+// TL2Piece returns the blob offset of row block rb's piece of chunk c and the piece's size,
+// which is also the bytes between consecutive row blocks' pieces: 320 bytes per block of
+// the chunk, and for the last chunk the 8*Kp1 bytes of the tl1 tail after them.
+func (l Layout) TL2Piece(rb, c int) (off, size int) {
+	b0, bc := l.TL2ChunkBlocks(c)
+	size = 320 * bc
+	if c == l.TL2Chunks()-1 {
+		size += 8 * l.Kp1
 	}
-	stride = 320 * min(TL2Chunk, nb-c0)
-	return mrb*320*c0 + rb*stride, stride
+	return l.RowBlocks()*320*b0 + rb*size, size
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

@@ -561,45 +561,51 @@ func TestBF16(t *testing.T) {
 	}
 }
 
-// TestTL2ChunkMajor: a tl2 blob stores its chunks of 12 blocks one after another, each with
-// every row block's piece side by side, then the tl1 tails (the offsets of tl2.go's picture,
-// computed here independently of Layout). K = 48*27 + 7: two whole chunks, a chunk of 3
-// blocks and a 7-input tail.
+// TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 12 blocks, spread evenly) one
+// after another, each with every row block's piece side by side, the last piece ending with
+// the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).
+// K = 48*27 + 7: three chunks of 9 blocks and a 7-input tail; K = 48*25: 8, 8 and 9 blocks
+// without a tail; K = 47: one chunk of the tail alone.
 func TestTL2ChunkMajor(t *testing.T) {
-	const m, k = 70, 48*27 + 7
-	r := rand.New(rand.NewPCG(5, 6))
-	w := RandomWeights(r, quantcfg.TL2, m, k, 1)
-	blob, err := PackNew(quantcfg.TL2, m, k, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _ := NewLayout(quantcfg.TL2, m, k)
-	mrb, nb := l.RowBlocks(), 27
-	if mrb != 3 || l.K3 != 48*nb || l.Kp1 != 8 {
-		t.Fatalf("layout %+v", l)
-	}
-	for rb := 0; rb < mrb; rb++ {
-		// the row block's stream, encoded on its own
-		rows := make([]int8, RowBlock*l.Kp)
-		for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
-			copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*k:][:k])
+	for _, c := range []struct{ k, nb, kp1 int }{{48*27 + 7, 27, 8}, {48 * 25, 25, 0}, {47, 0, 48}} {
+		const m = 70
+		r := rand.New(rand.NewPCG(5, uint64(c.k)))
+		w := RandomWeights(r, quantcfg.TL2, m, c.k, 1)
+		blob, err := PackNew(quantcfg.TL2, m, c.k, w)
+		if err != nil {
+			t.Fatal(err)
 		}
-		stream := make([]byte, l.RowBlockBytes)
-		tl2Encode(l, rows, stream)
-		for b := 0; b < nb; b++ {
-			c0 := b / 12 * 12
-			bc := min(12, nb-c0)
-			off := mrb*320*c0 + rb*320*bc + 320*(b-c0)
-			if !bytes.Equal(blob[off:off+320], stream[320*b:320*b+320]) {
-				t.Fatalf("row block %d block %d is not at %d", rb, b, off)
+		l, _ := NewLayout(quantcfg.TL2, m, c.k)
+		mrb := l.RowBlocks()
+		if mrb != 3 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 {
+			t.Fatalf("layout %+v", l)
+		}
+		nc := max(1, (c.nb+11)/12)
+		for rb := 0; rb < mrb; rb++ {
+			// the row block's stream, encoded on its own
+			rows := make([]int8, RowBlock*l.Kp)
+			for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
+				copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*c.k:][:c.k])
 			}
-		}
-		tail := mrb*320*nb + rb*8*l.Kp1
-		if !bytes.Equal(blob[tail:tail+8*l.Kp1], stream[320*nb:]) {
-			t.Fatalf("row block %d tail is not at %d", rb, tail)
-		}
-		if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
-			t.Fatalf("RowBlockData(%d) differs from the stream", rb)
+			stream := make([]byte, l.RowBlockBytes)
+			tl2Encode(l, rows, stream)
+			for ch := 0; ch < nc; ch++ {
+				b0, b1 := ch*c.nb/nc, (ch+1)*c.nb/nc
+				if b1-b0 > 12 {
+					t.Fatalf("K %d: chunk %d has %d blocks", c.k, ch, b1-b0)
+				}
+				piece := 320 * (b1 - b0)
+				if ch == nc-1 {
+					piece += 8 * c.kp1
+				}
+				off := mrb*320*b0 + rb*piece
+				if !bytes.Equal(blob[off:off+piece], stream[320*b0:320*b0+piece]) {
+					t.Fatalf("K %d: row block %d's piece of chunk %d is not at %d", c.k, rb, ch, off)
+				}
+			}
+			if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
+				t.Fatalf("K %d: RowBlockData(%d) differs from the stream", c.k, rb)
+			}
 		}
 	}
 }

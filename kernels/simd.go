@@ -525,27 +525,40 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			// thread), and each chunk's tables are built by this thread into an L1-sized
 			// buffer just before the chunk is swept: they never travel through L2 or from
 			// the core that ran Prepare (measured: +4-7% at one thread, up to +25% at two).
-			nb, cb := ly.K3/TL2Block, max(1, lutChunkBytes/(blkTab*T))
-			per := align64(max(TL2Chunk*blkTab, 16*ly.Kp1))
+			cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
+			per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
 			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
 			tab = unsafe.Pointer(&lbuf[0])
 			p.tabStride = per
-			for c0 := 0; c0 < nb; c0 += TL2Chunk {
-				off, stride := ly.TL2Piece(rb0, c0)
-				bc := min(TL2Chunk, nb-c0)
+			nc, u := ly.TL2Chunks(), ly.Kp1/4
+			for c := 0; c < nc; c++ {
+				b0, bc := ly.TL2ChunkBlocks(c)
+				off, size := ly.TL2Piece(rb0, c)
+				units := 0
+				if c == nc-1 {
+					units = u // the last chunk's pieces end with the tl1 tail
+				}
 				for t := 0; t < T; t++ {
-					buildTables(k.ops.tabKind, Layout{K3: TL2Block * bc}, a.Q[(t0+t)*ly.Kp+TL2Block*c0:], lbuf[t*per:])
+					x := a.Q[(t0+t)*ly.Kp:]
+					if bc > 0 {
+						buildTables(k.ops.tabKind, Layout{K3: TL2Block * bc}, x[TL2Block*b0:], lbuf[t*per:])
+					}
+					if units > 0 {
+						buildTables(k.ops.tabKind-2, Layout{Kp: ly.Kp1}, x[ly.K3:], lbuf[t*per+blkTab*bc:])
+					}
 				}
-				for b0 := 0; b0 < bc; b0 += cb {
-					call(off+320*b0, stride, blkTab*b0, min(cb, bc-b0), 0)
+				// One token: the tail goes with the chunk's last blocks. More: the kernels take
+				// row blocks in pairs only in calls without units, so the tail has its own.
+				for s0 := 0; s0 < bc; s0 += cb {
+					nbk, uu := min(cb, bc-s0), 0
+					if T == 1 && s0+nbk == bc {
+						uu = units
+					}
+					call(off+320*s0, size, blkTab*s0, nbk, uu)
 				}
-			}
-			if u := ly.Kp1 / 4; u > 0 {
-				for t := 0; t < T; t++ {
-					buildTables(k.ops.tabKind-2, Layout{Kp: ly.Kp1}, a.Q[(t0+t)*ly.Kp+ly.K3:], lbuf[t*per:])
+				if units > 0 && (T > 1 || bc == 0) {
+					call(off+320*bc, size, blkTab*bc, 0, units)
 				}
-				off, stride := ly.TL2Piece(rb0, nb)
-				call(off, stride, 0, 0, u)
 			}
 		} else {
 			base := rb0 * ly.RowBlockBytes

@@ -16,11 +16,12 @@ import (
 // Row block rb's stream is 320*(K3/48) + 8*Kp1 bytes: its tl2 blocks, then its tl1 units.
 // The blob interleaves the streams chunk-major, so that a kernel sweeping one K chunk over a
 // range of row blocks reads contiguous memory. With nb = K3/48 blocks, Mrb = Mp/32 row
-// blocks and chunks of TL2Chunk = 12 blocks (the last may have fewer, bc = min(12, nb-c0)):
+// blocks and nc = max(1, ceil(nb/12)) chunks, chunk c holds blocks b0 = c*nb/nc up to (not
+// including) (c+1)*nb/nc, bc of them (at most TL2Chunk = 12; evenly spread, so no chunk is
+// a short straggler); the last chunk also holds the tl1 tail:
 //
-//	chunk at block c0 = 0, 12, 24, ...: at Mrb*320*c0, row block rb's blocks c0..c0+bc-1
-//	                                    at Mrb*320*c0 + rb*320*bc (320*bc bytes each)
-//	tl1 tails:                          at Mrb*320*nb + rb*8*Kp1 (8*Kp1 bytes each)
+//	piece size of chunk c:     P = 320*bc (+ 8*Kp1 for the last chunk)
+//	row block rb's piece:      at Mrb*320*b0 + rb*P: its blocks b0..b0+bc-1 (then its tail)
 //
 // (Layout.TL2Piece computes these offsets, Layout.RowBlockData gathers a row block's stream.)
 // tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes, five planes of 32 words:

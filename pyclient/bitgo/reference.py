@@ -43,8 +43,8 @@ TL2_BLOCK = 48
 """Inputs (16 triples) in one tl2 block."""
 
 TL2_CHUNK = 12
-"""tl2 blocks per chunk: the blob stores chunk after chunk, each with every row block's
-piece side by side, then the tl1 tails (kernels/tl2.go)."""
+"""The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
+block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
 
 _EPS = torch.tensor(1e-5, dtype=torch.float32)  # BitNet's clamp(min=1e-5), as a float32
 _EPS_NP = np.float32(1e-5)
@@ -261,25 +261,30 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
     return _tl2_chunk_major(torch.cat(parts, dim=1), l)
 
 
+def _tl2_pieces(l: Layout):
+    """(first stream byte, piece bytes) of each chunk of a tl2 blob: max(1, ceil(nb/12))
+    chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1, the last also the tl1 tail."""
+    nb = l.k3 // TL2_BLOCK
+    nc = max(1, -(-nb // TL2_CHUNK))
+    out = []
+    for c in range(nc):
+        b0, b1 = c * nb // nc, (c + 1) * nb // nc
+        out.append((320 * b0, 320 * (b1 - b0) + (8 * l.kp1 if c == nc - 1 else 0)))
+    return out
+
+
 def _tl2_chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
     """Row-block streams [rb, row_block_bytes] -> the blob's chunk-major order (flat)."""
-    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
-    full = nb // TL2_CHUNK
-    piece = 320 * TL2_CHUNK
-    return torch.cat([s[:, : full * piece].reshape(rb, full, piece).permute(1, 0, 2).reshape(-1),
-                      s[:, full * piece: 320 * nb].reshape(-1),  # a last, shorter chunk
-                      s[:, 320 * nb:].reshape(-1)])  # the tl1 tails
+    return torch.cat([s[:, o: o + n].reshape(-1) for o, n in _tl2_pieces(l)])
 
 
 def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
     """The blob's chunk-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
-    rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
-    full = nb // TL2_CHUNK
-    piece = 320 * TL2_CHUNK
-    o1, o2 = rb * full * piece, rb * 320 * nb
-    return torch.cat([b[:o1].reshape(full, rb, piece).permute(1, 0, 2).reshape(rb, full * piece),
-                      b[o1:o2].reshape(rb, 320 * (nb - full * TL2_CHUNK)),
-                      b[o2:].reshape(rb, 8 * l.kp1)], dim=1)
+    rb, parts, at = l.row_blocks, [], 0
+    for _, n in _tl2_pieces(l):
+        parts.append(b[at: at + rb * n].reshape(rb, n))
+        at += rb * n
+    return torch.cat(parts, dim=1)
 
 
 def _enc_int2(w: torch.Tensor, l: Layout) -> torch.Tensor:
