@@ -384,48 +384,66 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 	formats := append([]quantcfg.Format(nil), o.formats...)
 	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
 	var recs []benchRecord
-	bf16 := map[string]float64{} // shape/n/threads -> ns per op
 	for _, sh := range o.shapes {
 		if !o.cache {
 			for _, t := range o.threads {
 				e.remeasureDRAM(t, 3)
 			}
 		}
+		// Every format's rotation of this shape at once: the formats are measured round by
+		// round in turn (kbench.Interleaved), so drift reaches them alike and ratios hold.
+		sets := make([]*kbench.Set, 0, len(formats))
+		free := func() {
+			for _, s := range sets {
+				s.Free()
+			}
+		}
 		for _, f := range formats {
 			set, err := kbench.NewSet(f, sh, o.minBytes, 1)
 			if err != nil {
+				free()
 				return nil, fmt.Errorf("%s %s: %w", f, sh, err)
 			}
-			for _, n := range o.ns {
-				for _, t := range o.threads {
-					p := kbench.NewPool(t)
+			sets = append(sets, set)
+		}
+		for _, n := range o.ns {
+			for _, t := range o.threads {
+				p := kbench.NewPool(t)
+				rs := make([]*kbench.Runner, len(sets))
+				for i, set := range sets {
 					r, err := kbench.NewRunner(p, set, n, 2)
 					if err != nil {
 						p.Close()
-						set.Free()
-						return nil, fmt.Errorf("%s %s: %w", f, sh, err)
+						free()
+						return nil, fmt.Errorf("%s %s: %w", set.Format, sh, err)
 					}
-					tm := r.Measure(o.rounds, o.minTime)
-					p.Close()
-					key := fmt.Sprintf("%s/%d/%d", sh, n, t)
-					if f == quantcfg.BF16 {
-						bf16[key] = tm.NsPerOp
+					rs[i] = r
+				}
+				tms := kbench.Interleaved(rs, o.rounds, o.minTime)
+				p.Close()
+				bf16 := 0.0
+				for i, set := range sets {
+					if set.Format == quantcfg.BF16 {
+						bf16 = tms[i].NsPerOp
 					}
+				}
+				for i, set := range sets {
+					f, tm := set.Format, tms[i]
 					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
 						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
 					if rf := e.roofline(t, o.cache); rf > 0 {
 						rec.RooflinePct = 100 * tm.GBps / rf
 					}
-					if b := bf16[key]; b > 0 {
-						rec.SpeedupVsBF16 = b / tm.NsPerOp
+					if bf16 > 0 {
+						rec.SpeedupVsBF16 = bf16 / tm.NsPerOp
 					}
 					recs = append(recs, rec)
 					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% %10.0f ns  x%.2f vs bf16\n",
 						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, tm.NsPerOp, rec.SpeedupVsBF16)
 				}
 			}
-			set.Free()
 		}
+		free()
 	}
 	return recs, nil
 }

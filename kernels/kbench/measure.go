@@ -123,30 +123,56 @@ func (r *Runner) Call(i int) {
 // Measure times rounds of calls over the whole rotation (each round at least minTime)
 // and returns the median time per call over the clean rounds (see Clean) and the best.
 func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
-	for i := range r.Set.Layers { // warm up: scratch, per-layer preparation
-		r.Call(i)
+	return Interleaved([]*Runner{r}, rounds, minTime)[0]
+}
+
+// Interleaved measures several runners round by round, one round of each in turn (each at
+// least minTime over its whole rotation), so that the machine's drift during the run
+// reaches all of them alike and their ratios hold; it returns each runner's Timing.
+func Interleaved(rs []*Runner, rounds int, minTime time.Duration) []Timing {
+	for _, r := range rs { // warm up: scratch, per-layer preparation
+		for i := range r.Set.Layers {
+			r.Call(i)
+		}
 	}
-	var all, clean []float64
-	calls := len(r.Set.Layers)
+	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
 	for rd := 0; rd < rounds; rd++ {
-		n := 0
-		tr := StartTrial()
-		for {
-			for i := 0; i < calls; i++ {
-				r.Call(n + i)
+		for j, r := range rs {
+			ns, ok := r.trial(minTime)
+			all[j] = append(all[j], ns)
+			if ok {
+				clean[j] = append(clean[j], ns)
 			}
-			n += calls
-			if tr.Elapsed() >= minTime {
-				break
-			}
-		}
-		wall, ok := tr.Stop(r.Pool.Threads())
-		ns := float64(wall.Nanoseconds()) / float64(n)
-		all = append(all, ns)
-		if ok {
-			clean = append(clean, ns)
 		}
 	}
+	out := make([]Timing, len(rs))
+	for j, r := range rs {
+		out[j] = r.timing(all[j], clean[j])
+	}
+	return out
+}
+
+// trial times calls over the whole rotation, repeated until minTime has passed: the time per
+// call, and whether the process had its CPUs throughout.
+func (r *Runner) trial(minTime time.Duration) (float64, bool) {
+	n, calls := 0, len(r.Set.Layers)
+	tr := StartTrial()
+	for {
+		for i := 0; i < calls; i++ {
+			r.Call(n + i)
+		}
+		n += calls
+		if tr.Elapsed() >= minTime {
+			break
+		}
+	}
+	wall, ok := tr.Stop(r.Pool.Threads())
+	return float64(wall.Nanoseconds()) / float64(n), ok
+}
+
+// timing is the Timing of a runner's rounds: the median of the clean ones (the least
+// disturbed round when none was clean), and the best of all.
+func (r *Runner) timing(all, clean []float64) Timing {
 	sort.Float64s(all)
 	best := all[0]
 	if len(clean) == 0 {
@@ -155,5 +181,5 @@ func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 	sort.Float64s(clean)
 	med := clean[len(clean)/2]
 	by := r.Set.Layers[0].Layout.Bytes()
-	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: rounds, Clean: len(clean)}
+	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: len(all), Clean: len(clean)}
 }
