@@ -109,7 +109,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB (so DRAM is measured).\n\nflags:")
+		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
