@@ -524,7 +524,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			// The blob's chunks hold the row blocks' pieces side by side (one stream per
 			// thread), and each chunk's tables are built by this thread into an L1-sized
 			// buffer just before the chunk is swept: they never travel through L2 or from
-			// the core that ran Prepare (measured: +4-7% at one thread, up to +25% at two).
+			// the core that ran Prepare (measured: +1-6% at one thread, +4-28% at two).
 			cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
 			per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
 			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
