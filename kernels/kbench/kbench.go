@@ -287,13 +287,19 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 		if err != nil {
 			panic(err) // a valid shape by construction
 		}
-		// the blob's tl2 blocks come first (in chunks), the tl1 tails after them
-		tl2End := ly.RowBlocks() * 320 * (ly.K3 / kernels.TL2Block)
-		for b := 0; b < tl2End; b += 320 {
-			copy(blob[b:b+320], blocks[320*rng.IntN(nb):])
-		}
-		for i := tl2End; i < len(blob); i++ {
-			blob[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
+		// each chunk's pieces: random whole blocks, the last chunk's ending with a tl1 tail
+		for c := 0; c < ly.TL2Chunks(); c++ {
+			_, bc := ly.TL2ChunkBlocks(c)
+			for rb := 0; rb < ly.RowBlocks(); rb++ {
+				off, size := ly.TL2Piece(rb, c)
+				piece := blob[off : off+size]
+				for b := 0; b < bc; b++ {
+					copy(piece[320*b:320*b+320], blocks[320*rng.IntN(nb):])
+				}
+				for i := 320 * bc; i < size; i++ {
+					piece[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
+				}
+			}
 		}
 	}
 }
