@@ -530,22 +530,17 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
 			tab = unsafe.Pointer(&lbuf[0])
 			p.tabStride = per
-			nc, u := ly.TL2Chunks(), ly.Kp1/4
+			nc := ly.TL2Chunks()
 			for c := 0; c < nc; c++ {
 				b0, bc := ly.TL2ChunkBlocks(c)
 				off, size := ly.TL2Piece(rb0, c)
-				units := 0
+				part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
 				if c == nc-1 {
-					units = u // the last chunk's pieces end with the tl1 tail
+					part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
 				}
+				units := part.Kp1 / 4
 				for t := 0; t < T; t++ {
-					x := a.Q[(t0+t)*ly.Kp:]
-					if bc > 0 {
-						buildTables(k.ops.tabKind, Layout{K3: TL2Block * bc}, x[TL2Block*b0:], lbuf[t*per:])
-					}
-					if units > 0 {
-						buildTables(k.ops.tabKind-2, Layout{Kp: ly.Kp1}, x[ly.K3:], lbuf[t*per+blkTab*bc:])
-					}
+					buildTables(k.ops.tabKind, part, a.Q[(t0+t)*ly.Kp+TL2Block*b0:], lbuf[t*per:])
 				}
 				// One token: the tail goes with the chunk's last blocks. More: the kernels take
 				// row blocks in pairs only in calls without units, so the tail has its own.

@@ -786,8 +786,8 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	Label(name + "_tl2done")
 }
 
-// tl2Pairs runs the chunk's tl2 blocks for row blocks two at a time while at least two
-// remain (Units = 0 only: a tl1 tail goes one row block at a time): each table is loaded
+// tl2Pairs (two or more tokens) runs the chunk's tl2 blocks for row blocks two at a time
+// while at least two remain (Units = 0 only: a tl1 tail goes one row block at a time): each table is loaded
 // into a register once and serves both row blocks, halving the table loads. The int16
 // sums are flushed straight into Sums. Advances w0, sums and the argument block's NRB;
 // falls through with NRB in {0, 1}.
@@ -795,17 +795,7 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	T := s.T
 	p := s.p
 	second := tl2Rows{v: p.get(), code: p.get(), x: p.get()}
-	chains := len(s.acc16[0]) // per token: split between the two row blocks
-	per := chains / 2
-	if T > 1 {
-		per = 1
-	}
-	acc := func(r, t, tri int) VecPhysical {
-		if T == 1 {
-			return s.acc16[0][2*r+tri%2]
-		}
-		return s.acc16[t][r]
-	}
+	acc := func(r, t, tri int) VecPhysical { return s.acc16[t][r] } // lutChains gives two per token: one per row block
 	rb := GP64()
 	MOVQ(at(a, lRBBytes), rb)
 	CMPQ(at(a, lUnits), U8(0))
@@ -820,7 +810,7 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_pairnext"))
 	Label(name + "_pchunk")
-	c := takeChunk(n, tl2Flush(16/per))
+	c := takeChunk(n, tl2Flush(16))
 	s.zero16()
 	Label(name + "_pblk")
 	for u := 0; u < 5; u++ {
@@ -840,14 +830,12 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 			o := 128*T*r + 128*t
 			VMOVDQU32(at(sums, o), s.acc32[t][0])
 			VMOVDQU32(at(sums, o+64), s.acc32[t][1])
-			for i := 0; i < per; i++ {
-				cc := acc(r, t, i)
-				VPMOVSXWD(cc.AsY(), s.l)
-				VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
-				VEXTRACTI64X4(U8(1), cc, s.l2.AsY())
-				VPMOVSXWD(s.l2.AsY(), s.l2)
-				VPADDD(s.l2, s.acc32[t][1], s.acc32[t][1])
-			}
+			cc := s.acc16[t][r]
+			VPMOVSXWD(cc.AsY(), s.l)
+			VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
+			VEXTRACTI64X4(U8(1), cc, s.l2.AsY())
+			VPMOVSXWD(s.l2.AsY(), s.l2)
+			VPADDD(s.l2, s.acc32[t][1], s.acc32[t][1])
 			VMOVDQU32(s.acc32[t][0], at(sums, o))
 			VMOVDQU32(s.acc32[t][1], at(sums, o+64))
 		}

@@ -527,7 +527,7 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
-	c := takeChunk(n, 5)
+	c := takeChunk(n, tl2Flush(16))
 	zeroAll(s.acc16[:]...)
 	Label(name + "_blk")
 	for j := 0; j < 5; j++ {
