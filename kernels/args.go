@@ -43,6 +43,15 @@ type lutArgs struct {
 	TabStride int            // bytes between tokens' tables
 	Blocks    int            // tl2 blocks in the chunk (0 for tl1)
 	Units     int            // tl1 units in the chunk (tl2: its tl1 tail units, after the blocks)
+	// The zmm tl2 kernel for one token also builds BN tabTL2Z triple tables from the
+	// activations at BX into BTab (the next chunk's, into the other half of a double buffer),
+	// BPer of them after each row block and the rest after the last, so that the build runs
+	// while the chunk's weights stream in instead of pausing the stream between chunks. It
+	// reads BX[-1] (BX is never a row's first input). BN = 0: nothing to build.
+	BX   unsafe.Pointer
+	BTab unsafe.Pointer
+	BN   int
+	BPer int
 }
 
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,

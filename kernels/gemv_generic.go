@@ -161,4 +161,8 @@ func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
 			}
 		}
 	}
+	if a.BN > 0 {
+		x := unsafe.Slice((*int8)(a.BX), 3*a.BN)
+		buildLUT(tabTL2Z, Layout{K3: 3 * a.BN}, x, bytesAt(a.BTab, 64*a.BN))
+	}
 }

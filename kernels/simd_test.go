@@ -64,6 +64,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			T := T
 			o.lut[T] = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), T, z, tl2) }
 		}
+		o.lutBuilds = z && tl2
 	}
 	for T := 1; T <= o.gemvT; T++ {
 		T := T
@@ -217,6 +218,8 @@ func TestArgOffsets(t *testing.T) {
 		{"lut.NRB", unsafe.Offsetof(la.NRB), 16}, {"lut.Sums", unsafe.Offsetof(la.Sums), 24},
 		{"lut.Tab", unsafe.Offsetof(la.Tab), 32}, {"lut.TabStride", unsafe.Offsetof(la.TabStride), 40},
 		{"lut.Blocks", unsafe.Offsetof(la.Blocks), 48}, {"lut.Units", unsafe.Offsetof(la.Units), 56},
+		{"lut.BX", unsafe.Offsetof(la.BX), 64}, {"lut.BTab", unsafe.Offsetof(la.BTab), 72},
+		{"lut.BN", unsafe.Offsetof(la.BN), 80}, {"lut.BPer", unsafe.Offsetof(la.BPer), 88},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
@@ -283,6 +286,66 @@ func TestSIMDGemmLargeN(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkExact(t, fmt.Sprintf("%s setting %d %dx%d n=%d", k.Name(), si, sh[0], sh[1], n), runSplit(t, k, tl.Layer, x, n), want, sh[0])
+				}
+			}
+		}
+	}
+}
+
+// TestLUTKernelsManyChunks: the tl1/tl2 kernels (assembly and generic twins) over K of
+// several tl2 chunks, where the one-token zmm kernel builds the next chunk's tables between
+// row blocks (a few row blocks per thread, and one) and the last chunk ends with a tail.
+func TestLUTKernelsManyChunks(t *testing.T) {
+	type named struct {
+		name string
+		k    *simdKernel
+	}
+	var ks []named
+	for _, k := range asmKernels() {
+		if k.ops.lut[1] != nil {
+			ks = append(ks, named{k.Name(), k})
+		}
+	}
+	for _, f := range []quantcfg.Format{quantcfg.TL1, quantcfg.TL2} {
+		for _, z := range []bool{true, false} {
+			ks = append(ks, named{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), &simdKernel{format: f, ops: genericOps(f, z)}})
+		}
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	shapes := [][2]int{{33, 12 * TL2Block}, {33, 13 * TL2Block}, {70, 1203}, {200, 4817}, {32, 40*TL2Block + 44}}
+	for _, nk := range ks {
+		k := nk.k
+		for si, spec := range specsFor(k.format) {
+			if si > 1 {
+				break
+			}
+			for _, sh := range shapes {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range []int{1, 2, 5} {
+					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+						continue
+					}
+					x := randActs(rng, n, sh[1])
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					what := fmt.Sprintf("%s setting %d %dx%d n=%d", nk.name, si, sh[0], sh[1], n)
+					checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, sh[0])
+					if n == 1 { // one row block per call
+						var a Acts
+						if err := tl.Layer.Quantize(x, n, &a); err != nil {
+							t.Fatal(err)
+						}
+						k.Prepare(tl.Layer, &a)
+						out := make([]float32, sh[0])
+						for rb := 0; rb < tl.Layer.Layout.RowBlocks(); rb++ {
+							k.Run(tl.Layer, &a, rb, rb+1, out)
+						}
+						checkExact(t, what+" by row block", out, want, sh[0])
+					}
 				}
 			}
 		}

@@ -573,6 +573,7 @@ func gemvInt1Z(T int) {
 // Argument block offsets: kernels.lutArgs.
 const (
 	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
+	lBX, lBTab, lBN, lBPer                                       = 64, 72, 80, 88
 )
 
 // takeChunk returns a new register c = min(n, most) and subtracts c from n: the next chunk
@@ -851,6 +852,32 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	p.put(second.v, second.code, second.x)
 }
 
+// buildTables builds min(BN, BPer) of the tables lutArgs asks for (all BN if all) and
+// advances BX, BTab and BN in the argument block.
+func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool) {
+	n := GP64()
+	MOVQ(at(a, lBN), n)
+	if !all {
+		CMPQ(n, at(a, lBPer))
+		CMOVQGT(at(a, lBPer), n)
+	}
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	SUBQ(n, at(a, lBN))
+	x, d := GP64(), GP64()
+	MOVQ(at(a, lBX), x)
+	MOVQ(at(a, lBTab), d)
+	Label(name)
+	b.triple(at(x, -1), at(d, 0))
+	ADDQ(U8(3), x)
+	ADDQ(U8(64), d)
+	DECQ(n)
+	JNZ(LabelRef(name))
+	MOVQ(x, at(a, lBX))
+	MOVQ(d, at(a, lBTab))
+	Label(name + "_done")
+}
+
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
 // later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: the
@@ -867,6 +894,10 @@ func lutZ(T int, tl2 bool) {
 	s := newLUTState(a, T, tl2)
 	w0, sums := ld(a, lW), ld(a, lSums)
 	pairs := tl2 && T >= 2
+	var bld *tl2Builder // one token: builds the tables lutArgs.BN asks for between row blocks
+	if tl2 && T == 1 {
+		bld = newTL2Builder(s.p, false, s.wz, s.i0, s.l)
+	}
 	if pairs {
 		s.tl2Pairs(name, a, w0, sums)
 		CMPQ(at(a, lNRB), U8(0))
@@ -893,10 +924,16 @@ func lutZ(T int, tl2 bool) {
 		VMOVDQU32(s.acc32[t][0], at(sums, 128*t))
 		VMOVDQU32(s.acc32[t][1], at(sums, 128*t+64))
 	}
+	if bld != nil {
+		s.buildTables(a, bld, name+"_bper", false)
+	}
 	ADDQ(U32(128*T), sums)
 	ADDQ(at(a, lRBBytes), w0)
 	DECQ(at(a, lNRB))
 	JNZ(LabelRef(name + "_rb"))
+	if bld != nil {
+		s.buildTables(a, bld, name+"_brest", true)
+	}
 	if pairs {
 		Label(name + "_end")
 	}

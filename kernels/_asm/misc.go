@@ -133,33 +133,105 @@ func wordTable(name string, w []int16) Mem {
 	return m
 }
 
+// pickTable defines vpermw indexes picking word lo of the source (sign-extended bytes
+// b0 b1 b2 b3 ...) for the low 16 words and word hi for the high 16.
+func pickTable(name string, lo, hi int) Mem {
+	var w []int16
+	for j := 0; j < 32; j++ {
+		if j < 16 {
+			w = append(w, int16(lo))
+		} else {
+			w = append(w, int16(hi))
+		}
+	}
+	return wordTable(name, w)
+}
+
+// tl2Consts are the tabTL2Z builder's constant tables in the file being generated (they
+// are file-local symbols: each file that builds tl2 tables defines its own).
+var tl2Consts struct {
+	coef, pick, first [3]Mem // coefficients, picks of x[-1..2], picks of x[0..3]
+	defined           bool
+}
+
+// tl2Tables defines the tl2 builders' constant tables in this file once and returns them.
+func tl2Tables() *struct {
+	coef, pick, first [3]Mem
+	defined           bool
+} {
+	c := &tl2Consts
+	if !c.defined {
+		co := lutBuildCoefs(true)
+		for i := 0; i < 3; i++ {
+			c.coef[i] = wordTable(fmt.Sprintf("lutC2_%d", i), co[i][:])
+			c.pick[i] = pickTable(fmt.Sprintf("lutP2x%d", i), i+1, i+1)
+			c.first[i] = pickTable(fmt.Sprintf("lutP2f%d", i), i, i)
+		}
+		c.defined = true
+	}
+	return c
+}
+
+// tl2Builder emits the tabTL2Z table builder's step for one triple: broadcast the triple's
+// activations as words, pick x0, x1, x2 into every lane, multiply by the entries' ternary
+// digits (negated for entries 16-31) and add. lutBuildTL2AVX512 runs it in a loop, and the
+// zmm tl2 GEMV for one token runs it between row blocks to build its next chunk's tables.
+type tl2Builder struct {
+	cs, ix     []VecPhysical // coefficients, word picks
+	v, acc, tm VecPhysical   // scratch
+}
+
+// newTL2Builder loads the constants into registers from p (picks of x[-1..2] unless first)
+// and uses v, acc and tm as scratch.
+func newTL2Builder(p *pool, first bool, v, acc, tm VecPhysical) *tl2Builder {
+	c := tl2Tables()
+	b := &tl2Builder{cs: p.getn(3), ix: p.getn(3), v: v, acc: acc, tm: tm}
+	for i := range b.cs {
+		VMOVDQU16(c.coef[i], b.cs[i])
+	}
+	b.picks(first)
+	return b
+}
+
+// picks loads the word picks for a source at x (first) or at x-1.
+func (b *tl2Builder) picks(first bool) {
+	for i := range b.ix {
+		if first {
+			VMOVDQU16(tl2Consts.first[i], b.ix[i])
+		} else {
+			VMOVDQU16(tl2Consts.pick[i], b.ix[i])
+		}
+	}
+}
+
+// triple writes the table of the triple whose activations src holds (x[0..3] or x[-1..2]
+// as the picks say) to dst.
+func (b *tl2Builder) triple(src, dst Mem) {
+	VPBROADCASTD(src, b.v.AsX())
+	VPMOVSXBW(b.v.AsX(), b.v.AsY())
+	VINSERTI64X4(U8(1), b.v.AsY(), b.v, b.v)
+	VPERMW(b.v, b.ix[0], b.acc)
+	VPMULLW(b.cs[0], b.acc, b.acc)
+	for i := 1; i < 3; i++ {
+		VPERMW(b.v, b.ix[i], b.tm)
+		VPMULLW(b.cs[i], b.tm, b.tm)
+		VPADDW(b.tm, b.acc, b.acc)
+	}
+	VMOVDQU16(b.acc, dst)
+}
+
 // genLUTBuilders writes the per-call table builders of the tl1/tl2 GEMV kernels (their
 // generic reference is buildLUT): lutBuildTL1AVX512(x, units, dst) writes tabTL1Z tables
 // for units of 4 inputs, lutBuildTL2AVX512(x, triples, dst) tabTL2Z tables (x points at the
 // first triple; it reads x[-1] for every triple but the first, so x must not be the first
 // byte of an allocation unless triples == 1), and the AVX2 builders the byte-plane layouts.
 func genLUTBuilders() {
-	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
-	var t1, t2 [3]Mem
-	for i := 0; i < 3; i++ {
+	c1 := lutBuildCoefs(false)
+	var t1 [2]Mem
+	for i := range t1 {
 		t1[i] = wordTable(fmt.Sprintf("lutC1_%d", i), c1[i][:])
-		t2[i] = wordTable(fmt.Sprintf("lutC2_%d", i), c2[i][:])
 	}
-	// vpermw indexes picking word w of [b0 b1 b2 b3 ...] (sign-extended bytes) for all lanes
-	pick := func(name string, lo, hi int) Mem {
-		var w []int16
-		for j := 0; j < 32; j++ {
-			if j < 16 {
-				w = append(w, int16(lo))
-			} else {
-				w = append(w, int16(hi))
-			}
-		}
-		return wordTable(name, w)
-	}
-	p1x0, p1x1 := pick("lutP1x0", 0, 2), pick("lutP1x1", 1, 3)
-	p2 := [3]Mem{pick("lutP2x0", 1, 1), pick("lutP2x1", 2, 2), pick("lutP2x2", 3, 3)}
-	p2first := [3]Mem{pick("lutP2f0", 0, 0), pick("lutP2f1", 1, 1), pick("lutP2f2", 2, 2)}
+	p1x0, p1x1 := pickTable("lutP1x0", 0, 2), pickTable("lutP1x1", 1, 3)
 	var split []byte
 	for l := 0; l < 2; l++ {
 		for i := 0; i < 8; i++ {
@@ -213,43 +285,19 @@ func genLUTBuilders() {
 			"(reading x[-1] for every triple but the first); buildLUT is its reference.")
 		x, n, d := Load(Param("x"), GP64()), Load(Param("triples"), GP64()), Load(Param("dst"), GP64())
 		p := newPool(true)
-		cs := p.getn(3)
-		for i := range cs {
-			VMOVDQU16(t2[i], cs[i])
-		}
-		ix := p.getn(3)
-		v, acc, tm := p.get(), p.get(), p.get()
+		b := newTL2Builder(p, true, p.get(), p.get(), p.get())
 		TESTQ(n, n)
 		JZ(LabelRef("lut2z_done"))
-		one := func(src Mem, picks [3]Mem) {
-			VPBROADCASTD(src, v.AsX())
-			VPMOVSXBW(v.AsX(), v.AsY())
-			VINSERTI64X4(U8(1), v.AsY(), v, v)
-			for i := 0; i < 3; i++ {
-				if i == 0 {
-					VPERMW(v, ix[i], acc)
-					VPMULLW(cs[i], acc, acc)
-				} else {
-					VPERMW(v, ix[i], tm)
-					VPMULLW(cs[i], tm, tm)
-					VPADDW(tm, acc, acc)
-				}
-			}
-			VMOVDQU16(acc, at(d, 0))
-			ADDQ(U8(3), x)
-			ADDQ(U8(64), d)
-		}
-		for i := range ix {
-			VMOVDQU16(p2first[i], ix[i])
-		}
-		one(at(x, 0), p2first)
+		b.triple(at(x, 0), at(d, 0))
+		ADDQ(U8(3), x)
+		ADDQ(U8(64), d)
 		DECQ(n)
 		JZ(LabelRef("lut2z_done"))
-		for i := range ix {
-			VMOVDQU16(p2[i], ix[i])
-		}
+		b.picks(false)
 		Label("lut2z_t")
-		one(at(x, -1), p2)
+		b.triple(at(x, -1), at(d, 0))
+		ADDQ(U8(3), x)
+		ADDQ(U8(64), d)
 		DECQ(n)
 		JNZ(LabelRef("lut2z_t"))
 		Label("lut2z_done")
@@ -306,7 +354,7 @@ func genLUTBuilders() {
 		p := newPool(false)
 		cs := p.getn(3)
 		for i := range cs {
-			VMOVDQU(t2[i], cs[i])
+			VMOVDQU(tl2Tables().coef[i], cs[i])
 		}
 		sp := p.get()
 		VMOVDQU(splitW, sp)
