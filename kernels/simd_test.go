@@ -267,25 +267,50 @@ func TestSIMDGemmLargeN(t *testing.T) {
 	if testing.Short() {
 		ns = []int{77}
 	}
+	settings := 1 << 30
+	if testing.Short() {
+		settings = 2
+	}
 	for _, k := range ks {
-		for si, spec := range specsFor(k.format) {
-			if si > 1 && testing.Short() {
-				break
-			}
-			for _, sh := range [][2]int{{70, 300}, {33, 1100}} {
-				spec := spec
-				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
-				tl := newTestLayer(t, rng, spec)
-				for _, n := range ns {
-					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
-						continue
-					}
-					x := randActs(rng, n, sh[1])
-					want, err := Reference(tl.Layer, x, n)
-					if err != nil {
+		checkShapes(t, k.Name(), k, rng, [][2]int{{70, 300}, {33, 1100}}, settings, ns, false)
+	}
+}
+
+// checkShapes runs kernel k against the reference on the shapes (M, K), the first settings
+// settings of its format and the token counts ns, split over row-block ranges as threads
+// would (and with byRB, for one token, also one row block per call).
+func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shapes [][2]int, settings int, ns []int, byRB bool) {
+	t.Helper()
+	for si, spec := range specsFor(k.format) {
+		if si >= settings {
+			break
+		}
+		for _, sh := range shapes {
+			spec := spec
+			spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
+			tl := newTestLayer(t, rng, spec)
+			for _, n := range ns {
+				if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+					continue
+				}
+				x := randActs(rng, n, sh[1])
+				want, err := Reference(tl.Layer, x, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				what := fmt.Sprintf("%s setting %d %dx%d n=%d", name, si, sh[0], sh[1], n)
+				checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, sh[0])
+				if byRB && n == 1 {
+					var a Acts
+					if err := tl.Layer.Quantize(x, n, &a); err != nil {
 						t.Fatal(err)
 					}
-					checkExact(t, fmt.Sprintf("%s setting %d %dx%d n=%d", k.Name(), si, sh[0], sh[1], n), runSplit(t, k, tl.Layer, x, n), want, sh[0])
+					k.Prepare(tl.Layer, &a)
+					out := make([]float32, sh[0])
+					for rb := 0; rb < tl.Layer.Layout.RowBlocks(); rb++ {
+						k.Run(tl.Layer, &a, rb, rb+1, out)
+					}
+					checkExact(t, what+" by row block", out, want, sh[0])
 				}
 			}
 		}
@@ -314,41 +339,7 @@ func TestLUTKernelsManyChunks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	shapes := [][2]int{{33, 12 * TL2Block}, {33, 13 * TL2Block}, {70, 1203}, {200, 4817}, {32, 40*TL2Block + 44}}
 	for _, nk := range ks {
-		k := nk.k
-		for si, spec := range specsFor(k.format) {
-			if si > 1 {
-				break
-			}
-			for _, sh := range shapes {
-				spec := spec
-				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
-				tl := newTestLayer(t, rng, spec)
-				for _, n := range []int{1, 2, 5} {
-					if ok, _ := k.CanImplement(tl.Layer, n); !ok {
-						continue
-					}
-					x := randActs(rng, n, sh[1])
-					want, err := Reference(tl.Layer, x, n)
-					if err != nil {
-						t.Fatal(err)
-					}
-					what := fmt.Sprintf("%s setting %d %dx%d n=%d", nk.name, si, sh[0], sh[1], n)
-					checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, sh[0])
-					if n == 1 { // one row block per call
-						var a Acts
-						if err := tl.Layer.Quantize(x, n, &a); err != nil {
-							t.Fatal(err)
-						}
-						k.Prepare(tl.Layer, &a)
-						out := make([]float32, sh[0])
-						for rb := 0; rb < tl.Layer.Layout.RowBlocks(); rb++ {
-							k.Run(tl.Layer, &a, rb, rb+1, out)
-						}
-						checkExact(t, what+" by row block", out, want, sh[0])
-					}
-				}
-			}
-		}
+		checkShapes(t, nk.name, nk.k, rng, shapes, 2, []int{1, 2, 5}, true)
 	}
 }
 
