@@ -52,6 +52,12 @@ type lutArgs struct {
 	BTab unsafe.Pointer
 	BN   int
 	BPer int
+	// tl2 (zmm): the kernel prefetches PF bytes ahead of the row block it reads (a few
+	// pieces, which are contiguous), and where that is past the range, at Next plus the
+	// excess: Next is where the caller's stream goes on (its next chunk's first piece);
+	// nil: straight on. Hints only.
+	Next unsafe.Pointer
+	PF   int
 }
 
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,

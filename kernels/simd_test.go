@@ -220,6 +220,7 @@ func TestArgOffsets(t *testing.T) {
 		{"lut.Blocks", unsafe.Offsetof(la.Blocks), 48}, {"lut.Units", unsafe.Offsetof(la.Units), 56},
 		{"lut.BX", unsafe.Offsetof(la.BX), 64}, {"lut.BTab", unsafe.Offsetof(la.BTab), 72},
 		{"lut.BN", unsafe.Offsetof(la.BN), 80}, {"lut.BPer", unsafe.Offsetof(la.BPer), 88},
+		{"lut.Next", unsafe.Offsetof(la.Next), 96}, {"lut.PF", unsafe.Offsetof(la.PF), 104},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

@@ -573,7 +573,7 @@ func gemvInt1Z(T int) {
 // Argument block offsets: kernels.lutArgs.
 const (
 	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
-	lBX, lBTab, lBN, lBPer                                       = 64, 72, 80, 88
+	lBX, lBTab, lBN, lBPer, lNext, lPF                           = 64, 72, 80, 88, 96, 104
 )
 
 // takeChunk returns a new register c = min(n, most) and subtracts c from n: the next chunk
@@ -880,8 +880,9 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
-// later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: the
-// one after), the int32 sums added to Sums. tl2 with two or more tokens takes the row
+// later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: PF
+// bytes ahead, continued at Next past the range), the int32 sums added to Sums. With one
+// token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with two or more tokens takes the row
 // blocks in pairs first (tl2Pairs); one token stays one row block at a time (pairs measured
 // 10-25% slower cache-resident, and no faster from DRAM).
 func lutZ(T int, tl2 bool) {
@@ -906,9 +907,25 @@ func lutZ(T int, tl2 bool) {
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
 	MOVQ(w0, s.pf)
-	ADDQ(at(a, lRBBytes), s.pf)
-	if tl2 { // the pieces of a chunk are contiguous: two row blocks ahead is ~8 KB ahead
+	if !tl2 {
 		ADDQ(at(a, lRBBytes), s.pf)
+	} else { // the pieces of a chunk are contiguous: PF bytes ahead (some row blocks)
+		ADDQ(at(a, lPF), s.pf)
+		// Where that is past the range, the caller's stream goes on at Next (its next
+		// chunk's first pieces): pf = Next + PF - (row blocks left) * RBBytes.
+		keep := name + "_pfkeep"
+		CMPQ(at(a, lNext), U8(0))
+		JE(LabelRef(keep))
+		left := GP64()
+		MOVQ(at(a, lNRB), left)
+		IMULQ(at(a, lRBBytes), left)
+		CMPQ(left, at(a, lPF))
+		JGT(LabelRef(keep))
+		NEGQ(left)
+		ADDQ(at(a, lPF), left)
+		ADDQ(at(a, lNext), left)
+		MOVQ(left, s.pf)
+		Label(keep)
 	}
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
