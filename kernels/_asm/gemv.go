@@ -882,9 +882,9 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
 // later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: PF
 // bytes ahead, continued at Next past the range), the int32 sums added to Sums. With one
-// token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with two or more tokens takes the row
-// blocks in pairs first (tl2Pairs); one token stays one row block at a time (pairs measured
-// 10-25% slower cache-resident, and no faster from DRAM).
+// token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with
+// two or more tokens takes the row blocks in pairs first (tl2Pairs); one token stays one row
+// block at a time (pairs measured 10-25% slower cache-resident, and no faster from DRAM).
 func lutZ(T int, tl2 bool) {
 	f := "TL1"
 	if tl2 {
