@@ -4,6 +4,36 @@
 
 package kernels
 
+// lutBuildTL1AVX512 writes units tabTL1Z tables (64 bytes each) for the activations at x;
+// buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL1AVX512(x *int8, units int, dst *byte)
+
+// lutBuildTL2AVX512 writes triples tabTL2Z tables (64 bytes each) for the activations at x
+// (reading x[-1] for every triple but the first); buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL2AVX512(x *int8, triples int, dst *byte)
+
+// lutBuildTL1AVX2 writes units tabTL1Y tables (64 bytes each) for the activations at x;
+// buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL1AVX2(x *int8, units int, dst *byte)
+
+// lutBuildTL2AVX2 writes triples tabTL2Y tables (32 bytes each) for the activations at x;
+// buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
+
+// sumInt8AVX2 returns the sum of the n int8 values at x (n a multiple of 32); sumInt8Generic
+// is its reference.
+//
+//go:noescape
+func sumInt8AVX2(x *int8, n int) int32
+
 // gemvInt2T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape

@@ -4,6 +4,682 @@
 
 #include "textflag.h"
 
+DATA lutC1_0<>+0(SB)/2, $0xffff
+DATA lutC1_0<>+2(SB)/2, $0xffff
+DATA lutC1_0<>+4(SB)/2, $0xffff
+DATA lutC1_0<>+6(SB)/2, $0x0000
+DATA lutC1_0<>+8(SB)/2, $0x0000
+DATA lutC1_0<>+10(SB)/2, $0x0000
+DATA lutC1_0<>+12(SB)/2, $0x0001
+DATA lutC1_0<>+14(SB)/2, $0x0001
+DATA lutC1_0<>+16(SB)/2, $0x0001
+DATA lutC1_0<>+18(SB)/2, $0x0000
+DATA lutC1_0<>+20(SB)/2, $0x0000
+DATA lutC1_0<>+22(SB)/2, $0x0000
+DATA lutC1_0<>+24(SB)/2, $0x0000
+DATA lutC1_0<>+26(SB)/2, $0x0000
+DATA lutC1_0<>+28(SB)/2, $0x0000
+DATA lutC1_0<>+30(SB)/2, $0x0000
+DATA lutC1_0<>+32(SB)/2, $0xffff
+DATA lutC1_0<>+34(SB)/2, $0xffff
+DATA lutC1_0<>+36(SB)/2, $0xffff
+DATA lutC1_0<>+38(SB)/2, $0x0000
+DATA lutC1_0<>+40(SB)/2, $0x0000
+DATA lutC1_0<>+42(SB)/2, $0x0000
+DATA lutC1_0<>+44(SB)/2, $0x0001
+DATA lutC1_0<>+46(SB)/2, $0x0001
+DATA lutC1_0<>+48(SB)/2, $0x0001
+DATA lutC1_0<>+50(SB)/2, $0x0000
+DATA lutC1_0<>+52(SB)/2, $0x0000
+DATA lutC1_0<>+54(SB)/2, $0x0000
+DATA lutC1_0<>+56(SB)/2, $0x0000
+DATA lutC1_0<>+58(SB)/2, $0x0000
+DATA lutC1_0<>+60(SB)/2, $0x0000
+DATA lutC1_0<>+62(SB)/2, $0x0000
+GLOBL lutC1_0<>(SB), RODATA|NOPTR, $64
+
+DATA lutC1_1<>+0(SB)/2, $0xffff
+DATA lutC1_1<>+2(SB)/2, $0x0000
+DATA lutC1_1<>+4(SB)/2, $0x0001
+DATA lutC1_1<>+6(SB)/2, $0xffff
+DATA lutC1_1<>+8(SB)/2, $0x0000
+DATA lutC1_1<>+10(SB)/2, $0x0001
+DATA lutC1_1<>+12(SB)/2, $0xffff
+DATA lutC1_1<>+14(SB)/2, $0x0000
+DATA lutC1_1<>+16(SB)/2, $0x0001
+DATA lutC1_1<>+18(SB)/2, $0x0000
+DATA lutC1_1<>+20(SB)/2, $0x0000
+DATA lutC1_1<>+22(SB)/2, $0x0000
+DATA lutC1_1<>+24(SB)/2, $0x0000
+DATA lutC1_1<>+26(SB)/2, $0x0000
+DATA lutC1_1<>+28(SB)/2, $0x0000
+DATA lutC1_1<>+30(SB)/2, $0x0000
+DATA lutC1_1<>+32(SB)/2, $0xffff
+DATA lutC1_1<>+34(SB)/2, $0x0000
+DATA lutC1_1<>+36(SB)/2, $0x0001
+DATA lutC1_1<>+38(SB)/2, $0xffff
+DATA lutC1_1<>+40(SB)/2, $0x0000
+DATA lutC1_1<>+42(SB)/2, $0x0001
+DATA lutC1_1<>+44(SB)/2, $0xffff
+DATA lutC1_1<>+46(SB)/2, $0x0000
+DATA lutC1_1<>+48(SB)/2, $0x0001
+DATA lutC1_1<>+50(SB)/2, $0x0000
+DATA lutC1_1<>+52(SB)/2, $0x0000
+DATA lutC1_1<>+54(SB)/2, $0x0000
+DATA lutC1_1<>+56(SB)/2, $0x0000
+DATA lutC1_1<>+58(SB)/2, $0x0000
+DATA lutC1_1<>+60(SB)/2, $0x0000
+DATA lutC1_1<>+62(SB)/2, $0x0000
+GLOBL lutC1_1<>(SB), RODATA|NOPTR, $64
+
+DATA lutC2_0<>+0(SB)/2, $0x0000
+DATA lutC2_0<>+2(SB)/2, $0x0000
+DATA lutC2_0<>+4(SB)/2, $0x0000
+DATA lutC2_0<>+6(SB)/2, $0x0000
+DATA lutC2_0<>+8(SB)/2, $0x0000
+DATA lutC2_0<>+10(SB)/2, $0x0001
+DATA lutC2_0<>+12(SB)/2, $0x0001
+DATA lutC2_0<>+14(SB)/2, $0x0001
+DATA lutC2_0<>+16(SB)/2, $0x0001
+DATA lutC2_0<>+18(SB)/2, $0x0001
+DATA lutC2_0<>+20(SB)/2, $0x0001
+DATA lutC2_0<>+22(SB)/2, $0x0001
+DATA lutC2_0<>+24(SB)/2, $0x0001
+DATA lutC2_0<>+26(SB)/2, $0x0001
+DATA lutC2_0<>+28(SB)/2, $0x0000
+DATA lutC2_0<>+30(SB)/2, $0x0000
+DATA lutC2_0<>+32(SB)/2, $0x0000
+DATA lutC2_0<>+34(SB)/2, $0x0000
+DATA lutC2_0<>+36(SB)/2, $0x0000
+DATA lutC2_0<>+38(SB)/2, $0x0000
+DATA lutC2_0<>+40(SB)/2, $0x0000
+DATA lutC2_0<>+42(SB)/2, $0xffff
+DATA lutC2_0<>+44(SB)/2, $0xffff
+DATA lutC2_0<>+46(SB)/2, $0xffff
+DATA lutC2_0<>+48(SB)/2, $0xffff
+DATA lutC2_0<>+50(SB)/2, $0xffff
+DATA lutC2_0<>+52(SB)/2, $0xffff
+DATA lutC2_0<>+54(SB)/2, $0xffff
+DATA lutC2_0<>+56(SB)/2, $0xffff
+DATA lutC2_0<>+58(SB)/2, $0xffff
+DATA lutC2_0<>+60(SB)/2, $0x0000
+DATA lutC2_0<>+62(SB)/2, $0x0000
+GLOBL lutC2_0<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2x0<>+0(SB)/2, $0x0001
+DATA lutP2x0<>+2(SB)/2, $0x0001
+DATA lutP2x0<>+4(SB)/2, $0x0001
+DATA lutP2x0<>+6(SB)/2, $0x0001
+DATA lutP2x0<>+8(SB)/2, $0x0001
+DATA lutP2x0<>+10(SB)/2, $0x0001
+DATA lutP2x0<>+12(SB)/2, $0x0001
+DATA lutP2x0<>+14(SB)/2, $0x0001
+DATA lutP2x0<>+16(SB)/2, $0x0001
+DATA lutP2x0<>+18(SB)/2, $0x0001
+DATA lutP2x0<>+20(SB)/2, $0x0001
+DATA lutP2x0<>+22(SB)/2, $0x0001
+DATA lutP2x0<>+24(SB)/2, $0x0001
+DATA lutP2x0<>+26(SB)/2, $0x0001
+DATA lutP2x0<>+28(SB)/2, $0x0001
+DATA lutP2x0<>+30(SB)/2, $0x0001
+DATA lutP2x0<>+32(SB)/2, $0x0001
+DATA lutP2x0<>+34(SB)/2, $0x0001
+DATA lutP2x0<>+36(SB)/2, $0x0001
+DATA lutP2x0<>+38(SB)/2, $0x0001
+DATA lutP2x0<>+40(SB)/2, $0x0001
+DATA lutP2x0<>+42(SB)/2, $0x0001
+DATA lutP2x0<>+44(SB)/2, $0x0001
+DATA lutP2x0<>+46(SB)/2, $0x0001
+DATA lutP2x0<>+48(SB)/2, $0x0001
+DATA lutP2x0<>+50(SB)/2, $0x0001
+DATA lutP2x0<>+52(SB)/2, $0x0001
+DATA lutP2x0<>+54(SB)/2, $0x0001
+DATA lutP2x0<>+56(SB)/2, $0x0001
+DATA lutP2x0<>+58(SB)/2, $0x0001
+DATA lutP2x0<>+60(SB)/2, $0x0001
+DATA lutP2x0<>+62(SB)/2, $0x0001
+GLOBL lutP2x0<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2f0<>+0(SB)/2, $0x0000
+DATA lutP2f0<>+2(SB)/2, $0x0000
+DATA lutP2f0<>+4(SB)/2, $0x0000
+DATA lutP2f0<>+6(SB)/2, $0x0000
+DATA lutP2f0<>+8(SB)/2, $0x0000
+DATA lutP2f0<>+10(SB)/2, $0x0000
+DATA lutP2f0<>+12(SB)/2, $0x0000
+DATA lutP2f0<>+14(SB)/2, $0x0000
+DATA lutP2f0<>+16(SB)/2, $0x0000
+DATA lutP2f0<>+18(SB)/2, $0x0000
+DATA lutP2f0<>+20(SB)/2, $0x0000
+DATA lutP2f0<>+22(SB)/2, $0x0000
+DATA lutP2f0<>+24(SB)/2, $0x0000
+DATA lutP2f0<>+26(SB)/2, $0x0000
+DATA lutP2f0<>+28(SB)/2, $0x0000
+DATA lutP2f0<>+30(SB)/2, $0x0000
+DATA lutP2f0<>+32(SB)/2, $0x0000
+DATA lutP2f0<>+34(SB)/2, $0x0000
+DATA lutP2f0<>+36(SB)/2, $0x0000
+DATA lutP2f0<>+38(SB)/2, $0x0000
+DATA lutP2f0<>+40(SB)/2, $0x0000
+DATA lutP2f0<>+42(SB)/2, $0x0000
+DATA lutP2f0<>+44(SB)/2, $0x0000
+DATA lutP2f0<>+46(SB)/2, $0x0000
+DATA lutP2f0<>+48(SB)/2, $0x0000
+DATA lutP2f0<>+50(SB)/2, $0x0000
+DATA lutP2f0<>+52(SB)/2, $0x0000
+DATA lutP2f0<>+54(SB)/2, $0x0000
+DATA lutP2f0<>+56(SB)/2, $0x0000
+DATA lutP2f0<>+58(SB)/2, $0x0000
+DATA lutP2f0<>+60(SB)/2, $0x0000
+DATA lutP2f0<>+62(SB)/2, $0x0000
+GLOBL lutP2f0<>(SB), RODATA|NOPTR, $64
+
+DATA lutC2_1<>+0(SB)/2, $0x0000
+DATA lutC2_1<>+2(SB)/2, $0x0000
+DATA lutC2_1<>+4(SB)/2, $0x0001
+DATA lutC2_1<>+6(SB)/2, $0x0001
+DATA lutC2_1<>+8(SB)/2, $0x0001
+DATA lutC2_1<>+10(SB)/2, $0xffff
+DATA lutC2_1<>+12(SB)/2, $0xffff
+DATA lutC2_1<>+14(SB)/2, $0xffff
+DATA lutC2_1<>+16(SB)/2, $0x0000
+DATA lutC2_1<>+18(SB)/2, $0x0000
+DATA lutC2_1<>+20(SB)/2, $0x0000
+DATA lutC2_1<>+22(SB)/2, $0x0001
+DATA lutC2_1<>+24(SB)/2, $0x0001
+DATA lutC2_1<>+26(SB)/2, $0x0001
+DATA lutC2_1<>+28(SB)/2, $0x0000
+DATA lutC2_1<>+30(SB)/2, $0x0000
+DATA lutC2_1<>+32(SB)/2, $0x0000
+DATA lutC2_1<>+34(SB)/2, $0x0000
+DATA lutC2_1<>+36(SB)/2, $0xffff
+DATA lutC2_1<>+38(SB)/2, $0xffff
+DATA lutC2_1<>+40(SB)/2, $0xffff
+DATA lutC2_1<>+42(SB)/2, $0x0001
+DATA lutC2_1<>+44(SB)/2, $0x0001
+DATA lutC2_1<>+46(SB)/2, $0x0001
+DATA lutC2_1<>+48(SB)/2, $0x0000
+DATA lutC2_1<>+50(SB)/2, $0x0000
+DATA lutC2_1<>+52(SB)/2, $0x0000
+DATA lutC2_1<>+54(SB)/2, $0xffff
+DATA lutC2_1<>+56(SB)/2, $0xffff
+DATA lutC2_1<>+58(SB)/2, $0xffff
+DATA lutC2_1<>+60(SB)/2, $0x0000
+DATA lutC2_1<>+62(SB)/2, $0x0000
+GLOBL lutC2_1<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2x1<>+0(SB)/2, $0x0002
+DATA lutP2x1<>+2(SB)/2, $0x0002
+DATA lutP2x1<>+4(SB)/2, $0x0002
+DATA lutP2x1<>+6(SB)/2, $0x0002
+DATA lutP2x1<>+8(SB)/2, $0x0002
+DATA lutP2x1<>+10(SB)/2, $0x0002
+DATA lutP2x1<>+12(SB)/2, $0x0002
+DATA lutP2x1<>+14(SB)/2, $0x0002
+DATA lutP2x1<>+16(SB)/2, $0x0002
+DATA lutP2x1<>+18(SB)/2, $0x0002
+DATA lutP2x1<>+20(SB)/2, $0x0002
+DATA lutP2x1<>+22(SB)/2, $0x0002
+DATA lutP2x1<>+24(SB)/2, $0x0002
+DATA lutP2x1<>+26(SB)/2, $0x0002
+DATA lutP2x1<>+28(SB)/2, $0x0002
+DATA lutP2x1<>+30(SB)/2, $0x0002
+DATA lutP2x1<>+32(SB)/2, $0x0002
+DATA lutP2x1<>+34(SB)/2, $0x0002
+DATA lutP2x1<>+36(SB)/2, $0x0002
+DATA lutP2x1<>+38(SB)/2, $0x0002
+DATA lutP2x1<>+40(SB)/2, $0x0002
+DATA lutP2x1<>+42(SB)/2, $0x0002
+DATA lutP2x1<>+44(SB)/2, $0x0002
+DATA lutP2x1<>+46(SB)/2, $0x0002
+DATA lutP2x1<>+48(SB)/2, $0x0002
+DATA lutP2x1<>+50(SB)/2, $0x0002
+DATA lutP2x1<>+52(SB)/2, $0x0002
+DATA lutP2x1<>+54(SB)/2, $0x0002
+DATA lutP2x1<>+56(SB)/2, $0x0002
+DATA lutP2x1<>+58(SB)/2, $0x0002
+DATA lutP2x1<>+60(SB)/2, $0x0002
+DATA lutP2x1<>+62(SB)/2, $0x0002
+GLOBL lutP2x1<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2f1<>+0(SB)/2, $0x0001
+DATA lutP2f1<>+2(SB)/2, $0x0001
+DATA lutP2f1<>+4(SB)/2, $0x0001
+DATA lutP2f1<>+6(SB)/2, $0x0001
+DATA lutP2f1<>+8(SB)/2, $0x0001
+DATA lutP2f1<>+10(SB)/2, $0x0001
+DATA lutP2f1<>+12(SB)/2, $0x0001
+DATA lutP2f1<>+14(SB)/2, $0x0001
+DATA lutP2f1<>+16(SB)/2, $0x0001
+DATA lutP2f1<>+18(SB)/2, $0x0001
+DATA lutP2f1<>+20(SB)/2, $0x0001
+DATA lutP2f1<>+22(SB)/2, $0x0001
+DATA lutP2f1<>+24(SB)/2, $0x0001
+DATA lutP2f1<>+26(SB)/2, $0x0001
+DATA lutP2f1<>+28(SB)/2, $0x0001
+DATA lutP2f1<>+30(SB)/2, $0x0001
+DATA lutP2f1<>+32(SB)/2, $0x0001
+DATA lutP2f1<>+34(SB)/2, $0x0001
+DATA lutP2f1<>+36(SB)/2, $0x0001
+DATA lutP2f1<>+38(SB)/2, $0x0001
+DATA lutP2f1<>+40(SB)/2, $0x0001
+DATA lutP2f1<>+42(SB)/2, $0x0001
+DATA lutP2f1<>+44(SB)/2, $0x0001
+DATA lutP2f1<>+46(SB)/2, $0x0001
+DATA lutP2f1<>+48(SB)/2, $0x0001
+DATA lutP2f1<>+50(SB)/2, $0x0001
+DATA lutP2f1<>+52(SB)/2, $0x0001
+DATA lutP2f1<>+54(SB)/2, $0x0001
+DATA lutP2f1<>+56(SB)/2, $0x0001
+DATA lutP2f1<>+58(SB)/2, $0x0001
+DATA lutP2f1<>+60(SB)/2, $0x0001
+DATA lutP2f1<>+62(SB)/2, $0x0001
+GLOBL lutP2f1<>(SB), RODATA|NOPTR, $64
+
+DATA lutC2_2<>+0(SB)/2, $0x0000
+DATA lutC2_2<>+2(SB)/2, $0x0001
+DATA lutC2_2<>+4(SB)/2, $0xffff
+DATA lutC2_2<>+6(SB)/2, $0x0000
+DATA lutC2_2<>+8(SB)/2, $0x0001
+DATA lutC2_2<>+10(SB)/2, $0xffff
+DATA lutC2_2<>+12(SB)/2, $0x0000
+DATA lutC2_2<>+14(SB)/2, $0x0001
+DATA lutC2_2<>+16(SB)/2, $0xffff
+DATA lutC2_2<>+18(SB)/2, $0x0000
+DATA lutC2_2<>+20(SB)/2, $0x0001
+DATA lutC2_2<>+22(SB)/2, $0xffff
+DATA lutC2_2<>+24(SB)/2, $0x0000
+DATA lutC2_2<>+26(SB)/2, $0x0001
+DATA lutC2_2<>+28(SB)/2, $0x0000
+DATA lutC2_2<>+30(SB)/2, $0x0000
+DATA lutC2_2<>+32(SB)/2, $0x0000
+DATA lutC2_2<>+34(SB)/2, $0xffff
+DATA lutC2_2<>+36(SB)/2, $0x0001
+DATA lutC2_2<>+38(SB)/2, $0x0000
+DATA lutC2_2<>+40(SB)/2, $0xffff
+DATA lutC2_2<>+42(SB)/2, $0x0001
+DATA lutC2_2<>+44(SB)/2, $0x0000
+DATA lutC2_2<>+46(SB)/2, $0xffff
+DATA lutC2_2<>+48(SB)/2, $0x0001
+DATA lutC2_2<>+50(SB)/2, $0x0000
+DATA lutC2_2<>+52(SB)/2, $0xffff
+DATA lutC2_2<>+54(SB)/2, $0x0001
+DATA lutC2_2<>+56(SB)/2, $0x0000
+DATA lutC2_2<>+58(SB)/2, $0xffff
+DATA lutC2_2<>+60(SB)/2, $0x0000
+DATA lutC2_2<>+62(SB)/2, $0x0000
+GLOBL lutC2_2<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2x2<>+0(SB)/2, $0x0003
+DATA lutP2x2<>+2(SB)/2, $0x0003
+DATA lutP2x2<>+4(SB)/2, $0x0003
+DATA lutP2x2<>+6(SB)/2, $0x0003
+DATA lutP2x2<>+8(SB)/2, $0x0003
+DATA lutP2x2<>+10(SB)/2, $0x0003
+DATA lutP2x2<>+12(SB)/2, $0x0003
+DATA lutP2x2<>+14(SB)/2, $0x0003
+DATA lutP2x2<>+16(SB)/2, $0x0003
+DATA lutP2x2<>+18(SB)/2, $0x0003
+DATA lutP2x2<>+20(SB)/2, $0x0003
+DATA lutP2x2<>+22(SB)/2, $0x0003
+DATA lutP2x2<>+24(SB)/2, $0x0003
+DATA lutP2x2<>+26(SB)/2, $0x0003
+DATA lutP2x2<>+28(SB)/2, $0x0003
+DATA lutP2x2<>+30(SB)/2, $0x0003
+DATA lutP2x2<>+32(SB)/2, $0x0003
+DATA lutP2x2<>+34(SB)/2, $0x0003
+DATA lutP2x2<>+36(SB)/2, $0x0003
+DATA lutP2x2<>+38(SB)/2, $0x0003
+DATA lutP2x2<>+40(SB)/2, $0x0003
+DATA lutP2x2<>+42(SB)/2, $0x0003
+DATA lutP2x2<>+44(SB)/2, $0x0003
+DATA lutP2x2<>+46(SB)/2, $0x0003
+DATA lutP2x2<>+48(SB)/2, $0x0003
+DATA lutP2x2<>+50(SB)/2, $0x0003
+DATA lutP2x2<>+52(SB)/2, $0x0003
+DATA lutP2x2<>+54(SB)/2, $0x0003
+DATA lutP2x2<>+56(SB)/2, $0x0003
+DATA lutP2x2<>+58(SB)/2, $0x0003
+DATA lutP2x2<>+60(SB)/2, $0x0003
+DATA lutP2x2<>+62(SB)/2, $0x0003
+GLOBL lutP2x2<>(SB), RODATA|NOPTR, $64
+
+DATA lutP2f2<>+0(SB)/2, $0x0002
+DATA lutP2f2<>+2(SB)/2, $0x0002
+DATA lutP2f2<>+4(SB)/2, $0x0002
+DATA lutP2f2<>+6(SB)/2, $0x0002
+DATA lutP2f2<>+8(SB)/2, $0x0002
+DATA lutP2f2<>+10(SB)/2, $0x0002
+DATA lutP2f2<>+12(SB)/2, $0x0002
+DATA lutP2f2<>+14(SB)/2, $0x0002
+DATA lutP2f2<>+16(SB)/2, $0x0002
+DATA lutP2f2<>+18(SB)/2, $0x0002
+DATA lutP2f2<>+20(SB)/2, $0x0002
+DATA lutP2f2<>+22(SB)/2, $0x0002
+DATA lutP2f2<>+24(SB)/2, $0x0002
+DATA lutP2f2<>+26(SB)/2, $0x0002
+DATA lutP2f2<>+28(SB)/2, $0x0002
+DATA lutP2f2<>+30(SB)/2, $0x0002
+DATA lutP2f2<>+32(SB)/2, $0x0002
+DATA lutP2f2<>+34(SB)/2, $0x0002
+DATA lutP2f2<>+36(SB)/2, $0x0002
+DATA lutP2f2<>+38(SB)/2, $0x0002
+DATA lutP2f2<>+40(SB)/2, $0x0002
+DATA lutP2f2<>+42(SB)/2, $0x0002
+DATA lutP2f2<>+44(SB)/2, $0x0002
+DATA lutP2f2<>+46(SB)/2, $0x0002
+DATA lutP2f2<>+48(SB)/2, $0x0002
+DATA lutP2f2<>+50(SB)/2, $0x0002
+DATA lutP2f2<>+52(SB)/2, $0x0002
+DATA lutP2f2<>+54(SB)/2, $0x0002
+DATA lutP2f2<>+56(SB)/2, $0x0002
+DATA lutP2f2<>+58(SB)/2, $0x0002
+DATA lutP2f2<>+60(SB)/2, $0x0002
+DATA lutP2f2<>+62(SB)/2, $0x0002
+GLOBL lutP2f2<>(SB), RODATA|NOPTR, $64
+
+DATA lutP1x0<>+0(SB)/2, $0x0000
+DATA lutP1x0<>+2(SB)/2, $0x0000
+DATA lutP1x0<>+4(SB)/2, $0x0000
+DATA lutP1x0<>+6(SB)/2, $0x0000
+DATA lutP1x0<>+8(SB)/2, $0x0000
+DATA lutP1x0<>+10(SB)/2, $0x0000
+DATA lutP1x0<>+12(SB)/2, $0x0000
+DATA lutP1x0<>+14(SB)/2, $0x0000
+DATA lutP1x0<>+16(SB)/2, $0x0000
+DATA lutP1x0<>+18(SB)/2, $0x0000
+DATA lutP1x0<>+20(SB)/2, $0x0000
+DATA lutP1x0<>+22(SB)/2, $0x0000
+DATA lutP1x0<>+24(SB)/2, $0x0000
+DATA lutP1x0<>+26(SB)/2, $0x0000
+DATA lutP1x0<>+28(SB)/2, $0x0000
+DATA lutP1x0<>+30(SB)/2, $0x0000
+DATA lutP1x0<>+32(SB)/2, $0x0002
+DATA lutP1x0<>+34(SB)/2, $0x0002
+DATA lutP1x0<>+36(SB)/2, $0x0002
+DATA lutP1x0<>+38(SB)/2, $0x0002
+DATA lutP1x0<>+40(SB)/2, $0x0002
+DATA lutP1x0<>+42(SB)/2, $0x0002
+DATA lutP1x0<>+44(SB)/2, $0x0002
+DATA lutP1x0<>+46(SB)/2, $0x0002
+DATA lutP1x0<>+48(SB)/2, $0x0002
+DATA lutP1x0<>+50(SB)/2, $0x0002
+DATA lutP1x0<>+52(SB)/2, $0x0002
+DATA lutP1x0<>+54(SB)/2, $0x0002
+DATA lutP1x0<>+56(SB)/2, $0x0002
+DATA lutP1x0<>+58(SB)/2, $0x0002
+DATA lutP1x0<>+60(SB)/2, $0x0002
+DATA lutP1x0<>+62(SB)/2, $0x0002
+GLOBL lutP1x0<>(SB), RODATA|NOPTR, $64
+
+DATA lutP1x1<>+0(SB)/2, $0x0001
+DATA lutP1x1<>+2(SB)/2, $0x0001
+DATA lutP1x1<>+4(SB)/2, $0x0001
+DATA lutP1x1<>+6(SB)/2, $0x0001
+DATA lutP1x1<>+8(SB)/2, $0x0001
+DATA lutP1x1<>+10(SB)/2, $0x0001
+DATA lutP1x1<>+12(SB)/2, $0x0001
+DATA lutP1x1<>+14(SB)/2, $0x0001
+DATA lutP1x1<>+16(SB)/2, $0x0001
+DATA lutP1x1<>+18(SB)/2, $0x0001
+DATA lutP1x1<>+20(SB)/2, $0x0001
+DATA lutP1x1<>+22(SB)/2, $0x0001
+DATA lutP1x1<>+24(SB)/2, $0x0001
+DATA lutP1x1<>+26(SB)/2, $0x0001
+DATA lutP1x1<>+28(SB)/2, $0x0001
+DATA lutP1x1<>+30(SB)/2, $0x0001
+DATA lutP1x1<>+32(SB)/2, $0x0003
+DATA lutP1x1<>+34(SB)/2, $0x0003
+DATA lutP1x1<>+36(SB)/2, $0x0003
+DATA lutP1x1<>+38(SB)/2, $0x0003
+DATA lutP1x1<>+40(SB)/2, $0x0003
+DATA lutP1x1<>+42(SB)/2, $0x0003
+DATA lutP1x1<>+44(SB)/2, $0x0003
+DATA lutP1x1<>+46(SB)/2, $0x0003
+DATA lutP1x1<>+48(SB)/2, $0x0003
+DATA lutP1x1<>+50(SB)/2, $0x0003
+DATA lutP1x1<>+52(SB)/2, $0x0003
+DATA lutP1x1<>+54(SB)/2, $0x0003
+DATA lutP1x1<>+56(SB)/2, $0x0003
+DATA lutP1x1<>+58(SB)/2, $0x0003
+DATA lutP1x1<>+60(SB)/2, $0x0003
+DATA lutP1x1<>+62(SB)/2, $0x0003
+GLOBL lutP1x1<>(SB), RODATA|NOPTR, $64
+
+DATA lutSplitWords<>+0(SB)/1, $0x00
+DATA lutSplitWords<>+1(SB)/1, $0x02
+DATA lutSplitWords<>+2(SB)/1, $0x04
+DATA lutSplitWords<>+3(SB)/1, $0x06
+DATA lutSplitWords<>+4(SB)/1, $0x08
+DATA lutSplitWords<>+5(SB)/1, $0x0a
+DATA lutSplitWords<>+6(SB)/1, $0x0c
+DATA lutSplitWords<>+7(SB)/1, $0x0e
+DATA lutSplitWords<>+8(SB)/1, $0x01
+DATA lutSplitWords<>+9(SB)/1, $0x03
+DATA lutSplitWords<>+10(SB)/1, $0x05
+DATA lutSplitWords<>+11(SB)/1, $0x07
+DATA lutSplitWords<>+12(SB)/1, $0x09
+DATA lutSplitWords<>+13(SB)/1, $0x0b
+DATA lutSplitWords<>+14(SB)/1, $0x0d
+DATA lutSplitWords<>+15(SB)/1, $0x0f
+DATA lutSplitWords<>+16(SB)/1, $0x00
+DATA lutSplitWords<>+17(SB)/1, $0x02
+DATA lutSplitWords<>+18(SB)/1, $0x04
+DATA lutSplitWords<>+19(SB)/1, $0x06
+DATA lutSplitWords<>+20(SB)/1, $0x08
+DATA lutSplitWords<>+21(SB)/1, $0x0a
+DATA lutSplitWords<>+22(SB)/1, $0x0c
+DATA lutSplitWords<>+23(SB)/1, $0x0e
+DATA lutSplitWords<>+24(SB)/1, $0x01
+DATA lutSplitWords<>+25(SB)/1, $0x03
+DATA lutSplitWords<>+26(SB)/1, $0x05
+DATA lutSplitWords<>+27(SB)/1, $0x07
+DATA lutSplitWords<>+28(SB)/1, $0x09
+DATA lutSplitWords<>+29(SB)/1, $0x0b
+DATA lutSplitWords<>+30(SB)/1, $0x0d
+DATA lutSplitWords<>+31(SB)/1, $0x0f
+GLOBL lutSplitWords<>(SB), RODATA|NOPTR, $32
+
+// func lutBuildTL1AVX512(x *int8, units int, dst *byte)
+// Requires: AVX, AVX2, AVX512BW, AVX512F
+TEXT ·lutBuildTL1AVX512(SB), NOSPLIT, $0-24
+	MOVQ      x+0(FP), AX
+	MOVQ      units+8(FP), CX
+	MOVQ      dst+16(FP), DX
+	VMOVDQU16 lutC1_0<>+0(SB), Z0
+	VMOVDQU16 lutC1_1<>+0(SB), Z1
+	VMOVDQU16 lutP1x0<>+0(SB), Z2
+	VMOVDQU16 lutP1x1<>+0(SB), Z3
+	TESTQ     CX, CX
+	JZ        lut1z_done
+
+lut1z_u:
+	VPBROADCASTD (AX), X4
+	VPMOVSXBW    X4, Y4
+	VINSERTI64X4 $0x01, Y4, Z4, Z4
+	VPERMW       Z4, Z2, Z5
+	VPERMW       Z4, Z3, Z6
+	VPMULLW      Z0, Z5, Z5
+	VPMULLW      Z1, Z6, Z6
+	VPADDW       Z6, Z5, Z5
+	VMOVDQU16    Z5, (DX)
+	ADDQ         $0x04, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JNZ          lut1z_u
+
+lut1z_done:
+	VZEROUPPER
+	RET
+
+// func lutBuildTL2AVX512(x *int8, triples int, dst *byte)
+// Requires: AVX, AVX2, AVX512BW, AVX512F
+TEXT ·lutBuildTL2AVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         triples+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	VMOVDQU16    lutC2_0<>+0(SB), Z3
+	VMOVDQU16    lutC2_1<>+0(SB), Z4
+	VMOVDQU16    lutC2_2<>+0(SB), Z5
+	VMOVDQU16    lutP2f0<>+0(SB), Z6
+	VMOVDQU16    lutP2f1<>+0(SB), Z7
+	VMOVDQU16    lutP2f2<>+0(SB), Z8
+	TESTQ        CX, CX
+	JZ           lut2z_done
+	VPBROADCASTD (AX), X0
+	VPMOVSXBW    X0, Y0
+	VINSERTI64X4 $0x01, Y0, Z0, Z0
+	VPERMW       Z0, Z6, Z1
+	VPMULLW      Z3, Z1, Z1
+	VPERMW       Z0, Z7, Z2
+	VPMULLW      Z4, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMW       Z0, Z8, Z2
+	VPMULLW      Z5, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VMOVDQU16    Z1, (DX)
+	ADDQ         $0x03, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JZ           lut2z_done
+	VMOVDQU16    lutP2x0<>+0(SB), Z6
+	VMOVDQU16    lutP2x1<>+0(SB), Z7
+	VMOVDQU16    lutP2x2<>+0(SB), Z8
+
+lut2z_t:
+	VPBROADCASTD -1(AX), X0
+	VPMOVSXBW    X0, Y0
+	VINSERTI64X4 $0x01, Y0, Z0, Z0
+	VPERMW       Z0, Z6, Z1
+	VPMULLW      Z3, Z1, Z1
+	VPERMW       Z0, Z7, Z2
+	VPMULLW      Z4, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMW       Z0, Z8, Z2
+	VPMULLW      Z5, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VMOVDQU16    Z1, (DX)
+	ADDQ         $0x03, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JNZ          lut2z_t
+
+lut2z_done:
+	VZEROUPPER
+	RET
+
+// func lutBuildTL1AVX2(x *int8, units int, dst *byte)
+// Requires: AVX, AVX2
+TEXT ·lutBuildTL1AVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    units+8(FP), CX
+	MOVQ    dst+16(FP), DX
+	VMOVDQU lutC1_0<>+0(SB), Y0
+	VMOVDQU lutC1_1<>+0(SB), Y1
+	VMOVDQU lutSplitWords<>+0(SB), Y2
+	TESTQ   CX, CX
+	JZ      lut1y_done
+
+lut1y_u:
+	VPBROADCASTB (AX), X3
+	VPMOVSXBW    X3, Y3
+	VPBROADCASTB 1(AX), X4
+	VPMOVSXBW    X4, Y4
+	VPMULLW      Y0, Y3, Y3
+	VPMULLW      Y1, Y4, Y4
+	VPADDW       Y4, Y3, Y3
+	VPSHUFB      Y2, Y3, Y3
+	VPERMQ       $0xd8, Y3, Y3
+	VMOVDQU      Y3, (DX)
+	VPBROADCASTB 2(AX), X3
+	VPMOVSXBW    X3, Y3
+	VPBROADCASTB 3(AX), X4
+	VPMOVSXBW    X4, Y4
+	VPMULLW      Y0, Y3, Y3
+	VPMULLW      Y1, Y4, Y4
+	VPADDW       Y4, Y3, Y3
+	VPSHUFB      Y2, Y3, Y3
+	VPERMQ       $0xd8, Y3, Y3
+	VMOVDQU      Y3, 32(DX)
+	ADDQ         $0x04, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JNZ          lut1y_u
+
+lut1y_done:
+	VZEROUPPER
+	RET
+
+// func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
+// Requires: AVX, AVX2
+TEXT ·lutBuildTL2AVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    triples+8(FP), CX
+	MOVQ    dst+16(FP), DX
+	VMOVDQU lutC2_0<>+0(SB), Y0
+	VMOVDQU lutC2_1<>+0(SB), Y1
+	VMOVDQU lutC2_2<>+0(SB), Y2
+	VMOVDQU lutSplitWords<>+0(SB), Y3
+	TESTQ   CX, CX
+	JZ      lut2y_done
+
+lut2y_t:
+	VPBROADCASTB (AX), X4
+	VPMOVSXBW    X4, Y4
+	VPMULLW      Y0, Y4, Y4
+	VPBROADCASTB 1(AX), X5
+	VPMOVSXBW    X5, Y5
+	VPMULLW      Y1, Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPBROADCASTB 2(AX), X5
+	VPMOVSXBW    X5, Y5
+	VPMULLW      Y2, Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPSHUFB      Y3, Y4, Y4
+	VPERMQ       $0xd8, Y4, Y4
+	VMOVDQU      Y4, (DX)
+	ADDQ         $0x03, AX
+	ADDQ         $0x20, DX
+	DECQ         CX
+	JNZ          lut2y_t
+
+lut2y_done:
+	VZEROUPPER
+	RET
+
+// func sumInt8AVX2(x *int8, n int) int32
+// Requires: AVX, AVX2, AVX512F, AVX512VL
+TEXT ·sumInt8AVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x80808080, DX
+	VPBROADCASTD DX, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	MOVQ         CX, DX
+	SHRQ         $0x05, DX
+	JZ           sum8_done
+
+sum8_l:
+	VPXOR   (AX), Y0, Y3
+	VPSADBW Y1, Y3, Y3
+	VPADDQ  Y3, Y2, Y2
+	ADDQ    $0x20, AX
+	DECQ    DX
+	JNZ     sum8_l
+
+sum8_done:
+	VEXTRACTI128 $0x01, Y2, X3
+	VPADDQ       X3, X2, X2
+	VPSHUFD      $0x4e, X2, X3
+	VPADDQ       X3, X2, X2
+	VMOVQ        X2, AX
+	SHLQ         $0x07, CX
+	SUBQ         CX, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
 DATA pairPerm<>+0(SB)/1, $0x00
 DATA pairPerm<>+1(SB)/1, $0x01
 DATA pairPerm<>+2(SB)/1, $0x02
@@ -841,312 +1517,6 @@ lutTL2T1AVX512_brest:
 lutTL2T1AVX512_brest_done:
 	VZEROUPPER
 	RET
-
-DATA lutC2_0<>+0(SB)/2, $0x0000
-DATA lutC2_0<>+2(SB)/2, $0x0000
-DATA lutC2_0<>+4(SB)/2, $0x0000
-DATA lutC2_0<>+6(SB)/2, $0x0000
-DATA lutC2_0<>+8(SB)/2, $0x0000
-DATA lutC2_0<>+10(SB)/2, $0x0001
-DATA lutC2_0<>+12(SB)/2, $0x0001
-DATA lutC2_0<>+14(SB)/2, $0x0001
-DATA lutC2_0<>+16(SB)/2, $0x0001
-DATA lutC2_0<>+18(SB)/2, $0x0001
-DATA lutC2_0<>+20(SB)/2, $0x0001
-DATA lutC2_0<>+22(SB)/2, $0x0001
-DATA lutC2_0<>+24(SB)/2, $0x0001
-DATA lutC2_0<>+26(SB)/2, $0x0001
-DATA lutC2_0<>+28(SB)/2, $0x0000
-DATA lutC2_0<>+30(SB)/2, $0x0000
-DATA lutC2_0<>+32(SB)/2, $0x0000
-DATA lutC2_0<>+34(SB)/2, $0x0000
-DATA lutC2_0<>+36(SB)/2, $0x0000
-DATA lutC2_0<>+38(SB)/2, $0x0000
-DATA lutC2_0<>+40(SB)/2, $0x0000
-DATA lutC2_0<>+42(SB)/2, $0xffff
-DATA lutC2_0<>+44(SB)/2, $0xffff
-DATA lutC2_0<>+46(SB)/2, $0xffff
-DATA lutC2_0<>+48(SB)/2, $0xffff
-DATA lutC2_0<>+50(SB)/2, $0xffff
-DATA lutC2_0<>+52(SB)/2, $0xffff
-DATA lutC2_0<>+54(SB)/2, $0xffff
-DATA lutC2_0<>+56(SB)/2, $0xffff
-DATA lutC2_0<>+58(SB)/2, $0xffff
-DATA lutC2_0<>+60(SB)/2, $0x0000
-DATA lutC2_0<>+62(SB)/2, $0x0000
-GLOBL lutC2_0<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2x0<>+0(SB)/2, $0x0001
-DATA lutP2x0<>+2(SB)/2, $0x0001
-DATA lutP2x0<>+4(SB)/2, $0x0001
-DATA lutP2x0<>+6(SB)/2, $0x0001
-DATA lutP2x0<>+8(SB)/2, $0x0001
-DATA lutP2x0<>+10(SB)/2, $0x0001
-DATA lutP2x0<>+12(SB)/2, $0x0001
-DATA lutP2x0<>+14(SB)/2, $0x0001
-DATA lutP2x0<>+16(SB)/2, $0x0001
-DATA lutP2x0<>+18(SB)/2, $0x0001
-DATA lutP2x0<>+20(SB)/2, $0x0001
-DATA lutP2x0<>+22(SB)/2, $0x0001
-DATA lutP2x0<>+24(SB)/2, $0x0001
-DATA lutP2x0<>+26(SB)/2, $0x0001
-DATA lutP2x0<>+28(SB)/2, $0x0001
-DATA lutP2x0<>+30(SB)/2, $0x0001
-DATA lutP2x0<>+32(SB)/2, $0x0001
-DATA lutP2x0<>+34(SB)/2, $0x0001
-DATA lutP2x0<>+36(SB)/2, $0x0001
-DATA lutP2x0<>+38(SB)/2, $0x0001
-DATA lutP2x0<>+40(SB)/2, $0x0001
-DATA lutP2x0<>+42(SB)/2, $0x0001
-DATA lutP2x0<>+44(SB)/2, $0x0001
-DATA lutP2x0<>+46(SB)/2, $0x0001
-DATA lutP2x0<>+48(SB)/2, $0x0001
-DATA lutP2x0<>+50(SB)/2, $0x0001
-DATA lutP2x0<>+52(SB)/2, $0x0001
-DATA lutP2x0<>+54(SB)/2, $0x0001
-DATA lutP2x0<>+56(SB)/2, $0x0001
-DATA lutP2x0<>+58(SB)/2, $0x0001
-DATA lutP2x0<>+60(SB)/2, $0x0001
-DATA lutP2x0<>+62(SB)/2, $0x0001
-GLOBL lutP2x0<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2f0<>+0(SB)/2, $0x0000
-DATA lutP2f0<>+2(SB)/2, $0x0000
-DATA lutP2f0<>+4(SB)/2, $0x0000
-DATA lutP2f0<>+6(SB)/2, $0x0000
-DATA lutP2f0<>+8(SB)/2, $0x0000
-DATA lutP2f0<>+10(SB)/2, $0x0000
-DATA lutP2f0<>+12(SB)/2, $0x0000
-DATA lutP2f0<>+14(SB)/2, $0x0000
-DATA lutP2f0<>+16(SB)/2, $0x0000
-DATA lutP2f0<>+18(SB)/2, $0x0000
-DATA lutP2f0<>+20(SB)/2, $0x0000
-DATA lutP2f0<>+22(SB)/2, $0x0000
-DATA lutP2f0<>+24(SB)/2, $0x0000
-DATA lutP2f0<>+26(SB)/2, $0x0000
-DATA lutP2f0<>+28(SB)/2, $0x0000
-DATA lutP2f0<>+30(SB)/2, $0x0000
-DATA lutP2f0<>+32(SB)/2, $0x0000
-DATA lutP2f0<>+34(SB)/2, $0x0000
-DATA lutP2f0<>+36(SB)/2, $0x0000
-DATA lutP2f0<>+38(SB)/2, $0x0000
-DATA lutP2f0<>+40(SB)/2, $0x0000
-DATA lutP2f0<>+42(SB)/2, $0x0000
-DATA lutP2f0<>+44(SB)/2, $0x0000
-DATA lutP2f0<>+46(SB)/2, $0x0000
-DATA lutP2f0<>+48(SB)/2, $0x0000
-DATA lutP2f0<>+50(SB)/2, $0x0000
-DATA lutP2f0<>+52(SB)/2, $0x0000
-DATA lutP2f0<>+54(SB)/2, $0x0000
-DATA lutP2f0<>+56(SB)/2, $0x0000
-DATA lutP2f0<>+58(SB)/2, $0x0000
-DATA lutP2f0<>+60(SB)/2, $0x0000
-DATA lutP2f0<>+62(SB)/2, $0x0000
-GLOBL lutP2f0<>(SB), RODATA|NOPTR, $64
-
-DATA lutC2_1<>+0(SB)/2, $0x0000
-DATA lutC2_1<>+2(SB)/2, $0x0000
-DATA lutC2_1<>+4(SB)/2, $0x0001
-DATA lutC2_1<>+6(SB)/2, $0x0001
-DATA lutC2_1<>+8(SB)/2, $0x0001
-DATA lutC2_1<>+10(SB)/2, $0xffff
-DATA lutC2_1<>+12(SB)/2, $0xffff
-DATA lutC2_1<>+14(SB)/2, $0xffff
-DATA lutC2_1<>+16(SB)/2, $0x0000
-DATA lutC2_1<>+18(SB)/2, $0x0000
-DATA lutC2_1<>+20(SB)/2, $0x0000
-DATA lutC2_1<>+22(SB)/2, $0x0001
-DATA lutC2_1<>+24(SB)/2, $0x0001
-DATA lutC2_1<>+26(SB)/2, $0x0001
-DATA lutC2_1<>+28(SB)/2, $0x0000
-DATA lutC2_1<>+30(SB)/2, $0x0000
-DATA lutC2_1<>+32(SB)/2, $0x0000
-DATA lutC2_1<>+34(SB)/2, $0x0000
-DATA lutC2_1<>+36(SB)/2, $0xffff
-DATA lutC2_1<>+38(SB)/2, $0xffff
-DATA lutC2_1<>+40(SB)/2, $0xffff
-DATA lutC2_1<>+42(SB)/2, $0x0001
-DATA lutC2_1<>+44(SB)/2, $0x0001
-DATA lutC2_1<>+46(SB)/2, $0x0001
-DATA lutC2_1<>+48(SB)/2, $0x0000
-DATA lutC2_1<>+50(SB)/2, $0x0000
-DATA lutC2_1<>+52(SB)/2, $0x0000
-DATA lutC2_1<>+54(SB)/2, $0xffff
-DATA lutC2_1<>+56(SB)/2, $0xffff
-DATA lutC2_1<>+58(SB)/2, $0xffff
-DATA lutC2_1<>+60(SB)/2, $0x0000
-DATA lutC2_1<>+62(SB)/2, $0x0000
-GLOBL lutC2_1<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2x1<>+0(SB)/2, $0x0002
-DATA lutP2x1<>+2(SB)/2, $0x0002
-DATA lutP2x1<>+4(SB)/2, $0x0002
-DATA lutP2x1<>+6(SB)/2, $0x0002
-DATA lutP2x1<>+8(SB)/2, $0x0002
-DATA lutP2x1<>+10(SB)/2, $0x0002
-DATA lutP2x1<>+12(SB)/2, $0x0002
-DATA lutP2x1<>+14(SB)/2, $0x0002
-DATA lutP2x1<>+16(SB)/2, $0x0002
-DATA lutP2x1<>+18(SB)/2, $0x0002
-DATA lutP2x1<>+20(SB)/2, $0x0002
-DATA lutP2x1<>+22(SB)/2, $0x0002
-DATA lutP2x1<>+24(SB)/2, $0x0002
-DATA lutP2x1<>+26(SB)/2, $0x0002
-DATA lutP2x1<>+28(SB)/2, $0x0002
-DATA lutP2x1<>+30(SB)/2, $0x0002
-DATA lutP2x1<>+32(SB)/2, $0x0002
-DATA lutP2x1<>+34(SB)/2, $0x0002
-DATA lutP2x1<>+36(SB)/2, $0x0002
-DATA lutP2x1<>+38(SB)/2, $0x0002
-DATA lutP2x1<>+40(SB)/2, $0x0002
-DATA lutP2x1<>+42(SB)/2, $0x0002
-DATA lutP2x1<>+44(SB)/2, $0x0002
-DATA lutP2x1<>+46(SB)/2, $0x0002
-DATA lutP2x1<>+48(SB)/2, $0x0002
-DATA lutP2x1<>+50(SB)/2, $0x0002
-DATA lutP2x1<>+52(SB)/2, $0x0002
-DATA lutP2x1<>+54(SB)/2, $0x0002
-DATA lutP2x1<>+56(SB)/2, $0x0002
-DATA lutP2x1<>+58(SB)/2, $0x0002
-DATA lutP2x1<>+60(SB)/2, $0x0002
-DATA lutP2x1<>+62(SB)/2, $0x0002
-GLOBL lutP2x1<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2f1<>+0(SB)/2, $0x0001
-DATA lutP2f1<>+2(SB)/2, $0x0001
-DATA lutP2f1<>+4(SB)/2, $0x0001
-DATA lutP2f1<>+6(SB)/2, $0x0001
-DATA lutP2f1<>+8(SB)/2, $0x0001
-DATA lutP2f1<>+10(SB)/2, $0x0001
-DATA lutP2f1<>+12(SB)/2, $0x0001
-DATA lutP2f1<>+14(SB)/2, $0x0001
-DATA lutP2f1<>+16(SB)/2, $0x0001
-DATA lutP2f1<>+18(SB)/2, $0x0001
-DATA lutP2f1<>+20(SB)/2, $0x0001
-DATA lutP2f1<>+22(SB)/2, $0x0001
-DATA lutP2f1<>+24(SB)/2, $0x0001
-DATA lutP2f1<>+26(SB)/2, $0x0001
-DATA lutP2f1<>+28(SB)/2, $0x0001
-DATA lutP2f1<>+30(SB)/2, $0x0001
-DATA lutP2f1<>+32(SB)/2, $0x0001
-DATA lutP2f1<>+34(SB)/2, $0x0001
-DATA lutP2f1<>+36(SB)/2, $0x0001
-DATA lutP2f1<>+38(SB)/2, $0x0001
-DATA lutP2f1<>+40(SB)/2, $0x0001
-DATA lutP2f1<>+42(SB)/2, $0x0001
-DATA lutP2f1<>+44(SB)/2, $0x0001
-DATA lutP2f1<>+46(SB)/2, $0x0001
-DATA lutP2f1<>+48(SB)/2, $0x0001
-DATA lutP2f1<>+50(SB)/2, $0x0001
-DATA lutP2f1<>+52(SB)/2, $0x0001
-DATA lutP2f1<>+54(SB)/2, $0x0001
-DATA lutP2f1<>+56(SB)/2, $0x0001
-DATA lutP2f1<>+58(SB)/2, $0x0001
-DATA lutP2f1<>+60(SB)/2, $0x0001
-DATA lutP2f1<>+62(SB)/2, $0x0001
-GLOBL lutP2f1<>(SB), RODATA|NOPTR, $64
-
-DATA lutC2_2<>+0(SB)/2, $0x0000
-DATA lutC2_2<>+2(SB)/2, $0x0001
-DATA lutC2_2<>+4(SB)/2, $0xffff
-DATA lutC2_2<>+6(SB)/2, $0x0000
-DATA lutC2_2<>+8(SB)/2, $0x0001
-DATA lutC2_2<>+10(SB)/2, $0xffff
-DATA lutC2_2<>+12(SB)/2, $0x0000
-DATA lutC2_2<>+14(SB)/2, $0x0001
-DATA lutC2_2<>+16(SB)/2, $0xffff
-DATA lutC2_2<>+18(SB)/2, $0x0000
-DATA lutC2_2<>+20(SB)/2, $0x0001
-DATA lutC2_2<>+22(SB)/2, $0xffff
-DATA lutC2_2<>+24(SB)/2, $0x0000
-DATA lutC2_2<>+26(SB)/2, $0x0001
-DATA lutC2_2<>+28(SB)/2, $0x0000
-DATA lutC2_2<>+30(SB)/2, $0x0000
-DATA lutC2_2<>+32(SB)/2, $0x0000
-DATA lutC2_2<>+34(SB)/2, $0xffff
-DATA lutC2_2<>+36(SB)/2, $0x0001
-DATA lutC2_2<>+38(SB)/2, $0x0000
-DATA lutC2_2<>+40(SB)/2, $0xffff
-DATA lutC2_2<>+42(SB)/2, $0x0001
-DATA lutC2_2<>+44(SB)/2, $0x0000
-DATA lutC2_2<>+46(SB)/2, $0xffff
-DATA lutC2_2<>+48(SB)/2, $0x0001
-DATA lutC2_2<>+50(SB)/2, $0x0000
-DATA lutC2_2<>+52(SB)/2, $0xffff
-DATA lutC2_2<>+54(SB)/2, $0x0001
-DATA lutC2_2<>+56(SB)/2, $0x0000
-DATA lutC2_2<>+58(SB)/2, $0xffff
-DATA lutC2_2<>+60(SB)/2, $0x0000
-DATA lutC2_2<>+62(SB)/2, $0x0000
-GLOBL lutC2_2<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2x2<>+0(SB)/2, $0x0003
-DATA lutP2x2<>+2(SB)/2, $0x0003
-DATA lutP2x2<>+4(SB)/2, $0x0003
-DATA lutP2x2<>+6(SB)/2, $0x0003
-DATA lutP2x2<>+8(SB)/2, $0x0003
-DATA lutP2x2<>+10(SB)/2, $0x0003
-DATA lutP2x2<>+12(SB)/2, $0x0003
-DATA lutP2x2<>+14(SB)/2, $0x0003
-DATA lutP2x2<>+16(SB)/2, $0x0003
-DATA lutP2x2<>+18(SB)/2, $0x0003
-DATA lutP2x2<>+20(SB)/2, $0x0003
-DATA lutP2x2<>+22(SB)/2, $0x0003
-DATA lutP2x2<>+24(SB)/2, $0x0003
-DATA lutP2x2<>+26(SB)/2, $0x0003
-DATA lutP2x2<>+28(SB)/2, $0x0003
-DATA lutP2x2<>+30(SB)/2, $0x0003
-DATA lutP2x2<>+32(SB)/2, $0x0003
-DATA lutP2x2<>+34(SB)/2, $0x0003
-DATA lutP2x2<>+36(SB)/2, $0x0003
-DATA lutP2x2<>+38(SB)/2, $0x0003
-DATA lutP2x2<>+40(SB)/2, $0x0003
-DATA lutP2x2<>+42(SB)/2, $0x0003
-DATA lutP2x2<>+44(SB)/2, $0x0003
-DATA lutP2x2<>+46(SB)/2, $0x0003
-DATA lutP2x2<>+48(SB)/2, $0x0003
-DATA lutP2x2<>+50(SB)/2, $0x0003
-DATA lutP2x2<>+52(SB)/2, $0x0003
-DATA lutP2x2<>+54(SB)/2, $0x0003
-DATA lutP2x2<>+56(SB)/2, $0x0003
-DATA lutP2x2<>+58(SB)/2, $0x0003
-DATA lutP2x2<>+60(SB)/2, $0x0003
-DATA lutP2x2<>+62(SB)/2, $0x0003
-GLOBL lutP2x2<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2f2<>+0(SB)/2, $0x0002
-DATA lutP2f2<>+2(SB)/2, $0x0002
-DATA lutP2f2<>+4(SB)/2, $0x0002
-DATA lutP2f2<>+6(SB)/2, $0x0002
-DATA lutP2f2<>+8(SB)/2, $0x0002
-DATA lutP2f2<>+10(SB)/2, $0x0002
-DATA lutP2f2<>+12(SB)/2, $0x0002
-DATA lutP2f2<>+14(SB)/2, $0x0002
-DATA lutP2f2<>+16(SB)/2, $0x0002
-DATA lutP2f2<>+18(SB)/2, $0x0002
-DATA lutP2f2<>+20(SB)/2, $0x0002
-DATA lutP2f2<>+22(SB)/2, $0x0002
-DATA lutP2f2<>+24(SB)/2, $0x0002
-DATA lutP2f2<>+26(SB)/2, $0x0002
-DATA lutP2f2<>+28(SB)/2, $0x0002
-DATA lutP2f2<>+30(SB)/2, $0x0002
-DATA lutP2f2<>+32(SB)/2, $0x0002
-DATA lutP2f2<>+34(SB)/2, $0x0002
-DATA lutP2f2<>+36(SB)/2, $0x0002
-DATA lutP2f2<>+38(SB)/2, $0x0002
-DATA lutP2f2<>+40(SB)/2, $0x0002
-DATA lutP2f2<>+42(SB)/2, $0x0002
-DATA lutP2f2<>+44(SB)/2, $0x0002
-DATA lutP2f2<>+46(SB)/2, $0x0002
-DATA lutP2f2<>+48(SB)/2, $0x0002
-DATA lutP2f2<>+50(SB)/2, $0x0002
-DATA lutP2f2<>+52(SB)/2, $0x0002
-DATA lutP2f2<>+54(SB)/2, $0x0002
-DATA lutP2f2<>+56(SB)/2, $0x0002
-DATA lutP2f2<>+58(SB)/2, $0x0002
-DATA lutP2f2<>+60(SB)/2, $0x0002
-DATA lutP2f2<>+62(SB)/2, $0x0002
-GLOBL lutP2f2<>(SB), RODATA|NOPTR, $64
 
 // func gemvInt2T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+

@@ -29,6 +29,7 @@ var (
 )
 
 func genGemv() {
+	genLUTBuilders() // the tl1/tl2 table builders, whose tables the one-token tl2 kernel shares
 	var pp []byte
 	for d := 0; d < 16; d++ {
 		for i := 0; i < 4; i++ {

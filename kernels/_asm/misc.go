@@ -11,7 +11,6 @@ import (
 // genMisc writes the measurement loops of package kernels: a read-bandwidth loop and an
 // int8 VNNI peak loop.
 func genMisc() {
-	genLUTBuilders()
 	genActHelpers()
 	for _, z := range []bool{true, false} {
 		name := "readBytesAVX2"
@@ -147,30 +146,10 @@ func pickTable(name string, lo, hi int) Mem {
 	return wordTable(name, w)
 }
 
-// tl2Consts are the tabTL2Z builder's constant tables in the file being generated (they
-// are file-local symbols: each file that builds tl2 tables defines its own).
-var tl2Consts struct {
-	coef, pick, first [3]Mem // coefficients, picks of x[-1..2], picks of x[0..3]
-	defined           bool
-}
-
-// tl2Tables defines the tl2 builders' constant tables in this file once and returns them.
-func tl2Tables() *struct {
-	coef, pick, first [3]Mem
-	defined           bool
-} {
-	c := &tl2Consts
-	if !c.defined {
-		co := lutBuildCoefs(true)
-		for i := 0; i < 3; i++ {
-			c.coef[i] = wordTable(fmt.Sprintf("lutC2_%d", i), co[i][:])
-			c.pick[i] = pickTable(fmt.Sprintf("lutP2x%d", i), i+1, i+1)
-			c.first[i] = pickTable(fmt.Sprintf("lutP2f%d", i), i, i)
-		}
-		c.defined = true
-	}
-	return c
-}
+// tl2Coef, tl2Pick and tl2First are the tabTL2Z builder's constant tables (coefficients,
+// word picks of x[-1..2], of x[0..3]), defined by genLUTBuilders in the gemv file, whose
+// one-token tl2 kernel builds tables too.
+var tl2Coef, tl2Pick, tl2First [3]Mem
 
 // tl2Builder emits the tabTL2Z table builder's step for one triple: broadcast the triple's
 // activations as words, pick x0, x1, x2 into every lane, multiply by the entries' ternary
@@ -184,10 +163,9 @@ type tl2Builder struct {
 // newTL2Builder loads the constants into registers from p (picks of x[-1..2] unless first)
 // and uses v, acc and tm as scratch.
 func newTL2Builder(p *pool, first bool, v, acc, tm VecPhysical) *tl2Builder {
-	c := tl2Tables()
 	b := &tl2Builder{cs: p.getn(3), ix: p.getn(3), v: v, acc: acc, tm: tm}
 	for i := range b.cs {
-		VMOVDQU16(c.coef[i], b.cs[i])
+		VMOVDQU16(tl2Coef[i], b.cs[i])
 	}
 	b.picks(first)
 	return b
@@ -197,9 +175,9 @@ func newTL2Builder(p *pool, first bool, v, acc, tm VecPhysical) *tl2Builder {
 func (b *tl2Builder) picks(first bool) {
 	for i := range b.ix {
 		if first {
-			VMOVDQU16(tl2Consts.first[i], b.ix[i])
+			VMOVDQU16(tl2First[i], b.ix[i])
 		} else {
-			VMOVDQU16(tl2Consts.pick[i], b.ix[i])
+			VMOVDQU16(tl2Pick[i], b.ix[i])
 		}
 	}
 }
@@ -226,10 +204,15 @@ func (b *tl2Builder) triple(src, dst Mem) {
 // first triple; it reads x[-1] for every triple but the first, so x must not be the first
 // byte of an allocation unless triples == 1), and the AVX2 builders the byte-plane layouts.
 func genLUTBuilders() {
-	c1 := lutBuildCoefs(false)
+	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
 	var t1 [2]Mem
 	for i := range t1 {
 		t1[i] = wordTable(fmt.Sprintf("lutC1_%d", i), c1[i][:])
+	}
+	for i := 0; i < 3; i++ {
+		tl2Coef[i] = wordTable(fmt.Sprintf("lutC2_%d", i), c2[i][:])
+		tl2Pick[i] = pickTable(fmt.Sprintf("lutP2x%d", i), i+1, i+1)
+		tl2First[i] = pickTable(fmt.Sprintf("lutP2f%d", i), i, i)
 	}
 	p1x0, p1x1 := pickTable("lutP1x0", 0, 2), pickTable("lutP1x1", 1, 3)
 	var split []byte
@@ -354,7 +337,7 @@ func genLUTBuilders() {
 		p := newPool(false)
 		cs := p.getn(3)
 		for i := range cs {
-			VMOVDQU(tl2Tables().coef[i], cs[i])
+			VMOVDQU(tl2Coef[i], cs[i])
 		}
 		sp := p.get()
 		VMOVDQU(splitW, sp)
