@@ -585,8 +585,6 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 					}
 				}
 				tab = unsafe.Pointer(&buf[0])
-				// One token: the tail goes with the chunk's last blocks. More: the kernels take
-				// row blocks in pairs only in calls without units, so the tail has its own.
 				// The chunk's last call prefetches the next chunk's first pieces in its last row
 				// blocks: where this thread's stream goes on (past its range is another
 				// thread's; measured with two threads on 4096x14336: +6% per token when memory
@@ -596,7 +594,9 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 					o, _ := ly.TL2Piece(rb0, c+1)
 					next = unsafe.Add(data, o)
 				}
-				sep := units > 0 && (T > 1 || bc == 0) // the tail in a call of its own
+				// One token: the tail goes with the chunk's last blocks. More: the kernels take
+				// row blocks in pairs only in calls without units, so the tail has its own.
+				sep := units > 0 && (T > 1 || bc == 0)
 				for s0 := 0; s0 < bc; s0 += cb {
 					nbk, uu, nx := min(cb, bc-s0), 0, unsafe.Pointer(nil)
 					if s0+nbk == bc && !sep {
