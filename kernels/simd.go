@@ -488,11 +488,14 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	}
 }
 
-// tl2Ahead is how many row blocks (pieces of a chunk, 3840 bytes each) ahead the one-token
-// tl2 kernel prefetches. With two threads on a fast memory system (55 GB/s), 4 measured
-// 1.146x i2s per token on 4096x14336 against 1.107x for 2 (3: 1.140, 5: 1.133); with
-// slower memory, and with one thread, they are within 1%.
-const tl2Ahead = 4
+// tl2Ahead is how many row blocks (pieces of a chunk, 3840 bytes each on 4096x14336) ahead
+// the one-token tl2 kernel prefetches. Prefetching further fills L1 with weights the kernel
+// will not read for a while, at the expense of the chunk's tables: cache-resident (when
+// compute, not memory, is the limit) 3 ran 3-5% faster than 4, with 1 and 2 threads; from
+// DRAM 3 and 4 are within 1.3% (3 ahead in all four cases of the 8B shapes and 1 and 2
+// threads, 21 interleaved rounds), and 2 lost 2-3% with one thread and 3.5% with two on a
+// fast memory system.
+const tl2Ahead = 3
 
 // lutChunkBytes is the tables' size (all tokens of a group) in one K chunk of the
 // lookup-table kernels: the chunk's tables stay in L1 while every row block of the range
