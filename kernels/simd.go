@@ -662,17 +662,16 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 // threadBuf is one Run call's private memory, argument blocks included (an indirect
 // call makes its arguments escape; pooling them avoids an allocation per call).
 type threadBuf struct {
-	sums   []int32
-	lut    []byte // tl2: one chunk's tables, built by this thread
-	b      []byte
-	stream []byte // a tl2 row block gathered for the GEMM unpack
-	g      gemvArgs
-	mm     gemmArgs
-	ua     unpackArgs
-	la     lutArgs
-	epi    epiArgs
-	f      floatArgs
-	tab    [32]byte
+	sums []int32
+	lut  []byte // tl2: one chunk's tables, built by this thread
+	b    []byte
+	g    gemvArgs
+	mm   gemmArgs
+	ua   unpackArgs
+	la   lutArgs
+	epi  epiArgs
+	f    floatArgs
+	tab  [32]byte
 }
 
 func (tb *threadBuf) release() {
@@ -751,8 +750,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			ua.N, ua.N2 = ly.Kp/128, ly.Kp/128*128
-		case quantcfg.TL2:
-			ua.N, ua.N2 = ly.K3/TL2Block, ly.Kp1/4
+		case quantcfg.TL2: // per chunk, below
 		case quantcfg.Int1:
 			ua.N = ly.Kp / 8
 		default:
@@ -763,7 +761,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			ua.Tab = unsafe.Pointer(&tb.tab[0])
 		}
 	} else {
-		step := max(k.ops.kstep, 1) // tl2 has no steps (Aux, Aux2 say what to run)
+		step := max(k.ops.kstep, 1)
 		segLen := ly.Kp
 		if l.SegLen > 0 {
 			segLen = l.SegLen
@@ -778,8 +776,6 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			g.Aux = ly.Kp / 128 * 128
-		case quantcfg.TL2:
-			g.Aux, g.Aux2 = ly.K3/TL2Block, ly.Kp1/4
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -792,11 +788,20 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Bias = unsafe.Pointer(&lp.bias[m0])
 		}
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
-		if k.format == quantcfg.TL2 { // gathered from its chunks (tb.stream never aliases a blob)
-			tb.stream = ly.RowBlockData(l.Data, rb, tb.stream)
-			w = unsafe.Pointer(&tb.stream[0])
-		}
-		if p.gemm {
+		if p.gemm && k.format == quantcfg.TL2 {
+			// The row block's stream lies in one piece per chunk: unpack each where it is, its
+			// blocks to their place in B (12 quads of 128 bytes per block), the tail with the last.
+			nc := ly.TL2Chunks()
+			for c := 0; c < nc; c++ {
+				b0, bc := ly.TL2ChunkBlocks(c)
+				off, _ := ly.TL2Piece(rb, c)
+				ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&bmat[RowBlock*TL2Block*b0]), bc, 0
+				if c == nc-1 {
+					ua.N2 = ly.Kp1 / 4
+				}
+				k.ops.unpack(argp(ua))
+			}
+		} else if p.gemm {
 			ua.W = w
 			k.ops.unpack(argp(ua))
 		}
