@@ -15,26 +15,35 @@ import (
 // Bump it whenever a format's layout in kernels changes, so old pack files are refused
 // with a clear error instead of being misread.
 //
-// kernels/2 changed the tl2 block (five planes of 5-bit codes instead of index nibbles and
-// sign words); every other format is as in kernels/1, so a kernels/1 file without tl2
-// layers is still read.
-const PackLayout = "kernels/2"
+// kernels/3 made the tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block
+// (five planes of 5-bit codes instead of index nibbles and sign words). Every other format
+// is as in kernels/1, so a kernels/2 file without tl1 layers, and a kernels/1 file without
+// tl1 or tl2 layers, is still read.
+const PackLayout = "kernels/3"
+
+// changedIn names, for each older layout revision, the formats whose layout changed since
+// and the revision that changed each.
+var changedIn = map[string]map[quantcfg.Format]string{
+	"kernels/1": {quantcfg.TL2: "kernels/2", quantcfg.TL1: "kernels/3"},
+	"kernels/2": {quantcfg.TL1: "kernels/3"},
+}
 
 // readableLayout reports whether a pack of layout revision name can be served, and if not
 // why (naming the first layer in the way).
 func readableLayout(name string, layers []paged.PackLayer) error {
-	switch name {
-	case PackLayout:
-		return nil
-	case "kernels/1":
-		for _, l := range layers {
-			if l.Spec.Format == quantcfg.TL2 {
-				return fmt.Errorf("layer %s is tl2, whose block layout changed in kernels/2", l.Spec.Name)
-			}
-		}
+	if name == PackLayout {
 		return nil
 	}
-	return fmt.Errorf("this bitd reads %q (and kernels/1 without tl2 layers)", PackLayout)
+	changed, ok := changedIn[name]
+	if !ok {
+		return fmt.Errorf("this bitd reads %q (and kernels/2 without tl1 layers, kernels/1 without tl1 or tl2 layers)", PackLayout)
+	}
+	for _, l := range layers {
+		if rev, ok := changed[l.Spec.Format]; ok {
+			return fmt.Errorf("layer %s is %s, whose blob layout changed in %s", l.Spec.Name, l.Spec.Format, rev)
+		}
+	}
+	return nil
 }
 
 // LoadOptions tunes LoadPackWith; the zero value is LoadPack's behaviour.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -218,30 +219,43 @@ func TestLoadPackErrors(t *testing.T) {
 		t.Errorf("old layout: %v", err)
 	}
 
-	// kernels/1: read when no layer is tl2 (the only layout kernels/2 changed), refused
-	// naming the tl2 layer otherwise.
-	var noTL2, tl2 []packedLayer
-	for _, l := range layers {
-		if l.spec.Format == quantcfg.TL2 {
-			tl2 = append(tl2, l)
-		} else {
-			noTL2 = append(noTL2, l)
+	// Older revisions: read when no layer has a format whose layout changed since (kernels/2:
+	// tl2; kernels/3: tl1), refused naming the first such layer otherwise.
+	for _, c := range []struct {
+		rev     string
+		changed []quantcfg.Format
+	}{{"kernels/1", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}}, {"kernels/2", []quantcfg.Format{quantcfg.TL1}}} {
+		var keep []packedLayer
+		for _, l := range layers {
+			if !slices.Contains(c.changed, l.spec.Format) {
+				keep = append(keep, l)
+			}
 		}
-	}
-	if len(tl2) == 0 {
-		t.Fatal("testPackLayers has no tl2 layer")
-	}
-	v1 := filepath.Join(dir, "v1.bitgo")
-	writePack(t, v1, "kernels/1", noTL2)
-	if lp, err := e.LoadPack(v1); err != nil {
-		t.Errorf("kernels/1 without tl2: %v", err)
-	} else {
-		lp.Free()
-	}
-	v1tl2 := filepath.Join(dir, "v1tl2.bitgo")
-	writePack(t, v1tl2, "kernels/1", layers)
-	if _, err := e.LoadPack(v1tl2); !errors.Is(err, paged.ErrPackVersion) || !strings.Contains(err.Error(), tl2[0].spec.Name) {
-		t.Errorf("kernels/1 with tl2: %v", err)
+		for _, f := range c.changed {
+			var only []packedLayer // the readable layers and one of format f
+			for _, l := range layers {
+				if l.spec.Format == f {
+					only = append(slices.Clone(keep), l)
+					break
+				}
+			}
+			if only == nil {
+				t.Fatalf("testPackLayers has no %s layer", f)
+			}
+			bad := filepath.Join(dir, "bad.bitgo")
+			writePack(t, bad, c.rev, only)
+			if _, err := e.LoadPack(bad); !errors.Is(err, paged.ErrPackVersion) || !strings.Contains(err.Error(), only[len(only)-1].spec.Name) ||
+				!strings.Contains(err.Error(), string(f)) {
+				t.Errorf("%s with %s: %v", c.rev, f, err)
+			}
+		}
+		ok := filepath.Join(dir, "ok.bitgo")
+		writePack(t, ok, c.rev, keep)
+		if lp, err := e.LoadPack(ok); err != nil {
+			t.Errorf("%s without %v: %v", c.rev, c.changed, err)
+		} else {
+			lp.Free()
+		}
 	}
 	if s := e.Stats(); s.Layers != 0 {
 		t.Errorf("%d layers registered after the refusals", s.Layers)

@@ -42,10 +42,10 @@
 //
 // Every layout pads M up to Mp = a multiple of 32 and stores each block of 32 rows (a row
 // block) as one contiguous byte stream, so a kernel working through a row block reads
-// sequentially and threads take contiguous ranges of row blocks. tl2 is the exception: its
-// kernels sweep K in chunks (the lookup tables of a chunk stay in L1 while every row block of
-// the range uses them), so its blob stores chunk after chunk, each with the row blocks'
-// pieces side by side, and a thread still reads one stream. K is padded per format
+// sequentially and threads take contiguous ranges of row blocks. tl1 and tl2 are the
+// exceptions: their kernels sweep K in chunks (the lookup tables of a chunk stay in L1 while
+// every row block of the range uses them), so their blobs store chunk after chunk, each with
+// the row blocks' pieces side by side, and a thread still reads one stream. K is padded per format
 // (Kp). Padding weights (rows >= M, inputs >= K) hold the value 0 where the format has one
 // (ternary formats, int8, floats), code 0 in int2 and +1 in int1, so a blob is a pure function
 // of the logical weights; kernels see zero activations over [K, Kp), so padding never changes
@@ -55,7 +55,8 @@
 //
 //	format  Kp                     row block bytes            unit
 //	i2s     roundup(K,128)         8*Kp                       4 rows x 128 k in 4x32 B (I2_S order)
-//	tl1     roundup(K,4)           8*Kp                       32 rows x 4 k in 32 B (two 4-bit pair indices per row)
+//	tl1     roundup(K,4)           8*Kp                       32 rows x 4 k in 32 B (two 4-bit pair indices per row);
+//	                                                          chunk-major: chunks of <= 256 units
 //	tl2     K3=48*floor(K/48),     320*K3/48 + 8*Kp1          32 rows x 48 k in 320 B (five planes of 5-bit codes);
 //	        tail K1=K-K3 as tl1,                              chunk-major: chunks of <= 12 blocks,
 //	        Kp1=roundup(K1,4)                                 the tl1 tail in the last

@@ -16,6 +16,10 @@ const TL2Block = 48
 // one after another, each holding every row block's piece of it (see tl2.go).
 const TL2Chunk = 12
 
+// TL1Chunk is the most tl1 units (4 inputs each) in one chunk of a tl1 blob (1024 inputs,
+// whose lookup tables for one token take 16 KiB of L1); see tl1.go.
+const TL1Chunk = 256
+
 // Layout gives the padded geometry and byte sizes of a layer's packed blob.
 type Layout struct {
 	Format quantcfg.Format
@@ -24,7 +28,8 @@ type Layout struct {
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
 	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
-	// format but tl2, whose streams are interleaved chunk by chunk (RowBlockData gathers one).
+	// format but tl1 and tl2, whose streams are interleaved chunk by chunk (RowBlockData
+	// gathers one).
 	RowBlockBytes int
 }
 
@@ -79,61 +84,94 @@ func (l Layout) RowBlocks() int { return l.Mp / RowBlock }
 func (l Layout) Bytes() int { return l.RowBlocks() * l.RowBlockBytes }
 
 // RowBlockData returns row block rb's stream: the blob's own bytes for every format but
-// tl2, whose stream is gathered from its chunk pieces into scratch (grown if short).
+// the chunk-major ones (tl1, tl2), whose stream is gathered from its chunk pieces into
+// scratch (grown if short).
 func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
-	if l.Format != quantcfg.TL2 {
+	if !l.Chunked() {
 		return blob[rb*l.RowBlockBytes : (rb+1)*l.RowBlockBytes]
 	}
 	if cap(scratch) < l.RowBlockBytes {
 		scratch = make([]byte, l.RowBlockBytes)
 	}
 	s := scratch[:l.RowBlockBytes]
-	l.tl2Pieces(rb, func(b, o, n int) { copy(s[o:o+n], blob[b:b+n]) })
+	l.pieces(rb, func(b, o, n int) { copy(s[o:o+n], blob[b:b+n]) })
 	return s
 }
 
 // SetRowBlockData stores row block rb's stream (RowBlockBytes bytes) in the blob; for every
-// format but tl2 a stream that RowBlockData returned is already in place.
+// format but tl1 and tl2 a stream that RowBlockData returned is already in place.
 func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
-	if l.Format != quantcfg.TL2 {
+	if !l.Chunked() {
 		copy(blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], stream) // a no-op when in place
 		return
 	}
-	l.tl2Pieces(rb, func(b, o, n int) { copy(blob[b:b+n], stream[o:o+n]) })
+	l.pieces(rb, func(b, o, n int) { copy(blob[b:b+n], stream[o:o+n]) })
 }
 
-// tl2Pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
-// tl2 blob, one per chunk (the last also holds the tl1 tail).
-func (l Layout) tl2Pieces(rb int, fn func(b, o, n int)) {
-	for c := 0; c < l.TL2Chunks(); c++ {
-		b0, _ := l.TL2ChunkBlocks(c)
-		off, n := l.TL2Piece(rb, c)
-		fn(off, 320*b0, n)
+// pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
+// chunk-major blob, one per chunk (tl2: the last also holds the tl1 tail).
+func (l Layout) pieces(rb int, fn func(b, o, n int)) {
+	for c := 0; c < l.Chunks(); c++ {
+		s0, _ := l.ChunkSpan(c)
+		off, n := l.Piece(rb, c)
+		fn(off, l.spanBytes()*s0, n)
 	}
 }
 
-// TL2Chunks is the number of chunks of a tl2 blob: ceil(nb/TL2Chunk) for its nb = K3/48
-// blocks, at least one (a K below 48 is one chunk of the tl1 tail alone).
-func (l Layout) TL2Chunks() int { return max(1, (l.K3/TL2Block+TL2Chunk-1)/TL2Chunk) }
+// Chunked reports whether the blob is chunk-major (tl1, tl2): it stores K chunk by chunk,
+// each chunk holding every row block's piece of it side by side, so that a kernel sweeping
+// one chunk over a range of row blocks reads one contiguous stream.
+func (l Layout) Chunked() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
-// TL2ChunkBlocks returns the first block and the number of blocks of chunk c: the blocks are
-// spread evenly, chunk c starting at block c*nb/chunks (so no chunk is a short straggler).
-func (l Layout) TL2ChunkBlocks(c int) (b0, bc int) {
-	nb, nc := l.K3/TL2Block, l.TL2Chunks()
-	b0 = c * nb / nc
-	return b0, (c+1)*nb/nc - b0
+// spans is the number of a chunk-major blob's K steps (chunks are made of them): tl2
+// blocks of 48 inputs (K3/48), or tl1 units of 4 inputs (Kp/4).
+func (l Layout) spans() int {
+	if l.Format == quantcfg.TL2 {
+		return l.K3 / TL2Block
+	}
+	return l.Kp / 4
 }
 
-// TL2Piece returns the blob offset of row block rb's piece of chunk c and the piece's size,
-// which is also the bytes between consecutive row blocks' pieces: 320 bytes per block of
-// the chunk, and for the last chunk the 8*Kp1 bytes of the tl1 tail after them.
-func (l Layout) TL2Piece(rb, c int) (off, size int) {
-	b0, bc := l.TL2ChunkBlocks(c)
-	size = 320 * bc
-	if c == l.TL2Chunks()-1 {
+// spanBytes is the bytes of one K step in one row block: 320 per tl2 block, 32 per tl1 unit.
+func (l Layout) spanBytes() int {
+	if l.Format == quantcfg.TL2 {
+		return 320
+	}
+	return 32
+}
+
+// Chunks is the number of chunks of a chunk-major blob: ceil(steps/TL2Chunk) tl2 blocks or
+// ceil(steps/TL1Chunk) tl1 units, at least one (a tl2 K below 48 is one chunk of the tl1
+// tail alone).
+func (l Layout) Chunks() int {
+	most := TL1Chunk
+	if l.Format == quantcfg.TL2 {
+		most = TL2Chunk
+	}
+	return max(1, (l.spans()+most-1)/most)
+}
+
+// ChunkSpan returns the first K step (tl2 block, tl1 unit) and the number of steps of chunk
+// c: the steps are spread evenly, chunk c starting at step c*steps/chunks (so no chunk is a
+// short straggler).
+func (l Layout) ChunkSpan(c int) (s0, sc int) {
+	ns, nc := l.spans(), l.Chunks()
+	s0 = c * ns / nc
+	return s0, (c+1)*ns/nc - s0
+}
+
+// Piece returns the blob offset of row block rb's piece of chunk c and the piece's size,
+// which is also the bytes between consecutive row blocks' pieces: 320 bytes per tl2 block or
+// 32 per tl1 unit of the chunk, and for a tl2 blob's last chunk the 8*Kp1 bytes of the tl1
+// tail after them.
+func (l Layout) Piece(rb, c int) (off, size int) {
+	s0, sc := l.ChunkSpan(c)
+	sb := l.spanBytes()
+	size = sb * sc
+	if l.Format == quantcfg.TL2 && c == l.Chunks()-1 {
 		size += 8 * l.Kp1
 	}
-	return l.RowBlocks()*320*b0 + rb*size, size
+	return l.RowBlocks()*sb*s0 + rb*size, size
 }
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }

@@ -115,7 +115,7 @@ func Pack(f quantcfg.Format, m, k int, w Weights, dst []byte) error {
 	var stream []byte
 	for rb := 0; rb < l.RowBlocks(); rb++ {
 		r0, r1 := rb*RowBlock, min((rb+1)*RowBlock, m)
-		blk := l.RowBlockData(dst, rb, stream) // tl2: a scratch stream, stored below
+		blk := l.RowBlockData(dst, rb, stream) // tl1, tl2: a scratch stream, stored below
 		stream = blk
 		clear(blk)
 		switch {

@@ -609,3 +609,55 @@ func TestTL2ChunkMajor(t *testing.T) {
 		}
 	}
 }
+
+// TestTL1ChunkMajor checks the tl1 blob's chunk-major order against tl1.go's description,
+// computed here independently of Layout: each row block's stream, encoded on its own, must
+// be found piece by piece at Mrb*32*u0 + rb*32*uc, and one weight is read back by hand.
+func TestTL1ChunkMajor(t *testing.T) {
+	for _, c := range []struct{ k, nc int }{{2054, 3}, {1024, 1}, {4096, 4}, {3, 1}, {1025, 2}} {
+		const m = 70
+		r := rand.New(rand.NewPCG(6, uint64(c.k)))
+		w := RandomWeights(r, quantcfg.TL1, m, c.k, 1)
+		blob, err := PackNew(quantcfg.TL1, m, c.k, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := NewLayout(quantcfg.TL1, m, c.k)
+		mrb, nu := l.RowBlocks(), (c.k+3)/4
+		if mrb != 3 || l.Chunks() != c.nc || len(blob) != mrb*32*nu {
+			t.Fatalf("K %d: layout %+v, %d chunks, %d bytes", c.k, l, l.Chunks(), len(blob))
+		}
+		for rb := 0; rb < mrb; rb++ {
+			rows := make([]int8, RowBlock*l.Kp)
+			for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
+				copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*c.k:][:c.k])
+			}
+			stream := make([]byte, l.RowBlockBytes)
+			tl1Encode(l, rows, stream)
+			for ch := 0; ch < c.nc; ch++ {
+				u0, u1 := ch*nu/c.nc, (ch+1)*nu/c.nc
+				if u1-u0 > 256 {
+					t.Fatalf("K %d: chunk %d has %d units", c.k, ch, u1-u0)
+				}
+				piece := 32 * (u1 - u0)
+				off := mrb*32*u0 + rb*piece
+				if !bytes.Equal(blob[off:off+piece], stream[32*u0:32*u0+piece]) {
+					t.Fatalf("K %d: row block %d's piece of chunk %d is not at %d", c.k, rb, ch, off)
+				}
+			}
+			if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
+				t.Fatalf("K %d: RowBlockData(%d) differs from the stream", c.k, rb)
+			}
+		}
+		// the last input pair of row m-1, by hand: row block 2, row 5, the last unit
+		u := nu - 1
+		u0 := (c.nc - 1) * nu / c.nc
+		b := blob[mrb*32*u0+2*32*(nu-u0)+32*(u-u0)+(m-1)%32]
+		h := (c.k - 1) % 4 / 2 // which pair of the unit holds input K-1
+		idx := int(b>>(4*h)) & 15
+		k0 := 4*u + 2*h
+		if w0, w1 := int8(idx/3-1), int8(idx%3-1); w0 != w.Q[(m-1)*c.k+k0] || (k0+1 < c.k && w1 != w.Q[(m-1)*c.k+k0+1]) {
+			t.Fatalf("K %d: row %d inputs %d-%d read back as %d, %d", c.k, m-1, k0, k0+1, w0, w1)
+		}
+	}
+}

@@ -497,10 +497,13 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // fast memory system.
 const tl2Ahead = 3
 
-// lutChunkBytes is the tables' size (all tokens of a group) in one K chunk of the
-// lookup-table kernels: the chunk's tables stay in L1 while every row block of the range
-// uses them (re-reading a whole K's tables from L2 for each row block halved their speed
-// from DRAM).
+// tl1Ahead is how many row blocks (pieces of a chunk, 8 KiB each for a full chunk) ahead
+// the zmm tl1 kernels prefetch.
+const tl1Ahead = 1
+
+// lutChunkBytes is the tables' size (all tokens of a group) in one kernel call of the tl2
+// kernels: the chunk's tables stay in L1 while every row block of the range uses them
+// (re-reading a whole K's tables from L2 for each row block halved their speed from DRAM).
 const lutChunkBytes = 24 << 10
 
 // runLUT is Run for the tl1/tl2 lookup-table kernels: per token group, the row blocks are
@@ -527,12 +530,16 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		if k.format != quantcfg.TL2 {
 			tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
 		}
+		ahead := tl2Ahead
+		if k.format == quantcfg.TL1 {
+			ahead = tl1Ahead
+		}
 		// call runs the kernel over the row blocks for a part of a chunk; it builds the tables
 		// of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches next
 		// (if not nil) where the part's end would be past the range.
 		call := func(off, stride, tabOff, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
 			*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
-				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: tl2Ahead * stride}
+				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
 			if la.BN > 0 {
 				la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 			}
@@ -551,7 +558,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			kind := k.ops.tabKind
 			cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
 			per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
-			nc := ly.TL2Chunks()
+			nc := ly.Chunks()
 			inline := T == 1 && k.ops.lutBuilds && nc > 1 && cb >= TL2Chunk
 			nbuf := 1
 			if inline {
@@ -561,8 +568,8 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			p.tabStride = per
 			x := func(t, b0 int) []int8 { return a.Q[(t0+t)*ly.Kp+TL2Block*b0:] }
 			for c := 0; c < nc; c++ {
-				b0, bc := ly.TL2ChunkBlocks(c)
-				off, size := ly.TL2Piece(rb0, c)
+				b0, bc := ly.ChunkSpan(c)
+				off, size := ly.Piece(rb0, c)
 				part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
 				if c == nc-1 {
 					part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
@@ -579,7 +586,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 						buildTables(kind, Layout{Kp1: part.Kp1}, x(0, b0+bc), buf[blkTab*bc:])
 					}
 					if c+1 < nc {
-						nb0, nbc := ly.TL2ChunkBlocks(c + 1)
+						nb0, nbc := ly.ChunkSpan(c + 1)
 						bx, btab = x(0, nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 					}
 				} else {
@@ -594,7 +601,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				// is fast, neutral when slow and with one thread, whose range is contiguous).
 				var next unsafe.Pointer
 				if c+1 < nc {
-					o, _ := ly.TL2Piece(rb0, c+1)
+					o, _ := ly.Piece(rb0, c+1)
 					next = unsafe.Add(data, o)
 				}
 				// One token: the tail goes with the chunk's last blocks. More: the kernels take
@@ -612,10 +619,22 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				}
 			}
 		} else {
-			base := rb0 * ly.RowBlockBytes
-			nu, cu := ly.Kp/4, max(1, lutChunkBytes/(64*T))
-			for u0 := 0; u0 < nu; u0 += cu {
-				call(base+32*u0, ly.RowBlockBytes, 64*u0, 0, min(cu, nu-u0), nil, nil, nil)
+			// tl1: the tables of all of K are built (Prepare); the blob is chunk-major like
+			// tl2's, one call per chunk for any T (its tables are 16 KiB per token: more than
+			// L1 holds from two tokens on, yet splitting the chunk's units over calls, which
+			// leaves gaps in each call's stream, measured 5-15% slower). Against the
+			// row-block-major layout before (kbench A/B, 7-9 interleaved rounds, 8B shapes):
+			// n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2 +8-17%, n = 4 +3-8%.
+			nc := ly.Chunks()
+			for c := 0; c < nc; c++ {
+				u0, uc := ly.ChunkSpan(c)
+				off, size := ly.Piece(rb0, c)
+				var next unsafe.Pointer
+				if c+1 < nc {
+					o, _ := ly.Piece(rb0, c+1)
+					next = unsafe.Add(data, o)
+				}
+				call(off, size, 64*u0, 0, uc, nil, nil, next)
 			}
 		}
 		epi.NTok = T
@@ -788,16 +807,22 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Bias = unsafe.Pointer(&lp.bias[m0])
 		}
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
-		if p.gemm && k.format == quantcfg.TL2 {
-			// The row block's stream lies in one piece per chunk: unpack each where it is, its
-			// blocks to their place in B (12 quads of 128 bytes per block), the tail with the last.
-			nc := ly.TL2Chunks()
+		if p.gemm && ly.Chunked() {
+			// The row block's stream lies in one piece per chunk: unpack each where it is to its
+			// place in B (128 bytes per tl1 unit, 12 quads of 128 bytes per tl2 block), a tl2
+			// blob's tail with the last.
+			nc := ly.Chunks()
 			for c := 0; c < nc; c++ {
-				b0, bc := ly.TL2ChunkBlocks(c)
-				off, _ := ly.TL2Piece(rb, c)
-				ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&bmat[RowBlock*TL2Block*b0]), bc, 0
-				if c == nc-1 {
-					ua.N2 = ly.Kp1 / 4
+				s0, sc := ly.ChunkSpan(c)
+				off, _ := ly.Piece(rb, c)
+				ua.W, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), sc, 0
+				if k.format == quantcfg.TL1 {
+					ua.B = unsafe.Pointer(&bmat[RowBlock*4*s0])
+				} else {
+					ua.B = unsafe.Pointer(&bmat[RowBlock*TL2Block*s0])
+					if c == nc-1 {
+						ua.N2 = ly.Kp1 / 4
+					}
 				}
 				k.ops.unpack(argp(ua))
 			}

@@ -23,7 +23,7 @@ import (
 //	piece size of chunk c:     P = 320*bc (+ 8*Kp1 for the last chunk)
 //	row block rb's piece:      at Mrb*320*b0 + rb*P: its blocks b0..b0+bc-1 (then its tail)
 //
-// (Layout.TL2Piece computes these offsets, Layout.RowBlockData gathers a row block's stream.)
+// (Layout.Piece computes these offsets, Layout.RowBlockData gathers a row block's stream.)
 // tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes, five planes of 32 words:
 //
 //	bytes [64j, 64j+64), j = 0..4: little-endian uint16, word r (row r):

@@ -881,8 +881,8 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
-// later row block's piece prefetched (tl1: the next; tl2, whose pieces are contiguous: PF
-// bytes ahead, continued at Next past the range), the int32 sums added to Sums. With one
+// later row block's piece prefetched (the pieces are contiguous: PF bytes ahead, continued
+// at Next past the range), the int32 sums added to Sums. With one
 // token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with
 // two or more tokens takes the row blocks in pairs first (tl2Pairs); one token stays one row
 // block at a time (pairs measured 10-25% slower cache-resident, and no faster from DRAM).
@@ -908,26 +908,23 @@ func lutZ(T int, tl2 bool) {
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
 	MOVQ(w0, s.pf)
-	if !tl2 {
-		ADDQ(at(a, lRBBytes), s.pf)
-	} else { // the pieces of a chunk are contiguous: PF bytes ahead (some row blocks)
-		ADDQ(at(a, lPF), s.pf)
-		// Where that is past the range, the caller's stream goes on at Next (its next
-		// chunk's first pieces): pf = Next + PF - (row blocks left) * RBBytes.
-		keep := name + "_pfkeep"
-		CMPQ(at(a, lNext), U8(0))
-		JE(LabelRef(keep))
-		left := GP64()
-		MOVQ(at(a, lNRB), left)
-		IMULQ(at(a, lRBBytes), left)
-		CMPQ(left, at(a, lPF))
-		JGT(LabelRef(keep))
-		NEGQ(left)
-		ADDQ(at(a, lPF), left)
-		ADDQ(at(a, lNext), left)
-		MOVQ(left, s.pf)
-		Label(keep)
-	}
+	// The pieces of a chunk are contiguous: PF bytes ahead (some row blocks). Where that is
+	// past the range, the caller's stream goes on at Next (its next chunk's first pieces):
+	// pf = Next + PF - (row blocks left) * RBBytes.
+	ADDQ(at(a, lPF), s.pf)
+	keep := name + "_pfkeep"
+	CMPQ(at(a, lNext), U8(0))
+	JE(LabelRef(keep))
+	left := GP64()
+	MOVQ(at(a, lNRB), left)
+	IMULQ(at(a, lRBBytes), left)
+	CMPQ(left, at(a, lPF))
+	JGT(LabelRef(keep))
+	NEGQ(left)
+	ADDQ(at(a, lPF), left)
+	ADDQ(at(a, lNext), left)
+	MOVQ(left, s.pf)
+	Label(keep)
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
 	if tl2 {

@@ -288,10 +288,10 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 			panic(err) // a valid shape by construction
 		}
 		// each chunk's pieces: random whole blocks, the last chunk's ending with a tl1 tail
-		for c := 0; c < ly.TL2Chunks(); c++ {
-			_, bc := ly.TL2ChunkBlocks(c)
+		for c := 0; c < ly.Chunks(); c++ {
+			_, bc := ly.ChunkSpan(c)
 			for rb := 0; rb < ly.RowBlocks(); rb++ {
-				off, size := ly.TL2Piece(rb, c)
+				off, size := ly.Piece(rb, c)
 				piece := blob[off : off+size]
 				for b := 0; b < bc; b++ {
 					copy(piece[320*b:320*b+320], blocks[320*rng.IntN(nb):])
