@@ -46,6 +46,10 @@ TL2_CHUNK = 12
 """The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
 block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
 
+TL1_CHUNK = 256
+"""The most tl1 units (4 inputs each) in a chunk: a tl1 blob is chunk-major like tl2's,
+without a tail (kernels/tl1.go)."""
+
 _EPS = torch.tensor(1e-5, dtype=torch.float32)  # BitNet's clamp(min=1e-5), as a float32
 _EPS_NP = np.float32(1e-5)
 _I127 = torch.tensor(127.0, dtype=torch.float32)
@@ -233,7 +237,7 @@ def _tl1_units(w: torch.Tensor, rows_blocks: int) -> torch.Tensor:
 
 
 def _enc_tl1(w: torch.Tensor, l: Layout) -> torch.Tensor:
-    return _tl1_units(w, l.row_blocks)
+    return _chunk_major(_tl1_units(w, l.row_blocks), l)
 
 
 _PLANES = torch.arange(5, dtype=torch.int64)  # tl2: plane j's bit 15 is bit j of triple 15
@@ -258,30 +262,33 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
         parts.append(_bytes_le(words, 2).reshape(rb, nb * 320).to(torch.int64))
     if l.kp1:
         parts.append(_tl1_units(w[:, l.k3: l.k3 + l.kp1], rb).to(torch.int64))
-    return _tl2_chunk_major(torch.cat(parts, dim=1), l)
+    return _chunk_major(torch.cat(parts, dim=1), l)
 
 
-def _tl2_pieces(l: Layout):
-    """(first stream byte, piece bytes) of each chunk of a tl2 blob: max(1, ceil(nb/12))
-    chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1, the last also the tl1 tail."""
-    nb = l.k3 // TL2_BLOCK
-    nc = max(1, -(-nb // TL2_CHUNK))
+def _pieces(l: Layout):
+    """(first stream byte, piece bytes) of each chunk of a chunk-major (tl1, tl2) blob. tl2:
+    max(1, ceil(nb/12)) chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1 (320
+    bytes each), the last also the tl1 tail; tl1: ceil(nu/256) chunks of the nu = kp/4 units
+    (32 bytes each), spread the same way."""
+    tl2 = l.format is Format.TL2
+    ns, most, size = (l.k3 // TL2_BLOCK, TL2_CHUNK, 320) if tl2 else (l.kp // 4, TL1_CHUNK, 32)
+    nc = max(1, -(-ns // most))
     out = []
     for c in range(nc):
-        b0, b1 = c * nb // nc, (c + 1) * nb // nc
-        out.append((320 * b0, 320 * (b1 - b0) + (8 * l.kp1 if c == nc - 1 else 0)))
+        s0, s1 = c * ns // nc, (c + 1) * ns // nc
+        out.append((size * s0, size * (s1 - s0) + (8 * l.kp1 if tl2 and c == nc - 1 else 0)))
     return out
 
 
-def _tl2_chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
+def _chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
     """Row-block streams [rb, row_block_bytes] -> the blob's chunk-major order (flat)."""
-    return torch.cat([s[:, o: o + n].reshape(-1) for o, n in _tl2_pieces(l)])
+    return torch.cat([s[:, o: o + n].reshape(-1) for o, n in _pieces(l)])
 
 
-def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
+def _streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
     """The blob's chunk-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
     rb, parts, at = l.row_blocks, [], 0
-    for _, n in _tl2_pieces(l):
+    for _, n in _pieces(l):
         parts.append(b[at: at + rb * n].reshape(rb, n))
         at += rb * n
     return torch.cat(parts, dim=1)
@@ -380,12 +387,12 @@ def _tl1_decode(b: torch.Tensor, rows_blocks: int, kp: int, k0: int, fmt: Format
 
 
 def _dec_tl1(b: torch.Tensor, l: Layout) -> torch.Tensor:
-    return _tl1_decode(b, l.row_blocks, l.kp, 0, l.format)
+    return _tl1_decode(_streams(b.reshape(-1), l), l.row_blocks, l.kp, 0, l.format)
 
 
 def _dec_tl2(b: torch.Tensor, l: Layout) -> torch.Tensor:
     rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
-    b = _tl2_streams(b.reshape(-1), l)
+    b = _streams(b.reshape(-1), l)
     parts = []
     if nb:
         words = _from_le(b[:, : 320 * nb].reshape(rb, nb, 5, ROW_BLOCK, 2), 2)  # rb, blk, j, r

@@ -311,3 +311,29 @@ def test_abs_sum_is_the_sequential_float64_sum(kind, rows):
         for x in v[r]:
             want += abs(float(x))
         assert got[r] == want or (np.isinf(got[r]) and np.isinf(want)), (kind, r)
+
+
+@pytest.mark.parametrize("k,nc", [(2054, 3), (1024, 1), (4096, 4), (3, 1)])
+def test_tl1_chunk_major(k, nc):
+    """A tl1 blob stores its chunks (ceil(nu/256) of the nu = ceil(k/4) units, spread evenly)
+    one after another, each holding every row block's piece side by side; a one-row-block
+    blob is that row block's stream. K = 2054: chunks of 171, 171 and 172 units; 1024: one
+    full chunk; 4096: four; 3: one unit."""
+    g = torch.Generator().manual_seed(k)
+    m = 70
+    w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
+    blob = R.pack("tl1", w)
+    rbs, nu = 3, -(-k // 4)
+    assert blob.numel() == rbs * 32 * nu
+    for rb in range(rbs):
+        rows = torch.zeros((32, k), dtype=torch.int8)
+        part = w[32 * rb: 32 * rb + 32]
+        rows[: part.shape[0]] = part
+        stream = R.pack("tl1", rows)  # one row block: the stream itself
+        for c in range(nc):
+            u0, u1 = c * nu // nc, (c + 1) * nu // nc
+            assert u1 - u0 <= 256
+            piece = 32 * (u1 - u0)
+            off = rbs * 32 * u0 + rb * piece
+            assert torch.equal(blob[off: off + piece], stream[32 * u0: 32 * u0 + piece]), (rb, c)
+    assert torch.equal(R.unpack("tl1", m, k, blob), w)

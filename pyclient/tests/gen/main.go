@@ -107,6 +107,10 @@ var shapes = [][2]int{
 	{70, 257}, {16, 300}, {2, 130}, {64, 64}, {5, 385}, {40, 700},
 }
 
+// chunkedShape is the first case of the chunk-major formats: K = 2054 is three tl1 chunks
+// (171, 171 and 172 units) and four tl2 chunks (42 blocks) with a 38-input tail.
+var chunkedShape = [2]int{35, 2054}
+
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
 // randLogical: random logical weights; float weights are not rounded to bfloat16 (the
@@ -182,9 +186,12 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 	si := 0
 	for _, fi := range quantcfg.Formats() {
 		f := fi.Format
-		for _, st := range settings(f) {
+		for sti, st := range settings(f) {
 			for rep := 0; rep < 3; rep++ {
 				sh := shapes[si%len(shapes)]
+				if sti == 0 && rep == 0 && (f == quantcfg.TL1 || f == quantcfg.TL2) {
+					sh = chunkedShape
+				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
 				si++
