@@ -1199,55 +1199,97 @@ lutTL1T1AVX512_rb:
 
 lutTL1T1AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
 	MOVQ   56(AX), R9
 	TESTQ  R9, R9
 	JZ     lutTL1T1AVX512_tl1done
 
 lutTL1T1AVX512_tl1chunk:
-	MOVQ    $0x00000020, R10
+	MOVQ    $0x00000080, R10
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	CMPQ    R10, $0x02
+	JLT     lutTL1T1AVX512_tl1odd
 
-lutTL1T1AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z6
-	VPANDD        Z0, Z6, Z7
-	VPSRLW        $0x04, Z6, Z8
-	VPORD         Z1, Z8, Z8
-	VPERMW        (SI)(BX*1), Z7, Z9
-	VPADDW        Z9, Z2, Z2
-	VPERMW        (SI)(BX*1), Z8, Z9
-	VPADDW        Z9, Z3, Z3
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R10
-	JNZ           lutTL1T1AVX512_tl1unit
-	VPMOVSXWD     Y2, Z9
-	VPADDD        Z9, Z4, Z4
-	VEXTRACTI64X4 $0x01, Z2, Y9
-	VPMOVSXWD     Y9, Z9
-	VPADDD        Z9, Z5, Z5
-	VPMOVSXWD     Y3, Z9
-	VPADDD        Z9, Z4, Z4
-	VEXTRACTI64X4 $0x01, Z3, Y9
-	VPMOVSXWD     Y9, Z9
-	VPADDD        Z9, Z5, Z5
+lutTL1T1AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z8
+	VPANDD     Z0, Z8, Z9
+	VPSRLW     $0x04, Z8, Z10
+	VPORD      Z1, Z10, Z10
+	VPERMW     (SI)(BX*1), Z9, Z11
+	VPADDW     Z11, Z2, Z2
+	VPERMW     (SI)(BX*1), Z10, Z11
+	VPADDW     Z11, Z3, Z3
+	VPMOVZXBW  32(CX), Z8
+	VPANDD     Z0, Z8, Z9
+	VPSRLW     $0x04, Z8, Z10
+	VPORD      Z1, Z10, Z10
+	VPERMW     64(SI)(BX*1), Z9, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     64(SI)(BX*1), Z10, Z11
+	VPADDW     Z11, Z5, Z5
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R10
+	CMPQ       R10, $0x02
+	JGE        lutTL1T1AVX512_tl1pair
+
+lutTL1T1AVX512_tl1odd:
+	TESTQ     R10, R10
+	JZ        lutTL1T1AVX512_tl1flush
+	VPMOVZXBW (CX), Z8
+	VPANDD    Z0, Z8, Z9
+	VPSRLW    $0x04, Z8, Z10
+	VPORD     Z1, Z10, Z10
+	VPERMW    (SI)(BX*1), Z9, Z11
+	VPADDW    Z11, Z2, Z2
+	VPERMW    (SI)(BX*1), Z10, Z11
+	VPADDW    Z11, Z3, Z3
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL1T1AVX512_tl1flush:
+	VPMOVSXWD     Y2, Z11
+	VPADDD        Z11, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z2, Y11
+	VPMOVSXWD     Y11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPMOVSXWD     Y3, Z11
+	VPADDD        Z11, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z3, Y11
+	VPMOVSXWD     Y11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPMOVSXWD     Y4, Z11
+	VPADDD        Z11, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z4, Y11
+	VPMOVSXWD     Y11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPMOVSXWD     Y5, Z11
+	VPADDD        Z11, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z5, Y11
+	VPMOVSXWD     Y11, Z11
+	VPADDD        Z11, Z7, Z7
 	VPXORD        Z2, Z2, Z2
 	VPXORD        Z3, Z3, Z3
+	VPXORD        Z4, Z4, Z4
+	VPXORD        Z5, Z5, Z5
 	TESTQ         R9, R9
 	JNZ           lutTL1T1AVX512_tl1chunk
 
 lutTL1T1AVX512_tl1done:
-	VPADDD    (R8), Z4, Z4
-	VPADDD    64(R8), Z5, Z5
-	VMOVDQU32 Z4, (R8)
-	VMOVDQU32 Z5, 64(R8)
+	VPADDD    (R8), Z6, Z6
+	VPADDD    64(R8), Z7, Z7
+	VMOVDQU32 Z6, (R8)
+	VMOVDQU32 Z7, 64(R8)
 	ADDQ      $0x00000080, R8
 	ADDQ      8(AX), DI
 	DECQ      16(AX)
@@ -1409,7 +1451,7 @@ lutTL2T1AVX512_tl2done:
 	JZ    lutTL2T1AVX512_tl1done
 
 lutTL2T1AVX512_tl1chunk:
-	MOVQ    $0x00000020, R10
+	MOVQ    $0x00000080, R10
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
@@ -1417,22 +1459,50 @@ lutTL2T1AVX512_tl1chunk:
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	CMPQ    R10, $0x02
+	JLT     lutTL2T1AVX512_tl1odd
 
-lutTL2T1AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z8
-	VPANDD        Z0, Z8, Z9
-	VPSRLW        $0x04, Z8, Z10
-	VPORD         Z1, Z10, Z10
-	VPERMW        (SI)(BX*1), Z9, Z11
-	VPADDW        Z11, Z2, Z2
-	VPERMW        (SI)(BX*1), Z10, Z11
-	VPADDW        Z11, Z3, Z3
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R10
-	JNZ           lutTL2T1AVX512_tl1unit
+lutTL2T1AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z8
+	VPANDD     Z0, Z8, Z9
+	VPSRLW     $0x04, Z8, Z10
+	VPORD      Z1, Z10, Z10
+	VPERMW     (SI)(BX*1), Z9, Z11
+	VPADDW     Z11, Z2, Z2
+	VPERMW     (SI)(BX*1), Z10, Z11
+	VPADDW     Z11, Z3, Z3
+	VPMOVZXBW  32(CX), Z8
+	VPANDD     Z0, Z8, Z9
+	VPSRLW     $0x04, Z8, Z10
+	VPORD      Z1, Z10, Z10
+	VPERMW     64(SI)(BX*1), Z9, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     64(SI)(BX*1), Z10, Z11
+	VPADDW     Z11, Z5, Z5
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R10
+	CMPQ       R10, $0x02
+	JGE        lutTL2T1AVX512_tl1pair
+
+lutTL2T1AVX512_tl1odd:
+	TESTQ     R10, R10
+	JZ        lutTL2T1AVX512_tl1flush
+	VPMOVZXBW (CX), Z8
+	VPANDD    Z0, Z8, Z9
+	VPSRLW    $0x04, Z8, Z10
+	VPORD     Z1, Z10, Z10
+	VPERMW    (SI)(BX*1), Z9, Z11
+	VPADDW    Z11, Z2, Z2
+	VPERMW    (SI)(BX*1), Z10, Z11
+	VPADDW    Z11, Z3, Z3
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL2T1AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z11
 	VPADDD        Z11, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y11
@@ -2036,7 +2106,7 @@ lutTL1T2AVX512_pfkeep:
 	JZ     lutTL1T2AVX512_tl1done
 
 lutTL1T2AVX512_tl1chunk:
-	MOVQ    $0x00000020, R11
+	MOVQ    $0x00000040, R11
 	CMPQ    R10, R11
 	CMOVQLT R10, R11
 	SUBQ    R11, R10
@@ -2044,26 +2114,62 @@ lutTL1T2AVX512_tl1chunk:
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	CMPQ    R11, $0x02
+	JLT     lutTL1T2AVX512_tl1odd
 
-lutTL1T2AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z10
-	VPANDD        Z0, Z10, Z11
-	VPSRLW        $0x04, Z10, Z12
-	VPORD         Z1, Z12, Z12
-	VPERMW        (SI)(BX*1), Z11, Z13
-	VPADDW        Z13, Z2, Z2
-	VPERMW        (DI)(BX*1), Z11, Z13
-	VPADDW        Z13, Z4, Z4
-	VPERMW        (SI)(BX*1), Z12, Z13
-	VPADDW        Z13, Z3, Z3
-	VPERMW        (DI)(BX*1), Z12, Z13
-	VPADDW        Z13, Z5, Z5
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R11
-	JNZ           lutTL1T2AVX512_tl1unit
+lutTL1T2AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z10
+	VPANDD     Z0, Z10, Z11
+	VPSRLW     $0x04, Z10, Z12
+	VPORD      Z1, Z12, Z12
+	VPERMW     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z2, Z2
+	VPERMW     (DI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMW     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z3, Z3
+	VPERMW     (DI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	VPMOVZXBW  32(CX), Z10
+	VPANDD     Z0, Z10, Z11
+	VPSRLW     $0x04, Z10, Z12
+	VPORD      Z1, Z12, Z12
+	VPERMW     64(SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMW     64(SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z3, Z3
+	VPERMW     64(DI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R11
+	CMPQ       R11, $0x02
+	JGE        lutTL1T2AVX512_tl1pair
+
+lutTL1T2AVX512_tl1odd:
+	TESTQ     R11, R11
+	JZ        lutTL1T2AVX512_tl1flush
+	VPMOVZXBW (CX), Z10
+	VPANDD    Z0, Z10, Z11
+	VPSRLW    $0x04, Z10, Z12
+	VPORD     Z1, Z12, Z12
+	VPERMW    (SI)(BX*1), Z11, Z13
+	VPADDW    Z13, Z2, Z2
+	VPERMW    (DI)(BX*1), Z11, Z13
+	VPADDW    Z13, Z4, Z4
+	VPERMW    (SI)(BX*1), Z12, Z13
+	VPADDW    Z13, Z3, Z3
+	VPERMW    (DI)(BX*1), Z12, Z13
+	VPADDW    Z13, Z5, Z5
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL1T2AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z13
 	VPADDD        Z13, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y13
@@ -2589,7 +2695,7 @@ lutTL2T2AVX512_tl2done:
 	JZ    lutTL2T2AVX512_tl1done
 
 lutTL2T2AVX512_tl1chunk:
-	MOVQ    $0x00000020, R11
+	MOVQ    $0x00000040, R11
 	CMPQ    R10, R11
 	CMOVQLT R10, R11
 	SUBQ    R11, R10
@@ -2597,26 +2703,62 @@ lutTL2T2AVX512_tl1chunk:
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	CMPQ    R11, $0x02
+	JLT     lutTL2T2AVX512_tl1odd
 
-lutTL2T2AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z10
-	VPANDD        Z0, Z10, Z11
-	VPSRLW        $0x04, Z10, Z12
-	VPORD         Z1, Z12, Z12
-	VPERMW        (SI)(BX*1), Z11, Z13
-	VPADDW        Z13, Z2, Z2
-	VPERMW        (DI)(BX*1), Z11, Z13
-	VPADDW        Z13, Z4, Z4
-	VPERMW        (SI)(BX*1), Z12, Z13
-	VPADDW        Z13, Z3, Z3
-	VPERMW        (DI)(BX*1), Z12, Z13
-	VPADDW        Z13, Z5, Z5
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R11
-	JNZ           lutTL2T2AVX512_tl1unit
+lutTL2T2AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z10
+	VPANDD     Z0, Z10, Z11
+	VPSRLW     $0x04, Z10, Z12
+	VPORD      Z1, Z12, Z12
+	VPERMW     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z2, Z2
+	VPERMW     (DI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMW     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z3, Z3
+	VPERMW     (DI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	VPMOVZXBW  32(CX), Z10
+	VPANDD     Z0, Z10, Z11
+	VPSRLW     $0x04, Z10, Z12
+	VPORD      Z1, Z12, Z12
+	VPERMW     64(SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMW     64(SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z3, Z3
+	VPERMW     64(DI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R11
+	CMPQ       R11, $0x02
+	JGE        lutTL2T2AVX512_tl1pair
+
+lutTL2T2AVX512_tl1odd:
+	TESTQ     R11, R11
+	JZ        lutTL2T2AVX512_tl1flush
+	VPMOVZXBW (CX), Z10
+	VPANDD    Z0, Z10, Z11
+	VPSRLW    $0x04, Z10, Z12
+	VPORD     Z1, Z12, Z12
+	VPERMW    (SI)(BX*1), Z11, Z13
+	VPADDW    Z13, Z2, Z2
+	VPERMW    (DI)(BX*1), Z11, Z13
+	VPADDW    Z13, Z4, Z4
+	VPERMW    (SI)(BX*1), Z12, Z13
+	VPADDW    Z13, Z3, Z3
+	VPERMW    (DI)(BX*1), Z12, Z13
+	VPADDW    Z13, Z5, Z5
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL2T2AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z13
 	VPADDD        Z13, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y13
@@ -3185,30 +3327,74 @@ lutTL1T3AVX512_tl1chunk:
 	VPXORD  Z2, Z2, Z2
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
+	CMPQ    R12, $0x02
+	JLT     lutTL1T3AVX512_tl1odd
 
-lutTL1T3AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z11
-	VPANDD        Z0, Z11, Z12
-	VPSRLW        $0x04, Z11, Z13
-	VPORD         Z1, Z13, Z13
-	VPERMW        (SI)(BX*1), Z12, Z14
-	VPADDW        Z14, Z2, Z2
-	VPERMW        (DI)(BX*1), Z12, Z14
-	VPADDW        Z14, Z3, Z3
-	VPERMW        (R8)(BX*1), Z12, Z14
-	VPADDW        Z14, Z4, Z4
-	VPERMW        (SI)(BX*1), Z13, Z14
-	VPADDW        Z14, Z2, Z2
-	VPERMW        (DI)(BX*1), Z13, Z14
-	VPADDW        Z14, Z3, Z3
-	VPERMW        (R8)(BX*1), Z13, Z14
-	VPADDW        Z14, Z4, Z4
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R12
-	JNZ           lutTL1T3AVX512_tl1unit
+lutTL1T3AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z11
+	VPANDD     Z0, Z11, Z12
+	VPSRLW     $0x04, Z11, Z13
+	VPORD      Z1, Z13, Z13
+	VPERMW     (SI)(BX*1), Z12, Z14
+	VPADDW     Z14, Z2, Z2
+	VPERMW     (DI)(BX*1), Z12, Z14
+	VPADDW     Z14, Z3, Z3
+	VPERMW     (R8)(BX*1), Z12, Z14
+	VPADDW     Z14, Z4, Z4
+	VPERMW     (SI)(BX*1), Z13, Z14
+	VPADDW     Z14, Z2, Z2
+	VPERMW     (DI)(BX*1), Z13, Z14
+	VPADDW     Z14, Z3, Z3
+	VPERMW     (R8)(BX*1), Z13, Z14
+	VPADDW     Z14, Z4, Z4
+	VPMOVZXBW  32(CX), Z11
+	VPANDD     Z0, Z11, Z12
+	VPSRLW     $0x04, Z11, Z13
+	VPORD      Z1, Z13, Z13
+	VPERMW     64(SI)(BX*1), Z12, Z14
+	VPADDW     Z14, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z12, Z14
+	VPADDW     Z14, Z3, Z3
+	VPERMW     64(R8)(BX*1), Z12, Z14
+	VPADDW     Z14, Z4, Z4
+	VPERMW     64(SI)(BX*1), Z13, Z14
+	VPADDW     Z14, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z13, Z14
+	VPADDW     Z14, Z3, Z3
+	VPERMW     64(R8)(BX*1), Z13, Z14
+	VPADDW     Z14, Z4, Z4
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R12
+	CMPQ       R12, $0x02
+	JGE        lutTL1T3AVX512_tl1pair
+
+lutTL1T3AVX512_tl1odd:
+	TESTQ     R12, R12
+	JZ        lutTL1T3AVX512_tl1flush
+	VPMOVZXBW (CX), Z11
+	VPANDD    Z0, Z11, Z12
+	VPSRLW    $0x04, Z11, Z13
+	VPORD     Z1, Z13, Z13
+	VPERMW    (SI)(BX*1), Z12, Z14
+	VPADDW    Z14, Z2, Z2
+	VPERMW    (DI)(BX*1), Z12, Z14
+	VPADDW    Z14, Z3, Z3
+	VPERMW    (R8)(BX*1), Z12, Z14
+	VPADDW    Z14, Z4, Z4
+	VPERMW    (SI)(BX*1), Z13, Z14
+	VPADDW    Z14, Z2, Z2
+	VPERMW    (DI)(BX*1), Z13, Z14
+	VPADDW    Z14, Z3, Z3
+	VPERMW    (R8)(BX*1), Z13, Z14
+	VPADDW    Z14, Z4, Z4
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL1T3AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z14
 	VPADDD        Z14, Z5, Z5
 	VEXTRACTI64X4 $0x01, Z2, Y14
@@ -3882,7 +4068,7 @@ lutTL2T3AVX512_tl2done:
 	JZ    lutTL2T3AVX512_tl1done
 
 lutTL2T3AVX512_tl1chunk:
-	MOVQ    $0x00000020, R12
+	MOVQ    $0x00000040, R12
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
 	SUBQ    R12, R11
@@ -3892,30 +4078,74 @@ lutTL2T3AVX512_tl1chunk:
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
+	CMPQ    R12, $0x02
+	JLT     lutTL2T3AVX512_tl1odd
 
-lutTL2T3AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z14
-	VPANDD        Z0, Z14, Z15
-	VPSRLW        $0x04, Z14, Z16
-	VPORD         Z1, Z16, Z16
-	VPERMW        (SI)(BX*1), Z15, Z17
-	VPADDW        Z17, Z2, Z2
-	VPERMW        (DI)(BX*1), Z15, Z17
-	VPADDW        Z17, Z4, Z4
-	VPERMW        (R8)(BX*1), Z15, Z17
-	VPADDW        Z17, Z6, Z6
-	VPERMW        (SI)(BX*1), Z16, Z17
-	VPADDW        Z17, Z3, Z3
-	VPERMW        (DI)(BX*1), Z16, Z17
-	VPADDW        Z17, Z5, Z5
-	VPERMW        (R8)(BX*1), Z16, Z17
-	VPADDW        Z17, Z7, Z7
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R12
-	JNZ           lutTL2T3AVX512_tl1unit
+lutTL2T3AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z14
+	VPANDD     Z0, Z14, Z15
+	VPSRLW     $0x04, Z14, Z16
+	VPORD      Z1, Z16, Z16
+	VPERMW     (SI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     (DI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     (R8)(BX*1), Z15, Z17
+	VPADDW     Z17, Z6, Z6
+	VPERMW     (SI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     (DI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z5, Z5
+	VPERMW     (R8)(BX*1), Z16, Z17
+	VPADDW     Z17, Z7, Z7
+	VPMOVZXBW  32(CX), Z14
+	VPANDD     Z0, Z14, Z15
+	VPSRLW     $0x04, Z14, Z16
+	VPORD      Z1, Z16, Z16
+	VPERMW     64(SI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     64(R8)(BX*1), Z15, Z17
+	VPADDW     Z17, Z6, Z6
+	VPERMW     64(SI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     64(DI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z5, Z5
+	VPERMW     64(R8)(BX*1), Z16, Z17
+	VPADDW     Z17, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R12
+	CMPQ       R12, $0x02
+	JGE        lutTL2T3AVX512_tl1pair
+
+lutTL2T3AVX512_tl1odd:
+	TESTQ     R12, R12
+	JZ        lutTL2T3AVX512_tl1flush
+	VPMOVZXBW (CX), Z14
+	VPANDD    Z0, Z14, Z15
+	VPSRLW    $0x04, Z14, Z16
+	VPORD     Z1, Z16, Z16
+	VPERMW    (SI)(BX*1), Z15, Z17
+	VPADDW    Z17, Z2, Z2
+	VPERMW    (DI)(BX*1), Z15, Z17
+	VPADDW    Z17, Z4, Z4
+	VPERMW    (R8)(BX*1), Z15, Z17
+	VPADDW    Z17, Z6, Z6
+	VPERMW    (SI)(BX*1), Z16, Z17
+	VPADDW    Z17, Z3, Z3
+	VPERMW    (DI)(BX*1), Z16, Z17
+	VPADDW    Z17, Z5, Z5
+	VPERMW    (R8)(BX*1), Z16, Z17
+	VPADDW    Z17, Z7, Z7
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL2T3AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z17
 	VPADDD        Z17, Z8, Z8
 	VEXTRACTI64X4 $0x01, Z2, Y17
@@ -4603,34 +4833,86 @@ lutTL1T4AVX512_tl1chunk:
 	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	CMPQ    R13, $0x02
+	JLT     lutTL1T4AVX512_tl1odd
 
-lutTL1T4AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z14
-	VPANDD        Z0, Z14, Z15
-	VPSRLW        $0x04, Z14, Z16
-	VPORD         Z1, Z16, Z16
-	VPERMW        (SI)(BX*1), Z15, Z17
-	VPADDW        Z17, Z2, Z2
-	VPERMW        (DI)(BX*1), Z15, Z17
-	VPADDW        Z17, Z3, Z3
-	VPERMW        (R8)(BX*1), Z15, Z17
-	VPADDW        Z17, Z4, Z4
-	VPERMW        (R9)(BX*1), Z15, Z17
-	VPADDW        Z17, Z5, Z5
-	VPERMW        (SI)(BX*1), Z16, Z17
-	VPADDW        Z17, Z2, Z2
-	VPERMW        (DI)(BX*1), Z16, Z17
-	VPADDW        Z17, Z3, Z3
-	VPERMW        (R8)(BX*1), Z16, Z17
-	VPADDW        Z17, Z4, Z4
-	VPERMW        (R9)(BX*1), Z16, Z17
-	VPADDW        Z17, Z5, Z5
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R13
-	JNZ           lutTL1T4AVX512_tl1unit
+lutTL1T4AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z14
+	VPANDD     Z0, Z14, Z15
+	VPSRLW     $0x04, Z14, Z16
+	VPORD      Z1, Z16, Z16
+	VPERMW     (SI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     (DI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     (R8)(BX*1), Z15, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     (R9)(BX*1), Z15, Z17
+	VPADDW     Z17, Z5, Z5
+	VPERMW     (SI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     (DI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     (R8)(BX*1), Z16, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     (R9)(BX*1), Z16, Z17
+	VPADDW     Z17, Z5, Z5
+	VPMOVZXBW  32(CX), Z14
+	VPANDD     Z0, Z14, Z15
+	VPSRLW     $0x04, Z14, Z16
+	VPORD      Z1, Z16, Z16
+	VPERMW     64(SI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z15, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     64(R8)(BX*1), Z15, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     64(R9)(BX*1), Z15, Z17
+	VPADDW     Z17, Z5, Z5
+	VPERMW     64(SI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z16, Z17
+	VPADDW     Z17, Z3, Z3
+	VPERMW     64(R8)(BX*1), Z16, Z17
+	VPADDW     Z17, Z4, Z4
+	VPERMW     64(R9)(BX*1), Z16, Z17
+	VPADDW     Z17, Z5, Z5
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R13
+	CMPQ       R13, $0x02
+	JGE        lutTL1T4AVX512_tl1pair
+
+lutTL1T4AVX512_tl1odd:
+	TESTQ     R13, R13
+	JZ        lutTL1T4AVX512_tl1flush
+	VPMOVZXBW (CX), Z14
+	VPANDD    Z0, Z14, Z15
+	VPSRLW    $0x04, Z14, Z16
+	VPORD     Z1, Z16, Z16
+	VPERMW    (SI)(BX*1), Z15, Z17
+	VPADDW    Z17, Z2, Z2
+	VPERMW    (DI)(BX*1), Z15, Z17
+	VPADDW    Z17, Z3, Z3
+	VPERMW    (R8)(BX*1), Z15, Z17
+	VPADDW    Z17, Z4, Z4
+	VPERMW    (R9)(BX*1), Z15, Z17
+	VPADDW    Z17, Z5, Z5
+	VPERMW    (SI)(BX*1), Z16, Z17
+	VPADDW    Z17, Z2, Z2
+	VPERMW    (DI)(BX*1), Z16, Z17
+	VPADDW    Z17, Z3, Z3
+	VPERMW    (R8)(BX*1), Z16, Z17
+	VPADDW    Z17, Z4, Z4
+	VPERMW    (R9)(BX*1), Z16, Z17
+	VPADDW    Z17, Z5, Z5
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL1T4AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z17
 	VPADDD        Z17, Z6, Z6
 	VEXTRACTI64X4 $0x01, Z2, Y17
@@ -5464,7 +5746,7 @@ lutTL2T4AVX512_tl2done:
 	JZ    lutTL2T4AVX512_tl1done
 
 lutTL2T4AVX512_tl1chunk:
-	MOVQ    $0x00000020, R13
+	MOVQ    $0x00000040, R13
 	CMPQ    R12, R13
 	CMOVQLT R12, R13
 	SUBQ    R13, R12
@@ -5476,34 +5758,86 @@ lutTL2T4AVX512_tl1chunk:
 	VPXORD  Z7, Z7, Z7
 	VPXORD  Z8, Z8, Z8
 	VPXORD  Z9, Z9, Z9
+	CMPQ    R13, $0x02
+	JLT     lutTL2T4AVX512_tl1odd
 
-lutTL2T4AVX512_tl1unit:
-	PREFETCHT0    (DX)
-	VPMOVZXBW     (CX), Z18
-	VPANDD        Z0, Z18, Z19
-	VPSRLW        $0x04, Z18, Z20
-	VPORD         Z1, Z20, Z20
-	VPERMW        (SI)(BX*1), Z19, Z21
-	VPADDW        Z21, Z2, Z2
-	VPERMW        (DI)(BX*1), Z19, Z21
-	VPADDW        Z21, Z4, Z4
-	VPERMW        (R8)(BX*1), Z19, Z21
-	VPADDW        Z21, Z6, Z6
-	VPERMW        (R9)(BX*1), Z19, Z21
-	VPADDW        Z21, Z8, Z8
-	VPERMW        (SI)(BX*1), Z20, Z21
-	VPADDW        Z21, Z3, Z3
-	VPERMW        (DI)(BX*1), Z20, Z21
-	VPADDW        Z21, Z5, Z5
-	VPERMW        (R8)(BX*1), Z20, Z21
-	VPADDW        Z21, Z7, Z7
-	VPERMW        (R9)(BX*1), Z20, Z21
-	VPADDW        Z21, Z9, Z9
-	ADDQ          $0x20, CX
-	ADDQ          $0x20, DX
-	ADDQ          $0x40, BX
-	DECQ          R13
-	JNZ           lutTL2T4AVX512_tl1unit
+lutTL2T4AVX512_tl1pair:
+	PREFETCHT0 (DX)
+	VPMOVZXBW  (CX), Z18
+	VPANDD     Z0, Z18, Z19
+	VPSRLW     $0x04, Z18, Z20
+	VPORD      Z1, Z20, Z20
+	VPERMW     (SI)(BX*1), Z19, Z21
+	VPADDW     Z21, Z2, Z2
+	VPERMW     (DI)(BX*1), Z19, Z21
+	VPADDW     Z21, Z4, Z4
+	VPERMW     (R8)(BX*1), Z19, Z21
+	VPADDW     Z21, Z6, Z6
+	VPERMW     (R9)(BX*1), Z19, Z21
+	VPADDW     Z21, Z8, Z8
+	VPERMW     (SI)(BX*1), Z20, Z21
+	VPADDW     Z21, Z3, Z3
+	VPERMW     (DI)(BX*1), Z20, Z21
+	VPADDW     Z21, Z5, Z5
+	VPERMW     (R8)(BX*1), Z20, Z21
+	VPADDW     Z21, Z7, Z7
+	VPERMW     (R9)(BX*1), Z20, Z21
+	VPADDW     Z21, Z9, Z9
+	VPMOVZXBW  32(CX), Z18
+	VPANDD     Z0, Z18, Z19
+	VPSRLW     $0x04, Z18, Z20
+	VPORD      Z1, Z20, Z20
+	VPERMW     64(SI)(BX*1), Z19, Z21
+	VPADDW     Z21, Z2, Z2
+	VPERMW     64(DI)(BX*1), Z19, Z21
+	VPADDW     Z21, Z4, Z4
+	VPERMW     64(R8)(BX*1), Z19, Z21
+	VPADDW     Z21, Z6, Z6
+	VPERMW     64(R9)(BX*1), Z19, Z21
+	VPADDW     Z21, Z8, Z8
+	VPERMW     64(SI)(BX*1), Z20, Z21
+	VPADDW     Z21, Z3, Z3
+	VPERMW     64(DI)(BX*1), Z20, Z21
+	VPADDW     Z21, Z5, Z5
+	VPERMW     64(R8)(BX*1), Z20, Z21
+	VPADDW     Z21, Z7, Z7
+	VPERMW     64(R9)(BX*1), Z20, Z21
+	VPADDW     Z21, Z9, Z9
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R13
+	CMPQ       R13, $0x02
+	JGE        lutTL2T4AVX512_tl1pair
+
+lutTL2T4AVX512_tl1odd:
+	TESTQ     R13, R13
+	JZ        lutTL2T4AVX512_tl1flush
+	VPMOVZXBW (CX), Z18
+	VPANDD    Z0, Z18, Z19
+	VPSRLW    $0x04, Z18, Z20
+	VPORD     Z1, Z20, Z20
+	VPERMW    (SI)(BX*1), Z19, Z21
+	VPADDW    Z21, Z2, Z2
+	VPERMW    (DI)(BX*1), Z19, Z21
+	VPADDW    Z21, Z4, Z4
+	VPERMW    (R8)(BX*1), Z19, Z21
+	VPADDW    Z21, Z6, Z6
+	VPERMW    (R9)(BX*1), Z19, Z21
+	VPADDW    Z21, Z8, Z8
+	VPERMW    (SI)(BX*1), Z20, Z21
+	VPADDW    Z21, Z3, Z3
+	VPERMW    (DI)(BX*1), Z20, Z21
+	VPADDW    Z21, Z5, Z5
+	VPERMW    (R8)(BX*1), Z20, Z21
+	VPADDW    Z21, Z7, Z7
+	VPERMW    (R9)(BX*1), Z20, Z21
+	VPADDW    Z21, Z9, Z9
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	ADDQ      $0x40, BX
+
+lutTL2T4AVX512_tl1flush:
 	VPMOVSXWD     Y2, Z21
 	VPADDD        Z21, Z10, Z10
 	VEXTRACTI64X4 $0x01, Z2, Y21

@@ -600,12 +600,12 @@ type lutState struct {
 	top, x, l2              VecPhysical // tl2: the word sign bit, triple 15's code being gathered, a second lookup result
 }
 
-// lutChains is the number of int16 chains per token: tl2 with one token looks up 16
-// entries per block into one token, so four chains keep vpaddw's latency off the critical
-// path; two otherwise (tl1 with more than two tokens: one).
+// lutChains is the number of int16 chains per token: with one token four chains keep
+// vpaddw's latency off the critical path (tl2 looks up 16 entries per block, tl1 4 per
+// iteration); two otherwise (tl1 with more than two tokens: one).
 func lutChains(T int, tl2 bool) int {
 	switch {
-	case tl2 && T == 1:
+	case T == 1:
 		return 4
 	case tl2 || T <= 2:
 		return 2
@@ -666,28 +666,46 @@ func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
 	}
 }
 
-// tl1Units runs n (a register, may be 0) tl1 units, flushing every 32 (a chain gains at
-// most 2*256 per unit).
+// tl1Units runs n (a register, may be 0) tl1 units, two per iteration (one prefetch per
+// 64-byte line), then an odd one. A unit adds to chains 2*(u%2) and 2*(u%2)+1 (modulo the
+// token's chains), at most 256 per entry, so flushing every 32*chains units keeps a chain
+// within 64 entries (16384). Against one unit per iteration with two chains for one token:
+// 12-21% faster cache-resident, neutral from DRAM on this machine's slower memory.
 func (s *lutState) tl1Units(name string, n Register) {
 	done := name + "_tl1done"
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	Label(name + "_tl1chunk")
-	c := takeChunk(n, 32)
+	c := takeChunk(n, uint32(32*len(s.acc16[0])))
 	s.zero16()
-	Label(name + "_tl1unit")
+	unit := func(h int) {
+		VPMOVZXBW(at(s.w, 32*h), s.wz)
+		VPANDD(s.m0f, s.wz, s.i0)
+		VPSRLW(U8(4), s.wz, s.i1)
+		VPORD(s.c16, s.i1, s.i1)
+		s.lookup(s.i0, 64*h, 2*h)
+		s.lookup(s.i1, 64*h, 2*h+1)
+	}
+	CMPQ(c, U8(2))
+	JLT(LabelRef(name + "_tl1odd"))
+	Label(name + "_tl1pair")
 	PREFETCHT0(at(s.pf, 0))
-	VPMOVZXBW(at(s.w, 0), s.wz)
-	VPANDD(s.m0f, s.wz, s.i0)
-	VPSRLW(U8(4), s.wz, s.i1)
-	VPORD(s.c16, s.i1, s.i1)
-	s.lookup(s.i0, 0, 0)
-	s.lookup(s.i1, 0, 1)
+	unit(0)
+	unit(1)
+	ADDQ(U8(64), s.w)
+	ADDQ(U8(64), s.pf)
+	ADDQ(U32(128), s.kt)
+	SUBQ(U8(2), c)
+	CMPQ(c, U8(2))
+	JGE(LabelRef(name + "_tl1pair"))
+	Label(name + "_tl1odd")
+	TESTQ(c, c)
+	JZ(LabelRef(name + "_tl1flush"))
+	unit(0)
 	ADDQ(U8(32), s.w)
 	ADDQ(U8(32), s.pf)
 	ADDQ(U8(64), s.kt)
-	DECQ(c)
-	JNZ(LabelRef(name + "_tl1unit"))
+	Label(name + "_tl1flush")
 	s.flush()
 	TESTQ(n, n)
 	JNZ(LabelRef(name + "_tl1chunk"))
