@@ -566,29 +566,44 @@ func TestBF16(t *testing.T) {
 // the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).
 // K = 48*27 + 7: three chunks of 9 blocks and a 7-input tail; K = 48*25: 8, 8 and 9 blocks
 // without a tail; K = 47: one chunk of the tail alone.
+// packRandom packs random logical weights of format f (M x K) and returns them, the blob and
+// its layout.
+func packRandom(t *testing.T, f quantcfg.Format, m, k int, seed uint64) (Weights, []byte, Layout) {
+	t.Helper()
+	w := RandomWeights(rand.New(rand.NewPCG(seed, uint64(k))), f, m, k, 1)
+	blob, err := PackNew(f, m, k, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLayout(f, m, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, blob, l
+}
+
+// ownStream is row block rb's stream of the logical weights w (M x K), encoded on its own.
+func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) []byte {
+	rows := make([]int8, RowBlock*l.Kp)
+	for r := 0; r < RowBlock && rb*RowBlock+r < l.M; r++ {
+		copy(rows[r*l.Kp:], w[(rb*RowBlock+r)*l.K:][:l.K])
+	}
+	stream := make([]byte, l.RowBlockBytes)
+	encode(l, rows, stream)
+	return stream
+}
+
 func TestTL2ChunkMajor(t *testing.T) {
 	for _, c := range []struct{ k, nb, kp1 int }{{48*27 + 7, 27, 8}, {48 * 25, 25, 0}, {47, 0, 48}} {
 		const m = 70
-		r := rand.New(rand.NewPCG(5, uint64(c.k)))
-		w := RandomWeights(r, quantcfg.TL2, m, c.k, 1)
-		blob, err := PackNew(quantcfg.TL2, m, c.k, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _ := NewLayout(quantcfg.TL2, m, c.k)
+		w, blob, l := packRandom(t, quantcfg.TL2, m, c.k, 5)
 		mrb := l.RowBlocks()
 		if mrb != 3 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 {
 			t.Fatalf("layout %+v", l)
 		}
 		nc := max(1, (c.nb+11)/12)
 		for rb := 0; rb < mrb; rb++ {
-			// the row block's stream, encoded on its own
-			rows := make([]int8, RowBlock*l.Kp)
-			for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
-				copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*c.k:][:c.k])
-			}
-			stream := make([]byte, l.RowBlockBytes)
-			tl2Encode(l, rows, stream)
+			stream := ownStream(l, w.Q, rb, tl2Encode)
 			for ch := 0; ch < nc; ch++ {
 				b0, b1 := ch*c.nb/nc, (ch+1)*c.nb/nc
 				if b1-b0 > 12 {
@@ -616,24 +631,13 @@ func TestTL2ChunkMajor(t *testing.T) {
 func TestTL1ChunkMajor(t *testing.T) {
 	for _, c := range []struct{ k, nc int }{{2054, 3}, {1024, 1}, {4096, 4}, {3, 1}, {1025, 2}} {
 		const m = 70
-		r := rand.New(rand.NewPCG(6, uint64(c.k)))
-		w := RandomWeights(r, quantcfg.TL1, m, c.k, 1)
-		blob, err := PackNew(quantcfg.TL1, m, c.k, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, _ := NewLayout(quantcfg.TL1, m, c.k)
+		w, blob, l := packRandom(t, quantcfg.TL1, m, c.k, 6)
 		mrb, nu := l.RowBlocks(), (c.k+3)/4
 		if mrb != 3 || l.Chunks() != c.nc || len(blob) != mrb*32*nu {
 			t.Fatalf("K %d: layout %+v, %d chunks, %d bytes", c.k, l, l.Chunks(), len(blob))
 		}
 		for rb := 0; rb < mrb; rb++ {
-			rows := make([]int8, RowBlock*l.Kp)
-			for rr := 0; rr < RowBlock && rb*RowBlock+rr < m; rr++ {
-				copy(rows[rr*l.Kp:], w.Q[(rb*RowBlock+rr)*c.k:][:c.k])
-			}
-			stream := make([]byte, l.RowBlockBytes)
-			tl1Encode(l, rows, stream)
+			stream := ownStream(l, w.Q, rb, tl1Encode)
 			for ch := 0; ch < c.nc; ch++ {
 				u0, u1 := ch*nu/c.nc, (ch+1)*nu/c.nc
 				if u1-u0 > 256 {
