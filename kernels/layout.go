@@ -140,6 +140,16 @@ func (l Layout) spanBytes() int {
 	return 32
 }
 
+// ChunkK0 returns the first input of chunk c (the chunk's first step times 48 inputs per tl2
+// block or 4 per tl1 unit).
+func (l Layout) ChunkK0(c int) int {
+	s0, _ := l.ChunkSpan(c)
+	if l.Format == quantcfg.TL2 {
+		return TL2Block * s0
+	}
+	return 4 * s0
+}
+
 // Chunks is the number of chunks of a chunk-major blob: ceil(steps/TL2Chunk) tl2 blocks or
 // ceil(steps/TL1Chunk) tl1 units, at least one (a tl2 K below 48 is one chunk of the tl1
 // tail alone).

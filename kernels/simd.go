@@ -534,6 +534,18 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		if k.format == quantcfg.TL1 {
 			ahead = tl1Ahead
 		}
+		// nextPiece is where this thread's stream goes on after chunk c: its piece of chunk
+		// c+1 (nil after the last). The chunk's last call prefetches it in its last row blocks
+		// instead of past the range, which is another thread's (measured on tl2 with two
+		// threads on 4096x14336: +6% per token when memory is fast, neutral when slow and
+		// with one thread, whose range is contiguous).
+		nextPiece := func(c int) unsafe.Pointer {
+			if c+1 == ly.Chunks() {
+				return nil
+			}
+			o, _ := ly.Piece(rb0, c+1)
+			return unsafe.Add(data, o)
+		}
 		// call runs the kernel over the row blocks for a part of a chunk; it builds the tables
 		// of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches next
 		// (if not nil) where the part's end would be past the range.
@@ -595,15 +607,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 					}
 				}
 				tab = unsafe.Pointer(&buf[0])
-				// The chunk's last call prefetches the next chunk's first pieces in its last row
-				// blocks: where this thread's stream goes on (past its range is another
-				// thread's; measured with two threads on 4096x14336: +6% per token when memory
-				// is fast, neutral when slow and with one thread, whose range is contiguous).
-				var next unsafe.Pointer
-				if c+1 < nc {
-					o, _ := ly.Piece(rb0, c+1)
-					next = unsafe.Add(data, o)
-				}
+				next := nextPiece(c)
 				// One token: the tail goes with the chunk's last blocks. More: the kernels take
 				// row blocks in pairs only in calls without units, so the tail has its own.
 				sep := units > 0 && (T > 1 || bc == 0)
@@ -629,12 +633,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			for c := 0; c < nc; c++ {
 				u0, uc := ly.ChunkSpan(c)
 				off, size := ly.Piece(rb0, c)
-				var next unsafe.Pointer
-				if c+1 < nc {
-					o, _ := ly.Piece(rb0, c+1)
-					next = unsafe.Add(data, o)
-				}
-				call(off, size, 64*u0, 0, uc, nil, nil, next)
+				call(off, size, 64*u0, 0, uc, nil, nil, nextPiece(c))
 			}
 		}
 		epi.NTok = T
@@ -809,20 +808,14 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm && ly.Chunked() {
 			// The row block's stream lies in one piece per chunk: unpack each where it is to its
-			// place in B (128 bytes per tl1 unit, 12 quads of 128 bytes per tl2 block), a tl2
-			// blob's tail with the last.
+			// place in B (32 bytes per input), a tl2 blob's tail with the last (tl1: Kp1 = 0).
 			nc := ly.Chunks()
 			for c := 0; c < nc; c++ {
-				s0, sc := ly.ChunkSpan(c)
+				_, sc := ly.ChunkSpan(c)
 				off, _ := ly.Piece(rb, c)
-				ua.W, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), sc, 0
-				if k.format == quantcfg.TL1 {
-					ua.B = unsafe.Pointer(&bmat[RowBlock*4*s0])
-				} else {
-					ua.B = unsafe.Pointer(&bmat[RowBlock*TL2Block*s0])
-					if c == nc-1 {
-						ua.N2 = ly.Kp1 / 4
-					}
+				ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&bmat[RowBlock*ly.ChunkK0(c)]), sc, 0
+				if c == nc-1 {
+					ua.N2 = ly.Kp1 / 4
 				}
 				k.ops.unpack(argp(ua))
 			}
