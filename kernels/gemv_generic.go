@@ -26,7 +26,8 @@ func (a *gemvArgs) segRange(j, kstep int) (int, int) {
 
 func (a *gemvArgs) kp(kstep int) int { return ((a.NSeg-1)*a.SegSteps + a.LastSteps) * kstep }
 
-// gemvSums runs u(r, k) * x(t, k) over every segment, token and row.
+// gemvSums runs u(r, k) * x(t, k) over every segment, token and row (adding to Sums when
+// a.Acc != 0).
 func gemvSums(a *gemvArgs, T, kstep int, u func(r, k int) int32, x func(t, k int) int32) {
 	sums := int32At(a.Sums, a.NSeg*T*RowBlock)
 	for j := 0; j < a.NSeg; j++ {
@@ -36,6 +37,9 @@ func gemvSums(a *gemvArgs, T, kstep int, u func(r, k int) int32, x func(t, k int
 				var s int32
 				for k := k0; k < k1; k++ {
 					s += u(r, k) * x(t, k)
+				}
+				if a.Acc != 0 {
+					s += sums[(j*T+t)*RowBlock+r]
 				}
 				sums[(j*T+t)*RowBlock+r] = s
 			}
@@ -48,10 +52,10 @@ func xNat(a *gemvArgs, kp int) func(t, k int) int32 {
 }
 
 // gemvI2SGeneric: u = the i2s code (w+1); x natural; a step is one 128-input block;
-// Aux is the bytes per row quad.
+// Aux is the bytes per row quad (W may point into the quads, at a part of K).
 func gemvI2SGeneric(a *gemvArgs, T int) {
 	kp := a.kp(128)
-	w := bytesAt(a.W, 8*kp)
+	w := bytesAt(a.W, 7*a.Aux+kp)
 	u := func(r, k int) int32 {
 		b, s, j := k/128, k%128/32, k%32
 		return int32(w[r/4*a.Aux+(b*4+r%4)*32+j] >> (6 - 2*s) & 3)

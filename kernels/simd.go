@@ -794,6 +794,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			g.Aux = ly.Kp / 128 * 128
+			g.PF, g.PF7 = gemvPrefetch, gemvPrefetch
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -836,7 +837,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				if g.Tab != nil && p.tabStride != 0 {
 					g.Tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
 				}
-				k.ops.gemv[T](argp(g))
+				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
+					k.gemvParts(g, T, ps, ly)
+				} else {
+					k.ops.gemv[T](argp(g))
+				}
 			}
 			epi.NTok = T
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
@@ -845,6 +850,54 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			k.ops.epi(argp(epi))
 		}
 	}
+}
+
+// gemvPrefetch is how far ahead of its weight stream the i2s zmm GEMV kernels for T = 3, 4
+// prefetch outside gemvParts (gemvArgs.PF; the other GEMV kernels have it built in:
+// prefetchDist in _asm/gemv.go).
+const gemvPrefetch = 8192
+
+// i2sPartBytes bounds the activations one part of K gives the i2s zmm kernel (T tokens'
+// bytes), so that they stay in L1 while its eight row quads go by. Over the whole K the
+// activations of four tokens at K = 14336 (56 KiB) come from L2 once per row quad: from
+// DRAM the kernel then ran at 21 GB/s instead of 26 (one thread, Zen 5).
+const i2sPartBytes = 32 << 10
+
+// i2sPartSteps returns the steps (128 inputs) per part of K for the i2s GEMV of T tokens,
+// or 0 to run the whole K in one call: only the zmm kernels for T = 3 and 4 take parts (two
+// tokens fit K = 16384 in L1), and only for one segment (a part adds into its sums).
+func (k *simdKernel) i2sPartSteps(ly Layout, p plan, T int) int {
+	if k.format != quantcfg.I2S || k.isa != ISAAVX512 || T < 3 || T > 4 || p.nseg != 1 || T*ly.Kp <= i2sPartBytes {
+		return 0
+	}
+	steps := ly.Kp / 128
+	parts := (T*ly.Kp + i2sPartBytes - 1) / i2sPartBytes
+	return (steps + parts - 1) / parts
+}
+
+// gemvParts runs the GEMV of g (one row block, one segment) as parts of ps steps, each
+// part over all eight row quads before the next: the first part stores the sums, the
+// others add to them. Each quad prefetches the next quad's stream at the same offset (the
+// next in reading order, a part's length ahead), quad 7 the next part's quad 0 and, in the
+// last part, the next row block's start.
+func (k *simdKernel) gemvParts(g *gemvArgs, T, ps int, ly Layout) {
+	w, x, ss, ls := g.W, g.X, g.SegSteps, g.LastSteps
+	steps := ly.Kp / 128
+	for s0 := 0; s0 < steps; s0 += ps {
+		n := min(ps, steps-s0)
+		g.W, g.X = unsafe.Add(w, 128*s0), unsafe.Add(x, 128*s0)
+		g.SegSteps, g.LastSteps = n, n
+		g.PF = g.Aux
+		next := 128 * (s0 + n) // the next part's quad 0, from w
+		if s0+n == steps {
+			next = ly.RowBlockBytes
+		}
+		g.PF7 = next - (128*s0 + 7*g.Aux)
+		g.Acc = min(s0, 1)
+		k.ops.gemv[T](argp(g))
+	}
+	g.W, g.X, g.SegSteps, g.LastSteps = w, x, ss, ls
+	g.PF, g.PF7, g.Acc = gemvPrefetch, gemvPrefetch, 0
 }
 
 func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {

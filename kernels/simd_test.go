@@ -195,7 +195,8 @@ func TestArgOffsets(t *testing.T) {
 		{"gemv.SegSteps", unsafe.Offsetof(g.SegSteps), 32}, {"gemv.NSeg", unsafe.Offsetof(g.NSeg), 40},
 		{"gemv.LastSteps", unsafe.Offsetof(g.LastSteps), 48}, {"gemv.Tab", unsafe.Offsetof(g.Tab), 56},
 		{"gemv.TabStride", unsafe.Offsetof(g.TabStride), 64}, {"gemv.Aux", unsafe.Offsetof(g.Aux), 72},
-		{"gemv.Aux2", unsafe.Offsetof(g.Aux2), 80},
+		{"gemv.Aux2", unsafe.Offsetof(g.Aux2), 80}, {"gemv.PF", unsafe.Offsetof(g.PF), 88},
+		{"gemv.PF7", unsafe.Offsetof(g.PF7), 96}, {"gemv.Acc", unsafe.Offsetof(g.Acc), 104},
 		{"unpack.W", unsafe.Offsetof(u.W), 0}, {"unpack.B", unsafe.Offsetof(u.B), 8},
 		{"unpack.N", unsafe.Offsetof(u.N), 16}, {"unpack.Tab", unsafe.Offsetof(u.Tab), 24},
 		{"unpack.N2", unsafe.Offsetof(u.N2), 32},
@@ -503,6 +504,80 @@ func TestSIMDConcurrent(t *testing.T) {
 	for i := 0; i < 4*len(jobs); i++ {
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestI2SParts: the i2s GEMV of three and four tokens over a K whose activations outgrow
+// i2sPartBytes runs as parts of K (gemvParts) in the zmm kernels and their generic twin;
+// the parts must add up to the reference, and each row quad must prefetch the run that is
+// read after it.
+func TestI2SParts(t *testing.T) {
+	ks := []*simdKernel{{format: quantcfg.I2S, ops: genericOps(quantcfg.I2S, true)}}
+	for _, k := range asmKernels() {
+		if k.format == quantcfg.I2S && k.isa == ISAAVX512 {
+			ks = append(ks, k)
+		}
+	}
+	// K = 8832: two parts for four tokens, none for three; K = 20608: two and three parts.
+	shapes := [][2]int{{40, 8832}, {70, 20608}}
+	for _, c := range []struct{ kp, T, want int }{{8832, 3, 0}, {8832, 4, 35}, {20608, 3, 81}, {20608, 4, 54}} {
+		if got := ks[0].i2sPartSteps(Layout{Kp: c.kp}, plan{nseg: 1}, c.T); got != c.want {
+			t.Fatalf("Kp %d, %d tokens: parts of %d steps, want %d", c.kp, c.T, got, c.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(10, 10))
+	for i, k := range ks {
+		name := k.Name()
+		if i == 0 {
+			name = "generic/i2s"
+		}
+		checkShapes(t, name, k, rng, shapes, 1<<30, []int{3, 4, 7}, false)
+	}
+
+	// The prefetch targets, from the arguments of each call.
+	type call struct {
+		w                        uintptr
+		aux, pf, pf7, acc, steps int
+	}
+	var calls []call
+	gen := genericOps(quantcfg.I2S, true)
+	rec := *gen
+	for T := 1; T <= rec.gemvT; T++ {
+		T := T
+		rec.gemv[T] = func(p *byte) {
+			g := (*gemvArgs)(unsafe.Pointer(p))
+			calls = append(calls, call{uintptr(g.W), g.Aux, g.PF, g.PF7, g.Acc, g.LastSteps})
+			gen.gemv[T](p)
+		}
+	}
+	k := &simdKernel{format: quantcfg.I2S, ops: &rec}
+	spec := quantcfg.LayerSpec{Format: quantcfg.I2S, Out: 64, In: 20608}
+	tl := newTestLayer(t, rng, spec)
+	x := randActs(rng, 4, spec.In)
+	want, err := Reference(tl.Layer, x, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, "recorded parts", runSplit(t, k, tl.Layer, x, 4), want, spec.Out)
+	ly := tl.Layer.Layout
+	base := uintptr(unsafe.Pointer(&tl.Layer.Data[0]))
+	if len(calls) != 2*3 {
+		t.Fatalf("%d calls for two row blocks in three parts", len(calls))
+	}
+	for i, c := range calls {
+		rb, part := i/3, i%3
+		start := base + uintptr(rb*ly.RowBlockBytes)
+		next := start + uintptr(ly.RowBlockBytes) // after the last part: the next row block
+		if part < 2 {
+			next = calls[i+1].w
+		}
+		if c.w != start+uintptr(128*54*part) || c.steps != min(54, ly.Kp/128-54*part) {
+			t.Fatalf("call %d: part at %d, %d steps", i, c.w-start, c.steps)
+		}
+		if c.pf != c.aux || c.w+uintptr(7*c.aux+c.pf7) != next || c.acc != min(part, 1) {
+			t.Fatalf("call %d (row block %d, part %d): PF %d (quad bytes %d), quad 7 prefetches at %d from the row block instead of %d, Acc %d",
+				i, rb, part, c.pf, c.aux, int(c.w)+7*c.aux+c.pf7-int(start), int(next)-int(start), c.acc)
 		}
 	}
 }

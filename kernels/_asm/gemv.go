@@ -12,6 +12,7 @@ import (
 const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
 	gTab, gTabStride, gAux, gAux2                         = 56, 64, 72, 80
+	gPF, gPF7, gAcc                                       = 88, 96, 104
 )
 
 // prefetchDist is how far ahead (bytes) the GEMV kernels prefetch their weight stream.
@@ -21,11 +22,12 @@ const prefetchDist = 8192
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
-	pairPerm  Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
-	evenIdx   Mem // vpermt2d: the even dwords of two registers
-	selHigh   Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
-	i2sGather Mem // vpermd: dwords 0, 4, 8, 12
-	int1Bits  Mem // dwords of bytes 1, 2, 4, 8
+	pairPerm  Mem    // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx   Mem    // vpermt2d: the even dwords of two registers
+	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
+	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
+	i2sShift  [2]Mem // vpsrlvq counts: 6 in the low half and 4 in the high; 2 and 0
+	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
 )
 
 func genGemv() {
@@ -48,6 +50,15 @@ func genGemv() {
 	}
 	selHigh = table("selHigh", sh)
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
+	for i, c := range [2][2]uint32{{6, 4}, {2, 0}} {
+		var d []uint32
+		for h := 0; h < 2; h++ {
+			for q := 0; q < 4; q++ {
+				d = append(d, c[h], 0)
+			}
+		}
+		i2sShift[i] = dwordTable(fmt.Sprintf("i2sShift%d", i), d)
+	}
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
 
 	for T := 1; T <= 8; T++ {
@@ -335,6 +346,10 @@ func gemvInt2Split(T int) {
 // codes of each 32-input run, multiplied with the activations of that run broadcast to
 // both halves. Per segment each row's 8 lanes are reduced and stored. Aux: bytes per quad.
 func gemvI2SZ(T int) {
+	if T == 3 || T == 4 {
+		gemvI2SRowZ(T)
+		return
+	}
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
@@ -426,6 +441,115 @@ func gemvI2SZ(T int) {
 		VMOVDQU32(c.AsX(), at(sums, 128*t))
 	}
 	p.put(y)
+	ADDQ(U32(128*T), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	ADDQ(at(a, gAux), wq)
+	ADDQ(U8(16), sumsQ)
+	INCQ(quad)
+	CMPQ(quad, U8(8))
+	JNE(LabelRef(name + "_quad"))
+	VZEROUPPER()
+	RET()
+}
+
+// gemvI2SRowZ (T = 3, 4): i2s on zmm, one row quad at a time like gemvI2SZ, but each row's
+// 32-byte piece is broadcast to both halves and shifted by a different count in each
+// (vpsrlvq), so a vector holds one row's codes of two consecutive 32-input runs and
+// multiplies a plain 64-byte load of activations. A broadcast load of activations per
+// token and run (gemvI2SZ) costs more than a broadcast load per row once several tokens
+// share each row: with four tokens the block takes about 16.5 cycles instead of 19 in L1
+// (vpdpbusd alone needs 16); with one token gemvI2SZ is faster. The prefetch distance
+// (PF, PF7) and Acc come from the driver, which runs a long K in parts (gemvParts).
+func gemvI2SRowZ(T int) {
+	name := gemvName("I2S", T, "AVX512")
+	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
+	p := newPool(true)
+	xs := newTokX(a, T, gX, gXStride)
+	m3 := p.get()
+	bcastByte(m3, 3)
+	sh := p.getn(2)
+	VMOVDQU64(i2sShift[0], sh[0])
+	VMOVDQU64(i2sShift[1], sh[1])
+	// acc[t][r]: token t, row r of the quad (two dot products per block each).
+	acc := make([][4]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		copy(acc[t][:], p.getn(4))
+		all = append(all, acc[t][:]...)
+	}
+	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
+	xv := p.getn(2)
+	quad, wq, sumsQ := GP64(), GP64(), GP64()
+	XORQ(quad, quad)
+	MOVQ(at(a, gSums), sumsQ)
+	MOVQ(at(a, gW), wq)
+	Label(name + "_quad")
+	w, nseg, sums, pf := GP64(), GP64(), GP64(), GP64()
+	MOVQ(wq, w)
+	xs.reset()
+	MOVQ(at(a, gNSeg), nseg)
+	MOVQ(sumsQ, sums)
+	MOVQ(at(a, gPF), pf)
+	CMPQ(quad, U8(7))
+	CMOVQEQ(at(a, gPF7), pf)
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	zeroAll(all...)
+	Label(name + "_blk")
+	PREFETCHT0(idx(w, pf, 1, 0))
+	PREFETCHT0(idx(w, pf, 1, 64))
+	for r := 0; r < 4; r++ {
+		c0, c1 := cls[2*r], cls[2*r+1]
+		VBROADCASTI64X4(at(w, 32*r), c0)
+		VPSRLVQ(sh[1], c0, c1)
+		VPSRLVQ(sh[0], c0, c0)
+		VPANDD(m3, c0, c0)
+		VPANDD(m3, c1, c1)
+	}
+	for t := range acc {
+		VMOVDQU64(xs.mem(t, 0), xv[0])
+		VMOVDQU64(xs.mem(t, 64), xv[1])
+		for r := 0; r < 4; r++ {
+			for j := 0; j < 2; j++ {
+				VPDPBUSD(xv[j], cls[2*r+j], acc[t][r])
+			}
+		}
+	}
+	ADDQ(U8(128), w)
+	xs.advance(128)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_blk"))
+	// reduce: per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
+	y, u, v := cls[0], cls[1], cls[2]
+	VMOVDQU32(i2sGather, y)
+	for t := range acc {
+		s := acc[t]
+		// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
+		for i := 0; i < 4; i += 2 {
+			VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
+			VSHUFI64X2(U8(0xEE), s[i+1], s[i], v)
+			VPADDD(v, u, s[i])
+		}
+		// -> lane r = row r's four partial sums
+		VSHUFI64X2(U8(0x88), s[2], s[0], u)
+		VSHUFI64X2(U8(0xDD), s[2], s[0], v)
+		VPADDD(v, u, u)
+		VPSHUFD(U8(0x4E), u, v)
+		VPADDD(v, u, u)
+		VPSHUFD(U8(0xB1), u, v)
+		VPADDD(v, u, u)
+		VPERMD(u, y, u)
+		st := fmt.Sprintf("%s_st%d", name, t)
+		CMPQ(at(a, gAcc), U8(0))
+		JE(LabelRef(st))
+		VPADDD(at(sums, 128*t), u.AsX(), u.AsX())
+		Label(st)
+		VMOVDQU32(u.AsX(), at(sums, 128*t))
+	}
 	ADDQ(U32(128*T), sums)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
