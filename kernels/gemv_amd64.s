@@ -1027,7 +1027,7 @@ gemvI2ST1AVX512_blk:
 	VBROADCASTI64X4 96(CX)(DX*1), Z11
 	VPDPBUSD        Z11, Z18, Z4
 	VPDPBUSD        Z11, Z19, Z8
-	ADDQ            $0x80, R8
+	SUBQ            $-128, R8
 	ADDQ            $0x00000080, DX
 	DECQ            R11
 	JNZ             gemvI2ST1AVX512_blk
@@ -1839,7 +1839,7 @@ gemvI2ST2AVX512_blk:
 	VBROADCASTI64X4 96(DX)(BX*1), Z19
 	VPDPBUSD        Z19, Z26, Z12
 	VPDPBUSD        Z19, Z27, Z16
-	ADDQ            $0x80, R9
+	SUBQ            $-128, R9
 	ADDQ            $0x00000080, BX
 	DECQ            R12
 	JNZ             gemvI2ST2AVX512_blk
@@ -3028,7 +3028,7 @@ gemvI2ST3AVX512_blk:
 	VPDPBUSD        Z24, Z20, Z13
 	VPDPBUSD        Z23, Z21, Z14
 	VPDPBUSD        Z24, Z22, Z14
-	ADDQ            $0x80, R10
+	SUBQ            $-128, R10
 	ADDQ            $0x00000080, SI
 	DECQ            R14
 	JNZ             gemvI2ST3AVX512_blk
@@ -4493,7 +4493,7 @@ gemvI2ST4AVX512_blk:
 	VPDPBUSD        Z28, Z24, Z17
 	VPDPBUSD        Z27, Z25, Z18
 	VPDPBUSD        Z28, Z26, Z18
-	ADDQ            $0x80, R11
+	SUBQ            $-128, R11
 	ADDQ            $0x00000080, DI
 	DECQ            R15
 	JNZ             gemvI2ST4AVX512_blk
@@ -6239,7 +6239,7 @@ gemvI2ST5AVX512_blk:
 	VBROADCASTI64X4 96(BX)(CX*1), Z13
 	VPDPBUSD        Z13, Z20, Z9
 	VPDPBUSD        Z13, Z21, Z10
-	ADDQ            $0x80, R10
+	SUBQ            $-128, R10
 	ADDQ            $0x00000080, DX
 	ADDQ            $0x00000080, BX
 	ADDQ            $0x00000080, SI
@@ -6677,7 +6677,7 @@ gemvI2ST6AVX512_blk:
 	VBROADCASTI64X4 96(BX)(CX*2), Z15
 	VPDPBUSD        Z15, Z22, Z11
 	VPDPBUSD        Z15, Z23, Z12
-	ADDQ            $0x80, R10
+	SUBQ            $-128, R10
 	ADDQ            $0x00000080, DX
 	ADDQ            $0x00000080, BX
 	ADDQ            $0x00000080, SI
@@ -7164,7 +7164,7 @@ gemvI2ST7AVX512_blk:
 	VBROADCASTI64X4 96(SI), Z17
 	VPDPBUSD        Z17, Z24, Z13
 	VPDPBUSD        Z17, Z25, Z14
-	ADDQ            $0x80, R10
+	SUBQ            $-128, R10
 	ADDQ            $0x00000080, DX
 	ADDQ            $0x00000080, BX
 	ADDQ            $0x00000080, SI
@@ -7700,7 +7700,7 @@ gemvI2ST8AVX512_blk:
 	VBROADCASTI64X4 96(SI)(CX*1), Z19
 	VPDPBUSD        Z19, Z26, Z15
 	VPDPBUSD        Z19, Z27, Z16
-	ADDQ            $0x80, R10
+	SUBQ            $-128, R10
 	ADDQ            $0x00000080, DX
 	ADDQ            $0x00000080, BX
 	ADDQ            $0x00000080, SI
@@ -8274,15 +8274,15 @@ TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	VMOVDQU m3Y<>+0(SB), Y4
-	XORQ    DX, DX
-	MOVQ    24(AX), SI
-	MOVQ    (AX), BX
+	XORQ    BX, BX
+	MOVQ    24(AX), DI
+	MOVQ    (AX), SI
 
 gemvI2ST1AVX2_quad:
-	MOVQ BX, DI
-	XORQ R8, R8
+	MOVQ SI, R8
+	XORQ DX, DX
 	MOVQ 40(AX), R9
-	MOVQ SI, R10
+	MOVQ DI, R10
 
 gemvI2ST1AVX2_seg:
 	MOVQ    32(AX), R11
@@ -8294,78 +8294,78 @@ gemvI2ST1AVX2_seg:
 	VPXOR   Y3, Y3, Y3
 
 gemvI2ST1AVX2_blk:
-	PREFETCHT0   8192(DI)
-	PREFETCHT0   8256(DI)
-	VMOVDQU      (DI), Y5
+	PREFETCHT0   8192(R8)
+	PREFETCHT0   8256(R8)
+	VMOVDQU      (R8), Y5
 	VPSRLW       $0x06, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPMADDUBSW   (CX)(DX*1), Y6, Y7
 	VPSRLW       $0x04, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   32(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPSRLW       $0x02, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   64(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   96(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       Y7, Y0, Y0
-	VMOVDQU      32(DI), Y5
+	VMOVDQU      32(R8), Y5
 	VPSRLW       $0x06, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPMADDUBSW   (CX)(DX*1), Y6, Y7
 	VPSRLW       $0x04, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   32(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPSRLW       $0x02, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   64(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   96(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       Y7, Y1, Y1
-	VMOVDQU      64(DI), Y5
+	VMOVDQU      64(R8), Y5
 	VPSRLW       $0x06, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPMADDUBSW   (CX)(DX*1), Y6, Y7
 	VPSRLW       $0x04, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   32(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPSRLW       $0x02, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   64(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   96(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       Y7, Y2, Y2
-	VMOVDQU      96(DI), Y5
+	VMOVDQU      96(R8), Y5
 	VPSRLW       $0x06, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(R8*1), Y6, Y7
+	VPMADDUBSW   (CX)(DX*1), Y6, Y7
 	VPSRLW       $0x04, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   32(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPSRLW       $0x02, Y5, Y6
 	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   64(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(R8*1), Y6, Y8
+	VPMADDUBSW   96(CX)(DX*1), Y6, Y8
 	VPADDW       Y8, Y7, Y7
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       Y7, Y3, Y3
-	SUBQ         $-128, DI
 	SUBQ         $-128, R8
+	SUBQ         $-128, DX
 	DECQ         R11
 	JNZ          gemvI2ST1AVX2_blk
 	VPHADDD      Y1, Y0, Y0
@@ -8377,10 +8377,10 @@ gemvI2ST1AVX2_blk:
 	ADDQ         $0x00000080, R10
 	DECQ         R9
 	JNZ          gemvI2ST1AVX2_seg
-	ADDQ         72(AX), BX
-	ADDQ         $0x10, SI
-	INCQ         DX
-	CMPQ         DX, $0x08
+	ADDQ         72(AX), SI
+	ADDQ         $0x10, DI
+	INCQ         BX
+	CMPQ         BX, $0x08
 	JNE          gemvI2ST1AVX2_quad
 	VZEROUPPER
 	RET
@@ -8526,15 +8526,15 @@ TEXT ·gemvI2ST2AVX2(SB), NOSPLIT, $0-8
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX
 	VMOVDQU m3Y<>+0(SB), Y8
-	XORQ    BX, BX
-	MOVQ    24(AX), DI
-	MOVQ    (AX), SI
+	XORQ    SI, SI
+	MOVQ    24(AX), R8
+	MOVQ    (AX), DI
 
 gemvI2ST2AVX2_quad:
-	MOVQ SI, R8
-	XORQ R9, R9
+	MOVQ DI, R9
+	XORQ BX, BX
 	MOVQ 40(AX), R10
-	MOVQ DI, R11
+	MOVQ R8, R11
 
 gemvI2ST2AVX2_seg:
 	MOVQ    32(AX), R12
@@ -8550,142 +8550,142 @@ gemvI2ST2AVX2_seg:
 	VPXOR   Y7, Y7, Y7
 
 gemvI2ST2AVX2_blk:
-	PREFETCHT0   8192(R8)
-	PREFETCHT0   8256(R8)
-	VMOVDQU      (R8), Y9
+	PREFETCHT0   8192(R9)
+	PREFETCHT0   8256(R9)
+	VMOVDQU      (R9), Y9
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPMADDUBSW   (CX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y0, Y0
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPMADDUBSW   (DX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y4, Y4
-	VMOVDQU      32(R8), Y9
+	VMOVDQU      32(R9), Y9
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPMADDUBSW   (CX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y1, Y1
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPMADDUBSW   (DX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y5, Y5
-	VMOVDQU      64(R8), Y9
+	VMOVDQU      64(R9), Y9
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPMADDUBSW   (CX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y2, Y2
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPMADDUBSW   (DX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y6, Y6
-	VMOVDQU      96(R8), Y9
+	VMOVDQU      96(R9), Y9
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (CX)(R9*1), Y10, Y11
+	VPMADDUBSW   (CX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(CX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(CX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y3, Y3
 	VPSRLW       $0x06, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   (DX)(R9*1), Y10, Y11
+	VPMADDUBSW   (DX)(BX*1), Y10, Y11
 	VPSRLW       $0x04, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   32(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   32(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPSRLW       $0x02, Y9, Y10
 	VPAND        Y8, Y10, Y10
-	VPMADDUBSW   64(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   64(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPAND        Y8, Y9, Y10
-	VPMADDUBSW   96(DX)(R9*1), Y10, Y12
+	VPMADDUBSW   96(DX)(BX*1), Y10, Y12
 	VPADDW       Y12, Y11, Y11
 	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
 	VPADDD       Y11, Y7, Y7
-	SUBQ         $-128, R8
 	SUBQ         $-128, R9
+	SUBQ         $-128, BX
 	DECQ         R12
 	JNZ          gemvI2ST2AVX2_blk
 	VPHADDD      Y1, Y0, Y0
@@ -8703,10 +8703,10 @@ gemvI2ST2AVX2_blk:
 	ADDQ         $0x00000100, R11
 	DECQ         R10
 	JNZ          gemvI2ST2AVX2_seg
-	ADDQ         72(AX), SI
-	ADDQ         $0x10, DI
-	INCQ         BX
-	CMPQ         BX, $0x08
+	ADDQ         72(AX), DI
+	ADDQ         $0x10, R8
+	INCQ         SI
+	CMPQ         SI, $0x08
 	JNE          gemvI2ST2AVX2_quad
 	VZEROUPPER
 	RET
@@ -8870,15 +8870,15 @@ TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	VMOVDQU m3Y<>+0(SB), Y4
-	XORQ    DX, DX
-	MOVQ    24(AX), SI
-	MOVQ    (AX), BX
+	XORQ    BX, BX
+	MOVQ    24(AX), DI
+	MOVQ    (AX), SI
 
 gemvI2ST1AVXVNNI_quad:
-	MOVQ BX, DI
-	XORQ R8, R8
+	MOVQ SI, R8
+	XORQ DX, DX
 	MOVQ 40(AX), R9
-	MOVQ SI, R10
+	MOVQ DI, R10
 
 gemvI2ST1AVXVNNI_seg:
 	MOVQ    32(AX), R11
@@ -8890,13 +8890,13 @@ gemvI2ST1AVXVNNI_seg:
 	VPXOR   Y3, Y3, Y3
 
 gemvI2ST1AVXVNNI_blk:
-	PREFETCHT0   8192(DI)
-	PREFETCHT0   8256(DI)
-	VMOVDQU      (DI), Y5
-	VMOVDQU      32(DI), Y6
-	VMOVDQU      64(DI), Y7
-	VMOVDQU      96(DI), Y8
-	VMOVDQU      (CX)(R8*1), Y10
+	PREFETCHT0   8192(R8)
+	PREFETCHT0   8256(R8)
+	VMOVDQU      (R8), Y5
+	VMOVDQU      32(R8), Y6
+	VMOVDQU      64(R8), Y7
+	VMOVDQU      96(R8), Y8
+	VMOVDQU      (CX)(DX*1), Y10
 	VPSRLW       $0x06, Y5, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
@@ -8909,7 +8909,7 @@ gemvI2ST1AVXVNNI_blk:
 	VPSRLW       $0x06, Y8, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      32(CX)(R8*1), Y10
+	VMOVDQU      32(CX)(DX*1), Y10
 	VPSRLW       $0x04, Y5, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
@@ -8922,7 +8922,7 @@ gemvI2ST1AVXVNNI_blk:
 	VPSRLW       $0x04, Y8, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      64(CX)(R8*1), Y10
+	VMOVDQU      64(CX)(DX*1), Y10
 	VPSRLW       $0x02, Y5, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
@@ -8935,7 +8935,7 @@ gemvI2ST1AVXVNNI_blk:
 	VPSRLW       $0x02, Y8, Y9
 	VPAND        Y4, Y9, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      96(CX)(R8*1), Y10
+	VMOVDQU      96(CX)(DX*1), Y10
 	VPAND        Y4, Y5, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
 	VPAND        Y4, Y6, Y9
@@ -8944,8 +8944,8 @@ gemvI2ST1AVXVNNI_blk:
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
 	VPAND        Y4, Y8, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	SUBQ         $-128, DI
 	SUBQ         $-128, R8
+	SUBQ         $-128, DX
 	DECQ         R11
 	JNZ          gemvI2ST1AVXVNNI_blk
 	VPHADDD      Y1, Y0, Y0
@@ -8957,10 +8957,10 @@ gemvI2ST1AVXVNNI_blk:
 	ADDQ         $0x00000080, R10
 	DECQ         R9
 	JNZ          gemvI2ST1AVXVNNI_seg
-	ADDQ         72(AX), BX
-	ADDQ         $0x10, SI
-	INCQ         DX
-	CMPQ         DX, $0x08
+	ADDQ         72(AX), SI
+	ADDQ         $0x10, DI
+	INCQ         BX
+	CMPQ         BX, $0x08
 	JNE          gemvI2ST1AVXVNNI_quad
 	VZEROUPPER
 	RET
@@ -9071,15 +9071,15 @@ TEXT ·gemvI2ST2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX
 	VMOVDQU m3Y<>+0(SB), Y8
-	XORQ    BX, BX
-	MOVQ    24(AX), DI
-	MOVQ    (AX), SI
+	XORQ    SI, SI
+	MOVQ    24(AX), R8
+	MOVQ    (AX), DI
 
 gemvI2ST2AVXVNNI_quad:
-	MOVQ SI, R8
-	XORQ R9, R9
+	MOVQ DI, R9
+	XORQ BX, BX
 	MOVQ 40(AX), R10
-	MOVQ DI, R11
+	MOVQ R8, R11
 
 gemvI2ST2AVXVNNI_seg:
 	MOVQ    32(AX), R12
@@ -9095,14 +9095,14 @@ gemvI2ST2AVXVNNI_seg:
 	VPXOR   Y7, Y7, Y7
 
 gemvI2ST2AVXVNNI_blk:
-	PREFETCHT0   8192(R8)
-	PREFETCHT0   8256(R8)
-	VMOVDQU      (R8), Y9
-	VMOVDQU      32(R8), Y10
-	VMOVDQU      64(R8), Y11
-	VMOVDQU      96(R8), Y12
-	VMOVDQU      (CX)(R9*1), Y14
-	VMOVDQU      (DX)(R9*1), Y15
+	PREFETCHT0   8192(R9)
+	PREFETCHT0   8256(R9)
+	VMOVDQU      (R9), Y9
+	VMOVDQU      32(R9), Y10
+	VMOVDQU      64(R9), Y11
+	VMOVDQU      96(R9), Y12
+	VMOVDQU      (CX)(BX*1), Y14
+	VMOVDQU      (DX)(BX*1), Y15
 	VPSRLW       $0x06, Y9, Y13
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
@@ -9119,8 +9119,8 @@ gemvI2ST2AVXVNNI_blk:
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
-	VMOVDQU      32(CX)(R9*1), Y14
-	VMOVDQU      32(DX)(R9*1), Y15
+	VMOVDQU      32(CX)(BX*1), Y14
+	VMOVDQU      32(DX)(BX*1), Y15
 	VPSRLW       $0x04, Y9, Y13
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
@@ -9137,8 +9137,8 @@ gemvI2ST2AVXVNNI_blk:
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
-	VMOVDQU      64(CX)(R9*1), Y14
-	VMOVDQU      64(DX)(R9*1), Y15
+	VMOVDQU      64(CX)(BX*1), Y14
+	VMOVDQU      64(DX)(BX*1), Y15
 	VPSRLW       $0x02, Y9, Y13
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
@@ -9155,8 +9155,8 @@ gemvI2ST2AVXVNNI_blk:
 	VPAND        Y8, Y13, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
-	VMOVDQU      96(CX)(R9*1), Y14
-	VMOVDQU      96(DX)(R9*1), Y15
+	VMOVDQU      96(CX)(BX*1), Y14
+	VMOVDQU      96(DX)(BX*1), Y15
 	VPAND        Y8, Y9, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y13, Y14
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y13, Y15
@@ -9169,8 +9169,8 @@ gemvI2ST2AVXVNNI_blk:
 	VPAND        Y8, Y12, Y13
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y13, Y15
-	SUBQ         $-128, R8
 	SUBQ         $-128, R9
+	SUBQ         $-128, BX
 	DECQ         R12
 	JNZ          gemvI2ST2AVXVNNI_blk
 	VPHADDD      Y1, Y0, Y0
@@ -9188,10 +9188,10 @@ gemvI2ST2AVXVNNI_blk:
 	ADDQ         $0x00000100, R11
 	DECQ         R10
 	JNZ          gemvI2ST2AVXVNNI_seg
-	ADDQ         72(AX), SI
-	ADDQ         $0x10, DI
-	INCQ         BX
-	CMPQ         BX, $0x08
+	ADDQ         72(AX), DI
+	ADDQ         $0x10, R8
+	INCQ         SI
+	CMPQ         SI, $0x08
 	JNE          gemvI2ST2AVXVNNI_quad
 	VZEROUPPER
 	RET

@@ -341,6 +341,72 @@ func gemvInt2Split(T int) {
 	RET()
 }
 
+// quadRowSums sums a row quad's accumulators to dwords 0-3 of c: lo holds rows 0 and 1 (128-bit
+// lanes 0-1 and 2-3), hi rows 2 and 3; x is scratch and gather holds i2sGather.
+func quadRowSums(lo, hi, c, x, gather VecPhysical) {
+	VSHUFI64X2(U8(0x88), hi, lo, c) // lanes lo[0], lo[2], hi[0], hi[2]
+	VSHUFI64X2(U8(0xDD), hi, lo, x) // lanes lo[1], lo[3], hi[1], hi[3]
+	VPADDD(x, c, c)                 // lane r: row r's partial sums
+	VPSHUFD(U8(0x4E), c, x)
+	VPADDD(x, c, c)
+	VPSHUFD(U8(0xB1), c, x)
+	VPADDD(x, c, c)
+	VPERMD(c, gather, c)
+}
+
+// i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
+// each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
+// 128-byte block, prefetched prefetchDist ahead (or, with argPF, PF ahead in quads 0-6 and
+// PF7 in quad 7: gemvArgs). Per segment zero clears the accumulators and reduce stores the
+// quad's four rows of each token at sums + 128t; block computes one step at w; xReset and
+// xAdvance move the activations back to offset 0 and on by 128 bytes.
+func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block func(w Register), xReset, xAdvance func(), reduce func(sums Register)) {
+	quad, wq, sumsQ := GP64(), GP64(), GP64()
+	XORQ(quad, quad)
+	MOVQ(at(a, gSums), sumsQ)
+	MOVQ(at(a, gW), wq)
+	Label(name + "_quad")
+	w, nseg, sums := GP64(), GP64(), GP64()
+	MOVQ(wq, w)
+	xReset()
+	MOVQ(at(a, gNSeg), nseg)
+	MOVQ(sumsQ, sums)
+	pf := []Mem{at(w, prefetchDist), at(w, prefetchDist+64)}
+	if argPF {
+		d := GP64()
+		MOVQ(at(a, gPF), d)
+		CMPQ(quad, U8(7))
+		CMOVQEQ(at(a, gPF7), d)
+		pf = []Mem{idx(w, d, 1, 0), idx(w, d, 1, 64)}
+	}
+	Label(name + "_seg")
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	zero()
+	Label(name + "_blk")
+	for _, m := range pf {
+		PREFETCHT0(m)
+	}
+	block(w)
+	SUBQ(I8(-128), w)
+	xAdvance()
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_blk"))
+	reduce(sums)
+	ADDQ(U32(128*T), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	ADDQ(at(a, gAux), wq)
+	ADDQ(U8(16), sumsQ)
+	INCQ(quad)
+	CMPQ(quad, U8(8))
+	JNE(LabelRef(name + "_quad"))
+	VZEROUPPER()
+	RET()
+}
+
 // gemvI2SZ: i2s on zmm, one row quad at a time (its blocks are one contiguous stream):
 // a zmm holds two rows' 32-byte pieces of a 128-input block; shifts and masks give the
 // codes of each 32-input run, multiplied with the activations of that run broadcast to
@@ -377,80 +443,42 @@ func gemvI2SZ(T int) {
 	x := p.get()
 	cls := p.getn(8) // cls[2s+r]: run s of row pair r
 	c := cls[0]
-	quad, wq, sumsQ := GP64(), GP64(), GP64()
-	XORQ(quad, quad)
-	MOVQ(at(a, gSums), sumsQ)
-	MOVQ(at(a, gW), wq)
-	Label(name + "_quad")
-	w, nseg, sums := GP64(), GP64(), GP64()
-	MOVQ(wq, w)
-	xs.reset()
-	MOVQ(at(a, gNSeg), nseg)
-	MOVQ(sumsQ, sums)
-	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	zeroAll(all...)
-	Label(name + "_blk")
-	PREFETCHT0(at(w, prefetchDist))
-	PREFETCHT0(at(w, prefetchDist+64))
-	VMOVDQU64(at(w, 0), wv[0])
-	VMOVDQU64(at(w, 64), wv[1])
-	for s := 0; s < 4; s++ {
-		for r := 0; r < 2; r++ {
-			if s < 3 {
-				VPSRLW(U8(6-2*s), wv[r], cls[2*s+r])
-				VPANDD(m3, cls[2*s+r], cls[2*s+r])
-			} else {
-				VPANDD(m3, wv[r], cls[2*s+r])
-			}
-		}
-	}
-	for s := 0; s < 4; s++ {
-		for t := range acc {
-			VBROADCASTI64X4(xs.mem(t, 32*s), x)
+	i2sQuads(name, a, T, false, func() { zeroAll(all...) }, func(w Register) {
+		VMOVDQU64(at(w, 0), wv[0])
+		VMOVDQU64(at(w, 64), wv[1])
+		for s := 0; s < 4; s++ {
 			for r := 0; r < 2; r++ {
-				VPDPBUSD(x, cls[2*s+r], acc[t][r][s%nc])
+				if s < 3 {
+					VPSRLW(U8(6-2*s), wv[r], cls[2*s+r])
+					VPANDD(m3, cls[2*s+r], cls[2*s+r])
+				} else {
+					VPANDD(m3, wv[r], cls[2*s+r])
+				}
 			}
 		}
-	}
-	ADDQ(U8(128), w)
-	xs.advance(128)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_blk"))
-	// reduce: per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
-	y := p.get()
-	VMOVDQU32(i2sGather, y)
-	for t := range acc {
-		for r := 0; r < 2; r++ {
-			for i := 1; i < nc; i++ {
-				VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
+		for s := 0; s < 4; s++ {
+			for t := range acc {
+				VBROADCASTI64X4(xs.mem(t, 32*s), x)
+				for r := 0; r < 2; r++ {
+					VPDPBUSD(x, cls[2*s+r], acc[t][r][s%nc])
+				}
 			}
 		}
-		a01, a23 := acc[t][0][0], acc[t][1][0]
-		VSHUFI64X2(U8(0x88), a23, a01, c) // lanes a01[0], a01[2], a23[0], a23[2]
-		VSHUFI64X2(U8(0xDD), a23, a01, x) // lanes a01[1], a01[3], a23[1], a23[3]
-		VPADDD(x, c, c)
-		VPSHUFD(U8(0x4E), c, x)
-		VPADDD(x, c, c)
-		VPSHUFD(U8(0xB1), c, x)
-		VPADDD(x, c, c)
-		VPERMD(c, y, c)
-		VMOVDQU32(c.AsX(), at(sums, 128*t))
-	}
-	p.put(y)
-	ADDQ(U32(128*T), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	ADDQ(at(a, gAux), wq)
-	ADDQ(U8(16), sumsQ)
-	INCQ(quad)
-	CMPQ(quad, U8(8))
-	JNE(LabelRef(name + "_quad"))
-	VZEROUPPER()
-	RET()
+	}, xs.reset, func() { xs.advance(128) }, func(sums Register) {
+		// per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
+		y := p.get()
+		VMOVDQU32(i2sGather, y)
+		for t := range acc {
+			for r := 0; r < 2; r++ {
+				for i := 1; i < nc; i++ {
+					VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
+				}
+			}
+			quadRowSums(acc[t][0][0], acc[t][1][0], c, x, y)
+			VMOVDQU32(c.AsX(), at(sums, 128*t))
+		}
+		p.put(y)
+	})
 }
 
 // gemvI2SRowZ (T = 3, 4): i2s on zmm, one row quad at a time like gemvI2SZ, but each row's
@@ -480,86 +508,45 @@ func gemvI2SRowZ(T int) {
 	}
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
 	xv := p.getn(2)
-	quad, wq, sumsQ := GP64(), GP64(), GP64()
-	XORQ(quad, quad)
-	MOVQ(at(a, gSums), sumsQ)
-	MOVQ(at(a, gW), wq)
-	Label(name + "_quad")
-	w, nseg, sums, pf := GP64(), GP64(), GP64(), GP64()
-	MOVQ(wq, w)
-	xs.reset()
-	MOVQ(at(a, gNSeg), nseg)
-	MOVQ(sumsQ, sums)
-	MOVQ(at(a, gPF), pf)
-	CMPQ(quad, U8(7))
-	CMOVQEQ(at(a, gPF7), pf)
-	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	zeroAll(all...)
-	Label(name + "_blk")
-	PREFETCHT0(idx(w, pf, 1, 0))
-	PREFETCHT0(idx(w, pf, 1, 64))
-	for r := 0; r < 4; r++ {
-		c0, c1 := cls[2*r], cls[2*r+1]
-		VBROADCASTI64X4(at(w, 32*r), c0)
-		VPSRLVQ(sh[1], c0, c1)
-		VPSRLVQ(sh[0], c0, c0)
-		VPANDD(m3, c0, c0)
-		VPANDD(m3, c1, c1)
-	}
-	for t := range acc {
-		VMOVDQU64(xs.mem(t, 0), xv[0])
-		VMOVDQU64(xs.mem(t, 64), xv[1])
+	i2sQuads(name, a, T, true, func() { zeroAll(all...) }, func(w Register) {
 		for r := 0; r < 4; r++ {
-			for j := 0; j < 2; j++ {
-				VPDPBUSD(xv[j], cls[2*r+j], acc[t][r])
+			c0, c1 := cls[2*r], cls[2*r+1]
+			VBROADCASTI64X4(at(w, 32*r), c0)
+			VPSRLVQ(sh[1], c0, c1)
+			VPSRLVQ(sh[0], c0, c0)
+			VPANDD(m3, c0, c0)
+			VPANDD(m3, c1, c1)
+		}
+		for t := range acc {
+			VMOVDQU64(xs.mem(t, 0), xv[0])
+			VMOVDQU64(xs.mem(t, 64), xv[1])
+			for r := 0; r < 4; r++ {
+				for j := 0; j < 2; j++ {
+					VPDPBUSD(xv[j], cls[2*r+j], acc[t][r])
+				}
 			}
 		}
-	}
-	ADDQ(U8(128), w)
-	xs.advance(128)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_blk"))
-	// reduce: per token, rows 4q..4q+3 -> 4 dwords at sums + 128t.
-	y, u, v := cls[0], cls[1], cls[2]
-	VMOVDQU32(i2sGather, y)
-	for t := range acc {
-		s := acc[t]
-		// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
-		for i := 0; i < 4; i += 2 {
-			VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
-			VSHUFI64X2(U8(0xEE), s[i+1], s[i], v)
-			VPADDD(v, u, s[i])
+	}, xs.reset, func() { xs.advance(128) }, func(sums Register) {
+		// per token, rows 4q..4q+3 -> 4 dwords at sums + 128t (added in parts after the first).
+		y, u, v := cls[0], cls[1], cls[2]
+		VMOVDQU32(i2sGather, y)
+		for t := range acc {
+			s := acc[t]
+			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
+			for i := 0; i < 4; i += 2 {
+				VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
+				VSHUFI64X2(U8(0xEE), s[i+1], s[i], v)
+				VPADDD(v, u, s[i])
+			}
+			quadRowSums(s[0], s[2], u, v, y)
+			st := fmt.Sprintf("%s_st%d", name, t)
+			CMPQ(at(a, gAcc), U8(0))
+			JE(LabelRef(st))
+			VPADDD(at(sums, 128*t), u.AsX(), u.AsX())
+			Label(st)
+			VMOVDQU32(u.AsX(), at(sums, 128*t))
 		}
-		// -> lane r = row r's four partial sums
-		VSHUFI64X2(U8(0x88), s[2], s[0], u)
-		VSHUFI64X2(U8(0xDD), s[2], s[0], v)
-		VPADDD(v, u, u)
-		VPSHUFD(U8(0x4E), u, v)
-		VPADDD(v, u, u)
-		VPSHUFD(U8(0xB1), u, v)
-		VPADDD(v, u, u)
-		VPERMD(u, y, u)
-		st := fmt.Sprintf("%s_st%d", name, t)
-		CMPQ(at(a, gAcc), U8(0))
-		JE(LabelRef(st))
-		VPADDD(at(sums, 128*t), u.AsX(), u.AsX())
-		Label(st)
-		VMOVDQU32(u.AsX(), at(sums, 128*t))
-	}
-	ADDQ(U32(128*T), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	ADDQ(at(a, gAux), wq)
-	ADDQ(U8(16), sumsQ)
-	INCQ(quad)
-	CMPQ(quad, U8(8))
-	JNE(LabelRef(name + "_quad"))
-	VZEROUPPER()
-	RET()
+	})
 }
 
 // gemvInt8Z: int8 on zmm, four 128-byte units (16 inputs) per step; each unit is two

@@ -104,89 +104,60 @@ func gemvI2SY(T int, isa string, vnni bool) {
 		wv = p.getn(1)
 		c, s16, tmp = p.get(), p.get(), p.get()
 	}
-	quad, wq, sumsQ := GP64(), GP64(), GP64()
-	XORQ(quad, quad)
-	MOVQ(at(a, gSums), sumsQ)
-	MOVQ(at(a, gW), wq)
-	Label(name + "_quad")
-	w, kx, nseg, sums := GP64(), GP64(), GP64(), GP64()
-	MOVQ(wq, w)
-	XORQ(kx, kx)
-	MOVQ(at(a, gNSeg), nseg)
-	MOVQ(sumsQ, sums)
-	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	zeroAll(all...)
-	Label(name + "_blk")
-	PREFETCHT0(at(w, prefetchDist))
-	PREFETCHT0(at(w, prefetchDist+64))
-	class := func(src VecPhysical, s int) {
-		if s < 3 {
-			VPSRLW(U8(6-2*s), src, c)
-			VPAND(m3, c, c)
-		} else {
-			VPAND(m3, src, c)
-		}
-	}
-	if vnni {
-		for r := 0; r < 4; r++ {
-			VMOVDQU(at(w, 32*r), wv[r])
-		}
-		for s := 0; s < 4; s++ {
-			for t := range acc {
-				VMOVDQU(idx(xs[t], kx, 1, 32*s), xv[t])
+	kx := GP64()
+	i2sQuads(name, a, T, false, func() { zeroAll(all...) }, func(w Register) {
+		class := func(src VecPhysical, s int) {
+			if s < 3 {
+				VPSRLW(U8(6-2*s), src, c)
+				VPAND(m3, c, c)
+			} else {
+				VPAND(m3, src, c)
 			}
+		}
+		if vnni {
 			for r := 0; r < 4; r++ {
-				class(wv[r], s)
-				for t := range acc {
-					VPDPBUSD(xv[t], c, acc[t][r])
-				}
+				VMOVDQU(at(w, 32*r), wv[r])
 			}
-		}
-	} else {
-		for r := 0; r < 4; r++ {
-			VMOVDQU(at(w, 32*r), wv[0])
-			for t := range acc {
-				for s := 0; s < 4; s++ {
-					class(wv[0], s)
-					if s == 0 {
-						VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, s16)
-					} else {
-						VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, tmp)
-						VPADDW(tmp, s16, s16)
+			for s := 0; s < 4; s++ {
+				for t := range acc {
+					VMOVDQU(idx(xs[t], kx, 1, 32*s), xv[t])
+				}
+				for r := 0; r < 4; r++ {
+					class(wv[r], s)
+					for t := range acc {
+						VPDPBUSD(xv[t], c, acc[t][r])
 					}
 				}
-				VPMADDWD(wOnes, s16, s16)
-				VPADDD(s16, acc[t][r], acc[t][r])
+			}
+		} else {
+			for r := 0; r < 4; r++ {
+				VMOVDQU(at(w, 32*r), wv[0])
+				for t := range acc {
+					for s := 0; s < 4; s++ {
+						class(wv[0], s)
+						if s == 0 {
+							VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, s16)
+						} else {
+							VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, tmp)
+							VPADDW(tmp, s16, s16)
+						}
+					}
+					VPMADDWD(wOnes, s16, s16)
+					VPADDD(s16, acc[t][r], acc[t][r])
+				}
 			}
 		}
-	}
-	SUBQ(I8(-128), w)
-	SUBQ(I8(-128), kx)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_blk"))
-	for t := range acc {
-		r := acc[t]
-		VPHADDD(r[1], r[0], r[0])
-		VPHADDD(r[3], r[2], r[2])
-		VPHADDD(r[2], r[0], r[0])
-		VEXTRACTI128(U8(1), r[0], r[1].AsX())
-		VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
-		VMOVDQU(r[0].AsX(), at(sums, 128*t))
-	}
-	ADDQ(U32(128*T), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	ADDQ(at(a, gAux), wq)
-	ADDQ(U8(16), sumsQ)
-	INCQ(quad)
-	CMPQ(quad, U8(8))
-	JNE(LabelRef(name + "_quad"))
-	VZEROUPPER()
-	RET()
+	}, func() { XORQ(kx, kx) }, func() { SUBQ(I8(-128), kx) }, func(sums Register) {
+		for t := range acc {
+			r := acc[t]
+			VPHADDD(r[1], r[0], r[0])
+			VPHADDD(r[3], r[2], r[2])
+			VPHADDD(r[2], r[0], r[0])
+			VEXTRACTI128(U8(1), r[0], r[1].AsX())
+			VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
+			VMOVDQU(r[0].AsX(), at(sums, 128*t))
+		}
+	})
 }
 
 // gemvInt2Y: one 32-byte unit (4 inputs x 32 rows) per step; nibble tables (tabInt2) give
