@@ -407,10 +407,11 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	RET()
 }
 
-// gemvI2SZ: i2s on zmm, one row quad at a time (its blocks are one contiguous stream):
-// a zmm holds two rows' 32-byte pieces of a 128-input block; shifts and masks give the
-// codes of each 32-input run, multiplied with the activations of that run broadcast to
-// both halves. Per segment each row's 8 lanes are reduced and stored. Aux: bytes per quad.
+// gemvI2SZ (T = 1, 2, 5-8): i2s on zmm, one row quad at a time (its blocks are one
+// contiguous stream): a zmm holds two rows' 32-byte pieces of a 128-input block; shifts and
+// masks give the codes of each 32-input run, multiplied with the activations of that run
+// broadcast to both halves. Per segment each row's 8 lanes are reduced and stored. Aux:
+// bytes per quad.
 func gemvI2SZ(T int) {
 	if T == 3 || T == 4 {
 		gemvI2SRowZ(T)
@@ -422,12 +423,9 @@ func gemvI2SZ(T int) {
 	xs := newTokX(a, T, gX, gXStride)
 	m3 := p.get()
 	bcastByte(m3, 3)
-	// chains: 4 (one per run) for T <= 2, 2 for T 3-4, 1 beyond (register budget; with more
-	// tokens the dot products are far enough apart to hide vpdpbusd's latency).
+	// chains: 4 (one per run) for T <= 2, 1 for T >= 5 (register budget; with more tokens
+	// the dot products are far enough apart to hide vpdpbusd's latency).
 	nc := 4
-	if T >= 3 {
-		nc = 2
-	}
 	if T >= 5 {
 		nc = 1
 	}
