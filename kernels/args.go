@@ -27,9 +27,9 @@ type gemvArgs struct {
 	TabStride int            // tl1/tl2: bytes between tokens' lookup tables
 	Aux       int            // i2s: bytes per row quad (Kp/128*128); tl2: tl2 blocks
 	Aux2      int            // tl2: tl1 tail units
-	// i2s on zmm with T = 3, 4 only: the weight prefetch runs PF bytes ahead of the stream
-	// position in row quads 0-6 and PF7 in quad 7, and Acc != 0 adds into Sums instead of
-	// storing (a call over one part of K: gemvArgs.part).
+	// i2s kernels of fmtOps.parts only (zmm, T = 3, 4): the weight prefetch runs PF bytes
+	// ahead of the stream position in row quads 0-6 and PF7 in quad 7, and Acc != 0 adds
+	// into Sums instead of storing (a call over one part of K: gemvParts).
 	PF, PF7, Acc int
 }
 

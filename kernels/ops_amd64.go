@@ -49,6 +49,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemv = gemvN(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512,
 				gemvI2ST5AVX512, gemvI2ST6AVX512, gemvI2ST7AVX512, gemvI2ST8AVX512)
 			o.kstep, o.gemvT = 128, 8
+			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ
 		case quantcfg.Int8:
 			o.gemv = gemvN(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512,
 				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)

@@ -61,6 +61,9 @@ type fmtOps struct {
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
+	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
+	// into parts (gemvParts).
+	parts [maxGemvT + 1]bool
 	// tileMaxU: the GEMM micro-kernel saturates above this unsigned weight value
 	// (vpmaddubsw); 255 when it cannot saturate.
 	tileMaxU int
@@ -864,10 +867,11 @@ const gemvPrefetch = 8192
 const i2sPartBytes = 32 << 10
 
 // i2sPartSteps returns the steps (128 inputs) per part of K for the i2s GEMV of T tokens,
-// or 0 to run the whole K in one call: only the zmm kernels for T = 3 and 4 take parts (two
-// tokens fit K = 16384 in L1), and only for one segment (a part adds into its sums).
+// or 0 to run the whole K in one call: only kernels that take parts (fmtOps.parts: the zmm
+// ones for T = 3 and 4; two tokens fit K = 16384 in L1), and only for one segment (a part
+// adds into its sums).
 func (k *simdKernel) i2sPartSteps(ly Layout, p plan, T int) int {
-	if k.format != quantcfg.I2S || k.isa != ISAAVX512 || T < 3 || T > 4 || p.nseg != 1 || T*ly.Kp <= i2sPartBytes {
+	if !k.ops.parts[T] || p.nseg != 1 || T*ly.Kp <= i2sPartBytes {
 		return 0
 	}
 	steps := ly.Kp / 128

@@ -29,6 +29,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 	case quantcfg.I2S:
 		o.kstep = 128
 		g = gemvI2SGeneric
+		o.parts[3], o.parts[4] = z, z // as the zmm kernels (the generic takes parts for any T)
 	case quantcfg.Int2:
 		o.kstep, o.tabKind = 4, tabInt2
 		if z {
@@ -521,9 +522,11 @@ func TestI2SParts(t *testing.T) {
 	}
 	// K = 8832: two parts for four tokens, none for three; K = 20608: two and three parts.
 	shapes := [][2]int{{40, 8832}, {70, 20608}}
-	for _, c := range []struct{ kp, T, want int }{{8832, 3, 0}, {8832, 4, 35}, {20608, 3, 81}, {20608, 4, 54}} {
-		if got := ks[0].i2sPartSteps(Layout{Kp: c.kp}, plan{nseg: 1}, c.T); got != c.want {
-			t.Fatalf("Kp %d, %d tokens: parts of %d steps, want %d", c.kp, c.T, got, c.want)
+	for _, k := range ks {
+		for _, c := range []struct{ kp, T, want int }{{8832, 3, 0}, {8832, 4, 35}, {20608, 3, 81}, {20608, 4, 54}, {20608, 2, 0}, {20608, 5, 0}} {
+			if got := k.i2sPartSteps(Layout{Kp: c.kp}, plan{nseg: 1}, c.T); got != c.want {
+				t.Fatalf("%s, Kp %d, %d tokens: parts of %d steps, want %d", k.Name(), c.kp, c.T, got, c.want)
+			}
 		}
 	}
 	rng := rand.New(rand.NewPCG(10, 10))
