@@ -561,11 +561,6 @@ func TestBF16(t *testing.T) {
 	}
 }
 
-// TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 12 blocks, spread evenly) one
-// after another, each with every row block's piece side by side, the last piece ending with
-// the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).
-// K = 48*27 + 7: three chunks of 9 blocks and a 7-input tail; K = 48*25: 8, 8 and 9 blocks
-// without a tail; K = 47: one chunk of the tail alone.
 // packRandom packs random logical weights of format f (M x K) and returns them, the blob and
 // its layout.
 func packRandom(t *testing.T, f quantcfg.Format, m, k int, seed uint64) (Weights, []byte, Layout) {
@@ -593,6 +588,11 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 	return stream
 }
 
+// TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 12 blocks, spread evenly) one
+// after another, each with every row block's piece side by side, the last piece ending with
+// the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).
+// K = 48*27 + 7: three chunks of 9 blocks and a 7-input tail; K = 48*25: 8, 8 and 9 blocks
+// without a tail; K = 47: one chunk of the tail alone.
 func TestTL2ChunkMajor(t *testing.T) {
 	for _, c := range []struct{ k, nb, kp1 int }{{48*27 + 7, 27, 8}, {48 * 25, 25, 0}, {47, 0, 48}} {
 		const m = 70
