@@ -8869,7 +8869,8 @@ gemvInt1T1AVX2_step:
 TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
-	VMOVDQU m3Y<>+0(SB), Y4
+	VMOVDQU m3Y<>+0(SB), Y8
+	VPSLLW  $0x02, Y8, Y9
 	XORQ    BX, BX
 	MOVQ    24(AX), DI
 	MOVQ    (AX), SI
@@ -8888,66 +8889,82 @@ gemvI2ST1AVXVNNI_seg:
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
 
 gemvI2ST1AVXVNNI_blk:
 	PREFETCHT0   8192(R8)
 	PREFETCHT0   8256(R8)
-	VMOVDQU      (R8), Y5
-	VMOVDQU      32(R8), Y6
-	VMOVDQU      64(R8), Y7
-	VMOVDQU      96(R8), Y8
-	VMOVDQU      (CX)(DX*1), Y10
-	VPSRLW       $0x06, Y5, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
-	VPSRLW       $0x06, Y6, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
-	VPSRLW       $0x06, Y7, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
-	VPSRLW       $0x06, Y8, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      32(CX)(DX*1), Y10
-	VPSRLW       $0x04, Y5, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
-	VPSRLW       $0x04, Y6, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
-	VPSRLW       $0x04, Y7, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
-	VPSRLW       $0x04, Y8, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      64(CX)(DX*1), Y10
-	VPSRLW       $0x02, Y5, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
-	VPSRLW       $0x02, Y6, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
-	VPSRLW       $0x02, Y7, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
-	VPSRLW       $0x02, Y8, Y9
-	VPAND        Y4, Y9, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	VMOVDQU      96(CX)(DX*1), Y10
-	VPAND        Y4, Y5, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
-	VPAND        Y4, Y6, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
-	VPAND        Y4, Y7, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
-	VPAND        Y4, Y8, Y9
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	VMOVDQU      (R8), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y8, Y10, Y12
+	VMOVDQU      96(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xc5 // {vex} vpdpbusd Y0, Y12, Y13
+	VPAND        Y9, Y10, Y12
+	VMOVDQU      64(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y12, Y13
+	VPAND        Y8, Y11, Y12
+	VMOVDQU      32(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xc5 // {vex} vpdpbusd Y0, Y12, Y13
+	VPAND        Y9, Y11, Y12
+	VMOVDQU      (CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y12, Y13
+	VMOVDQU      32(R8), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y8, Y10, Y12
+	VMOVDQU      96(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xcd // {vex} vpdpbusd Y1, Y12, Y13
+	VPAND        Y9, Y10, Y12
+	VMOVDQU      64(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y12, Y13
+	VPAND        Y8, Y11, Y12
+	VMOVDQU      32(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xcd // {vex} vpdpbusd Y1, Y12, Y13
+	VPAND        Y9, Y11, Y12
+	VMOVDQU      (CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y12, Y13
+	VMOVDQU      64(R8), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y8, Y10, Y12
+	VMOVDQU      96(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd5 // {vex} vpdpbusd Y2, Y12, Y13
+	VPAND        Y9, Y10, Y12
+	VMOVDQU      64(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y12, Y13
+	VPAND        Y8, Y11, Y12
+	VMOVDQU      32(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd5 // {vex} vpdpbusd Y2, Y12, Y13
+	VPAND        Y9, Y11, Y12
+	VMOVDQU      (CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y12, Y13
+	VMOVDQU      96(R8), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y8, Y10, Y12
+	VMOVDQU      96(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xdd // {vex} vpdpbusd Y3, Y12, Y13
+	VPAND        Y9, Y10, Y12
+	VMOVDQU      64(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y12, Y13
+	VPAND        Y8, Y11, Y12
+	VMOVDQU      32(CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xdd // {vex} vpdpbusd Y3, Y12, Y13
+	VPAND        Y9, Y11, Y12
+	VMOVDQU      (CX)(DX*1), Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y12, Y13
 	SUBQ         $-128, R8
 	SUBQ         $-128, DX
 	DECQ         R11
 	JNZ          gemvI2ST1AVXVNNI_blk
+	VPSRAD       $0x02, Y4, Y4
+	VPADDD       Y4, Y0, Y0
+	VPSRAD       $0x02, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRAD       $0x02, Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPSRAD       $0x02, Y7, Y7
+	VPADDD       Y7, Y3, Y3
 	VPHADDD      Y1, Y0, Y0
 	VPHADDD      Y3, Y2, Y2
 	VPHADDD      Y2, Y0, Y0
@@ -9342,38 +9359,46 @@ gemvInt1T1AVXVNNI_seg:
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
 
 gemvInt1T1AVXVNNI_step:
 	PREFETCHT0   8192(CX)
-	VMOVDQU      (CX), Y4
-	VPSRLW       $0x04, Y4, Y5
-	VPBROADCASTD (BX)(DX*1), Y8
-	VPBROADCASTD 4(BX)(DX*1), Y9
-	VPAND        bitsY<>+0(SB), Y4, Y6
-	VPAND        bitsY<>+0(SB), Y5, Y7
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc0 // {vex} vpdpbusd Y0, Y6, Y8
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xc1 // {vex} vpdpbusd Y0, Y7, Y9
-	VPAND        bitsY<>+32(SB), Y4, Y6
-	VPAND        bitsY<>+32(SB), Y5, Y7
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc8 // {vex} vpdpbusd Y1, Y6, Y8
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xc9 // {vex} vpdpbusd Y1, Y7, Y9
-	VPAND        bitsY<>+64(SB), Y4, Y6
-	VPAND        bitsY<>+64(SB), Y5, Y7
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xd0 // {vex} vpdpbusd Y2, Y6, Y8
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xd1 // {vex} vpdpbusd Y2, Y7, Y9
-	VPAND        bitsY<>+96(SB), Y4, Y6
-	VPAND        bitsY<>+96(SB), Y5, Y7
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xd8 // {vex} vpdpbusd Y3, Y6, Y8
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xd9 // {vex} vpdpbusd Y3, Y7, Y9
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPBROADCASTD (BX)(DX*1), Y12
+	VPBROADCASTD 4(BX)(DX*1), Y13
+	VPAND        bitsY<>+0(SB), Y8, Y10
+	VPAND        bitsY<>+0(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y11, Y13
+	VPAND        bitsY<>+32(SB), Y8, Y10
+	VPAND        bitsY<>+32(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y11, Y13
+	VPAND        bitsY<>+64(SB), Y8, Y10
+	VPAND        bitsY<>+64(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y11, Y13
+	VPAND        bitsY<>+96(SB), Y8, Y10
+	VPAND        bitsY<>+96(SB), Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y10, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y11, Y13
 	ADDQ         $0x20, CX
 	ADDQ         $0x08, DX
 	DECQ         R8
 	JNZ          gemvInt1T1AVXVNNI_step
+	VPADDD       Y4, Y0, Y0
 	VMOVDQU      Y0, (SI)
+	VPADDD       Y5, Y1, Y1
 	VPSRAD       $0x01, Y1, Y1
 	VMOVDQU      Y1, 32(SI)
+	VPADDD       Y6, Y2, Y2
 	VPSRAD       $0x02, Y2, Y2
 	VMOVDQU      Y2, 64(SI)
+	VPADDD       Y7, Y3, Y3
 	VPSRAD       $0x03, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI

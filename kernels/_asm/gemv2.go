@@ -81,6 +81,10 @@ func genGemvAVX2() {
 // (shift, mask) against the 4 runs of activations; the 8 lanes of each row are reduced per
 // segment (vphaddd) and 4 rows stored.
 func gemvI2SY(T int, isa string, vnni bool) {
+	if vnni && T == 1 {
+		gemvI2SY1(isa)
+		return
+	}
 	name := gemvName("I2S", T, isa)
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(false)
@@ -157,6 +161,54 @@ func gemvI2SY(T int, isa string, vnni bool) {
 			VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
 			VMOVDQU(r[0].AsX(), at(sums, 128*t))
 		}
+	})
+}
+
+// gemvI2SY1 (AVX-VNNI, one token): like gemvI2SY, but each row has two accumulators, so
+// that two vpdpbusd per 128-byte block, not four, follow each other on one (with one token
+// the four-deep chain, not vpdpbusd's rate, bounded the loop). One shift per row: the byte's
+// codes of runs 3 and 1 are w & 3 and (w >> 4) & 3, those of runs 2 and 0 are taken at
+// four times their value (w & 12, (w >> 4) & 12) into the second accumulator, which is
+// divided by four (exactly: each product is a multiple of 4) before the reduction.
+func gemvI2SY1(isa string) {
+	name := gemvName("I2S", 1, isa)
+	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
+	p := newPool(false)
+	xs := tokenPtrs(a, 1, gX, gXStride)
+	acc1, acc4 := p.getn(4), p.getn(4) // [row of the quad]: runs 1 and 3; runs 0 and 2, times 4
+	m3, mc := p.get(), p.get()
+	VMOVDQU(m3Y, m3)
+	VPSLLW(U8(2), m3, mc) // 12 in every byte (0x0303 << 2 per word)
+	wv, h, c, x := p.get(), p.get(), p.get(), p.get()
+	kx := GP64()
+	i2sQuads(name, a, 1, false, func() { zeroAll(append(acc1, acc4...)...) }, func(w Register) {
+		// the activations are reloaded per row (L1 hits; VEX vpdpbusd takes no memory
+		// operand here, and four more registers do not fit)
+		dot := func(mask, codes VecPhysical, run int, acc VecPhysical) {
+			VPAND(mask, codes, c)
+			VMOVDQU(idx(xs[0], kx, 1, 32*run), x)
+			VPDPBUSD(x, c, acc)
+		}
+		for r := 0; r < 4; r++ {
+			VMOVDQU(at(w, 32*r), wv)
+			VPSRLW(U8(4), wv, h)
+			dot(m3, wv, 3, acc1[r])
+			dot(mc, wv, 2, acc4[r])
+			dot(m3, h, 1, acc1[r])
+			dot(mc, h, 0, acc4[r])
+		}
+	}, func() { XORQ(kx, kx) }, func() { SUBQ(I8(-128), kx) }, func(sums Register) {
+		r := acc1
+		for i := range r {
+			VPSRAD(U8(2), acc4[i], acc4[i])
+			VPADDD(acc4[i], r[i], r[i])
+		}
+		VPHADDD(r[1], r[0], r[0])
+		VPHADDD(r[3], r[2], r[2])
+		VPHADDD(r[2], r[0], r[0])
+		VEXTRACTI128(U8(1), r[0], r[1].AsX())
+		VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
+		VMOVDQU(r[0].AsX(), at(sums, 0))
 	})
 }
 
@@ -316,7 +368,9 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 
 // gemvInt1Y: int1, one 32-byte unit (8 inputs x 32 rows) per step: bit j of the low nibble
 // (value 2^j) against the low quad's activations and of the shifted high nibble against the
-// high quad's, into row group j's accumulator (shifted back by j at the end).
+// high quad's, into row group j's accumulator (shifted back by j at the end). With AVX-VNNI
+// and one token the high quad has accumulators of its own, so each chain takes one
+// vpdpbusd per step (two bounded the loop by vpdpbusd's latency).
 func gemvInt1Y(T int, isa string, vnni bool) {
 	name := gemvName("Int1", T, isa)
 	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 8)", T))
@@ -324,11 +378,17 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
-	acc := make([][4]VecPhysical, T)
+	chains := 1
+	if vnni && T == 1 {
+		chains = 2
+	}
+	acc := make([][2][4]VecPhysical, T) // [token][chain: low quad, high quad][row group]
 	var all []VecPhysical
 	for t := range acc {
-		copy(acc[t][:], p.getn(4))
-		all = append(all, acc[t][:]...)
+		for c := 0; c < chains; c++ {
+			copy(acc[t][c][:], p.getn(4))
+			all = append(all, acc[t][c][:]...)
+		}
 	}
 	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
 	xl, xh := p.getn(T), p.getn(T)
@@ -349,14 +409,14 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 			VPAND(bitsY.Offset(32*j), hi, vh)
 			for t := range acc {
 				if vnni {
-					VPDPBUSD(xl[t], vl, acc[t][j])
-					VPDPBUSD(xh[t], vh, acc[t][j])
+					VPDPBUSD(xl[t], vl, acc[t][0][j])
+					VPDPBUSD(xh[t], vh, acc[t][chains-1][j])
 				} else {
 					VPMADDUBSW(xl[t], vl, s16)
 					VPMADDUBSW(xh[t], vh, tmp)
 					VPADDW(tmp, s16, s16)
 					VPMADDWD(wOnes, s16, s16)
-					VPADDD(s16, acc[t][j], acc[t][j])
+					VPADDD(s16, acc[t][0][j], acc[t][0][j])
 				}
 			}
 		}
@@ -365,10 +425,14 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 	}, func(sums Register) {
 		for t := range acc {
 			for j := 0; j < 4; j++ {
-				if j > 0 {
-					VPSRAD(U8(j), acc[t][j], acc[t][j])
+				r := acc[t][0][j]
+				if chains == 2 {
+					VPADDD(acc[t][1][j], r, r)
 				}
-				VMOVDQU(acc[t][j], at(sums, 128*t+32*j))
+				if j > 0 {
+					VPSRAD(U8(j), r, r)
+				}
+				VMOVDQU(r, at(sums, 128*t+32*j))
 			}
 		}
 		ADDQ(U32(128*T), sums)
