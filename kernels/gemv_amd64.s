@@ -8990,8 +8990,8 @@ TEXT ·gemvInt2T1AVXVNNI(SB), NOSPLIT, $0-8
 	XORQ           DX, DX
 	MOVQ           8(AX), BX
 	MOVQ           56(AX), SI
-	VBROADCASTI128 (SI), Y4
-	VBROADCASTI128 16(SI), Y5
+	VBROADCASTI128 (SI), Y8
+	VBROADCASTI128 16(SI), Y9
 	MOVQ           24(AX), SI
 	MOVQ           40(AX), DI
 
@@ -8999,34 +8999,57 @@ gemvInt2T1AVXVNNI_seg:
 	MOVQ    32(AX), R8
 	CMPQ    DI, $0x01
 	CMOVQEQ 48(AX), R8
+	SHRQ    $0x01, R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
 
 gemvInt2T1AVXVNNI_step:
 	PREFETCHT0   8192(CX)
-	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y9
-	VPAND        m0fY<>+0(SB), Y8, Y8
-	VPAND        m0fY<>+0(SB), Y9, Y9
-	VPSHUFB      Y8, Y4, Y6
-	VPSHUFB      Y8, Y5, Y7
-	VPSHUFB      Y9, Y5, Y10
-	VPSHUFB      Y9, Y4, Y8
-	VMOVDQA      Y10, Y9
-	VPBROADCASTD (BX)(DX*1), Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x4d; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y6, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x45; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y7, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x3d; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y8, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
-	ADDQ         $0x20, CX
-	ADDQ         $0x04, DX
+	VMOVDQU      (CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y9, Y14
+	VPSHUFB      Y13, Y8, Y12
+	VMOVDQA      Y14, Y13
+	VPBROADCASTD (BX)(DX*1), Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y12, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y13, Y14
+	VMOVDQU      32(CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y9, Y14
+	VPSHUFB      Y13, Y8, Y12
+	VMOVDQA      Y14, Y13
+	VPBROADCASTD 4(BX)(DX*1), Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe6 // {vex} vpdpbusd Y4, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xee // {vex} vpdpbusd Y5, Y11, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf6 // {vex} vpdpbusd Y6, Y12, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x15; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y13, Y14
+	ADDQ         $0x40, CX
+	ADDQ         $0x08, DX
 	DECQ         R8
 	JNZ          gemvInt2T1AVXVNNI_step
+	VPADDD       Y4, Y0, Y0
 	VMOVDQU      Y0, (SI)
+	VPADDD       Y5, Y1, Y1
 	VMOVDQU      Y1, 32(SI)
+	VPADDD       Y6, Y2, Y2
 	VMOVDQU      Y2, 64(SI)
+	VPADDD       Y7, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
 	DECQ         DI

@@ -213,7 +213,9 @@ func gemvI2SY1(isa string) {
 }
 
 // gemvInt2Y: one 32-byte unit (4 inputs x 32 rows) per step; nibble tables (tabInt2) give
-// the four row groups' dwords, multiplied with a broadcast dword of activations.
+// the four row groups' dwords, multiplied with a broadcast dword of activations. With AVX-VNNI
+// and one token, steps go in pairs into two sets of accumulators (one set made vpdpbusd's
+// latency the bound: one per accumulator per step).
 func gemvInt2Y(T int, isa string, vnni bool) {
 	name := gemvName("Int2", T, isa)
 	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4)", T))
@@ -222,11 +224,17 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
 	tab := ld(a, gTab)
-	acc := make([][4]VecPhysical, T)
+	sets := 1
+	if vnni && T == 1 {
+		sets = 2
+	}
+	acc := make([][2][4]VecPhysical, T) // [token][set][row group]
 	var all []VecPhysical
 	for t := range acc {
-		copy(acc[t][:], p.getn(4))
-		all = append(all, acc[t][:]...)
+		for c := 0; c < sets; c++ {
+			copy(acc[t][c][:], p.getn(4))
+			all = append(all, acc[t][c][:]...)
+		}
 	}
 	la, lb := p.get(), p.get()
 	VBROADCASTI128(at(tab, 0), la)
@@ -237,9 +245,11 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	if !vnni {
 		tmp = p.get()
 	}
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
-		PREFETCHT0(at(w, prefetchDist))
-		VMOVDQU(at(w, 0), v[2])
+	segLoop(name, a, sets, func() { zeroAll(all...) }, func(i int) {
+		if i == 0 {
+			PREFETCHT0(at(w, prefetchDist))
+		}
+		VMOVDQU(at(w, 32*i), v[2])
 		VPSRLW(U8(4), v[2], v[3])
 		VPAND(m0fY, v[2], v[2])
 		VPAND(m0fY, v[3], v[3])
@@ -249,17 +259,22 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 		VPSHUFB(v[3], la, v[2])
 		VMOVDQA(x, v[3])
 		for t := range acc {
-			VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
+			VPBROADCASTD(idx(xs[t], kx, 1, 4*i), x)
 			for j := 0; j < 4; j++ {
-				dotY(vnni, acc[t][j], v[j], x, tmp)
+				dotY(vnni, acc[t][i][j], v[j], x, tmp)
 			}
 		}
-		ADDQ(U8(32), w)
-		ADDQ(U8(4), kx)
+		if i == sets-1 {
+			ADDQ(U8(32*sets), w)
+			ADDQ(U8(4*sets), kx)
+		}
 	}, func(sums Register) {
 		for t := range acc {
 			for j := 0; j < 4; j++ {
-				VMOVDQU(acc[t][j], at(sums, 128*t+32*j))
+				if sets == 2 {
+					VPADDD(acc[t][1][j], acc[t][0][j], acc[t][0][j])
+				}
+				VMOVDQU(acc[t][0][j], at(sums, 128*t+32*j))
 			}
 		}
 		ADDQ(U32(128*T), sums)
