@@ -10,7 +10,9 @@ import (
 
 // The AVX2 GEMV kernels (ymm 0-15 only) and their AVX-VNNI twins: the same code with each
 // vpmaddubsw + vpmaddwd + vpaddd replaced by one VEX vpdpbusd (AVX-VNNI has no masks and
-// no EVEX, so everything else is AVX2). For int8 with AVX-VNNI-INT8, vpdpbssd multiplies the
+// no EVEX, so everything else is AVX2), except that the one-token i2s, int2 and int1 twins
+// keep more accumulators, since one vpdpbusd after another on the same accumulator bounds
+// them by its latency (see each). For int8 with AVX-VNNI-INT8, vpdpbssd multiplies the
 // signed weights directly.
 
 var (
