@@ -180,6 +180,20 @@ func tokenPtrs(a Register, T, baseOff, strideOff int) []GPVirtual {
 	return xs
 }
 
+// accSets takes sets groups of four accumulators per token from p (acc[t][s][j]) and
+// returns them also as one list, for zeroAll.
+func accSets(p *pool, T, sets int) (acc [][][4]VecPhysical, all []VecPhysical) {
+	acc = make([][][4]VecPhysical, T)
+	for t := range acc {
+		acc[t] = make([][4]VecPhysical, sets)
+		for s := range acc[t] {
+			copy(acc[t][s][:], p.getn(4))
+			all = append(all, acc[t][s][:]...)
+		}
+	}
+	return acc, all
+}
+
 func zeroAll(rs ...VecPhysical) {
 	for _, r := range rs {
 		if r.Size() == 64 {
@@ -224,14 +238,7 @@ func gemvInt2Pair(T int) {
 	perm := p.get()
 	VMOVDQU64(pairPerm, perm)
 	// acc[t][i][j]: token t, step copy i (two chains hide vpdpbusd's latency), row group j.
-	acc := make([][2][4]VecPhysical, T)
-	var all []VecPhysical
-	for t := range acc {
-		for i := range acc[t] {
-			copy(acc[t][i][:], p.getn(4))
-			all = append(all, acc[t][i][:]...)
-		}
-	}
+	acc, all := accSets(p, T, 2)
 	wv, hi, x := p.get(), p.get(), p.get()
 	v := p.getn(4)
 	segLoop(name, a, 2, func() { zeroAll(all...) }, func(i int) {
@@ -624,16 +631,7 @@ func gemvInt1Z(T int) {
 	if T >= 3 {
 		chains = 1
 	}
-	acc := make([][][4]VecPhysical, T)
-	var all []VecPhysical
-	for t := range acc {
-		for c := 0; c < chains; c++ {
-			var r [4]VecPhysical
-			copy(r[:], p.getn(4))
-			acc[t] = append(acc[t], r)
-			all = append(all, r[:]...)
-		}
-	}
+	acc, all := accSets(p, T, chains)
 	wv, hi, xl, xh := p.get(), p.get(), p.get(), p.get()
 	vl, vh := p.getn(4), p.getn(4)
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {

@@ -155,13 +155,7 @@ func gemvI2SY(T int, isa string, vnni bool) {
 		}
 	}, func() { XORQ(kx, kx) }, func() { SUBQ(I8(-128), kx) }, func(sums Register) {
 		for t := range acc {
-			r := acc[t]
-			VPHADDD(r[1], r[0], r[0])
-			VPHADDD(r[3], r[2], r[2])
-			VPHADDD(r[2], r[0], r[0])
-			VEXTRACTI128(U8(1), r[0], r[1].AsX())
-			VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
-			VMOVDQU(r[0].AsX(), at(sums, 128*t))
+			quadRowSumsY(acc[t][:], at(sums, 128*t))
 		}
 	})
 }
@@ -205,13 +199,19 @@ func gemvI2SY1(isa string) {
 			VPSRAD(U8(2), acc4[i], acc4[i])
 			VPADDD(acc4[i], r[i], r[i])
 		}
-		VPHADDD(r[1], r[0], r[0])
-		VPHADDD(r[3], r[2], r[2])
-		VPHADDD(r[2], r[0], r[0])
-		VEXTRACTI128(U8(1), r[0], r[1].AsX())
-		VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
-		VMOVDQU(r[0].AsX(), at(sums, 0))
+		quadRowSumsY(r, at(sums, 0))
 	})
+}
+
+// quadRowSumsY reduces the 8 lanes of each of a row quad's accumulators r[0..3] and stores
+// the four rows' sums at dst (clobbers r).
+func quadRowSumsY(r []VecPhysical, dst Mem) {
+	VPHADDD(r[1], r[0], r[0])
+	VPHADDD(r[3], r[2], r[2])
+	VPHADDD(r[2], r[0], r[0])
+	VEXTRACTI128(U8(1), r[0], r[1].AsX())
+	VPADDD(r[1].AsX(), r[0].AsX(), r[0].AsX())
+	VMOVDQU(r[0].AsX(), dst)
 }
 
 // gemvInt2Y: one 32-byte unit (4 inputs x 32 rows) per step; nibble tables (tabInt2) give
@@ -230,14 +230,7 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	if vnni && T == 1 {
 		sets = 2
 	}
-	acc := make([][2][4]VecPhysical, T) // [token][set][row group]
-	var all []VecPhysical
-	for t := range acc {
-		for c := 0; c < sets; c++ {
-			copy(acc[t][c][:], p.getn(4))
-			all = append(all, acc[t][c][:]...)
-		}
-	}
+	acc, all := accSets(p, T, sets) // [token][set][row group]
 	la, lb := p.get(), p.get()
 	VBROADCASTI128(at(tab, 0), la)
 	VBROADCASTI128(at(tab, 16), lb)
@@ -399,14 +392,7 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 	if vnni && T == 1 {
 		chains = 2
 	}
-	acc := make([][2][4]VecPhysical, T) // [token][chain: low quad, high quad][row group]
-	var all []VecPhysical
-	for t := range acc {
-		for c := 0; c < chains; c++ {
-			copy(acc[t][c][:], p.getn(4))
-			all = append(all, acc[t][c][:]...)
-		}
-	}
+	acc, all := accSets(p, T, chains) // [token][chain: low quad, high quad][row group]
 	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
 	xl, xh := p.getn(T), p.getn(T)
 	var tmp, s16 VecPhysical
