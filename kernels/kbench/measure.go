@@ -120,6 +120,15 @@ func (r *Runner) Call(i int) {
 	})
 }
 
+// Warm calls every layer of the rotation once: the first call on a layer grows the scratch
+// and builds the layer's per-layer data (scales per row block, padded bias), which a timing
+// must not include.
+func (r *Runner) Warm() {
+	for i := range r.Set.Layers {
+		r.Call(i)
+	}
+}
+
 // Measure times rounds of calls over the whole rotation (each round at least minTime)
 // and returns the median time per call over the clean rounds (see Clean) and the best.
 func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
@@ -130,10 +139,8 @@ func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 // least minTime over its whole rotation), so that the machine's drift during the run
 // reaches all of them alike and their ratios hold; it returns each runner's Timing.
 func Interleaved(rs []*Runner, rounds int, minTime time.Duration) []Timing {
-	for _, r := range rs { // warm up: scratch, per-layer preparation
-		for i := range r.Set.Layers {
-			r.Call(i)
-		}
+	for _, r := range rs {
+		r.Warm()
 	}
 	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
 	for rd := 0; rd < rounds; rd++ {
