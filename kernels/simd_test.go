@@ -259,6 +259,109 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 	}
 }
 
+// TestSIMDKernelsAtMaxK: every integer kernel at its format's largest K with every weight and
+// activation at an extreme, the case MaxK is chosen for: the kernels' int32 accumulators (offset
+// u8 operands, codes taken at 4^s times their value, int16 chains) must not wrap. Row r holds
+// one weight value throughout (the format's largest and smallest in turn), token t's
+// activations are all +1 or all -1 (+-127 after quantization), so each dot product is
+// w x +-127 x K, which the test checks in float64 before it compares the kernel bit for bit
+// with the reference.
+func TestSIMDKernelsAtMaxK(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	if raceEnabled {
+		t.Skip("hundreds of millions of multiply-adds per case: too slow under the race detector")
+	}
+	ns := []int{1, 2, 4, 8}
+	if testing.Short() {
+		ns = []int{1, 4}
+	}
+	byFormat := map[quantcfg.Format][]*simdKernel{}
+	var formats []quantcfg.Format
+	for _, k := range ks {
+		if k.format.IsFloat() {
+			continue
+		}
+		if byFormat[k.format] == nil {
+			formats = append(formats, k.format)
+		}
+		byFormat[k.format] = append(byFormat[k.format], k)
+	}
+	for _, f := range formats {
+		fi, _ := f.Info()
+		spec := quantcfg.LayerSpec{Format: f, Out: 36, In: fi.MaxK}
+		// extremes[j]: the stored weight of the rows r with r % 2 == j, and its value.
+		var extremes [2]struct {
+			q int8
+			v float64
+		}
+		switch {
+		case f.IsTernary(), f == quantcfg.Int1:
+			extremes[0].q, extremes[1].q = 1, -1
+		case f == quantcfg.Int2:
+			spec.Codebook = quantcfg.Codebook{-128, 127, 0, 5}
+			extremes[0].q, extremes[1].q = 1, 0 // codes of 127 and -128
+		default:
+			extremes[0].q, extremes[1].q = 127, -128
+		}
+		for j := range extremes {
+			extremes[j].v = float64(extremes[j].q)
+			if f == quantcfg.Int2 {
+				extremes[j].v = float64(spec.Codebook[extremes[j].q])
+			}
+		}
+		spec = spec.WithDefaults()
+		m, k := spec.Out, spec.In
+		w := Weights{Q: make([]int8, m*k)}
+		for r := 0; r < m; r++ {
+			for i := 0; i < k; i++ {
+				w.Q[r*k+i] = extremes[r%2].q
+			}
+		}
+		blob, err := PackNew(f, m, k, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scales := make([]float32, spec.NumScales())
+		for i := range scales {
+			scales[i] = 1
+		}
+		l, err := NewLayer(spec, blob, scales, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			x := make([]float32, n*k)
+			for tk := 0; tk < n; tk++ {
+				for i := 0; i < k; i++ {
+					x[tk*k+i] = float32(1 - 2*(tk%2))
+				}
+			}
+			want, err := Reference(l, x, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for tk := 0; tk < n; tk++ {
+				for r := 0; r < 2; r++ {
+					// w x +-127 x K, then divided by the activation scale 127.
+					exact := extremes[r].v * float64(1-2*(tk%2)) * float64(k)
+					if got := float64(want[tk*m+r]); math.Abs(got-exact) > 1e-6*math.Abs(exact) {
+						t.Fatalf("%s K=%d n=%d: the reference gives token %d row %d %v, want %v", f, k, n, tk, r, got, exact)
+					}
+				}
+			}
+			for _, kn := range byFormat[f] {
+				if ok, _ := kn.CanImplement(l, n); !ok {
+					continue
+				}
+				checkExact(t, fmt.Sprintf("%s %dx%d n=%d (extremes)", kn.Name(), m, k, n), runSplit(t, kn, l, x, n), want, m)
+			}
+		}
+	}
+}
+
 // TestSIMDGemmLargeN: the prefill path with many, ragged token counts.
 func TestSIMDGemmLargeN(t *testing.T) {
 	ks := asmKernels()
