@@ -966,13 +966,19 @@ gemvInt2T1AVX512_step:
 	RET
 
 // func gemvI2ST1AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         8(AX), CX
 	XORQ         DX, DX
 	MOVL         $0x03030303, DX
 	VPBROADCASTD DX, Z0
+	MOVL         $0xc0c0c0c0, DX
+	VPBROADCASTD DX, Z1
+	MOVL         $0x30303030, DX
+	VPBROADCASTD DX, Z2
+	MOVL         $0x0c0c0c0c, DX
+	VPBROADCASTD DX, Z3
 	XORQ         BX, BX
 	MOVQ         24(AX), DI
 	MOVQ         (AX), SI
@@ -987,66 +993,66 @@ gemvI2ST1AVX512_seg:
 	MOVQ    32(AX), R11
 	CMPQ    R9, $0x01
 	CMOVQEQ 48(AX), R11
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
 	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
 
 gemvI2ST1AVX512_blk:
 	PREFETCHT0      8192(R8)
 	PREFETCHT0      8256(R8)
-	VMOVDQU64       (R8), Z9
-	VMOVDQU64       64(R8), Z10
-	VPSRLW          $0x06, Z9, Z12
-	VPANDD          Z0, Z12, Z12
-	VPSRLW          $0x06, Z10, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSRLW          $0x04, Z9, Z14
-	VPANDD          Z0, Z14, Z14
-	VPSRLW          $0x04, Z10, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSRLW          $0x02, Z9, Z16
-	VPANDD          Z0, Z16, Z16
-	VPSRLW          $0x02, Z10, Z17
-	VPANDD          Z0, Z17, Z17
-	VPANDD          Z0, Z9, Z18
-	VPANDD          Z0, Z10, Z19
-	VBROADCASTI64X4 (CX)(DX*1), Z11
-	VPDPBUSD        Z11, Z12, Z1
-	VPDPBUSD        Z11, Z13, Z5
-	VBROADCASTI64X4 32(CX)(DX*1), Z11
-	VPDPBUSD        Z11, Z14, Z2
-	VPDPBUSD        Z11, Z15, Z6
-	VBROADCASTI64X4 64(CX)(DX*1), Z11
-	VPDPBUSD        Z11, Z16, Z3
-	VPDPBUSD        Z11, Z17, Z7
-	VBROADCASTI64X4 96(CX)(DX*1), Z11
-	VPDPBUSD        Z11, Z18, Z4
-	VPDPBUSD        Z11, Z19, Z8
+	VMOVDQU64       (R8), Z12
+	VMOVDQU64       64(R8), Z13
+	VPANDD          Z1, Z12, Z15
+	VPANDD          Z1, Z13, Z16
+	VPANDD          Z2, Z12, Z17
+	VPANDD          Z2, Z13, Z18
+	VPANDD          Z3, Z12, Z19
+	VPANDD          Z3, Z13, Z20
+	VPANDD          Z0, Z12, Z21
+	VPANDD          Z0, Z13, Z22
+	VBROADCASTI64X4 (CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z15, Z4
+	VPDPBUSD        Z14, Z16, Z8
+	VBROADCASTI64X4 32(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z17, Z5
+	VPDPBUSD        Z14, Z18, Z9
+	VBROADCASTI64X4 64(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z19, Z6
+	VPDPBUSD        Z14, Z20, Z10
+	VBROADCASTI64X4 96(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z21, Z7
+	VPDPBUSD        Z14, Z22, Z11
 	SUBQ            $-128, R8
 	ADDQ            $0x00000080, DX
 	DECQ            R11
 	JNZ             gemvI2ST1AVX512_blk
-	VMOVDQU32       i2sGather<>+0(SB), Z20
-	VPADDD          Z2, Z1, Z1
-	VPADDD          Z3, Z1, Z1
-	VPADDD          Z4, Z1, Z1
-	VPADDD          Z6, Z5, Z5
-	VPADDD          Z7, Z5, Z5
-	VPADDD          Z8, Z5, Z5
-	VSHUFI64X2      $0x88, Z5, Z1, Z12
-	VSHUFI64X2      $0xdd, Z5, Z1, Z11
-	VPADDD          Z11, Z12, Z12
-	VPSHUFD         $0x4e, Z12, Z11
-	VPADDD          Z11, Z12, Z12
-	VPSHUFD         $0xb1, Z12, Z11
-	VPADDD          Z11, Z12, Z12
-	VPERMD          Z12, Z20, Z12
-	VMOVDQU32       X12, (R10)
+	VMOVDQU32       i2sGather<>+0(SB), Z23
+	VPSRAD          $0x06, Z4, Z4
+	VPSRAD          $0x04, Z5, Z5
+	VPSRAD          $0x02, Z6, Z6
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z6, Z4, Z4
+	VPADDD          Z7, Z4, Z4
+	VPSRAD          $0x06, Z8, Z8
+	VPSRAD          $0x04, Z9, Z9
+	VPSRAD          $0x02, Z10, Z10
+	VPADDD          Z9, Z8, Z8
+	VPADDD          Z10, Z8, Z8
+	VPADDD          Z11, Z8, Z8
+	VSHUFI64X2      $0x88, Z8, Z4, Z15
+	VSHUFI64X2      $0xdd, Z8, Z4, Z14
+	VPADDD          Z14, Z15, Z15
+	VPSHUFD         $0x4e, Z15, Z14
+	VPADDD          Z14, Z15, Z15
+	VPSHUFD         $0xb1, Z15, Z14
+	VPADDD          Z14, Z15, Z15
+	VPERMD          Z15, Z23, Z15
+	VMOVDQU32       X15, (R10)
 	ADDQ            $0x00000080, R10
 	DECQ            R9
 	JNZ             gemvI2ST1AVX512_seg
@@ -1756,7 +1762,7 @@ gemvInt2T2AVX512_step:
 	RET
 
 // func gemvI2ST2AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvI2ST2AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         8(AX), CX
@@ -1765,6 +1771,12 @@ TEXT ·gemvI2ST2AVX512(SB), NOSPLIT, $0-8
 	XORQ         BX, BX
 	MOVL         $0x03030303, BX
 	VPBROADCASTD BX, Z0
+	MOVL         $0xc0c0c0c0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x30303030, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x0c0c0c0c, BX
+	VPBROADCASTD BX, Z3
 	XORQ         SI, SI
 	MOVQ         24(AX), R8
 	MOVQ         (AX), DI
@@ -1779,9 +1791,6 @@ gemvI2ST2AVX512_seg:
 	MOVQ    32(AX), R12
 	CMPQ    R10, $0x01
 	CMOVQEQ 48(AX), R12
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
@@ -1795,85 +1804,94 @@ gemvI2ST2AVX512_seg:
 	VPXORD  Z14, Z14, Z14
 	VPXORD  Z15, Z15, Z15
 	VPXORD  Z16, Z16, Z16
+	VPXORD  Z17, Z17, Z17
+	VPXORD  Z18, Z18, Z18
+	VPXORD  Z19, Z19, Z19
 
 gemvI2ST2AVX512_blk:
 	PREFETCHT0      8192(R9)
 	PREFETCHT0      8256(R9)
-	VMOVDQU64       (R9), Z17
-	VMOVDQU64       64(R9), Z18
-	VPSRLW          $0x06, Z17, Z20
-	VPANDD          Z0, Z20, Z20
-	VPSRLW          $0x06, Z18, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSRLW          $0x04, Z17, Z22
-	VPANDD          Z0, Z22, Z22
-	VPSRLW          $0x04, Z18, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSRLW          $0x02, Z17, Z24
-	VPANDD          Z0, Z24, Z24
-	VPSRLW          $0x02, Z18, Z25
-	VPANDD          Z0, Z25, Z25
-	VPANDD          Z0, Z17, Z26
-	VPANDD          Z0, Z18, Z27
-	VBROADCASTI64X4 (CX)(BX*1), Z19
-	VPDPBUSD        Z19, Z20, Z1
-	VPDPBUSD        Z19, Z21, Z5
-	VBROADCASTI64X4 (DX)(BX*1), Z19
-	VPDPBUSD        Z19, Z20, Z9
-	VPDPBUSD        Z19, Z21, Z13
-	VBROADCASTI64X4 32(CX)(BX*1), Z19
-	VPDPBUSD        Z19, Z22, Z2
-	VPDPBUSD        Z19, Z23, Z6
-	VBROADCASTI64X4 32(DX)(BX*1), Z19
-	VPDPBUSD        Z19, Z22, Z10
-	VPDPBUSD        Z19, Z23, Z14
-	VBROADCASTI64X4 64(CX)(BX*1), Z19
-	VPDPBUSD        Z19, Z24, Z3
-	VPDPBUSD        Z19, Z25, Z7
-	VBROADCASTI64X4 64(DX)(BX*1), Z19
-	VPDPBUSD        Z19, Z24, Z11
-	VPDPBUSD        Z19, Z25, Z15
-	VBROADCASTI64X4 96(CX)(BX*1), Z19
-	VPDPBUSD        Z19, Z26, Z4
-	VPDPBUSD        Z19, Z27, Z8
-	VBROADCASTI64X4 96(DX)(BX*1), Z19
-	VPDPBUSD        Z19, Z26, Z12
-	VPDPBUSD        Z19, Z27, Z16
+	VMOVDQU64       (R9), Z20
+	VMOVDQU64       64(R9), Z21
+	VPANDD          Z1, Z20, Z23
+	VPANDD          Z1, Z21, Z24
+	VPANDD          Z2, Z20, Z25
+	VPANDD          Z2, Z21, Z26
+	VPANDD          Z3, Z20, Z27
+	VPANDD          Z3, Z21, Z28
+	VPANDD          Z0, Z20, Z29
+	VPANDD          Z0, Z21, Z30
+	VBROADCASTI64X4 (CX)(BX*1), Z22
+	VPDPBUSD        Z22, Z23, Z4
+	VPDPBUSD        Z22, Z24, Z8
+	VBROADCASTI64X4 (DX)(BX*1), Z22
+	VPDPBUSD        Z22, Z23, Z12
+	VPDPBUSD        Z22, Z24, Z16
+	VBROADCASTI64X4 32(CX)(BX*1), Z22
+	VPDPBUSD        Z22, Z25, Z5
+	VPDPBUSD        Z22, Z26, Z9
+	VBROADCASTI64X4 32(DX)(BX*1), Z22
+	VPDPBUSD        Z22, Z25, Z13
+	VPDPBUSD        Z22, Z26, Z17
+	VBROADCASTI64X4 64(CX)(BX*1), Z22
+	VPDPBUSD        Z22, Z27, Z6
+	VPDPBUSD        Z22, Z28, Z10
+	VBROADCASTI64X4 64(DX)(BX*1), Z22
+	VPDPBUSD        Z22, Z27, Z14
+	VPDPBUSD        Z22, Z28, Z18
+	VBROADCASTI64X4 96(CX)(BX*1), Z22
+	VPDPBUSD        Z22, Z29, Z7
+	VPDPBUSD        Z22, Z30, Z11
+	VBROADCASTI64X4 96(DX)(BX*1), Z22
+	VPDPBUSD        Z22, Z29, Z15
+	VPDPBUSD        Z22, Z30, Z19
 	SUBQ            $-128, R9
 	ADDQ            $0x00000080, BX
 	DECQ            R12
 	JNZ             gemvI2ST2AVX512_blk
-	VMOVDQU32       i2sGather<>+0(SB), Z28
-	VPADDD          Z2, Z1, Z1
-	VPADDD          Z3, Z1, Z1
-	VPADDD          Z4, Z1, Z1
-	VPADDD          Z6, Z5, Z5
-	VPADDD          Z7, Z5, Z5
-	VPADDD          Z8, Z5, Z5
-	VSHUFI64X2      $0x88, Z5, Z1, Z20
-	VSHUFI64X2      $0xdd, Z5, Z1, Z19
-	VPADDD          Z19, Z20, Z20
-	VPSHUFD         $0x4e, Z20, Z19
-	VPADDD          Z19, Z20, Z20
-	VPSHUFD         $0xb1, Z20, Z19
-	VPADDD          Z19, Z20, Z20
-	VPERMD          Z20, Z28, Z20
-	VMOVDQU32       X20, (R11)
-	VPADDD          Z10, Z9, Z9
-	VPADDD          Z11, Z9, Z9
-	VPADDD          Z12, Z9, Z9
-	VPADDD          Z14, Z13, Z13
-	VPADDD          Z15, Z13, Z13
-	VPADDD          Z16, Z13, Z13
-	VSHUFI64X2      $0x88, Z13, Z9, Z20
-	VSHUFI64X2      $0xdd, Z13, Z9, Z19
-	VPADDD          Z19, Z20, Z20
-	VPSHUFD         $0x4e, Z20, Z19
-	VPADDD          Z19, Z20, Z20
-	VPSHUFD         $0xb1, Z20, Z19
-	VPADDD          Z19, Z20, Z20
-	VPERMD          Z20, Z28, Z20
-	VMOVDQU32       X20, 128(R11)
+	VMOVDQU32       i2sGather<>+0(SB), Z31
+	VPSRAD          $0x06, Z4, Z4
+	VPSRAD          $0x04, Z5, Z5
+	VPSRAD          $0x02, Z6, Z6
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z6, Z4, Z4
+	VPADDD          Z7, Z4, Z4
+	VPSRAD          $0x06, Z8, Z8
+	VPSRAD          $0x04, Z9, Z9
+	VPSRAD          $0x02, Z10, Z10
+	VPADDD          Z9, Z8, Z8
+	VPADDD          Z10, Z8, Z8
+	VPADDD          Z11, Z8, Z8
+	VSHUFI64X2      $0x88, Z8, Z4, Z23
+	VSHUFI64X2      $0xdd, Z8, Z4, Z22
+	VPADDD          Z22, Z23, Z23
+	VPSHUFD         $0x4e, Z23, Z22
+	VPADDD          Z22, Z23, Z23
+	VPSHUFD         $0xb1, Z23, Z22
+	VPADDD          Z22, Z23, Z23
+	VPERMD          Z23, Z31, Z23
+	VMOVDQU32       X23, (R11)
+	VPSRAD          $0x06, Z12, Z12
+	VPSRAD          $0x04, Z13, Z13
+	VPSRAD          $0x02, Z14, Z14
+	VPADDD          Z13, Z12, Z12
+	VPADDD          Z14, Z12, Z12
+	VPADDD          Z15, Z12, Z12
+	VPSRAD          $0x06, Z16, Z16
+	VPSRAD          $0x04, Z17, Z17
+	VPSRAD          $0x02, Z18, Z18
+	VPADDD          Z17, Z16, Z16
+	VPADDD          Z18, Z16, Z16
+	VPADDD          Z19, Z16, Z16
+	VSHUFI64X2      $0x88, Z16, Z12, Z23
+	VSHUFI64X2      $0xdd, Z16, Z12, Z22
+	VPADDD          Z22, Z23, Z23
+	VPSHUFD         $0x4e, Z23, Z22
+	VPADDD          Z22, Z23, Z23
+	VPSHUFD         $0xb1, Z23, Z22
+	VPADDD          Z22, Z23, Z23
+	VPERMD          Z23, Z31, Z23
+	VMOVDQU32       X23, 128(R11)
 	ADDQ            $0x00000100, R11
 	DECQ            R10
 	JNZ             gemvI2ST2AVX512_seg

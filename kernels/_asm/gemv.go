@@ -419,6 +419,13 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 // masks give the codes of each 32-input run, multiplied with the activations of that run
 // broadcast to both halves. Per segment each row's 8 lanes are reduced and stored. Aux:
 // bytes per quad.
+//
+// With one or two tokens each run has its own accumulators, so run s's codes are taken in
+// place, unshifted (w & 0xC0, w & 0x30, w & 0x0C, w & 0x03: the code times 64, 16, 4, 1,
+// at most 192, still a u8), and its sums are divided back by an arithmetic shift before the
+// reduction: exact, since every product is a multiple of the factor, and |sum| <= K/32 x 192
+// x 128 = 768 K stays inside int32 for K <= MaxDim. The six shifts the block saves take it
+// from about 7.5 to 6.3 cycles in L1 (one token).
 func gemvI2SZ(T int) {
 	if T == 3 || T == 4 {
 		gemvI2SRowZ(T)
@@ -435,6 +442,14 @@ func gemvI2SZ(T int) {
 	nc := 4
 	if T >= 5 {
 		nc = 1
+	}
+	// inPlace[s]: run s's codes in place (one chain per run), as the code times 4^(3-s).
+	var inPlace [3]VecPhysical
+	if nc == 4 {
+		for s, b := range []byte{0xC0, 0x30, 0x0C} {
+			inPlace[s] = p.get()
+			bcastByte(inPlace[s], b)
+		}
 	}
 	acc := make([][2][]VecPhysical, T) // [t][row pair][chain]
 	var all []VecPhysical
@@ -453,11 +468,14 @@ func gemvI2SZ(T int) {
 		VMOVDQU64(at(w, 64), wv[1])
 		for s := 0; s < 4; s++ {
 			for r := 0; r < 2; r++ {
-				if s < 3 {
+				switch {
+				case s == 3:
+					VPANDD(m3, wv[r], cls[2*s+r])
+				case nc == 4:
+					VPANDD(inPlace[s], wv[r], cls[2*s+r])
+				default:
 					VPSRLW(U8(6-2*s), wv[r], cls[2*s+r])
 					VPANDD(m3, cls[2*s+r], cls[2*s+r])
-				} else {
-					VPANDD(m3, wv[r], cls[2*s+r])
 				}
 			}
 		}
@@ -475,6 +493,11 @@ func gemvI2SZ(T int) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			for r := 0; r < 2; r++ {
+				if nc == 4 {
+					for i := 0; i < 3; i++ {
+						VPSRAD(U8(6-2*i), acc[t][r][i], acc[t][r][i])
+					}
+				}
 				for i := 1; i < nc; i++ {
 					VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
 				}
