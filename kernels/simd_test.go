@@ -265,7 +265,8 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 // one weight value throughout (the format's largest and smallest in turn), token t's
 // activations are all +1 or all -1 (+-127 after quantization), so each dot product is
 // w x +-127 x K, which the test checks in float64 before it compares the kernel bit for bit
-// with the reference.
+// with the reference. 36 rows (two row blocks) for the GEMV token counts, 4 rows for 64 tokens
+// (the GEMM path: unpacked u8 weights against offset activations).
 func TestSIMDKernelsAtMaxK(t *testing.T) {
 	ks := asmKernels()
 	if len(ks) == 0 {
@@ -274,9 +275,9 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 	if raceEnabled {
 		t.Skip("hundreds of millions of multiply-adds per case: too slow under the race detector")
 	}
-	ns := []int{1, 2, 4, 8}
+	cases := []struct{ m, n int }{{36, 1}, {36, 2}, {36, 4}, {36, 8}, {4, gemmMinN}}
 	if testing.Short() {
-		ns = []int{1, 4}
+		cases = []struct{ m, n int }{{36, 1}, {36, 4}, {4, gemmMinN}}
 	}
 	byFormat := map[quantcfg.Format][]*simdKernel{}
 	var formats []quantcfg.Format
@@ -291,7 +292,7 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 	}
 	for _, f := range formats {
 		fi, _ := f.Info()
-		spec := quantcfg.LayerSpec{Format: f, Out: 36, In: fi.MaxK}
+		spec := quantcfg.LayerSpec{Format: f, In: fi.MaxK}
 		// extremes[j]: the stored weight of the rows r with r % 2 == j, and its value.
 		var extremes [2]struct {
 			q int8
@@ -312,27 +313,38 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 				extremes[j].v = float64(spec.Codebook[extremes[j].q])
 			}
 		}
-		spec = spec.WithDefaults()
-		m, k := spec.Out, spec.In
-		w := Weights{Q: make([]int8, m*k)}
-		for r := 0; r < m; r++ {
-			for i := 0; i < k; i++ {
-				w.Q[r*k+i] = extremes[r%2].q
+		layers := map[int]*Layer{}
+		layer := func(m int) *Layer {
+			if l := layers[m]; l != nil {
+				return l
 			}
+			spec := spec
+			spec.Out = m
+			spec = spec.WithDefaults()
+			k := spec.In
+			w := Weights{Q: make([]int8, m*k)}
+			for r := 0; r < m; r++ {
+				for i := 0; i < k; i++ {
+					w.Q[r*k+i] = extremes[r%2].q
+				}
+			}
+			blob, err := PackNew(f, m, k, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			scales := make([]float32, spec.NumScales())
+			for i := range scales {
+				scales[i] = 1
+			}
+			l, err := NewLayer(spec, blob, scales, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers[m] = l
+			return l
 		}
-		blob, err := PackNew(f, m, k, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		scales := make([]float32, spec.NumScales())
-		for i := range scales {
-			scales[i] = 1
-		}
-		l, err := NewLayer(spec, blob, scales, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range ns {
+		for _, c := range cases {
+			l, m, n, k := layer(c.m), c.m, c.n, fi.MaxK
 			x := make([]float32, n*k)
 			for tk := 0; tk < n; tk++ {
 				for i := 0; i < k; i++ {
@@ -352,11 +364,17 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 					}
 				}
 			}
+			ran := 0
 			for _, kn := range byFormat[f] {
 				if ok, _ := kn.CanImplement(l, n); !ok {
 					continue
 				}
-				checkExact(t, fmt.Sprintf("%s %dx%d n=%d (extremes)", kn.Name(), m, k, n), runSplit(t, kn, l, x, n), want, m)
+				what := fmt.Sprintf("%s %dx%d n=%d (extremes, %s)", kn.Name(), m, k, n, map[bool]string{false: "GEMV", true: "GEMM"}[kn.useGemm(l, n)])
+				checkExact(t, what, runSplit(t, kn, l, x, n), want, m)
+				ran++
+			}
+			if ran == 0 {
+				t.Fatalf("%s K=%d n=%d: no kernel accepted the layer", f, k, n)
 			}
 		}
 	}
