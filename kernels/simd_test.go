@@ -364,17 +364,24 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 					}
 				}
 			}
-			ran := 0
+			ran, gemm := 0, 0
 			for _, kn := range byFormat[f] {
 				if ok, _ := kn.CanImplement(l, n); !ok {
 					continue
 				}
-				what := fmt.Sprintf("%s %dx%d n=%d (extremes, %s)", kn.Name(), m, k, n, map[bool]string{false: "GEMV", true: "GEMM"}[kn.useGemm(l, n)])
-				checkExact(t, what, runSplit(t, kn, l, x, n), want, m)
+				path := "GEMV"
+				if kn.useGemm(l, n) {
+					path = "GEMM"
+					gemm++
+				}
+				checkExact(t, fmt.Sprintf("%s %dx%d n=%d (extremes, %s)", kn.Name(), m, k, n, path), runSplit(t, kn, l, x, n), want, m)
 				ran++
 			}
 			if ran == 0 {
 				t.Fatalf("%s K=%d n=%d: no kernel accepted the layer", f, k, n)
+			}
+			if n >= gemmMinN && gemm == 0 {
+				t.Fatalf("%s K=%d n=%d: no kernel took the GEMM path", f, k, n)
 			}
 		}
 	}
