@@ -380,7 +380,9 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 			if ran == 0 {
 				t.Fatalf("%s K=%d n=%d: no kernel accepted the layer", f, k, n)
 			}
-			if n >= gemmMinN && gemm == 0 {
+			// The zmm kernels take every integer layer's GEMM (their unpacked weights may span
+			// 255); on AVX2 a wide int2 code book keeps the GEMV.
+			if n >= gemmMinN && gemm == 0 && ISAAvailable(ISAAVX512) {
 				t.Fatalf("%s K=%d n=%d: no kernel took the GEMM path", f, k, n)
 			}
 		}
