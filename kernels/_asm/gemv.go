@@ -527,13 +527,8 @@ func gemvI2SRowZ(T int) {
 	sh := p.getn(2)
 	VMOVDQU64(i2sShift[0], sh[0])
 	VMOVDQU64(i2sShift[1], sh[1])
-	// acc[t][r]: token t, row r of the quad (two dot products per block each).
-	acc := make([][4]VecPhysical, T)
-	var all []VecPhysical
-	for t := range acc {
-		copy(acc[t][:], p.getn(4))
-		all = append(all, acc[t][:]...)
-	}
+	// acc[t][0][r]: token t, row r of the quad (two dot products per block each).
+	acc, all := accSets(p, T, 1)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
 	xv := p.getn(2)
 	i2sQuads(name, a, T, true, func() { zeroAll(all...) }, func(w Register) {
@@ -550,7 +545,7 @@ func gemvI2SRowZ(T int) {
 			VMOVDQU64(xs.mem(t, 64), xv[1])
 			for r := 0; r < 4; r++ {
 				for j := 0; j < 2; j++ {
-					VPDPBUSD(xv[j], cls[2*r+j], acc[t][r])
+					VPDPBUSD(xv[j], cls[2*r+j], acc[t][0][r])
 				}
 			}
 		}
@@ -559,7 +554,7 @@ func gemvI2SRowZ(T int) {
 		y, u, v := cls[0], cls[1], cls[2]
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
-			s := acc[t]
+			s := acc[t][0]
 			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
 			for i := 0; i < 4; i += 2 {
 				VSHUFI64X2(U8(0x44), s[i+1], s[i], u)

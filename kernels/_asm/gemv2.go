@@ -160,6 +160,17 @@ func gemvI2SY(T int, isa string, vnni bool) {
 	})
 }
 
+// vnniSets is the number of accumulator sets of the int2 and int1 ymm kernels: two for the
+// one-token AVX-VNNI twins (one vpdpbusd after another on one set bounded them by its
+// latency), one otherwise (vpmaddubsw's sums pass through other registers first, and more
+// tokens interleave their own chains).
+func vnniSets(T int, vnni bool) int {
+	if vnni && T == 1 {
+		return 2
+	}
+	return 1
+}
+
 // gemvI2SY1 (AVX-VNNI, one token): like gemvI2SY, but each row has two accumulators, so
 // that two vpdpbusd per 128-byte block, not four, follow each other on one (with one token
 // the four-deep chain, not vpdpbusd's rate, bounded the loop). One shift per row: the byte's
@@ -226,10 +237,7 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
 	tab := ld(a, gTab)
-	sets := 1
-	if vnni && T == 1 {
-		sets = 2
-	}
+	sets := vnniSets(T, vnni)
 	acc, all := accSets(p, T, sets) // [token][set][row group]
 	la, lb := p.get(), p.get()
 	VBROADCASTI128(at(tab, 0), la)
@@ -388,10 +396,7 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
-	chains := 1
-	if vnni && T == 1 {
-		chains = 2
-	}
+	chains := vnniSets(T, vnni)
 	acc, all := accSets(p, T, chains) // [token][chain: low quad, high quad][row group]
 	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
 	xl, xh := p.getn(T), p.getn(T)
