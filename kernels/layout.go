@@ -111,10 +111,11 @@ func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 // pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
 // chunk-major blob, one per chunk (tl2: the last also holds the tl1 tail).
 func (l Layout) pieces(rb int, fn func(b, o, n int)) {
+	sb := l.steps().bytes
 	for c := 0; c < l.Chunks(); c++ {
 		s0, _ := l.ChunkSpan(c)
 		off, n := l.Piece(rb, c)
-		fn(off, l.spanBytes()*s0, n)
+		fn(off, sb*s0, n)
 	}
 }
 
@@ -123,49 +124,41 @@ func (l Layout) pieces(rb int, fn func(b, o, n int)) {
 // one chunk over a range of row blocks reads one contiguous stream.
 func (l Layout) Chunked() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
-// spans is the number of a chunk-major blob's K steps (chunks are made of them): tl2
-// blocks of 48 inputs (K3/48), or tl1 units of 4 inputs (Kp/4).
-func (l Layout) spans() int {
-	if l.Format == quantcfg.TL2 {
-		return l.K3 / TL2Block
-	}
-	return l.Kp / 4
+// chunkSteps describes the K steps a chunk-major blob's chunks are made of (tl2: blocks of
+// 48 inputs in 320 bytes, K3/48 of them, at most 12 per chunk; tl1: units of 4 inputs in 32
+// bytes, Kp/4 of them, at most 256 per chunk).
+type chunkSteps struct {
+	n      int // steps in K
+	bytes  int // bytes of one step in one row block
+	inputs int // inputs per step
+	most   int // steps per chunk at most
 }
 
-// spanBytes is the bytes of one K step in one row block: 320 per tl2 block, 32 per tl1 unit.
-func (l Layout) spanBytes() int {
+func (l Layout) steps() chunkSteps {
 	if l.Format == quantcfg.TL2 {
-		return 320
+		return chunkSteps{l.K3 / TL2Block, 320, TL2Block, TL2Chunk}
 	}
-	return 32
+	return chunkSteps{l.Kp / 4, 32, 4, TL1Chunk}
 }
 
-// ChunkK0 returns the first input of chunk c (the chunk's first step times 48 inputs per tl2
-// block or 4 per tl1 unit).
+// ChunkK0 returns the first input of chunk c.
 func (l Layout) ChunkK0(c int) int {
 	s0, _ := l.ChunkSpan(c)
-	if l.Format == quantcfg.TL2 {
-		return TL2Block * s0
-	}
-	return 4 * s0
+	return l.steps().inputs * s0
 }
 
-// Chunks is the number of chunks of a chunk-major blob: ceil(steps/TL2Chunk) tl2 blocks or
-// ceil(steps/TL1Chunk) tl1 units, at least one (a tl2 K below 48 is one chunk of the tl1
-// tail alone).
+// Chunks is the number of chunks of a chunk-major blob: ceil(steps/most), at least one (a
+// tl2 K below 48 is one chunk of the tl1 tail alone).
 func (l Layout) Chunks() int {
-	most := TL1Chunk
-	if l.Format == quantcfg.TL2 {
-		most = TL2Chunk
-	}
-	return max(1, (l.spans()+most-1)/most)
+	st := l.steps()
+	return max(1, (st.n+st.most-1)/st.most)
 }
 
 // ChunkSpan returns the first K step (tl2 block, tl1 unit) and the number of steps of chunk
 // c: the steps are spread evenly, chunk c starting at step c*steps/chunks (so no chunk is a
 // short straggler).
 func (l Layout) ChunkSpan(c int) (s0, sc int) {
-	ns, nc := l.spans(), l.Chunks()
+	ns, nc := l.steps().n, l.Chunks()
 	s0 = c * ns / nc
 	return s0, (c+1)*ns/nc - s0
 }
@@ -176,7 +169,7 @@ func (l Layout) ChunkSpan(c int) (s0, sc int) {
 // tail after them.
 func (l Layout) Piece(rb, c int) (off, size int) {
 	s0, sc := l.ChunkSpan(c)
-	sb := l.spanBytes()
+	sb := l.steps().bytes
 	size = sb * sc
 	if l.Format == quantcfg.TL2 && c == l.Chunks()-1 {
 		size += 8 * l.Kp1
