@@ -28,10 +28,6 @@ func newTestLayer(t testing.TB, rng *rand.Rand, spec quantcfg.LayerSpec) testLay
 		spec.Name = fmt.Sprintf("%s_%dx%d", spec.Format, spec.Out, spec.In)
 	}
 	w := randWeights(rng, spec.Format, spec.Out, spec.In)
-	blob, err := PackNew(spec.Format, spec.Out, spec.In, w)
-	if err != nil {
-		t.Fatal(err)
-	}
 	scales := make([]float32, spec.NumScales())
 	for i := range scales {
 		scales[i] = float32(0.001 + rng.Float64())
@@ -43,11 +39,21 @@ func newTestLayer(t testing.TB, rng *rand.Rand, spec quantcfg.LayerSpec) testLay
 			bias[i] = float32(rng.NormFloat64())
 		}
 	}
+	return testLayer{packLayer(t, spec, w, scales, bias), w}
+}
+
+// packLayer packs the logical weights w of spec and makes the layer.
+func packLayer(t testing.TB, spec quantcfg.LayerSpec, w Weights, scales, bias []float32) *Layer {
+	t.Helper()
+	blob, err := PackNew(spec.Format, spec.Out, spec.In, w)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := NewLayer(spec, blob, scales, bias)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testLayer{l, w}
+	return l
 }
 
 func randActs(rng *rand.Rand, n, k int) []float32 {
@@ -378,14 +384,7 @@ func TestLossless(t *testing.T) {
 		t.Fatalf("Ternarize scale %v, want %v (%v)", s, scale, err)
 	}
 	for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2} {
-		blob, err := PackNew(f, m, k, Weights{Q: q})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := NewLayer(quantcfg.LayerSpec{Name: "lossless", Format: f, Out: m, In: k}, blob, []float32{s}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := packLayer(t, quantcfg.LayerSpec{Name: "lossless", Format: f, Out: m, In: k}, Weights{Q: q}, []float32{s}, nil)
 		got, err := Reference(l, x, n)
 		if err != nil {
 			t.Fatal(err)

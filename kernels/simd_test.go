@@ -313,38 +313,26 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 				extremes[j].v = float64(spec.Codebook[extremes[j].q])
 			}
 		}
-		layers := map[int]*Layer{}
-		layer := func(m int) *Layer {
-			if l := layers[m]; l != nil {
-				return l
+		layers := map[int]*Layer{} // by rows: 36 and 4
+		for _, c := range cases {
+			if layers[c.m] != nil {
+				continue
 			}
 			spec := spec
-			spec.Out = m
+			spec.Out = c.m
 			spec = spec.WithDefaults()
-			k := spec.In
-			w := Weights{Q: make([]int8, m*k)}
-			for r := 0; r < m; r++ {
-				for i := 0; i < k; i++ {
-					w.Q[r*k+i] = extremes[r%2].q
-				}
-			}
-			blob, err := PackNew(f, m, k, w)
-			if err != nil {
-				t.Fatal(err)
+			w := Weights{Q: make([]int8, c.m*spec.In)}
+			for i := range w.Q {
+				w.Q[i] = extremes[i/spec.In%2].q
 			}
 			scales := make([]float32, spec.NumScales())
 			for i := range scales {
 				scales[i] = 1
 			}
-			l, err := NewLayer(spec, blob, scales, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			layers[m] = l
-			return l
+			layers[c.m] = packLayer(t, spec, w, scales, nil)
 		}
 		for _, c := range cases {
-			l, m, n, k := layer(c.m), c.m, c.n, fi.MaxK
+			l, m, n, k := layers[c.m], c.m, c.n, fi.MaxK
 			x := make([]float32, n*k)
 			for tk := 0; tk < n; tk++ {
 				for i := 0; i < k; i++ {
