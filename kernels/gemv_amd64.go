@@ -99,6 +99,11 @@ func lutTL2T2AVX512(a *byte)
 //go:noescape
 func gemvInt2T3AVX512(a *byte)
 
+// gemvInt2SeqT3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT3AVX512(a *byte)
+
 // gemvI2ST3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -128,6 +133,11 @@ func lutTL2T3AVX512(a *byte)
 //
 //go:noescape
 func gemvInt2T4AVX512(a *byte)
+
+// gemvInt2SeqT4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT4AVX512(a *byte)
 
 // gemvI2ST4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -159,6 +169,11 @@ func lutTL2T4AVX512(a *byte)
 //go:noescape
 func gemvInt2T5AVX512(a *byte)
 
+// gemvInt2SeqT5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT5AVX512(a *byte)
+
 // gemvI2ST5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -173,6 +188,11 @@ func gemvInt8T5AVX512(a *byte)
 //
 //go:noescape
 func gemvInt2T6AVX512(a *byte)
+
+// gemvInt2SeqT6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT6AVX512(a *byte)
 
 // gemvI2ST6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -189,6 +209,11 @@ func gemvInt8T6AVX512(a *byte)
 //go:noescape
 func gemvInt2T7AVX512(a *byte)
 
+// gemvInt2SeqT7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT7AVX512(a *byte)
+
 // gemvI2ST7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -203,6 +228,11 @@ func gemvInt8T7AVX512(a *byte)
 //
 //go:noescape
 func gemvInt2T8AVX512(a *byte)
+
+// gemvInt2SeqT8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT8AVX512(a *byte)
 
 // gemvI2ST8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //

@@ -75,6 +75,16 @@ func gemvInt2Generic(a *gemvArgs, T, kstep int) {
 	gemvSums(a, T, kstep, u, xNat(a, kp))
 }
 
+// gemvInt2SeqGeneric: u = the code (consecutive levels: seqCodebook); no table; x natural.
+func gemvInt2SeqGeneric(a *gemvArgs, T int) {
+	kp := a.kp(8)
+	w := bytesAt(a.W, 8*kp)
+	u := func(r, k int) int32 {
+		return int32(w[32*(k/4)+4*(r%8)+k%4] >> (2 * (r / 8)) & 3)
+	}
+	gemvSums(a, T, 8, u, xNat(a, kp))
+}
+
 // gemvInt1Generic: u = the sign bit b (w = 1-2b); x natural, or permuted (xInt1Perm).
 func gemvInt1Generic(a *gemvArgs, T, kstep int, perm bool) {
 	kp := a.kp(kstep)

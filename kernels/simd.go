@@ -45,7 +45,10 @@ const (
 
 // fmtOps are one (ISA, format)'s assembly operations; nil where the path has none.
 type fmtOps struct {
-	gemv    [maxGemvT + 1]func(*byte) // by token count
+	gemv [maxGemvT + 1]func(*byte) // by token count
+	// gemvSeq: int2 GEMV kernels for code books of consecutive levels (gemvFor), by token
+	// count: those of gemv, some replaced by table-free ones (u = code); empty if none.
+	gemvSeq [maxGemvT + 1]func(*byte)
 	lut     [maxGemvT + 1]func(*byte) // tl1/tl2: the chunked lookup-table GEMV (lutArgs) by token count
 	tile    [maxTileT + 1]func(*byte) // GEMM micro-kernel by token count
 	unpack  func(*byte)
@@ -132,6 +135,27 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// gemvFor returns the GEMV kernels (by token count) for l: gemvSeq where l's int2 code
+// book is consecutive and the path has them.
+func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
+	if k.format == quantcfg.Int2 && k.ops.gemvSeq[1] != nil && seqCodebook(l) {
+		return &k.ops.gemvSeq
+	}
+	return &k.ops.gemv
+}
+
+// seqCodebook reports whether l's int2 code book is consecutive levels in code order
+// (Levels[c] = Levels[0] + c, as the default -2..1), so that u = level - lowest level is
+// the code itself.
+func seqCodebook(l *Layer) bool {
+	for c, v := range l.Levels {
+		if int(v) != int(l.Levels[0])+c {
+			return false
+		}
+	}
+	return true
 }
 
 func codebookSpan(l *Layer) (lo, hi int) {
@@ -734,6 +758,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if p.gemm {
 		tile = k.ops.tileT
 	}
+	gemv := k.gemvFor(l)
 	tile = min(tile, n)
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
@@ -843,7 +868,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
 					k.gemvParts(g, T, ps, ly)
 				} else {
-					k.ops.gemv[T](argp(g))
+					gemv[T](argp(g))
 				}
 			}
 			epi.NTok = T

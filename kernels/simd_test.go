@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -36,6 +37,13 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.kstep = 8
 		}
 		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
+		for T := 1; z && T <= o.gemvT; T++ { // as the zmm kernels: table-free from T = 3
+			T := T
+			o.gemvSeq[T] = func(p *byte) { gemvInt2Generic((*gemvArgs)(unsafe.Pointer(p)), T, o.kstep) }
+			if T >= 3 {
+				o.gemvSeq[T] = func(p *byte) { gemvInt2SeqGeneric((*gemvArgs)(unsafe.Pointer(p)), T) }
+			}
+		}
 	case quantcfg.Int1:
 		o.kstep = 8
 		if z {
@@ -239,6 +247,41 @@ func asmKernels() []*simdKernel {
 		}
 	}
 	return out
+}
+
+// TestInt2SeqSelected: an int2 layer whose code book is consecutive levels in code order
+// runs the zmm path's table-free GEMV kernels from three tokens on (the table ones below),
+// any other code book the table ones. (Both give the reference's results, so the tests
+// that compare results cannot see which ran.)
+func TestInt2SeqSelected(t *testing.T) {
+	ran := false
+	for _, k := range asmKernels() {
+		if k.format != quantcfg.Int2 || k.ops.gemvSeq[1] == nil {
+			continue
+		}
+		ran = true
+		for T := 1; T <= k.ops.gemvT; T++ {
+			seq, tab := reflect.ValueOf(k.ops.gemvSeq[T]).Pointer(), reflect.ValueOf(k.ops.gemv[T]).Pointer()
+			if (seq != tab) != (T >= 3) {
+				t.Errorf("%s: T=%d: the consecutive code book's kernel is the table one: %v, want %v", k.Name(), T, seq == tab, T < 3)
+			}
+		}
+		for _, c := range []struct {
+			cb  quantcfg.Codebook
+			seq bool
+		}{
+			{quantcfg.DefaultCodebook, true}, {quantcfg.Codebook{-1, 0, 1, 2}, true}, {quantcfg.Codebook{125, 126, 127, -128}, false},
+			{quantcfg.Codebook{-3, -1, 1, 3}, false}, {quantcfg.Codebook{1, 0, -1, -2}, false}, {quantcfg.Codebook{-2, -1, 0, 2}, false},
+		} {
+			l := &Layer{Spec: quantcfg.LayerSpec{Format: quantcfg.Int2}, Levels: c.cb}
+			if got := k.gemvFor(l) == &k.ops.gemvSeq; got != c.seq {
+				t.Errorf("%s: code book %v: table-free kernels %v, want %v", k.Name(), c.cb, got, c.seq)
+			}
+		}
+	}
+	if !ran && ISAAvailable(ISAAVX512) {
+		t.Fatal("the zmm int2 kernel has no table-free GEMV kernels")
+	}
 }
 
 func TestSIMDKernelsMatchReference(t *testing.T) {
