@@ -51,25 +51,9 @@ func genGemv() {
 	}
 	selHigh = table("selHigh", sh)
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
-	for i, c := range [2][2]uint32{{6, 4}, {2, 0}} {
-		var d []uint32
-		for h := 0; h < 2; h++ {
-			for q := 0; q < 4; q++ {
-				d = append(d, c[h], 0)
-			}
-		}
-		i2sShift[i] = dwordTable(fmt.Sprintf("i2sShift%d", i), d)
-	}
+	i2sShift = [2]Mem{halves("i2sShift0", []uint32{6, 0}, []uint32{4, 0}), halves("i2sShift1", []uint32{2, 0}, []uint32{0, 0})}
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
-	for i, c := range [2][2]uint32{{0, 2}, {4, 6}} {
-		var d []uint32
-		for h := 0; h < 2; h++ {
-			for q := 0; q < 8; q++ {
-				d = append(d, c[h])
-			}
-		}
-		int2Shift[i] = dwordTable(fmt.Sprintf("int2Shift%d", i), d)
-	}
+	int2Shift = [2]Mem{halves("int2Shift0", []uint32{0}, []uint32{2}), halves("int2Shift1", []uint32{4}, []uint32{6})}
 
 	for T := 1; T <= 8; T++ {
 		if T <= 2 {
@@ -87,6 +71,18 @@ func genGemv() {
 		}
 	}
 	genGemvAVX2()
+}
+
+// halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
+// high (per-half shift counts: a qword count is its dword and a 0).
+func halves(name string, lo, hi []uint32) Mem {
+	var d []uint32
+	for _, pat := range [][]uint32{lo, hi} {
+		for n := 0; n < 8; n += len(pat) {
+			d = append(d, pat...)
+		}
+	}
+	return dwordTable(name, d)
 }
 
 // segLoop runs the segment structure shared by the GEMV kernels: for each segment, zero
