@@ -44,8 +44,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int2:
 			o.gemv = gemvN(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2T3AVX512, gemvInt2T4AVX512,
 				gemvInt2T5AVX512, gemvInt2T6AVX512, gemvInt2T7AVX512, gemvInt2T8AVX512)
-			o.gemvSeq = gemvN(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
-				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512)
+			o.gemvSeq = o.gemv // one and two tokens: the table kernels stream at the roofline
+			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
+				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
 			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8
 		case quantcfg.I2S:
 			o.gemv = gemvN(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512,

@@ -37,13 +37,6 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.kstep = 8
 		}
 		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
-		for T := 1; z && T <= o.gemvT; T++ { // as the zmm kernels: table-free from T = 3
-			T := T
-			o.gemvSeq[T] = func(p *byte) { gemvInt2Generic((*gemvArgs)(unsafe.Pointer(p)), T, o.kstep) }
-			if T >= 3 {
-				o.gemvSeq[T] = func(p *byte) { gemvInt2SeqGeneric((*gemvArgs)(unsafe.Pointer(p)), T) }
-			}
-		}
 	case quantcfg.Int1:
 		o.kstep = 8
 		if z {
@@ -79,6 +72,13 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		T := T
 		if g != nil {
 			o.gemv[T] = func(p *byte) { g((*gemvArgs)(unsafe.Pointer(p)), T) }
+		}
+	}
+	if f == quantcfg.Int2 && z { // as the zmm kernels: table-free from three tokens on
+		o.gemvSeq = o.gemv
+		for T := 3; T <= o.gemvT; T++ {
+			T := T
+			o.gemvSeq[T] = func(p *byte) { gemvInt2SeqGeneric((*gemvArgs)(unsafe.Pointer(p)), T) }
 		}
 	}
 	return o
