@@ -866,7 +866,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 					g.Tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
 				}
 				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
-					k.gemvParts(g, T, ps, ly)
+					gemvParts(gemv[T], g, ps, ly)
 				} else {
 					gemv[T](argp(g))
 				}
@@ -904,12 +904,12 @@ func (k *simdKernel) i2sPartSteps(ly Layout, p plan, T int) int {
 	return (steps + parts - 1) / parts
 }
 
-// gemvParts runs the GEMV of g (one row block, one segment) as parts of ps steps, each
-// part over all eight row quads before the next: the first part stores the sums, the
-// others add to them. Each quad prefetches the next quad's stream at the same offset (the
-// next in reading order, a part's length ahead), quad 7 the next part's quad 0 and, in the
-// last part, the next row block's start.
-func (k *simdKernel) gemvParts(g *gemvArgs, T, ps int, ly Layout) {
+// gemvParts runs the GEMV kernel gemv over g (one row block, one segment) as parts of ps
+// steps, each part over all eight row quads before the next: the first part stores the
+// sums, the others add to them. Each quad prefetches the next quad's stream at the same
+// offset (the next in reading order, a part's length ahead), quad 7 the next part's quad 0
+// and, in the last part, the next row block's start.
+func gemvParts(gemv func(*byte), g *gemvArgs, ps int, ly Layout) {
 	w, x, ss, ls := g.W, g.X, g.SegSteps, g.LastSteps
 	steps := ly.Kp / 128
 	for s0 := 0; s0 < steps; s0 += ps {
@@ -923,7 +923,7 @@ func (k *simdKernel) gemvParts(g *gemvArgs, T, ps int, ly Layout) {
 		}
 		g.PF7 = next - (128*s0 + 7*g.Aux)
 		g.Acc = min(s0, 1)
-		k.ops.gemv[T](argp(g))
+		gemv(argp(g))
 	}
 	g.W, g.X, g.SegSteps, g.LastSteps = w, x, ss, ls
 	g.PF, g.PF7, g.Acc = gemvPrefetch, gemvPrefetch, 0
