@@ -56,9 +56,13 @@ type benchRecord struct {
 	NsPerOp         float64 `json:"ns_per_op"`
 	SpeedupVsBF16   float64 `json:"speedup_vs_bf16"`
 	WorkingSetBytes int     `json:"working_set_bytes"`
-	// prefill records only
+	// Prefill records, and GEMVs of the VNNI formats (i2s, int2, int1, int8) at n >= 2, where
+	// the multiply-adds can bind instead of the memory: 2*m*k*n operations per call against
+	// the int8 VNNI peak measured in the same run (for a prefill record, roofline_pct is that
+	// percentage too).
 	Gops         float64 `json:"gops,omitempty"`
 	VNNIPeakGops float64 `json:"vnni_peak_gops,omitempty"`
+	VNNIPeakPct  float64 `json:"vnni_peak_pct,omitempty"`
 }
 
 type benchMachine struct {
@@ -84,7 +88,30 @@ type benchEnv struct {
 	l3By    map[int]float64 // L3-resident read rate by thread count (cache variant's roofline)
 	dramBy  map[int]float64 // DRAM read rate by thread count (the best seen so far)
 	dram    *kbench.Mem     // the 1 GiB buffer, kept to re-measure during the run
+	peakBy  map[int]float64 // int8 VNNI peak (Gops) by thread count, measured once when first needed
 	log     io.Writer
+}
+
+// vnniPeak is the int8 VNNI peak of a pool of t threads in Gops (0 without AVX-512 VNNI).
+func (e *benchEnv) vnniPeak(t int) float64 {
+	if v, ok := e.peakBy[t]; ok {
+		return v
+	}
+	p := kbench.NewPool(t)
+	v := kbench.VNNIPeak(p, 300*time.Millisecond) / 1e9
+	p.Close()
+	e.peakBy[t] = v
+	return v
+}
+
+// vnniBound reports whether a GEMV record is measured against the VNNI peak as well: a
+// vpdpbusd format on the zmm kernels (the peak loop's instruction) with two or more tokens.
+func vnniBound(f quantcfg.Format, n int, impl string) bool {
+	switch f {
+	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8:
+		return n >= 2 && strings.HasPrefix(impl, "avx512vnni/")
+	}
+	return false
 }
 
 // A suite is one kind of measurement (bandwidth is always first). A later `--model` suite
@@ -220,7 +247,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}}
+	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, peakBy: map[int]float64{}}
 	if o.json {
 		e.log = io.Discard
 	}
@@ -437,9 +464,17 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					if bf16 > 0 {
 						rec.SpeedupVsBF16 = bf16 / tm.NsPerOp
 					}
+					vnni := ""
+					if peak := 0.0; vnniBound(f, n, tm.Impl) {
+						if peak = e.vnniPeak(t); peak > 0 {
+							rec.Gops = 2 * float64(sh.M) * float64(sh.K) * float64(n) / tm.NsPerOp
+							rec.VNNIPeakGops, rec.VNNIPeakPct = peak, 100*rec.Gops/peak
+							vnni = fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
+						}
+					}
 					recs = append(recs, rec)
-					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% %10.0f ns  x%.2f vs bf16\n",
-						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, tm.NsPerOp, rec.SpeedupVsBF16)
+					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% %10.0f ns  x%.2f vs bf16%s\n",
+						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, tm.NsPerOp, rec.SpeedupVsBF16, vnni)
 				}
 			}
 		}
@@ -455,8 +490,8 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 	sh := kbench.Shape{M: 4096, K: 4096}
 	var recs []benchRecord
 	for _, t := range e.opt.threads {
+		peak := e.vnniPeak(t)
 		p := kbench.NewPool(t)
-		peak := kbench.VNNIPeak(p, 300*time.Millisecond) / 1e9
 		var bfNs float64
 		for _, f := range []quantcfg.Format{quantcfg.BF16, quantcfg.I2S, quantcfg.Int2, quantcfg.TL2} {
 			set, err := kbench.NewSet(f, sh, 0, 1)
@@ -477,6 +512,7 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp, Gops: gops, VNNIPeakGops: peak}
 			if peak > 0 {
 				rec.RooflinePct = 100 * gops / peak
+				rec.VNNIPeakPct = rec.RooflinePct
 			}
 			if f == quantcfg.BF16 {
 				bfNs = tm.NsPerOp
@@ -497,9 +533,13 @@ func printTable(w io.Writer, rep benchReport) {
 	m := rep.Machine
 	fmt.Fprintf(w, "cpu %s, %d threads\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
 		m.CPU, m.Threads, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
-	fmt.Fprintf(w, "%-10s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16")
+	fmt.Fprintf(w, "%-10s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vnni%")
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-10s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16)
+		vnni := ""
+		if r.VNNIPeakPct > 0 {
+			vnni = fmt.Sprintf("%6.1f", r.VNNIPeakPct)
+		}
+		fmt.Fprintf(w, "%-10s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f %s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, vnni)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,21 @@ func TestBenchJSON(t *testing.T) {
 		}
 		if r["format"] == "i2s" && r["speedup_vs_bf16"].(float64) <= 0 {
 			t.Errorf("i2s without a speed-up over bf16: %v", r)
+		}
+		// i2s with two tokens on the zmm kernels is measured against the VNNI peak too.
+		wantVNNI := r["format"] == "i2s" && r["n"].(float64) == 2 && strings.HasPrefix(r["impl"].(string), "avx512vnni/")
+		gops, hasGops := r["gops"].(float64)
+		peak, _ := r["vnni_peak_gops"].(float64)
+		pct, _ := r["vnni_peak_pct"].(float64)
+		if !wantVNNI {
+			if hasGops || peak != 0 || pct != 0 {
+				t.Errorf("VNNI figures on a record not measured against the peak: %v", r)
+			}
+			continue
+		}
+		ops := 2 * r["m"].(float64) * r["k"].(float64) * r["n"].(float64) / r["ns_per_op"].(float64)
+		if peak <= 0 || math.Abs(gops-ops) > 1e-9*ops || math.Abs(pct-100*gops/peak) > 1e-9*pct {
+			t.Errorf("VNNI figures: gops %v (2mkn/ns %v), peak %v, pct %v: %v", gops, ops, peak, pct, r)
 		}
 	}
 	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
