@@ -104,12 +104,21 @@ func (e *benchEnv) vnniPeak(t int) float64 {
 	return v
 }
 
+// againstVNNI sets the record's operation rate (2*m*k*n per call) and, where the CPU has a
+// VNNI peak (peak > 0), its share of that peak.
+func (r *benchRecord) againstVNNI(peak float64) {
+	r.Gops = 2 * float64(r.M) * float64(r.K) * float64(r.N) / r.NsPerOp
+	if peak > 0 {
+		r.VNNIPeakGops, r.VNNIPeakPct = peak, 100*r.Gops/peak
+	}
+}
+
 // vnniBound reports whether a GEMV record is measured against the VNNI peak as well: a
 // vpdpbusd format on the zmm kernels (the peak loop's instruction) with two or more tokens.
 func vnniBound(f quantcfg.Format, n int, impl string) bool {
 	switch f {
 	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8:
-		return n >= 2 && strings.HasPrefix(impl, "avx512vnni/")
+		return n >= 2 && strings.HasPrefix(impl, kernels.ISAAVX512.String()+"/")
 	}
 	return false
 }
@@ -465,12 +474,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						rec.SpeedupVsBF16 = bf16 / tm.NsPerOp
 					}
 					vnni := ""
-					if peak := 0.0; vnniBound(f, n, tm.Impl) {
-						if peak = e.vnniPeak(t); peak > 0 {
-							rec.Gops = 2 * float64(sh.M) * float64(sh.K) * float64(n) / tm.NsPerOp
-							rec.VNNIPeakGops, rec.VNNIPeakPct = peak, 100*rec.Gops/peak
-							vnni = fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
-						}
+					if vnniBound(f, n, tm.Impl) {
+						rec.againstVNNI(e.vnniPeak(t))
+						vnni = fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
 					}
 					recs = append(recs, rec)
 					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% %10.0f ns  x%.2f vs bf16%s\n",
@@ -507,13 +513,10 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			tm := r.Measure(3, 100*time.Millisecond)
 			set.Free()
-			gops := 2 * float64(sh.M) * float64(sh.K) * n / tm.NsPerOp
 			rec := benchRecord{Op: "gemm", Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
-				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp, Gops: gops, VNNIPeakGops: peak}
-			if peak > 0 {
-				rec.RooflinePct = 100 * gops / peak
-				rec.VNNIPeakPct = rec.RooflinePct
-			}
+				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp}
+			rec.againstVNNI(peak)
+			rec.RooflinePct = rec.VNNIPeakPct
 			if f == quantcfg.BF16 {
 				bfNs = tm.NsPerOp
 			}
@@ -522,7 +525,7 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			recs = append(recs, rec)
 			fmt.Fprintf(e.log, "gemm  %-5s %s n=%d t=%d %-18s %7.0f Gops (%.0f%% of the %.0f Gops VNNI peak) %10.0f ns  x%.2f vs bf16\n",
-				f, sh, n, t, tm.Impl, gops, rec.RooflinePct, peak, tm.NsPerOp, rec.SpeedupVsBF16)
+				f, sh, n, t, tm.Impl, rec.Gops, rec.RooflinePct, peak, tm.NsPerOp, rec.SpeedupVsBF16)
 		}
 		p.Close()
 	}
