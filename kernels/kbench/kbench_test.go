@@ -2,6 +2,7 @@ package kbench
 
 import (
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -38,6 +39,39 @@ func TestRandomBlobValid(t *testing.T) {
 			if err := kernels.CheckBlob(ly, blob); err != nil {
 				t.Errorf("%s %s: %v", f, sh, err)
 			}
+		}
+	}
+}
+
+// TestAgainstReads: each round is paired with the reads just before and after it, rounds
+// with an unclean trial or read are left out (all are used when none is left), and the
+// rounds are taken in their order, not sorted.
+func TestAgainstReads(t *testing.T) {
+	const g = 1e9
+	// 1000 bytes per call; rounds at 1000, 500, 250 ns: 1, 2 and 4 GB/s.
+	ns := []float64{1000, 500, 250}
+	reads := []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, true}, {3 * g, true}}
+	// round 0: 1 / 2 = 50%, round 1: 2 / 4 = 50%, round 2: 4 / 4 = 100%; reads 2, 4, 4.
+	for _, c := range []struct {
+		name     string
+		clean    []int
+		reads    []readTrial
+		bps, pct float64
+	}{
+		{"all clean", []int{0, 1, 2}, reads, 4 * g, 50},
+		{"round 2 unclean", []int{0, 1}, reads, 4 * g, 50},
+		{"round 0 only", []int{0}, reads, 2 * g, 50},
+		{"read 2 unclean", []int{0, 1, 2}, []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, false}, {3 * g, true}}, 2 * g, 50},
+		{"none clean: all rounds", nil, reads, 4 * g, 50},
+		{"rounds 1 and 2", []int{1, 2}, reads, 4 * g, 100},
+	} {
+		before := append([]float64(nil), ns...)
+		bps, pct := againstReads(ns, c.clean, c.reads, 1000)
+		if bps != c.bps || pct != c.pct {
+			t.Errorf("%s: read %g B/s, %g%%; want %g, %g", c.name, bps, pct, c.bps, c.pct)
+		}
+		if !slices.Equal(ns, before) {
+			t.Fatalf("%s: the rounds were reordered: %v", c.name, ns)
 		}
 	}
 }

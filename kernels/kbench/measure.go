@@ -3,6 +3,7 @@ package kbench
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -74,6 +75,13 @@ type Timing struct {
 	GBps    float64 // weight bytes per second at the median
 	Trials  int
 	Clean   int // trials in which the process had its CPUs (the median is over these)
+	// With a read buffer (Interleaved): the read rate around each round, bytes per second
+	// (median over the rounds counted), and the GEMV's rate as a share of it, in percent:
+	// the median over the rounds of the round's rate over the mean of the read rates just
+	// before and just after it, so a drift in the memory's speed between rounds reaches the
+	// GEMV and its roofline alike. A round counts when its trial and both reads were clean.
+	ReadBps float64
+	RoofPct float64
 }
 
 // Runner runs GEMVs (or GEMMs) of a Set on a Pool: activations quantized once per call
@@ -132,31 +140,100 @@ func (r *Runner) Warm() {
 // Measure times rounds of calls over the whole rotation (each round at least minTime)
 // and returns the median time per call over the clean rounds (see Clean) and the best.
 func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
-	return Interleaved([]*Runner{r}, rounds, minTime)[0]
+	return Interleaved([]*Runner{r}, nil, rounds, minTime)[0]
 }
 
 // Interleaved measures several runners round by round, one round of each in turn (each at
 // least minTime over its whole rotation), so that the machine's drift during the run
-// reaches all of them alike and their ratios hold; it returns each runner's Timing.
-func Interleaved(rs []*Runner, rounds int, minTime time.Duration) []Timing {
+// reaches all of them alike and their ratios hold; it returns each runner's Timing. With a
+// read buffer (read != nil: a DRAM-sized buffer, or a cache-resident one for cache-resident
+// runners) it also reads it with the first runner's pool before every round and after the
+// last, and each Timing carries its rate against those reads (ReadBps, RoofPct).
+func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) []Timing {
 	for _, r := range rs {
 		r.Warm()
 	}
 	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
+	var reads []readTrial
+	cleanIn := make([][]int, len(rs)) // rounds whose trial was clean
 	for rd := 0; rd < rounds; rd++ {
+		if read != nil {
+			reads = append(reads, timeRead(rs[0].Pool, read, minTime))
+		}
 		for j, r := range rs {
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
 			if ok {
 				clean[j] = append(clean[j], ns)
+				cleanIn[j] = append(cleanIn[j], rd)
 			}
 		}
+	}
+	if read != nil {
+		reads = append(reads, timeRead(rs[0].Pool, read, minTime))
 	}
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
 		out[j] = r.timing(all[j], clean[j])
+		if read != nil {
+			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleanIn[j], reads, float64(out[j].BytesOp))
+		}
 	}
 	return out
+}
+
+// readTrial is one timed read of a buffer: bytes per second, and whether the process had
+// its CPUs throughout.
+type readTrial struct {
+	bps   float64
+	clean bool
+}
+
+// timeRead reads buf with the pool's workers (each its contiguous share) until minTime has
+// passed.
+func timeRead(p *Pool, buf []byte, minTime time.Duration) readTrial {
+	n := 0
+	tr := StartTrial()
+	for {
+		readOnce(p, buf)
+		n++
+		if tr.Elapsed() >= minTime {
+			break
+		}
+	}
+	wall, ok := tr.Stop(p.Threads())
+	return readTrial{float64(n) * float64(len(buf)) / wall.Seconds(), ok}
+}
+
+// againstReads pairs a runner's rounds (ns per call of bytes each; round rd is bracketed by
+// reads[rd] and reads[rd+1]) with the reads around them: the median read rate and the median
+// share of it, in percent, over the rounds whose trial (clean) and both reads were clean, or
+// over all rounds when none was.
+func againstReads(ns []float64, clean []int, reads []readTrial, bytes float64) (readBps, pct float64) {
+	var bps, pcts []float64
+	pair := func(rd int) {
+		rb := (reads[rd].bps + reads[rd+1].bps) / 2
+		bps = append(bps, rb)
+		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
+	}
+	for _, rd := range clean {
+		if reads[rd].clean && reads[rd+1].clean {
+			pair(rd)
+		}
+	}
+	if len(pcts) == 0 {
+		for rd := range ns {
+			pair(rd)
+		}
+	}
+	return median(bps), median(pcts)
+}
+
+// median of v (the upper one of an even count); v is left as it is.
+func median(v []float64) float64 {
+	w := slices.Clone(v)
+	sort.Float64s(w)
+	return w[len(w)/2]
 }
 
 // trial times calls over the whole rotation, repeated until minTime has passed: the time per
@@ -180,13 +257,11 @@ func (r *Runner) trial(minTime time.Duration) (float64, bool) {
 // timing is the Timing of a runner's rounds: the median of the clean ones (the least
 // disturbed round when none was clean), and the best of all.
 func (r *Runner) timing(all, clean []float64) Timing {
-	sort.Float64s(all)
-	best := all[0]
+	best := slices.Min(all)
 	if len(clean) == 0 {
-		clean = all[:1] // every round was disturbed: the best is the least disturbed
+		clean = []float64{best} // every round was disturbed: the best is the least disturbed
 	}
-	sort.Float64s(clean)
-	med := clean[len(clean)/2]
+	med := median(clean)
 	by := r.Set.Layers[0].Layout.Bytes()
 	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: len(all), Clean: len(clean)}
 }
