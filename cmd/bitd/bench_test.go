@@ -75,6 +75,13 @@ func TestBenchJSON(t *testing.T) {
 		if best, _ := r["best_roofline_pct"].(float64); best <= 0 {
 			t.Errorf("no share of the best read rate: %v", r)
 		}
+		// n = 2 against n = 1 of the same format, from the same rounds.
+		if vs, _ := r["time_vs_n1"].(float64); (r["n"].(float64) == 2) != (vs > 0) {
+			t.Errorf("time_vs_n1 %v on n = %v: %v", vs, r["n"], r)
+		}
+		if r["format"] == "bf16" && r["speedup_vs_bf16"].(float64) != 1 {
+			t.Errorf("bf16 against itself: %v", r)
+		}
 		if r["format"] == "i2s" && r["speedup_vs_bf16"].(float64) <= 0 {
 			t.Errorf("i2s without a speed-up over bf16: %v", r)
 		}

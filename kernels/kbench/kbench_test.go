@@ -75,3 +75,19 @@ func TestAgainstReads(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundRatio: rounds are paired by index, those unclean on either side left out (all used
+// when none is clean on both).
+func TestRoundRatio(t *testing.T) {
+	a := Timing{Rounds: []float64{10, 40, 90, 12}, Cleans: []bool{true, true, false, true}}
+	b := Timing{Rounds: []float64{5, 10, 30, 4}, Cleans: []bool{true, true, true, false}}
+	// clean in both: rounds 0 and 1, ratios 2 and 4 (the upper median).
+	if got := RoundRatio(a, b); got != 4 {
+		t.Errorf("RoundRatio = %v, want 4", got)
+	}
+	b.Cleans = []bool{false, false, true, false}
+	// none clean in both: all four rounds, ratios 2, 4, 3, 3.
+	if got := RoundRatio(a, b); got != 3 {
+		t.Errorf("RoundRatio with no clean pair = %v, want 3", got)
+	}
+}

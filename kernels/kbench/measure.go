@@ -82,6 +82,30 @@ type Timing struct {
 	// GEMV and its roofline alike. A round counts when its trial and both reads were clean.
 	ReadBps float64
 	RoofPct float64
+	// Rounds is the time per call of each round in order, and Cleans whether the process had
+	// its CPUs throughout it (Interleaved: round i of every runner is one round).
+	Rounds []float64
+	Cleans []bool
+}
+
+// RoundRatio is a's time over b's, runners of one Interleaved measurement paired round by
+// round: the median over the rounds clean in both (over all rounds when none is).
+func RoundRatio(a, b Timing) float64 {
+	var rs []float64
+	for i := range min(len(a.Rounds), len(b.Rounds)) {
+		if a.Cleans[i] && b.Cleans[i] {
+			rs = append(rs, a.Rounds[i]/b.Rounds[i])
+		}
+	}
+	if len(rs) == 0 {
+		for i := range min(len(a.Rounds), len(b.Rounds)) {
+			rs = append(rs, a.Rounds[i]/b.Rounds[i])
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	return median(rs)
 }
 
 // Runner runs GEMVs (or GEMMs) of a Set on a Pool: activations quantized once per call
@@ -154,6 +178,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 		r.Warm()
 	}
 	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
+	cleans := make([][]bool, len(rs))
 	var reads []readTrial
 	cleanIn := make([][]int, len(rs)) // rounds whose trial was clean
 	for rd := 0; rd < rounds; rd++ {
@@ -163,6 +188,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 		for j, r := range rs {
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
+			cleans[j] = append(cleans[j], ok)
 			if ok {
 				clean[j] = append(clean[j], ns)
 				cleanIn[j] = append(cleanIn[j], rd)
@@ -175,6 +201,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
 		out[j] = r.timing(all[j], clean[j])
+		out[j].Rounds, out[j].Cleans = all[j], cleans[j]
 		if read != nil {
 			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleanIn[j], reads, float64(out[j].BytesOp))
 		}
