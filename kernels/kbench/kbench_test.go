@@ -54,16 +54,16 @@ func TestAgainstReads(t *testing.T) {
 	// round 0: 1 / 2 = 50%, round 1: 2 / 4 = 50%, round 2: 4 / 4 = 100%; reads 2, 4, 4.
 	for _, c := range []struct {
 		name     string
-		clean    []int
+		clean    []bool
 		reads    []readTrial
 		bps, pct float64
 	}{
-		{"all clean", []int{0, 1, 2}, reads, 4 * g, 50},
-		{"round 2 unclean", []int{0, 1}, reads, 4 * g, 50},
-		{"round 0 only", []int{0}, reads, 2 * g, 50},
-		{"read 2 unclean", []int{0, 1, 2}, []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, false}, {3 * g, true}}, 2 * g, 50},
-		{"none clean: all rounds", nil, reads, 4 * g, 50},
-		{"rounds 1 and 2", []int{1, 2}, reads, 4 * g, 100},
+		{"all clean", []bool{true, true, true}, reads, 4 * g, 50},
+		{"round 2 unclean", []bool{true, true, false}, reads, 4 * g, 50},
+		{"round 0 only", []bool{true, false, false}, reads, 2 * g, 50},
+		{"read 2 unclean", []bool{true, true, true}, []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, false}, {3 * g, true}}, 2 * g, 50},
+		{"none clean: all rounds", []bool{false, false, false}, reads, 4 * g, 50},
+		{"rounds 1 and 2", []bool{false, true, true}, reads, 4 * g, 100},
 	} {
 		before := append([]float64(nil), ns...)
 		bps, pct := againstReads(ns, c.clean, c.reads, 1000)

@@ -180,7 +180,6 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
 	cleans := make([][]bool, len(rs))
 	var reads []readTrial
-	cleanIn := make([][]int, len(rs)) // rounds whose trial was clean
 	for rd := 0; rd < rounds; rd++ {
 		if read != nil {
 			reads = append(reads, timeRead(rs[0].Pool, read, minTime))
@@ -191,7 +190,6 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 			cleans[j] = append(cleans[j], ok)
 			if ok {
 				clean[j] = append(clean[j], ns)
-				cleanIn[j] = append(cleanIn[j], rd)
 			}
 		}
 	}
@@ -203,7 +201,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 		out[j] = r.timing(all[j], clean[j])
 		out[j].Rounds, out[j].Cleans = all[j], cleans[j]
 		if read != nil {
-			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleanIn[j], reads, float64(out[j].BytesOp))
+			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleans[j], reads, float64(out[j].BytesOp))
 		}
 	}
 	return out
@@ -234,17 +232,17 @@ func timeRead(p *Pool, buf []byte, minTime time.Duration) readTrial {
 
 // againstReads pairs a runner's rounds (ns per call of bytes each; round rd is bracketed by
 // reads[rd] and reads[rd+1]) with the reads around them: the median read rate and the median
-// share of it, in percent, over the rounds whose trial (clean) and both reads were clean, or
-// over all rounds when none was.
-func againstReads(ns []float64, clean []int, reads []readTrial, bytes float64) (readBps, pct float64) {
+// share of it, in percent, over the rounds whose trial (clean[rd]) and both reads were clean,
+// or over all rounds when none was.
+func againstReads(ns []float64, clean []bool, reads []readTrial, bytes float64) (readBps, pct float64) {
 	var bps, pcts []float64
 	pair := func(rd int) {
 		rb := (reads[rd].bps + reads[rd+1].bps) / 2
 		bps = append(bps, rb)
 		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
 	}
-	for _, rd := range clean {
-		if reads[rd].clean && reads[rd+1].clean {
+	for rd, ok := range clean {
+		if ok && reads[rd].clean && reads[rd+1].clean {
 			pair(rd)
 		}
 	}
