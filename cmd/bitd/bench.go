@@ -424,8 +424,8 @@ func dedup(v []int) []int {
 	return out
 }
 
-// gemvSuite runs every format's GEMV on every shape, token count and thread count. bf16
-// runs first on each shape so the others' speed-up over it is known.
+// gemvSuite runs every format's GEMV on every shape, token count and thread count (bf16
+// first in each shape's records, the baseline of their speed-ups).
 func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 	o := e.opt
 	op := "gemv"
@@ -434,6 +434,14 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 	}
 	formats := append([]quantcfg.Format(nil), o.formats...)
 	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
+	// The roofline is read in the same rounds as the GEMVs: a drift of the memory's speed
+	// (this VM's two-thread rate moves between about 45 and 75 GB/s from one second to the
+	// next) reaches a GEMV and the read rate it is compared with alike.
+	read := e.dram.B
+	if o.cache {
+		read = e.l3.B
+	}
+	one := slices.Index(o.ns, 1)
 	var recs []benchRecord
 	for _, sh := range o.shapes {
 		if !o.cache {
@@ -457,6 +465,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			sets = append(sets, set)
 		}
+		bf16 := slices.IndexFunc(sets, func(s *kbench.Set) bool { return s.Format == quantcfg.BF16 })
 		// Per thread count, every format at every token count in the same rounds: the ratios
 		// between formats (speed-ups over bf16) and between token counts of a format (n = 4
 		// against n = 1) are taken round by round, so drift reaches both sides alike.
@@ -474,19 +483,10 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
-			// The roofline is read in the same rounds: a drift of the memory's speed (this
-			// VM's two-thread rate moves between about 45 and 75 GB/s from one second to
-			// the next) reaches a GEMV and the read rate it is compared with alike.
-			read := e.dram.B
-			if o.cache {
-				read = e.l3.B
-			}
 			tms := kbench.Interleaved(rs, read, o.rounds, o.minTime)
 			p.Close()
 			at := func(ni, i int) kbench.Timing { return tms[ni*len(sets)+i] }
-			one := slices.Index(o.ns, 1)
 			for ni, n := range o.ns {
-				bf16 := slices.IndexFunc(sets, func(s *kbench.Set) bool { return s.Format == quantcfg.BF16 })
 				for i, set := range sets {
 					f, tm := set.Format, at(ni, i)
 					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,

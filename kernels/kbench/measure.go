@@ -73,8 +73,6 @@ type Timing struct {
 	BestNs  float64
 	BytesOp int     // weight bytes per call
 	GBps    float64 // weight bytes per second at the median
-	Trials  int
-	Clean   int // trials in which the process had its CPUs (the median is over these)
 	// With a read buffer (Interleaved): the read rate around each round, bytes per second
 	// (median over the rounds counted), and the GEMV's rate as a share of it, in percent:
 	// the median over the rounds of the round's rate over the mean of the read rates just
@@ -83,27 +81,38 @@ type Timing struct {
 	ReadBps float64
 	RoofPct float64
 	// Rounds is the time per call of each round in order, and Cleans whether the process had
-	// its CPUs throughout it (Interleaved: round i of every runner is one round).
+	// its CPUs throughout it (the median is over those rounds; Interleaved: round i of every
+	// runner is one round).
 	Rounds []float64
 	Cleans []bool
+}
+
+// counted returns the rounds 0..n-1 a paired figure is taken over: those where clean holds,
+// or all when it holds for none.
+func counted(n int, clean func(i int) bool) []int {
+	var rds, all []int
+	for i := range n {
+		if clean(i) {
+			rds = append(rds, i)
+		}
+		all = append(all, i)
+	}
+	if len(rds) == 0 {
+		return all
+	}
+	return rds
 }
 
 // RoundRatio is a's time over b's, runners of one Interleaved measurement paired round by
 // round: the median over the rounds clean in both (over all rounds when none is).
 func RoundRatio(a, b Timing) float64 {
-	var rs []float64
-	for i := range min(len(a.Rounds), len(b.Rounds)) {
-		if a.Cleans[i] && b.Cleans[i] {
-			rs = append(rs, a.Rounds[i]/b.Rounds[i])
-		}
-	}
-	if len(rs) == 0 {
-		for i := range min(len(a.Rounds), len(b.Rounds)) {
-			rs = append(rs, a.Rounds[i]/b.Rounds[i])
-		}
-	}
-	if len(rs) == 0 {
+	n := min(len(a.Rounds), len(b.Rounds))
+	if n == 0 {
 		return 0
+	}
+	var rs []float64
+	for _, i := range counted(n, func(i int) bool { return a.Cleans[i] && b.Cleans[i] }) {
+		rs = append(rs, a.Rounds[i]/b.Rounds[i])
 	}
 	return median(rs)
 }
@@ -162,7 +171,7 @@ func (r *Runner) Warm() {
 }
 
 // Measure times rounds of calls over the whole rotation (each round at least minTime)
-// and returns the median time per call over the clean rounds (see Clean) and the best.
+// and returns the median time per call over the clean rounds (see Cleans) and the best.
 func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 	return Interleaved([]*Runner{r}, nil, rounds, minTime)[0]
 }
@@ -177,8 +186,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 	for _, r := range rs {
 		r.Warm()
 	}
-	all, clean := make([][]float64, len(rs)), make([][]float64, len(rs))
-	cleans := make([][]bool, len(rs))
+	all, cleans := make([][]float64, len(rs)), make([][]bool, len(rs))
 	var reads []readTrial
 	for rd := 0; rd < rounds; rd++ {
 		if read != nil {
@@ -188,9 +196,6 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
 			cleans[j] = append(cleans[j], ok)
-			if ok {
-				clean[j] = append(clean[j], ns)
-			}
 		}
 	}
 	if read != nil {
@@ -198,8 +203,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 	}
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
-		out[j] = r.timing(all[j], clean[j])
-		out[j].Rounds, out[j].Cleans = all[j], cleans[j]
+		out[j] = r.timing(all[j], cleans[j])
 		if read != nil {
 			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleans[j], reads, float64(out[j].BytesOp))
 		}
@@ -236,20 +240,10 @@ func timeRead(p *Pool, buf []byte, minTime time.Duration) readTrial {
 // or over all rounds when none was.
 func againstReads(ns []float64, clean []bool, reads []readTrial, bytes float64) (readBps, pct float64) {
 	var bps, pcts []float64
-	pair := func(rd int) {
+	for _, rd := range counted(len(ns), func(rd int) bool { return clean[rd] && reads[rd].clean && reads[rd+1].clean }) {
 		rb := (reads[rd].bps + reads[rd+1].bps) / 2
 		bps = append(bps, rb)
 		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
-	}
-	for rd, ok := range clean {
-		if ok && reads[rd].clean && reads[rd+1].clean {
-			pair(rd)
-		}
-	}
-	if len(pcts) == 0 {
-		for rd := range ns {
-			pair(rd)
-		}
 	}
 	return median(bps), median(pcts)
 }
@@ -281,12 +275,18 @@ func (r *Runner) trial(minTime time.Duration) (float64, bool) {
 
 // timing is the Timing of a runner's rounds: the median of the clean ones (the least
 // disturbed round when none was clean), and the best of all.
-func (r *Runner) timing(all, clean []float64) Timing {
+func (r *Runner) timing(all []float64, cleans []bool) Timing {
 	best := slices.Min(all)
+	var clean []float64
+	for i, ok := range cleans {
+		if ok {
+			clean = append(clean, all[i])
+		}
+	}
 	if len(clean) == 0 {
 		clean = []float64{best} // every round was disturbed: the best is the least disturbed
 	}
 	med := median(clean)
 	by := r.Set.Layers[0].Layout.Bytes()
-	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Trials: len(all), Clean: len(clean)}
+	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Rounds: all, Cleans: cleans}
 }
