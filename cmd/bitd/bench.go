@@ -150,7 +150,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
 	fs.StringVar(&o.model, "model", "", "measure a whole model's linear layers through the engine instead (decode and 512-token prefill tokens/s; default formats i2s, tl2, bf16): "+benchModelNames())
 	fs.String("device", "cpu", "cpu, or xe2:N for an Xe2 GPU's benchmark (its own flags)")
-	formats := fs.String("format", "", "comma-separated formats (default: all)")
+	formats := fs.String("format", "", "comma-separated formats (default: all; the GEMVs always measure bf16 too, the baseline of their speed-ups)")
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
@@ -177,6 +177,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		if _, ok := benchModels[o.model]; !ok {
 			return o, fmt.Errorf("bench: --model %q: known models: %s", o.model, benchModelNames())
 		}
+		if o.plot != "" {
+			return o, fmt.Errorf("bench: --plot draws the GEMV records; --model %q has none", o.model)
+		}
 	}
 	o.formatsSet, o.threadsSet = *formats != "", *threads != ""
 	if *formats != "" {
@@ -186,7 +189,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 			if err != nil {
 				return o, fmt.Errorf("bench: --format: %w", err)
 			}
-			o.formats = append(o.formats, f)
+			if !slices.Contains(o.formats, f) {
+				o.formats = append(o.formats, f)
+			}
 		}
 	}
 	if o.formats == nil {
@@ -201,7 +206,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 			if err != nil {
 				return o, fmt.Errorf("bench: --shape: %w", err)
 			}
-			o.shapes = append(o.shapes, sh)
+			if !slices.Contains(o.shapes, sh) {
+				o.shapes = append(o.shapes, sh)
+			}
 		}
 	}
 	if o.shapes == nil {
@@ -224,7 +231,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	return o, nil
 }
 
-// intList parses "a,b,c" with every value in [lo, hi]; "" gives nil.
+// intList parses "a,b,c" with every value in [lo, hi], each once in the order given; "" gives nil.
 func intList(s string, lo, hi int) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -235,7 +242,9 @@ func intList(s string, lo, hi int) ([]int, error) {
 		if err != nil || v < lo || v > hi {
 			return nil, fmt.Errorf("%q is not an integer in [%d, %d]", f, lo, hi)
 		}
-		out = append(out, v)
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
 	}
 	return out, nil
 }
@@ -265,6 +274,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	var plot *os.File // opened before minutes of measuring, so a bad path fails at once
+	if o.plot != "" {
+		if plot, err = os.Create(o.plot); err != nil {
+			fmt.Fprintln(stderr, "bench: --plot:", err)
+			return 2
+		}
+		defer plot.Close()
 	}
 	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, peakBy: map[int]float64{}}
 	if o.json {
@@ -334,23 +351,27 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	rep := benchReport{Machine: e.machine, Results: results}
-	if o.plot != "" {
-		if err := os.WriteFile(o.plot, []byte(rooflineSVG(rep)), 0o644); err != nil {
-			fmt.Fprintln(stderr, "bench: --plot:", err)
-			return 1
-		}
-	}
+	code := 0
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
-			return 1
+			code = 1
 		}
-		return 0
+	} else {
+		printTable(stdout, rep)
 	}
-	printTable(stdout, rep)
-	return 0
+	if plot != nil {
+		if _, err := io.WriteString(plot, rooflineSVG(rep)); err != nil {
+			fmt.Fprintln(stderr, "bench: --plot:", err)
+			code = 1
+		} else if err := plot.Close(); err != nil {
+			fmt.Fprintln(stderr, "bench: --plot:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // measureMachine fills the machine record: DRAM read bandwidth with a 1 GiB buffer (1 thread
@@ -433,6 +454,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		op = "gemv_cache"
 	}
 	formats := append([]quantcfg.Format(nil), o.formats...)
+	if !slices.Contains(formats, quantcfg.BF16) {
+		formats = append(formats, quantcfg.BF16) // every record carries its speed-up over bf16
+	}
 	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
 	// The roofline is read in the same rounds as the GEMVs: a drift of the memory's speed
 	// (this VM's two-thread rate moves between about 45 and 75 GB/s from one second to the
@@ -492,9 +516,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
 						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
 					rec.RooflinePct, rec.RooflineGBps = tm.RoofPct, tm.ReadBps/1e9
-					if bf16 >= 0 {
-						rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
-					}
+					rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
 					more := ""
 					if one >= 0 && n != 1 {
 						rec.TimeVsN1 = kbench.RoundRatio(tm, at(one, i))
