@@ -24,6 +24,9 @@ func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if extraArgs(fs, "bench", stderr) {
+		return 2
+	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "bitd bench: "+format+"\n", a...)
 		return code

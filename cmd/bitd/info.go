@@ -112,6 +112,9 @@ func runInfo(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if extraArgs(fs, "info", stderr) {
+		return 2
+	}
 	ci := gatherCPU()
 	formats := gatherFormats()
 	var sections []infoSection

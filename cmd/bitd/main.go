@@ -11,6 +11,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -62,4 +63,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// extraArgs reports arguments left after a command's flags (none of info, selfcheck, tune
+// and bench --device xe2 takes any): a mistyped flag value must not be dropped silently.
+func extraArgs(fs *flag.FlagSet, cmd string, stderr io.Writer) bool {
+	if fs.NArg() == 0 {
+		return false
+	}
+	fmt.Fprintf(stderr, "bitd %s: unexpected argument %q (flags only; see bitd %s -h)\n", cmd, fs.Arg(0), cmd)
+	return true
 }

@@ -47,3 +47,20 @@ func TestSelfcheckSmall(t *testing.T) {
 		t.Fatal(out.String())
 	}
 }
+
+// A stray argument after a command's flags (a value typed without its flag, say) is an error
+// that names it, not silently dropped.
+func TestStrayArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"info", "extra"},
+		{"selfcheck", "-m", "64", "2560"},
+		{"tune", "--quick", "x"},
+		{"bench", "--device", "xe2:0", "512"},
+		{"bench", "--shape", "64x64", "4"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unexpected argument") {
+			t.Errorf("bitd %v: exit %d, stderr %q; want 2 and the argument named", args, code, errb.String())
+		}
+	}
+}

@@ -29,6 +29,9 @@ func runSelfcheck(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if extraArgs(fs, "selfcheck", stderr) {
+		return 2
+	}
 	rng := rand.New(rand.NewPCG(*seed, 0))
 	x := make([]float32, *n**k)
 	for i := range x {

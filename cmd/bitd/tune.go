@@ -29,6 +29,9 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if extraArgs(fs, "tune", stderr) {
+		return 2
+	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "bitd tune: "+format+"\n", a...)
 		return code
