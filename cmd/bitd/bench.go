@@ -54,8 +54,8 @@ type benchRecord struct {
 	Impl        string  `json:"impl"`
 	GBps        float64 `json:"gbps"`
 	RooflinePct float64 `json:"roofline_pct"`
-	// GEMV records: the read rate of the same rounds roofline_pct is measured against (the
-	// machine's buffer read before and after each round: DRAM, or L3 for gemv_cache), and the
+	// GEMV records: the read rate roofline_pct is measured against (the machine's buffer read
+	// just before and after each of the GEMV's trials: DRAM, or L3 for gemv_cache), and the
 	// share of the best read rate of the whole run instead (the most conservative roofline).
 	RooflineGBps    float64 `json:"roofline_gbps,omitempty"`
 	BestRooflinePct float64 `json:"best_roofline_pct,omitempty"`
@@ -458,7 +458,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		formats = append(formats, quantcfg.BF16) // every record carries its speed-up over bf16
 	}
 	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
-	// The roofline is read in the same rounds as the GEMVs: a drift of the memory's speed
+	// The roofline is read around every trial of the GEMVs: a drift of the memory's speed
 	// (this VM's two-thread rate moves between about 45 and 75 GB/s from one second to the
 	// next) reaches a GEMV and the read rate it is compared with alike.
 	read := e.dram.B

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"bitgo/kernels"
 	"bitgo/quantcfg"
@@ -66,13 +67,57 @@ func TestAgainstReads(t *testing.T) {
 		{"rounds 1 and 2", []bool{false, true, true}, reads, 4 * g, 100},
 	} {
 		before := append([]float64(nil), ns...)
-		bps, pct := againstReads(ns, c.clean, c.reads, 1000)
+		bps, pct := againstReads(ns, c.clean, c.reads[:3], c.reads[1:], 1000)
 		if bps != c.bps || pct != c.pct {
 			t.Errorf("%s: read %g B/s, %g%%; want %g, %g", c.name, bps, pct, c.bps, c.pct)
 		}
 		if !slices.Equal(ns, before) {
 			t.Fatalf("%s: the rounds were reordered: %v", c.name, ns)
 		}
+	}
+}
+
+// TestAround: each runner's trial is paired with the reads just around it, not with those
+// around the whole round.
+func TestAround(t *testing.T) {
+	const runners, rounds = 3, 4
+	reads := make([]readTrial, runners*rounds+1)
+	for i := range reads {
+		reads[i].bps = float64(i)
+	}
+	for j := range runners {
+		before, after := around(reads, runners, j)
+		if len(before) != rounds || len(after) != rounds {
+			t.Fatalf("runner %d: %d and %d reads, want %d rounds", j, len(before), len(after), rounds)
+		}
+		for rd := range rounds {
+			if i := rd*runners + j; before[rd].bps != float64(i) || after[rd].bps != float64(i+1) {
+				t.Errorf("runner %d round %d: reads %v and %v, want %d and %d", j, rd, before[rd].bps, after[rd].bps, i, i+1)
+			}
+		}
+	}
+}
+
+// TestReaderWindows: a read takes the buffer's windows in turn, never the same window twice
+// in a row, and a buffer smaller than a window whole.
+func TestReaderWindows(t *testing.T) {
+	p := NewPool(1)
+	defer p.Close()
+	buf := make([]byte, 4<<12)
+	rd := reader{win: 1 << 12}
+	var offs []int
+	for range 6 {
+		offs = append(offs, rd.off)
+		if tr := rd.time(p, buf, 0); tr.bps <= 0 {
+			t.Fatalf("read rate %v", tr.bps)
+		}
+	}
+	if want := []int{0, 1 << 12, 2 << 12, 3 << 12, 0, 1 << 12}; !slices.Equal(offs, want) {
+		t.Errorf("windows at %v, want %v", offs, want)
+	}
+	whole := reader{}
+	if tr := whole.time(p, buf, time.Millisecond); whole.off != 0 || tr.bps <= 0 {
+		t.Errorf("a buffer under a window: next read at %d, rate %v", whole.off, tr.bps)
 	}
 }
 

@@ -73,11 +73,11 @@ type Timing struct {
 	BestNs  float64
 	BytesOp int     // weight bytes per call
 	GBps    float64 // weight bytes per second at the median
-	// With a read buffer (Interleaved): the read rate around each round, bytes per second
+	// With a read buffer (Interleaved): the read rate around each trial, bytes per second
 	// (median over the rounds counted), and the GEMV's rate as a share of it, in percent:
-	// the median over the rounds of the round's rate over the mean of the read rates just
-	// before and just after it, so a drift in the memory's speed between rounds reaches the
-	// GEMV and its roofline alike. A round counts when its trial and both reads were clean.
+	// the median over the rounds of the trial's rate over the mean of the read rates just
+	// before and just after it, so a drift in the memory's speed reaches the GEMV and its
+	// roofline alike. A round counts when its trial and both reads were clean.
 	ReadBps float64
 	RoofPct float64
 	// Rounds is the time per call of each round in order, and Cleans whether the process had
@@ -180,36 +180,56 @@ func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 // least minTime over its whole rotation), so that the machine's drift during the run
 // reaches all of them alike and their ratios hold; it returns each runner's Timing. With a
 // read buffer (read != nil: a DRAM-sized buffer, or a cache-resident one for cache-resident
-// runners) it also reads it with the first runner's pool before every round and after the
-// last, and each Timing carries its rate against those reads (ReadBps, RoofPct).
+// runners) it also reads it with the first runner's pool before every trial and after the
+// last, and each Timing carries its rate against the reads just around its trials (ReadBps,
+// RoofPct): a round of a dozen runners takes most of a second, longer than this VM's memory
+// keeps one speed, so reads only around whole rounds paired some trials with another speed.
 func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) []Timing {
 	for _, r := range rs {
 		r.Warm()
 	}
 	all, cleans := make([][]float64, len(rs)), make([][]bool, len(rs))
-	var reads []readTrial
-	for rd := 0; rd < rounds; rd++ {
-		if read != nil {
-			reads = append(reads, timeRead(rs[0].Pool, read, minTime))
-		}
+	var rd reader
+	var reads []readTrial // reads[rd*len(rs)+j] just before runner j's trial of round rd
+	for range rounds {
 		for j, r := range rs {
+			if read != nil {
+				reads = append(reads, rd.time(rs[0].Pool, read, minTime/readShare))
+			}
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
 			cleans[j] = append(cleans[j], ok)
 		}
 	}
 	if read != nil {
-		reads = append(reads, timeRead(rs[0].Pool, read, minTime))
+		reads = append(reads, rd.time(rs[0].Pool, read, minTime/readShare))
 	}
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
 		out[j] = r.timing(all[j], cleans[j])
 		if read != nil {
-			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleans[j], reads, float64(out[j].BytesOp))
+			before, after := around(reads, len(rs), j)
+			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleans[j], before, after, float64(out[j].BytesOp))
 		}
 	}
 	return out
 }
+
+// around returns the reads just before and just after runner j's trial of each round, of
+// reads taken before every trial of runners runners per round and after the last.
+func around(reads []readTrial, runners, j int) (before, after []readTrial) {
+	for i := j; i+1 < len(reads); i += runners {
+		before, after = append(before, reads[i]), append(after, reads[i+1])
+	}
+	return before, after
+}
+
+// readShare is a trial's time over the time of each read around it.
+const readShare = 4
+
+// readWindow is the most of the read buffer one read pass takes: a DRAM buffer's windows
+// (each 8x a 32 MiB L3) are read in turn, so a short read is still one from DRAM.
+const readWindow = 256 << 20
 
 // readTrial is one timed read of a buffer: bytes per second, and whether the process had
 // its CPUs throughout.
@@ -218,30 +238,47 @@ type readTrial struct {
 	clean bool
 }
 
-// timeRead reads buf with the pool's workers (each its contiguous share) until minTime has
-// passed.
-func timeRead(p *Pool, buf []byte, minTime time.Duration) readTrial {
-	n := 0
+// reader reads a buffer's windows in turn (see readWindow).
+type reader struct {
+	off int
+	win int // bytes per window; 0: readWindow
+}
+
+// time reads windows of buf with the pool's workers (each its contiguous share) until
+// minTime has passed.
+func (rd *reader) time(p *Pool, buf []byte, minTime time.Duration) readTrial {
+	win := rd.win
+	if win == 0 {
+		win = readWindow
+	}
+	win = min(len(buf), win)
+	bytes := 0
 	tr := StartTrial()
 	for {
-		readOnce(p, buf)
-		n++
+		if rd.off+win > len(buf) {
+			rd.off = 0
+		}
+		readOnce(p, buf[rd.off:rd.off+win])
+		if rd.off += win; rd.off+win > len(buf) {
+			rd.off = 0
+		}
+		bytes += win
 		if tr.Elapsed() >= minTime {
 			break
 		}
 	}
 	wall, ok := tr.Stop(p.Threads())
-	return readTrial{float64(n) * float64(len(buf)) / wall.Seconds(), ok}
+	return readTrial{float64(bytes) / wall.Seconds(), ok}
 }
 
-// againstReads pairs a runner's rounds (ns per call of bytes each; round rd is bracketed by
-// reads[rd] and reads[rd+1]) with the reads around them: the median read rate and the median
-// share of it, in percent, over the rounds whose trial (clean[rd]) and both reads were clean,
-// or over all rounds when none was.
-func againstReads(ns []float64, clean []bool, reads []readTrial, bytes float64) (readBps, pct float64) {
+// againstReads pairs a runner's rounds (ns per call of bytes each) with the reads just
+// before and after each (before[rd], after[rd]): the median read rate and the median share
+// of it, in percent, over the rounds whose trial (clean[rd]) and both reads were clean, or
+// over all rounds when none was.
+func againstReads(ns []float64, clean []bool, before, after []readTrial, bytes float64) (readBps, pct float64) {
 	var bps, pcts []float64
-	for _, rd := range counted(len(ns), func(rd int) bool { return clean[rd] && reads[rd].clean && reads[rd+1].clean }) {
-		rb := (reads[rd].bps + reads[rd+1].bps) / 2
+	for _, rd := range counted(len(ns), func(rd int) bool { return clean[rd] && before[rd].clean && after[rd].clean }) {
+		rb := (before[rd].bps + after[rd].bps) / 2
 		bps = append(bps, rb)
 		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
 	}
