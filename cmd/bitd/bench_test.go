@@ -73,9 +73,9 @@ func TestBenchJSON(t *testing.T) {
 		if r["op"] != "gemv_cache" || r["ns_per_op"].(float64) <= 0 {
 			t.Errorf("bad record %v", r)
 		}
-		// The roofline of the same rounds (here the L3-resident buffer) and the best of the run.
+		// The roofline read around the trials (here the L3-resident buffer) and the best of the run.
 		if rg, _ := r["roofline_gbps"].(float64); rg <= 0 || r["roofline_pct"].(float64) <= 0 {
-			t.Errorf("no roofline of the same rounds: %v", r)
+			t.Errorf("no roofline read around the trials: %v", r)
 		}
 		if best, _ := r["best_roofline_pct"].(float64); best <= 0 {
 			t.Errorf("no share of the best read rate: %v", r)
