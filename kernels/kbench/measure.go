@@ -189,12 +189,12 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 		r.Warm()
 	}
 	all, cleans := make([][]float64, len(rs)), make([][]bool, len(rs))
-	var rd reader
+	var rdr reader
 	var reads []readTrial // reads[rd*len(rs)+j] just before runner j's trial of round rd
 	for range rounds {
 		for j, r := range rs {
 			if read != nil {
-				reads = append(reads, rd.time(rs[0].Pool, read, minTime/readShare))
+				reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
 			}
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
@@ -202,7 +202,7 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 		}
 	}
 	if read != nil {
-		reads = append(reads, rd.time(rs[0].Pool, read, minTime/readShare))
+		reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
 	}
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
@@ -238,7 +238,7 @@ type readTrial struct {
 	clean bool
 }
 
-// reader reads a buffer's windows in turn (see readWindow).
+// reader reads a buffer's windows in turn (see readWindow); one reader reads one buffer.
 type reader struct {
 	off int
 	win int // bytes per window; 0: readWindow
@@ -255,9 +255,6 @@ func (rd *reader) time(p *Pool, buf []byte, minTime time.Duration) readTrial {
 	bytes := 0
 	tr := StartTrial()
 	for {
-		if rd.off+win > len(buf) {
-			rd.off = 0
-		}
 		readOnce(p, buf[rd.off:rd.off+win])
 		if rd.off += win; rd.off+win > len(buf) {
 			rd.off = 0
