@@ -333,27 +333,39 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 		}
 		byFormat[k.format] = append(byFormat[k.format], k)
 	}
+	// Each format's extremes: the stored weights of the rows r with r % 2 == 0 and 1. int2
+	// twice: a wide code book (the table kernels) and the default consecutive one (the
+	// table-free kernels of three tokens and more).
+	type variant struct {
+		f  quantcfg.Format
+		cb quantcfg.Codebook
+		q  [2]int8
+	}
+	var variants []variant
 	for _, f := range formats {
+		switch {
+		case f.IsTernary(), f == quantcfg.Int1:
+			variants = append(variants, variant{f, quantcfg.Codebook{}, [2]int8{1, -1}})
+		case f == quantcfg.Int2:
+			variants = append(variants, variant{f, quantcfg.Codebook{-128, 127, 0, 5}, [2]int8{1, 0}}, // 127 and -128
+				variant{f, quantcfg.DefaultCodebook, [2]int8{3, 0}}) // 1 and -2
+		default:
+			variants = append(variants, variant{f, quantcfg.Codebook{}, [2]int8{127, -128}})
+		}
+	}
+	for _, vr := range variants {
+		f := vr.f
 		fi, _ := f.Info()
-		spec := quantcfg.LayerSpec{Format: f, In: fi.MaxK}
+		spec := quantcfg.LayerSpec{Format: f, In: fi.MaxK, Codebook: vr.cb}
 		// extremes[j]: the stored weight of the rows r with r % 2 == j, and its value.
 		var extremes [2]struct {
 			q int8
 			v float64
 		}
-		switch {
-		case f.IsTernary(), f == quantcfg.Int1:
-			extremes[0].q, extremes[1].q = 1, -1
-		case f == quantcfg.Int2:
-			spec.Codebook = quantcfg.Codebook{-128, 127, 0, 5}
-			extremes[0].q, extremes[1].q = 1, 0 // codes of 127 and -128
-		default:
-			extremes[0].q, extremes[1].q = 127, -128
-		}
 		for j := range extremes {
-			extremes[j].v = float64(extremes[j].q)
+			extremes[j].q, extremes[j].v = vr.q[j], float64(vr.q[j])
 			if f == quantcfg.Int2 {
-				extremes[j].v = float64(spec.Codebook[extremes[j].q])
+				extremes[j].v = float64(spec.Codebook[vr.q[j]])
 			}
 		}
 		layers := map[int]*Layer{} // by rows: 36 and 4
