@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -189,9 +190,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 			if err != nil {
 				return o, fmt.Errorf("bench: --format: %w", err)
 			}
-			if !slices.Contains(o.formats, f) {
-				o.formats = append(o.formats, f)
-			}
+			o.formats = appendNew(o.formats, f)
 		}
 	}
 	if o.formats == nil {
@@ -206,9 +205,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 			if err != nil {
 				return o, fmt.Errorf("bench: --shape: %w", err)
 			}
-			if !slices.Contains(o.shapes, sh) {
-				o.shapes = append(o.shapes, sh)
-			}
+			o.shapes = appendNew(o.shapes, sh)
 		}
 	}
 	if o.shapes == nil {
@@ -231,6 +228,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	return o, nil
 }
 
+// appendNew appends v to s unless s holds it: a list flag names each value once, however
+// often it is given.
+func appendNew[T comparable](s []T, v T) []T {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
 // intList parses "a,b,c" with every value in [lo, hi], each once in the order given; "" gives nil.
 func intList(s string, lo, hi int) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
@@ -242,9 +248,7 @@ func intList(s string, lo, hi int) ([]int, error) {
 		if err != nil || v < lo || v > hi {
 			return nil, fmt.Errorf("%q is not an integer in [%d, %d]", f, lo, hi)
 		}
-		if !slices.Contains(out, v) {
-			out = append(out, v)
-		}
+		out = appendNew(out, v)
 	}
 	return out, nil
 }
@@ -275,13 +279,19 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	var plot *os.File // opened before minutes of measuring, so a bad path fails at once
+	// The picture goes to a file beside --plot, created before minutes of measuring (a bad
+	// path fails at once) and renamed over it at the end: a failed run leaves an earlier
+	// picture as it was.
+	var plot *os.File
 	if o.plot != "" {
-		if plot, err = os.Create(o.plot); err != nil {
-			fmt.Fprintln(stderr, "bench: --plot:", err)
+		if plot, err = os.CreateTemp(filepath.Dir(o.plot), "."+filepath.Base(o.plot)+".*"); err != nil {
+			fmt.Fprintf(stderr, "bench: --plot %s: %v\n", o.plot, err)
 			return 2
 		}
-		defer plot.Close()
+		defer func() {
+			plot.Close()
+			os.Remove(plot.Name()) // after the rename there is nothing to remove
+		}()
 	}
 	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, peakBy: map[int]float64{}}
 	if o.json {
@@ -363,15 +373,27 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		printTable(stdout, rep)
 	}
 	if plot != nil {
-		if _, err := io.WriteString(plot, rooflineSVG(rep)); err != nil {
-			fmt.Fprintln(stderr, "bench: --plot:", err)
-			code = 1
-		} else if err := plot.Close(); err != nil {
-			fmt.Fprintln(stderr, "bench: --plot:", err)
+		if err := writePlot(plot, o.plot, rooflineSVG(rep)); err != nil {
+			fmt.Fprintf(stderr, "bench: --plot %s: %v\n", o.plot, err)
 			code = 1
 		}
 	}
 	return code
+}
+
+// writePlot writes svg to the temporary file f and renames it to path (readable by all, as
+// os.Create would have made it).
+func writePlot(f *os.File, path, svg string) error {
+	if _, err := io.WriteString(f, svg); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // measureMachine fills the machine record: DRAM read bandwidth with a 1 GiB buffer (1 thread

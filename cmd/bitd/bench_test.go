@@ -21,7 +21,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--n", "1,x"}, "--n"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		// checked before the minutes of measuring, not after them
-		{[]string{"--plot", "/nonexistent-dir/r.svg"}, "--plot: open /nonexistent-dir/r.svg"},
+		{[]string{"--plot", "/nonexistent-dir/r.svg"}, "--plot /nonexistent-dir/r.svg: open /nonexistent-dir/.r.svg."},
 		{[]string{"--model", "bitnet-2b", "--plot", "r.svg"}, "--plot draws the GEMV records"},
 	} {
 		var stderr bytes.Buffer
@@ -108,6 +108,13 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Errorf("plot: %v", err)
+	}
+	// written through a temporary file beside it, renamed over it: nothing else is left
+	if ents, err := os.ReadDir(filepath.Dir(plot)); err != nil || len(ents) != 1 {
+		t.Errorf("the plot's directory holds %v (%v), want r.svg alone", ents, err)
+	}
+	if st, err := os.Stat(plot); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("plot mode: %v %v", st, err)
 	}
 }
 
