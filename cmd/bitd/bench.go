@@ -162,8 +162,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, errUsage
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	if err := strayArg(fs, "bench"); err != nil {
+		return o, err
 	}
 	o.minBytes, o.rounds, o.minTime = 512<<20, 7, 50*time.Millisecond
 	if o.cache {

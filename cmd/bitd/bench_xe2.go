@@ -24,7 +24,8 @@ func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if extraArgs(fs, "bench", stderr) {
+	if err := strayArg(fs, "bench"); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	fail := func(code int, format string, a ...any) int {

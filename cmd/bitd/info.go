@@ -112,7 +112,8 @@ func runInfo(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if extraArgs(fs, "info", stderr) {
+	if err := strayArg(fs, "info"); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	ci := gatherCPU()

@@ -65,12 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return c.run(args[1:], stdout, stderr)
 }
 
-// extraArgs reports arguments left after a command's flags (none of info, selfcheck, tune
-// and bench --device xe2 takes any): a mistyped flag value must not be dropped silently.
-func extraArgs(fs *flag.FlagSet, cmd string, stderr io.Writer) bool {
+// strayArg is the error for arguments left after a command's flags (none of info,
+// selfcheck, tune and bench takes any): a value typed without its flag must not be dropped
+// silently.
+func strayArg(fs *flag.FlagSet, cmd string) error {
 	if fs.NArg() == 0 {
-		return false
+		return nil
 	}
-	fmt.Fprintf(stderr, "bitd %s: unexpected argument %q (flags only; see bitd %s -h)\n", cmd, fs.Arg(0), cmd)
-	return true
+	return fmt.Errorf("bitd %s: unexpected argument %q (flags only; see bitd %s -h)", cmd, fs.Arg(0), cmd)
 }

@@ -29,7 +29,8 @@ func runSelfcheck(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if extraArgs(fs, "selfcheck", stderr) {
+	if err := strayArg(fs, "selfcheck"); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	rng := rand.New(rand.NewPCG(*seed, 0))

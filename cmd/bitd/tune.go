@@ -29,7 +29,8 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if extraArgs(fs, "tune", stderr) {
+	if err := strayArg(fs, "tune"); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
 	fail := func(code int, format string, a ...any) int {
