@@ -324,12 +324,22 @@ func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
 //go:noescape
 func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
 
-// lutTL1T1AVX2 is the TL1 chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.
+// lutTL1T1AVX2 is the TL1 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (ymm tables) is its reference.
 //
 //go:noescape
 func lutTL1T1AVX2(a *byte)
 
-// lutTL2T1AVX2 is the TL2 chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.
+// lutTL2T1AVX2 is the TL2 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (ymm tables) is its reference.
 //
 //go:noescape
 func lutTL2T1AVX2(a *byte)
+
+// lutTL1T2AVX2 is the TL1 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (ymm tables) is its reference.
+//
+//go:noescape
+func lutTL1T2AVX2(a *byte)
+
+// lutTL2T2AVX2 is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (ymm tables) is its reference.
+//
+//go:noescape
+func lutTL2T2AVX2(a *byte)

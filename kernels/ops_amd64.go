@@ -115,9 +115,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemvT = 1
 			}
 		case quantcfg.TL1:
-			o.lut, o.gemvT, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, nil, nil, nil), 1, 4, tabTL1Y, true
+			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
 		case quantcfg.TL2:
-			o.lut, o.gemvT, o.tabKind, o.exact = gemv4(lutTL2T1AVX2, nil, nil, nil), 1, tabTL2Y, true
+			o.lut, o.tabKind, o.exact = gemv4(lutTL2T1AVX2, lutTL2T2AVX2, nil, nil), tabTL2Y, true
 		case quantcfg.BF16:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
 		case quantcfg.F32:

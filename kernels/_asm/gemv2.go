@@ -75,8 +75,10 @@ func genGemvAVX2() {
 	for T := 1; T <= 2; T++ {
 		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
 	}
-	lutYFn(false)
-	lutYFn(true)
+	for T := 1; T <= 2; T++ {
+		lutYFn(T, false)
+		lutYFn(T, true)
+	}
 }
 
 // gemvI2SY: one row quad at a time; each row's 32-byte piece gives 4 runs of codes
@@ -449,25 +451,56 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 	RET()
 }
 
-// lutY is the state of the AVX2 lookup-table kernels (one token): the pshufb tables are
-// byte planes of the int16 sums; low and high planes are interleaved into words and summed
-// in int16. tl1 keeps rows 0-7 and 16-23 in one accumulator, 8-15 and 24-31 in the other;
-// tl2 rows 0-15 and 16-31 (flush's natural).
+// lutY is the state of the AVX2 lookup-table kernels (one or two tokens): the pshufb tables
+// are byte planes of the int16 sums; low and high planes are interleaved into words and
+// summed in int16. tl1 keeps rows 0-7 and 16-23 in one accumulator, 8-15 and 24-31 in the
+// other; tl2 rows 0-15 and 16-31 (flush's natural). With two tokens each token has its own
+// tables and int16 accumulators, and the codes (and tl2's signs) are taken once for both;
+// there are not enough ymm registers for two tokens' int32 sums, so flush adds them to
+// the row block's sums in memory instead (one flush per 5 tl2 blocks or 32 tl1 units).
 type lutY struct {
 	p            *pool
-	w, pf, tab   GPVirtual
-	acc16        [2]VecPhysical
-	acc32        [4]VecPhysical // rows 0-7, 8-15, 16-23, 24-31
+	T            int
+	w, pf        GPVirtual
+	tabs         []GPVirtual // token t's tables
+	sums         Register    // the row block's sums (two tokens: flush adds to them)
+	acc16        [][2]VecPhysical
+	acc32        [4]VecPhysical // one token: rows 0-7, 8-15, 16-23, 24-31
 	lo, hi, l, h VecPhysical
 }
 
-func newLutY() *lutY {
-	s := &lutY{p: newPool(false)}
-	s.w, s.pf, s.tab = GP64(), GP64(), GP64()
-	copy(s.acc16[:], s.p.getn(2))
-	copy(s.acc32[:], s.p.getn(4))
+func newLutY(T int) *lutY {
+	s := &lutY{p: newPool(false), T: T}
+	s.w, s.pf = GP64(), GP64()
+	s.tabs = []GPVirtual{GP64()}
+	s.acc16 = make([][2]VecPhysical, T)
+	for t := range s.acc16 {
+		copy(s.acc16[t][:], s.p.getn(2))
+	}
+	if T == 1 {
+		copy(s.acc32[:], s.p.getn(4))
+	}
 	s.lo, s.hi, s.l, s.h = s.p.get(), s.p.get(), s.p.get(), s.p.get()
+	for t := 1; t < T; t++ {
+		s.tabs = append(s.tabs, GP64())
+	}
 	return s
+}
+
+// allAcc16 lists every token's int16 accumulators.
+func (s *lutY) allAcc16() []VecPhysical {
+	return flat2(s.acc16)
+}
+
+// nextTabs moves every token's tables on by n bytes.
+func (s *lutY) nextTabs(n int) {
+	for _, t := range s.tabs {
+		if n < 128 {
+			ADDQ(U8(n), t)
+		} else {
+			ADDQ(U32(n), t)
+		}
+	}
 }
 
 // nibbles loads 32 index bytes and splits them into low and high nibbles.
@@ -478,55 +511,74 @@ func (s *lutY) nibbles(m Mem) {
 	VPAND(m0fY, s.hi, s.hi)
 }
 
-// add looks up the 32 rows' int16 entries of idx in the planes at tab+off (16 low bytes,
+// add looks up the 32 rows' int16 entries of idx in token t's planes at off (16 low bytes,
 // 16 high bytes) and adds them.
-func (s *lutY) add(idxv VecPhysical, off int) {
-	VBROADCASTI128(at(s.tab, off), s.l)
-	VBROADCASTI128(at(s.tab, off+16), s.h)
+func (s *lutY) add(t int, idxv VecPhysical, off int) {
+	VBROADCASTI128(at(s.tabs[t], off), s.l)
+	VBROADCASTI128(at(s.tabs[t], off+16), s.h)
 	VPSHUFB(idxv, s.l, s.l)
 	VPSHUFB(idxv, s.h, s.h)
-	t := s.p.get()
-	VPUNPCKLBW(s.h, s.l, t)
+	tmp := s.p.get()
+	VPUNPCKLBW(s.h, s.l, tmp)
 	VPUNPCKHBW(s.h, s.l, s.l)
-	VPADDW(t, s.acc16[0], s.acc16[0])
-	VPADDW(s.l, s.acc16[1], s.acc16[1])
-	s.p.put(t)
+	VPADDW(tmp, s.acc16[t][0], s.acc16[t][0])
+	VPADDW(s.l, s.acc16[t][1], s.acc16[t][1])
+	s.p.put(tmp)
 }
 
 // addSigned looks up the tl2 codes c (bytes, rows 0-7, 16-23 | 8-15, 24-31 as vpackuswb
 // leaves two registers of rows 0-15 and 16-31; pshufb reads the magnitude, bits 0-3, and
-// needs bit 7 clear) in the planes at tab+off; unpacked, the words are rows 0-15 and 16-31
+// needs bit 7 clear) in token t's planes at off; unpacked, the words are rows 0-15 and 16-31
 // in order, negated by vpsignw where bit 15 of the word of the same row in y[0], y[1] is
-// set (a y word must be nonzero where the magnitude is) and added. Clobbers c.
-func (s *lutY) addSigned(c VecPhysical, off int, y []VecPhysical) {
-	VBROADCASTI128(at(s.tab, off), s.l)
-	VBROADCASTI128(at(s.tab, off+16), s.h)
+// set (a y word must be nonzero where the magnitude is) and added. Clobbers c for the last
+// token only.
+func (s *lutY) addSigned(t int, c VecPhysical, off int, y []VecPhysical) {
+	VBROADCASTI128(at(s.tabs[t], off), s.l)
+	VBROADCASTI128(at(s.tabs[t], off+16), s.h)
 	VPSHUFB(c, s.l, s.l)
 	VPSHUFB(c, s.h, s.h)
-	VPUNPCKLBW(s.h, s.l, c)
+	d := c
+	if t < s.T-1 {
+		d = s.p.get()
+		defer s.p.put(d)
+	}
+	VPUNPCKLBW(s.h, s.l, d)
 	VPUNPCKHBW(s.h, s.l, s.l)
-	VPSIGNW(y[0], c, c)
+	VPSIGNW(y[0], d, d)
 	VPSIGNW(y[1], s.l, s.l)
-	VPADDW(c, s.acc16[0], s.acc16[0])
-	VPADDW(s.l, s.acc16[1], s.acc16[1])
+	VPADDW(d, s.acc16[t][0], s.acc16[t][0])
+	VPADDW(s.l, s.acc16[t][1], s.acc16[t][1])
 }
 
-// flush widens the int16 sums into the int32 accumulators and clears them (clobbers l);
-// natural: the accumulators hold rows 0-15 and 16-31 (else 0-7 | 16-23 and 8-15 | 24-31).
+// flush widens the int16 sums into the int32 accumulators (two tokens: the sums in
+// memory) and clears them (clobbers l); natural: the accumulators hold rows 0-15 and 16-31
+// (else 0-7 | 16-23 and 8-15 | 24-31).
 func (s *lutY) flush(natural bool) {
 	t := s.l
-	for i, c := range s.acc16 {
-		lo, hi := s.acc32[i], s.acc32[2+i]
-		if natural {
-			lo, hi = s.acc32[2*i], s.acc32[2*i+1]
+	for tok, acc := range s.acc16 {
+		for i, c := range acc {
+			lo, hi := i, 2+i // row groups of 8
+			if natural {
+				lo, hi = 2*i, 2*i+1
+			}
+			for half, g := range []int{lo, hi} {
+				if half == 0 {
+					VPMOVSXWD(c.AsX(), t)
+				} else {
+					VEXTRACTI128(U8(1), c, t.AsX())
+					VPMOVSXWD(t.AsX(), t)
+				}
+				if s.T == 1 {
+					VPADDD(t, s.acc32[g], s.acc32[g])
+				} else {
+					m := at(s.sums, 128*tok+32*g)
+					VPADDD(m, t, t)
+					VMOVDQU(t, m)
+				}
+			}
 		}
-		VPMOVSXWD(c.AsX(), t)
-		VPADDD(t, lo, lo)
-		VEXTRACTI128(U8(1), c, t.AsX())
-		VPMOVSXWD(t.AsX(), t)
-		VPADDD(t, hi, hi)
 	}
-	zeroAll(s.acc16[:]...)
+	zeroAll(s.allAcc16()...)
 }
 
 // tl1Units runs n (a register, may be 0) tl1 units, flushing every 32 (each row gains
@@ -537,15 +589,17 @@ func (s *lutY) tl1Units(name string, n Register) {
 	JZ(LabelRef(done))
 	Label(name + "_tl1chunk")
 	c := takeChunk(n, 32)
-	zeroAll(s.acc16[:]...)
+	zeroAll(s.allAcc16()...)
 	Label(name + "_tl1unit")
 	PREFETCHT0(at(s.pf, 0))
 	s.nibbles(at(s.w, 0))
-	s.add(s.lo, 0)
-	s.add(s.hi, 32)
+	for t := range s.tabs {
+		s.add(t, s.lo, 0)
+		s.add(t, s.hi, 32)
+	}
 	ADDQ(U8(32), s.w)
 	ADDQ(U8(32), s.pf)
-	ADDQ(U8(64), s.tab)
+	s.nextTabs(64)
 	DECQ(c)
 	JNZ(LabelRef(name + "_tl1unit"))
 	s.flush(false)
@@ -571,7 +625,7 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
 	c := takeChunk(n, tl2Flush(16))
-	zeroAll(s.acc16[:]...)
+	zeroAll(s.allAcc16()...)
 	Label(name + "_blk")
 	for j := 0; j < 5; j++ {
 		PREFETCHT0(at(s.pf, 64*j))
@@ -593,7 +647,9 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 				}
 			}
 			VPACKUSWB(c1, c0, c0)
-			s.addSigned(c0, 32*(3*j+f), y)
+			for t := range s.tabs {
+				s.addSigned(t, c0, 32*(3*j+f), y)
+			}
 		}
 		if j < 4 {
 			VPACKSSWB(w[1], w[0], c0) // bit 7: bit j of triple 15's code
@@ -608,10 +664,12 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 	}
 	VPOR(wOnes, w[0], y[0])
 	VPOR(wOnes, w[1], y[1])
-	s.addSigned(t15, 32*15, y)
+	for t := range s.tabs {
+		s.addSigned(t, t15, 32*15, y)
+	}
 	ADDQ(U32(320), s.w)
 	ADDQ(U32(320), s.pf)
-	ADDQ(U32(512), s.tab)
+	s.nextTabs(512)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
 	s.flush(true)
@@ -623,33 +681,44 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 	s.p.put(t15, m1f)
 }
 
-// lutYFn: the tl1/tl2 chunk kernel (see lutArgs), one token, AVX2.
-func lutYFn(tl2 bool) {
+// lutYFn: the tl1/tl2 chunk kernel (see lutArgs) for T (1 or 2) tokens, AVX2.
+func lutYFn(T int, tl2 bool) {
 	f := "TL1"
 	if tl2 {
 		f = "TL2"
 	}
-	name := fmt.Sprintf("lut%sT1AVX2", f)
-	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for one token (see lutArgs); lutGeneric (ymm tables) is its reference.", name, f))
-	s := newLutY()
+	name := fmt.Sprintf("lut%sT%dAVX2", f, T)
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (ymm tables) is its reference.", name, f, T))
+	s := newLutY(T)
 	w0, sums := ld(a, lW), ld(a, lSums)
+	s.sums = sums
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
 	MOVQ(w0, s.pf)
 	ADDQ(at(a, lRBBytes), s.pf)
-	MOVQ(at(a, lTab), s.tab)
-	zeroAll(s.acc32[:]...)
+	MOVQ(at(a, lTab), s.tabs[0])
+	for t := 1; t < T; t++ {
+		MOVQ(s.tabs[t-1], s.tabs[t])
+		ADDQ(at(a, lTabStride), s.tabs[t])
+	}
+	if T == 1 {
+		zeroAll(s.acc32[:]...)
+	}
 	if tl2 {
 		nb := ld(a, lBlocks)
 		s.tl2Blocks(name, nb)
 	}
 	n := ld(a, lUnits)
 	s.tl1Units(name, n)
-	for i, r := range s.acc32 {
-		VPADDD(at(sums, 32*i), r, r)
-		VMOVDQU(r, at(sums, 32*i))
+	if T == 1 {
+		for i, r := range s.acc32 {
+			VPADDD(at(sums, 32*i), r, r)
+			VMOVDQU(r, at(sums, 32*i))
+		}
+		SUBQ(I8(-128), sums)
+	} else {
+		ADDQ(U32(128*T), sums)
 	}
-	SUBQ(I8(-128), sums)
 	ADDQ(at(a, lRBBytes), w0)
 	DECQ(at(a, lNRB))
 	JNZ(LabelRef(name + "_rb"))
