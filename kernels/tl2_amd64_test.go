@@ -63,9 +63,10 @@ func TestUnpackTL2(t *testing.T) {
 	}
 }
 
-// TestLUTTL2AVX2 holds lutTL2T1AVX2 to lutGeneric (ymm tables) on random codes and tables,
-// and on the extremes of the int16 sums: every code the same magnitude and sign against
-// tables of +-381 over enough blocks for several flushes, with several row blocks.
+// TestLUTTL2AVX2 holds lutTL2T1AVX2 and lutTL2T2AVX2 to lutGeneric (ymm tables) on random
+// codes and tables, and on the extremes of the int16 sums: every code the same magnitude and
+// sign against tables of +-381 (the second token's of the other sign) over enough blocks for
+// several flushes, with several row blocks.
 func TestLUTTL2AVX2(t *testing.T) {
 	if !ISAAvailable(ISAAVX2) {
 		t.Skip("no AVX2")
@@ -90,45 +91,52 @@ func TestLUTTL2AVX2(t *testing.T) {
 		}
 	}
 	cases = append(cases, tcase{nb: 0, units: 5, nrb: 2, mag: -1})
-	for _, c := range cases {
-		rbBytes := 320*c.nb + 32*c.units
-		w := make([]byte, 0, c.nrb*rbBytes+1)
-		for rb := 0; rb < c.nrb; rb++ {
-			w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
-		}
-		w = append(w, 0)
-		tab := make([]byte, 512*c.nb+64*c.units)
-		for tr := 0; tr < 16*c.nb; tr++ {
-			for m := 1; m < 14; m++ {
-				e := int16(rng.IntN(763) - 381)
-				if c.ext != 0 {
-					e = c.ext
-				}
-				tab[32*tr+m], tab[32*tr+16+m] = byte(e), byte(uint16(e)>>8)
+	kernels := []func(*byte){nil, lutTL2T1AVX2, lutTL2T2AVX2}
+	for T := 1; T <= 2; T++ {
+		for _, c := range cases {
+			rbBytes := 320*c.nb + 32*c.units
+			w := make([]byte, 0, c.nrb*rbBytes+1)
+			for rb := 0; rb < c.nrb; rb++ {
+				w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
 			}
-		}
-		for u := 0; u < c.units; u++ {
-			for h := 0; h < 2; h++ {
-				for i := 0; i < 9; i++ {
-					e := int16(rng.IntN(509) - 254)
-					tab[512*c.nb+64*u+32*h+i], tab[512*c.nb+64*u+32*h+16+i] = byte(e), byte(uint16(e)>>8)
+			w = append(w, 0)
+			per := 512*c.nb + 64*c.units + 64 // a token's tables, and a gap
+			tab := make([]byte, per*T+1)
+			for tok := 0; tok < T; tok++ {
+				tt := tab[per*tok:]
+				for tr := 0; tr < 16*c.nb; tr++ {
+					for m := 1; m < 14; m++ {
+						e := int16(rng.IntN(763) - 381)
+						if c.ext != 0 {
+							e = c.ext * int16(1-2*tok)
+						}
+						tt[32*tr+m], tt[32*tr+16+m] = byte(e), byte(uint16(e)>>8)
+					}
+				}
+				for u := 0; u < c.units; u++ {
+					for h := 0; h < 2; h++ {
+						for i := 0; i < 9; i++ {
+							e := int16(rng.IntN(509) - 254)
+							tt[512*c.nb+64*u+32*h+i], tt[512*c.nb+64*u+32*h+16+i] = byte(e), byte(uint16(e)>>8)
+						}
+					}
 				}
 			}
-		}
-		tab = append(tab, 0)
-		got, want := make([]int32, c.nrb*RowBlock), make([]int32, c.nrb*RowBlock)
-		for i := range got {
-			got[i] = int32(rng.IntN(1000))
-			want[i] = got[i]
-		}
-		a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
-			Tab: unsafe.Pointer(&tab[0]), Blocks: c.nb, Units: c.units}
-		lutTL2T1AVX2(argp(&a))
-		a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
-		lutGeneric(&a, 1, false, true)
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("%+v: row block %d row %d: %d, want %d", c, i/RowBlock, i%RowBlock, got[i], want[i])
+			got, want := make([]int32, c.nrb*T*RowBlock), make([]int32, c.nrb*T*RowBlock)
+			for i := range got {
+				got[i] = int32(rng.IntN(1000))
+				want[i] = got[i]
+			}
+			a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
+				Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
+			kernels[T](argp(&a))
+			a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
+			lutGeneric(&a, T, false, true)
+			for i := range want {
+				if got[i] != want[i] {
+					rb, tok, r := i/(T*RowBlock), i/RowBlock%T, i%RowBlock
+					t.Fatalf("%d token(s), %+v: row block %d token %d row %d: %d, want %d", T, c, rb, tok, r, got[i], want[i])
+				}
 			}
 		}
 	}
