@@ -102,15 +102,18 @@ func gemvI2SY(T int, isa string, vnni bool) {
 	m3 := p.get()
 	VMOVDQU(m3Y, m3)
 	var wv []VecPhysical
-	var c, s16, tmp VecPhysical
-	var xv []VecPhysical
+	var c, tmp VecPhysical
+	var xv, s16 []VecPhysical // s16[t]: token t's int16 pair sums of the row's four runs
 	if vnni {
 		wv = p.getn(4)
 		c = p.get()
 		xv = p.getn(T)
 	} else {
 		wv = p.getn(1)
-		c, s16, tmp = p.get(), p.get(), p.get()
+		c = p.get()
+		s16 = append(s16, p.get())
+		tmp = p.get()
+		s16 = append(s16, p.getn(T-1)...)
 	}
 	kx := GP64()
 	i2sQuads(name, a, T, false, func() { zeroAll(all...) }, func(w Register) {
@@ -138,20 +141,23 @@ func gemvI2SY(T int, isa string, vnni bool) {
 				}
 			}
 		} else {
+			// each run's codes are taken once for every token
 			for r := 0; r < 4; r++ {
 				VMOVDQU(at(w, 32*r), wv[0])
-				for t := range acc {
-					for s := 0; s < 4; s++ {
-						class(wv[0], s)
+				for s := 0; s < 4; s++ {
+					class(wv[0], s)
+					for t := range acc {
 						if s == 0 {
-							VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, s16)
+							VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, s16[t])
 						} else {
 							VPMADDUBSW(idx(xs[t], kx, 1, 32*s), c, tmp)
-							VPADDW(tmp, s16, s16)
+							VPADDW(tmp, s16[t], s16[t])
 						}
 					}
-					VPMADDWD(wOnes, s16, s16)
-					VPADDD(s16, acc[t][r], acc[t][r])
+				}
+				for t := range acc {
+					VPMADDWD(wOnes, s16[t], s16[t])
+					VPADDD(s16[t], acc[t][r], acc[t][r])
 				}
 			}
 		}
