@@ -28,8 +28,9 @@ import (
 //     vaddps in input order, as the reference; no FMA).
 //
 // Prepare (once per call) quantization-dependent work: per-segment activation sums and
-// scales, activation layouts (transposed for the GEMM and float tiles), lookup tables; Run
-// reads them and may run concurrently on disjoint row-block ranges. Per-layer data (scales
+// scales, activation layouts (transposed for the GEMM and float tiles), int2's code-book
+// tables; Run reads them and may run concurrently on disjoint row-block ranges (each Run
+// builds the tl1/tl2 tables of the chunks it sweeps itself, in its own buffer). Per-layer data (scales
 // laid out per row block, padded bias) is built once and kept in Layer.Prepared.
 
 const (
@@ -258,8 +259,6 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 			tb = 32
 		case tabInt2Z:
 			tb = 192
-		case tabTL1Z, tabTL1Y:
-			tb = 16 * ly.Kp
 		}
 		if tb > 0 {
 			p.tabOff, p.tabStride = off, align64(tb)
@@ -340,11 +339,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		buildInt2Tab(l, s[p.tabOff:p.tabOff+32])
 	case tabInt2Z:
 		buildInt2TabZ(l, s[p.tabOff:p.tabOff+192])
-	case tabTL1Z, tabTL1Y: // (tl2 builds its tables per thread and chunk: runLUT)
-		for t := 0; t < n; t++ {
-			buildTables(k.ops.tabKind, ly, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*p.tabStride:p.tabOff+(t+1)*p.tabStride])
-		}
-	}
+	} // (tl1 and tl2 build their tables per thread and chunk: runLUT)
 }
 
 // buildTables writes the lookup tables of kind for the activations x of layout ly, with the
@@ -554,9 +549,6 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		sums := tb.sums[:nrb*T*RowBlock]
 		clear(sums)
 		var tab unsafe.Pointer
-		if k.format != quantcfg.TL2 {
-			tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
-		}
 		ahead := tl2Ahead
 		if k.format == quantcfg.TL1 {
 			ahead = tl1Ahead
@@ -650,17 +642,29 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				}
 			}
 		} else {
-			// tl1: the tables of all of K are built (Prepare); the blob is chunk-major like
-			// tl2's, one call per chunk for any T (its tables are 16 KiB per token: more than
-			// L1 holds from two tokens on, yet splitting the chunk's units over calls, which
-			// leaves gaps in each call's stream, measured 5-15% slower). Against the
-			// row-block-major layout before (kbench A/B, 7-9 interleaved rounds, 8B shapes):
-			// n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2 +8-17%, n = 4 +3-8%.
+			// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (its tables
+			// are 16 KiB per token: more than L1 holds from two tokens on, yet splitting the
+			// chunk's units over calls, which leaves gaps in each call's stream, measured 5-15%
+			// slower). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
+			// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
+			// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
+			// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
+			// other thread read all of K's from the core that built them, and two threads
+			// gained only 1.3x over one on 2560x2560 (cache-resident).
+			kind := k.ops.tabKind
+			per := align64(64 * TL1Chunk)
+			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
+			p.tabStride = per
+			tab = unsafe.Pointer(&lbuf[0])
 			nc := ly.Chunks()
 			for c := 0; c < nc; c++ {
 				u0, uc := ly.ChunkSpan(c)
 				off, size := ly.Piece(rb0, c)
-				call(off, size, 64*u0, 0, uc, nil, nil, nextPiece(c))
+				part := Layout{Kp: 4 * uc}
+				for t := 0; t < T; t++ {
+					buildTables(kind, part, a.Q[(t0+t)*ly.Kp+4*u0:], lbuf[t*per:])
+				}
+				call(off, size, 0, 0, uc, nil, nil, nextPiece(c))
 			}
 		}
 		epi.NTok = T
