@@ -30,8 +30,9 @@ import (
 // Prepare (once per call) quantization-dependent work: per-segment activation sums and
 // scales, activation layouts (transposed for the GEMM and float tiles), int2's code-book
 // tables; Run reads them and may run concurrently on disjoint row-block ranges (each Run
-// builds the tl1/tl2 tables of the chunks it sweeps itself, in its own buffer). Per-layer data (scales
-// laid out per row block, padded bias) is built once and kept in Layer.Prepared.
+// builds the tl1/tl2 tables of the chunks it sweeps itself, in its own buffer). Per-layer
+// data (scales laid out per row block, padded bias) is built once and kept in
+// Layer.Prepared.
 
 const (
 	maxGemvT = 8  // tokens per GEMV call
@@ -649,8 +650,10 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
 			// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
 			// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
-			// other thread read all of K's from the core that built them, and two threads
-			// gained only 1.3x over one on 2560x2560 (cache-resident).
+			// other thread read all of K's from the core that built them, anew every call
+			// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
+			// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
+			// unchanged).
 			kind := k.ops.tabKind
 			per := align64(64 * TL1Chunk)
 			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
