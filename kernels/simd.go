@@ -549,7 +549,8 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		T := min(tile, n-t0)
 		sums := tb.sums[:nrb*T*RowBlock]
 		clear(sums)
-		var tab unsafe.Pointer
+		var tab unsafe.Pointer // the group's tables for the chunk, token t's at tab + t*tabStride
+		var tabStride int
 		ahead := tl2Ahead
 		if k.format == quantcfg.TL1 {
 			ahead = tl1Ahead
@@ -571,11 +572,20 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		// (if not nil) where the part's end would be past the range.
 		call := func(off, stride, tabOff, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
 			*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
-				Tab: unsafe.Add(tab, tabOff), TabStride: p.tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
+				Tab: unsafe.Add(tab, tabOff), TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
 			if la.BN > 0 {
 				la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 			}
 			k.ops.lut[T](argp(la))
+		}
+		// xAt is token t's activations from input k0 on; tables builds the tables of the
+		// inputs of part from k0 on, for every token of the group, into buf.
+		kind := k.ops.tabKind
+		xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
+		tables := func(part Layout, k0 int, buf []byte) {
+			for t := 0; t < T; t++ {
+				buildTables(kind, part, xAt(t, k0), buf[t*tabStride:])
+			}
 		}
 		if k.format == quantcfg.TL2 {
 			// The blob's chunks hold the row blocks' pieces side by side (one stream per
@@ -587,7 +597,6 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			// the weight stream does not pause for the build (measured, 21 interleaved rounds:
 			// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
 			// +0.2-0.3% at two).
-			kind := k.ops.tabKind
 			cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
 			per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
 			nc := ly.Chunks()
@@ -597,8 +606,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				nbuf = 2
 			}
 			tb.lut, lbuf = alignedBytes(tb.lut, per*T*nbuf)
-			p.tabStride = per
-			x := func(t, b0 int) []int8 { return a.Q[(t0+t)*ly.Kp+TL2Block*b0:] }
+			tabStride = per
 			for c := 0; c < nc; c++ {
 				b0, bc := ly.ChunkSpan(c)
 				off, size := ly.Piece(rb0, c)
@@ -613,18 +621,16 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				if inline {
 					buf = lbuf[c%2*per:]
 					if c == 0 {
-						buildTables(kind, part, x(0, 0), buf)
+						tables(part, 0, buf)
 					} else if units > 0 { // the kernel built the triples' tables, the tail's are left
-						buildTables(kind, Layout{Kp1: part.Kp1}, x(0, b0+bc), buf[blkTab*bc:])
+						tables(Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab*bc:])
 					}
 					if c+1 < nc {
 						nb0, nbc := ly.ChunkSpan(c + 1)
-						bx, btab = x(0, nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
+						bx, btab = xAt(0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 					}
 				} else {
-					for t := 0; t < T; t++ {
-						buildTables(kind, part, x(t, b0), buf[t*per:])
-					}
+					tables(part, TL2Block*b0, buf)
 				}
 				tab = unsafe.Pointer(&buf[0])
 				next := nextPiece(c)
@@ -654,19 +660,14 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
 			// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
 			// unchanged).
-			kind := k.ops.tabKind
-			per := align64(64 * TL1Chunk)
-			tb.lut, lbuf = alignedBytes(tb.lut, per*T)
-			p.tabStride = per
+			tabStride = align64(64 * TL1Chunk)
+			tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
 			tab = unsafe.Pointer(&lbuf[0])
 			nc := ly.Chunks()
 			for c := 0; c < nc; c++ {
-				u0, uc := ly.ChunkSpan(c)
+				_, uc := ly.ChunkSpan(c)
 				off, size := ly.Piece(rb0, c)
-				part := Layout{Kp: 4 * uc}
-				for t := 0; t < T; t++ {
-					buildTables(kind, part, a.Q[(t0+t)*ly.Kp+4*u0:], lbuf[t*per:])
-				}
+				tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
 				call(off, size, 0, 0, uc, nil, nil, nextPiece(c))
 			}
 		}
