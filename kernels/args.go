@@ -23,10 +23,8 @@ type gemvArgs struct {
 	SegSteps  int            // steps in each segment but the last
 	NSeg      int            // segments (>= 1)
 	LastSteps int            // steps in the last segment
-	Tab       unsafe.Pointer // int2: decode tables; tl1/tl2: token 0's lookup tables
-	TabStride int            // tl1/tl2: bytes between tokens' lookup tables
-	Aux       int            // i2s: bytes per row quad (Kp/128*128); tl2: tl2 blocks
-	Aux2      int            // tl2: tl1 tail units
+	Tab       unsafe.Pointer // int2: the decode tables (one for every token)
+	Aux       int            // i2s: bytes per row quad (Kp/128*128)
 	// i2s kernels of fmtOps.parts only (zmm, T = 3, 4): the weight prefetch runs PF bytes
 	// ahead of the stream position in row quads 0-6 and PF7 in quad 7, and Acc != 0 adds
 	// into Sums instead of storing (a call over one part of K: gemvParts).

@@ -1092,7 +1092,7 @@ gemvI2ST1AVX512_blk:
 	ADDQ            $0x00000080, R10
 	DECQ            R9
 	JNZ             gemvI2ST1AVX512_seg
-	ADDQ            72(AX), SI
+	ADDQ            64(AX), SI
 	ADDQ            $0x10, DI
 	INCQ            BX
 	CMPQ            BX, $0x08
@@ -1931,7 +1931,7 @@ gemvI2ST2AVX512_blk:
 	ADDQ            $0x00000100, R11
 	DECQ            R10
 	JNZ             gemvI2ST2AVX512_seg
-	ADDQ            72(AX), DI
+	ADDQ            64(AX), DI
 	ADDQ            $0x10, R8
 	INCQ            SI
 	CMPQ            SI, $0x08
@@ -3095,9 +3095,9 @@ gemvI2ST3AVX512_quad:
 	XORQ    SI, SI
 	MOVQ    40(AX), R11
 	MOVQ    R9, R12
-	MOVQ    88(AX), R13
+	MOVQ    72(AX), R13
 	CMPQ    DI, $0x07
-	CMOVQEQ 96(AX), R13
+	CMOVQEQ 80(AX), R13
 
 gemvI2ST3AVX512_seg:
 	MOVQ    32(AX), R14
@@ -3188,7 +3188,7 @@ gemvI2ST3AVX512_blk:
 	VPSHUFD         $0xb1, Z16, Z17
 	VPADDD          Z17, Z16, Z16
 	VPERMD          Z16, Z15, Z16
-	CMPQ            104(AX), $0x00
+	CMPQ            88(AX), $0x00
 	JE              gemvI2ST3AVX512_st0
 	VPADDD          (R12), X16, X16
 
@@ -3208,7 +3208,7 @@ gemvI2ST3AVX512_st0:
 	VPSHUFD    $0xb1, Z16, Z17
 	VPADDD     Z17, Z16, Z16
 	VPERMD     Z16, Z15, Z16
-	CMPQ       104(AX), $0x00
+	CMPQ       88(AX), $0x00
 	JE         gemvI2ST3AVX512_st1
 	VPADDD     128(R12), X16, X16
 
@@ -3228,7 +3228,7 @@ gemvI2ST3AVX512_st1:
 	VPSHUFD    $0xb1, Z16, Z17
 	VPADDD     Z17, Z16, Z16
 	VPERMD     Z16, Z15, Z16
-	CMPQ       104(AX), $0x00
+	CMPQ       88(AX), $0x00
 	JE         gemvI2ST3AVX512_st2
 	VPADDD     256(R12), X16, X16
 
@@ -3237,7 +3237,7 @@ gemvI2ST3AVX512_st2:
 	ADDQ      $0x00000180, R12
 	DECQ      R11
 	JNZ       gemvI2ST3AVX512_seg
-	ADDQ      72(AX), R8
+	ADDQ      64(AX), R8
 	ADDQ      $0x10, R9
 	INCQ      DI
 	CMPQ      DI, $0x08
@@ -4649,9 +4649,9 @@ gemvI2ST4AVX512_quad:
 	XORQ    DI, DI
 	MOVQ    40(AX), R12
 	MOVQ    R10, R13
-	MOVQ    88(AX), R14
+	MOVQ    72(AX), R14
 	CMPQ    R8, $0x07
-	CMOVQEQ 96(AX), R14
+	CMOVQEQ 80(AX), R14
 
 gemvI2ST4AVX512_seg:
 	MOVQ    32(AX), R15
@@ -4756,7 +4756,7 @@ gemvI2ST4AVX512_blk:
 	VPSHUFD         $0xb1, Z20, Z21
 	VPADDD          Z21, Z20, Z20
 	VPERMD          Z20, Z19, Z20
-	CMPQ            104(AX), $0x00
+	CMPQ            88(AX), $0x00
 	JE              gemvI2ST4AVX512_st0
 	VPADDD          (R13), X20, X20
 
@@ -4776,7 +4776,7 @@ gemvI2ST4AVX512_st0:
 	VPSHUFD    $0xb1, Z20, Z21
 	VPADDD     Z21, Z20, Z20
 	VPERMD     Z20, Z19, Z20
-	CMPQ       104(AX), $0x00
+	CMPQ       88(AX), $0x00
 	JE         gemvI2ST4AVX512_st1
 	VPADDD     128(R13), X20, X20
 
@@ -4796,7 +4796,7 @@ gemvI2ST4AVX512_st1:
 	VPSHUFD    $0xb1, Z20, Z21
 	VPADDD     Z21, Z20, Z20
 	VPERMD     Z20, Z19, Z20
-	CMPQ       104(AX), $0x00
+	CMPQ       88(AX), $0x00
 	JE         gemvI2ST4AVX512_st2
 	VPADDD     256(R13), X20, X20
 
@@ -4816,7 +4816,7 @@ gemvI2ST4AVX512_st2:
 	VPSHUFD    $0xb1, Z20, Z21
 	VPADDD     Z21, Z20, Z20
 	VPERMD     Z20, Z19, Z20
-	CMPQ       104(AX), $0x00
+	CMPQ       88(AX), $0x00
 	JE         gemvI2ST4AVX512_st3
 	VPADDD     384(R13), X20, X20
 
@@ -4825,7 +4825,7 @@ gemvI2ST4AVX512_st3:
 	ADDQ      $0x00000200, R13
 	DECQ      R12
 	JNZ       gemvI2ST4AVX512_seg
-	ADDQ      72(AX), R9
+	ADDQ      64(AX), R9
 	ADDQ      $0x10, R10
 	INCQ      R8
 	CMPQ      R8, $0x08
@@ -6635,7 +6635,7 @@ gemvI2ST5AVX512_blk:
 	ADDQ            $0x00000280, R12
 	DECQ            R11
 	JNZ             gemvI2ST5AVX512_seg
-	ADDQ            72(AX), R8
+	ADDQ            64(AX), R8
 	ADDQ            $0x10, R9
 	INCQ            DI
 	CMPQ            DI, $0x08
@@ -7189,7 +7189,7 @@ gemvI2ST6AVX512_blk:
 	ADDQ            $0x00000300, R12
 	DECQ            R11
 	JNZ             gemvI2ST6AVX512_seg
-	ADDQ            72(AX), R8
+	ADDQ            64(AX), R8
 	ADDQ            $0x10, R9
 	INCQ            DI
 	CMPQ            DI, $0x08
@@ -7802,7 +7802,7 @@ gemvI2ST7AVX512_blk:
 	ADDQ            $0x00000380, R12
 	DECQ            R11
 	JNZ             gemvI2ST7AVX512_seg
-	ADDQ            72(AX), R8
+	ADDQ            64(AX), R8
 	ADDQ            $0x10, R9
 	INCQ            DI
 	CMPQ            DI, $0x08
@@ -8474,7 +8474,7 @@ gemvI2ST8AVX512_blk:
 	ADDQ            $0x00000400, R12
 	DECQ            R11
 	JNZ             gemvI2ST8AVX512_seg
-	ADDQ            72(AX), R8
+	ADDQ            64(AX), R8
 	ADDQ            $0x10, R9
 	INCQ            DI
 	CMPQ            DI, $0x08
@@ -9069,7 +9069,7 @@ gemvI2ST1AVX2_blk:
 	ADDQ         $0x00000080, R10
 	DECQ         R9
 	JNZ          gemvI2ST1AVX2_seg
-	ADDQ         72(AX), SI
+	ADDQ         64(AX), SI
 	ADDQ         $0x10, DI
 	INCQ         BX
 	CMPQ         BX, $0x08
@@ -9367,7 +9367,7 @@ gemvI2ST2AVX2_blk:
 	ADDQ         $0x00000100, R11
 	DECQ         R10
 	JNZ          gemvI2ST2AVX2_seg
-	ADDQ         72(AX), DI
+	ADDQ         64(AX), DI
 	ADDQ         $0x10, R8
 	INCQ         SI
 	CMPQ         SI, $0x08
@@ -9638,7 +9638,7 @@ gemvI2ST1AVXVNNI_blk:
 	ADDQ         $0x00000080, R10
 	DECQ         R9
 	JNZ          gemvI2ST1AVXVNNI_seg
-	ADDQ         72(AX), SI
+	ADDQ         64(AX), SI
 	ADDQ         $0x10, DI
 	INCQ         BX
 	CMPQ         BX, $0x08
@@ -9892,7 +9892,7 @@ gemvI2ST2AVXVNNI_blk:
 	ADDQ         $0x00000100, R11
 	DECQ         R10
 	JNZ          gemvI2ST2AVXVNNI_seg
-	ADDQ         72(AX), DI
+	ADDQ         64(AX), DI
 	ADDQ         $0x10, R8
 	INCQ         SI
 	CMPQ         SI, $0x08

@@ -222,8 +222,7 @@ type plan struct {
 	xsOff     int // float32 [n][nseg]
 	xOff      int // prepared activations, -1 for a.Q itself
 	xStride   int // bytes between tokens (GEMV) or quads (GEMM xT)
-	tabOff    int
-	tabStride int
+	tabOff    int // int2's decode table (one for every token)
 	size      int
 }
 
@@ -262,13 +261,8 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 			tb = 192
 		}
 		if tb > 0 {
-			p.tabOff, p.tabStride = off, align64(tb)
-			if k.ops.tabKind == tabInt2 || k.ops.tabKind == tabInt2Z {
-				p.tabStride = 0 // one table for every token
-				off += align64(tb)
-			} else {
-				off += p.tabStride * n
-			}
+			p.tabOff = off
+			off += align64(tb)
 		}
 	}
 	p.size = off
@@ -822,7 +816,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		}
 		*g = gemvArgs{
 			XStride: p.xStride, Sums: unsafe.Pointer(&sums[0]), SegSteps: segLen / step, NSeg: p.nseg,
-			LastSteps: (ly.Kp - (p.nseg-1)*segLen) / step, TabStride: p.tabStride,
+			LastSteps: (ly.Kp - (p.nseg-1)*segLen) / step,
 		}
 		if k.ops.tabKind != tabNone {
 			g.Tab = unsafe.Pointer(&s[p.tabOff])
@@ -870,9 +864,6 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			} else {
 				g.W = w
 				g.X = unsafe.Add(xbase, t0*p.xStride)
-				if g.Tab != nil && p.tabStride != 0 {
-					g.Tab = unsafe.Pointer(&s[p.tabOff+t0*p.tabStride])
-				}
 				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
 					gemvParts(gemv[T], g, ps, ly)
 				} else {

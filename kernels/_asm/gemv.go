@@ -11,8 +11,7 @@ import (
 // Argument block offsets: kernels.gemvArgs.
 const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
-	gTab, gTabStride, gAux, gAux2                         = 56, 64, 72, 80
-	gPF, gPF7, gAcc                                       = 88, 96, 104
+	gTab, gAux, gPF, gPF7, gAcc                           = 56, 64, 72, 80, 88
 )
 
 // prefetchDist is how far ahead (bytes) the GEMV kernels prefetch their weight stream.
