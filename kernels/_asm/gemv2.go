@@ -110,10 +110,8 @@ func gemvI2SY(T int, isa string, vnni bool) {
 		xv = p.getn(T)
 	} else {
 		wv = p.getn(1)
-		c = p.get()
-		s16 = append(s16, p.get())
-		tmp = p.get()
-		s16 = append(s16, p.getn(T-1)...)
+		c, tmp = p.get(), p.get()
+		s16 = p.getn(T)
 	}
 	kx := GP64()
 	i2sQuads(name, a, T, false, func() { zeroAll(all...) }, func(w Register) {
