@@ -215,15 +215,15 @@ func (k *simdKernel) gemvC0(l *Layer) int32 {
 // plan is the layout of a call's scratch (offsets from a 64-byte aligned base) and the
 // choices Prepare made; Run recomputes it from the same inputs.
 type plan struct {
-	gemm      bool
-	nseg      int
-	c0        int32
-	corrOff   int // int32 [n][nseg]
-	xsOff     int // float32 [n][nseg]
-	xOff      int // prepared activations, -1 for a.Q itself
-	xStride   int // bytes between tokens (GEMV) or quads (GEMM xT)
-	tabOff    int // int2's decode table (one for every token)
-	size      int
+	gemm    bool
+	nseg    int
+	c0      int32
+	corrOff int // int32 [n][nseg]
+	xsOff   int // float32 [n][nseg]
+	xOff    int // prepared activations, -1 for a.Q itself
+	xStride int // bytes between tokens (GEMV) or quads (GEMM xT)
+	tabOff  int // int2's decode table (one for every token)
+	size    int
 }
 
 func align64(x int) int { return (x + 63) &^ 63 }
