@@ -176,14 +176,22 @@ func (x *tokX) advance(n int) {
 
 // tokenPtrs loads T pointers base + t*stride from the argument block.
 func tokenPtrs(a Register, T, baseOff, strideOff int) []GPVirtual {
-	xs := []GPVirtual{ld(a, baseOff)}
-	for t := 1; t < T; t++ {
-		x := GP64()
-		MOVQ(xs[t-1], x)
-		ADDQ(at(a, strideOff), x)
-		xs = append(xs, x)
+	xs := make([]GPVirtual, T)
+	for t := range xs {
+		xs[t] = GP64()
 	}
+	loadTokenPtrs(a, xs, baseOff, strideOff)
 	return xs
+}
+
+// loadTokenPtrs sets xs[t] = base + t*stride from the argument block (again, where a kernel
+// has moved the pointers on).
+func loadTokenPtrs(a Register, xs []GPVirtual, baseOff, strideOff int) {
+	MOVQ(at(a, baseOff), xs[0])
+	for t := 1; t < len(xs); t++ {
+		MOVQ(xs[t-1], xs[t])
+		ADDQ(at(a, strideOff), xs[t])
+	}
 }
 
 // accSets takes sets groups of four accumulators per token from p (acc[t][s][j]) and

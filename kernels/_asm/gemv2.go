@@ -476,7 +476,10 @@ type lutY struct {
 func newLutY(T int) *lutY {
 	s := &lutY{p: newPool(false), T: T}
 	s.w, s.pf = GP64(), GP64()
-	s.tabs = []GPVirtual{GP64()}
+	s.tabs = make([]GPVirtual, T)
+	for t := range s.tabs {
+		s.tabs[t] = GP64()
+	}
 	s.acc16 = make([][2]VecPhysical, T)
 	for t := range s.acc16 {
 		copy(s.acc16[t][:], s.p.getn(2))
@@ -485,9 +488,6 @@ func newLutY(T int) *lutY {
 		copy(s.acc32[:], s.p.getn(4))
 	}
 	s.lo, s.hi, s.l, s.h = s.p.get(), s.p.get(), s.p.get(), s.p.get()
-	for t := 1; t < T; t++ {
-		s.tabs = append(s.tabs, GP64())
-	}
 	return s
 }
 
@@ -700,11 +700,7 @@ func lutYFn(T int, tl2 bool) {
 	MOVQ(w0, s.w)
 	MOVQ(w0, s.pf)
 	ADDQ(at(a, lRBBytes), s.pf)
-	MOVQ(at(a, lTab), s.tabs[0])
-	for t := 1; t < T; t++ {
-		MOVQ(s.tabs[t-1], s.tabs[t])
-		ADDQ(at(a, lTabStride), s.tabs[t])
-	}
+	loadTokenPtrs(a, s.tabs, lTab, lTabStride) // (the blocks moved them on)
 	if T == 1 {
 		zeroAll(s.acc32[:]...)
 	}
