@@ -403,6 +403,14 @@ func (p *Pool) Split(class Class, blocks int, fn func(worker, lo, hi int)) error
 	return p.split(class, blocks, fn, p.cfg.Steal)
 }
 
+// SplitOnce is Split in which each worker runs at most one range, its whole
+// share, even when the pool steals: for work whose fn has a cost of its own
+// per call, which stealing's smaller pieces would pay again and again (the
+// lookup-table kernels build tables of the whole input per call).
+func (p *Pool) SplitOnce(class Class, blocks int, fn func(worker, lo, hi int)) error {
+	return p.split(class, blocks, fn, false)
+}
+
 // split is Split with stealing chosen by the caller (HeteroBench compares
 // both on one pool).
 func (p *Pool) split(class Class, blocks int, fn func(worker, lo, hi int), steal bool) error {

@@ -172,11 +172,13 @@ func TestRunCallsEveryWorkerOnce(t *testing.T) {
 
 func TestSplitCoversEveryBlockOnce(t *testing.T) {
 	for _, steal := range []bool{false, true} {
-		t.Run(fmt.Sprint("steal=", steal), func(t *testing.T) { testSplitCovers(t, steal) })
+		t.Run(fmt.Sprint("steal=", steal), func(t *testing.T) { testSplitCovers(t, steal, false) })
 	}
+	// SplitOnce on a stealing pool: one range per worker, the partition's.
+	t.Run("once", func(t *testing.T) { testSplitCovers(t, true, true) })
 }
 
-func testSplitCovers(t *testing.T, steal bool) {
+func testSplitCovers(t *testing.T, steal, once bool) {
 	withProcs(t, 8)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, n := range []int{1, 2, 3, 5} {
@@ -203,7 +205,11 @@ func testSplitCovers(t *testing.T, steal bool) {
 			hits := make([]atomic.Int32, blocks)
 			calls := make([]atomic.Int32, n)
 			busy := make([]atomic.Int32, n)
-			err := p.Split(class, blocks, func(w, lo, hi int) {
+			split := p.Split
+			if once {
+				split = p.SplitOnce
+			}
+			err := split(class, blocks, func(w, lo, hi int) {
 				if busy[w].Add(1) != 1 {
 					t.Errorf("worker %d called concurrently with itself", w)
 				}
@@ -211,7 +217,7 @@ func testSplitCovers(t *testing.T, steal bool) {
 				if lo >= hi || lo < 0 || hi > blocks {
 					t.Errorf("worker %d got [%d,%d) of %d blocks", w, lo, hi, blocks)
 				}
-				if !steal && (lo != want[w] || hi != want[w+1]) {
+				if (!steal || once) && (lo != want[w] || hi != want[w+1]) {
 					t.Errorf("worker %d got [%d,%d), partition %v", w, lo, hi, want)
 				}
 				if w == slow && call%2 == 0 {
@@ -230,7 +236,7 @@ func testSplitCovers(t *testing.T, steal bool) {
 					t.Fatalf("n=%d blocks=%d: block %d done %d times", n, blocks, b, h)
 				}
 			}
-			if steal {
+			if steal && !once {
 				continue
 			}
 			for w := range calls {
@@ -677,12 +683,18 @@ type engineRunner interface {
 	Close() error
 }
 
+// engineOnceRunner is the engine's optional SplitOnce.
+type engineOnceRunner interface {
+	SplitOnce(class string, blocks int, fn func(worker, lo, hi int))
+}
+
 func TestRunnerAdapter(t *testing.T) {
 	p := newTestPool(t, unpinned(2))
 	var r engineRunner = Runner{p}
 	var n atomic.Int32
 	r.Split("k", 10, func(w, lo, hi int) { n.Add(int32(hi - lo)) })
-	if n.Load() != 10 || r.Threads() != 2 {
+	r.(engineOnceRunner).SplitOnce("k", 10, func(w, lo, hi int) { n.Add(int32(hi - lo)) })
+	if n.Load() != 20 || r.Threads() != 2 {
 		t.Fatalf("Runner.Split covered %d of 10 blocks, Threads %d", n.Load(), r.Threads())
 	}
 	caught := func(f func()) (v any) {

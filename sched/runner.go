@@ -13,3 +13,10 @@ func (r Runner) Split(class string, blocks int, fn func(worker, lo, hi int)) {
 		panic(err)
 	}
 }
+
+// SplitOnce runs Pool.SplitOnce and panics with its error, if any.
+func (r Runner) SplitOnce(class string, blocks int, fn func(worker, lo, hi int)) {
+	if err := r.Pool.SplitOnce(Class(class), blocks, fn); err != nil {
+		panic(err)
+	}
+}
