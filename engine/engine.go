@@ -437,10 +437,23 @@ func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, o
 			e.log.Error("engine: kernel failed", "layer", l.Spec.Name, "kernel", kern.Name(), "panic", r)
 		}
 	}()
-	e.runner.Split(kern.Name(), l.Layout.RowBlocks(), func(_, lo, hi int) {
-		kern.Run(l, a, lo, hi, out)
-	})
+	kernels.RunSplit(kern, l, a, out, e.runner.Threads(), e.splitter)
 	return nil
+}
+
+// onceRunner is a Runner that can also split without stealing (sched.Runner).
+type onceRunner interface {
+	SplitOnce(class string, blocks int, fn func(worker, lo, hi int))
+}
+
+// splitter is the runner as a kernels.Splitter: once goes to SplitOnce where the runner has
+// it (a runner without stealing has one range per worker anyway).
+func (e *Engine) splitter(class string, units int, once bool, fn func(w, lo, hi int)) {
+	if o, ok := e.runner.(onceRunner); ok && once {
+		o.SplitOnce(class, units, fn)
+		return
+	}
+	e.runner.Split(class, units, fn)
 }
 
 func (e *Engine) fail(l *layer, n int, err error) error {

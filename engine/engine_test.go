@@ -325,3 +325,70 @@ func TestKernelPanicIsAnError(t *testing.T) {
 type panicRunner struct{ goRunner }
 
 func (panicRunner) Split(string, int, func(w, lo, hi int)) { panic("worker exploded") }
+
+// onceLogRunner is a goRunner that logs which of Split and SplitOnce each call used.
+type onceLogRunner struct {
+	goRunner
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *onceLogRunner) Split(class string, blocks int, fn func(w, lo, hi int)) {
+	r.mu.Lock()
+	r.log = append(r.log, "Split "+class)
+	r.mu.Unlock()
+	r.goRunner.Split(class, blocks, fn)
+}
+
+func (r *onceLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi int)) {
+	r.mu.Lock()
+	r.log = append(r.log, "SplitOnce "+class)
+	r.mu.Unlock()
+	r.goRunner.Split(class, blocks, fn)
+}
+
+// TestLUTCallsSplitOnce: a runner that can split without stealing (sched.Runner) is asked
+// to for the lookup-table formats, whose calls build tables of all of K, and not for the
+// others; the results are the reference's.
+func TestLUTCallsSplitOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	r := &onceLogRunner{goRunner: goRunner{2}}
+	e, err := New(Config{Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, f := range []quantcfg.Format{quantcfg.TL2, quantcfg.TL1, quantcfg.I2S} {
+		s := randLayer(rng, "l_"+string(f), f, 200, 1100, true)
+		id, err := e.Register(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 1100)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		out := make([]float32, 200)
+		r.log = nil
+		if err := e.ForwardF32(id, x, 1, out); err != nil {
+			t.Fatal(err)
+		}
+		want := reference(t, s, x, 1)
+		for i := range out {
+			if math.Float32bits(out[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: row %d: %v, want %v", f, i, out[i], want[i])
+			}
+		}
+		kern := ""
+		if len(r.log) == 1 {
+			_, kern, _ = strings.Cut(r.log[0], " ")
+		}
+		wantLog := "Split " + kern
+		if f != quantcfg.I2S && !strings.HasPrefix(kern, "ref") {
+			wantLog = "SplitOnce " + kern
+		}
+		if len(r.log) != 1 || r.log[0] != wantLog {
+			t.Errorf("%s: runner calls %q, want [%q]", f, r.log, wantLog)
+		}
+	}
+}

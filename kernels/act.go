@@ -25,6 +25,17 @@ type Acts struct {
 	// Scratch belongs to the kernel that runs the call (lookup tables, sums, ...): Prepare
 	// fills it, Run reads it. It is kept across calls to avoid allocation.
 	Scratch []byte
+	// parts are a Parted call's per-worker sums.
+	parts partSums
+}
+
+// partSums are the int32 sums of a Parted call's workers: worker w's at buf[w*stride:],
+// RowBlocks() blocks of N*RowBlock; used[w] says whether w ran units in the call (its sums
+// are cleared when it first does).
+type partSums struct {
+	buf    []int32
+	stride int
+	used   []bool
 }
 
 // XSIndex returns the index into XS of token t, input group containing input k.

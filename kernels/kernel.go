@@ -44,3 +44,54 @@ func Select(l *Layer, n int) (Kernel, error) {
 	}
 	return nil, fmt.Errorf("%w for layer %s (%s %dx%d, n=%d): %s", ErrNoKernel, l.Spec.Name, l.Spec.Format, l.Spec.Out, l.Spec.In, n, strings.Join(why, "; "))
 }
+
+// Parted is implemented by kernels that can also run a call in parts of the weights' stream
+// instead of ranges of rows. The lookup-table formats' blobs are chunk-major (chunk c of row
+// block rb, unit c*RowBlocks()+rb, is the blob's own order), so a range of units is one
+// stretch of memory, where a range of rows is a stretch in every chunk: with two threads on
+// the 8B shapes, tl2 reads closer to the memory's rate that way. Each worker adds into
+// int32 sums of its own, and Finish adds them up per row block. RunSplit drives it.
+type Parted interface {
+	Kernel
+	// Units prepares a call for workers threads, after Prepare, and returns how many units
+	// to split among them, or 0 when the call runs by rows (Run).
+	Units(l *Layer, a *Acts, workers int) int
+	// RunUnits sweeps units [u0, u1) into worker w's sums (0 <= w < workers). Calls of
+	// different workers may run concurrently; one worker's calls must not overlap.
+	RunUnits(l *Layer, a *Acts, w, u0, u1 int)
+	// Finish computes out for row blocks [rb0, rb1) from the workers' sums, after every
+	// RunUnits of the call. Different row-block ranges may run concurrently.
+	Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32)
+}
+
+// PerCall is implemented by kernels whose Run (and RunUnits) calls cost something of their
+// own beyond their rows' work: tl1 and tl2 build the lookup tables of every chunk a call
+// sweeps, so a runner that steals, cutting a worker's share into ever smaller pieces, would
+// have them built again for each piece. RunSplit gives each worker one range of theirs.
+type PerCall interface {
+	PerCall(l *Layer, n int) bool
+}
+
+// Splitter runs fn(w, lo, hi) over ranges [lo, hi) that cover [0, units), in parallel on a
+// runner's workers, w being the worker that runs the range (0 <= w < the runner's threads,
+// one worker's ranges one after another), and returns when all are done. With once, each
+// worker runs at most one range (no stealing). class names the kind of work (sched.Pool
+// keeps its per-worker ratios by class).
+type Splitter func(class string, units int, once bool, fn func(w, lo, hi int))
+
+// RunSplit runs a prepared call of k on workers threads: its row blocks split among them
+// (class k.Name()), or, when k is Parted and takes the call in parts, the units of the
+// weights (class k.Name()+"/parts") and then the row blocks' sums and outputs
+// (k.Name()+"/finish"). A PerCall kernel's ranges are whole shares (once).
+func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Splitter) {
+	pc, ok := k.(PerCall)
+	once := ok && pc.PerCall(l, a.N)
+	if pk, ok := k.(Parted); ok {
+		if units := pk.Units(l, a, workers); units > 0 {
+			split(k.Name()+"/parts", units, once, func(w, lo, hi int) { pk.RunUnits(l, a, w, lo, hi) })
+			split(k.Name()+"/finish", l.Layout.RowBlocks(), false, func(_, lo, hi int) { pk.Finish(l, a, lo, hi, out) })
+			return
+		}
+	}
+	split(k.Name(), l.Layout.RowBlocks(), once, func(_, lo, hi int) { k.Run(l, a, lo, hi, out) })
+}

@@ -526,160 +526,281 @@ const lutChunkBytes = 24 << 10
 // runLUT is Run for the tl1/tl2 lookup-table kernels: per token group, the row blocks are
 // swept chunk by chunk of K, accumulating int32 sums, then the epilogue runs per row block.
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
-	ly, n, nrb := l.Layout, a.N, rb1-rb0
+	n, nrb := a.N, rb1-rb0
 	tile := min(k.ops.gemvT, n)
 	if need := nrb * tile * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
-	blkTab := 1024 // bytes of tables per tl2 block
-	if k.ops.tabKind == tabTL2Y {
-		blkTab = 512
-	}
-	la, epi := &tb.la, &tb.epi
-	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0}
-	data := unsafe.Pointer(&l.Data[0])
-	var lbuf []byte
+	rows := func(int) (int, int) { return rb0, rb1 }
 	for t0 := 0; t0 < n; t0 += tile {
 		T := min(tile, n-t0)
 		sums := tb.sums[:nrb*T*RowBlock]
 		clear(sums)
-		var tab unsafe.Pointer // the group's tables for the chunk, token t's at tab + t*tabStride
-		var tabStride int
-		ahead := tl2Ahead
-		if k.format == quantcfg.TL1 {
-			ahead = tl1Ahead
+		k.sweepLUT(l, a, t0, T, sums, rb0, rows, tb)
+		k.lutEpilogue(l, p, s, lp, tb, t0, T, sums, rb0, rb0, rb1, out)
+	}
+}
+
+// PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT).
+func (k *simdKernel) PerCall(l *Layer, n int) bool {
+	return k.ops.lut[1] != nil && !k.useGemm(l, n)
+}
+
+// partMinBytes is the smallest blob a lookup-table call runs in parts of (Parted) rather
+// than by rows.
+var partMinBytes = 8 << 20
+
+// Units runs a tl1/tl2 GEMV of up to gemvT tokens on a blob of at least partMinBytes with at
+// least as many chunks as workers in parts of its stream (Parted).
+func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
+	ly := l.Layout
+	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers {
+		return 0
+	}
+	ps := &a.parts
+	ps.stride = ly.RowBlocks() * a.N * RowBlock
+	if need := workers * ps.stride; cap(ps.buf) < need {
+		ps.buf = make([]int32, need)
+	}
+	ps.buf = ps.buf[:cap(ps.buf)]
+	ps.used = append(ps.used[:0], make([]bool, workers)...)
+	return ly.Chunks() * ly.RowBlocks()
+}
+
+// RunUnits sweeps units [u0, u1) (chunk c's pieces of row blocks [u0-c*RowBlocks(),
+// u1-c*RowBlocks()), clipped) into worker w's sums.
+func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
+	ps := &a.parts
+	if w < 0 || w >= len(ps.used) {
+		panic(fmt.Sprintf("kernels: %s: RunUnits by worker %d of a call prepared for %d", k.Name(), w, len(ps.used)))
+	}
+	mrb := l.Layout.RowBlocks()
+	if u0 < 0 || u1 > l.Layout.Chunks()*mrb {
+		panic(fmt.Sprintf("kernels: %s: RunUnits of units [%d, %d) of %d", k.Name(), u0, u1, l.Layout.Chunks()*mrb))
+	}
+	if u0 >= u1 {
+		return
+	}
+	sums := ps.buf[w*ps.stride:][:ps.stride]
+	if !ps.used[w] {
+		clear(sums)
+		ps.used[w] = true
+	}
+	tb := bufPool.Get().(*threadBuf)
+	defer tb.release()
+	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
+	k.sweepLUT(l, a, 0, a.N, sums, 0, rows, tb)
+}
+
+// Finish adds the other workers' sums of row blocks [rb0, rb1) into the first's and runs
+// the epilogue on them.
+func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
+	if rb0 >= rb1 {
+		return
+	}
+	ps, per := &a.parts, a.N*RowBlock
+	var first []int32
+	for w, used := range ps.used {
+		if !used {
+			continue
 		}
-		// nextPiece is where this thread's stream goes on after chunk c: its piece of chunk
-		// c+1 (nil after the last). The chunk's last call prefetches it in its last row blocks
-		// instead of past the range, which is another thread's (measured on tl2 with two
-		// threads on 4096x14336: +6% per token when memory is fast, neutral when slow and
-		// with one thread, whose range is contiguous).
-		nextPiece := func(c int) unsafe.Pointer {
-			if c+1 == ly.Chunks() {
-				return nil
+		src := ps.buf[w*ps.stride:][rb0*per : rb1*per]
+		if first == nil {
+			first = src
+			continue
+		}
+		addInt32s(first, src)
+	}
+	if first == nil {
+		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
+	}
+	p := k.plan(l, a.N)
+	_, s := scratchView(a, p.size)
+	tb := bufPool.Get().(*threadBuf)
+	defer tb.release()
+	k.lutEpilogue(l, p, s, l.simdPrep(), tb, 0, a.N, first, rb0, rb0, rb1, out)
+}
+
+// addInt32s adds src into dst (len(src) >= len(dst)).
+func addInt32s(dst, src []int32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// lutEpilogue writes the outputs of tokens t0..t0+T-1 for row blocks [rb0, rb1) from their
+// sums (row block rb's at sums[(rb-sb)*T*RowBlock]).
+func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *threadBuf, t0, T int, sums []int32, sb, rb0, rb1 int, out []float32) {
+	ly, epi := l.Layout, &tb.epi
+	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0, NTok: T}
+	epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+	epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+	for rb := rb0; rb < rb1; rb++ {
+		m0 := rb * RowBlock
+		epi.Sums = unsafe.Pointer(&sums[(rb-sb)*T*RowBlock])
+		epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
+		epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
+		epi.Bias = nil
+		if lp.bias != nil {
+			epi.Bias = unsafe.Pointer(&lp.bias[m0])
+		}
+		epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+		k.ops.epi(argp(epi))
+	}
+}
+
+// sweepLUT adds the int32 sums of tokens t0..t0+T-1 (T <= gemvT) into sums (row block rb's
+// at sums[(rb-sb)*T*RowBlock]) over the pieces rows names: row blocks [lo, hi) = rows(c) of
+// each chunk c. The chunks with pieces must be consecutive (a row range names every chunk,
+// a range of units some consecutive ones).
+func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
+	ly := l.Layout
+	blkTab := 1024 // bytes of tables per tl2 block
+	if k.ops.tabKind == tabTL2Y {
+		blkTab = 512
+	}
+	la := &tb.la
+	data := unsafe.Pointer(&l.Data[0])
+	nc := ly.Chunks()
+	swept := func(c int) bool {
+		if c >= nc {
+			return false
+		}
+		lo, hi := rows(c)
+		return lo < hi
+	}
+	var tab unsafe.Pointer // the group's tables for the chunk, token t's at tab + t*tabStride
+	var tabStride int
+	ahead := tl2Ahead
+	if k.format == quantcfg.TL1 {
+		ahead = tl1Ahead
+	}
+	// nextPiece is where this sweep's stream goes on after chunk c: its first piece of chunk
+	// c+1 (nil after its last chunk). The chunk's last call prefetches it in its last row
+	// blocks instead of past the range, which is another thread's (measured on tl2 with two
+	// threads on 4096x14336: +6% per token when memory is fast, neutral when slow and with
+	// one thread, whose range is contiguous).
+	nextPiece := func(c int) unsafe.Pointer {
+		if !swept(c + 1) {
+			return nil
+		}
+		lo, _ := rows(c + 1)
+		o, _ := ly.Piece(lo, c+1)
+		return unsafe.Add(data, o)
+	}
+	// call runs the kernel over nrb row blocks from lo for a part of a chunk; it builds the
+	// tables of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches
+	// next (if not nil) where the part's end would be past the range.
+	call := func(lo, nrb, off, stride, tabOff, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
+		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[(lo-sb)*T*RowBlock]),
+			Tab: unsafe.Add(tab, tabOff), TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
+		if la.BN > 0 {
+			la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
+		}
+		k.ops.lut[T](argp(la))
+	}
+	// xAt is token t's activations from input k0 on; tables builds the tables of the
+	// inputs of part from k0 on, for every token of the group, into buf.
+	kind := k.ops.tabKind
+	xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
+	tables := func(part Layout, k0 int, buf []byte) {
+		for t := 0; t < T; t++ {
+			buildTables(kind, part, xAt(t, k0), buf[t*tabStride:])
+		}
+	}
+	var lbuf []byte
+	if k.format == quantcfg.TL2 {
+		// The blob's chunks hold the row blocks' pieces side by side (one stream per
+		// thread), and each chunk's tables are built by this thread into an L1-sized
+		// buffer just before the chunk is swept: they never travel through L2 or from
+		// the core that ran Prepare (measured: +1-6% at one thread, +4-28% at two).
+		// One token on a kernel that builds tables (inline): the kernel builds chunk c+1's
+		// between the row blocks of chunk c, into the other half of a double buffer, so
+		// the weight stream does not pause for the build (measured, 21 interleaved rounds:
+		// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
+		// +0.2-0.3% at two).
+		cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
+		per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
+		inline := T == 1 && k.ops.lutBuilds && nc > 1 && cb >= TL2Chunk
+		nbuf := 1
+		if inline {
+			nbuf = 2
+		}
+		tb.lut, lbuf = alignedBytes(tb.lut, per*T*nbuf)
+		tabStride = per
+		first := true
+		for c := 0; c < nc; c++ {
+			if !swept(c) {
+				continue
 			}
-			o, _ := ly.Piece(rb0, c+1)
-			return unsafe.Add(data, o)
-		}
-		// call runs the kernel over the row blocks for a part of a chunk; it builds the tables
-		// of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches next
-		// (if not nil) where the part's end would be past the range.
-		call := func(off, stride, tabOff, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
-			*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[0]),
-				Tab: unsafe.Add(tab, tabOff), TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
-			if la.BN > 0 {
-				la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
+			lo, hi := rows(c)
+			b0, bc := ly.ChunkSpan(c)
+			off, size := ly.Piece(lo, c)
+			part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
+			if c == nc-1 {
+				part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
 			}
-			k.ops.lut[T](argp(la))
-		}
-		// xAt is token t's activations from input k0 on; tables builds the tables of the
-		// inputs of part from k0 on, for every token of the group, into buf.
-		kind := k.ops.tabKind
-		xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
-		tables := func(part Layout, k0 int, buf []byte) {
-			for t := 0; t < T; t++ {
-				buildTables(kind, part, xAt(t, k0), buf[t*tabStride:])
-			}
-		}
-		if k.format == quantcfg.TL2 {
-			// The blob's chunks hold the row blocks' pieces side by side (one stream per
-			// thread), and each chunk's tables are built by this thread into an L1-sized
-			// buffer just before the chunk is swept: they never travel through L2 or from
-			// the core that ran Prepare (measured: +1-6% at one thread, +4-28% at two).
-			// One token on a kernel that builds tables (inline): the kernel builds chunk c+1's
-			// between the row blocks of chunk c, into the other half of a double buffer, so
-			// the weight stream does not pause for the build (measured, 21 interleaved rounds:
-			// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
-			// +0.2-0.3% at two).
-			cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
-			per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
-			nc := ly.Chunks()
-			inline := T == 1 && k.ops.lutBuilds && nc > 1 && cb >= TL2Chunk
-			nbuf := 1
+			units := part.Kp1 / 4
+			buf := lbuf
+			var bx []int8 // inline: the next chunk's triples
+			var btab []byte
 			if inline {
-				nbuf = 2
-			}
-			tb.lut, lbuf = alignedBytes(tb.lut, per*T*nbuf)
-			tabStride = per
-			for c := 0; c < nc; c++ {
-				b0, bc := ly.ChunkSpan(c)
-				off, size := ly.Piece(rb0, c)
-				part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
-				if c == nc-1 {
-					part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
-				}
-				units := part.Kp1 / 4
-				buf := lbuf
-				var bx []int8 // inline: the next chunk's triples
-				var btab []byte
-				if inline {
-					buf = lbuf[c%2*per:]
-					if c == 0 {
-						tables(part, 0, buf)
-					} else if units > 0 { // the kernel built the triples' tables, the tail's are left
-						tables(Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab*bc:])
-					}
-					if c+1 < nc {
-						nb0, nbc := ly.ChunkSpan(c + 1)
-						bx, btab = xAt(0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
-					}
-				} else {
+				buf = lbuf[c%2*per:]
+				if first {
 					tables(part, TL2Block*b0, buf)
+				} else if units > 0 { // the kernel built the triples' tables, the tail's are left
+					tables(Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab*bc:])
 				}
-				tab = unsafe.Pointer(&buf[0])
-				next := nextPiece(c)
-				// One token: the tail goes with the chunk's last blocks. More: the kernels take
-				// row blocks in pairs only in calls without units, so the tail has its own.
-				sep := units > 0 && (T > 1 || bc == 0)
-				for s0 := 0; s0 < bc; s0 += cb {
-					nbk, uu, nx := min(cb, bc-s0), 0, unsafe.Pointer(nil)
-					if s0+nbk == bc && !sep {
-						uu, nx = units, next
-					}
-					call(off+320*s0, size, blkTab*s0, nbk, uu, bx, btab, nx) // (inline: a single call)
+				if swept(c + 1) {
+					nb0, nbc := ly.ChunkSpan(c + 1)
+					bx, btab = xAt(0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 				}
-				if sep {
-					call(off+320*bc, size, blkTab*bc, 0, units, nil, nil, next)
-				}
+			} else {
+				tables(part, TL2Block*b0, buf)
 			}
-		} else {
-			// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (its tables
-			// are 16 KiB per token: more than L1 holds from two tokens on, yet splitting the
-			// chunk's units over calls, which leaves gaps in each call's stream, measured 5-15%
-			// slower). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
-			// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
-			// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
-			// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
-			// other thread read all of K's from the core that built them, anew every call
-			// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
-			// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
-			// unchanged).
-			tabStride = align64(64 * TL1Chunk)
-			tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
-			tab = unsafe.Pointer(&lbuf[0])
-			nc := ly.Chunks()
-			for c := 0; c < nc; c++ {
-				_, uc := ly.ChunkSpan(c)
-				off, size := ly.Piece(rb0, c)
-				tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
-				call(off, size, 0, 0, uc, nil, nil, nextPiece(c))
+			first = false
+			tab = unsafe.Pointer(&buf[0])
+			next := nextPiece(c)
+			// One token: the tail goes with the chunk's last blocks. More: the kernels take
+			// row blocks in pairs only in calls without units, so the tail has its own.
+			sep := units > 0 && (T > 1 || bc == 0)
+			for s0 := 0; s0 < bc; s0 += cb {
+				nbk, uu, nx := min(cb, bc-s0), 0, unsafe.Pointer(nil)
+				if s0+nbk == bc && !sep {
+					uu, nx = units, next
+				}
+				call(lo, hi-lo, off+320*s0, size, blkTab*s0, nbk, uu, bx, btab, nx) // (inline: a single call)
+			}
+			if sep {
+				call(lo, hi-lo, off+320*bc, size, blkTab*bc, 0, units, nil, nil, next)
 			}
 		}
-		epi.NTok = T
-		epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
-		epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
-		for rb := rb0; rb < rb1; rb++ {
-			m0 := rb * RowBlock
-			epi.Sums = unsafe.Pointer(&sums[(rb-rb0)*T*RowBlock])
-			epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
-			epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
-			epi.Bias = nil
-			if lp.bias != nil {
-				epi.Bias = unsafe.Pointer(&lp.bias[m0])
-			}
-			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-			k.ops.epi(argp(epi))
+		return
+	}
+	// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (its tables
+	// are 16 KiB per token: more than L1 holds from two tokens on, yet splitting the
+	// chunk's units over calls, which leaves gaps in each call's stream, measured 5-15%
+	// slower). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
+	// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
+	// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
+	// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
+	// other thread read all of K's from the core that built them, anew every call
+	// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
+	// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
+	// unchanged).
+	tabStride = align64(64 * TL1Chunk)
+	tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
+	tab = unsafe.Pointer(&lbuf[0])
+	for c := 0; c < nc; c++ {
+		if !swept(c) {
+			continue
 		}
+		lo, hi := rows(c)
+		_, uc := ly.ChunkSpan(c)
+		off, size := ly.Piece(lo, c)
+		tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
+		call(lo, hi-lo, off, size, 0, 0, uc, nil, nil, nextPiece(c))
 	}
 }
 

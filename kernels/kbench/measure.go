@@ -118,7 +118,7 @@ func RoundRatio(a, b Timing) float64 {
 }
 
 // Runner runs GEMVs (or GEMMs) of a Set on a Pool: activations quantized once per call
-// site, then per layer the kernel's Prepare and a static split of the row blocks.
+// site, then per layer the kernel's Prepare and a static split of its work (kernels.RunSplit).
 type Runner struct {
 	Pool *Pool
 	Set  *Set
@@ -154,10 +154,15 @@ func (r *Runner) Impl() string { return r.k.Name() }
 func (r *Runner) Call(i int) {
 	l := r.Set.Layers[i%len(r.Set.Layers)]
 	r.k.Prepare(l, &r.acts)
-	nrb := l.Layout.RowBlocks()
+	kernels.RunSplit(r.k, l, &r.acts, r.out, r.Pool.Threads(), r.split)
+}
+
+// split is the pool as a kernels.Splitter: a static split, one range per worker.
+func (r *Runner) split(_ string, units int, _ bool, fn func(w, lo, hi int)) {
 	r.Pool.Run(func(w int) {
-		lo, hi := Split(nrb, r.Pool.Threads(), w)
-		r.k.Run(l, &r.acts, lo, hi, r.out)
+		if lo, hi := Split(units, r.Pool.Threads(), w); lo < hi {
+			fn(w, lo, hi)
+		}
 	})
 }
 

@@ -1,0 +1,271 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+// namedKernel is a kernel with a name that tells generic twins apart.
+type namedKernel struct {
+	name string
+	*simdKernel
+}
+
+// lutKernels are the tl1/tl2 kernels this CPU runs and their generic twins (both layouts).
+func lutKernels() []namedKernel {
+	var ks []namedKernel
+	for _, k := range asmKernels() {
+		if k.ops.lut[1] != nil {
+			ks = append(ks, namedKernel{k.Name(), k})
+		}
+	}
+	for _, f := range []quantcfg.Format{quantcfg.TL1, quantcfg.TL2} {
+		for _, z := range []bool{true, false} {
+			ks = append(ks, namedKernel{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), &simdKernel{format: f, ops: genericOps(f, z)}})
+		}
+	}
+	return ks
+}
+
+// smallParts lets every blob run in parts for the test's duration.
+func smallParts(t *testing.T) {
+	old := partMinBytes
+	partMinBytes = 0
+	t.Cleanup(func() { partMinBytes = old })
+}
+
+// runParts runs a call of k in parts: units cut at random into ranges (single units
+// among them), each given to a random worker (one of them gets none; a worker may get
+// ranges far apart, as a stealing runner's would be), the workers concurrently when conc;
+// then Finish over random row-block ranges. a is kept from call to call, as the engine
+// keeps it.
+func runParts(t *testing.T, rng *rand.Rand, k namedKernel, a *Acts, l *Layer, x []float32, n, workers int, conc bool) []float32 {
+	t.Helper()
+	if err := l.Quantize(x, n, a); err != nil {
+		t.Fatal(err)
+	}
+	k.Prepare(l, a)
+	units := k.Units(l, a, workers)
+	if want := l.Layout.Chunks() * l.Layout.RowBlocks(); units != want {
+		t.Fatalf("%s: Units = %d for %d chunks of %d row blocks", k.name, units, l.Layout.Chunks(), l.Layout.RowBlocks())
+	}
+	idle := rng.IntN(workers)
+	ranges := make([][][2]int, workers)
+	for u0 := 0; u0 < units; {
+		u1 := min(units, u0+1+rng.IntN(max(1, units/3)))
+		if rng.IntN(4) == 0 {
+			u1 = u0 + 1
+		}
+		w := rng.IntN(workers)
+		if w == idle {
+			w = (w + 1) % workers
+		}
+		ranges[w] = append(ranges[w], [2]int{u0, u1})
+		u0 = u1
+	}
+	for w := range ranges { // not in the units' order
+		rng.Shuffle(len(ranges[w]), func(i, j int) { ranges[w][i], ranges[w][j] = ranges[w][j], ranges[w][i] })
+	}
+	var wg sync.WaitGroup
+	for w, rs := range ranges {
+		run := func() {
+			for _, r := range rs {
+				k.RunUnits(l, a, w, r[0], r[1])
+			}
+		}
+		if conc {
+			wg.Go(run)
+		} else {
+			run()
+		}
+	}
+	wg.Wait()
+	m, nrb := l.Layout.M, l.Layout.RowBlocks()
+	out := make([]float32, n*m)
+	for rb := 0; rb < nrb; {
+		rb1 := min(nrb, rb+1+rng.IntN(3))
+		k.Finish(l, a, rb, rb1, out)
+		rb = rb1
+	}
+	return out
+}
+
+// TestLUTKernelsInParts: tl1 and tl2 run in parts of their blob (Parted) give the
+// reference's results, on K of several chunks ending with a tail (tl2) or a short chunk
+// (tl1), for any cut of the units among the workers and any order of a worker's ranges.
+func TestLUTKernelsInParts(t *testing.T) {
+	smallParts(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	shapes := [][2]int{{70, 1203}, {33, 26 * TL2Block}, {200, 4817}, {32, 40*TL2Block + 44}}
+	ns := []int{1, 2, 5, 8}
+	if raceEnabled {
+		shapes, ns = shapes[:2], []int{1, 3}
+	}
+	for _, k := range lutKernels() {
+		var a Acts
+		for si, spec := range specsFor(k.format) {
+			if si >= 2 {
+				break
+			}
+			for _, sh := range shapes {
+				spec := spec
+				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
+				tl := newTestLayer(t, rng, spec)
+				for _, n := range ns {
+					if n > k.ops.gemvT {
+						continue
+					}
+					x := randActs(rng, n, sh[1])
+					want, err := Reference(tl.Layer, x, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, workers := range []int{2, 3} {
+						if tl.Layer.Layout.Chunks() < workers {
+							continue
+						}
+						for _, conc := range []bool{false, true} {
+							what := fmt.Sprintf("%s setting %d %dx%d n=%d, %d workers (concurrent: %t)", k.name, si, sh[0], sh[1], n, workers, conc)
+							checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, sh[0])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestUnitsDeclines: a call runs by rows (Units 0) on one worker, with more tokens than a
+// GEMV kernel takes, with fewer chunks than workers, on a blob below partMinBytes , and for formats that are not chunked.
+func TestUnitsDeclines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	spec := specsFor(quantcfg.TL2)[0]
+	spec.Out, spec.In = 256, 4096
+	big := newTestLayer(t, rng, spec)
+	spec.Out, spec.In = 64, 2*TL2Chunk*TL2Block
+	small := newTestLayer(t, rng, spec)
+	for _, k := range lutKernels() {
+		if k.format != quantcfg.TL2 {
+			continue
+		}
+		units := func(tl testLayer, n, workers int) int {
+			var a Acts
+			if err := tl.Layer.Quantize(randActs(rng, n, tl.Spec.In), n, &a); err != nil {
+				t.Fatal(err)
+			}
+			k.Prepare(tl.Layer, &a)
+			return k.Units(tl.Layer, &a, workers)
+		}
+		old := partMinBytes
+		partMinBytes = big.Layer.Layout.Bytes()
+		if u := units(big, 1, 2); u == 0 {
+			t.Errorf("%s: 256x4096 at two workers, partMinBytes its size: runs by rows", k.name)
+		}
+		partMinBytes++
+		if u := units(big, 1, 2); u != 0 {
+			t.Errorf("%s: 256x4096 at two workers, partMinBytes a byte more than its size: Units = %d, want 0", k.name, u)
+		}
+		partMinBytes = old
+		for _, c := range []struct {
+			what       string
+			tl         testLayer
+			n, workers int
+		}{
+			{"one worker", big, 1, 1},
+			{"more tokens than the GEMV kernels take", big, k.ops.gemvT + 1, 2},
+			{"a small blob", small, 1, 2},
+		} {
+			if u := units(c.tl, c.n, c.workers); u != 0 {
+				t.Errorf("%s: %s: Units = %d, want 0", k.name, c.what, u)
+			}
+		}
+	}
+	smallParts(t)
+	for _, k := range lutKernels() {
+		if k.format != quantcfg.TL2 {
+			continue
+		}
+		var a Acts
+		if err := small.Layer.Quantize(randActs(rng, 1, small.Spec.In), 1, &a); err != nil {
+			t.Fatal(err)
+		}
+		k.Prepare(small.Layer, &a)
+		if u := k.Units(small.Layer, &a, 3); u != 0 {
+			t.Errorf("%s: two chunks on three workers: Units = %d, want 0", k.name, u)
+		}
+	}
+	for _, k := range asmKernels() {
+		if k.ops.lut[1] != nil || k.format.IsFloat() {
+			continue
+		}
+		spec := specsFor(k.format)[0]
+		spec.Out, spec.In = 256, 4096
+		tl := newTestLayer(t, rng, spec)
+		var a Acts
+		if err := tl.Layer.Quantize(randActs(rng, 1, spec.In), 1, &a); err != nil {
+			t.Fatal(err)
+		}
+		k.Prepare(tl.Layer, &a)
+		if u := k.Units(tl.Layer, &a, 2); u != 0 {
+			t.Errorf("%s: Units = %d, want 0 (not a chunked format)", k.Name(), u)
+		}
+	}
+}
+
+// TestRunSplit: RunSplit runs a lookup-table call in parts, one range per worker (once),
+// then the outputs, and any other format by rows, letting the runner steal; the results
+// are the reference's. A RunUnits call by a worker the call was not prepared for panics
+// naming the kernel.
+func TestRunSplit(t *testing.T) {
+	smallParts(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, k := range asmKernels() {
+		if k.format != quantcfg.TL2 && k.format != quantcfg.I2S {
+			continue
+		}
+		spec := specsFor(k.format)[0]
+		spec.Out, spec.In = 100, 40*TL2Block+7
+		tl := newTestLayer(t, rng, spec)
+		x := randActs(rng, 1, spec.In)
+		want, err := Reference(tl.Layer, x, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a Acts
+		if err := tl.Layer.Quantize(x, 1, &a); err != nil {
+			t.Fatal(err)
+		}
+		k.Prepare(tl.Layer, &a)
+		var log []string
+		split := func(class string, units int, once bool, fn func(w, lo, hi int)) {
+			log = append(log, fmt.Sprintf("%s %t", class, once))
+			fn(1, units/2, units) // worker 1 first: the order must not matter
+			fn(0, 0, units/2)
+		}
+		out := make([]float32, spec.Out)
+		RunSplit(k, tl.Layer, &a, out, 2, split)
+		checkExact(t, k.Name()+" through RunSplit", out, want, spec.Out)
+		wantLog := []string{k.Name() + " false"}
+		if k.format == quantcfg.TL2 {
+			wantLog = []string{k.Name() + "/parts true", k.Name() + "/finish false"}
+		}
+		if got := strings.Join(log, ", "); got != strings.Join(wantLog, ", ") {
+			t.Errorf("%s: splits %q, want %q", k.Name(), got, strings.Join(wantLog, ", "))
+		}
+		if k.format == quantcfg.TL2 {
+			func() {
+				defer func() {
+					if v := recover(); v == nil || !strings.Contains(fmt.Sprint(v), k.Name()) {
+						t.Errorf("%s: RunUnits by worker 2 of a call for 2 panicked with %v", k.Name(), v)
+					}
+				}()
+				k.RunUnits(tl.Layer, &a, 2, 0, 1)
+			}()
+		}
+	}
+}
