@@ -141,7 +141,8 @@ func TestLUTKernelsInParts(t *testing.T) {
 }
 
 // TestUnitsDeclines: a call runs by rows (Units 0) on one worker, with more tokens than a
-// GEMV kernel takes, with fewer chunks than workers, on a blob below partMinBytes , and for formats that are not chunked.
+// GEMV kernel takes, with fewer chunks than workers, on a blob below partMinBytes or whose
+// row-split runs are longer than partMaxRun, and for formats that are not chunked.
 func TestUnitsDeclines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	spec := specsFor(quantcfg.TL2)[0]
@@ -171,6 +172,12 @@ func TestUnitsDeclines(t *testing.T) {
 			t.Errorf("%s: 256x4096 at two workers, partMinBytes a byte more than its size: Units = %d, want 0", k.name, u)
 		}
 		partMinBytes = old
+		oldRun := partMaxRun
+		partMaxRun = partRun(big.Layer.Layout, 2) - 1
+		if u := units(big, 1, 2); u != 0 {
+			t.Errorf("%s: 256x4096 at two workers, partMaxRun a byte less than its run: Units = %d, want 0", k.name, u)
+		}
+		partMaxRun = oldRun
 		for _, c := range []struct {
 			what       string
 			tl         testLayer

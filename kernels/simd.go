@@ -546,15 +546,29 @@ func (k *simdKernel) PerCall(l *Layer, n int) bool {
 	return k.ops.lut[1] != nil && !k.useGemm(l, n)
 }
 
-// partMinBytes is the smallest blob a lookup-table call runs in parts of (Parted) rather
-// than by rows.
-var partMinBytes = 8 << 20
+// A call in parts (Parted) pays a second fork/join and the adds of the workers' sums (M x n
+// int32 each) for the one thing it gains over a row split: a contiguous stream per worker,
+// where a row split streams a worker's pieces of a chunk, partRun bytes, and then jumps to
+// the next chunk. With two workers it was worth it where those runs were short and the
+// blob not small (tl2 per token against i2s, four interleaved rounds: 4096x14336 (245 KB
+// runs) 1.107 -> 1.148, 2560x6912 (154 KB) 1.063 -> 1.105, 2048x8192 (117 KB) 1.011 ->
+// 1.088, 4096x4096 (219 KB) 1.052 -> 1.085; but 14336x4096 (766 KB) 1.137 -> 1.104,
+// 6912x2560 (369 KB) 1.103 -> 1.029, 8192x2048 (437 KB) 1.066 -> 1.017, and 2560x2560
+// (1.4 MB in all) 1.057 -> 1.007; tl1 the same way, or neutral).
+var (
+	partMinBytes = 2 << 20
+	partMaxRun   = 320 << 10
+)
 
-// Units runs a tl1/tl2 GEMV of up to gemvT tokens on a blob of at least partMinBytes with at
-// least as many chunks as workers in parts of its stream (Parted).
+// partRun is the bytes a row split over workers streams per chunk before it jumps.
+func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * workers) }
+
+// Units runs a tl1/tl2 GEMV of up to gemvT tokens on a blob of at least partMinBytes, at
+// least one chunk per worker and row-split runs of at most partMaxRun in parts of its
+// stream (Parted).
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
-	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers {
+	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun {
 		return 0
 	}
 	ps := &a.parts
