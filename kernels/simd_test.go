@@ -496,25 +496,11 @@ func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shape
 // several tl2 chunks, where the one-token zmm kernel builds the next chunk's tables between
 // row blocks (a few row blocks per thread, and one) and the last chunk ends with a tail.
 func TestLUTKernelsManyChunks(t *testing.T) {
-	type named struct {
-		name string
-		k    *simdKernel
-	}
-	var ks []named
-	for _, k := range asmKernels() {
-		if k.ops.lut[1] != nil {
-			ks = append(ks, named{k.Name(), k})
-		}
-	}
-	for _, f := range []quantcfg.Format{quantcfg.TL1, quantcfg.TL2} {
-		for _, z := range []bool{true, false} {
-			ks = append(ks, named{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), &simdKernel{format: f, ops: genericOps(f, z)}})
-		}
-	}
+	ks := lutKernels()
 	rng := rand.New(rand.NewPCG(9, 9))
 	shapes := [][2]int{{33, 12 * TL2Block}, {33, 13 * TL2Block}, {70, 1203}, {200, 4817}, {32, 40*TL2Block + 44}}
 	for _, nk := range ks {
-		checkShapes(t, nk.name, nk.k, rng, shapes, 2, []int{1, 2, 5}, true)
+		checkShapes(t, nk.name, nk.simdKernel, rng, shapes, 2, []int{1, 2, 5}, true)
 	}
 }
 
