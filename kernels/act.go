@@ -30,12 +30,11 @@ type Acts struct {
 }
 
 // partSums are the int32 sums of a Parted call's workers: worker w's at buf[w*stride:],
-// RowBlocks() blocks of N*RowBlock; used[w] says whether w ran units in the call (its sums
-// are cleared when it first does).
+// stride = RowBlocks()*N*RowBlock (partStride); used[w] says whether w ran units in the
+// call (its sums are cleared when it first does).
 type partSums struct {
-	buf    []int32
-	stride int
-	used   []bool
+	buf  []int32
+	used []bool
 }
 
 // XSIndex returns the index into XS of token t, input group containing input k.

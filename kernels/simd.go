@@ -572,14 +572,21 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 		return 0
 	}
 	ps := &a.parts
-	ps.stride = ly.RowBlocks() * a.N * RowBlock
-	if need := workers * ps.stride; cap(ps.buf) < need {
+	if need := workers * partStride(l, a); cap(ps.buf) < need {
 		ps.buf = make([]int32, need)
 	}
 	ps.buf = ps.buf[:cap(ps.buf)]
-	ps.used = append(ps.used[:0], make([]bool, workers)...)
+	if cap(ps.used) < workers {
+		ps.used = make([]bool, workers)
+	}
+	ps.used = ps.used[:workers]
+	clear(ps.used)
 	return ly.Chunks() * ly.RowBlocks()
 }
+
+// partStride is the int32s of one worker's sums in a Parted call: every row block's, for
+// every token.
+func partStride(l *Layer, a *Acts) int { return l.Layout.RowBlocks() * a.N * RowBlock }
 
 // RunUnits sweeps units [u0, u1) (chunk c's pieces of row blocks [u0-c*RowBlocks(),
 // u1-c*RowBlocks()), clipped) into worker w's sums.
@@ -595,7 +602,8 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	if u0 >= u1 {
 		return
 	}
-	sums := ps.buf[w*ps.stride:][:ps.stride]
+	stride := partStride(l, a)
+	sums := ps.buf[w*stride:][:stride]
 	if !ps.used[w] {
 		clear(sums)
 		ps.used[w] = true
@@ -612,13 +620,13 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if rb0 >= rb1 {
 		return
 	}
-	ps, per := &a.parts, a.N*RowBlock
+	ps, per, stride := &a.parts, a.N*RowBlock, partStride(l, a)
 	var first []int32
 	for w, used := range ps.used {
 		if !used {
 			continue
 		}
-		src := ps.buf[w*ps.stride:][rb0*per : rb1*per]
+		src := ps.buf[w*stride:][rb0*per : rb1*per]
 		if first == nil {
 			first = src
 			continue
@@ -745,10 +753,10 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 		tabStride = per
 		first := true
 		for c := 0; c < nc; c++ {
-			if !swept(c) {
+			lo, hi := rows(c)
+			if lo >= hi {
 				continue
 			}
-			lo, hi := rows(c)
 			b0, bc := ly.ChunkSpan(c)
 			off, size := ly.Piece(lo, c)
 			part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
@@ -807,10 +815,10 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
 	tab = unsafe.Pointer(&lbuf[0])
 	for c := 0; c < nc; c++ {
-		if !swept(c) {
+		lo, hi := rows(c)
+		if lo >= hi {
 			continue
 		}
-		lo, hi := rows(c)
 		_, uc := ly.ChunkSpan(c)
 		off, size := ly.Piece(lo, c)
 		tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
