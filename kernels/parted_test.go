@@ -108,35 +108,20 @@ func TestLUTKernelsInParts(t *testing.T) {
 	}
 	for _, k := range lutKernels() {
 		var a Acts
-		for si, spec := range specsFor(k.format) {
-			if si >= 2 {
-				break
+		eachShape(t, k.name, k.simdKernel, rng, shapes, 2, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			if n > k.ops.gemvT {
+				return
 			}
-			for _, sh := range shapes {
-				spec := spec
-				spec.Out, spec.In, spec.Bias = sh[0], sh[1], si%2 == 0
-				tl := newTestLayer(t, rng, spec)
-				for _, n := range ns {
-					if n > k.ops.gemvT {
-						continue
-					}
-					x := randActs(rng, n, sh[1])
-					want, err := Reference(tl.Layer, x, n)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, workers := range []int{2, 3} {
-						if tl.Layer.Layout.Chunks() < workers {
-							continue
-						}
-						for _, conc := range []bool{false, true} {
-							what := fmt.Sprintf("%s setting %d %dx%d n=%d, %d workers (concurrent: %t)", k.name, si, sh[0], sh[1], n, workers, conc)
-							checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, sh[0])
-						}
-					}
+			for _, workers := range []int{2, 3} {
+				if tl.Layer.Layout.Chunks() < workers {
+					continue
+				}
+				for _, conc := range []bool{false, true} {
+					what := fmt.Sprintf("%s, %d workers (concurrent: %t)", what, workers, conc)
+					checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, tl.Spec.Out)
 				}
 			}
-		}
+		})
 	}
 }
 

@@ -456,6 +456,29 @@ func TestSIMDGemmLargeN(t *testing.T) {
 // would (and with byRB, for one token, also one row block per call).
 func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shapes [][2]int, settings int, ns []int, byRB bool) {
 	t.Helper()
+	eachShape(t, name, k, rng, shapes, settings, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+		m := tl.Spec.Out
+		checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, m)
+		if byRB && n == 1 {
+			var a Acts
+			if err := tl.Layer.Quantize(x, n, &a); err != nil {
+				t.Fatal(err)
+			}
+			k.Prepare(tl.Layer, &a)
+			out := make([]float32, m)
+			for rb := 0; rb < tl.Layer.Layout.RowBlocks(); rb++ {
+				k.Run(tl.Layer, &a, rb, rb+1, out)
+			}
+			checkExact(t, what+" by row block", out, want, m)
+		}
+	})
+}
+
+// eachShape calls fn for the first settings of k's format, each shape (M, K; bias on even
+// settings) and each token count in ns that k can run, with activations and the
+// reference's outputs for them; what names the case.
+func eachShape(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shapes [][2]int, settings int, ns []int, fn func(what string, tl testLayer, x []float32, n int, want []float32)) {
+	t.Helper()
 	for si, spec := range specsFor(k.format) {
 		if si >= settings {
 			break
@@ -473,20 +496,7 @@ func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shape
 				if err != nil {
 					t.Fatal(err)
 				}
-				what := fmt.Sprintf("%s setting %d %dx%d n=%d", name, si, sh[0], sh[1], n)
-				checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, sh[0])
-				if byRB && n == 1 {
-					var a Acts
-					if err := tl.Layer.Quantize(x, n, &a); err != nil {
-						t.Fatal(err)
-					}
-					k.Prepare(tl.Layer, &a)
-					out := make([]float32, sh[0])
-					for rb := 0; rb < tl.Layer.Layout.RowBlocks(); rb++ {
-						k.Run(tl.Layer, &a, rb, rb+1, out)
-					}
-					checkExact(t, what+" by row block", out, want, sh[0])
-				}
+				fn(fmt.Sprintf("%s setting %d %dx%d n=%d", name, si, sh[0], sh[1], n), tl, x, n, want)
 			}
 		}
 	}
