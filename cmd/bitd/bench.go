@@ -159,11 +159,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args, stderr) {
 		return o, errUsage
-	}
-	if err := strayArg(fs, "bench"); err != nil {
-		return o, err
 	}
 	o.minBytes, o.rounds, o.minTime = 512<<20, 7, 50*time.Millisecond
 	if o.cache {

@@ -21,11 +21,7 @@ func runBenchXe2(args []string, stdout, stderr io.Writer) int {
 	var rf xe2RunFlags
 	rf.register(fs, "1,8,64,512", "token counts", "timed calls per shape (median reported)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := strayArg(fs, "bench"); err != nil {
-		fmt.Fprintln(stderr, err)
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	fail := func(code int, format string, a ...any) int {

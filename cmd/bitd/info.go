@@ -109,11 +109,7 @@ func runInfo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("info", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := strayArg(fs, "info"); err != nil {
-		fmt.Fprintln(stderr, err)
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	ci := gatherCPU()

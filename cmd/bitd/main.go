@@ -65,12 +65,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return c.run(args[1:], stdout, stderr)
 }
 
-// strayArg is the error for arguments left after a command's flags (none of info,
-// selfcheck, tune and bench takes any): a value typed without its flag must not be dropped
-// silently.
-func strayArg(fs *flag.FlagSet, cmd string) error {
-	if fs.NArg() == 0 {
-		return nil
+// parseFlags parses a command's flags and rejects arguments left after them (none of info,
+// selfcheck, tune and bench takes any: a value typed without its flag must not be dropped
+// silently), printing why to stderr; false means exit 2.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
+	if err := fs.Parse(args); err != nil {
+		return false // fs printed it
 	}
-	return fmt.Errorf("bitd %s: unexpected argument %q (flags only; see bitd %s -h)", cmd, fs.Arg(0), cmd)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bitd %s: unexpected argument %q (flags only; see bitd %s -h)\n", fs.Name(), fs.Arg(0), fs.Name())
+		return false
+	}
+	return true
 }

@@ -26,11 +26,7 @@ func runSelfcheck(args []string, stdout, stderr io.Writer) int {
 	k := fs.Int("k", 2560, "input features")
 	n := fs.Int("n", 1, "tokens")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := strayArg(fs, "selfcheck"); err != nil {
-		fmt.Fprintln(stderr, err)
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	rng := rand.New(rand.NewPCG(*seed, 0))

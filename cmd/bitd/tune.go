@@ -26,11 +26,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "search a small candidate set (smoke runs)")
 	out := fs.String("out", xe2.DefaultTunePath(), "table to write (merged with its current content)")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := strayArg(fs, "tune"); err != nil {
-		fmt.Fprintln(stderr, err)
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	fail := func(code int, format string, a ...any) int {
