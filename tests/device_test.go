@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bitgo/ipc"
 	"bitgo/quantcfg"
@@ -59,7 +60,7 @@ func TestServeOnXe2Device(t *testing.T) {
 			}
 		}
 	}
-	log := d.log.String()
+	log := d.log.waitFor(10*time.Second, "device open", "layer runs on the CPU", "cpu-int8")
 	if !strings.Contains(log, "device open") || !strings.Contains(log, "layer runs on the CPU") || !strings.Contains(log, "cpu-int8") {
 		t.Fatalf("the log does not show the device and the CPU fallback:\n%s", log)
 	}

@@ -96,6 +96,23 @@ func (t *tail) String() string {
 	return string(t.buf)
 }
 
+// waitFor returns what the process wrote once it holds every one of want, or what it holds
+// after limit: a line logged before a reply reaches the client reaches this tail through a
+// pipe, possibly later.
+func (t *tail) waitFor(limit time.Duration, want ...string) string {
+	deadline := time.Now().Add(limit)
+	for {
+		s, all := t.String(), true
+		for _, w := range want {
+			all = all && strings.Contains(s, w)
+		}
+		if all || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // daemon is a running `bitd serve`.
 type daemon struct {
 	cmd  *exec.Cmd

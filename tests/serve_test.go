@@ -354,8 +354,9 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := c.Ping(); !errors.Is(err, ipc.ErrShuttingDown) && !errors.Is(err, ipc.ErrPeerGone) {
 		t.Fatalf("call after the drain: %v", err)
 	}
+	log := d.log.waitFor(10*time.Second, "bitd serve: draining", "bitd serve: stopped")
 	for _, want := range []string{"draining", "stopped"} {
-		if !strings.Contains(d.log.String(), "bitd serve: "+want) {
+		if !strings.Contains(log, "bitd serve: "+want) {
 			t.Errorf("no %q in the log", want)
 		}
 	}
