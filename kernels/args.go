@@ -60,6 +60,9 @@ type lutArgs struct {
 	// nil: straight on. Hints only. (The AVX2 kernels prefetch the next piece.)
 	Next unsafe.Pointer
 	PF   int
+	// BDone: tables built so far (the kernel's progress; callers set 0). The kernels write
+	// only integer fields of an argument block, never its pointers (see _asm's buildTables).
+	BDone int
 }
 
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,

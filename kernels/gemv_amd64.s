@@ -1619,8 +1619,12 @@ lutTL2T1AVX512_tl1done:
 	TESTQ     CX, CX
 	JZ        lutTL2T1AVX512_bper_done
 	SUBQ      CX, 80(AX)
-	MOVQ      64(AX), DX
-	MOVQ      72(AX), BX
+	MOVQ      112(AX), BX
+	ADDQ      CX, 112(AX)
+	LEAQ      (BX)(BX*2), DX
+	ADDQ      64(AX), DX
+	SHLQ      $0x06, BX
+	ADDQ      72(AX), BX
 
 lutTL2T1AVX512_bper:
 	VPBROADCASTD -1(DX), X8
@@ -1639,8 +1643,6 @@ lutTL2T1AVX512_bper:
 	ADDQ         $0x40, BX
 	DECQ         CX
 	JNZ          lutTL2T1AVX512_bper
-	MOVQ         DX, 64(AX)
-	MOVQ         BX, 72(AX)
 
 lutTL2T1AVX512_bper_done:
 	ADDQ  $0x00000080, R8
@@ -1651,8 +1653,12 @@ lutTL2T1AVX512_bper_done:
 	TESTQ CX, CX
 	JZ    lutTL2T1AVX512_brest_done
 	SUBQ  CX, 80(AX)
-	MOVQ  64(AX), DX
-	MOVQ  72(AX), BX
+	MOVQ  112(AX), BX
+	ADDQ  CX, 112(AX)
+	LEAQ  (BX)(BX*2), DX
+	ADDQ  64(AX), DX
+	SHLQ  $0x06, BX
+	ADDQ  72(AX), BX
 
 lutTL2T1AVX512_brest:
 	VPBROADCASTD -1(DX), X8
@@ -1671,8 +1677,6 @@ lutTL2T1AVX512_brest:
 	ADDQ         $0x40, BX
 	DECQ         CX
 	JNZ          lutTL2T1AVX512_brest
-	MOVQ         DX, 64(AX)
-	MOVQ         BX, 72(AX)
 
 lutTL2T1AVX512_brest_done:
 	VZEROUPPER

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -230,6 +231,7 @@ func TestArgOffsets(t *testing.T) {
 		{"lut.BX", unsafe.Offsetof(la.BX), 64}, {"lut.BTab", unsafe.Offsetof(la.BTab), 72},
 		{"lut.BN", unsafe.Offsetof(la.BN), 80}, {"lut.BPer", unsafe.Offsetof(la.BPer), 88},
 		{"lut.Next", unsafe.Offsetof(la.Next), 96}, {"lut.PF", unsafe.Offsetof(la.PF), 104},
+		{"lut.BDone", unsafe.Offsetof(la.BDone), 112},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
@@ -511,6 +513,63 @@ func TestLUTKernelsManyChunks(t *testing.T) {
 	shapes := [][2]int{{33, 12 * TL2Block}, {33, 13 * TL2Block}, {70, 1203}, {200, 4817}, {32, 40*TL2Block + 44}}
 	for _, nk := range ks {
 		checkShapes(t, nk.name, nk.simdKernel, rng, shapes, 2, []int{1, 2, 5}, true)
+	}
+}
+
+// TestLUTKernelsKeepArgPointers runs every assembly lookup-table kernel, through Run and
+// in parts, with each call checked: the kernel may count the argument block's integer fields
+// but must leave its pointers as the caller set them. A pointer stored by assembly has no
+// write barrier, and the one-token tl2 kernel used to advance BX past the activations'
+// object it builds tables from, which made the garbage collector find a pointer to a free
+// object and stop `bitd bench -model` about one run in eight. The shapes have several chunks,
+// so that kernel builds the next chunk's tables inline, and the test checks it did.
+func TestLUTKernelsKeepArgPointers(t *testing.T) {
+	smallParts(t)
+	rng := rand.New(rand.NewPCG(31, 31))
+	shapes := [][2]int{{33, 26 * TL2Block}, {70, 1203}, {64, 40*TL2Block + 44}}
+	for _, k := range asmKernels() {
+		if k.ops.lut[1] == nil {
+			continue
+		}
+		var built atomic.Int64
+		ops := *k.ops
+		for T := 1; T <= maxGemvT; T++ {
+			f := k.ops.lut[T]
+			if f == nil {
+				continue
+			}
+			ops.lut[T] = func(p *byte) {
+				a := (*lutArgs)(unsafe.Pointer(p))
+				before := *a
+				f(p)
+				if a.BN != 0 || a.BDone != before.BN+before.BDone {
+					t.Errorf("%s, %d token(s): %d tables left to build and %d built, want 0 and %d", k.Name(), T, a.BN, a.BDone, before.BN+before.BDone)
+				}
+				built.Add(int64(a.BDone))
+				for _, f := range []struct {
+					name       string
+					got, given unsafe.Pointer
+				}{{"W", a.W, before.W}, {"Sums", a.Sums, before.Sums}, {"Tab", a.Tab, before.Tab},
+					{"BX", a.BX, before.BX}, {"BTab", a.BTab, before.BTab}, {"Next", a.Next, before.Next}} {
+					if f.got != f.given {
+						t.Fatalf("%s, %d token(s): the kernel moved %s from %p to %p", k.Name(), T, f.name, f.given, f.got)
+					}
+				}
+			}
+		}
+		kk := *k
+		kk.ops = &ops
+		checkShapes(t, k.Name(), &kk, rng, shapes, 2, []int{1, 2, 3}, false)
+		eachShape(t, k.Name(), &kk, rng, shapes, 1, []int{1, 2}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			if tl.Layer.Layout.Chunks() < 2 {
+				return
+			}
+			var a Acts
+			checkExact(t, what+" in parts", runParts(t, rng, namedKernel{k.Name(), &kk}, &a, tl.Layer, x, n, 2, false), want, tl.Spec.Out)
+		})
+		if k.ops.lutBuilds && built.Load() == 0 {
+			t.Errorf("%s builds tables inline, but no call built any", k.Name())
+		}
 	}
 }
 

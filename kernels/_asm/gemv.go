@@ -738,7 +738,7 @@ func gemvInt1Z(T int) {
 // Argument block offsets: kernels.lutArgs.
 const (
 	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
-	lBX, lBTab, lBN, lBPer, lNext, lPF                           = 64, 72, 80, 88, 96, 104
+	lBX, lBTab, lBN, lBPer, lNext, lPF, lBDone                   = 64, 72, 80, 88, 96, 104, 112
 )
 
 // takeChunk returns a new register c = min(n, most) and subtracts c from n: the next chunk
@@ -1035,8 +1035,11 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	p.put(second.v, second.code, second.x)
 }
 
-// buildTables builds min(BN, BPer) of the tables lutArgs asks for (all BN if all) and
-// advances BX, BTab and BN in the argument block.
+// buildTables builds min(BN, BPer) of the tables lutArgs asks for (all BN if all): the
+// next ones after the BDone already built. It counts BN down and BDone up in the argument
+// block and never writes its pointers: a pointer stored by assembly has no write barrier,
+// and BX advanced past its last triple points past the activations' object (the garbage
+// collector then found a pointer to a free object and stopped the process).
 func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool) {
 	n := GP64()
 	MOVQ(at(a, lBN), n)
@@ -1048,16 +1051,18 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 	JZ(LabelRef(name + "_done"))
 	SUBQ(n, at(a, lBN))
 	x, d := GP64(), GP64()
-	MOVQ(at(a, lBX), x)
-	MOVQ(at(a, lBTab), d)
+	MOVQ(at(a, lBDone), d)
+	ADDQ(n, at(a, lBDone))
+	LEAQ(Mem{Base: d, Index: d, Scale: 2}, x) // 3 inputs per triple
+	ADDQ(at(a, lBX), x)
+	SHLQ(U8(6), d) // 64 bytes of tables per triple
+	ADDQ(at(a, lBTab), d)
 	Label(name)
 	b.triple(at(x, -1), at(d, 0))
 	ADDQ(U8(3), x)
 	ADDQ(U8(64), d)
 	DECQ(n)
 	JNZ(LabelRef(name))
-	MOVQ(x, at(a, lBX))
-	MOVQ(d, at(a, lBTab))
 	Label(name + "_done")
 }
 
