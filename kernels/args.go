@@ -6,7 +6,9 @@ import "unsafe"
 // block (passed as *byte: the avo generator knows only builtin types); the generator in
 // _asm/ reads the fields at the offsets these structs have (every field is 8 bytes, in
 // order; TestArgOffsets checks). Pointers are unsafe.Pointer so the garbage collector
-// sees them while the block sits on the caller's stack.
+// sees them while the block is in use; the assembly reads them and may count integer
+// fields down or up, but never stores a pointer into a block: such a store has no write
+// barrier, and a pointer advanced past its object is one the collector cannot account for.
 //
 // The generic (pure Go) version of every operation, in *_generic.go, defines what the
 // operation computes; the tests hold every assembly version to it.
@@ -60,8 +62,8 @@ type lutArgs struct {
 	// nil: straight on. Hints only. (The AVX2 kernels prefetch the next piece.)
 	Next unsafe.Pointer
 	PF   int
-	// BDone: tables built so far (the kernel's progress; callers set 0). The kernels write
-	// only integer fields of an argument block, never its pointers (see _asm's buildTables).
+	// BDone: tables built so far (the kernel's progress, in place of advancing BX and
+	// BTab; callers set 0).
 	BDone int
 }
 
