@@ -60,6 +60,11 @@ type benchRecord struct {
 	// share of the best read rate of the whole run instead (the most conservative roofline).
 	RooflineGBps    float64 `json:"roofline_gbps,omitempty"`
 	BestRooflinePct float64 `json:"best_roofline_pct,omitempty"`
+	// GEMV records: the rounds roofline_pct and roofline_gbps were taken over, of Rounds:
+	// those whose trial and reads kept their CPUs and whose reads ran at least half the
+	// measurement's best (the text output flags a record with fewer than half counted).
+	RooflineRounds  int     `json:"roofline_rounds,omitempty"`
+	Rounds          int     `json:"rounds,omitempty"`
 	NsPerOp         float64 `json:"ns_per_op"`
 	SpeedupVsBF16   float64 `json:"speedup_vs_bf16"`
 	WorkingSetBytes int     `json:"working_set_bytes"`
@@ -534,7 +539,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					f, tm := set.Format, at(ni, i)
 					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
 						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
-					rec.RooflinePct, rec.RooflineGBps = tm.RoofPct, tm.ReadBps/1e9
+					rec.RooflinePct, rec.RooflineGBps, rec.RooflineRounds, rec.Rounds = tm.RoofPct, tm.ReadBps/1e9, tm.RoofRounds, len(tm.Rounds)
 					rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
 					more := ""
 					if one >= 0 && n != 1 {
@@ -544,6 +549,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					if vnniBound(f, n, tm.Impl) {
 						rec.againstVNNI(e.vnniPeak(t))
 						more += fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
+					}
+					if 2*rec.RooflineRounds < rec.Rounds {
+						more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
 					}
 					recs = append(recs, rec)
 					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",

@@ -80,6 +80,9 @@ func TestBenchJSON(t *testing.T) {
 		if best, _ := r["best_roofline_pct"].(float64); best <= 0 {
 			t.Errorf("no share of the best read rate: %v", r)
 		}
+		if rr, rounds := r["roofline_rounds"].(float64), r["rounds"].(float64); rr < 1 || rr > rounds {
+			t.Errorf("roofline from %v of %v rounds: %v", rr, rounds, r)
+		}
 		// n = 2 against n = 1 of the same format, from the same rounds.
 		if vs, _ := r["time_vs_n1"].(float64); (r["n"].(float64) == 2) != (vs > 0) {
 			t.Errorf("time_vs_n1 %v on n = %v: %v", vs, r["n"], r)

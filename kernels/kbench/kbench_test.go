@@ -44,32 +44,40 @@ func TestRandomBlobValid(t *testing.T) {
 	}
 }
 
-// TestAgainstReads: each round is paired with the reads just before and after it, rounds
-// with an unclean trial or read are left out (all are used when none is left), and the
-// rounds are taken in their order, not sorted.
+// TestAgainstReads: each round is paired with the reads just before and after it; rounds
+// with an unclean trial or read are left out, and so are rounds with a read under the floor
+// (then rounds with reads over it however clean, then all); the rounds are taken in their
+// order, not sorted.
 func TestAgainstReads(t *testing.T) {
 	const g = 1e9
 	// 1000 bytes per call; rounds at 1000, 500, 250 ns: 1, 2 and 4 GB/s.
 	ns := []float64{1000, 500, 250}
 	reads := []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, true}, {3 * g, true}}
+	slow := []readTrial{{4 * g, true}, {4 * g, true}, {0.5 * g, true}, {4 * g, true}} // round 1's after, round 2's before
 	// round 0: 1 / 2 = 50%, round 1: 2 / 4 = 50%, round 2: 4 / 4 = 100%; reads 2, 4, 4.
 	for _, c := range []struct {
 		name     string
 		clean    []bool
 		reads    []readTrial
+		floor    float64
 		bps, pct float64
+		rounds   int
 	}{
-		{"all clean", []bool{true, true, true}, reads, 4 * g, 50},
-		{"round 2 unclean", []bool{true, true, false}, reads, 4 * g, 50},
-		{"round 0 only", []bool{true, false, false}, reads, 2 * g, 50},
-		{"read 2 unclean", []bool{true, true, true}, []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, false}, {3 * g, true}}, 2 * g, 50},
-		{"none clean: all rounds", []bool{false, false, false}, reads, 4 * g, 50},
-		{"rounds 1 and 2", []bool{false, true, true}, reads, 4 * g, 100},
+		{"all clean", []bool{true, true, true}, reads, 0, 4 * g, 50, 3},
+		{"round 2 unclean", []bool{true, true, false}, reads, 0, 4 * g, 50, 2},
+		{"round 0 only", []bool{true, false, false}, reads, 0, 2 * g, 50, 1},
+		{"read 2 unclean", []bool{true, true, true}, []readTrial{{1 * g, true}, {3 * g, true}, {5 * g, false}, {3 * g, true}}, 0, 2 * g, 50, 1},
+		{"none clean: all rounds", []bool{false, false, false}, reads, 0, 4 * g, 50, 3},
+		{"rounds 1 and 2", []bool{false, true, true}, reads, 0, 4 * g, 100, 2},
+		{"a read under the floor", []bool{true, true, true}, reads, 1.5 * g, 4 * g, 100, 2},
+		{"a slow read leaves two rounds out", []bool{true, true, true}, slow, 2 * g, 4 * g, 25, 1},
+		{"over the floor, unclean", []bool{false, true, true}, slow, 2 * g, 4 * g, 25, 1},
+		{"nothing over the floor: all rounds", []bool{true, true, true}, slow, 5 * g, 2.25 * g, 88.88888888888889, 3},
 	} {
 		before := append([]float64(nil), ns...)
-		bps, pct := againstReads(ns, c.clean, c.reads[:3], c.reads[1:], 1000)
-		if bps != c.bps || pct != c.pct {
-			t.Errorf("%s: read %g B/s, %g%%; want %g, %g", c.name, bps, pct, c.bps, c.pct)
+		bps, pct, rounds := againstReads(ns, c.clean, c.reads[:3], c.reads[1:], c.floor, 1000)
+		if bps != c.bps || pct != c.pct || rounds != c.rounds {
+			t.Errorf("%s: read %g B/s, %g%% over %d rounds; want %g, %g, %d", c.name, bps, pct, rounds, c.bps, c.pct, c.rounds)
 		}
 		if !slices.Equal(ns, before) {
 			t.Fatalf("%s: the rounds were reordered: %v", c.name, ns)

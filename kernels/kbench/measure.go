@@ -80,6 +80,8 @@ type Timing struct {
 	// roofline alike. A round counts when its trial and both reads were clean.
 	ReadBps float64
 	RoofPct float64
+	// RoofRounds: how many rounds ReadBps and RoofPct were taken over.
+	RoofRounds int
 	// Rounds is the time per call of each round in order, and Cleans whether the process had
 	// its CPUs throughout it (the median is over those rounds; Interleaved: round i of every
 	// runner is one round).
@@ -87,20 +89,25 @@ type Timing struct {
 	Cleans []bool
 }
 
-// counted returns the rounds 0..n-1 a paired figure is taken over: those where clean holds,
-// or all when it holds for none.
-func counted(n int, clean func(i int) bool) []int {
-	var rds, all []int
-	for i := range n {
-		if clean(i) {
-			rds = append(rds, i)
+// counted returns the rounds 0..n-1 a paired figure is taken over: those for which the
+// first of the predicates that holds for any round holds, or all rounds when none does.
+func counted(n int, preds ...func(i int) bool) []int {
+	for _, p := range preds {
+		var rds []int
+		for i := range n {
+			if p(i) {
+				rds = append(rds, i)
+			}
 		}
-		all = append(all, i)
+		if len(rds) > 0 {
+			return rds
+		}
 	}
-	if len(rds) == 0 {
-		return all
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
 	}
-	return rds
+	return all
 }
 
 // RoundRatio is a's time over b's, runners of one Interleaved measurement paired round by
@@ -209,12 +216,19 @@ func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) [
 	if read != nil {
 		reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
 	}
+	// A read under half the best of the measurement was disturbed: this VM's DRAM rate
+	// drifts by up to about 1.7x, and once the reads around an i2s GEMV's counted rounds ran
+	// at 4.7 GB/s against the run's 37, which put it at 656% of its roofline.
+	var floor float64
+	for _, rd := range reads {
+		floor = max(floor, rd.bps/2)
+	}
 	out := make([]Timing, len(rs))
 	for j, r := range rs {
 		out[j] = r.timing(all[j], cleans[j])
 		if read != nil {
 			before, after := around(reads, len(rs), j)
-			out[j].ReadBps, out[j].RoofPct = againstReads(all[j], cleans[j], before, after, float64(out[j].BytesOp))
+			out[j].ReadBps, out[j].RoofPct, out[j].RoofRounds = againstReads(all[j], cleans[j], before, after, floor, float64(out[j].BytesOp))
 		}
 	}
 	return out
@@ -275,16 +289,18 @@ func (rd *reader) time(p *Pool, buf []byte, minTime time.Duration) readTrial {
 
 // againstReads pairs a runner's rounds (ns per call of bytes each) with the reads just
 // before and after each (before[rd], after[rd]): the median read rate and the median share
-// of it, in percent, over the rounds whose trial (clean[rd]) and both reads were clean, or
-// over all rounds when none was.
-func againstReads(ns []float64, clean []bool, before, after []readTrial, bytes float64) (readBps, pct float64) {
+// of it, in percent, and the number of rounds they were taken over: the rounds whose trial
+// (clean[rd]) and both reads were clean and whose reads were at least floor bytes per second;
+// when there are none, those whose reads were at least floor; when there are none, all.
+func againstReads(ns []float64, clean []bool, before, after []readTrial, floor, bytes float64) (readBps, pct float64, rounds int) {
+	sane := func(rd int) bool { return before[rd].bps >= floor && after[rd].bps >= floor }
 	var bps, pcts []float64
-	for _, rd := range counted(len(ns), func(rd int) bool { return clean[rd] && before[rd].clean && after[rd].clean }) {
+	for _, rd := range counted(len(ns), func(rd int) bool { return clean[rd] && before[rd].clean && after[rd].clean && sane(rd) }, sane) {
 		rb := (before[rd].bps + after[rd].bps) / 2
 		bps = append(bps, rb)
 		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
 	}
-	return median(bps), median(pcts)
+	return median(bps), median(pcts), len(pcts)
 }
 
 // median of v (the upper one of an even count); v is left as it is.
