@@ -47,55 +47,40 @@ func guardedFloats(t *testing.T, v []float32, atEnd bool) []float32 {
 	return f
 }
 
-// TestKernelsStayInsideTheLayer runs every kernel this CPU has (and the reference) with the
-// layer's blob, scales and bias each flush against an inaccessible page, after them and then
-// before them, on ragged shapes and token counts through the GEMV and GEMM paths: a kernel
-// that reads a byte outside the layer faults. bitd serve keeps packed weights in mapped
-// arenas, where the page after a layer's blob need not be mapped at all.
+// TestKernelsStayInsideTheLayer runs every assembly kernel this CPU has, and the generic
+// operations of every format in both layouts, with the layer's blob, scales and bias each
+// flush against an inaccessible page, after them and then before them, on ragged shapes
+// and token counts through the GEMV and GEMM paths: a kernel that reads a byte outside the
+// layer faults. bitd serve keeps packed weights in mapped arenas, where the page after a
+// layer's blob need not be mapped at all.
 func TestKernelsStayInsideTheLayer(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 51))
 	shapes := [][2]int{{37, 300}, {64, 13*TL2Block + 20}, {5, 128}}
-	ns := []int{1, 3, 8, 11}
-	ks := []Kernel{refKernel{}}
+	type named struct {
+		name string
+		f    quantcfg.Format
+		Kernel
+	}
+	var ks []named
 	for _, k := range asmKernels() {
-		ks = append(ks, k)
+		ks = append(ks, named{k.Name(), k.format, k})
+	}
+	for _, f := range allFormats {
+		for _, z := range []bool{true, false} {
+			ks = append(ks, named{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), f, &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}})
+		}
 	}
 	for _, k := range ks {
-		f := k.Name()
-		formats := []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16, quantcfg.F32}
-		if s, ok := k.(*simdKernel); ok {
-			formats = []quantcfg.Format{s.format}
-		}
-		for _, format := range formats {
-			for si, spec := range specsFor(format) {
-				if si >= 2 {
-					break
-				}
-				for _, sh := range shapes {
-					spec := spec
-					spec.Out, spec.In, spec.Bias = sh[0], sh[1], true
-					tl := newTestLayer(t, rng, spec)
-					for _, atEnd := range []bool{true, false} {
-						l := *tl.Layer
-						l.Prepared = nil
-						l.Data = guarded(t, len(tl.Data), atEnd)
-						copy(l.Data, tl.Data)
-						l.Scales, l.Bias = guardedFloats(t, tl.Scales, atEnd), guardedFloats(t, tl.Bias, atEnd)
-						for _, n := range ns {
-							if ok, _ := k.CanImplement(&l, n); !ok {
-								continue
-							}
-							x := randActs(rng, n, sh[1])
-							want, err := Reference(tl.Layer, x, n)
-							if err != nil {
-								t.Fatal(err)
-							}
-							what := fmt.Sprintf("%s %s setting %d %dx%d n=%d (flush against the page %s)", f, format, si, sh[0], sh[1], n, map[bool]string{true: "after", false: "before"}[atEnd])
-							checkExact(t, what, runSplit(t, k, &l, x, n), want, sh[0])
-						}
-					}
-				}
+		eachShape(t, k.name, k.Kernel, k.f, rng, shapes, 2, []int{1, 3, 8, 11}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			for _, atEnd := range []bool{true, false} {
+				l := *tl.Layer
+				l.Prepared = nil
+				l.Data = guarded(t, len(tl.Data), atEnd)
+				copy(l.Data, tl.Data)
+				l.Scales, l.Bias = guardedFloats(t, tl.Scales, atEnd), guardedFloats(t, tl.Bias, atEnd)
+				where := map[bool]string{true: "after", false: "before"}[atEnd]
+				checkExact(t, fmt.Sprintf("%s (flush against the page %s)", what, where), runSplit(t, k.Kernel, &l, x, n), want, tl.Spec.Out)
 			}
-		}
+		})
 	}
 }

@@ -108,7 +108,7 @@ func TestLUTKernelsInParts(t *testing.T) {
 	}
 	for _, k := range lutKernels() {
 		var a Acts
-		eachShape(t, k.name, k.simdKernel, rng, shapes, 2, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+		eachShape(t, k.name, k.simdKernel, k.format, rng, shapes, 2, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
 			if n > k.ops.gemvT {
 				return
 			}

@@ -458,7 +458,7 @@ func TestSIMDGemmLargeN(t *testing.T) {
 // would (and with byRB, for one token, also one row block per call).
 func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shapes [][2]int, settings int, ns []int, byRB bool) {
 	t.Helper()
-	eachShape(t, name, k, rng, shapes, settings, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+	eachShape(t, name, k, k.format, rng, shapes, settings, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
 		m := tl.Spec.Out
 		checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, m)
 		if byRB && n == 1 {
@@ -476,12 +476,12 @@ func checkShapes(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shape
 	})
 }
 
-// eachShape calls fn for the first settings of k's format, each shape (M, K; bias on even
+// eachShape calls fn for the first settings of format f, each shape (M, K; bias on even
 // settings) and each token count in ns that k can run, with activations and the
 // reference's outputs for them; what names the case.
-func eachShape(t *testing.T, name string, k *simdKernel, rng *rand.Rand, shapes [][2]int, settings int, ns []int, fn func(what string, tl testLayer, x []float32, n int, want []float32)) {
+func eachShape(t *testing.T, name string, k Kernel, f quantcfg.Format, rng *rand.Rand, shapes [][2]int, settings int, ns []int, fn func(what string, tl testLayer, x []float32, n int, want []float32)) {
 	t.Helper()
-	for si, spec := range specsFor(k.format) {
+	for si, spec := range specsFor(f) {
 		if si >= settings {
 			break
 		}
@@ -560,7 +560,7 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 		kk := *k
 		kk.ops = &ops
 		checkShapes(t, k.Name(), &kk, rng, shapes, 2, []int{1, 2, 3}, false)
-		eachShape(t, k.Name(), &kk, rng, shapes, 1, []int{1, 2}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+		eachShape(t, k.Name(), &kk, kk.format, rng, shapes, 1, []int{1, 2}, func(what string, tl testLayer, x []float32, n int, want []float32) {
 			if tl.Layer.Layout.Chunks() < 2 {
 				return
 			}
