@@ -334,7 +334,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		buildInt2Tab(l, s[p.tabOff:p.tabOff+32])
 	case tabInt2Z:
 		buildInt2TabZ(l, s[p.tabOff:p.tabOff+192])
-	} // (tl1 and tl2 build their tables per thread and chunk: runLUT)
+	} // (tl1 and tl2 build their tables per thread and chunk: sweepLUT)
 }
 
 // buildTables writes the lookup tables of kind for the activations x of layout ly, with the
@@ -685,12 +685,19 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	la := &tb.la
 	data := unsafe.Pointer(&l.Data[0])
 	nc := ly.Chunks()
-	swept := func(c int) bool {
+	// pieceOf is chunk c's part of the sweep: row blocks [lo, hi), the first at blob offset
+	// off, size bytes between row blocks; false when the sweep has none of c.
+	type piece struct{ lo, hi, off, size int }
+	pieceOf := func(c int) (piece, bool) {
 		if c >= nc {
-			return false
+			return piece{}, false
 		}
 		lo, hi := rows(c)
-		return lo < hi
+		if lo >= hi {
+			return piece{}, false
+		}
+		off, size := ly.Piece(lo, c)
+		return piece{lo, hi, off, size}, true
 	}
 	var tab unsafe.Pointer // the group's tables for the chunk, token t's at tab + t*tabStride
 	var tabStride int
@@ -704,12 +711,10 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	// threads on 4096x14336: +6% per token when memory is fast, neutral when slow and with
 	// one thread, whose range is contiguous).
 	nextPiece := func(c int) unsafe.Pointer {
-		if !swept(c + 1) {
-			return nil
+		if pc, ok := pieceOf(c + 1); ok {
+			return unsafe.Add(data, pc.off)
 		}
-		lo, _ := rows(c + 1)
-		o, _ := ly.Piece(lo, c+1)
-		return unsafe.Add(data, o)
+		return nil
 	}
 	// call runs the kernel over nrb row blocks from lo for a part of a chunk; it builds the
 	// tables of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches
@@ -752,13 +757,12 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 		tb.lut, lbuf = alignedBytes(tb.lut, per*T*nbuf)
 		tabStride = per
 		first := true
-		for c := 0; c < nc; c++ {
-			lo, hi := rows(c)
-			if lo >= hi {
+		for c := range nc {
+			pc, ok := pieceOf(c)
+			if !ok {
 				continue
 			}
 			b0, bc := ly.ChunkSpan(c)
-			off, size := ly.Piece(lo, c)
 			part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
 			if c == nc-1 {
 				part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
@@ -774,7 +778,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 				} else if units > 0 { // the kernel built the triples' tables, the tail's are left
 					tables(Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab*bc:])
 				}
-				if swept(c + 1) {
+				if _, ok := pieceOf(c + 1); ok {
 					nb0, nbc := ly.ChunkSpan(c + 1)
 					bx, btab = xAt(0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 				}
@@ -792,10 +796,10 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 				if s0+nbk == bc && !sep {
 					uu, nx = units, next
 				}
-				call(lo, hi-lo, off+320*s0, size, blkTab*s0, nbk, uu, bx, btab, nx) // (inline: a single call)
+				call(pc.lo, pc.hi-pc.lo, pc.off+320*s0, pc.size, blkTab*s0, nbk, uu, bx, btab, nx) // (inline: a single call)
 			}
 			if sep {
-				call(lo, hi-lo, off+320*bc, size, blkTab*bc, 0, units, nil, nil, next)
+				call(pc.lo, pc.hi-pc.lo, pc.off+320*bc, pc.size, blkTab*bc, 0, units, nil, nil, next)
 			}
 		}
 		return
@@ -814,15 +818,14 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	tabStride = align64(64 * TL1Chunk)
 	tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
 	tab = unsafe.Pointer(&lbuf[0])
-	for c := 0; c < nc; c++ {
-		lo, hi := rows(c)
-		if lo >= hi {
+	for c := range nc {
+		pc, ok := pieceOf(c)
+		if !ok {
 			continue
 		}
 		_, uc := ly.ChunkSpan(c)
-		off, size := ly.Piece(lo, c)
 		tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
-		call(lo, hi-lo, off, size, 0, 0, uc, nil, nil, nextPiece(c))
+		call(pc.lo, pc.hi-pc.lo, pc.off, pc.size, 0, 0, uc, nil, nil, nextPiece(c))
 	}
 }
 
