@@ -695,7 +695,7 @@ func TestRunnerAdapter(t *testing.T) {
 	r.Split("k", 10, func(w, lo, hi int) { n.Add(int32(hi - lo)) })
 	r.(engineOnceRunner).SplitOnce("k", 10, func(w, lo, hi int) { n.Add(int32(hi - lo)) })
 	if n.Load() != 20 || r.Threads() != 2 {
-		t.Fatalf("Runner.Split covered %d of 10 blocks, Threads %d", n.Load(), r.Threads())
+		t.Fatalf("Runner.Split and SplitOnce covered %d of 2 x 10 blocks, Threads %d", n.Load(), r.Threads())
 	}
 	caught := func(f func()) (v any) {
 		defer func() { v = recover() }()

@@ -77,7 +77,7 @@ type Timing struct {
 	// (median over the rounds counted), and the GEMV's rate as a share of it, in percent:
 	// the median over the rounds of the trial's rate over the mean of the read rates just
 	// before and just after it, so a drift in the memory's speed reaches the GEMV and its
-	// roofline alike. A round counts when its trial and both reads were clean.
+	// roofline alike. Which rounds count: againstReads.
 	ReadBps float64
 	RoofPct float64
 	// RoofRounds: how many rounds ReadBps and RoofPct were taken over.
