@@ -546,13 +546,13 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 					t.Errorf("%s, %d token(s): %d tables left to build and %d built, want 0 and %d", k.Name(), T, a.BN, a.BDone, before.BN+before.BDone)
 				}
 				built.Add(int64(a.BDone))
-				for _, f := range []struct {
+				for _, fld := range []struct {
 					name       string
 					got, given unsafe.Pointer
 				}{{"W", a.W, before.W}, {"Sums", a.Sums, before.Sums}, {"Tab", a.Tab, before.Tab},
 					{"BX", a.BX, before.BX}, {"BTab", a.BTab, before.BTab}, {"Next", a.Next, before.Next}} {
-					if f.got != f.given {
-						t.Fatalf("%s, %d token(s): the kernel moved %s from %p to %p", k.Name(), T, f.name, f.given, f.got)
+					if fld.got != fld.given {
+						t.Fatalf("%s, %d token(s): the kernel moved %s from %p to %p", k.Name(), T, fld.name, fld.given, fld.got)
 					}
 				}
 			}
