@@ -130,6 +130,9 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	if l.SegLen != 0 && k.ops.kstep != 0 && l.SegLen%k.ops.kstep != 0 {
 		return false, fmt.Sprintf("segments of %d inputs (needs a multiple of %d)", l.SegLen, k.ops.kstep)
 	}
+	if k.ops.xKind == xInt1Perm && l.Layout.Kp > int1ZMaxK && !k.useGemm(l, n) {
+		return false, fmt.Sprintf("int1 GEMV with K = %d: the zmm kernels' int32 sums hold K <= %d", l.Layout.K, int1ZMaxK)
+	}
 	if k.format == quantcfg.Int2 {
 		lo, hi := codebookSpan(l)
 		if hi-lo > k.ops.gemvMaxU {
@@ -138,6 +141,12 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	}
 	return true, ""
 }
+
+// int1ZMaxK is the longest K of the int1 zmm GEMV kernels: with one or two tokens the chain
+// of a high plane adds 128 x (int8 activation) for every four inputs, at most 2^14 x K/4,
+// within int32 up to K = 2^19. Longer layers (int1 takes K up to quantcfg.MaxDim) run
+// their GEMV on the AVX2 or AVX-VNNI kernels.
+const int1ZMaxK = 1 << 19
 
 // gemvFor returns the GEMV kernels (by token count) for l: gemvSeq where l's int2 code
 // book is consecutive and the path has them.

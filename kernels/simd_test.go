@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -429,6 +430,74 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 			if n >= gemmMinN && gemm == 0 && ISAAvailable(ISAAVX512) {
 				t.Fatalf("%s K=%d n=%d: no kernel took the GEMM path", f, k, n)
 			}
+		}
+	}
+}
+
+// TestInt1ZAtItsLimit: the int1 zmm GEMV kernels at the longest K their int32 sums hold
+// (every weight -1 in the odd rows, so every bit of their high planes set, against
+// activations of ±127) give the reference's results; one quad of inputs longer, they
+// decline by name and another kernel runs the GEMV.
+func TestInt1ZAtItsLimit(t *testing.T) {
+	var zk *simdKernel
+	for _, k := range asmKernels() {
+		if k.format == quantcfg.Int1 && k.isa == ISAAVX512 {
+			zk = k
+		}
+	}
+	if zk == nil {
+		t.Skip("no int1 zmm kernel runs here")
+	}
+	if raceEnabled {
+		t.Skip("tens of millions of multiply-adds per case: too slow under the race detector")
+	}
+	for _, k := range []int{int1ZMaxK, int1ZMaxK + 32} {
+		spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 36, In: k}.WithDefaults()
+		w := Weights{Q: make([]int8, spec.Out*k)}
+		for i := range w.Q {
+			w.Q[i] = int8(1 - 2*(i/k%2))
+		}
+		scales := make([]float32, spec.NumScales())
+		for i := range scales {
+			scales[i] = 1
+		}
+		l := packLayer(t, spec, w, scales, nil)
+		for _, n := range []int{1, 2, 3} {
+			x := make([]float32, n*k)
+			for i := range x {
+				x[i] = float32(1 - 2*(i/k%2))
+			}
+			want, err := Reference(l, x, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for tk := 0; tk < n; tk++ {
+				for r := 0; r < 2; r++ {
+					exact := float64((1 - 2*r) * (1 - 2*(tk%2)) * k)
+					if got := float64(want[tk*spec.Out+r]); got != exact {
+						t.Fatalf("K=%d n=%d: the reference gives token %d row %d %v, want %v", k, n, tk, r, got, exact)
+					}
+				}
+			}
+			ok, why := zk.CanImplement(l, n)
+			if k > int1ZMaxK {
+				if ok || !strings.Contains(why, fmt.Sprint(k)) {
+					t.Fatalf("K=%d n=%d: %s accepted the layer (%v) or did not name K in %q", k, n, zk.Name(), ok, why)
+				}
+				other, err := Select(l, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if other == Kernel(zk) {
+					t.Fatalf("K=%d n=%d: Select chose %s, which declined", k, n, zk.Name())
+				}
+				checkExact(t, fmt.Sprintf("%s K=%d n=%d", other.Name(), k, n), runSplit(t, other, l, x, n), want, spec.Out)
+				continue
+			}
+			if !ok {
+				t.Fatalf("K=%d n=%d: %s declined: %s", k, n, zk.Name(), why)
+			}
+			checkExact(t, fmt.Sprintf("%s K=%d n=%d", zk.Name(), k, n), runSplit(t, zk, l, x, n), want, spec.Out)
 		}
 	}
 }

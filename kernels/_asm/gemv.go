@@ -671,10 +671,15 @@ func gemvInt8Z(T int) {
 }
 
 // gemvInt1Z: int1 on zmm, 64 bytes (two 8-input units) per step, paired like int2 (dword
-// 2r+h = unit h, row r). Bit j of the low nibble (row group j, inputs of the low quad)
-// masked in place (value 2^j) and bit j of the nibble shifted down (high quad) multiply the
-// activations (prepared in xInt1Perm order: the low quads' dwords of both units, then the
-// high quads'); accumulator j is shifted back by j at the end. u = the sign bit.
+// 2r+h = unit h, row r). Bit j of a byte's low nibble (row group j, the inputs of the low
+// quad) and of its high nibble (the high quad), masked in place, multiply the activations
+// (prepared in xInt1Perm order: the low quads' dwords of both units, then the high quads').
+// With one and two tokens every plane has its own chain and a high plane weighs 2^(j+4);
+// with one token two copies of the step (steps come in pairs: Kp and every group are
+// multiples of 32 inputs) alternate between two sets of chains, which vpdpbusd's latency
+// needs. From three tokens a shift brings the high nibbles down and both planes of group j
+// share a chain (and the masks come from memory: the registers hold the chains). The
+// chains are shifted back at the end. u = the sign bit.
 func gemvInt1Z(T int) {
 	name := gemvName("Int1", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, permuted)", T))
@@ -684,52 +689,95 @@ func gemvInt1Z(T int) {
 	xs := tokenPtrs(a, T, gX, gXStride)
 	perm := p.get()
 	VMOVDQU64(pairPerm, perm)
-	chains := 2 // separate low/high quad chains for T <= 2
-	if T >= 3 {
-		chains = 1
+	split := T <= 2
+	chains, copies := 4, 1
+	if split {
+		chains = 8
 	}
-	acc, all := accSets(p, T, chains)
-	wv, hi, xl, xh := p.get(), p.get(), p.get(), p.get()
-	vl, vh := p.getn(4), p.getn(4)
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+	if T == 1 {
+		copies = 2
+	}
+	// acc[t][c][i]: token t, step copy c, chain i (low plane i, high plane i-4; or group i)
+	acc := make([][][]VecPhysical, T)
+	var all []VecPhysical
+	for t := range acc {
+		for c := 0; c < copies; c++ {
+			r := p.getn(chains)
+			acc[t] = append(acc[t], r)
+			all = append(all, r...)
+		}
+	}
+	var masks []VecPhysical // bit j of the low nibbles, then of the high nibbles
+	if split {
+		masks = p.getn(8)
+		for j := 0; j < 4; j++ {
+			VPBROADCASTD(int1Bits.Offset(4*j), masks[j])
+			VPSLLD(U8(4), masks[j], masks[4+j])
+		}
+	}
+	wv, lo, hi := p.get(), p.get(), p.get()
+	var down VecPhysical // the high nibbles shifted down (T >= 3)
+	if !split {
+		down = p.get()
+	}
+	xv := make([][2]VecPhysical, T)
+	for t := range xv {
+		xv[t] = [2]VecPhysical{p.get(), p.get()}
+	}
+	segLoop(name, a, copies, func() { zeroAll(all...) }, func(c int) {
 		PREFETCHT0(at(w, prefetchDist))
 		VPERMB(at(w, 0), perm, wv)
-		VPSRLW(U8(4), wv, hi)
-		for j := 0; j < 4; j++ {
-			VPANDD_BCST(int1Bits.Offset(4*j), wv, vl[j])
-			VPANDD_BCST(int1Bits.Offset(4*j), hi, vh[j])
+		if !split {
+			VPSRLW(U8(4), wv, down)
 		}
-		for t := range acc {
-			VPBROADCASTQ(idx(xs[t], kx, 1, 0), xl)
-			VPBROADCASTQ(idx(xs[t], kx, 1, 8), xh)
-			for j := 0; j < 4; j++ {
-				VPDPBUSD(xl, vl[j], acc[t][0][j])
-				VPDPBUSD(xh, vh[j], acc[t][chains-1][j])
+		for t := range xv {
+			VPBROADCASTQ(idx(xs[t], kx, 1, 0), xv[t][0])
+			VPBROADCASTQ(idx(xs[t], kx, 1, 8), xv[t][1])
+		}
+		for j := 0; j < 4; j++ {
+			h := j
+			if split {
+				h = 4 + j
+				VPANDD(masks[j], wv, lo)
+				VPANDD(masks[h], wv, hi)
+			} else {
+				VPANDD_BCST(int1Bits.Offset(4*j), wv, lo)
+				VPANDD_BCST(int1Bits.Offset(4*j), down, hi)
+			}
+			for t := range acc {
+				VPDPBUSD(xv[t][0], lo, acc[t][c][j])
+				VPDPBUSD(xv[t][1], hi, acc[t][c][h])
 			}
 		}
 		ADDQ(U8(64), w)
 		ADDQ(U8(16), kx)
 	}, func(sums Register) {
-		v := vl[0]
-		VMOVDQU32(evenIdx, v)
+		VMOVDQU32(evenIdx, perm)
 		for t := range acc {
+			r := acc[t][0]
+			for c := 1; c < copies; c++ {
+				for i := range r {
+					VPADDD(acc[t][c][i], r[i], r[i])
+				}
+			}
 			for j := 0; j < 4; j++ {
-				r := acc[t][0][j]
-				if chains == 2 {
-					VPADDD(acc[t][1][j], r, r)
+				if split {
+					VPSRAD(U8(4), r[4+j], r[4+j])
+					VPADDD(r[4+j], r[j], r[j])
 				}
 				if j > 0 {
-					VPSRAD(U8(j), r, r)
+					VPSRAD(U8(j), r[j], r[j])
 				}
-				VPSRLQ(U8(32), r, wv)
-				VPADDD(wv, r, r)
+				VPSRLQ(U8(32), r[j], wv)
+				VPADDD(wv, r[j], r[j])
 			}
-			VPERMT2D(acc[t][0][1], v, acc[t][0][0])
-			VPERMT2D(acc[t][0][3], v, acc[t][0][2])
-			VMOVDQU32(acc[t][0][0], at(sums, 128*t))
-			VMOVDQU32(acc[t][0][2], at(sums, 128*t+64))
+			VPERMT2D(r[1], perm, r[0])
+			VPERMT2D(r[3], perm, r[2])
+			VMOVDQU32(r[0], at(sums, 128*t))
+			VMOVDQU32(r[2], at(sums, 128*t+64))
 		}
 		ADDQ(U32(128*T), sums)
+		VMOVDQU64(pairPerm, perm)
 	})
 	VZEROUPPER()
 	RET()
