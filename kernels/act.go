@@ -27,6 +27,8 @@ type Acts struct {
 	Scratch []byte
 	// parts are a Parted call's per-worker sums.
 	parts partSums
+	// call is RunSplit's call in flight (its functions and class names, made once).
+	call *splitCall
 }
 
 // partSums are the int32 sums of a Parted call's workers: worker w's at buf[w*stride:],

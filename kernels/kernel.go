@@ -83,15 +83,58 @@ type Splitter func(class string, units int, once bool, fn func(w, lo, hi int))
 // (class k.Name()), or, when k is Parted and takes the call in parts, the units of the
 // weights (class k.Name()+"/parts") and then the row blocks' sums and outputs
 // (k.Name()+"/finish"). A PerCall kernel's ranges are whole shares (once).
+//
+// It allocates nothing once a's first call has passed: the functions it hands the splitter
+// and the class names are kept in a (splitCall).
 func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Splitter) {
+	c := a.call
+	if c == nil {
+		c = newSplitCall()
+		a.call = c
+	}
+	c.k, c.l, c.a, c.out = k, l, a, out
+	defer c.clear()
 	pc, ok := k.(PerCall)
 	once := ok && pc.PerCall(l, a.N)
+	c.named(k.Name())
 	if pk, ok := k.(Parted); ok {
 		if units := pk.Units(l, a, workers); units > 0 {
-			split(k.Name()+"/parts", units, once, func(w, lo, hi int) { pk.RunUnits(l, a, w, lo, hi) })
-			split(k.Name()+"/finish", l.Layout.RowBlocks(), false, func(_, lo, hi int) { pk.Finish(l, a, lo, hi, out) })
+			c.pk = pk
+			split(c.parts, units, once, c.runUnits)
+			split(c.finish, l.Layout.RowBlocks(), false, c.runFinish)
 			return
 		}
 	}
-	split(k.Name(), l.Layout.RowBlocks(), once, func(_, lo, hi int) { k.Run(l, a, lo, hi, out) })
+	split(c.name, l.Layout.RowBlocks(), once, c.run)
 }
+
+// splitCall is RunSplit's call in flight, kept in its Acts (one call at a time, as the
+// Acts themselves): the functions it hands the splitter are made once, and the class names
+// once per kernel.
+type splitCall struct {
+	k                   Kernel
+	pk                  Parted
+	l                   *Layer
+	a                   *Acts
+	out                 []float32
+	name, parts, finish string
+	run                 func(w, lo, hi int)
+	runUnits, runFinish func(w, lo, hi int)
+}
+
+func newSplitCall() *splitCall {
+	c := &splitCall{}
+	c.run = func(_, lo, hi int) { c.k.Run(c.l, c.a, lo, hi, c.out) }
+	c.runUnits = func(w, lo, hi int) { c.pk.RunUnits(c.l, c.a, w, lo, hi) }
+	c.runFinish = func(_, lo, hi int) { c.pk.Finish(c.l, c.a, lo, hi, c.out) }
+	return c
+}
+
+func (c *splitCall) named(name string) {
+	if name != c.name || c.parts == "" {
+		c.name, c.parts, c.finish = name, name+"/parts", name+"/finish"
+	}
+}
+
+// clear drops the call's references (the layer and the output may be freed after it).
+func (c *splitCall) clear() { c.k, c.pk, c.l, c.a, c.out = nil, nil, nil, nil, nil }

@@ -108,8 +108,24 @@ func (k *simdKernel) Name() string {
 	if k.int8vnni {
 		return "avxvnniint8/" + string(k.format)
 	}
+	if k.isa >= 0 && k.isa < numISA {
+		if n, ok := simdNames[k.isa][k.format]; ok {
+			return n // every call names its kernel: no string built per call
+		}
+	}
 	return k.isa.String() + "/" + string(k.format)
 }
+
+// simdNames are the names of the ISA paths' kernels, "<isa>/<format>".
+var simdNames = func() (t [numISA]map[quantcfg.Format]string) {
+	for i := range t {
+		t[i] = map[quantcfg.Format]string{}
+		for _, fi := range quantcfg.Formats() {
+			t[i][fi.Format] = ISA(i).String() + "/" + string(fi.Format)
+		}
+	}
+	return t
+}()
 
 func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	if l.Spec.Format != k.format {
