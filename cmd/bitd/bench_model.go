@@ -120,8 +120,12 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 				r.SpeedupVsBF16 = r.DecodeTokS / bf.DecodeTokS
 				r.PrefillSpeedupVsBF16 = r.PrefillTokS / bf.PrefillTokS
 			}
-			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s  prefill(%d) %8.1f tok/s  x%.2f / x%.2f vs bf16  (%.0f MiB of weights)\n",
-				model.Name, f, r.Threads, r.DecodeTokS, prefillTokens, r.PrefillTokS, r.SpeedupVsBF16, r.PrefillSpeedupVsBF16, float64(r.WeightBytes)/(1<<20))
+			vs := "" // without bf16 in the run (or before it) there is nothing to compare with
+			if bf.DecodeTokS > 0 {
+				vs = fmt.Sprintf("  x%.2f / x%.2f vs bf16", r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
+			}
+			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
+				model.Name, f, r.Threads, r.DecodeTokS, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
 			recs = append(recs, r)
 		}
 		if err := eng.Close(); err != nil {

@@ -152,6 +152,26 @@ func TestBenchModelJSON(t *testing.T) {
 			t.Fatalf("bad record %v", r)
 		}
 	}
+	// The progress lines compare with bf16 where the run measured it, and only there (no
+	// "x0.00 vs bf16").
+	for _, c := range []struct {
+		formats string
+		vs      bool
+	}{{"bf16,i2s", true}, {"i2s", false}} {
+		stderr.Reset()
+		if code := run([]string{"bench", "--quick", "--model", "tiny", "--format", c.formats}, &bytes.Buffer{}, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		var line string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.HasPrefix(l, "model tiny i2s") {
+				line = l
+			}
+		}
+		if got := strings.Contains(line, "vs bf16"); line == "" || got != c.vs {
+			t.Fatalf("--format %s: the i2s progress line compares with bf16: %v, want %v\n%s", c.formats, got, c.vs, stderr.String())
+		}
+	}
 	var stderr2 bytes.Buffer
 	if code := run([]string{"bench", "--model", "gpt5"}, &bytes.Buffer{}, &stderr2); code != 2 || !strings.Contains(stderr2.String(), "known models: bitnet-2b") {
 		t.Fatalf("unknown model: exit %d, %q", code, stderr2.String())
