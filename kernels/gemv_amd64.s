@@ -1260,7 +1260,7 @@ gemvInt1T1AVX512_step:
 	ADDQ         $0x10, DX
 	DECQ         R8
 	JNZ          gemvInt1T1AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z0
+	VMOVDQU32    evenIdx<>+0(SB), Z26
 	VPADDD       Z9, Z1, Z1
 	VPADDD       Z10, Z2, Z2
 	VPADDD       Z11, Z3, Z3
@@ -1288,12 +1288,11 @@ gemvInt1T1AVX512_step:
 	VPSRAD       $0x03, Z4, Z4
 	VPSRLQ       $0x20, Z4, Z25
 	VPADDD       Z25, Z4, Z4
-	VPERMT2D     Z2, Z0, Z1
-	VPERMT2D     Z4, Z0, Z3
+	VPERMT2D     Z2, Z26, Z1
+	VPERMT2D     Z4, Z26, Z3
 	VMOVDQU32    Z1, (SI)
 	VMOVDQU32    Z3, 64(SI)
 	ADDQ         $0x00000080, SI
-	VMOVDQU64    pairPerm<>+0(SB), Z0
 	DECQ         DI
 	JNZ          gemvInt1T1AVX512_seg
 	VZEROUPPER
@@ -2173,7 +2172,7 @@ gemvInt1T2AVX512_step:
 	ADDQ         $0x10, DX
 	DECQ         R9
 	JNZ          gemvInt1T2AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z0
+	VMOVDQU32    evenIdx<>+0(SB), Z26
 	VPSRAD       $0x04, Z5, Z5
 	VPADDD       Z5, Z1, Z1
 	VPSRLQ       $0x20, Z1, Z25
@@ -2193,8 +2192,8 @@ gemvInt1T2AVX512_step:
 	VPSRAD       $0x03, Z4, Z4
 	VPSRLQ       $0x20, Z4, Z25
 	VPADDD       Z25, Z4, Z4
-	VPERMT2D     Z2, Z0, Z1
-	VPERMT2D     Z4, Z0, Z3
+	VPERMT2D     Z2, Z26, Z1
+	VPERMT2D     Z4, Z26, Z3
 	VMOVDQU32    Z1, (DI)
 	VMOVDQU32    Z3, 64(DI)
 	VPSRAD       $0x04, Z13, Z13
@@ -2216,12 +2215,11 @@ gemvInt1T2AVX512_step:
 	VPSRAD       $0x03, Z12, Z12
 	VPSRLQ       $0x20, Z12, Z25
 	VPADDD       Z25, Z12, Z12
-	VPERMT2D     Z10, Z0, Z9
-	VPERMT2D     Z12, Z0, Z11
+	VPERMT2D     Z10, Z26, Z9
+	VPERMT2D     Z12, Z26, Z11
 	VMOVDQU32    Z9, 128(DI)
 	VMOVDQU32    Z11, 192(DI)
 	ADDQ         $0x00000100, DI
-	VMOVDQU64    pairPerm<>+0(SB), Z0
 	DECQ         R8
 	JNZ          gemvInt1T2AVX512_seg
 	VZEROUPPER
@@ -3502,7 +3500,7 @@ gemvInt1T3AVX512_step:
 	ADDQ         $0x10, DX
 	DECQ         R10
 	JNZ          gemvInt1T3AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z0
+	VMOVDQU32    evenIdx<>+0(SB), Z14
 	VPSRLQ       $0x20, Z1, Z13
 	VPADDD       Z13, Z1, Z1
 	VPSRAD       $0x01, Z2, Z2
@@ -3514,8 +3512,8 @@ gemvInt1T3AVX512_step:
 	VPSRAD       $0x03, Z4, Z4
 	VPSRLQ       $0x20, Z4, Z13
 	VPADDD       Z13, Z4, Z4
-	VPERMT2D     Z2, Z0, Z1
-	VPERMT2D     Z4, Z0, Z3
+	VPERMT2D     Z2, Z14, Z1
+	VPERMT2D     Z4, Z14, Z3
 	VMOVDQU32    Z1, (R8)
 	VMOVDQU32    Z3, 64(R8)
 	VPSRLQ       $0x20, Z5, Z13
@@ -3529,8 +3527,8 @@ gemvInt1T3AVX512_step:
 	VPSRAD       $0x03, Z8, Z8
 	VPSRLQ       $0x20, Z8, Z13
 	VPADDD       Z13, Z8, Z8
-	VPERMT2D     Z6, Z0, Z5
-	VPERMT2D     Z8, Z0, Z7
+	VPERMT2D     Z6, Z14, Z5
+	VPERMT2D     Z8, Z14, Z7
 	VMOVDQU32    Z5, 128(R8)
 	VMOVDQU32    Z7, 192(R8)
 	VPSRLQ       $0x20, Z9, Z13
@@ -3544,12 +3542,11 @@ gemvInt1T3AVX512_step:
 	VPSRAD       $0x03, Z12, Z12
 	VPSRLQ       $0x20, Z12, Z13
 	VPADDD       Z13, Z12, Z12
-	VPERMT2D     Z10, Z0, Z9
-	VPERMT2D     Z12, Z0, Z11
+	VPERMT2D     Z10, Z14, Z9
+	VPERMT2D     Z12, Z14, Z11
 	VMOVDQU32    Z9, 256(R8)
 	VMOVDQU32    Z11, 320(R8)
 	ADDQ         $0x00000180, R8
-	VMOVDQU64    pairPerm<>+0(SB), Z0
 	DECQ         R9
 	JNZ          gemvInt1T3AVX512_seg
 	VZEROUPPER
@@ -5129,7 +5126,7 @@ gemvInt1T4AVX512_step:
 	ADDQ         $0x10, DX
 	DECQ         R11
 	JNZ          gemvInt1T4AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z0
+	VMOVDQU32    evenIdx<>+0(SB), Z18
 	VPSRLQ       $0x20, Z1, Z17
 	VPADDD       Z17, Z1, Z1
 	VPSRAD       $0x01, Z2, Z2
@@ -5141,8 +5138,8 @@ gemvInt1T4AVX512_step:
 	VPSRAD       $0x03, Z4, Z4
 	VPSRLQ       $0x20, Z4, Z17
 	VPADDD       Z17, Z4, Z4
-	VPERMT2D     Z2, Z0, Z1
-	VPERMT2D     Z4, Z0, Z3
+	VPERMT2D     Z2, Z18, Z1
+	VPERMT2D     Z4, Z18, Z3
 	VMOVDQU32    Z1, (R9)
 	VMOVDQU32    Z3, 64(R9)
 	VPSRLQ       $0x20, Z5, Z17
@@ -5156,8 +5153,8 @@ gemvInt1T4AVX512_step:
 	VPSRAD       $0x03, Z8, Z8
 	VPSRLQ       $0x20, Z8, Z17
 	VPADDD       Z17, Z8, Z8
-	VPERMT2D     Z6, Z0, Z5
-	VPERMT2D     Z8, Z0, Z7
+	VPERMT2D     Z6, Z18, Z5
+	VPERMT2D     Z8, Z18, Z7
 	VMOVDQU32    Z5, 128(R9)
 	VMOVDQU32    Z7, 192(R9)
 	VPSRLQ       $0x20, Z9, Z17
@@ -5171,8 +5168,8 @@ gemvInt1T4AVX512_step:
 	VPSRAD       $0x03, Z12, Z12
 	VPSRLQ       $0x20, Z12, Z17
 	VPADDD       Z17, Z12, Z12
-	VPERMT2D     Z10, Z0, Z9
-	VPERMT2D     Z12, Z0, Z11
+	VPERMT2D     Z10, Z18, Z9
+	VPERMT2D     Z12, Z18, Z11
 	VMOVDQU32    Z9, 256(R9)
 	VMOVDQU32    Z11, 320(R9)
 	VPSRLQ       $0x20, Z13, Z17
@@ -5186,12 +5183,11 @@ gemvInt1T4AVX512_step:
 	VPSRAD       $0x03, Z16, Z16
 	VPSRLQ       $0x20, Z16, Z17
 	VPADDD       Z17, Z16, Z16
-	VPERMT2D     Z14, Z0, Z13
-	VPERMT2D     Z16, Z0, Z15
+	VPERMT2D     Z14, Z18, Z13
+	VPERMT2D     Z16, Z18, Z15
 	VMOVDQU32    Z13, 384(R9)
 	VMOVDQU32    Z15, 448(R9)
 	ADDQ         $0x00000200, R9
-	VMOVDQU64    pairPerm<>+0(SB), Z0
 	DECQ         R10
 	JNZ          gemvInt1T4AVX512_seg
 	VZEROUPPER

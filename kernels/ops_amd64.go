@@ -59,7 +59,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.kstep, o.gemvT = 16, 8
 		case quantcfg.Int1:
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
-			o.kstep, o.xKind = 16, xInt1Perm
+			o.kstep, o.xKind, o.gemvMaxK = 16, xInt1Perm, int1ZMaxK
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1T1AVX512, lutTL1T2AVX512, lutTL1T3AVX512, lutTL1T4AVX512)
 			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true

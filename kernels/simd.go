@@ -74,6 +74,8 @@ type fmtOps struct {
 	tileMaxU int
 	// gemvMaxU: likewise for the GEMV kernels of int2.
 	gemvMaxU int
+	// gemvMaxK: the GEMV kernels' int32 sums hold K up to this (0: the format's MaxK).
+	gemvMaxK int
 }
 
 type xKind int
@@ -146,8 +148,8 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	if l.SegLen != 0 && k.ops.kstep != 0 && l.SegLen%k.ops.kstep != 0 {
 		return false, fmt.Sprintf("segments of %d inputs (needs a multiple of %d)", l.SegLen, k.ops.kstep)
 	}
-	if k.ops.xKind == xInt1Perm && l.Layout.Kp > int1ZMaxK && !k.useGemm(l, n) {
-		return false, fmt.Sprintf("int1 GEMV with K = %d: the zmm kernels' int32 sums hold K <= %d", l.Layout.K, int1ZMaxK)
+	if k.ops.gemvMaxK > 0 && l.Layout.Kp > k.ops.gemvMaxK && !k.useGemm(l, n) {
+		return false, fmt.Sprintf("GEMV with K = %d: the kernels' int32 sums hold K <= %d", l.Layout.K, k.ops.gemvMaxK)
 	}
 	if k.format == quantcfg.Int2 {
 		lo, hi := codebookSpan(l)

@@ -689,24 +689,17 @@ func gemvInt1Z(T int) {
 	xs := tokenPtrs(a, T, gX, gXStride)
 	perm := p.get()
 	VMOVDQU64(pairPerm, perm)
+	// halves: with one and two tokens the high planes have chain sets of their own
 	split := T <= 2
-	chains, copies := 4, 1
+	halves, copies := 1, 1
 	if split {
-		chains = 8
+		halves = 2
 	}
 	if T == 1 {
 		copies = 2
 	}
-	// acc[t][c][i]: token t, step copy c, chain i (low plane i, high plane i-4; or group i)
-	acc := make([][][]VecPhysical, T)
-	var all []VecPhysical
-	for t := range acc {
-		for c := 0; c < copies; c++ {
-			r := p.getn(chains)
-			acc[t] = append(acc[t], r)
-			all = append(all, r...)
-		}
-	}
+	// acc[t][halves*c+h][j]: token t, step copy c, low (h = 0) or high planes of group j
+	acc, all := accSets(p, T, halves*copies)
 	var masks []VecPhysical // bit j of the low nibbles, then of the high nibbles
 	if split {
 		masks = p.getn(8)
@@ -735,35 +728,33 @@ func gemvInt1Z(T int) {
 			VPBROADCASTQ(idx(xs[t], kx, 1, 8), xv[t][1])
 		}
 		for j := 0; j < 4; j++ {
-			h := j
 			if split {
-				h = 4 + j
 				VPANDD(masks[j], wv, lo)
-				VPANDD(masks[h], wv, hi)
+				VPANDD(masks[4+j], wv, hi)
 			} else {
 				VPANDD_BCST(int1Bits.Offset(4*j), wv, lo)
 				VPANDD_BCST(int1Bits.Offset(4*j), down, hi)
 			}
 			for t := range acc {
-				VPDPBUSD(xv[t][0], lo, acc[t][c][j])
-				VPDPBUSD(xv[t][1], hi, acc[t][c][h])
+				VPDPBUSD(xv[t][0], lo, acc[t][halves*c][j])
+				VPDPBUSD(xv[t][1], hi, acc[t][halves*c+halves-1][j])
 			}
 		}
 		ADDQ(U8(64), w)
 		ADDQ(U8(16), kx)
 	}, func(sums Register) {
-		VMOVDQU32(evenIdx, perm)
+		VMOVDQU32(evenIdx, lo)
 		for t := range acc {
-			r := acc[t][0]
-			for c := 1; c < copies; c++ {
-				for i := range r {
-					VPADDD(acc[t][c][i], r[i], r[i])
+			r := &acc[t][0]
+			for s := halves; s < len(acc[t]); s++ { // the second copy's sets into the first's
+				for j := range acc[t][s] {
+					VPADDD(acc[t][s][j], acc[t][s-halves][j], acc[t][s-halves][j])
 				}
 			}
 			for j := 0; j < 4; j++ {
 				if split {
-					VPSRAD(U8(4), r[4+j], r[4+j])
-					VPADDD(r[4+j], r[j], r[j])
+					VPSRAD(U8(4), acc[t][1][j], acc[t][1][j])
+					VPADDD(acc[t][1][j], r[j], r[j])
 				}
 				if j > 0 {
 					VPSRAD(U8(j), r[j], r[j])
@@ -771,13 +762,12 @@ func gemvInt1Z(T int) {
 				VPSRLQ(U8(32), r[j], wv)
 				VPADDD(wv, r[j], r[j])
 			}
-			VPERMT2D(r[1], perm, r[0])
-			VPERMT2D(r[3], perm, r[2])
+			VPERMT2D(r[1], lo, r[0])
+			VPERMT2D(r[3], lo, r[2])
 			VMOVDQU32(r[0], at(sums, 128*t))
 			VMOVDQU32(r[2], at(sums, 128*t+64))
 		}
 		ADDQ(U32(128*T), sums)
-		VMOVDQU64(pairPerm, perm)
 	})
 	VZEROUPPER()
 	RET()
