@@ -29,8 +29,11 @@ type gemvArgs struct {
 	Aux       int            // i2s: bytes per row quad (Kp/128*128)
 	// i2s kernels of fmtOps.parts only (zmm, T = 3, 4): the weight prefetch runs PF bytes
 	// ahead of the stream position in row quads 0-6 and PF7 in quad 7, and Acc != 0 adds
-	// into Sums instead of storing (a call over one part of K: gemvParts).
+	// into Sums instead of storing (a call over one part of K: gemvParts). A second
+	// prefetch, into L2 only (prefetcht1), runs Far bytes ahead in quads 0-5 and Far6 in
+	// quads 6 and 7.
 	PF, PF7, Acc int
+	Far, Far6    int
 }
 
 // lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens

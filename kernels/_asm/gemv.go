@@ -11,7 +11,7 @@ import (
 // Argument block offsets: kernels.gemvArgs.
 const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
-	gTab, gAux, gPF, gPF7, gAcc                           = 56, 64, 72, 80, 88
+	gTab, gAux, gPF, gPF7, gAcc, gFar, gFar6              = 56, 64, 72, 80, 88, 96, 104
 )
 
 // prefetchDist is how far ahead (bytes) the GEMV kernels prefetch their weight stream.
@@ -403,7 +403,7 @@ func quadRowSums(lo, hi, c, x, gather VecPhysical) {
 // i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
 // each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
 // 128-byte block, prefetched prefetchDist ahead (or, with argPF, PF ahead in quads 0-6 and
-// PF7 in quad 7: gemvArgs). Per segment zero clears the accumulators and reduce stores the
+// PF7 in quad 7, and into L2 Far ahead in quads 0-5 and Far6 in quads 6-7: gemvArgs). Per segment zero clears the accumulators and reduce stores the
 // quad's four rows of each token at sums + 128t; block computes one step at w; xReset and
 // xAdvance move the activations back to offset 0 and on by 128 bytes.
 func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block func(w Register), xReset, xAdvance func(), reduce func(sums Register)) {
@@ -418,12 +418,17 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	MOVQ(at(a, gNSeg), nseg)
 	MOVQ(sumsQ, sums)
 	pf := []Mem{at(w, prefetchDist), at(w, prefetchDist+64)}
+	var far Register
 	if argPF {
 		d := GP64()
 		MOVQ(at(a, gPF), d)
 		CMPQ(quad, U8(7))
 		CMOVQEQ(at(a, gPF7), d)
 		pf = []Mem{idx(w, d, 1, 0), idx(w, d, 1, 64)}
+		far = GP64()
+		MOVQ(at(a, gFar), far)
+		CMPQ(quad, U8(6))
+		CMOVQGE(at(a, gFar6), far)
 	}
 	Label(name + "_seg")
 	cnt := GP64()
@@ -434,6 +439,10 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	Label(name + "_blk")
 	for _, m := range pf {
 		PREFETCHT0(m)
+	}
+	if far != nil {
+		PREFETCHT1(idx(w, far, 1, 0))
+		PREFETCHT1(idx(w, far, 1, 64))
 	}
 	block(w)
 	SUBQ(I8(-128), w)
