@@ -1059,10 +1059,9 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 const gemvPrefetch = 8192
 
 // gemvFarPrefetch is how far ahead the same kernels prefetch their weight stream into L2
-// as well (gemvArgs.Far). With four tokens the kernel runs at the rate of its multiplies,
-// and the L1 prefetch alone left its loads waiting on DRAM now and then: with the L2 one
-// four tokens on 14336x4096 from DRAM took 2-3% less time at one thread (16 and 32 KiB
-// alike; gemvParts sets its own distance).
+// as well (gemvArgs.Far; gemvParts sets its own distance). With it four tokens on
+// 14336x4096 from DRAM took 2-3% less time at one thread (16 and 32 KiB alike; one-process
+// A/B, 15 interleaved rounds).
 const gemvFarPrefetch = 32 << 10
 
 // i2sPartBytes bounds the activations one part of K gives the i2s zmm kernel (T tokens'

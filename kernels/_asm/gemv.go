@@ -403,9 +403,10 @@ func quadRowSums(lo, hi, c, x, gather VecPhysical) {
 // i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
 // each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
 // 128-byte block, prefetched prefetchDist ahead (or, with argPF, PF ahead in quads 0-6 and
-// PF7 in quad 7, and into L2 Far ahead in quads 0-5 and Far6 in quads 6-7: gemvArgs). Per segment zero clears the accumulators and reduce stores the
-// quad's four rows of each token at sums + 128t; block computes one step at w; xReset and
-// xAdvance move the activations back to offset 0 and on by 128 bytes.
+// PF7 in quad 7, and into L2 Far ahead in quads 0-5 and Far6 in quads 6-7: gemvArgs). Per
+// segment zero clears the accumulators and reduce stores the quad's four rows of each token
+// at sums + 128t; block computes one step at w; xReset and xAdvance move the activations
+// back to offset 0 and on by 128 bytes.
 func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block func(w Register), xReset, xAdvance func(), reduce func(sums Register)) {
 	quad, wq, sumsQ := GP64(), GP64(), GP64()
 	XORQ(quad, quad)
