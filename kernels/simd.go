@@ -997,8 +997,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			g.Aux = ly.Kp / 128 * 128
-			g.PF, g.PF7 = gemvPrefetch, gemvPrefetch
-			g.Far, g.Far6 = gemvFarPrefetch, gemvFarPrefetch
+			g.streamPrefetch()
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -1109,8 +1108,14 @@ func gemvParts(gemv func(*byte), g *gemvArgs, ps int, ly Layout) {
 		gemv(argp(g))
 	}
 	g.W, g.X, g.SegSteps, g.LastSteps = w, x, ss, ls
-	g.PF, g.PF7, g.Acc = gemvPrefetch, gemvPrefetch, 0
-	g.Far, g.Far6 = gemvFarPrefetch, gemvFarPrefetch
+	g.Acc = 0
+	g.streamPrefetch()
+}
+
+// streamPrefetch sets the i2s prefetch distances of a call over whole row quads, each
+// one stream (gemvParts sets its own per part).
+func (g *gemvArgs) streamPrefetch() {
+	g.PF, g.PF7, g.Far, g.Far6 = gemvPrefetch, gemvPrefetch, gemvFarPrefetch, gemvFarPrefetch
 }
 
 func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
