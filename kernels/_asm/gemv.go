@@ -400,6 +400,16 @@ func quadRowSums(lo, hi, c, x, gather VecPhysical) {
 	VPERMD(c, gather, c)
 }
 
+// quadDist returns a new register holding the argument block's field off, or field late
+// from row quad from on.
+func quadDist(a, quad Register, off, late int, from uint8) GPVirtual {
+	d := GP64()
+	MOVQ(at(a, off), d)
+	CMPQ(quad, U8(from))
+	CMOVQGE(at(a, late), d)
+	return d
+}
+
 // i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
 // each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
 // 128-byte block, prefetched prefetchDist ahead (or, with argPF, PF ahead in quads 0-6 and
@@ -421,15 +431,9 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	pf := []Mem{at(w, prefetchDist), at(w, prefetchDist+64)}
 	var far Register
 	if argPF {
-		d := GP64()
-		MOVQ(at(a, gPF), d)
-		CMPQ(quad, U8(7))
-		CMOVQEQ(at(a, gPF7), d)
+		d := quadDist(a, quad, gPF, gPF7, 7)
 		pf = []Mem{idx(w, d, 1, 0), idx(w, d, 1, 64)}
-		far = GP64()
-		MOVQ(at(a, gFar), far)
-		CMPQ(quad, U8(6))
-		CMOVQGE(at(a, gFar6), far)
+		far = quadDist(a, quad, gFar, gFar6, 6)
 	}
 	Label(name + "_seg")
 	cnt := GP64()
