@@ -207,6 +207,7 @@ func TestArgOffsets(t *testing.T) {
 		{"gemv.LastSteps", unsafe.Offsetof(g.LastSteps), 48}, {"gemv.Tab", unsafe.Offsetof(g.Tab), 56},
 		{"gemv.Aux", unsafe.Offsetof(g.Aux), 64}, {"gemv.PF", unsafe.Offsetof(g.PF), 72},
 		{"gemv.PF7", unsafe.Offsetof(g.PF7), 80}, {"gemv.Acc", unsafe.Offsetof(g.Acc), 88},
+		{"gemv.Far", unsafe.Offsetof(g.Far), 96}, {"gemv.Far6", unsafe.Offsetof(g.Far6), 104},
 		{"unpack.W", unsafe.Offsetof(u.W), 0}, {"unpack.B", unsafe.Offsetof(u.B), 8},
 		{"unpack.N", unsafe.Offsetof(u.N), 16}, {"unpack.Tab", unsafe.Offsetof(u.Tab), 24},
 		{"unpack.N2", unsafe.Offsetof(u.N2), 32},
