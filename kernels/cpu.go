@@ -15,7 +15,7 @@ type ISA int
 
 // The SIMD paths, best first.
 const (
-	// ISAAVX512 is AVX-512 F/BW/VL + VNNI + VBMI on zmm registers (Ice Lake and later
+	// ISAAVX512 is AVX-512 F/BW/VL + VNNI + VBMI + VBMI2 on zmm registers (Ice Lake and later
 	// Xeons, Zen 4 and later).
 	ISAAVX512 ISA = iota
 	// ISAAVXVNNI is the AVX2 kernels with VEX-encoded vpdpbusd (AVX-VNNI: Alder Lake and later
@@ -39,16 +39,20 @@ func (i ISA) String() string {
 // cpu holds what the processor supports, detected once. Tests and kill switches only
 // narrow it (see the Disable functions).
 var cpu = struct {
-	avx2, fma, avx512, avx512vnni, avx512vbmi, avxvnni, avxvnniint8 bool
+	avx2, fma, avx512, avx512vnni, avx512vbmi, avx512vbmi2, avxvnni, avxvnniint8 bool
 }{
 	avx2:        cpuid.CPU.Supports(cpuid.AVX2, cpuid.FMA3, cpuid.BMI2),
 	fma:         cpuid.CPU.Supports(cpuid.FMA3),
 	avx512:      cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512DQ),
 	avx512vnni:  cpuid.CPU.Supports(cpuid.AVX512VNNI),
 	avx512vbmi:  cpuid.CPU.Supports(cpuid.AVX512VBMI),
+	avx512vbmi2: cpuid.CPU.Supports(cpuid.AVX512VBMI2),
 	avxvnni:     cpuid.CPU.Supports(cpuid.AVXVNNI),
 	avxvnniint8: cpuid.CPU.Supports(cpuid.AVXVNNIINT8),
 }
+
+// zmmCPU reports whether the CPU has everything the AVX-512 path uses.
+func zmmCPU() bool { return cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi && cpu.avx512vbmi2 }
 
 // disabled[i] switches path i off (kill switches and test hooks); purego switches all
 // assembly off.
@@ -111,6 +115,9 @@ func isaReason(i ISA) string {
 		}
 		if !cpu.avx512vbmi {
 			miss = append(miss, "AVX512_VBMI")
+		}
+		if !cpu.avx512vbmi2 {
+			miss = append(miss, "AVX512_VBMI2")
 		}
 		if len(miss) > 0 {
 			return "CPU lacks " + strings.Join(miss, ", ")
@@ -176,7 +183,7 @@ func CPUFeatures() []string {
 		ok   bool
 	}{
 		{"avx2", cpu.avx2}, {"fma", cpu.fma}, {"avx512", cpu.avx512}, {"avx512vnni", cpu.avx512vnni},
-		{"avx512vbmi", cpu.avx512vbmi}, {"avxvnni", cpu.avxvnni}, {"avxvnniint8", cpu.avxvnniint8},
+		{"avx512vbmi", cpu.avx512vbmi}, {"avx512vbmi2", cpu.avx512vbmi2}, {"avxvnni", cpu.avxvnni}, {"avxvnniint8", cpu.avxvnniint8},
 		{"avx512bf16", cpuid.CPU.Supports(cpuid.AVX512BF16)},
 	} {
 		if f.ok {

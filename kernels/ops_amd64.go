@@ -19,7 +19,7 @@ func init() {
 		}
 	}
 	kernelList = append(list, kernelList...)
-	if cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi {
+	if zmmCPU() {
 		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z] = lutBuildTL1AVX512, lutBuildTL2AVX512
 	}
 	if cpu.avx512 {

@@ -813,7 +813,7 @@ type lutState struct {
 	acc16                   [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
 	acc32                   [][2]VecPhysical
 	m0f, c16, wz, i0, i1, l VecPhysical
-	top, x, l2              VecPhysical // tl2: the word sign bit, triple 15's code being gathered, a second lookup result
+	top, x, l2              VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
 }
 
 // lutChains is the number of int16 chains per token: with one token four chains keep
@@ -846,8 +846,11 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	}
 	s.wz, s.i0, s.i1, s.l = s.p.get(), s.p.get(), s.p.get(), s.p.get()
 	if tl2 {
-		s.top, s.x, s.l2 = s.p.get(), s.p.get(), s.p.get()
-		bcastWord(s.top, 0x8000)
+		s.x, s.l2 = s.p.get(), s.p.get()
+		if T == 1 { // the bit-select of tl2Block's gather
+			s.top = s.p.get()
+			bcastWord(s.top, 0x8000)
+		}
 	}
 	return s
 }
@@ -936,11 +939,18 @@ type tl2Rows struct {
 
 // tl2Block emits one block for the row blocks of rows (one or two) and every token: per
 // plane, the word's low five bits are triple 3j's code as they stand (vpermw reads only
-// those), shifts by 5 and 10 bring triples 3j+1 and 3j+2 down, and bit 15 is shifted into
-// the gathered code of triple 15 (a bit-select with the word sign bit). The code indexes
-// the triple's 32-word table (sums of the magnitudes, then their negations) directly.
-// With two row blocks each table is loaded once into a register and serves both. acc
-// names the int16 chain of a row block, token and triple.
+// those), shifts by 5 and 10 bring triples 3j+1 and 3j+2 down, and bit 15 goes into the
+// gathered code of triple 15. The code indexes the triple's 32-word table (sums of the
+// magnitudes, then their negations) directly. With two row blocks each table is loaded
+// once into a register and serves both. acc names the int16 chain of a row block, token
+// and triple.
+//
+// One token takes the planes in address order and gathers with a shift and a bit-select
+// per plane (bit j lands at bit 15, the earlier ones below, then a shift by 11). More
+// tokens take them from plane 4 down and gather with one vpshldw per plane (x = x<<1 |
+// v>>15): against the first way (tl2 from DRAM, four interleaved pairs of runs on the 8B
+// shapes at one thread) n = 3 ran 7-11% faster and n = 4 21%, n = 2 the same; with one
+// token it was 0-4% slower in either plane order, so one token keeps the first way.
 func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
 	tmp := [2]VecPhysical{s.l, s.l2}
 	n := 0
@@ -962,7 +972,12 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	}
 	plane := func(r int) VecPhysical { return rows[r].v }
 	code := func(r int) VecPhysical { return rows[r].code }
-	for j := 0; j < 5; j++ {
+	one := s.T == 1
+	for i := 0; i < 5; i++ {
+		j := 4 - i
+		if one {
+			j = i
+		}
 		for _, rw := range rows {
 			m := rw.w
 			m.Disp += 64 * j
@@ -978,16 +993,23 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 		}
 		lookupAll(3*j+2, code)
 		for _, rw := range rows {
-			if j == 0 {
+			switch {
+			case one && j == 0:
 				VMOVDQA64(rw.v, rw.x)
-			} else { // x = top ? v : x >> 1 (bit j of the code lands at bit 15, the earlier ones below)
+			case one: // x = top ? v : x >> 1 (bit j of the code lands at bit 15, the earlier ones below)
 				VPSRLW(U8(1), rw.x, rw.x)
 				VPTERNLOGD(U8(0xd8), s.top, rw.v, rw.x)
+			case j == 4:
+				VPSRLW(U8(15), rw.v, rw.x)
+			default: // x = x << 1 | v >> 15
+				VPSHLDW(U8(1), rw.v, rw.x, rw.x)
 			}
 		}
 	}
-	for _, rw := range rows {
-		VPSRLW(U8(11), rw.x, rw.x)
+	if one {
+		for _, rw := range rows {
+			VPSRLW(U8(11), rw.x, rw.x)
+		}
 	}
 	lookupAll(15, func(r int) VecPhysical { return rows[r].x })
 }
