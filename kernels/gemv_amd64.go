@@ -34,6 +34,12 @@ func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 //go:noescape
 func sumInt8AVX2(x *int8, n int) int32
 
+// permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order
+// 0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.
+//
+//go:noescape
+func permInt1AVX2(x *int8, n int, dst *byte)
+
 // gemvInt2T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape

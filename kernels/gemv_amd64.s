@@ -680,6 +680,27 @@ sum8_done:
 	VZEROUPPER
 	RET
 
+// func permInt1AVX2(x *int8, n int, dst *byte)
+// Requires: AVX, AVX2
+TEXT ·permInt1AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), AX
+	MOVQ n+8(FP), CX
+	MOVQ dst+16(FP), DX
+	SHRQ $0x05, CX
+	JZ   perm1_done
+
+perm1_l:
+	VPSHUFD $0xd8, (AX), Y0
+	VMOVDQU Y0, (DX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, DX
+	DECQ    CX
+	JNZ     perm1_l
+
+perm1_done:
+	VZEROUPPER
+	RET
+
 DATA pairPerm<>+0(SB)/1, $0x00
 DATA pairPerm<>+1(SB)/1, $0x01
 DATA pairPerm<>+2(SB)/1, $0x02

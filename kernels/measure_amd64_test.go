@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -46,6 +47,24 @@ func TestPrepareHelpers(t *testing.T) {
 		}
 		if got, want := sumInt8(x[:kp-1]), sumInt8Generic(x[:kp-1]); got != want {
 			t.Errorf("sumInt8(%d) = %d, want %d", kp-1, got, want)
+		}
+		if kp%16 == 0 {
+			want, got := make([]byte, kp), make([]byte, kp+1)
+			permInt1Generic(x, want)
+			for g := 0; g < kp; g += 16 { // dwords 0, 2, 1, 3 of each 16 bytes
+				for i, src := range []int{0, 2, 1, 3} {
+					for b := 0; b < 4; b++ {
+						if want[g+4*i+b] != byte(x[g+4*src+b]) {
+							t.Fatalf("permInt1Generic(%d): byte %d = %d, want input %d's %d", kp, g+4*i+b, want[g+4*i+b], g+4*src+b, x[g+4*src+b])
+						}
+					}
+				}
+			}
+			got[kp] = 0x5a
+			permInt1(x, got[:kp])
+			if !bytes.Equal(got[:kp], want) || got[kp] != 0x5a {
+				t.Errorf("permInt1(%d) differs from permInt1Generic (or wrote past its end)", kp)
+			}
 		}
 		k := kp
 		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y} {

@@ -27,7 +27,7 @@ func init() {
 	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
-		sumInt8Fast = sumInt8AVX2
+		sumInt8Fast, permInt1Fast = sumInt8AVX2, permInt1AVX2
 	}
 }
 

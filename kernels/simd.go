@@ -377,8 +377,9 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders [tabTL2Y + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
-	sumInt8Fast func(x *int8, n int) int32                       // n a multiple of 32
+	lutBuilders  [tabTL2Y + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
+	sumInt8Fast  func(x *int8, n int) int32                       // n a multiple of 32
+	permInt1Fast func(x *int8, n int, dst *byte)                  // n a multiple of 32
 )
 
 // sumInt8 returns the sum of x.
@@ -441,6 +442,20 @@ func transposeFloats(src []float32, n, kk int, dst []float32) {
 // permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
 // the qword of dwords 0, 2 for low nibbles and of 1, 3 for high nibbles).
 func permInt1(x []int8, dst []byte) {
+	n := len(x) &^ 31
+	if n > 0 && permInt1Fast != nil && !purego.Load() {
+		permInt1Fast(&x[0], n, &dst[0])
+	} else {
+		n = 0
+	}
+	permInt1Generic(x[n:], dst[n:])
+}
+
+// permInt1Generic is permInt1 in Go (len(x) a multiple of 16), the reference of permInt1AVX2.
+func permInt1Generic(x []int8, dst []byte) {
+	if len(x) == 0 {
+		return
+	}
 	s := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x)/4)
 	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), len(x)/4)
 	for g := 0; g+3 < len(s); g += 4 {

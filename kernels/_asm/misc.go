@@ -401,6 +401,27 @@ func genLUTBuilders() {
 		VZEROUPPER()
 		RET()
 	}
+	// the int1 activation order
+	{
+		TEXT("permInt1AVX2", NOSPLIT, "func(x *int8, n int, dst *byte)")
+		Pragma("noescape")
+		Doc("permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order",
+			"0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+		v := newPool(false).get()
+		SHRQ(U8(5), n)
+		JZ(LabelRef("perm1_done"))
+		Label("perm1_l")
+		VPSHUFD(U8(0xd8), at(x, 0), v) // dwords 0, 2, 1, 3 of each lane
+		VMOVDQU(v, at(d, 0))
+		ADDQ(U8(32), x)
+		ADDQ(U8(32), d)
+		DECQ(n)
+		JNZ(LabelRef("perm1_l"))
+		Label("perm1_done")
+		VZEROUPPER()
+		RET()
+	}
 }
 
 // genActHelpers writes AVX-512 versions of the activation quantizer's loops (act.go):
