@@ -948,9 +948,10 @@ type tl2Rows struct {
 // One token takes the planes in address order and gathers with a shift and a bit-select
 // per plane (bit j lands at bit 15, the earlier ones below, then a shift by 11). More
 // tokens take them from plane 4 down and gather with one vpshldw per plane (x = x<<1 |
-// v>>15): against the first way (tl2 from DRAM, four interleaved pairs of runs on the 8B
-// shapes at one thread) n = 3 ran 7-11% faster and n = 4 21%, n = 2 the same; with one
-// token it was 0-4% slower in either plane order, so one token keeps the first way.
+// v>>15): against the first way (tl2 from DRAM on the 8B shapes at one thread, pairs of
+// runs old/new in turn) n = 3 ran 3-11% faster and n = 4 0-21%, by the state of this
+// shared machine (in no set of pairs slower), n = 2 the same; with one token it was 0-4%
+// slower in either plane order, so one token keeps the first way.
 func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
 	tmp := [2]VecPhysical{s.l, s.l2}
 	n := 0
