@@ -92,3 +92,21 @@ func TestDispatchReasons(t *testing.T) {
 		t.Fatalf("Select with assembly disabled: %v, %v", k, err)
 	}
 }
+
+// The zmm tl2 kernels for two or more tokens use vpshldw (AVX512_VBMI2): a CPU without it
+// must not get the AVX-512 path, and the reason names it.
+func TestAVX512PathNeedsVBMI2(t *testing.T) {
+	if !ISAAvailable(ISAAVX512) {
+		t.Skip("no AVX-512 path on this CPU:", isaReason(ISAAVX512))
+	}
+	saved := cpu
+	defer func() { cpu = saved }()
+	cpu.avx512vbmi2 = false
+	if r := isaReason(ISAAVX512); !strings.Contains(r, "AVX512_VBMI2") {
+		t.Errorf("AVX-512 path without VBMI2: reason %q, want it to name AVX512_VBMI2", r)
+	}
+	l, _ := probeLayer(quantcfg.LayerSpec{Format: quantcfg.TL2, Out: 64, In: 96})
+	if k, err := Select(l, 4); err != nil || strings.HasPrefix(k.Name(), ISAAVX512.String()) {
+		t.Errorf("Select(tl2, n = 4) without VBMI2: %v, %v; want a kernel off the AVX-512 path", k, err)
+	}
+}
