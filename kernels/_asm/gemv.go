@@ -950,8 +950,8 @@ type tl2Rows struct {
 // tokens take them from plane 4 down and gather with one vpshldw per plane (x = x<<1 |
 // v>>15): against the first way (tl2 from DRAM on the 8B shapes at one thread, pairs of
 // runs old/new in turn) n = 3 ran 3-11% faster and n = 4 0-21%, by the state of this
-// shared machine (in no set of pairs slower), n = 2 the same; with one token it was 0-4%
-// slower in either plane order, so one token keeps the first way.
+// shared machine (in no set of pairs slower), n = 2 the same; with one token it was 3-7%
+// slower from plane 4 down and 1-4% in address order, so one token keeps the first way.
 func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
 	tmp := [2]VecPhysical{s.l, s.l2}
 	n := 0
