@@ -110,3 +110,13 @@ func TestAVX512PathNeedsVBMI2(t *testing.T) {
 		t.Errorf("Select(tl2, n = 4) without VBMI2: %v, %v; want a kernel off the AVX-512 path", k, err)
 	}
 }
+
+// Every call names its kernel (RunSplit's class): naming one allocates nothing, the
+// AVX-VNNI-INT8 kernel's included.
+func TestKernelNamesAllocateNothing(t *testing.T) {
+	for _, k := range kernelList {
+		if a := testing.AllocsPerRun(10, func() { _ = k.Name() }); a != 0 {
+			t.Errorf("%s: %.0f allocations per Name", k.Name(), a)
+		}
+	}
+}

@@ -131,7 +131,7 @@ func newSplitCall() *splitCall {
 }
 
 func (c *splitCall) named(name string) {
-	if name != c.name || c.parts == "" {
+	if name != c.name {
 		c.name, c.parts, c.finish = name, name+"/parts", name+"/finish"
 	}
 }

@@ -11,10 +11,10 @@ func init() {
 	for _, isa := range []ISA{ISAAVX512, ISAAVXVNNI, ISAAVX2} {
 		for _, f := range kernelFormats {
 			if isa == ISAAVXVNNI && f == quantcfg.Int8 {
-				list = append(list, &simdKernel{isa: isa, format: f, ops: int8VNNIOps(), int8vnni: true})
+				list = append(list, newSIMDKernel(isa, f, int8VNNIOps(), true))
 			}
 			if o := asmOps(isa, f); o != nil {
-				list = append(list, &simdKernel{isa: isa, format: f, ops: o})
+				list = append(list, newSIMDKernel(isa, f, o, false))
 			}
 		}
 	}

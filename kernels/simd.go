@@ -103,31 +103,31 @@ type simdKernel struct {
 	isa      ISA
 	format   quantcfg.Format
 	ops      *fmtOps
-	int8vnni bool // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
+	int8vnni bool   // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
+	name     string // set by newSIMDKernel: every call names its kernel, so no string is built per call
+}
+
+// newSIMDKernel returns the kernel of path isa for format f.
+func newSIMDKernel(isa ISA, f quantcfg.Format, ops *fmtOps, int8vnni bool) *simdKernel {
+	k := &simdKernel{isa: isa, format: f, ops: ops, int8vnni: int8vnni}
+	k.name = k.nameOf()
+	return k
 }
 
 func (k *simdKernel) Name() string {
+	if k.name != "" {
+		return k.name
+	}
+	return k.nameOf() // a kernel a test put together
+}
+
+// nameOf is the kernel's name, "<isa>/<format>".
+func (k *simdKernel) nameOf() string {
 	if k.int8vnni {
 		return "avxvnniint8/" + string(k.format)
 	}
-	if k.isa >= 0 && k.isa < numISA {
-		if n, ok := simdNames[k.isa][k.format]; ok {
-			return n // every call names its kernel: no string built per call
-		}
-	}
 	return k.isa.String() + "/" + string(k.format)
 }
-
-// simdNames are the names of the ISA paths' kernels, "<isa>/<format>".
-var simdNames = func() (t [numISA]map[quantcfg.Format]string) {
-	for i := range t {
-		t[i] = map[quantcfg.Format]string{}
-		for _, fi := range quantcfg.Formats() {
-			t[i][fi.Format] = ISA(i).String() + "/" + string(fi.Format)
-		}
-	}
-	return t
-}()
 
 func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	if l.Spec.Format != k.format {
