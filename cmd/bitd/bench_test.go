@@ -39,8 +39,9 @@ func TestBenchJSON(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "r.svg")
 	var out, stderr bytes.Buffer
 	// i2s twice and no bf16: i2s is measured once, and bf16 beside it (the baseline of every
-	// record's speed-up); the token counts are measured once each too.
-	code := run([]string{"bench", "--json", "--cache", "--format", "i2s,i2s", "--shape", "64x256,64x256", "--threads", "1,1", "--n", "1,2,1", "--plot", plot}, &out, &stderr)
+	// record's speed-up); the token counts are measured once each too. tl2 is measured
+	// against i2s as well.
+	code := run([]string{"bench", "--json", "--cache", "--format", "i2s,tl2,i2s", "--shape", "64x256,64x256", "--threads", "1,1", "--n", "1,2,1", "--plot", plot}, &out, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -60,8 +61,8 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 	res := rep["results"].([]any)
-	if len(res) != 4 {
-		t.Fatalf("%d results, want 4 (i2s and bf16 x 2 n): %s", len(res), out.String())
+	if len(res) != 6 {
+		t.Fatalf("%d results, want 6 (i2s, tl2 and bf16 x 2 n): %s", len(res), out.String())
 	}
 	for _, r := range res {
 		r := r.(map[string]any)
@@ -90,8 +91,12 @@ func TestBenchJSON(t *testing.T) {
 		if r["format"] == "bf16" && r["speedup_vs_bf16"].(float64) != 1 {
 			t.Errorf("bf16 against itself: %v", r)
 		}
-		if r["format"] == "i2s" && r["speedup_vs_bf16"].(float64) <= 0 {
-			t.Errorf("i2s without a speed-up over bf16: %v", r)
+		if r["format"] != "bf16" && r["speedup_vs_bf16"].(float64) <= 0 {
+			t.Errorf("%v without a speed-up over bf16: %v", r["format"], r)
+		}
+		// tl2 against i2s at the same n, from the same rounds; no other record has it.
+		if vs, _ := r["speedup_vs_i2s"].(float64); (r["format"] == "tl2") != (vs > 0) {
+			t.Errorf("speedup_vs_i2s %v on %v: %v", vs, r["format"], r)
 		}
 		// i2s with two tokens on the zmm kernels is measured against the VNNI peak too.
 		wantVNNI := r["format"] == "i2s" && r["n"].(float64) == 2 && strings.HasPrefix(r["impl"].(string), "avx512vnni/")
