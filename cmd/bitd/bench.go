@@ -487,7 +487,21 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 	if !slices.Contains(formats, quantcfg.BF16) {
 		formats = append(formats, quantcfg.BF16) // every record carries its speed-up over bf16
 	}
-	sort.SliceStable(formats, func(i, j int) bool { return formats[i] == quantcfg.BF16 && formats[j] != quantcfg.BF16 })
+	// bf16 first (the baseline of every speed-up), then i2s and the other ternary formats
+	// (measured against i2s), the rest as asked: in each round a format's trials follow the
+	// ones it is compared with most closely.
+	rank := func(f quantcfg.Format) int {
+		switch {
+		case f == quantcfg.BF16:
+			return 0
+		case f == quantcfg.I2S:
+			return 1
+		case f.IsTernary():
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(formats, func(i, j int) bool { return rank(formats[i]) < rank(formats[j]) })
 	// The roofline is read around every trial of the GEMVs: a drift of the memory's speed
 	// (this VM's two-thread rate moves between about 45 and 75 GB/s from one second to the
 	// next) reaches a GEMV and the read rate it is compared with alike.
@@ -522,13 +536,15 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		bf16 := slices.IndexFunc(sets, func(s *kbench.Set) bool { return s.Format == quantcfg.BF16 })
 		i2s := slices.IndexFunc(sets, func(s *kbench.Set) bool { return s.Format == quantcfg.I2S })
 		// Per thread count, every format at every token count in the same rounds: the ratios
-		// between formats (speed-ups over bf16) and between token counts of a format (n = 4
-		// against n = 1) are taken round by round, so drift reaches both sides alike.
+		// between formats (speed-ups over bf16 and i2s) and between token counts of a format
+		// (n = 4 against n = 1) are taken round by round, so drift reaches both sides alike.
+		// A format's token counts run one after another, then the next format's, in the
+		// order above.
 		for _, t := range o.threads {
 			p := kbench.NewPool(t)
-			rs := make([]*kbench.Runner, 0, len(o.ns)*len(sets)) // [n][format]
-			for _, n := range o.ns {
-				for _, set := range sets {
+			rs := make([]*kbench.Runner, 0, len(o.ns)*len(sets)) // [format][n]
+			for _, set := range sets {
+				for _, n := range o.ns {
 					r, err := kbench.NewRunner(p, set, n, 2)
 					if err != nil {
 						p.Close()
@@ -540,7 +556,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			tms := kbench.Interleaved(rs, read, o.rounds, o.minTime)
 			p.Close()
-			at := func(ni, i int) kbench.Timing { return tms[ni*len(sets)+i] }
+			at := func(ni, i int) kbench.Timing { return tms[i*len(o.ns)+ni] }
 			for ni, n := range o.ns {
 				for i, set := range sets {
 					f, tm := set.Format, at(ni, i)
