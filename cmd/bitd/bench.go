@@ -74,8 +74,8 @@ type benchRecord struct {
 	// GEMV records of the other ternary formats (tl1, tl2), when i2s is measured too: i2s's
 	// time over this format's at the same n and threads, paired round by round (a ternary
 	// model packs to any of the three with the same results; issue 8's target for tl2 is
-	// >= 1.15). The rounds' other trials run between the two, so it is the fairer of the
-	// ratios of ns_per_op and of speedup_vs_bf16, not an exact one.
+	// >= 1.15). Other trials may run between the two in a round (i2s's at the other token
+	// counts, tl1's), so some of the machine's drift remains in it.
 	SpeedupVsI2S float64 `json:"speedup_vs_i2s,omitempty"`
 	// Prefill records, and GEMVs of the VNNI formats (i2s, int2, int1, int8) at n >= 2, where
 	// the multiply-adds can bind instead of the memory: 2*m*k*n operations per call against
