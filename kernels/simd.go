@@ -554,6 +554,15 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // DRAM 3 and 4 are within 1.3% (3 ahead in all four cases of the 8B shapes and 1 and 2
 // threads, 21 interleaved rounds), and 2 lost 2-3% with one thread and 3.5% with two on a
 // fast memory system.
+//
+// What keeps the one-token kernel below i2s's share of the read rate is its stream's shape,
+// not its arithmetic. Builds of the kernel with the lookups taken out (loads, prefetches,
+// row-block breaks and the table builds left), from DRAM at one thread on the 8B shapes,
+// four interleaved rounds: 90-92% of the read rate, the real kernel 92-94; without the
+// table builds 90-93; with them and the breaks gone (one run per chunk) and 2 ahead, 96;
+// i2s's loads alone 97-100. In the real kernel 2 ahead against 3 moved nothing beyond
+// the noise (five rounds, 1 and 2 threads). Breaks every TL2Chunk blocks and a chunk's
+// tables in L1 are what the lookups need.
 const tl2Ahead = 3
 
 // tl1Ahead is how many row blocks (pieces of a chunk, 8 KiB each for a full chunk) ahead
