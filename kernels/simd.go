@@ -559,7 +559,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // not its arithmetic. Builds of the kernel with the lookups taken out (loads, prefetches,
 // row-block breaks and the table builds left), from DRAM at one thread on the 8B shapes,
 // four interleaved rounds: 90-92% of the read rate, the real kernel 92-94; without the
-// table builds 90-93; with them and the breaks gone (one run per chunk) and 2 ahead, 96;
+// table builds 90-93; without the builds and the breaks (one run per chunk), 2 ahead, 96;
 // i2s's loads alone 97-100. In the real kernel 2 ahead against 3 moved nothing beyond
 // the noise (five rounds, 1 and 2 threads). Breaks every TL2Chunk blocks and a chunk's
 // tables in L1 are what the lookups need.
