@@ -51,8 +51,25 @@ var cpu = struct {
 	avxvnniint8: cpuid.CPU.Supports(cpuid.AVXVNNIINT8),
 }
 
+// zmmMissing names what the AVX-512 path uses and the CPU lacks.
+func zmmMissing() []string {
+	var miss []string
+	for _, f := range []struct {
+		ok   bool
+		name string
+	}{
+		{cpu.avx512, "AVX-512 F/BW/VL/DQ"}, {cpu.avx512vnni, "AVX512_VNNI"},
+		{cpu.avx512vbmi, "AVX512_VBMI"}, {cpu.avx512vbmi2, "AVX512_VBMI2"},
+	} {
+		if !f.ok {
+			miss = append(miss, f.name)
+		}
+	}
+	return miss
+}
+
 // zmmCPU reports whether the CPU has everything the AVX-512 path uses.
-func zmmCPU() bool { return cpu.avx512 && cpu.avx512vnni && cpu.avx512vbmi && cpu.avx512vbmi2 }
+func zmmCPU() bool { return len(zmmMissing()) == 0 }
 
 // disabled[i] switches path i off (kill switches and test hooks); purego switches all
 // assembly off.
@@ -106,20 +123,7 @@ func isaReason(i ISA) string {
 	}
 	switch i {
 	case ISAAVX512:
-		var miss []string
-		if !cpu.avx512 {
-			miss = append(miss, "AVX-512 F/BW/VL/DQ")
-		}
-		if !cpu.avx512vnni {
-			miss = append(miss, "AVX512_VNNI")
-		}
-		if !cpu.avx512vbmi {
-			miss = append(miss, "AVX512_VBMI")
-		}
-		if !cpu.avx512vbmi2 {
-			miss = append(miss, "AVX512_VBMI2")
-		}
-		if len(miss) > 0 {
+		if miss := zmmMissing(); len(miss) > 0 {
 			return "CPU lacks " + strings.Join(miss, ", ")
 		}
 	case ISAAVXVNNI:
