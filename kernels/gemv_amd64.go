@@ -45,6 +45,11 @@ func permInt1AVX2(x *int8, n int, dst *byte)
 //go:noescape
 func gemvInt2T1AVX512(a *byte)
 
+// gemvInt2SeqT1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT1AVX512(a *byte)
+
 // gemvI2ST1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape

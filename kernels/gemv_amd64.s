@@ -1022,6 +1022,61 @@ gemvInt2T1AVX512_step:
 	VZEROUPPER
 	RET
 
+// func gemvInt2SeqT1AVX512(a *byte)
+// Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt2SeqT1AVX512(SB), NOSPLIT, $0-8
+	MOVQ         a+0(FP), AX
+	MOVQ         (AX), CX
+	MOVQ         8(AX), DX
+	XORQ         BX, BX
+	MOVL         $0x03030303, SI
+	VPBROADCASTD SI, Z0
+	VMOVDQU64    int2Shift0<>+0(SB), Z1
+	VMOVDQU64    int2Shift1<>+0(SB), Z2
+	MOVQ         24(AX), SI
+	MOVQ         40(AX), DI
+
+gemvInt2SeqT1AVX512_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+
+gemvInt2SeqT1AVX512_step:
+	PREFETCHT0      8192(CX)
+	VBROADCASTI64X4 (CX), Z7
+	VPSRLVD         Z2, Z7, Z8
+	VPSRLVD         Z1, Z7, Z7
+	VPANDD          Z0, Z7, Z7
+	VPANDD          Z0, Z8, Z8
+	VPBROADCASTD    (DX)(BX*1), Z9
+	VPDPBUSD        Z9, Z7, Z3
+	VPDPBUSD        Z9, Z8, Z4
+	VBROADCASTI64X4 32(CX), Z7
+	VPSRLVD         Z2, Z7, Z8
+	VPSRLVD         Z1, Z7, Z7
+	VPANDD          Z0, Z7, Z7
+	VPANDD          Z0, Z8, Z8
+	VPBROADCASTD    4(DX)(BX*1), Z9
+	VPDPBUSD        Z9, Z7, Z5
+	VPDPBUSD        Z9, Z8, Z6
+	ADDQ            $0x40, CX
+	ADDQ            $0x00000008, BX
+	DECQ            R8
+	JNZ             gemvInt2SeqT1AVX512_step
+	VPADDD          Z5, Z3, Z3
+	VMOVDQU32       Z3, (SI)
+	VPADDD          Z6, Z4, Z4
+	VMOVDQU32       Z4, 64(SI)
+	ADDQ            $0x00000080, SI
+	DECQ            DI
+	JNZ             gemvInt2SeqT1AVX512_seg
+	VZEROUPPER
+	RET
+
 // func gemvI2ST1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVX512(SB), NOSPLIT, $0-8

@@ -44,7 +44,11 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int2:
 			o.gemv = gemvN(gemvInt2T1AVX512, gemvInt2T2AVX512, gemvInt2T3AVX512, gemvInt2T4AVX512,
 				gemvInt2T5AVX512, gemvInt2T6AVX512, gemvInt2T7AVX512, gemvInt2T8AVX512)
-			o.gemvSeq = o.gemv // one and two tokens: the table kernels stream at the roofline
+			// Two tokens keep the table kernel: table-free it was no faster. One token
+			// table-free read 1-3% more of the roofline (int2 against i2s from DRAM on
+			// the 8B shapes and 2560x2560, one and two threads, four interleaved rounds).
+			o.gemvSeq = o.gemv
+			o.gemvSeq[1] = gemvInt2SeqT1AVX512
 			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
 				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
 			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8

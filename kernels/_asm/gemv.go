@@ -59,6 +59,8 @@ func genGemv() {
 			gemvInt2Pair(T)
 		} else {
 			gemvInt2Split(T, false)
+		}
+		if T != 2 {
 			gemvInt2Split(T, true)
 		}
 		gemvI2SZ(T)
@@ -293,12 +295,12 @@ func gemvInt2Pair(T int) {
 	RET()
 }
 
-// gemvInt2Split (T >= 3): one 32-byte unit per half-step, broadcast to both halves of a
-// zmm; vpermi2b with 128-entry tables decodes rows 0-7 (code 0) into the low half and rows
-// 8-15 (code 1) into the high half (bit 6 of the index, set in the high half, selects the
-// table), and rows 16-31 likewise from the unit shifted right by 4: each vector holds 16
-// rows' dwords for one quad of inputs, multiplied with a broadcast dword of activations.
-// Fewer shuffles per token than the pair layout, which matters when vpdpbusd is the limit.
+// gemvInt2Split (T >= 3, and T = 1 table-free): one 32-byte unit per half-step, broadcast to both
+// halves of a zmm; vpermi2b with 128-entry tables decodes rows 0-7 (code 0) into the low half and
+// rows 8-15 (code 1) into the high half (bit 6 of the index, set in the high half, selects the
+// table), and rows 16-31 likewise from the unit shifted right by 4: each vector holds 16 rows'
+// dwords for one quad of inputs, multiplied with a broadcast dword of activations. Fewer shuffles
+// per token than the pair layout, which matters when vpdpbusd is the limit.
 //
 // seq (gemvInt2Seq*: code books of consecutive levels, where u is the code itself, as in
 // the default -2..1): no table; dword shifts by 0 and 2 (halves), 4 and 6 and a mask of 3
