@@ -46,7 +46,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				gemvInt2T5AVX512, gemvInt2T6AVX512, gemvInt2T7AVX512, gemvInt2T8AVX512)
 			// Two tokens keep the table kernel: table-free it was no faster. One token
 			// table-free read 1-3% more of the roofline (int2 against i2s from DRAM on
-			// the 8B shapes and 2560x2560, one and two threads, four interleaved rounds).
+			// the 8B shapes and 2560x2560, one and two threads, nine interleaved rounds).
 			o.gemvSeq = o.gemv
 			o.gemvSeq[1] = gemvInt2SeqT1AVX512
 			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
