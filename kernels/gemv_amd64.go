@@ -50,15 +50,15 @@ func gemvInt2T1AVX512(a *byte)
 //go:noescape
 func gemvInt2SeqT1AVX512(a *byte)
 
-// gemvI2ST1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST1AVX512(a *byte)
-
 // gemvInt8T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
 func gemvInt8T1AVX512(a *byte)
+
+// gemvI2ST1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST1AVX512(a *byte)
 
 // gemvInt1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
@@ -80,15 +80,15 @@ func lutTL2T1AVX512(a *byte)
 //go:noescape
 func gemvInt2T2AVX512(a *byte)
 
-// gemvI2ST2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST2AVX512(a *byte)
-
 // gemvInt8T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
 func gemvInt8T2AVX512(a *byte)
+
+// gemvI2ST2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST2AVX512(a *byte)
 
 // gemvInt1T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
@@ -115,15 +115,15 @@ func gemvInt2T3AVX512(a *byte)
 //go:noescape
 func gemvInt2SeqT3AVX512(a *byte)
 
-// gemvI2ST3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST3AVX512(a *byte)
-
 // gemvInt8T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
 func gemvInt8T3AVX512(a *byte)
+
+// gemvI2ST3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST3AVX512(a *byte)
 
 // gemvInt1T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
@@ -150,15 +150,15 @@ func gemvInt2T4AVX512(a *byte)
 //go:noescape
 func gemvInt2SeqT4AVX512(a *byte)
 
-// gemvI2ST4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST4AVX512(a *byte)
-
 // gemvInt8T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
 func gemvInt8T4AVX512(a *byte)
+
+// gemvI2ST4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST4AVX512(a *byte)
 
 // gemvInt1T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
@@ -185,11 +185,6 @@ func gemvInt2T5AVX512(a *byte)
 //go:noescape
 func gemvInt2SeqT5AVX512(a *byte)
 
-// gemvI2ST5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST5AVX512(a *byte)
-
 // gemvInt8T5AVX512 is the GEMV of one row block for 5 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
@@ -204,11 +199,6 @@ func gemvInt2T6AVX512(a *byte)
 //
 //go:noescape
 func gemvInt2SeqT6AVX512(a *byte)
-
-// gemvI2ST6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST6AVX512(a *byte)
 
 // gemvInt8T6AVX512 is the GEMV of one row block for 6 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
@@ -225,11 +215,6 @@ func gemvInt2T7AVX512(a *byte)
 //go:noescape
 func gemvInt2SeqT7AVX512(a *byte)
 
-// gemvI2ST7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST7AVX512(a *byte)
-
 // gemvInt8T7AVX512 is the GEMV of one row block for 7 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape
@@ -244,11 +229,6 @@ func gemvInt2T8AVX512(a *byte)
 //
 //go:noescape
 func gemvInt2SeqT8AVX512(a *byte)
-
-// gemvI2ST8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
-//
-//go:noescape
-func gemvI2ST8AVX512(a *byte)
 
 // gemvInt8T8AVX512 is the GEMV of one row block for 8 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //

@@ -53,9 +53,14 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
 			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8
 		case quantcfg.I2S:
-			o.gemv = gemvN(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512,
-				gemvI2ST5AVX512, gemvI2ST6AVX512, gemvI2ST7AVX512, gemvI2ST8AVX512)
-			o.kstep, o.gemvT = 128, 8
+			// More than four tokens run four at a time over each row block (the later passes
+			// read it from L2). Against kernels for five to eight tokens (two rows a vector,
+			// one chain each, 75-78% of the VNNI peak), i2s's time over int2's from DRAM,
+			// interleaved rounds: n = 5-8 7-12% less at one thread on the 8B shapes and
+			// 2560x2560, at two 2-9% less for n = 7 and 8 and within the noise for 5 and
+			// 6; n = 8-63 on the 8B shapes 9-14% less at one and two threads.
+			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
+			o.kstep = 128
 			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ
 		case quantcfg.Int8:
 			o.gemv = gemvN(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512,

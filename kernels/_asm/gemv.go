@@ -63,9 +63,9 @@ func genGemv() {
 		if T != 2 {
 			gemvInt2Split(T, true)
 		}
-		gemvI2SZ(T)
 		gemvInt8Z(T)
 		if T <= 4 {
+			gemvI2SZ(T)
 			gemvInt1Z(T)
 			lutZ(T, false)
 			lutZ(T, true)
@@ -469,15 +469,15 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	RET()
 }
 
-// gemvI2SZ (T = 1, 2, 5-8): i2s on zmm, one row quad at a time (its blocks are one
-// contiguous stream): a zmm holds two rows' 32-byte pieces of a 128-input block; shifts and
-// masks give the codes of each 32-input run, multiplied with the activations of that run
-// broadcast to both halves. Per segment each row's 8 lanes are reduced and stored. Aux:
-// bytes per quad.
+// gemvI2SZ (T = 1, 2): i2s on zmm, one row quad at a time (its blocks are one
+// contiguous stream): a zmm holds two rows' 32-byte pieces of a 128-input block; masks give
+// the codes of each 32-input run, multiplied with the activations of that run broadcast to
+// both halves. Per segment each row's 8 lanes are reduced and stored. Aux: bytes per quad.
+// (More tokens run in groups of at most four: gemvI2SRowZ for three and four.)
 //
-// With one or two tokens each run has its own accumulators, so run s's codes are taken in
-// place, unshifted (w & 0xC0, w & 0x30, w & 0x0C, w & 0x03: the code times 64, 16, 4, 1,
-// at most 192, still a u8), and its sums are divided back by an arithmetic shift before the
+// Each run has its own accumulators, so run s's codes are taken in place, unshifted (w &
+// 0xC0, w & 0x30, w & 0x0C, w & 0x03: the code times 64, 16, 4, 1, at most 192, still a
+// u8), and its sums are divided back by an arithmetic shift before the
 // reduction: exact, since every product is a multiple of the factor, and |sum| <= K/32 x 192
 // x 128 = 768 K stays inside int32 for K <= MaxDim. The six shifts the block saves take it
 // from about 7.5 to 6.3 cycles in L1 (one token).
@@ -492,25 +492,17 @@ func gemvI2SZ(T int) {
 	xs := newTokX(a, T, gX, gXStride)
 	m3 := p.get()
 	bcastByte(m3, 3)
-	// chains: 4 (one per run) for T <= 2, 1 for T >= 5 (register budget; with more tokens
-	// the dot products are far enough apart to hide vpdpbusd's latency).
-	nc := 4
-	if T >= 5 {
-		nc = 1
-	}
-	// inPlace[s]: run s's codes in place (one chain per run), as the code times 4^(3-s).
+	// inPlace[s]: run s's codes in place, as the code times 4^(3-s).
 	var inPlace [3]VecPhysical
-	if nc == 4 {
-		for s, b := range []byte{0xC0, 0x30, 0x0C} {
-			inPlace[s] = p.get()
-			bcastByte(inPlace[s], b)
-		}
+	for s, b := range []byte{0xC0, 0x30, 0x0C} {
+		inPlace[s] = p.get()
+		bcastByte(inPlace[s], b)
 	}
-	acc := make([][2][]VecPhysical, T) // [t][row pair][chain]
+	acc := make([][2][]VecPhysical, T) // [t][row pair][run]
 	var all []VecPhysical
 	for t := range acc {
 		for r := range acc[t] {
-			acc[t][r] = p.getn(nc)
+			acc[t][r] = p.getn(4)
 			all = append(all, acc[t][r]...)
 		}
 	}
@@ -523,14 +515,10 @@ func gemvI2SZ(T int) {
 		VMOVDQU64(at(w, 64), wv[1])
 		for s := 0; s < 4; s++ {
 			for r := 0; r < 2; r++ {
-				switch {
-				case s == 3:
+				if s == 3 {
 					VPANDD(m3, wv[r], cls[2*s+r])
-				case nc == 4:
+				} else {
 					VPANDD(inPlace[s], wv[r], cls[2*s+r])
-				default:
-					VPSRLW(U8(6-2*s), wv[r], cls[2*s+r])
-					VPANDD(m3, cls[2*s+r], cls[2*s+r])
 				}
 			}
 		}
@@ -538,7 +526,7 @@ func gemvI2SZ(T int) {
 			for t := range acc {
 				VBROADCASTI64X4(xs.mem(t, 32*s), x)
 				for r := 0; r < 2; r++ {
-					VPDPBUSD(x, cls[2*s+r], acc[t][r][s%nc])
+					VPDPBUSD(x, cls[2*s+r], acc[t][r][s])
 				}
 			}
 		}
@@ -548,12 +536,10 @@ func gemvI2SZ(T int) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			for r := 0; r < 2; r++ {
-				if nc == 4 {
-					for i := 0; i < 3; i++ {
-						VPSRAD(U8(6-2*i), acc[t][r][i], acc[t][r][i])
-					}
+				for i := 0; i < 3; i++ {
+					VPSRAD(U8(6-2*i), acc[t][r][i], acc[t][r][i])
 				}
-				for i := 1; i < nc; i++ {
+				for i := 1; i < 4; i++ {
 					VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
 				}
 			}
