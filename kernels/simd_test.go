@@ -252,9 +252,9 @@ func asmKernels() []*simdKernel {
 	return out
 }
 
-// TestInt2SeqSelected: an int2 layer whose code book is consecutive levels in code order
-// runs the zmm path's table-free GEMV kernels for one token and from three on (the table
-// one for two), any other code book the table ones. (Both give the reference's results, so the tests
+// TestInt2SeqSelected: an int2 layer whose code book is consecutive levels in code order runs
+// the zmm path's table-free GEMV kernels for one token and from three on (the table one for
+// two), any other code book the table ones. (Both give the reference's results, so the tests
 // that compare results cannot see which ran.)
 func TestInt2SeqSelected(t *testing.T) {
 	ran := false

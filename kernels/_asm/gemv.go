@@ -475,12 +475,12 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 // both halves. Per segment each row's 8 lanes are reduced and stored. Aux: bytes per quad.
 // (More tokens run in groups of at most four: gemvI2SRowZ for three and four.)
 //
-// Each run has its own accumulators, so run s's codes are taken in place, unshifted (w &
-// 0xC0, w & 0x30, w & 0x0C, w & 0x03: the code times 64, 16, 4, 1, at most 192, still a
-// u8), and its sums are divided back by an arithmetic shift before the
-// reduction: exact, since every product is a multiple of the factor, and |sum| <= K/32 x 192
-// x 128 = 768 K stays inside int32 for K <= MaxDim. The six shifts the block saves take it
-// from about 7.5 to 6.3 cycles in L1 (one token).
+// Each run has its own accumulators, so run s's codes are taken in place, unshifted (w & 0xC0,
+// w & 0x30, w & 0x0C, w & 0x03: the code times 64, 16, 4, 1, at most 192, still a u8), and its
+// sums are divided back by an arithmetic shift before the reduction: exact, since every
+// product is a multiple of the factor, and |sum| <= K/32 x 192 x 128 = 768 K stays inside
+// int32 for K <= MaxDim. The six shifts the block saves take it from about 7.5 to 6.3 cycles
+// in L1 (one token).
 func gemvI2SZ(T int) {
 	if T == 3 || T == 4 {
 		gemvI2SRowZ(T)
