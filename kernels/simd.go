@@ -14,8 +14,9 @@ import (
 // encodings). Every assembly operation has a generic Go twin (*_generic.go) that defines
 // it and against which the tests hold it.
 //
-//   - GEMV (decode, up to 8 tokens per pass): an assembly kernel reads each row block once
-//     for all the pass's tokens, decodes the weights in registers to unsigned bytes
+//   - GEMV (decode, up to 8 tokens per pass; i2s on zmm and the lookup-table kernels 4):
+//     an assembly kernel reads each row block once for all the pass's tokens (a row
+//     block's later passes find it in L2), decodes the weights in registers to unsigned bytes
 //     u = w + offset and multiplies them with the int8 activations (vpdpbusd, or
 //     vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction
 //     c0 * sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
