@@ -14,14 +14,14 @@ import (
 // encodings). Every assembly operation has a generic Go twin (*_generic.go) that defines
 // it and against which the tests hold it.
 //
-//   - GEMV (decode, up to fmtOps.gemvT tokens per pass: 8, or 4 for i2s, int1, tl1 and
-//     tl2 on zmm, 1 or 2 on AVX2): an assembly kernel reads each row block once for all the
-//     pass's tokens (a row block's later passes find it in L2), decodes the weights in registers to unsigned bytes
-//     u = w + offset and multiplies them with the int8 activations (vpdpbusd, or
-//     vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction
-//     c0 * sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
-//     activation sums instead (vpermw / vpshufb), swept over K in chunks whose tables stay
-//     in L1 across the row blocks (runLUT).
+//   - GEMV (decode, up to fmtOps.gemvT tokens per pass: 8, or 4 for i2s, int1, tl1 and tl2 on
+//     zmm, 1 or 2 on AVX2): an assembly kernel reads each row block once for all the pass's
+//     tokens (a row block's later passes find it in L2), decodes the weights in registers to
+//     unsigned bytes u = w + offset and multiplies them with the int8 activations (vpdpbusd,
+//     or vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction c0 *
+//     sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
+//     activation sums instead (vpermw / vpshufb), swept over K in chunks whose tables stay in
+//     L1 across the row blocks (runLUT).
 //   - GEMM (prefill, from gemmMinN tokens): each row block is unpacked once into a
 //     VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel multiplies.
 //   - A shared epilogue turns the sums into the reference's float32 outputs (scales, bias,
