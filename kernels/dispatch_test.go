@@ -111,10 +111,13 @@ func TestAVX512PathNeedsVBMI2(t *testing.T) {
 	}
 }
 
-// Every call names its kernel (RunSplit's class): naming one allocates nothing, the
-// AVX-VNNI-INT8 kernel's included.
+// Every call names its kernel (RunSplit's class): every kernel has a name, and naming one
+// allocates nothing, the AVX-VNNI-INT8 kernel's included.
 func TestKernelNamesAllocateNothing(t *testing.T) {
 	for _, k := range kernelList {
+		if k.Name() == "" {
+			t.Errorf("a kernel without a name: %T %+v", k, k)
+		}
 		if a := testing.AllocsPerRun(10, func() { _ = k.Name() }); a != 0 {
 			t.Errorf("%s: %.0f allocations per Name", k.Name(), a)
 		}

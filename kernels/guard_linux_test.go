@@ -67,7 +67,7 @@ func TestKernelsStayInsideTheLayer(t *testing.T) {
 	}
 	for _, f := range allFormats {
 		for _, z := range []bool{true, false} {
-			ks = append(ks, named{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), f, &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}})
+			ks = append(ks, named{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), f, &genericKernel{*newSIMDKernel(ISAAVX512, f, genericOps(f, z), false)}})
 		}
 	}
 	for _, k := range ks {

@@ -26,7 +26,7 @@ func lutKernels() []namedKernel {
 	}
 	for _, f := range []quantcfg.Format{quantcfg.TL1, quantcfg.TL2} {
 		for _, z := range []bool{true, false} {
-			ks = append(ks, namedKernel{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), &simdKernel{format: f, ops: genericOps(f, z)}})
+			ks = append(ks, namedKernel{fmt.Sprintf("generic/%s (zmm layouts: %t)", f, z), newSIMDKernel(ISAAVX512, f, genericOps(f, z), false)})
 		}
 	}
 	return ks

@@ -104,31 +104,24 @@ type simdKernel struct {
 	isa      ISA
 	format   quantcfg.Format
 	ops      *fmtOps
-	int8vnni bool   // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
-	name     string // set by newSIMDKernel: every call names its kernel, so no string is built per call
+	int8vnni bool // the AVX-VNNI-INT8 int8 kernel (needs hasINT8)
+	// name is "<isa>/<format>", set by newSIMDKernel: every call names its kernel, so no
+	// string is built per call.
+	name string
 }
 
-// newSIMDKernel returns the kernel of path isa for format f.
+// newSIMDKernel returns the kernel of path isa for format f (every simdKernel is made here,
+// the tests' included, so that its name is set).
 func newSIMDKernel(isa ISA, f quantcfg.Format, ops *fmtOps, int8vnni bool) *simdKernel {
 	k := &simdKernel{isa: isa, format: f, ops: ops, int8vnni: int8vnni}
-	k.name = k.nameOf()
+	k.name = isa.String() + "/" + string(f)
+	if int8vnni {
+		k.name = "avxvnniint8/" + string(f)
+	}
 	return k
 }
 
-func (k *simdKernel) Name() string {
-	if k.name != "" {
-		return k.name
-	}
-	return k.nameOf() // a kernel a test put together
-}
-
-// nameOf is the kernel's name, "<isa>/<format>".
-func (k *simdKernel) nameOf() string {
-	if k.int8vnni {
-		return "avxvnniint8/" + string(k.format)
-	}
-	return k.isa.String() + "/" + string(k.format)
-}
+func (k *simdKernel) Name() string { return k.name }
 
 func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	if l.Spec.Format != k.format {

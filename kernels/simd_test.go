@@ -176,7 +176,7 @@ func (g *genericKernel) CanImplement(l *Layer, n int) (bool, string) {
 func TestGenericOpsMatchReference(t *testing.T) {
 	for _, f := range allFormats {
 		for _, z := range []bool{true, false} {
-			k := &genericKernel{simdKernel{format: f, ops: genericOps(f, z)}}
+			k := &genericKernel{*newSIMDKernel(ISAAVX512, f, genericOps(f, z), false)}
 			ns := []int{1, 2, 3, 4, 5, 7, 13, 17, 64}
 			if testing.Short() {
 				ns = []int{1, 64}
@@ -811,7 +811,7 @@ func TestSIMDConcurrent(t *testing.T) {
 // the parts must add up to the reference, and each row quad must prefetch the run that is
 // read after it.
 func TestI2SParts(t *testing.T) {
-	ks := []*simdKernel{{format: quantcfg.I2S, ops: genericOps(quantcfg.I2S, true)}}
+	ks := []*simdKernel{newSIMDKernel(ISAAVX512, quantcfg.I2S, genericOps(quantcfg.I2S, true), false)}
 	for _, k := range asmKernels() {
 		if k.format == quantcfg.I2S && k.isa == ISAAVX512 {
 			ks = append(ks, k)
@@ -851,7 +851,7 @@ func TestI2SParts(t *testing.T) {
 			gen.gemv[T](p)
 		}
 	}
-	k := &simdKernel{format: quantcfg.I2S, ops: &rec}
+	k := newSIMDKernel(ISAAVX512, quantcfg.I2S, &rec, false)
 	spec := quantcfg.LayerSpec{Format: quantcfg.I2S, Out: 64, In: 20608}
 	tl := newTestLayer(t, rng, spec)
 	x := randActs(rng, 4, spec.In)
