@@ -76,18 +76,29 @@ func (m *Mem) Free() {
 	}
 }
 
-// Pool runs a function on N goroutines, each locked to an OS thread pinned to one CPU,
-// that spin on an atomic counter between calls (and sleep after a while idle): a static
-// split with little fork/join cost. Worker 0 is the caller.
+// Pool runs a function on N goroutines, each locked to an OS thread, that spin on an
+// atomic counter between calls (and sleep after a while idle): a static split with little
+// fork/join cost. Worker 0 is the caller.
+//
+// The words the caller and the workers hand each other (gen, done, sleepers) have a cache
+// line each, and the caller touches the mutex only when a worker sleeps, so a call costs
+// one transfer of gen's line to the workers and one of done's back.
 type Pool struct {
 	n      int
-	gen    atomic.Uint64
-	done   atomic.Int64
 	fn     func(w int)
+	want   int64 // done's value once the current call has finished (the caller's alone)
 	mu     sync.Mutex
 	cond   *sync.Cond
 	quit   atomic.Bool
 	closed sync.WaitGroup
+
+	_        [64]byte
+	gen      atomic.Uint64 // bumped to start a call
+	_        [56]byte
+	done     atomic.Int64 // calls' shares finished by the workers, cumulative
+	_        [56]byte
+	sleepers atomic.Int32 // workers asleep on cond (or about to be)
+	_        [60]byte
 }
 
 // NewPool starts n-1 workers (n >= 1), each locked to its OS thread; the caller is worker
@@ -118,11 +129,15 @@ func (p *Pool) loop(w int, seen uint64) {
 				yield()
 			}
 			if spins > 1<<22 {
+				// Run wakes sleepers only when it sees them counted, and it bumps gen before
+				// it looks: so a worker counted too late for that sees the new gen below.
+				p.sleepers.Add(1)
 				p.mu.Lock()
 				for p.gen.Load() == seen && !p.quit.Load() {
 					p.cond.Wait()
 				}
 				p.mu.Unlock()
+				p.sleepers.Add(-1)
 			}
 		}
 		if p.quit.Load() {
@@ -141,13 +156,15 @@ func (p *Pool) Run(fn func(w int)) {
 		return
 	}
 	p.fn = fn
-	p.done.Store(0)
-	p.mu.Lock()
+	p.want += int64(p.n - 1)
 	p.gen.Add(1)
-	p.cond.Broadcast()
-	p.mu.Unlock()
+	if p.sleepers.Load() > 0 {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
 	fn(0)
-	for spins := 1; p.done.Load() != int64(p.n-1); spins++ {
+	for spins := 1; p.done.Load() != p.want; spins++ {
 		if spins&(1<<12-1) == 0 {
 			yield()
 		}

@@ -25,6 +25,35 @@ func TestPoolRuns(t *testing.T) {
 	}
 }
 
+// TestPoolWakesSleepers: a call reaches workers that have gone to sleep on the condition
+// (Run signals only when it sees them counted as asleep), again and again.
+func TestPoolWakesSleepers(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	var c atomic.Int64
+	for i := range 3 {
+		for deadline := time.Now().Add(10 * time.Second); p.sleepers.Load() != 2; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d workers asleep after 10 s idle, want 2", i, p.sleepers.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ran := make(chan struct{})
+		go func() {
+			p.Run(func(w int) { c.Add(int64(w + 1)) })
+			close(ran)
+		}()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the call did not return within 10 s (a sleeping worker was not woken)", i)
+		}
+		if want := int64(6 * (i + 1)); c.Load() != want {
+			t.Fatalf("round %d: %d, want %d", i, c.Load(), want)
+		}
+	}
+}
+
 // TestRandomBlobValid: every format's random blob holds only valid codes, over shapes with
 // and without padding, several tl2 chunks and a tl1 tail.
 func TestRandomBlobValid(t *testing.T) {
@@ -142,5 +171,17 @@ func TestRoundRatio(t *testing.T) {
 	// none clean in both: all four rounds, ratios 2, 4, 3, 3.
 	if got := RoundRatio(a, b); got != 3 {
 		t.Errorf("RoundRatio with no clean pair = %v, want 3", got)
+	}
+}
+
+// BenchmarkPoolRunEmpty is the fork/join cost of an empty call on two workers, back to
+// back (the worker spinning): what a static split adds to every GEMV it runs.
+func BenchmarkPoolRunEmpty(b *testing.B) {
+	p := NewPool(2)
+	defer p.Close()
+	fn := func(int) {}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Run(fn)
 	}
 }
