@@ -26,8 +26,10 @@ type Config struct {
 	// unpinned; Pool.PinErr says why.
 	Pin bool
 	// Spin is how long an idle worker (and a caller waiting for the join)
-	// polls with sched_yield before it sleeps on a futex. Longer spins make
-	// back-to-back calls cheaper; after Spin of idleness workers use no CPU.
+	// polls before it sleeps on a futex: back to back for the first 20 us
+	// (at most Spin), then with sched_yield. Longer spins make calls that
+	// follow each other closely cheaper; after Spin of idleness workers use
+	// no CPU.
 	Spin time.Duration
 	// Alpha is the weight of the old ratio in the filter
 	// pr = Alpha*pr + (1-Alpha)*pr'. In [0, 1]; 1 freezes the ratios.

@@ -219,30 +219,36 @@ func (p *Pool) loop(i int) {
 	}
 }
 
-// spinTight is how many polls a waiter makes before it starts yielding.
-const spinTight = 64
+// spinTight is how long a waiter polls back to back before it starts yielding.
+var spinTight = 20 * time.Microsecond
 
-// spinUntil polls done, spinTight times back to back, then with sched_yield
-// until spin has passed; it reports whether done became true (else the caller
-// sleeps).
+// spinUntil polls done back to back for spinTight, then with sched_yield until
+// spin has passed (both counted from its first look at the clock, 64 polls
+// in, and checked every 64 polls); it reports whether done became true (else
+// the caller sleeps).
 func spinUntil(spin time.Duration, done func() bool) bool {
-	var deadline time.Time
+	var start time.Time
+	tight, yielding := min(spinTight, spin), false
 	for i := 0; ; i++ {
 		if done() {
 			return true
 		}
-		if i < spinTight {
+		if yielding {
+			osYield()
+		}
+		if i&63 != 63 {
 			continue
 		}
-		osYield()
-		if i&7 == 0 {
-			now := time.Now()
-			if deadline.IsZero() {
-				deadline = now.Add(spin)
-			} else if now.After(deadline) {
-				return false
-			}
+		now := time.Now()
+		if start.IsZero() {
+			start = now
+			continue
 		}
+		el := now.Sub(start)
+		if el > spin {
+			return false
+		}
+		yielding = el > tight
 	}
 }
 
