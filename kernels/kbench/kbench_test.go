@@ -185,3 +185,35 @@ func BenchmarkPoolRunEmpty(b *testing.B) {
 		p.Run(fn)
 	}
 }
+
+// TestRunnerCallAllocatesNothing: a timed call allocates nothing (an allocation per call
+// is GC work inside the trial, and a closure the caller has just written is a cache miss
+// for the worker that runs it). testing.AllocsPerRun cannot be used: it sets GOMAXPROCS
+// to 1, which the pool's spinning worker would hold.
+func TestRunnerCallAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates for closures")
+	}
+	p := NewPool(2)
+	defer p.Close()
+	s, err := NewSet(quantcfg.Int1, Shape{256, 512}, 1<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	r, err := NewRunner(p, s, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Warm()
+	const calls = 10000
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for i := range calls {
+		r.Call(i)
+	}
+	runtime.ReadMemStats(&m1)
+	if n := m1.Mallocs - m0.Mallocs; n >= calls/100 {
+		t.Fatalf("%d calls made %d allocations, want none", calls, n)
+	}
+}

@@ -133,6 +133,13 @@ type Runner struct {
 	k    kernels.Kernel
 	acts kernels.Acts
 	out  []float32
+	// The split in flight (units, fn) and the functions that run it, made once: a closure
+	// made per call would cost an allocation, and the worker a read of memory the caller
+	// has only just written.
+	units    int
+	fn       func(w, lo, hi int)
+	share    func(w int)
+	splitter kernels.Splitter
 }
 
 // NewRunner selects the kernel for n tokens and quantizes random activations.
@@ -148,6 +155,12 @@ func NewRunner(p *Pool, s *Set, n int, seed uint64) (*Runner, error) {
 		x[i] = float32(rng.NormFloat64())
 	}
 	r := &Runner{Pool: p, Set: s, N: n, k: k, out: make([]float32, n*l.Layout.M)}
+	r.share = func(w int) {
+		if lo, hi := Split(r.units, r.Pool.Threads(), w); lo < hi {
+			r.fn(w, lo, hi)
+		}
+	}
+	r.splitter = r.split
 	if err := l.Quantize(x, n, &r.acts); err != nil {
 		return nil, err
 	}
@@ -161,16 +174,14 @@ func (r *Runner) Impl() string { return r.k.Name() }
 func (r *Runner) Call(i int) {
 	l := r.Set.Layers[i%len(r.Set.Layers)]
 	r.k.Prepare(l, &r.acts)
-	kernels.RunSplit(r.k, l, &r.acts, r.out, r.Pool.Threads(), r.split)
+	kernels.RunSplit(r.k, l, &r.acts, r.out, r.Pool.Threads(), r.splitter)
 }
 
 // split is the pool as a kernels.Splitter: a static split, one range per worker.
 func (r *Runner) split(_ string, units int, _ bool, fn func(w, lo, hi int)) {
-	r.Pool.Run(func(w int) {
-		if lo, hi := Split(units, r.Pool.Threads(), w); lo < hi {
-			fn(w, lo, hi)
-		}
-	})
+	r.units, r.fn = units, fn
+	r.Pool.Run(r.share)
+	r.fn = nil
 }
 
 // Warm calls every layer of the rotation once: the first call on a layer grows the scratch

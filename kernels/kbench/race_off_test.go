@@ -1,0 +1,5 @@
+//go:build !race
+
+package kbench
+
+const raceEnabled = false
