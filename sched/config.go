@@ -26,7 +26,7 @@ type Config struct {
 	// unpinned; Pool.PinErr says why.
 	Pin bool
 	// Spin is how long an idle worker (and a caller waiting for the join)
-	// polls before it sleeps on a futex: back to back for the first 20 us
+	// polls before it sleeps on a futex: back to back for the first 5 us
 	// (at most Spin), then with sched_yield. Longer spins make calls that
 	// follow each other closely cheaper; after Spin of idleness workers use
 	// no CPU.

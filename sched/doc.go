@@ -49,7 +49,7 @@
 //
 // The caller publishes a call by bumping a 32-bit generation word;
 // dedicated workers wait for it to change: they poll it back to back for
-// 20 us, then poll with sched_yield until Config.Spin (1 ms by default) has
+// 5 us, then poll with sched_yield until Config.Spin (1 ms by default) has
 // passed, then sleep in FUTEX_WAIT_PRIVATE on it; the caller issues
 // FUTEX_WAKE_PRIVATE only when a sleeper has registered. The join is the
 // same on a counter of workers still running, which the caller polls, then
@@ -57,11 +57,13 @@
 // CPU in the 200 ms after a burst), a call to a spinning pool costs about
 // 0.18 us (BenchmarkForkJoinEmpty, 2 workers), and one that has to wake
 // sleeping workers a median of 20-50 us (BenchmarkForkJoinAfterIdle: the
-// futex wake-up, plus the occasional nudge). The 20 us of tight polling
-// are what make the first figure: yielding after 64 polls, as the pool
-// first did, cost 0.47-0.92 us a call (six interleaved runs, medians 0.60
-// against 0.18), because a poll that caught the call inside sched_yield
-// paid the system call's return; decode calls come microseconds apart.
+// futex wake-up, plus the occasional nudge). The tight polling is what
+// makes the second figure: yielding after 64 polls, as the pool first did,
+// cost 0.60-0.86 us an empty call and took BenchmarkSplitWork (about 11 us
+// of L2-resident work on two workers) from 11.3-11.7 to 17.6-21.7 us (four
+// interleaved runs), a poll that caught the call inside sched_yield paying
+// for the system call. 5 us catches calls that follow each other closely
+// (20 us did no better) and leaves a core to other threads soon after.
 //
 // # Splitting work
 //
