@@ -220,7 +220,7 @@ func (p *Pool) loop(i int) {
 }
 
 // spinTight is how long a waiter polls back to back before it starts yielding.
-var spinTight = 5 * time.Microsecond
+const spinTight = 5 * time.Microsecond
 
 // spinUntil polls done back to back for spinTight, then with sched_yield until
 // spin has passed (both counted from its first look at the clock, 64 polls
