@@ -224,11 +224,11 @@ const spinTight = 5 * time.Microsecond
 
 // spinUntil polls done back to back for spinTight, then with sched_yield until
 // spin has passed (both counted from its first look at the clock, 64 polls
-// in, and checked every 64 polls); it reports whether done became true (else
-// the caller sleeps).
+// in, and checked every 64 polls; a spin shorter than spinTight never yields);
+// it reports whether done became true (else the caller sleeps).
 func spinUntil(spin time.Duration, done func() bool) bool {
 	var start time.Time
-	tight, yielding := min(spinTight, spin), false
+	yielding := false
 	for i := 0; ; i++ {
 		if done() {
 			return true
@@ -248,7 +248,7 @@ func spinUntil(spin time.Duration, done func() bool) bool {
 		if el > spin {
 			return false
 		}
-		yielding = el > tight
+		yielding = el > spinTight
 	}
 }
 
