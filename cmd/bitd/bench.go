@@ -31,6 +31,7 @@ type benchOpts struct {
 	quick   bool
 	cache   bool
 	prefill bool
+	reads   bool
 	model   string
 	plot    string
 	formats []quantcfg.Format
@@ -77,6 +78,11 @@ type benchRecord struct {
 	// >= 1.15). Other trials may run between the two in a round (i2s's at the other token
 	// counts, tl1's), so some of the machine's drift remains in it.
 	SpeedupVsI2S float64 `json:"speedup_vs_i2s,omitempty"`
+	// GEMV records, with --reads: the share, in percent, of the rate of a plain read of the
+	// same format's weights in the same calls (its gemv_read record), paired round by round.
+	// The read computes nothing: what a GEMV loses beyond it is the kernel's, not the
+	// memory's (a short call's cost to the memory system is in both).
+	VsReadPct float64 `json:"vs_read_pct,omitempty"`
 	// Prefill records, and GEMVs of the VNNI formats (i2s, int2, int1, int8) at n >= 2, where
 	// the multiply-adds can bind instead of the memory: 2*m*k*n operations per call against
 	// the int8 VNNI peak measured in the same run (for a prefill record, roofline_pct is that
@@ -158,6 +164,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs.BoolVar(&o.json, "json", false, "print one JSON object (machine and results) instead of a table")
 	fs.BoolVar(&o.quick, "quick", false, "a subset that finishes within 40 s (i2s, tl2, int2, bf16 on 2560x2560 and 4096x14336)")
 	fs.BoolVar(&o.cache, "cache", false, "cache-resident variant: one weight matrix instead of a rotation through DRAM (op gemv_cache)")
+	fs.BoolVar(&o.reads, "reads", false, "also time a plain read of each format's weights in the same calls as its GEMVs (the rotation and split, no compute: op gemv_read, or gemv_cache_read), the most a call of that size can reach here; each GEMV record then carries its share of it (vs_read_pct)")
 	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 VNNI peak (op gemm)")
 	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
 	fs.StringVar(&o.model, "model", "", "measure a whole model's linear layers through the engine instead (decode and 512-token prefill tokens/s; default formats i2s, tl2, bf16): "+benchModelNames())
@@ -362,8 +369,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// Every GEMV is also compared with the best read rate of the whole run (the most
 	// conservative roofline on a machine whose bandwidth drifts).
 	for i := range results {
-		if r := &results[i]; r.Op == "gemv" || r.Op == "gemv_cache" {
-			if rf := e.roofline(r.Threads, r.Op == "gemv_cache"); rf > 0 {
+		if r := &results[i]; r.Op != "gemm" {
+			if rf := e.roofline(r.Threads, strings.HasPrefix(r.Op, "gemv_cache")); rf > 0 {
 				r.BestRooflinePct = 100 * r.GBps / rf
 			}
 		}
@@ -542,7 +549,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		// order above.
 		for _, t := range o.threads {
 			p := kbench.NewPool(t)
-			rs := make([]*kbench.Runner, 0, len(o.ns)*len(sets)) // [format][n]
+			rs := make([]*kbench.Runner, 0, (len(o.ns)+1)*len(sets)) // [format][n], then [format] reads
 			for _, set := range sets {
 				for _, n := range o.ns {
 					r, err := kbench.NewRunner(p, set, n, 2)
@@ -554,9 +561,21 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
+			if o.reads {
+				for _, set := range sets {
+					r, err := kbench.NewReadRunner(p, set, 2)
+					if err != nil {
+						p.Close()
+						free()
+						return nil, fmt.Errorf("%s %s: read: %w", set.Format, sh, err)
+					}
+					rs = append(rs, r)
+				}
+			}
 			tms := kbench.Interleaved(rs, read, o.rounds, o.minTime)
 			p.Close()
 			at := func(ni, i int) kbench.Timing { return tms[i*len(o.ns)+ni] }
+			readAt := func(i int) kbench.Timing { return tms[len(sets)*len(o.ns)+i] }
 			for ni, n := range o.ns {
 				for i, set := range sets {
 					f, tm := set.Format, at(ni, i)
@@ -573,6 +592,10 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						rec.SpeedupVsI2S = kbench.RoundRatio(at(ni, i2s), tm)
 						more += fmt.Sprintf("  x%.3f vs i2s", rec.SpeedupVsI2S)
 					}
+					if o.reads {
+						rec.VsReadPct = 100 * kbench.RoundRatio(readAt(i), tm)
+						more += fmt.Sprintf("  %.0f%% of a read of the same calls", rec.VsReadPct)
+					}
 					if vnniBound(f, n, tm.Impl) {
 						rec.againstVNNI(e.vnniPeak(t))
 						more += fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
@@ -583,6 +606,22 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					recs = append(recs, rec)
 					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",
 						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, rec.SpeedupVsBF16, more)
+				}
+			}
+			if o.reads {
+				// The reads' records, one per format (their speed-up over bf16 is the most
+				// that format's kernels could show on this shape).
+				for i, set := range sets {
+					tm := readAt(i)
+					rec := benchRecord{Op: op + "_read", Format: string(set.Format), M: sh.M, K: sh.K, N: 1, Threads: t, Impl: tm.Impl,
+						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
+					rec.RooflinePct, rec.RooflineGBps, rec.RooflineRounds, rec.Rounds = tm.RoofPct, tm.ReadBps/1e9, tm.RoofRounds, len(tm.Rounds)
+					if one >= 0 {
+						rec.SpeedupVsBF16 = kbench.RoundRatio(at(one, bf16), tm)
+					}
+					recs = append(recs, rec)
+					fmt.Fprintf(e.log, "%-5s %-10s read t=%d %7.1f GB/s %5.0f%% of %.1f %10.0f ns\n",
+						set.Format, sh, t, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp)
 				}
 			}
 		}
@@ -638,19 +677,22 @@ func printTable(w io.Writer, rep benchReport) {
 	m := rep.Machine
 	fmt.Fprintf(w, "cpu %s, %d threads\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
 		m.CPU, m.Threads, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
-	fmt.Fprintf(w, "%-10s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "vnni%")
+	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "vnni%")
 	for _, r := range rep.Results {
-		n1, vi2s, vnni := "", "", ""
+		n1, vi2s, vread, vnni := "", "", "", ""
 		if r.TimeVsN1 > 0 {
 			n1 = fmt.Sprintf("%.2f", r.TimeVsN1)
 		}
 		if r.SpeedupVsI2S > 0 {
 			vi2s = fmt.Sprintf("%.3f", r.SpeedupVsI2S)
 		}
+		if r.VsReadPct > 0 {
+			vread = fmt.Sprintf("%.1f", r.VsReadPct)
+		}
 		if r.VNNIPeakPct > 0 {
 			vnni = fmt.Sprintf("%6.1f", r.VNNIPeakPct)
 		}
-		fmt.Fprintf(w, "%-10s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f %6s %6s %s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vnni)
+		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni)
 	}
 }
 
@@ -662,7 +704,7 @@ func rooflineSVG(rep benchReport) string {
 	var shapes, formats []string
 	seenS, seenF := map[string]bool{}, map[string]bool{}
 	for _, r := range rep.Results {
-		if !strings.HasPrefix(r.Op, "gemv") || r.N != rep.Results[0].N {
+		if (r.Op != "gemv" && r.Op != "gemv_cache") || r.N != rep.Results[0].N {
 			continue
 		}
 		s := fmt.Sprintf("%dx%d", r.M, r.K)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -40,8 +41,8 @@ func TestBenchJSON(t *testing.T) {
 	var out, stderr bytes.Buffer
 	// i2s twice and no bf16: i2s is measured once, and bf16 beside it (the baseline of every
 	// record's speed-up); the token counts are measured once each too. tl2 is measured
-	// against i2s as well.
-	code := run([]string{"bench", "--json", "--cache", "--format", "i2s,tl2,i2s", "--shape", "64x256,64x256", "--threads", "1,1", "--n", "1,2,1", "--plot", plot}, &out, &stderr)
+	// against i2s as well, and each format's weights are read in the same calls (--reads).
+	code := run([]string{"bench", "--json", "--cache", "--reads", "--format", "i2s,tl2,i2s", "--shape", "64x256,64x256", "--threads", "1,1", "--n", "1,2,1", "--plot", plot}, &out, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -61,9 +62,11 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 	res := rep["results"].([]any)
-	if len(res) != 6 {
-		t.Fatalf("%d results, want 6 (i2s, tl2 and bf16 x 2 n): %s", len(res), out.String())
+	if len(res) != 9 {
+		t.Fatalf("%d results, want 9 (i2s, tl2 and bf16 x 2 n, and a read of each): %s", len(res), out.String())
 	}
+	reads := map[string]bool{}
+	var i2sGBps float64 // the i2s GEMV's at n = 1: its bar in the plot
 	for _, r := range res {
 		r := r.(map[string]any)
 		for _, k := range []string{"op", "format", "m", "k", "n", "threads", "impl", "gbps", "roofline_pct", "ns_per_op", "speedup_vs_bf16", "working_set_bytes"} {
@@ -71,8 +74,31 @@ func TestBenchJSON(t *testing.T) {
 				t.Errorf("result lacks %q: %v", k, r)
 			}
 		}
-		if r["op"] != "gemv_cache" || r["ns_per_op"].(float64) <= 0 {
+		if r["ns_per_op"].(float64) <= 0 {
 			t.Errorf("bad record %v", r)
+		}
+		if r["op"] == "gemv_cache_read" {
+			// a plain read of the format's weights in the same calls: one token, no ratios but
+			// the speed-up over bf16 (the most the format's kernels could show)
+			if r["impl"] != "read" || r["n"].(float64) != 1 || r["roofline_pct"].(float64) <= 0 || r["speedup_vs_bf16"].(float64) <= 0 || reads[r["format"].(string)] {
+				t.Errorf("bad read record %v", r)
+			}
+			for _, k := range []string{"vs_read_pct", "time_vs_n1", "speedup_vs_i2s", "gops"} {
+				if _, ok := r[k]; ok {
+					t.Errorf("read record with %s: %v", k, r)
+				}
+			}
+			reads[r["format"].(string)] = true
+			continue
+		}
+		if r["op"] != "gemv_cache" {
+			t.Errorf("bad record %v", r)
+		}
+		if r["format"] == "i2s" && r["n"].(float64) == 1 {
+			i2sGBps = r["gbps"].(float64)
+		}
+		if v, _ := r["vs_read_pct"].(float64); v <= 0 {
+			t.Errorf("no share of the read of the same calls: %v", r)
 		}
 		// The roofline read around the trials (here the L3-resident buffer) and the best of the run.
 		if rg, _ := r["roofline_gbps"].(float64); rg <= 0 || r["roofline_pct"].(float64) <= 0 {
@@ -114,8 +140,13 @@ func TestBenchJSON(t *testing.T) {
 			t.Errorf("VNNI figures: gops %v (2mkn/ns %v), peak %v, pct %v: %v", gops, ops, peak, pct, r)
 		}
 	}
+	if len(reads) != 3 {
+		t.Errorf("reads of %v, want i2s, tl2 and bf16", reads)
+	}
 	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Errorf("plot: %v", err)
+	} else if n, bar := bytes.Count(b, []byte("<title>i2s 64x256 ")), fmt.Sprintf("<title>i2s 64x256 %.1f GB/s</title>", i2sGBps); n != 1 || !bytes.Contains(b, []byte(bar)) {
+		t.Errorf("the plot has %d bars of i2s on 64x256, want 1: %s (the GEMV's, not the read's)", n, bar)
 	}
 	// written through a temporary file beside it, renamed over it: nothing else is left
 	if ents, err := os.ReadDir(filepath.Dir(plot)); err != nil || len(ents) != 1 {

@@ -2,9 +2,11 @@
 // kernels' `go test -bench` benchmarks report them: this machine's read bandwidth (the
 // roofline), GEMV over distinct weight matrices whose total far exceeds the last-level
 // cache (so DRAM is what is measured), a cache-resident variant, and the prefill GEMM
-// against the int8 VNNI peak. Threads are a static row split over a few pinned, spinning
-// goroutines (the engine's scheduler is its own package); weights live in huge-page
-// memory outside the Go heap, as the daemon keeps them.
+// against the int8 VNNI peak, and a plain read of a GEMV's weights in the same calls (what
+// a call of that size can reach). Threads are a static row split over a few spinning
+// goroutines, each locked to its OS thread and not pinned (the engine's scheduler is its
+// own package); weights live in huge-page memory outside the Go heap, as the daemon keeps
+// them.
 package kbench
 
 import (

@@ -1,6 +1,7 @@
 package kbench
 
 import (
+	"math"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -218,5 +219,63 @@ func TestRunnerCallAllocatesNothing(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	if n := m1.Mallocs - m0.Mallocs; n >= calls/100 {
 		t.Fatalf("%d calls made %d allocations, want none", calls, n)
+	}
+}
+
+// TestBlobShare: however the row blocks are split, the shares read every byte below the
+// blob's last multiple of 256 once, and nothing beyond the blob.
+func TestBlobShare(t *testing.T) {
+	for _, n := range []int{0, 255, 256, 1000, 7*4096 + 100, 819200} {
+		for _, rbs := range []int{1, 3, 7, 80} {
+			for _, workers := range []int{1, 2, 3, 5} {
+				next := 0
+				for w := range workers {
+					rb0, rb1 := Split(rbs, workers, w)
+					lo, hi := blobShare(n, rbs, rb0, rb1)
+					if lo != next || hi < lo || hi > n || lo%256 != 0 || hi%256 != 0 {
+						t.Fatalf("n %d, %d row blocks, worker %d of %d: [%d, %d) after %d", n, rbs, w, workers, lo, hi, next)
+					}
+					next = hi
+				}
+				if next != n&^255 {
+					t.Fatalf("n %d, %d row blocks, %d workers: the shares end at %d, want %d", n, rbs, workers, next, n&^255)
+				}
+			}
+		}
+	}
+}
+
+// TestReadRunnerReadsTheBlob: a read runner's call reads each layer's whole blob (the XOR
+// of its workers' checksums is the blob's), on one thread and on three.
+func TestReadRunnerReadsTheBlob(t *testing.T) {
+	for _, threads := range []int{1, 3} {
+		p := NewPool(threads)
+		s, err := NewSet(quantcfg.I2S, Shape{300, 1024}, 1<<20, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range s.Layers { // distinct contents, so a call on the wrong layer shows
+			l.Data[0] = byte(i)
+		}
+		r, err := NewReadRunner(p, s, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Impl() != "read" {
+			t.Errorf("Impl = %q, want read", r.Impl())
+		}
+		for i := range 2 * len(s.Layers) {
+			clear(r.out)
+			r.Call(i)
+			var got uint32
+			for rb := 0; rb*kernels.RowBlock < len(r.out); rb++ {
+				got ^= math.Float32bits(r.out[rb*kernels.RowBlock])
+			}
+			if want := fold32(kernels.ReadBytes(s.Layers[i%len(s.Layers)].Data)); got != want {
+				t.Fatalf("%d threads, call %d: checksum %#x, want the blob's %#x", threads, i, got, want)
+			}
+		}
+		s.Free()
+		p.Close()
 	}
 }

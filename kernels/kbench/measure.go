@@ -2,6 +2,7 @@ package kbench
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -144,11 +145,24 @@ type Runner struct {
 
 // NewRunner selects the kernel for n tokens and quantizes random activations.
 func NewRunner(p *Pool, s *Set, n int, seed uint64) (*Runner, error) {
-	l := s.Layers[0]
-	k, err := kernels.Select(l, n)
+	k, err := kernels.Select(s.Layers[0], n)
 	if err != nil {
 		return nil, err
 	}
+	return newRunner(p, s, n, seed, k)
+}
+
+// NewReadRunner returns a runner whose calls read each layer's blob and compute nothing
+// (kernel "read"): the same rotation, calls and split over the pool as a GEMV's, each
+// worker reading a contiguous share of the blob in proportion to its row blocks. Its rate
+// is the most a GEMV call of that size can reach on this machine: what a call loses beyond
+// it is the kernel's, not the memory's.
+func NewReadRunner(p *Pool, s *Set, seed uint64) (*Runner, error) {
+	return newRunner(p, s, 1, seed, readKernel{})
+}
+
+func newRunner(p *Pool, s *Set, n int, seed uint64, k kernels.Kernel) (*Runner, error) {
+	l := s.Layers[0]
 	rng := rand.New(rand.NewPCG(seed, 5))
 	x := make([]float32, n*l.Layout.K)
 	for i := range x {
@@ -355,4 +369,30 @@ func (r *Runner) timing(all []float64, cleans []bool) Timing {
 	med := median(clean)
 	by := r.Set.Layers[0].Layout.Bytes()
 	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Rounds: all, Cleans: cleans}
+}
+
+// readKernel reads the blob and computes nothing but its checksum (see NewReadRunner).
+// A share's checksum (kernels.ReadBytes's, folded to 32 bits) goes to the first output of
+// its first row block: the checksums XOR, so the outputs of a call hold the blob's.
+type readKernel struct{}
+
+func (readKernel) Name() string                                    { return "read" }
+func (readKernel) CanImplement(*kernels.Layer, int) (bool, string) { return true, "" }
+func (readKernel) Prepare(*kernels.Layer, *kernels.Acts)           {}
+func (readKernel) Run(l *kernels.Layer, _ *kernels.Acts, rb0, rb1 int, out []float32) {
+	if rb0 >= rb1 {
+		return
+	}
+	lo, hi := blobShare(len(l.Data), l.Layout.RowBlocks(), rb0, rb1)
+	out[rb0*kernels.RowBlock] = math.Float32frombits(fold32(kernels.ReadBytes(l.Data[lo:hi])))
+}
+
+func fold32(c uint64) uint32 { return uint32(c ^ c>>32) }
+
+// blobShare is the bytes [lo, hi) of a blob of n bytes that row blocks [rb0, rb1) of rbs
+// read: their share of it, both ends rounded down to 256 bytes (kernels.ReadBytes's unit;
+// the blob's last bytes below a multiple of 256 are left out), so that any split of the row
+// blocks reads every one of the other bytes once.
+func blobShare(n, rbs, rb0, rb1 int) (lo, hi int) {
+	return (n * rb0 / rbs) &^ 255, (n * rb1 / rbs) &^ 255
 }
