@@ -579,9 +579,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			for ni, n := range o.ns {
 				for i, set := range sets {
 					f, tm := set.Format, at(ni, i)
-					rec := benchRecord{Op: op, Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
-						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
-					rec.RooflinePct, rec.RooflineGBps, rec.RooflineRounds, rec.Rounds = tm.RoofPct, tm.ReadBps/1e9, tm.RoofRounds, len(tm.Rounds)
+					rec := timedRecord(op, set, n, t, tm)
 					rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
 					more := ""
 					if one >= 0 && n != 1 {
@@ -613,9 +611,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 				// that format's kernels could show on this shape).
 				for i, set := range sets {
 					tm := readAt(i)
-					rec := benchRecord{Op: op + "_read", Format: string(set.Format), M: sh.M, K: sh.K, N: 1, Threads: t, Impl: tm.Impl,
-						GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet()}
-					rec.RooflinePct, rec.RooflineGBps, rec.RooflineRounds, rec.Rounds = tm.RoofPct, tm.ReadBps/1e9, tm.RoofRounds, len(tm.Rounds)
+					rec := timedRecord(op+"_read", set, 1, t, tm)
 					if one >= 0 {
 						rec.SpeedupVsBF16 = kbench.RoundRatio(at(one, bf16), tm)
 					}
@@ -628,6 +624,13 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		free()
 	}
 	return recs, nil
+}
+
+// timedRecord is the record of a rotation's timing against the reads around its trials.
+func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) benchRecord {
+	return benchRecord{Op: op, Format: string(set.Format), M: set.Shape.M, K: set.Shape.K, N: n, Threads: threads, Impl: tm.Impl,
+		GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet(),
+		RooflinePct: tm.RoofPct, RooflineGBps: tm.ReadBps / 1e9, RooflineRounds: tm.RoofRounds, Rounds: len(tm.Rounds)}
 }
 
 // prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
