@@ -1296,7 +1296,7 @@ tileT2AVX2_q:
 	RET
 
 // func tileT1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV
+// Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ (AX), CX
@@ -1339,7 +1339,7 @@ tileT1AVXVNNI_q:
 	RET
 
 // func tileT2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV
+// Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ (AX), CX
@@ -1395,7 +1395,7 @@ tileT2AVXVNNI_q:
 	RET
 
 // func tileT3AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV
+// Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT3AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ (AX), CX
@@ -1464,7 +1464,7 @@ tileT3AVXVNNI_q:
 	RET
 
 // func unpackInt2AVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt2AVX2(SB), NOSPLIT, $0-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -1474,7 +1474,8 @@ TEXT ·unpackInt2AVX2(SB), NOSPLIT, $0-8
 	VBROADCASTI128 (AX), Y0
 	VBROADCASTI128 16(AX), Y1
 	MOVL           $0x0f0f0f0f, AX
-	VPBROADCASTD   AX, Y2
+	MOVD           AX, X2
+	VPBROADCASTD   X2, Y2
 
 unpackInt2AVX2_u:
 	VMOVDQU (CX), Y3
@@ -1497,7 +1498,7 @@ unpackInt2AVX2_u:
 	RET
 
 // func unpackInt1AVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt1AVX2(SB), NOSPLIT, $0-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -1508,7 +1509,8 @@ TEXT ·unpackInt1AVX2(SB), NOSPLIT, $0-8
 	VBROADCASTI128 int1BitTabs<>+32(SB), Y2
 	VBROADCASTI128 int1BitTabs<>+48(SB), Y3
 	MOVL           $0x0f0f0f0f, BX
-	VPBROADCASTD   BX, Y4
+	MOVD           BX, X4
+	VPBROADCASTD   X4, Y4
 
 unpackInt1AVX2_u:
 	VMOVDQU (CX), Y5
@@ -1539,14 +1541,15 @@ unpackInt1AVX2_u:
 	RET
 
 // func unpackInt8AVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt8AVX2(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
 	MOVQ         16(AX), AX
 	MOVL         $0x80808080, BX
-	VPBROADCASTD BX, Y0
+	MOVD         BX, X0
+	VPBROADCASTD X0, Y0
 
 unpackInt8AVX2_u:
 	VPXOR   (CX), Y0, Y1
@@ -1565,7 +1568,7 @@ unpackInt8AVX2_u:
 	RET
 
 // func unpackI2SAVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackI2SAVX2(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
@@ -1573,7 +1576,8 @@ TEXT ·unpackI2SAVX2(SB), NOSPLIT, $0-8
 	MOVQ         16(AX), BX
 	MOVQ         32(AX), AX
 	MOVL         $0x03030303, SI
-	VPBROADCASTD SI, Y0
+	MOVD         SI, X0
+	VPBROADCASTD X0, Y0
 	MOVQ         AX, SI
 	SHLQ         $0x01, SI
 
@@ -2694,7 +2698,7 @@ unpackI2SAVX2_blk:
 	RET
 
 // func unpackTL1AVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackTL1AVX2(SB), NOSPLIT, $0-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -2703,7 +2707,8 @@ TEXT ·unpackTL1AVX2(SB), NOSPLIT, $0-8
 	VBROADCASTI128 tl1Div3<>+0(SB), Y0
 	VBROADCASTI128 tl1Mod3<>+0(SB), Y1
 	MOVL           $0x0f0f0f0f, BX
-	VPBROADCASTD   BX, Y2
+	MOVD           BX, X2
+	VPBROADCASTD   X2, Y2
 
 unpackTL1AVX2_u:
 	VMOVDQU    (CX), Y3
@@ -2738,7 +2743,7 @@ unpackTL1AVX2_u:
 	RET
 
 // func unpackTL2AVX2(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·unpackTL2AVX2(SB), $1536-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -2750,9 +2755,11 @@ TEXT ·unpackTL2AVX2(SB), $1536-8
 	VBROADCASTI128 tl2W<>+16(SB), Y1
 	VBROADCASTI128 tl2W<>+32(SB), Y2
 	MOVL           $0x001f001f, SI
-	VPBROADCASTD   SI, Y3
+	MOVD           SI, X3
+	VPBROADCASTD   X3, Y3
 	MOVL           $0x01010101, SI
-	VPBROADCASTD   SI, Y4
+	MOVD           SI, X4
+	VPBROADCASTD   X4, Y4
 
 unpackTL2AVX2_blk:
 	VMOVDQU    (CX), Y5
@@ -3293,7 +3300,8 @@ unpackTL2AVX2_tail:
 	VBROADCASTI128 tl1Div3<>+0(SB), Y5
 	VBROADCASTI128 tl1Mod3<>+0(SB), Y6
 	MOVL           $0x0f0f0f0f, BX
-	VPBROADCASTD   BX, Y7
+	MOVD           BX, X7
+	VPBROADCASTD   X7, Y7
 
 unpackTL2AVX2_u:
 	VMOVDQU    (CX), Y8

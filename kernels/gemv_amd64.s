@@ -648,12 +648,13 @@ lut2y_done:
 	RET
 
 // func sumInt8AVX2(x *int8, n int) int32
-// Requires: AVX, AVX2, AVX512F, AVX512VL
+// Requires: AVX, AVX2, SSE2
 TEXT ·sumInt8AVX2(SB), NOSPLIT, $0-20
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVL         $0x80808080, DX
-	VPBROADCASTD DX, Y0
+	MOVD         DX, X0
+	VPBROADCASTD X0, Y0
 	VPXOR        Y1, Y1, Y1
 	VPXOR        Y2, Y2, Y2
 	MOVQ         CX, DX
@@ -8763,7 +8764,7 @@ gemvInt1T1AVX2_step:
 	RET
 
 // func gemvI2ST1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
@@ -8881,7 +8882,7 @@ gemvI2ST1AVXVNNI_blk:
 	RET
 
 // func gemvInt2T1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2T1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -8956,7 +8957,7 @@ gemvInt2T1AVXVNNI_step:
 	RET
 
 // func gemvInt8T1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt8T1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
@@ -9002,7 +9003,7 @@ gemvInt8T1AVXVNNI_step:
 	RET
 
 // func gemvI2ST2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvI2ST2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
@@ -9135,7 +9136,7 @@ gemvI2ST2AVXVNNI_blk:
 	RET
 
 // func gemvInt2T2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2T2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
@@ -9202,7 +9203,7 @@ gemvInt2T2AVXVNNI_step:
 	RET
 
 // func gemvInt8T2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt8T2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
@@ -9263,7 +9264,7 @@ gemvInt8T2AVXVNNI_step:
 	RET
 
 // func gemvInt1T1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt1T1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ (AX), CX
@@ -9329,7 +9330,7 @@ gemvInt1T1AVXVNNI_step:
 	RET
 
 // func gemvInt1T2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt1T2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ (AX), CX
@@ -9410,7 +9411,7 @@ gemvInt1T2AVXVNNI_step:
 	RET
 
 // func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNIINT8, CMOV, MMX+
 TEXT ·gemvInt8T1VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
@@ -9456,7 +9457,7 @@ gemvInt8T1VNNIINT8AVXVNNI_step:
 	RET
 
 // func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVX512VL, AVX512VNNI, CMOV, MMX+
+// Requires: AVX, AVX2, AVXVNNIINT8, CMOV, MMX+
 TEXT ·gemvInt8T2VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX

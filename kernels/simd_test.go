@@ -410,9 +410,12 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 					}
 				}
 			}
-			ran, gemm := 0, 0
+			ran, gemm, spanOnly := 0, 0, true
 			for _, kn := range byFormat[f] {
-				if ok, _ := kn.CanImplement(l, n); !ok {
+				if ok, why := kn.CanImplement(l, n); !ok {
+					if isaReason(kn.isa) == "" && !strings.HasPrefix(why, "codebook spans") {
+						spanOnly = false
+					}
 					continue
 				}
 				path := "GEMV"
@@ -422,6 +425,12 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 				}
 				checkExact(t, fmt.Sprintf("%s %dx%d n=%d (extremes, %s)", kn.Name(), m, k, n, path), runSplit(t, kn, l, x, n), want, m)
 				ran++
+			}
+			if ran == 0 && spanOnly && !ISAAvailable(ISAAVX512) {
+				// Without zmm, the wide int2 code book's GEMV is the reference's (the ymm
+				// kernels' vpmaddubsw saturates beyond a span of 127).
+				t.Logf("%s K=%d n=%d: no SIMD kernel here takes a code book spanning 255 at this n", f, k, n)
+				continue
 			}
 			if ran == 0 {
 				t.Fatalf("%s K=%d n=%d: no kernel accepted the layer", f, k, n)

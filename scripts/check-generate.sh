@@ -3,7 +3,9 @@
 # the generator produces (run `scripts/generate.sh` and commit), and checks the encodings
 # the Go assembler cannot spell: every vpdpbusd in the AVX-VNNI functions must disassemble
 # as `{vex} vpdpbusd`, every one in the AVX-VNNI-INT8 functions as `vpdpbssd` (VEX), and no
-# AVX2-class function may touch an AVX-512 register (the generator refuses those too).
+# AVX2-class function may touch an AVX-512 register or hold an EVEX-encoded instruction
+# (first byte 0x62 in 64-bit mode), which a CPU without AVX-512 cannot execute (the
+# generator refuses both too).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -32,6 +34,7 @@ objdump -d "$bin" | awk '
     if (!int8 && $0 !~ /\{vex\} vpdpbusd/) { print "not VEX vpdpbusd in " fn ": " $0; bad = 1 }
   }
   avx2 && /%[xyz]mm(1[6-9]|2[0-9]|3[01])|%zmm|%k[0-7]/ { print "AVX-512 register in " fn ": " $0; bad = 1 }
+  avx2 && split($0, f, "\t") >= 3 && f[2] ~ /^62 / && f[3] != "" { print "EVEX encoding in " fn ": " $0; bad = 1 }
   END {
     if (n == 0) { print "no AVX-VNNI dot products found"; bad = 1 }
     if (bad) exit 1

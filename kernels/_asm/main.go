@@ -11,7 +11,9 @@
 //     encoding, as raw bytes (the Go assembler only emits the EVEX form), and to vpdpbssd
 //     (AVX-VNNI-INT8) in functions whose names contain "VNNIINT8";
 //   - refuses any AVX-512-only register (X/Y/Z16-31, Z, K) in the AVX2 and AVX-VNNI
-//     functions, which must run on CPUs without AVX-512.
+//     functions, which must run on CPUs without AVX-512, and any instruction form that avo
+//     says needs AVX-512 (its "Requires" comment; vpbroadcastd from a general register,
+//     say, exists only in EVEX).
 package main
 
 import (
@@ -69,9 +71,20 @@ func postPass(path string) error {
 	}
 	lines := strings.Split(string(b), "\n")
 	fn := ""
+	req := -1 // the line of avo's "// Requires:" comment for the next TEXT
 	for i, ln := range lines {
+		if strings.HasPrefix(ln, "// Requires:") {
+			req = i
+			continue
+		}
 		if m := textRe.FindStringSubmatch(ln); m != nil {
 			fn = m[1]
+			if req >= 0 {
+				if err := guardRequires(fn, &lines[req]); err != nil {
+					return fmt.Errorf("%s: %v", path, err)
+				}
+			}
+			req = -1
 			continue
 		}
 		vex := strings.Contains(fn, "AVXVNNI")
@@ -103,6 +116,29 @@ func postPass(path string) error {
 		}
 	}
 	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+}
+
+// guardRequires checks avo's list of the extensions an AVX2-class function needs: none may
+// be AVX-512 (some AVX2-looking forms exist only in EVEX, such as vpbroadcastd from a
+// general register, and would raise SIGILL on a CPU without AVX-512). The AVX-VNNI
+// functions' dot products, which avo lists as AVX512VL and AVX512VNNI, are rewritten to
+// VEX, and their list says so.
+func guardRequires(fn string, req *string) error {
+	vex := strings.Contains(fn, "AVXVNNI")
+	if !vex && !strings.Contains(fn, "AVX2") {
+		return nil
+	}
+	if vex {
+		dot := "AVXVNNI"
+		if strings.Contains(fn, "VNNIINT8") {
+			dot = "AVXVNNIINT8"
+		}
+		*req = strings.Replace(*req, "AVX512VL, AVX512VNNI", dot, 1)
+	}
+	if strings.Contains(*req, "AVX512") {
+		return fmt.Errorf("function %s is AVX2-class but needs AVX-512 (%s)", fn, strings.TrimPrefix(*req, "// "))
+	}
+	return nil
 }
 
 // vexDot encodes VEX.256.pp.0F38.W0 50 /r (vpdpbusd pp=66, vpdpbssd pp=F2) with register

@@ -87,16 +87,20 @@ func idx(base, index Register, scale uint8, disp int) Mem {
 }
 
 // bcastByte fills v with byte b (via a general register).
-func bcastByte(v VecPhysical, b byte) {
-	t := GP32()
-	MOVL(U32(uint32(b)*0x01010101), t)
-	VPBROADCASTD(t, v)
-}
+func bcastByte(v VecPhysical, b byte) { bcastDword(v, uint32(b)*0x01010101) }
 
+// bcastDword fills v with dword d. A zmm takes it straight from a general register; that
+// form exists only in AVX-512 (EVEX), so a ymm or xmm, which AVX2 code uses, goes through
+// its xmm (vmovd, then the AVX2 broadcast from a register).
 func bcastDword(v VecPhysical, d uint32) {
 	t := GP32()
 	MOVL(U32(d), t)
-	VPBROADCASTD(t, v)
+	if v.Size() == 64 {
+		VPBROADCASTD(t, v)
+		return
+	}
+	MOVD(t, v.AsX())
+	VPBROADCASTD(v.AsX(), v)
 }
 
 func bcastWord(v VecPhysical, w uint16) { bcastDword(v, uint32(w)*0x10001) }
