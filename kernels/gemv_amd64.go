@@ -305,6 +305,16 @@ func gemvInt1T1AVXVNNI(a *byte)
 //go:noescape
 func gemvInt1T2AVXVNNI(a *byte)
 
+// gemvI2ST3AVX2 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST3AVX2(a *byte)
+
+// gemvI2ST4AVX2 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST4AVX2(a *byte)
+
 // gemvInt8T1VNNIINT8AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (signed) is its reference.
 //
 //go:noescape

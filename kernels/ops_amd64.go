@@ -105,8 +105,11 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		}
 		switch f {
 		case quantcfg.I2S:
-			o.gemv = pick(gemv4(gemvI2ST1AVX2, gemvI2ST2AVX2, nil, nil), gemv4(gemvI2ST1AVXVNNI, gemvI2ST2AVXVNNI, nil, nil))
+			o.gemv = pick(gemv4(gemvI2ST1AVX2, gemvI2ST2AVX2, gemvI2ST3AVX2, gemvI2ST4AVX2), gemv4(gemvI2ST1AVXVNNI, gemvI2ST2AVXVNNI, nil, nil))
 			o.kstep = 128
+			if !vnni {
+				o.gemvT = 4 // gemvI2SYMany
+			}
 		case quantcfg.Int2:
 			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))
 			o.kstep, o.tabKind = 4, tabInt2

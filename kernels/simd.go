@@ -15,7 +15,7 @@ import (
 // it and against which the tests hold it.
 //
 //   - GEMV (decode, up to fmtOps.gemvT tokens per pass: 8, or 4 for i2s, int1, tl1 and tl2 on
-//     zmm, 1 or 2 on AVX2): an assembly kernel reads each row block once for all the pass's
+//     zmm; 1 or 2 on AVX2, 4 for i2s): an assembly kernel reads each row block once for all the pass's
 //     tokens (a row block's later passes find it in L2), decodes the weights in registers to
 //     unsigned bytes u = w + offset and multiplies them with the int8 activations (vpdpbusd,
 //     or vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction c0 *

@@ -165,6 +165,17 @@ func (x *tokX) mem(t, disp int) Mem {
 	return Mem{Base: b, Index: x.s, Scale: uint8(t % 3), Disp: disp}
 }
 
+// rewind moves the offset back by the bytes in n.
+func (x *tokX) rewind(n Register) {
+	if x.T <= 4 {
+		SUBQ(n, x.kx)
+		return
+	}
+	for _, p := range x.ptrs {
+		SUBQ(n, p)
+	}
+}
+
 // advance moves the offset by n bytes.
 func (x *tokX) advance(n int) {
 	if x.T <= 4 {

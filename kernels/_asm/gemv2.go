@@ -72,6 +72,9 @@ func genGemvAVX2() {
 			gemvInt1Y(2, isa, vnni)
 		}
 	}
+	for T := 3; T <= 4; T++ {
+		gemvI2SYMany(T)
+	}
 	for T := 1; T <= 2; T++ {
 		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
 	}
@@ -722,6 +725,139 @@ func lutYFn(T int, tl2 bool) {
 	ADDQ(at(a, lRBBytes), w0)
 	DECQ(at(a, lNRB))
 	JNZ(LabelRef(name + "_rb"))
+	VZEROUPPER()
+	RET()
+}
+
+// i2sChunkY is the most blocks gemvI2SYMany sums in int16 before it widens the sums to
+// int32: per block a lane adds four runs' pairs of u x x, |u| <= 2 and |x| <= 128, at most
+// 4 x 2 x 2 x 128 = 2048, so fifteen blocks stay within int16 (30720).
+const i2sChunkY = 15
+
+// gemvI2SYMany (AVX2, T = 3, 4): i2s for three or four tokens on ymm, with int16 sums.
+// gemvI2SY's cost per token is a vpmaddubsw (and its activation load), a vpaddw, and per
+// row and block a vpmaddwd and vpaddd, plus its share of the unpacking; here the int16 sums
+// last a chunk of up to i2sChunkY blocks (the vpmaddwd and vpaddd run once per chunk), each
+// activation load serves two rows, and one unpacking serves every token. The int16 sums of
+// four rows and four tokens do not fit in the registers, so each chunk of a row quad is
+// walked twice, rows 0-1 then 2-3: the first walk reads the weights from memory (both lines
+// prefetched), the second, and both walks' activations (T x 1920 bytes), hit L1. Each walk
+// widens its sums into int32 sums on the stack, which the segment's end reduces and stores
+// like gemvI2SY. (Eight tokens in one pass, one row per walk, lost to two passes of four:
+// their activations at a stride of Kp, a multiple of 4 KiB on most shapes, fall into the same
+// L1 sets, nine lines to a set of eight ways.)
+func gemvI2SYMany(T int) {
+	name := gemvName("I2S", T, "AVX2")
+	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
+	frame := AllocLocal(4*T*32 + 24)
+	acc32 := func(r, t int) Mem { return frame.Offset(32 * (r*T + t)) }
+	quadS, wqS, sumsS := frame.Offset(4*T*32), frame.Offset(4*T*32+8), frame.Offset(4*T*32+16)
+	p := newPool(false)
+	m3 := p.get()
+	VMOVDQU(m3Y, m3)
+	wv, c := p.getn(2), p.getn(2)
+	xr, tmp := p.get(), p.get()
+	acc16 := [2][]VecPhysical{p.getn(T), p.getn(T)} // [row of the walk][token]
+	all16 := append(append([]VecPhysical{}, acc16[0]...), acc16[1]...)
+	x := newTokX(a, T, gX, gXStride)
+	w, nseg, sums, cnt, clen, m := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	MOVQ(U32(0), quadS)
+	MOVQ(at(a, gSums), sums)
+	MOVQ(sums, sumsS)
+	MOVQ(at(a, gW), w)
+	MOVQ(w, wqS)
+
+	Label(name + "_quad")
+	MOVQ(wqS, w)
+	x.reset()
+	MOVQ(at(a, gNSeg), nseg)
+	MOVQ(sumsS, sums)
+
+	Label(name + "_seg")
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	VPXOR(tmp, tmp, tmp)
+	for r := 0; r < 4; r++ {
+		for t := 0; t < T; t++ {
+			VMOVDQU(tmp, acc32(r, t))
+		}
+	}
+
+	Label(name + "_chunk")
+	MOVQ(U32(i2sChunkY), clen)
+	CMPQ(cnt, clen)
+	CMOVQLT(cnt, clen)
+	SUBQ(clen, cnt)
+	for g := 0; g < 2; g++ {
+		blk := fmt.Sprintf("%s_walk%d", name, g)
+		zeroAll(all16...)
+		MOVQ(clen, m)
+		Label(blk)
+		if g == 0 {
+			PREFETCHT0(at(w, prefetchDist))
+			PREFETCHT0(at(w, prefetchDist+64))
+		}
+		for rr := 0; rr < 2; rr++ {
+			VMOVDQU(at(w, 32*(2*g+rr)), wv[rr])
+		}
+		for s := 0; s < 4; s++ {
+			for rr := 0; rr < 2; rr++ {
+				if s < 3 {
+					VPSRLW(U8(6-2*s), wv[rr], c[rr])
+					VPAND(m3, c[rr], c[rr])
+				} else {
+					VPAND(m3, wv[rr], c[rr])
+				}
+			}
+			for t := 0; t < T; t++ {
+				VMOVDQU(x.mem(t, 32*s), xr)
+				for rr := 0; rr < 2; rr++ {
+					VPMADDUBSW(xr, c[rr], tmp)
+					VPADDW(tmp, acc16[rr][t], acc16[rr][t])
+				}
+			}
+		}
+		SUBQ(I8(-128), w)
+		x.advance(128)
+		DECQ(m)
+		JNZ(LabelRef(blk))
+		for rr := 0; rr < 2; rr++ {
+			for t := 0; t < T; t++ {
+				v := acc16[rr][t]
+				VPMADDWD(wOnes, v, v)
+				VPADDD(acc32(2*g+rr, t), v, v)
+				VMOVDQU(v, acc32(2*g+rr, t))
+			}
+		}
+		if g == 0 { // back to the chunk's start for rows 2-3
+			MOVQ(clen, m)
+			SHLQ(U8(7), m)
+			SUBQ(m, w)
+			x.rewind(m)
+		}
+	}
+	TESTQ(cnt, cnt)
+	JNZ(LabelRef(name + "_chunk"))
+
+	r4 := all16[:4]
+	for t := 0; t < T; t++ {
+		for r := 0; r < 4; r++ {
+			VMOVDQU(acc32(r, t), r4[r])
+		}
+		quadRowSumsY(r4, at(sums, 128*t))
+	}
+	ADDQ(U32(128*T), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+
+	MOVQ(wqS, w)
+	ADDQ(at(a, gAux), w)
+	MOVQ(w, wqS)
+	ADDQ(U8(16), sumsS)
+	INCQ(quadS)
+	CMPQ(quadS, U8(8))
+	JNE(LabelRef(name + "_quad"))
 	VZEROUPPER()
 	RET()
 }
