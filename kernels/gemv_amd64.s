@@ -8712,44 +8712,60 @@ gemvInt1T1AVX2_seg:
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
 
+gemvInt1T1AVX2_chunk:
+	MOVQ    $0x00000007, R9
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
 gemvInt1T1AVX2_step:
 	PREFETCHT0   8192(CX)
-	VMOVDQU      (CX), Y4
-	VPSRLW       $0x04, Y4, Y5
-	VPBROADCASTD (BX)(DX*1), Y8
-	VPBROADCASTD 4(BX)(DX*1), Y9
-	VPAND        bitsY<>+0(SB), Y4, Y6
-	VPAND        bitsY<>+0(SB), Y5, Y7
-	VPMADDUBSW   Y8, Y6, Y11
-	VPMADDUBSW   Y9, Y7, Y10
-	VPADDW       Y10, Y11, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y0, Y0
-	VPAND        bitsY<>+32(SB), Y4, Y6
-	VPAND        bitsY<>+32(SB), Y5, Y7
-	VPMADDUBSW   Y8, Y6, Y11
-	VPMADDUBSW   Y9, Y7, Y10
-	VPADDW       Y10, Y11, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y1, Y1
-	VPAND        bitsY<>+64(SB), Y4, Y6
-	VPAND        bitsY<>+64(SB), Y5, Y7
-	VPMADDUBSW   Y8, Y6, Y11
-	VPMADDUBSW   Y9, Y7, Y10
-	VPADDW       Y10, Y11, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y2, Y2
-	VPAND        bitsY<>+96(SB), Y4, Y6
-	VPAND        bitsY<>+96(SB), Y5, Y7
-	VPMADDUBSW   Y8, Y6, Y11
-	VPMADDUBSW   Y9, Y7, Y10
-	VPADDW       Y10, Y11, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y3, Y3
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPBROADCASTD (BX)(DX*1), Y12
+	VPBROADCASTD 4(BX)(DX*1), Y13
+	VPAND        bitsY<>+0(SB), Y8, Y10
+	VPAND        bitsY<>+0(SB), Y9, Y11
+	VPMADDUBSW   Y12, Y10, Y10
+	VPADDW       Y10, Y4, Y4
+	VPMADDUBSW   Y13, Y11, Y11
+	VPADDW       Y11, Y4, Y4
+	VPAND        bitsY<>+32(SB), Y8, Y10
+	VPAND        bitsY<>+32(SB), Y9, Y11
+	VPMADDUBSW   Y12, Y10, Y10
+	VPADDW       Y10, Y5, Y5
+	VPMADDUBSW   Y13, Y11, Y11
+	VPADDW       Y11, Y5, Y5
+	VPAND        bitsY<>+64(SB), Y8, Y10
+	VPAND        bitsY<>+64(SB), Y9, Y11
+	VPMADDUBSW   Y12, Y10, Y10
+	VPADDW       Y10, Y6, Y6
+	VPMADDUBSW   Y13, Y11, Y11
+	VPADDW       Y11, Y6, Y6
+	VPAND        bitsY<>+96(SB), Y8, Y10
+	VPAND        bitsY<>+96(SB), Y9, Y11
+	VPMADDUBSW   Y12, Y10, Y10
+	VPADDW       Y10, Y7, Y7
+	VPMADDUBSW   Y13, Y11, Y11
+	VPADDW       Y11, Y7, Y7
 	ADDQ         $0x20, CX
 	ADDQ         $0x08, DX
-	DECQ         R8
+	DECQ         R9
 	JNZ          gemvInt1T1AVX2_step
+	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
+	VPADDD       Y4, Y0, Y0
+	VPMADDWD     wOnesY<>+0(SB), Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPMADDWD     wOnesY<>+0(SB), Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	TESTQ        R8, R8
+	JNZ          gemvInt1T1AVX2_chunk
 	VMOVDQU      Y0, (SI)
 	VPSRAD       $0x01, Y1, Y1
 	VMOVDQU      Y1, 32(SI)
@@ -8757,7 +8773,7 @@ gemvInt1T1AVX2_step:
 	VMOVDQU      Y2, 64(SI)
 	VPSRAD       $0x03, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
-	ADDQ         $0x00000080, SI
+	ADDQ         $0x80, SI
 	DECQ         DI
 	JNZ          gemvInt1T1AVX2_seg
 	VZEROUPPER
