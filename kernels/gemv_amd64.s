@@ -8320,54 +8320,74 @@ TEXT ·gemvInt2T1AVX2(SB), NOSPLIT, $0-8
 	XORQ           DX, DX
 	MOVQ           8(AX), BX
 	MOVQ           56(AX), SI
-	VBROADCASTI128 (SI), Y4
-	VBROADCASTI128 16(SI), Y5
-	MOVQ           24(AX), SI
-	MOVQ           40(AX), DI
+	MOVQ           24(AX), DI
+	MOVQ           40(AX), R8
+	VBROADCASTI128 (SI), Y8
+	VBROADCASTI128 16(SI), Y9
 
 gemvInt2T1AVX2_seg:
-	MOVQ    32(AX), R8
-	CMPQ    DI, $0x01
-	CMOVQEQ 48(AX), R8
+	MOVQ    32(AX), SI
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), SI
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
 
+gemvInt2T1AVX2_chunk:
+	MOVQ 64(AX), R9
+	CMPQ R9, $0x01
+	JGE  gemvInt2T1AVX2_len
+	MOVQ $0x00000001, R9
+
+gemvInt2T1AVX2_len:
+	CMPQ    SI, R9
+	CMOVQLT SI, R9
+	SUBQ    R9, SI
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
 gemvInt2T1AVX2_step:
 	PREFETCHT0   8192(CX)
-	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y9
-	VPAND        m0fY<>+0(SB), Y8, Y8
-	VPAND        m0fY<>+0(SB), Y9, Y9
-	VPSHUFB      Y8, Y4, Y6
-	VPSHUFB      Y8, Y5, Y7
-	VPSHUFB      Y9, Y5, Y10
-	VPSHUFB      Y9, Y4, Y8
-	VMOVDQA      Y10, Y9
-	VPBROADCASTD (BX)(DX*1), Y10
-	VPMADDUBSW   Y10, Y6, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y0, Y0
-	VPMADDUBSW   Y10, Y7, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y1, Y1
-	VPMADDUBSW   Y10, Y8, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y2, Y2
-	VPMADDUBSW   Y10, Y9, Y11
-	VPMADDWD     wOnesY<>+0(SB), Y11, Y11
-	VPADDD       Y11, Y3, Y3
+	VMOVDQU      (CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y8, Y12
+	VPSHUFB      Y13, Y9, Y13
+	VPBROADCASTD (BX)(DX*1), Y14
+	VPMADDUBSW   Y14, Y10, Y10
+	VPADDW       Y10, Y4, Y4
+	VPMADDUBSW   Y14, Y11, Y11
+	VPADDW       Y11, Y5, Y5
+	VPMADDUBSW   Y14, Y12, Y12
+	VPADDW       Y12, Y6, Y6
+	VPMADDUBSW   Y14, Y13, Y13
+	VPADDW       Y13, Y7, Y7
 	ADDQ         $0x20, CX
 	ADDQ         $0x04, DX
-	DECQ         R8
+	DECQ         R9
 	JNZ          gemvInt2T1AVX2_step
-	VMOVDQU      Y0, (SI)
-	VMOVDQU      Y1, 32(SI)
-	VMOVDQU      Y2, 64(SI)
-	VMOVDQU      Y3, 96(SI)
-	ADDQ         $0x00000080, SI
-	DECQ         DI
+	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
+	VPADDD       Y4, Y0, Y0
+	VPMADDWD     wOnesY<>+0(SB), Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPMADDWD     wOnesY<>+0(SB), Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	TESTQ        SI, SI
+	JNZ          gemvInt2T1AVX2_chunk
+	VMOVDQU      Y0, (DI)
+	VMOVDQU      Y1, 32(DI)
+	VMOVDQU      Y2, 64(DI)
+	VMOVDQU      Y3, 96(DI)
+	ADDQ         $0x80, DI
+	DECQ         R8
 	JNZ          gemvInt2T1AVX2_seg
 	VZEROUPPER
 	RET

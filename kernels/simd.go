@@ -467,6 +467,17 @@ func buildInt2Tab(l *Layer, dst []byte) {
 	}
 }
 
+// int2ChunkUnits is the most 4-input units the one-token AVX2 int2 GEMV sums in int16 before
+// widening the sums (gemvInt2Y1): a unit adds one vpmaddubsw pair, u0 x0 + u1 x1 with u in
+// [0, span] and |x| <= 128, at most 256 x span, to each int16 lane.
+func int2ChunkUnits(l *Layer) int {
+	lo, hi := codebookSpan(l)
+	if hi == lo {
+		return 1 << 20
+	}
+	return 32767 / (256 * (hi - lo))
+}
+
 // buildInt2TabZ writes the three 64-entry vpermb tables: byte i of table s is u of code
 // (i >> 2s) & 3.
 func buildInt2TabZ(l *Layer, dst []byte) {
@@ -1016,6 +1027,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		case quantcfg.I2S:
 			g.Aux = ly.Kp / 128 * 128
 			g.streamPrefetch()
+		case quantcfg.Int2:
+			g.Aux = int2ChunkUnits(l)
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {

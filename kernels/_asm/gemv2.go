@@ -62,7 +62,11 @@ func genGemvAVX2() {
 		}
 		for T := 1; T <= 2; T++ {
 			gemvI2SY(T, isa, vnni)
-			gemvInt2Y(T, isa, vnni)
+			if vnni || T == 2 {
+				gemvInt2Y(T, isa, vnni)
+			} else {
+				gemvInt2Y1()
+			}
 			if vnni || T == 1 {
 				gemvInt8Y(T, isa, vnni, false)
 			}
@@ -929,6 +933,80 @@ func gemvInt1Y1() {
 		if j > 0 {
 			VPSRAD(U8(j), r, r)
 		}
+		VMOVDQU(r, at(sums, 32*j))
+	}
+	ADDQ(U8(128), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt2Y1 (AVX2, one token): gemvInt2Y with int16 sums that last a chunk of up to Aux
+// units (the kernels set it from the code book's span, so that no int16 sum can overflow:
+// int2ChunkUnits), each unit's vpmaddubsw going straight into them: per unit 4 multiplies,
+// not 8, and the vpmaddwd and vpaddd once per chunk.
+func gemvInt2Y1() {
+	name := gemvName("Int2", 1, "AVX2")
+	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4)", 1))
+	p := newPool(false)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, 1, gX, gXStride)
+	tab := ld(a, gTab)
+	sums, nseg := ld(a, gSums), ld(a, gNSeg)
+	cnt, clen := GP64(), GP64()
+	acc32, acc16 := p.getn(4), p.getn(4) // [row group]
+	la, lb := p.get(), p.get()
+	VBROADCASTI128(at(tab, 0), la)
+	VBROADCASTI128(at(tab, 16), lb)
+	v := p.getn(4)
+	x := p.get()
+
+	Label(name + "_seg")
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	zeroAll(acc32...)
+
+	Label(name + "_chunk")
+	MOVQ(at(a, gAux), clen)
+	CMPQ(clen, U8(1)) // at least one unit (a zero Aux would count down from 2^64)
+	JGE(LabelRef(name + "_len"))
+	MOVQ(U32(1), clen)
+	Label(name + "_len")
+	CMPQ(cnt, clen)
+	CMOVQLT(cnt, clen)
+	SUBQ(clen, cnt)
+	zeroAll(acc16...)
+
+	Label(name + "_step")
+	PREFETCHT0(at(w, prefetchDist))
+	VMOVDQU(at(w, 0), v[2])
+	VPSRLW(U8(4), v[2], v[3])
+	VPAND(m0fY, v[2], v[2])
+	VPAND(m0fY, v[3], v[3])
+	VPSHUFB(v[2], la, v[0])
+	VPSHUFB(v[2], lb, v[1])
+	VPSHUFB(v[3], la, v[2])
+	VPSHUFB(v[3], lb, v[3])
+	VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
+	for j := 0; j < 4; j++ {
+		VPMADDUBSW(x, v[j], v[j])
+		VPADDW(v[j], acc16[j], acc16[j])
+	}
+	ADDQ(U8(32), w)
+	ADDQ(U8(4), kx)
+	DECQ(clen)
+	JNZ(LabelRef(name + "_step"))
+	for j := 0; j < 4; j++ {
+		VPMADDWD(wOnes, acc16[j], acc16[j])
+		VPADDD(acc16[j], acc32[j], acc32[j])
+	}
+	TESTQ(cnt, cnt)
+	JNZ(LabelRef(name + "_chunk"))
+
+	for j, r := range acc32 {
 		VMOVDQU(r, at(sums, 32*j))
 	}
 	ADDQ(U8(128), sums)
