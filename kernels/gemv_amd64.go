@@ -315,6 +315,11 @@ func gemvI2ST3AVX2(a *byte)
 //go:noescape
 func gemvI2ST4AVX2(a *byte)
 
+// gemvInt2SeqT2AVX2 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2SeqT2AVX2(a *byte)
+
 // gemvInt8T1VNNIINT8AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (signed) is its reference.
 //
 //go:noescape

@@ -10140,6 +10140,118 @@ gemvI2ST4AVX2_walk1:
 	VZEROUPPER
 	RET
 
+// func gemvInt2SeqT2AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt2SeqT2AVX2(SB), NOSPLIT, $0-8
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           BX, SI
+	ADDQ           16(AX), SI
+	MOVQ           56(AX), DI
+	MOVQ           24(AX), R8
+	MOVQ           40(AX), R9
+	VBROADCASTI128 (DI), Y8
+	VBROADCASTI128 16(DI), Y9
+
+gemvInt2SeqT2AVX2_seg:
+	MOVQ    32(AX), DI
+	CMPQ    R9, $0x01
+	CMOVQEQ 48(AX), DI
+	VPXOR   Y14, Y14, Y14
+	VMOVDQU Y14, (R8)
+	VMOVDQU Y14, 32(R8)
+	VMOVDQU Y14, 64(R8)
+	VMOVDQU Y14, 96(R8)
+	VMOVDQU Y14, 128(R8)
+	VMOVDQU Y14, 160(R8)
+	VMOVDQU Y14, 192(R8)
+	VMOVDQU Y14, 224(R8)
+
+gemvInt2SeqT2AVX2_chunk:
+	MOVQ 64(AX), R10
+	CMPQ R10, $0x01
+	JGE  gemvInt2SeqT2AVX2_len
+	MOVQ $0x00000001, R10
+
+gemvInt2SeqT2AVX2_len:
+	CMPQ    DI, R10
+	CMOVQLT DI, R10
+	SUBQ    R10, DI
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt2SeqT2AVX2_step:
+	PREFETCHT0   8192(CX)
+	VMOVDQU      (CX), Y12
+	VPSRLW       $0x04, Y12, Y13
+	VPAND        m0fY<>+0(SB), Y12, Y12
+	VPAND        m0fY<>+0(SB), Y13, Y13
+	VPSHUFB      Y12, Y8, Y10
+	VPSHUFB      Y12, Y9, Y11
+	VPSHUFB      Y13, Y8, Y12
+	VPSHUFB      Y13, Y9, Y13
+	VPBROADCASTD (BX)(DX*1), Y14
+	VPMADDUBSW   Y14, Y10, Y15
+	VPADDW       Y15, Y0, Y0
+	VPMADDUBSW   Y14, Y11, Y15
+	VPADDW       Y15, Y1, Y1
+	VPMADDUBSW   Y14, Y12, Y15
+	VPADDW       Y15, Y2, Y2
+	VPMADDUBSW   Y14, Y13, Y15
+	VPADDW       Y15, Y3, Y3
+	VPBROADCASTD (SI)(DX*1), Y14
+	VPMADDUBSW   Y14, Y10, Y15
+	VPADDW       Y15, Y4, Y4
+	VPMADDUBSW   Y14, Y11, Y15
+	VPADDW       Y15, Y5, Y5
+	VPMADDUBSW   Y14, Y12, Y15
+	VPADDW       Y15, Y6, Y6
+	VPMADDUBSW   Y14, Y13, Y15
+	VPADDW       Y15, Y7, Y7
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R10
+	JNZ          gemvInt2SeqT2AVX2_step
+	VPMADDWD     wOnesY<>+0(SB), Y0, Y0
+	VPADDD       (R8), Y0, Y0
+	VMOVDQU      Y0, (R8)
+	VPMADDWD     wOnesY<>+0(SB), Y1, Y1
+	VPADDD       32(R8), Y1, Y1
+	VMOVDQU      Y1, 32(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y2, Y2
+	VPADDD       64(R8), Y2, Y2
+	VMOVDQU      Y2, 64(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y3, Y3
+	VPADDD       96(R8), Y3, Y3
+	VMOVDQU      Y3, 96(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
+	VPADDD       128(R8), Y4, Y4
+	VMOVDQU      Y4, 128(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y5, Y5
+	VPADDD       160(R8), Y5, Y5
+	VMOVDQU      Y5, 160(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y6, Y6
+	VPADDD       192(R8), Y6, Y6
+	VMOVDQU      Y6, 192(R8)
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       224(R8), Y7, Y7
+	VMOVDQU      Y7, 224(R8)
+	TESTQ        DI, DI
+	JNZ          gemvInt2SeqT2AVX2_chunk
+	ADDQ         $0x00000100, R8
+	DECQ         R9
+	JNZ          gemvInt2SeqT2AVX2_seg
+	VZEROUPPER
+	RET
+
 // func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNIINT8, CMOV, MMX+
 TEXT ·gemvInt8T1VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8

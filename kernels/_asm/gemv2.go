@@ -83,6 +83,7 @@ func genGemvAVX2() {
 	for T := 3; T <= 4; T++ {
 		gemvI2SYMany(T)
 	}
+	gemvInt2Y2Seq()
 	for T := 1; T <= 2; T++ {
 		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
 	}
@@ -1010,6 +1011,87 @@ func gemvInt2Y1() {
 		VMOVDQU(r, at(sums, 32*j))
 	}
 	ADDQ(U8(128), sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt2Y2Seq (AVX2, two tokens): gemvInt2Y1 for two tokens, for code books of a small
+// span (the consecutive ones: 42 units per chunk); the two tokens' int16 sums take every
+// register, so each chunk's widened sums are added to the row block's sums in memory
+// (zeroed at each segment's start). Per unit 8 multiplies, not 16.
+func gemvInt2Y2Seq() {
+	name := "gemvInt2SeqT2AVX2"
+	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4)", 2))
+	p := newPool(false)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	xs := tokenPtrs(a, 2, gX, gXStride)
+	tab := ld(a, gTab)
+	sums, nseg := ld(a, gSums), ld(a, gNSeg)
+	cnt, clen := GP64(), GP64()
+	acc16 := [2][]VecPhysical{p.getn(4), p.getn(4)} // [token][row group]
+	all16 := append(append([]VecPhysical{}, acc16[0]...), acc16[1]...)
+	la, lb := p.get(), p.get()
+	VBROADCASTI128(at(tab, 0), la)
+	VBROADCASTI128(at(tab, 16), lb)
+	v := p.getn(4)
+	x, tmp := p.get(), p.get()
+
+	Label(name + "_seg")
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	VPXOR(x, x, x)
+	for i := 0; i < 8; i++ {
+		VMOVDQU(x, at(sums, 32*i))
+	}
+
+	Label(name + "_chunk")
+	MOVQ(at(a, gAux), clen)
+	CMPQ(clen, U8(1)) // at least one unit (a zero Aux would count down from 2^64)
+	JGE(LabelRef(name + "_len"))
+	MOVQ(U32(1), clen)
+	Label(name + "_len")
+	CMPQ(cnt, clen)
+	CMOVQLT(cnt, clen)
+	SUBQ(clen, cnt)
+	zeroAll(all16...)
+
+	Label(name + "_step")
+	PREFETCHT0(at(w, prefetchDist))
+	VMOVDQU(at(w, 0), v[2])
+	VPSRLW(U8(4), v[2], v[3])
+	VPAND(m0fY, v[2], v[2])
+	VPAND(m0fY, v[3], v[3])
+	VPSHUFB(v[2], la, v[0])
+	VPSHUFB(v[2], lb, v[1])
+	VPSHUFB(v[3], la, v[2])
+	VPSHUFB(v[3], lb, v[3])
+	for t := 0; t < 2; t++ {
+		VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
+		for j := 0; j < 4; j++ {
+			VPMADDUBSW(x, v[j], tmp)
+			VPADDW(tmp, acc16[t][j], acc16[t][j])
+		}
+	}
+	ADDQ(U8(32), w)
+	ADDQ(U8(4), kx)
+	DECQ(clen)
+	JNZ(LabelRef(name + "_step"))
+	for t := 0; t < 2; t++ {
+		for j, r := range acc16[t] {
+			m := at(sums, 128*t+32*j)
+			VPMADDWD(wOnes, r, r)
+			VPADDD(m, r, r)
+			VMOVDQU(r, m)
+		}
+	}
+	TESTQ(cnt, cnt)
+	JNZ(LabelRef(name + "_chunk"))
+
+	ADDQ(U32(256), sums)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
 	VZEROUPPER()
