@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 // Benchmarks: BenchmarkGEMV/<format>/<MxK>/n<N>/<impl>/t<threads>, b.SetBytes(weight bytes
 // per call), over distinct weight matrices totalling >= 512 MiB (DRAM), unless
 // BITGO_BENCH_CACHE=1 (one matrix, cache-resident where it fits). Compare with benchstat at
-// -count=6. BITGO_BENCH_SHAPES=2560x2560,4096x14336 narrows the shapes.
+// -count=6. BITGO_BENCH_SHAPES=2560x2560,4096x14336 narrows the shapes, BITGO_BENCH_NS=2,8
+// sets the token counts.
 
 var benchFormats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16, quantcfg.F32}
 
@@ -49,6 +51,23 @@ var impls = []struct {
 	}},
 }
 
+// benchNs are the token counts of BenchmarkGEMV: 1 and 4, or BITGO_BENCH_NS=2,8.
+func benchNs(b *testing.B) []int {
+	v := os.Getenv("BITGO_BENCH_NS")
+	if v == "" {
+		return []int{1, 4}
+	}
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("BITGO_BENCH_NS: %q is not a token count", s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 func BenchmarkGEMV(b *testing.B) {
 	minBytes := 512 << 20
 	if os.Getenv("BITGO_BENCH_CACHE") == "1" {
@@ -63,7 +82,7 @@ func BenchmarkGEMV(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer set.Free()
-					for _, n := range []int{1, 4} {
+					for _, n := range benchNs(b) {
 						for _, im := range impls {
 							for _, threads := range []int{1, 2} {
 								b.Run(fmt.Sprintf("n%d/%s/t%d", n, im.name, threads), func(b *testing.B) {
