@@ -8321,14 +8321,14 @@ TEXT ·gemvInt2T1AVX2(SB), NOSPLIT, $0-8
 	MOVQ           8(AX), BX
 	MOVQ           56(AX), SI
 	MOVQ           24(AX), DI
-	MOVQ           40(AX), R8
 	VBROADCASTI128 (SI), Y8
 	VBROADCASTI128 16(SI), Y9
+	MOVQ           40(AX), SI
 
 gemvInt2T1AVX2_seg:
-	MOVQ    32(AX), SI
-	CMPQ    R8, $0x01
-	CMOVQEQ 48(AX), SI
+	MOVQ    32(AX), R8
+	CMPQ    SI, $0x01
+	CMOVQEQ 48(AX), R8
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
@@ -8341,9 +8341,9 @@ gemvInt2T1AVX2_chunk:
 	MOVQ $0x00000001, R9
 
 gemvInt2T1AVX2_len:
-	CMPQ    SI, R9
-	CMOVQLT SI, R9
-	SUBQ    R9, SI
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
 	VPXOR   Y4, Y4, Y4
 	VPXOR   Y5, Y5, Y5
 	VPXOR   Y6, Y6, Y6
@@ -8380,14 +8380,14 @@ gemvInt2T1AVX2_step:
 	VPADDD       Y6, Y2, Y2
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       Y7, Y3, Y3
-	TESTQ        SI, SI
+	TESTQ        R8, R8
 	JNZ          gemvInt2T1AVX2_chunk
 	VMOVDQU      Y0, (DI)
 	VMOVDQU      Y1, 32(DI)
 	VMOVDQU      Y2, 64(DI)
 	VMOVDQU      Y3, 96(DI)
 	ADDQ         $0x80, DI
-	DECQ         R8
+	DECQ         SI
 	JNZ          gemvInt2T1AVX2_seg
 	VZEROUPPER
 	RET
@@ -9470,9 +9470,9 @@ gemvI2ST3AVX2_quad:
 	MOVQ 400(SP), R9
 
 gemvI2ST3AVX2_seg:
-	MOVQ    32(AX), R10
+	MOVQ    32(AX), R11
 	CMPQ    R8, $0x01
-	CMOVQEQ 48(AX), R10
+	CMOVQEQ 48(AX), R11
 	VPXOR   Y6, Y6, Y6
 	VMOVDQU Y6, (SP)
 	VMOVDQU Y6, 32(SP)
@@ -9488,17 +9488,17 @@ gemvI2ST3AVX2_seg:
 	VMOVDQU Y6, 352(SP)
 
 gemvI2ST3AVX2_chunk:
-	MOVQ    $0x0000000f, R11
-	CMPQ    R10, R11
-	CMOVQLT R10, R11
-	SUBQ    R11, R10
+	MOVQ    $0x0000000f, R12
+	CMPQ    R11, R12
+	CMOVQLT R11, R12
+	SUBQ    R12, R11
 	VPXOR   Y7, Y7, Y7
 	VPXOR   Y8, Y8, Y8
 	VPXOR   Y9, Y9, Y9
 	VPXOR   Y10, Y10, Y10
 	VPXOR   Y11, Y11, Y11
 	VPXOR   Y12, Y12, Y12
-	MOVQ    R11, R12
+	MOVQ    R12, R10
 
 gemvI2ST3AVX2_walk0:
 	PREFETCHT0 8192(DI)
@@ -9581,7 +9581,7 @@ gemvI2ST3AVX2_walk0:
 	VPADDW     Y6, Y12, Y12
 	SUBQ       $-128, DI
 	ADDQ       $0x00000080, SI
-	DECQ       R12
+	DECQ       R10
 	JNZ        gemvI2ST3AVX2_walk0
 	VPMADDWD   wOnesY<>+0(SB), Y7, Y7
 	VPADDD     (SP), Y7, Y7
@@ -9601,17 +9601,17 @@ gemvI2ST3AVX2_walk0:
 	VPMADDWD   wOnesY<>+0(SB), Y12, Y12
 	VPADDD     160(SP), Y12, Y12
 	VMOVDQU    Y12, 160(SP)
-	MOVQ       R11, R12
-	SHLQ       $0x07, R12
-	SUBQ       R12, DI
-	SUBQ       R12, SI
+	MOVQ       R12, R10
+	SHLQ       $0x07, R10
+	SUBQ       R10, DI
+	SUBQ       R10, SI
 	VPXOR      Y7, Y7, Y7
 	VPXOR      Y8, Y8, Y8
 	VPXOR      Y9, Y9, Y9
 	VPXOR      Y10, Y10, Y10
 	VPXOR      Y11, Y11, Y11
 	VPXOR      Y12, Y12, Y12
-	MOVQ       R11, R12
+	MOVQ       R12, R10
 
 gemvI2ST3AVX2_walk1:
 	VMOVDQU      64(DI), Y1
@@ -9692,7 +9692,7 @@ gemvI2ST3AVX2_walk1:
 	VPADDW       Y6, Y12, Y12
 	SUBQ         $-128, DI
 	ADDQ         $0x00000080, SI
-	DECQ         R12
+	DECQ         R10
 	JNZ          gemvI2ST3AVX2_walk1
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       192(SP), Y7, Y7
@@ -9712,7 +9712,7 @@ gemvI2ST3AVX2_walk1:
 	VPMADDWD     wOnesY<>+0(SB), Y12, Y12
 	VPADDD       352(SP), Y12, Y12
 	VMOVDQU      Y12, 352(SP)
-	TESTQ        R10, R10
+	TESTQ        R11, R11
 	JNZ          gemvI2ST3AVX2_chunk
 	VMOVDQU      (SP), Y7
 	VMOVDQU      96(SP), Y8
@@ -9783,9 +9783,9 @@ gemvI2ST4AVX2_quad:
 	MOVQ 528(SP), R10
 
 gemvI2ST4AVX2_seg:
-	MOVQ    32(AX), R11
+	MOVQ    32(AX), R12
 	CMPQ    R9, $0x01
-	CMOVQEQ 48(AX), R11
+	CMOVQEQ 48(AX), R12
 	VPXOR   Y6, Y6, Y6
 	VMOVDQU Y6, (SP)
 	VMOVDQU Y6, 32(SP)
@@ -9805,10 +9805,10 @@ gemvI2ST4AVX2_seg:
 	VMOVDQU Y6, 480(SP)
 
 gemvI2ST4AVX2_chunk:
-	MOVQ    $0x0000000f, R12
-	CMPQ    R11, R12
-	CMOVQLT R11, R12
-	SUBQ    R12, R11
+	MOVQ    $0x0000000f, R13
+	CMPQ    R12, R13
+	CMOVQLT R12, R13
+	SUBQ    R13, R12
 	VPXOR   Y7, Y7, Y7
 	VPXOR   Y8, Y8, Y8
 	VPXOR   Y9, Y9, Y9
@@ -9817,7 +9817,7 @@ gemvI2ST4AVX2_chunk:
 	VPXOR   Y12, Y12, Y12
 	VPXOR   Y13, Y13, Y13
 	VPXOR   Y14, Y14, Y14
-	MOVQ    R12, R13
+	MOVQ    R13, R11
 
 gemvI2ST4AVX2_walk0:
 	PREFETCHT0 8192(R8)
@@ -9920,7 +9920,7 @@ gemvI2ST4AVX2_walk0:
 	VPADDW     Y6, Y14, Y14
 	SUBQ       $-128, R8
 	ADDQ       $0x00000080, DI
-	DECQ       R13
+	DECQ       R11
 	JNZ        gemvI2ST4AVX2_walk0
 	VPMADDWD   wOnesY<>+0(SB), Y7, Y7
 	VPADDD     (SP), Y7, Y7
@@ -9946,10 +9946,10 @@ gemvI2ST4AVX2_walk0:
 	VPMADDWD   wOnesY<>+0(SB), Y14, Y14
 	VPADDD     224(SP), Y14, Y14
 	VMOVDQU    Y14, 224(SP)
-	MOVQ       R12, R13
-	SHLQ       $0x07, R13
-	SUBQ       R13, R8
-	SUBQ       R13, DI
+	MOVQ       R13, R11
+	SHLQ       $0x07, R11
+	SUBQ       R11, R8
+	SUBQ       R11, DI
 	VPXOR      Y7, Y7, Y7
 	VPXOR      Y8, Y8, Y8
 	VPXOR      Y9, Y9, Y9
@@ -9958,7 +9958,7 @@ gemvI2ST4AVX2_walk0:
 	VPXOR      Y12, Y12, Y12
 	VPXOR      Y13, Y13, Y13
 	VPXOR      Y14, Y14, Y14
-	MOVQ       R12, R13
+	MOVQ       R13, R11
 
 gemvI2ST4AVX2_walk1:
 	VMOVDQU      64(R8), Y1
@@ -10059,7 +10059,7 @@ gemvI2ST4AVX2_walk1:
 	VPADDW       Y6, Y14, Y14
 	SUBQ         $-128, R8
 	ADDQ         $0x00000080, DI
-	DECQ         R13
+	DECQ         R11
 	JNZ          gemvI2ST4AVX2_walk1
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       256(SP), Y7, Y7
@@ -10085,7 +10085,7 @@ gemvI2ST4AVX2_walk1:
 	VPMADDWD     wOnesY<>+0(SB), Y14, Y14
 	VPADDD       480(SP), Y14, Y14
 	VMOVDQU      Y14, 480(SP)
-	TESTQ        R11, R11
+	TESTQ        R12, R12
 	JNZ          gemvI2ST4AVX2_chunk
 	VMOVDQU      (SP), Y7
 	VMOVDQU      128(SP), Y8
@@ -10151,14 +10151,14 @@ TEXT ·gemvInt2SeqT2AVX2(SB), NOSPLIT, $0-8
 	ADDQ           16(AX), SI
 	MOVQ           56(AX), DI
 	MOVQ           24(AX), R8
-	MOVQ           40(AX), R9
 	VBROADCASTI128 (DI), Y8
 	VBROADCASTI128 16(DI), Y9
+	MOVQ           40(AX), DI
 
 gemvInt2SeqT2AVX2_seg:
-	MOVQ    32(AX), DI
-	CMPQ    R9, $0x01
-	CMOVQEQ 48(AX), DI
+	MOVQ    32(AX), R9
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R9
 	VPXOR   Y14, Y14, Y14
 	VMOVDQU Y14, (R8)
 	VMOVDQU Y14, 32(R8)
@@ -10176,9 +10176,9 @@ gemvInt2SeqT2AVX2_chunk:
 	MOVQ $0x00000001, R10
 
 gemvInt2SeqT2AVX2_len:
-	CMPQ    DI, R10
-	CMOVQLT DI, R10
-	SUBQ    R10, DI
+	CMPQ    R9, R10
+	CMOVQLT R9, R10
+	SUBQ    R10, R9
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
@@ -10244,10 +10244,10 @@ gemvInt2SeqT2AVX2_step:
 	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
 	VPADDD       224(R8), Y7, Y7
 	VMOVDQU      Y7, 224(R8)
-	TESTQ        DI, DI
+	TESTQ        R9, R9
 	JNZ          gemvInt2SeqT2AVX2_chunk
 	ADDQ         $0x00000100, R8
-	DECQ         R9
+	DECQ         DI
 	JNZ          gemvInt2SeqT2AVX2_seg
 	VZEROUPPER
 	RET

@@ -738,6 +738,74 @@ func lutYFn(T int, tl2 bool) {
 	RET()
 }
 
+// segCount returns a new register holding this segment's steps: SegSteps, or LastSteps in
+// the last (nseg == 1).
+func segCount(a, nseg Register) GPVirtual {
+	cnt := GP64()
+	MOVQ(at(a, gSegSteps), cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(at(a, gLastSteps), cnt)
+	return cnt
+}
+
+// takeChunkAux is takeChunk with most read from the argument block's Aux, taken as at least
+// 1 (a zero would count a chunk down from 2^64).
+func takeChunkAux(name string, a, n Register) GPVirtual {
+	c := GP64()
+	MOVQ(at(a, gAux), c)
+	CMPQ(c, U8(1))
+	JGE(LabelRef(name + "_len"))
+	MOVQ(U32(1), c)
+	Label(name + "_len")
+	CMPQ(n, c)
+	CMOVQLT(n, c)
+	SUBQ(c, n)
+	return c
+}
+
+// chunkLoop emits the loop nest of the one-row-block kernels with int16 sums: per segment
+// segStart, then chunks of at most most steps (0: Aux steps, takeChunkAux), each chunkStart,
+// step per step, chunkEnd; then segEnd, which moves the sums on.
+func chunkLoop(name string, a Register, most uint32, segStart, chunkStart, step, chunkEnd, segEnd func()) {
+	nseg := ld(a, gNSeg)
+	Label(name + "_seg")
+	cnt := segCount(a, nseg)
+	segStart()
+	Label(name + "_chunk")
+	var c GPVirtual
+	if most == 0 {
+		c = takeChunkAux(name, a, cnt)
+	} else {
+		c = takeChunk(cnt, most)
+	}
+	chunkStart()
+	Label(name + "_step")
+	step()
+	DECQ(c)
+	JNZ(LabelRef(name + "_step"))
+	chunkEnd()
+	TESTQ(cnt, cnt)
+	JNZ(LabelRef(name + "_chunk"))
+	segEnd()
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	VZEROUPPER()
+	RET()
+}
+
+// int2Decode loads the 32-byte int2 unit at w and looks its codes up in the nibble tables
+// la, lb (tabInt2): v[j] = row group j's unsigned weights, 4 inputs per dword.
+func int2Decode(w Register, la, lb VecPhysical, v []VecPhysical) {
+	VMOVDQU(at(w, 0), v[2])
+	VPSRLW(U8(4), v[2], v[3])
+	VPAND(m0fY, v[2], v[2])
+	VPAND(m0fY, v[3], v[3])
+	VPSHUFB(v[2], la, v[0])
+	VPSHUFB(v[2], lb, v[1])
+	VPSHUFB(v[3], la, v[2])
+	VPSHUFB(v[3], lb, v[3])
+}
+
 // i2sChunkY is the most blocks gemvI2SYMany sums in int16 before it widens the sums to
 // int32: per block a lane adds four runs' pairs of u x x, |u| <= 2 and |x| <= 128, at most
 // 4 x 2 x 2 x 128 = 2048, so fifteen blocks stay within int16 (30720).
@@ -769,7 +837,7 @@ func gemvI2SYMany(T int) {
 	acc16 := [2][]VecPhysical{p.getn(T), p.getn(T)} // [row of the walk][token]
 	all16 := append(append([]VecPhysical{}, acc16[0]...), acc16[1]...)
 	x := newTokX(a, T, gX, gXStride)
-	w, nseg, sums, cnt, clen, m := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+	w, nseg, sums, m := GP64(), GP64(), GP64(), GP64()
 	MOVQ(U32(0), quadS)
 	MOVQ(at(a, gSums), sums)
 	MOVQ(sums, sumsS)
@@ -783,9 +851,7 @@ func gemvI2SYMany(T int) {
 	MOVQ(sumsS, sums)
 
 	Label(name + "_seg")
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
+	cnt := segCount(a, nseg)
 	VPXOR(tmp, tmp, tmp)
 	for r := 0; r < 4; r++ {
 		for t := 0; t < T; t++ {
@@ -794,10 +860,7 @@ func gemvI2SYMany(T int) {
 	}
 
 	Label(name + "_chunk")
-	MOVQ(U32(i2sChunkY), clen)
-	CMPQ(cnt, clen)
-	CMOVQLT(cnt, clen)
-	SUBQ(clen, cnt)
+	clen := takeChunk(cnt, i2sChunkY)
 	for g := 0; g < 2; g++ {
 		blk := fmt.Sprintf("%s_walk%d", name, g)
 		zeroAll(all16...)
@@ -887,60 +950,39 @@ func gemvInt1Y1() {
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, 1, gX, gXStride)
-	sums, nseg := ld(a, gSums), ld(a, gNSeg)
-	cnt, clen := GP64(), GP64()
+	sums := ld(a, gSums)
 	acc32, acc16 := p.getn(4), p.getn(4) // [row group j]
 	wv, hi, vl, vh, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get(), p.get()
-
-	Label(name + "_seg")
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	zeroAll(acc32...)
-
-	Label(name + "_chunk")
-	MOVQ(U32(int1ChunkY), clen)
-	CMPQ(cnt, clen)
-	CMOVQLT(cnt, clen)
-	SUBQ(clen, cnt)
-	zeroAll(acc16...)
-
-	Label(name + "_step")
-	PREFETCHT0(at(w, prefetchDist))
-	VMOVDQU(at(w, 0), wv)
-	VPSRLW(U8(4), wv, hi)
-	VPBROADCASTD(idx(xs[0], kx, 1, 0), xl)
-	VPBROADCASTD(idx(xs[0], kx, 1, 4), xh)
-	for j := 0; j < 4; j++ {
-		VPAND(bitsY.Offset(32*j), wv, vl)
-		VPAND(bitsY.Offset(32*j), hi, vh)
-		VPMADDUBSW(xl, vl, vl)
-		VPADDW(vl, acc16[j], acc16[j])
-		VPMADDUBSW(xh, vh, vh)
-		VPADDW(vh, acc16[j], acc16[j])
-	}
-	ADDQ(U8(32), w)
-	ADDQ(U8(8), kx)
-	DECQ(clen)
-	JNZ(LabelRef(name + "_step"))
-	for j := 0; j < 4; j++ {
-		VPMADDWD(wOnes, acc16[j], acc16[j])
-		VPADDD(acc16[j], acc32[j], acc32[j])
-	}
-	TESTQ(cnt, cnt)
-	JNZ(LabelRef(name + "_chunk"))
-
-	for j, r := range acc32 {
-		if j > 0 {
-			VPSRAD(U8(j), r, r)
+	chunkLoop(name, a, int1ChunkY, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+		PREFETCHT0(at(w, prefetchDist))
+		VMOVDQU(at(w, 0), wv)
+		VPSRLW(U8(4), wv, hi)
+		VPBROADCASTD(idx(xs[0], kx, 1, 0), xl)
+		VPBROADCASTD(idx(xs[0], kx, 1, 4), xh)
+		for j := 0; j < 4; j++ {
+			VPAND(bitsY.Offset(32*j), wv, vl)
+			VPAND(bitsY.Offset(32*j), hi, vh)
+			VPMADDUBSW(xl, vl, vl)
+			VPADDW(vl, acc16[j], acc16[j])
+			VPMADDUBSW(xh, vh, vh)
+			VPADDW(vh, acc16[j], acc16[j])
 		}
-		VMOVDQU(r, at(sums, 32*j))
-	}
-	ADDQ(U8(128), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	VZEROUPPER()
-	RET()
+		ADDQ(U8(32), w)
+		ADDQ(U8(8), kx)
+	}, func() {
+		for j := 0; j < 4; j++ {
+			VPMADDWD(wOnes, acc16[j], acc16[j])
+			VPADDD(acc16[j], acc32[j], acc32[j])
+		}
+	}, func() {
+		for j, r := range acc32 {
+			if j > 0 {
+				VPSRAD(U8(j), r, r)
+			}
+			VMOVDQU(r, at(sums, 32*j))
+		}
+		ADDQ(U8(128), sums)
+	})
 }
 
 // gemvInt2Y1 (AVX2, one token): gemvInt2Y with int16 sums that last a chunk of up to Aux
@@ -954,67 +996,34 @@ func gemvInt2Y1() {
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, 1, gX, gXStride)
-	tab := ld(a, gTab)
-	sums, nseg := ld(a, gSums), ld(a, gNSeg)
-	cnt, clen := GP64(), GP64()
+	tab, sums := ld(a, gTab), ld(a, gSums)
 	acc32, acc16 := p.getn(4), p.getn(4) // [row group]
 	la, lb := p.get(), p.get()
 	VBROADCASTI128(at(tab, 0), la)
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x := p.get()
-
-	Label(name + "_seg")
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	zeroAll(acc32...)
-
-	Label(name + "_chunk")
-	MOVQ(at(a, gAux), clen)
-	CMPQ(clen, U8(1)) // at least one unit (a zero Aux would count down from 2^64)
-	JGE(LabelRef(name + "_len"))
-	MOVQ(U32(1), clen)
-	Label(name + "_len")
-	CMPQ(cnt, clen)
-	CMOVQLT(cnt, clen)
-	SUBQ(clen, cnt)
-	zeroAll(acc16...)
-
-	Label(name + "_step")
-	PREFETCHT0(at(w, prefetchDist))
-	VMOVDQU(at(w, 0), v[2])
-	VPSRLW(U8(4), v[2], v[3])
-	VPAND(m0fY, v[2], v[2])
-	VPAND(m0fY, v[3], v[3])
-	VPSHUFB(v[2], la, v[0])
-	VPSHUFB(v[2], lb, v[1])
-	VPSHUFB(v[3], la, v[2])
-	VPSHUFB(v[3], lb, v[3])
-	VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
-	for j := 0; j < 4; j++ {
-		VPMADDUBSW(x, v[j], v[j])
-		VPADDW(v[j], acc16[j], acc16[j])
-	}
-	ADDQ(U8(32), w)
-	ADDQ(U8(4), kx)
-	DECQ(clen)
-	JNZ(LabelRef(name + "_step"))
-	for j := 0; j < 4; j++ {
-		VPMADDWD(wOnes, acc16[j], acc16[j])
-		VPADDD(acc16[j], acc32[j], acc32[j])
-	}
-	TESTQ(cnt, cnt)
-	JNZ(LabelRef(name + "_chunk"))
-
-	for j, r := range acc32 {
-		VMOVDQU(r, at(sums, 32*j))
-	}
-	ADDQ(U8(128), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	VZEROUPPER()
-	RET()
+	chunkLoop(name, a, 0, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+		PREFETCHT0(at(w, prefetchDist))
+		int2Decode(w, la, lb, v)
+		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
+		for j := 0; j < 4; j++ {
+			VPMADDUBSW(x, v[j], v[j])
+			VPADDW(v[j], acc16[j], acc16[j])
+		}
+		ADDQ(U8(32), w)
+		ADDQ(U8(4), kx)
+	}, func() {
+		for j := 0; j < 4; j++ {
+			VPMADDWD(wOnes, acc16[j], acc16[j])
+			VPADDD(acc16[j], acc32[j], acc32[j])
+		}
+	}, func() {
+		for j, r := range acc32 {
+			VMOVDQU(r, at(sums, 32*j))
+		}
+		ADDQ(U8(128), sums)
+	})
 }
 
 // gemvInt2Y2Seq (AVX2, two tokens): gemvInt2Y1 for two tokens, for code books of a small
@@ -1028,9 +1037,7 @@ func gemvInt2Y2Seq() {
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, 2, gX, gXStride)
-	tab := ld(a, gTab)
-	sums, nseg := ld(a, gSums), ld(a, gNSeg)
-	cnt, clen := GP64(), GP64()
+	tab, sums := ld(a, gTab), ld(a, gSums)
 	acc16 := [2][]VecPhysical{p.getn(4), p.getn(4)} // [token][row group]
 	all16 := append(append([]VecPhysical{}, acc16[0]...), acc16[1]...)
 	la, lb := p.get(), p.get()
@@ -1038,62 +1045,31 @@ func gemvInt2Y2Seq() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
-
-	Label(name + "_seg")
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
-	VPXOR(x, x, x)
-	for i := 0; i < 8; i++ {
-		VMOVDQU(x, at(sums, 32*i))
-	}
-
-	Label(name + "_chunk")
-	MOVQ(at(a, gAux), clen)
-	CMPQ(clen, U8(1)) // at least one unit (a zero Aux would count down from 2^64)
-	JGE(LabelRef(name + "_len"))
-	MOVQ(U32(1), clen)
-	Label(name + "_len")
-	CMPQ(cnt, clen)
-	CMOVQLT(cnt, clen)
-	SUBQ(clen, cnt)
-	zeroAll(all16...)
-
-	Label(name + "_step")
-	PREFETCHT0(at(w, prefetchDist))
-	VMOVDQU(at(w, 0), v[2])
-	VPSRLW(U8(4), v[2], v[3])
-	VPAND(m0fY, v[2], v[2])
-	VPAND(m0fY, v[3], v[3])
-	VPSHUFB(v[2], la, v[0])
-	VPSHUFB(v[2], lb, v[1])
-	VPSHUFB(v[3], la, v[2])
-	VPSHUFB(v[3], lb, v[3])
-	for t := 0; t < 2; t++ {
-		VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
-		for j := 0; j < 4; j++ {
-			VPMADDUBSW(x, v[j], tmp)
-			VPADDW(tmp, acc16[t][j], acc16[t][j])
+	chunkLoop(name, a, 0, func() {
+		VPXOR(x, x, x)
+		for i := 0; i < 8; i++ {
+			VMOVDQU(x, at(sums, 32*i))
 		}
-	}
-	ADDQ(U8(32), w)
-	ADDQ(U8(4), kx)
-	DECQ(clen)
-	JNZ(LabelRef(name + "_step"))
-	for t := 0; t < 2; t++ {
-		for j, r := range acc16[t] {
-			m := at(sums, 128*t+32*j)
-			VPMADDWD(wOnes, r, r)
-			VPADDD(m, r, r)
-			VMOVDQU(r, m)
+	}, func() { zeroAll(all16...) }, func() {
+		PREFETCHT0(at(w, prefetchDist))
+		int2Decode(w, la, lb, v)
+		for t := 0; t < 2; t++ {
+			VPBROADCASTD(idx(xs[t], kx, 1, 0), x)
+			for j := 0; j < 4; j++ {
+				VPMADDUBSW(x, v[j], tmp)
+				VPADDW(tmp, acc16[t][j], acc16[t][j])
+			}
 		}
-	}
-	TESTQ(cnt, cnt)
-	JNZ(LabelRef(name + "_chunk"))
-
-	ADDQ(U32(256), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	VZEROUPPER()
-	RET()
+		ADDQ(U8(32), w)
+		ADDQ(U8(4), kx)
+	}, func() {
+		for t := 0; t < 2; t++ {
+			for j, r := range acc16[t] {
+				m := at(sums, 128*t+32*j)
+				VPMADDWD(wOnes, r, r)
+				VPADDD(m, r, r)
+				VMOVDQU(r, m)
+			}
+		}
+	}, func() { ADDQ(U32(256), sums) })
 }
