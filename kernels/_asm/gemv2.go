@@ -793,6 +793,15 @@ func chunkLoop(name string, a Register, most uint32, segStart, chunkStart, step,
 	RET()
 }
 
+// widen16 adds the int16 sums acc16[i] (pairs summed by vpmaddwd) to the int32 sums acc32[i]
+// (clobbers acc16).
+func widen16(acc16, acc32 []VecPhysical) {
+	for i, r := range acc16 {
+		VPMADDWD(wOnes, r, r)
+		VPADDD(r, acc32[i], acc32[i])
+	}
+}
+
 // int2Decode loads the 32-byte int2 unit at w and looks its codes up in the nibble tables
 // la, lb (tabInt2): v[j] = row group j's unsigned weights, 4 inputs per dword.
 func int2Decode(w Register, la, lb VecPhysical, v []VecPhysical) {
@@ -969,12 +978,7 @@ func gemvInt1Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(8), kx)
-	}, func() {
-		for j := 0; j < 4; j++ {
-			VPMADDWD(wOnes, acc16[j], acc16[j])
-			VPADDD(acc16[j], acc32[j], acc32[j])
-		}
-	}, func() {
+	}, func() { widen16(acc16, acc32) }, func() {
 		for j, r := range acc32 {
 			if j > 0 {
 				VPSRAD(U8(j), r, r)
@@ -1013,12 +1017,7 @@ func gemvInt2Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, func() {
-		for j := 0; j < 4; j++ {
-			VPMADDWD(wOnes, acc16[j], acc16[j])
-			VPADDD(acc16[j], acc32[j], acc32[j])
-		}
-	}, func() {
+	}, func() { widen16(acc16, acc32) }, func() {
 		for j, r := range acc32 {
 			VMOVDQU(r, at(sums, 32*j))
 		}
