@@ -14,10 +14,25 @@ func readBytes(p unsafe.Pointer, n int, buf []byte) uint64 {
 	return readBytesGeneric(buf)
 }
 
-func vnniPeak(iters int) bool {
-	if !ISAAvailable(ISAAVX512) {
-		return false
+func int8PeakPath() (ISA, bool) {
+	switch {
+	case ISAAvailable(ISAAVX512):
+		return ISAAVX512, true
+	case ISAAvailable(ISAAVX2):
+		return ISAAVX2, true
 	}
-	vnniPeakAVX512(iters)
-	return true
+	return 0, false
+}
+
+func int8Peak(iters int) float64 {
+	isa, ok := int8PeakPath()
+	switch {
+	case ok && isa == ISAAVX512:
+		vnniPeakAVX512(iters)
+		return float64(iters) * 24 * 64 * 2
+	case ok:
+		int8PeakAVX2(iters)
+		return float64(iters) * 8 * 32 * 2
+	}
+	return 0
 }

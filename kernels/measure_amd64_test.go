@@ -31,6 +31,13 @@ func TestMeasureLoops(t *testing.T) {
 			t.Errorf("vnniPeakAVX512(10) = %d, want %d", got, want)
 		}
 	}
+	if ISAAvailable(ISAAVX2) {
+		for _, n := range []int{10, 3000} { // 3000: the int16 sums wrap
+			if got, want := int8PeakAVX2(n), int8PeakGeneric(n); got != want {
+				t.Errorf("int8PeakAVX2(%d) = %#x, want %#x", n, got, want)
+			}
+		}
+	}
 }
 
 func TestPrepareHelpers(t *testing.T) {
@@ -102,6 +109,14 @@ func TestPrepareHelpers(t *testing.T) {
 // dwords, each dword gaining 4*(3*-1) per iteration; the sum of dwords 0, 4, 8 and 12 of
 // all accumulators.
 func vnniPeakGeneric(n int) uint32 { return uint32(int32(-24 * 4 * 12 * n)) }
+
+// int8PeakGeneric is the reference of int8PeakAVX2's result: the low dword of the sum of 8
+// accumulators of 16 int16 lanes, each lane adding 3 x -1 + 3 x -1 per iteration (wrapping);
+// the dword holds lanes 0 and 1, equal.
+func int8PeakGeneric(n int) uint32 {
+	lane := uint16(int16(-6 * 8 * n))
+	return uint32(lane) | uint32(lane)<<16
+}
 
 // TestActHelpers: the assembly quantizer loops equal act.go's scalar ones, bit for bit,
 // including ties, large values, signed zeros and lengths with tails.

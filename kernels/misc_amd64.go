@@ -37,3 +37,9 @@ func readBytesAVX2(p *byte, n int) uint64
 // vnniPeakAVX512 runs n iterations of 24 independent zmm vpdpbusd (1536 int8 multiply-adds
 // each, no memory traffic): the int8 VNNI peak of one core. vnniPeakGeneric is its reference.
 func vnniPeakAVX512(n int) uint32
+
+// int8PeakAVX2 runs n iterations of 8 independent ymm vpmaddubsw, each summed into its own
+// int16 accumulator by a vpaddw (256 int8 multiply-adds, no memory traffic): the int8 peak of one
+// core on 256-bit vectors without VNNI, the operations the AVX2 kernels' inner loops are made of
+// (wrapping int16 sums). int8PeakGeneric is its reference.
+func int8PeakAVX2(n int) uint32

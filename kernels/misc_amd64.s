@@ -251,3 +251,53 @@ vnni_loop:
 	MOVL          AX, ret+8(FP)
 	VZEROUPPER
 	RET
+
+// func int8PeakAVX2(n int) uint32
+// Requires: AVX, AVX2, SSE2
+TEXT ·int8PeakAVX2(SB), NOSPLIT, $0-12
+	MOVQ         n+0(FP), AX
+	MOVL         $0x03030303, CX
+	MOVD         CX, X12
+	VPBROADCASTD X12, Y12
+	MOVL         $0xffffffff, CX
+	MOVD         CX, X13
+	VPBROADCASTD X13, Y13
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+
+int8_loop:
+	VPMADDUBSW Y13, Y12, Y8
+	VPADDW     Y8, Y0, Y0
+	VPMADDUBSW Y13, Y12, Y9
+	VPADDW     Y9, Y1, Y1
+	VPMADDUBSW Y13, Y12, Y10
+	VPADDW     Y10, Y2, Y2
+	VPMADDUBSW Y13, Y12, Y11
+	VPADDW     Y11, Y3, Y3
+	VPMADDUBSW Y13, Y12, Y8
+	VPADDW     Y8, Y4, Y4
+	VPMADDUBSW Y13, Y12, Y9
+	VPADDW     Y9, Y5, Y5
+	VPMADDUBSW Y13, Y12, Y10
+	VPADDW     Y10, Y6, Y6
+	VPMADDUBSW Y13, Y12, Y11
+	VPADDW     Y11, Y7, Y7
+	DECQ       AX
+	JNZ        int8_loop
+	VPADDW     Y1, Y0, Y0
+	VPADDW     Y2, Y0, Y0
+	VPADDW     Y3, Y0, Y0
+	VPADDW     Y4, Y0, Y0
+	VPADDW     Y5, Y0, Y0
+	VPADDW     Y6, Y0, Y0
+	VPADDW     Y7, Y0, Y0
+	VMOVD      X0, AX
+	MOVL       AX, ret+8(FP)
+	VZEROUPPER
+	RET

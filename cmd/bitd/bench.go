@@ -83,19 +83,22 @@ type benchRecord struct {
 	// The read computes nothing: what a GEMV loses beyond it is the kernel's, not the
 	// memory's (a short call's cost to the memory system is in both).
 	VsReadPct float64 `json:"vs_read_pct,omitempty"`
-	// Prefill records, and GEMVs of the VNNI formats (i2s, int2, int1, int8) at n >= 2, where
-	// the multiply-adds can bind instead of the memory: 2*m*k*n operations per call against
-	// the int8 VNNI peak measured in the same run (for a prefill record, roofline_pct is that
-	// percentage too).
+	// Prefill records, and GEMVs of the multiply formats (i2s, int2, int1, int8) at n >= 2 on
+	// the path of the peak loop, where the multiply-adds can bind instead of the memory:
+	// 2*m*k*n operations per call against the int8 peak measured in the same run (machine
+	// int8_peak names its loop; for a prefill record, roofline_pct is that percentage too).
 	Gops         float64 `json:"gops,omitempty"`
-	VNNIPeakGops float64 `json:"vnni_peak_gops,omitempty"`
-	VNNIPeakPct  float64 `json:"vnni_peak_pct,omitempty"`
+	Int8PeakGops float64 `json:"int8_peak_gops,omitempty"`
+	Int8PeakPct  float64 `json:"int8_peak_pct,omitempty"`
 }
 
 type benchMachine struct {
 	CPU      string   `json:"cpu"`
 	Features []string `json:"features"`
 	Threads  int      `json:"threads"`
+	// Int8Peak is the int8 peak loop's path (kernels.Int8PeakPath): "avx512vnni" (zmm
+	// vpdpbusd) or "avx2" (ymm vpmaddubsw summed by vpaddw); empty without one.
+	Int8Peak string `json:"int8_peak,omitempty"`
 	ReadGBps struct {
 		DRAM1T  float64 `json:"dram_1t"`
 		DRAMAll float64 `json:"dram_all"`
@@ -116,37 +119,39 @@ type benchEnv struct {
 	dramBy  map[int]float64 // DRAM read rate by thread count (the best seen so far)
 	dram    *kbench.Mem     // the 1 GiB buffer, kept to re-measure during the run
 	l3      *kbench.Mem     // the L3-resident buffer (the cache variant's roofline)
-	peakBy  map[int]float64 // int8 VNNI peak (Gops) by thread count, measured once when first needed
+	peakBy  map[int]float64 // int8 peak (Gops) by thread count, measured once when first needed
 	log     io.Writer
 }
 
-// vnniPeak is the int8 VNNI peak of a pool of t threads in Gops (0 without AVX-512 VNNI).
-func (e *benchEnv) vnniPeak(t int) float64 {
+// int8Peak is the int8 peak of a pool of t threads in Gops (0 without a peak loop).
+func (e *benchEnv) int8Peak(t int) float64 {
 	if v, ok := e.peakBy[t]; ok {
 		return v
 	}
 	p := kbench.NewPool(t)
-	v := kbench.VNNIPeak(p, 300*time.Millisecond) / 1e9
+	v := kbench.Int8Peak(p, 300*time.Millisecond) / 1e9
 	p.Close()
 	e.peakBy[t] = v
 	return v
 }
 
-// againstVNNI sets the record's operation rate (2*m*k*n per call) and, where the CPU has a
-// VNNI peak (peak > 0), its share of that peak.
-func (r *benchRecord) againstVNNI(peak float64) {
+// againstPeak sets the record's operation rate (2*m*k*n per call) and, where the CPU has an
+// int8 peak loop (peak > 0), its share of that peak.
+func (r *benchRecord) againstPeak(peak float64) {
 	r.Gops = 2 * float64(r.M) * float64(r.K) * float64(r.N) / r.NsPerOp
 	if peak > 0 {
-		r.VNNIPeakGops, r.VNNIPeakPct = peak, 100*r.Gops/peak
+		r.Int8PeakGops, r.Int8PeakPct = peak, 100*r.Gops/peak
 	}
 }
 
-// vnniBound reports whether a GEMV record is measured against the VNNI peak as well: a
-// vpdpbusd format on the zmm kernels (the peak loop's instruction) with two or more tokens.
-func vnniBound(f quantcfg.Format, n int, impl string) bool {
+// peakBound reports whether a GEMV record is measured against the int8 peak as well: a
+// multiply format with two or more tokens on the kernels of the peak loop's path (zmm
+// vpdpbusd, or ymm vpmaddubsw).
+func peakBound(f quantcfg.Format, n int, impl string) bool {
+	isa, ok := kernels.Int8PeakPath()
 	switch f {
 	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8:
-		return n >= 2 && strings.HasPrefix(impl, kernels.ISAAVX512.String()+"/")
+		return ok && n >= 2 && strings.HasPrefix(impl, isa.String()+"/")
 	}
 	return false
 }
@@ -165,7 +170,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs.BoolVar(&o.quick, "quick", false, "a subset that finishes within 40 s (i2s, tl2, int2, bf16 on 2560x2560 and 4096x14336)")
 	fs.BoolVar(&o.cache, "cache", false, "cache-resident variant: one weight matrix instead of a rotation through DRAM (op gemv_cache)")
 	fs.BoolVar(&o.reads, "reads", false, "also time a plain read of each format's weights in the same calls as its GEMVs (the rotation and split, no compute: op gemv_read, or gemv_cache_read), the most a call of that size can reach here; each GEMV record then carries its share of it (vs_read_pct)")
-	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 VNNI peak (op gemm)")
+	fs.BoolVar(&o.prefill, "prefill", false, "also run the prefill GEMM (4096x4096, 512 tokens) against the int8 peak (op gemm)")
 	fs.StringVar(&o.plot, "plot", "", "write a roofline picture (SVG) to this file")
 	fs.StringVar(&o.model, "model", "", "measure a whole model's linear layers through the engine instead (decode and 512-token prefill tokens/s; default formats i2s, tl2, bf16): "+benchModelNames())
 	fs.String("device", "cpu", "cpu, or xe2:N for an Xe2 GPU's benchmark (its own flags)")
@@ -419,6 +424,9 @@ func (e *benchEnv) measureMachine() error {
 	if m.Features == nil {
 		m.Features = []string{}
 	}
+	if isa, ok := kernels.Int8PeakPath(); ok {
+		m.Int8Peak = isa.String()
+	}
 	fmt.Fprintf(e.log, "cpu: %s (%d threads; %s)\n", m.CPU, m.Threads, strings.Join(m.Features, " "))
 	dram, err := kbench.Alloc(1 << 30)
 	if err != nil {
@@ -594,9 +602,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						rec.VsReadPct = 100 * kbench.RoundRatio(readAt(i), tm)
 						more += fmt.Sprintf("  %.0f%% of a read of the same calls", rec.VsReadPct)
 					}
-					if vnniBound(f, n, tm.Impl) {
-						rec.againstVNNI(e.vnniPeak(t))
-						more += fmt.Sprintf("  %.0f%% of the VNNI peak", rec.VNNIPeakPct)
+					if peakBound(f, n, tm.Impl) {
+						rec.againstPeak(e.int8Peak(t))
+						more += fmt.Sprintf("  %.0f%% of the int8 peak", rec.Int8PeakPct)
 					}
 					if 2*rec.RooflineRounds < rec.Rounds {
 						more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
@@ -634,13 +642,13 @@ func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) b
 }
 
 // prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
-// bf16 against the int8 VNNI peak measured in the same run (issue 3's prefill target).
+// bf16 against the int8 peak measured in the same run (issue 3's prefill target).
 func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 	const n = 512
 	sh := kbench.Shape{M: 4096, K: 4096}
 	var recs []benchRecord
 	for _, t := range e.opt.threads {
-		peak := e.vnniPeak(t)
+		peak := e.int8Peak(t)
 		p := kbench.NewPool(t)
 		var bfNs float64
 		for _, f := range []quantcfg.Format{quantcfg.BF16, quantcfg.I2S, quantcfg.Int2, quantcfg.TL2} {
@@ -659,8 +667,8 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 			set.Free()
 			rec := benchRecord{Op: "gemm", Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
 				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp}
-			rec.againstVNNI(peak)
-			rec.RooflinePct = rec.VNNIPeakPct
+			rec.againstPeak(peak)
+			rec.RooflinePct = rec.Int8PeakPct
 			if f == quantcfg.BF16 {
 				bfNs = tm.NsPerOp
 			}
@@ -668,8 +676,8 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 				rec.SpeedupVsBF16 = bfNs / tm.NsPerOp
 			}
 			recs = append(recs, rec)
-			fmt.Fprintf(e.log, "gemm  %-5s %s n=%d t=%d %-18s %7.0f Gops (%.0f%% of the %.0f Gops VNNI peak) %10.0f ns  x%.2f vs bf16\n",
-				f, sh, n, t, tm.Impl, rec.Gops, rec.RooflinePct, peak, tm.NsPerOp, rec.SpeedupVsBF16)
+			fmt.Fprintf(e.log, "gemm  %-5s %s n=%d t=%d %-18s %7.0f Gops (%.0f%% of the %.0f Gops %s int8 peak) %10.0f ns  x%.2f vs bf16\n",
+				f, sh, n, t, tm.Impl, rec.Gops, rec.RooflinePct, peak, e.machine.Int8Peak, tm.NsPerOp, rec.SpeedupVsBF16)
 		}
 		p.Close()
 	}
@@ -680,7 +688,7 @@ func printTable(w io.Writer, rep benchReport) {
 	m := rep.Machine
 	fmt.Fprintf(w, "cpu %s, %d threads\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
 		m.CPU, m.Threads, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
-	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "vnni%")
+	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%")
 	for _, r := range rep.Results {
 		n1, vi2s, vread, vnni := "", "", "", ""
 		if r.TimeVsN1 > 0 {
@@ -692,8 +700,8 @@ func printTable(w io.Writer, rep benchReport) {
 		if r.VsReadPct > 0 {
 			vread = fmt.Sprintf("%.1f", r.VsReadPct)
 		}
-		if r.VNNIPeakPct > 0 {
-			vnni = fmt.Sprintf("%6.1f", r.VNNIPeakPct)
+		if r.Int8PeakPct > 0 {
+			vnni = fmt.Sprintf("%6.1f", r.Int8PeakPct)
 		}
 		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni)
 	}

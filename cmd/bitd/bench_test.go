@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"bitgo/kernels"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -60,6 +62,11 @@ func TestBenchJSON(t *testing.T) {
 		if v, ok := m["read_gbps"].(map[string]any)[k].(float64); !ok || v <= 0 {
 			t.Errorf("read_gbps.%s = %v", k, v)
 		}
+	}
+	// the int8 peak loop's path: the widest multiply path this CPU runs
+	peakPath, _ := m["int8_peak"].(string)
+	if isa, ok := kernels.Int8PeakPath(); ok != (peakPath != "") || ok && peakPath != isa.String() {
+		t.Errorf("machine int8_peak %q, want %v (%v)", peakPath, isa, ok)
 	}
 	res := rep["results"].([]any)
 	if len(res) != 9 {
@@ -124,11 +131,12 @@ func TestBenchJSON(t *testing.T) {
 		if vs, _ := r["speedup_vs_i2s"].(float64); (r["format"] == "tl2") != (vs > 0) {
 			t.Errorf("speedup_vs_i2s %v on %v: %v", vs, r["format"], r)
 		}
-		// i2s with two tokens on the zmm kernels is measured against the VNNI peak too.
-		wantVNNI := r["format"] == "i2s" && r["n"].(float64) == 2 && strings.HasPrefix(r["impl"].(string), "avx512vnni/")
+		// i2s with two tokens on the kernels of the int8 peak loop's path is measured against
+		// that peak too.
+		wantVNNI := r["format"] == "i2s" && r["n"].(float64) == 2 && peakPath != "" && strings.HasPrefix(r["impl"].(string), peakPath+"/")
 		gops, hasGops := r["gops"].(float64)
-		peak, _ := r["vnni_peak_gops"].(float64)
-		pct, _ := r["vnni_peak_pct"].(float64)
+		peak, _ := r["int8_peak_gops"].(float64)
+		pct, _ := r["int8_peak_pct"].(float64)
 		if !wantVNNI {
 			if hasGops || peak != 0 || pct != 0 {
 				t.Errorf("VNNI figures on a record not measured against the peak: %v", r)

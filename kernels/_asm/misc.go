@@ -8,8 +8,8 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// genMisc writes the measurement loops of package kernels: a read-bandwidth loop and an
-// int8 VNNI peak loop.
+// genMisc writes the measurement loops of package kernels: a read-bandwidth loop and the
+// int8 peak loops (AVX-512 VNNI, AVX2).
 func genMisc() {
 	genActHelpers()
 	for _, z := range []bool{true, false} {
@@ -91,6 +91,34 @@ func genMisc() {
 	VPADDD(acc[1].AsX(), acc[0].AsX(), acc[0].AsX())
 	r := GP32()
 	VMOVD(acc[0].AsX(), r)
+	Store(r, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+
+	TEXT("int8PeakAVX2", NOSPLIT, "func(n int) uint32")
+	Doc("int8PeakAVX2 runs n iterations of 8 independent ymm vpmaddubsw, each summed into its own",
+		"int16 accumulator by a vpaddw (256 int8 multiply-adds, no memory traffic): the int8 peak of one",
+		"core on 256-bit vectors without VNNI, the operations the AVX2 kernels' inner loops are made of",
+		"(wrapping int16 sums). int8PeakGeneric is its reference.")
+	n = Load(Param("n"), GP64())
+	p = newPool(false)
+	accY, tmp := p.getn(8), p.getn(4)
+	uY, sY := p.get(), p.get()
+	bcastByte(uY, 3)
+	bcastByte(sY, 0xff)
+	zeroAll(accY...)
+	Label("int8_loop")
+	for i, r := range accY {
+		VPMADDUBSW(sY, uY, tmp[i%4])
+		VPADDW(tmp[i%4], r, r)
+	}
+	DECQ(n)
+	JNZ(LabelRef("int8_loop"))
+	for i := 1; i < len(accY); i++ {
+		VPADDW(accY[i], accY[0], accY[0])
+	}
+	r = GP32()
+	VMOVD(accY[0].AsX(), r)
 	Store(r, ReturnIndex(0))
 	VZEROUPPER()
 	RET()

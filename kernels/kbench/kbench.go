@@ -2,7 +2,7 @@
 // kernels' `go test -bench` benchmarks report them: this machine's read bandwidth (the
 // roofline), GEMV over distinct weight matrices whose total far exceeds the last-level
 // cache (so DRAM is what is measured), a cache-resident variant, and the prefill GEMM
-// against the int8 VNNI peak, and a plain read of a GEMV's weights in the same calls (what
+// against the int8 peak, and a plain read of a GEMV's weights in the same calls (what
 // a call of that size can reach). Threads are a static row split over a few spinning
 // goroutines, each locked to its OS thread and not pinned (the engine's scheduler is its
 // own package); weights live in huge-page memory outside the Go heap, as the daemon keeps
@@ -238,17 +238,20 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// VNNIPeak measures one core's int8 VNNI peak (operations per second, multiply and add
-// counted separately) with every worker running the peak loop; it returns the total over
-// the pool, or 0 without AVX-512 VNNI.
-func VNNIPeak(p *Pool, d time.Duration) float64 {
+// Int8Peak measures the pool's int8 peak (operations per second, multiply and add counted
+// separately) with every worker running the peak loop of kernels.Int8PeakPath; it returns
+// the total over the pool, 0 where no path runs.
+func Int8Peak(p *Pool, d time.Duration) float64 {
 	const iters = 1 << 18
+	if _, ok := kernels.Int8PeakPath(); !ok {
+		return 0
+	}
 	var best float64
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		t0 := time.Now()
 		var ops atomic.Int64
-		p.Run(func(int) { ops.Add(int64(kernels.VNNIPeakOps(iters))) })
+		p.Run(func(int) { ops.Add(int64(kernels.Int8PeakOps(iters))) })
 		best = max(best, float64(ops.Load())/time.Since(t0).Seconds())
 	}
 	return best
