@@ -92,6 +92,7 @@ type gemmArgs struct {
 	NSeg    int            // segments
 	LastQ   int            // quads in the last segment
 	SumsSeg int            // bytes between segments in Sums (T*128)
+	ChunkQ  int            // tileT2AVX2x16: quads per int16 chunk (gemmChunkQ)
 }
 
 // epiArgs: the integer epilogue for one row block and NTok tokens: for each token t,

@@ -74,6 +74,11 @@ func tileT1AVX2(a *byte)
 //go:noescape
 func tileT2AVX2(a *byte)
 
+// tileT2AVX2x16 is the GEMM micro-kernel for 2 tokens with int16 sums over ChunkQ quads (see gemmArgs); tileGeneric is its reference.
+//
+//go:noescape
+func tileT2AVX2x16(a *byte)
+
 // tileT1AVXVNNI is the GEMM micro-kernel for 1 token(s) (see gemmArgs); tileGeneric is its reference.
 //
 //go:noescape

@@ -1295,6 +1295,108 @@ tileT2AVX2_q:
 	VZEROUPPER
 	RET
 
+// func tileT2AVX2x16(a *byte)
+// Requires: AVX, AVX2, CMOV
+TEXT ·tileT2AVX2x16(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	MOVQ 8(AX), DX
+	MOVQ 16(AX), BX
+	MOVQ 24(AX), SI
+	MOVQ 40(AX), DI
+
+tileT2AVX2x16_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y10, Y10, Y10
+	VMOVDQU Y10, (SI)
+	VMOVDQU Y10, 32(SI)
+	VMOVDQU Y10, 64(SI)
+	VMOVDQU Y10, 96(SI)
+	VMOVDQU Y10, 128(SI)
+	VMOVDQU Y10, 160(SI)
+	VMOVDQU Y10, 192(SI)
+	VMOVDQU Y10, 224(SI)
+
+tileT2AVX2x16_chunk:
+	MOVQ 64(AX), R9
+	CMPQ R9, $0x01
+	JGE  tileT2AVX2x16_len
+	MOVQ $0x00000001, R9
+
+tileT2AVX2x16_len:
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+tileT2AVX2x16_step:
+	VPBROADCASTD (DX), Y8
+	VPBROADCASTD 4(DX), Y9
+	VMOVDQU      (CX), Y10
+	VPMADDUBSW   Y8, Y10, Y11
+	VPADDW       Y11, Y0, Y0
+	VPMADDUBSW   Y9, Y10, Y11
+	VPADDW       Y11, Y4, Y4
+	VMOVDQU      32(CX), Y10
+	VPMADDUBSW   Y8, Y10, Y11
+	VPADDW       Y11, Y1, Y1
+	VPMADDUBSW   Y9, Y10, Y11
+	VPADDW       Y11, Y5, Y5
+	VMOVDQU      64(CX), Y10
+	VPMADDUBSW   Y8, Y10, Y11
+	VPADDW       Y11, Y2, Y2
+	VPMADDUBSW   Y9, Y10, Y11
+	VPADDW       Y11, Y6, Y6
+	VMOVDQU      96(CX), Y10
+	VPMADDUBSW   Y8, Y10, Y11
+	VPADDW       Y11, Y3, Y3
+	VPMADDUBSW   Y9, Y10, Y11
+	VPADDW       Y11, Y7, Y7
+	ADDQ         $0x80, CX
+	ADDQ         BX, DX
+	DECQ         R9
+	JNZ          tileT2AVX2x16_step
+	VPMADDWD     wordOnes<>+0(SB), Y0, Y0
+	VPADDD       (SI), Y0, Y0
+	VMOVDQU      Y0, (SI)
+	VPMADDWD     wordOnes<>+0(SB), Y1, Y1
+	VPADDD       32(SI), Y1, Y1
+	VMOVDQU      Y1, 32(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y2, Y2
+	VPADDD       64(SI), Y2, Y2
+	VMOVDQU      Y2, 64(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y3, Y3
+	VPADDD       96(SI), Y3, Y3
+	VMOVDQU      Y3, 96(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y4, Y4
+	VPADDD       128(SI), Y4, Y4
+	VMOVDQU      Y4, 128(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y5, Y5
+	VPADDD       160(SI), Y5, Y5
+	VMOVDQU      Y5, 160(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y6, Y6
+	VPADDD       192(SI), Y6, Y6
+	VMOVDQU      Y6, 192(SI)
+	VPMADDWD     wordOnes<>+0(SB), Y7, Y7
+	VPADDD       224(SI), Y7, Y7
+	VMOVDQU      Y7, 224(SI)
+	TESTQ        R8, R8
+	JNZ          tileT2AVX2x16_chunk
+	ADDQ         56(AX), SI
+	DECQ         DI
+	JNZ          tileT2AVX2x16_seg
+	VZEROUPPER
+	RET
+
 // func tileT1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT1AVXVNNI(SB), NOSPLIT, $0-8

@@ -54,6 +54,9 @@ type fmtOps struct {
 	gemvSeq [maxGemvT + 1]func(*byte)
 	lut     [maxGemvT + 1]func(*byte) // tl1/tl2: the chunked lookup-table GEMV (lutArgs) by token count
 	tile    [maxTileT + 1]func(*byte) // GEMM micro-kernel by token count
+	// tile16: a two-token micro-kernel with int16 sums over gemmArgs.ChunkQ quads, used for
+	// tile[2] where a layer's weights allow chunks of at least tile16MinQ quads (AVX2)
+	tile16  func(*byte)
 	unpack  func(*byte)
 	epi     func(*byte)
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
@@ -197,6 +200,21 @@ func (k *simdKernel) useGemm(l *Layer, n int) bool {
 	}
 	return unpackMaxU(l) <= k.ops.tileMaxU
 }
+
+// gemmChunkQ is the most quads the int16 micro-kernel (fmtOps.tile16) sums before widening:
+// a quad adds one vpmaddubsw pair, u0 x0 + u1 x1 with u <= unpackMaxU and |x| <= 128, at most
+// 256 x unpackMaxU, to each int16 lane.
+func gemmChunkQ(l *Layer) int {
+	u := unpackMaxU(l)
+	if u == 0 {
+		return 1 << 20
+	}
+	return 32767 / (256 * u)
+}
+
+// tile16MinQ is the shortest chunk for which the int16 micro-kernel beats tile[2] (its
+// widening costs 24 operations a chunk; tile[2]'s 8 more per quad).
+const tile16MinQ = 8
 
 // unpackMaxU is the largest unsigned weight value the GEMM unpacker produces for l.
 func unpackMaxU(l *Layer) int {
@@ -995,7 +1013,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		if l.SegLen > 0 {
 			segQ = l.SegLen / 4
 		}
-		*mm = gemmArgs{XQ: p.xStride, SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0])}
+		*mm = gemmArgs{XQ: p.xStride, SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0]),
+			ChunkQ: gemmChunkQ(l)}
 		*ua = unpackArgs{B: unsafe.Pointer(&bmat[0])}
 		switch k.format {
 		case quantcfg.I2S:
@@ -1064,7 +1083,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X = unsafe.Add(xbase, 4*t0)
 				mm.SumsSeg = T * RowBlock * 4
-				k.ops.tile[T](argp(mm))
+				tile := k.ops.tile[T]
+				if T == 2 && k.ops.tile16 != nil && mm.ChunkQ >= tile16MinQ {
+					tile = k.ops.tile16
+				}
+				tile(argp(mm))
 			} else {
 				g.W = w
 				g.X = unsafe.Add(xbase, t0*p.xStride)

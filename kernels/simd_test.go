@@ -215,6 +215,7 @@ func TestArgOffsets(t *testing.T) {
 		{"gemm.XQ", unsafe.Offsetof(m.XQ), 16}, {"gemm.Sums", unsafe.Offsetof(m.Sums), 24},
 		{"gemm.SegQ", unsafe.Offsetof(m.SegQ), 32}, {"gemm.NSeg", unsafe.Offsetof(m.NSeg), 40},
 		{"gemm.LastQ", unsafe.Offsetof(m.LastQ), 48}, {"gemm.SumsSeg", unsafe.Offsetof(m.SumsSeg), 56},
+		{"gemm.ChunkQ", unsafe.Offsetof(m.ChunkQ), 64},
 		{"epi.Sums", unsafe.Offsetof(e.Sums), 0}, {"epi.NTok", unsafe.Offsetof(e.NTok), 8},
 		{"epi.NSeg", unsafe.Offsetof(e.NSeg), 16}, {"epi.A", unsafe.Offsetof(e.A), 24},
 		{"epi.Corr", unsafe.Offsetof(e.Corr), 32}, {"epi.XS", unsafe.Offsetof(e.XS), 40},

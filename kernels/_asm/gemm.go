@@ -10,8 +10,8 @@ import (
 
 // Argument block offsets: kernels.gemmArgs and kernels.unpackArgs.
 const (
-	mB, mX, mXQ, mSums, mSegQ, mNSeg, mLastQ, mSumsSeg = 0, 8, 16, 24, 32, 40, 48, 56
-	uW, uB, uN, uTab, uN2                              = 0, 8, 16, 24, 32
+	mB, mX, mXQ, mSums, mSegQ, mNSeg, mLastQ, mSumsSeg, mChunkQ = 0, 8, 16, 24, 32, 40, 48, 56, 64
+	uW, uB, uN, uTab, uN2                                       = 0, 8, 16, 24, 32
 )
 
 var (
@@ -62,6 +62,7 @@ func genGemm() {
 	for T := 1; T <= 2; T++ {
 		tileY(T, false)
 	}
+	tileY2x16()
 	for T := 1; T <= 3; T++ {
 		tileY(T, true)
 	}
@@ -175,6 +176,50 @@ func tileY(T int, vnni bool) {
 	JNZ(LabelRef(name + "_seg"))
 	VZEROUPPER()
 	RET()
+}
+
+// tileY2x16 (AVX2, two tokens): tileY with int16 sums that last a chunk of up to ChunkQ quads
+// (set from the layer's largest unsigned weight: gemmChunkQ), each vpmaddubsw going straight
+// into them with a vpaddw; the two tokens' sums are widened and added to Sums in memory
+// (zeroed at each segment's start) once per chunk. Per quad 8 multiplies and 8 adds, not 16
+// multiplies and 8 adds.
+func tileY2x16() {
+	name := "tileT2AVX2x16"
+	a := fn(name, name+" is the GEMM micro-kernel for 2 tokens with int16 sums over ChunkQ quads (see gemmArgs); tileGeneric is its reference.")
+	p := newPool(false)
+	b, x, xq, sums := ld(a, mB), ld(a, mX), ld(a, mXQ), ld(a, mSums)
+	acc := [2][]VecPhysical{p.getn(4), p.getn(4)} // [token][row group]
+	all := append(append([]VecPhysical{}, acc[0]...), acc[1]...)
+	xv := p.getn(2)
+	bv, prod := p.get(), p.get()
+	chunkLoop(name, a, loopArgs{mSegQ, mLastQ, mNSeg, mChunkQ}, 0, func() {
+		VPXOR(bv, bv, bv)
+		for i := 0; i < 8; i++ {
+			VMOVDQU(bv, at(sums, 32*i))
+		}
+	}, func() { zeroAll(all...) }, func() {
+		for t := range acc {
+			VPBROADCASTD(at(x, 4*t), xv[t])
+		}
+		for g := 0; g < 4; g++ {
+			VMOVDQU(at(b, 32*g), bv)
+			for t := range acc {
+				VPMADDUBSW(xv[t], bv, prod)
+				VPADDW(prod, acc[t][g], acc[t][g])
+			}
+		}
+		ADDQ(U8(128), b)
+		ADDQ(xq, x)
+	}, func() {
+		for t := range acc {
+			for g, r := range acc[t] {
+				m := at(sums, 128*t+32*g)
+				VPMADDWD(wordOnes, r, r)
+				VPADDD(m, r, r)
+				VMOVDQU(r, m)
+			}
+		}
+	}, func() { ADDQ(at(a, mSumsSeg), sums) })
 }
 
 func unpackDoc(name, f string) string {

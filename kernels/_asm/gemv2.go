@@ -738,21 +738,28 @@ func lutYFn(T int, tl2 bool) {
 	RET()
 }
 
-// segCount returns a new register holding this segment's steps: SegSteps, or LastSteps in
-// the last (nseg == 1).
-func segCount(a, nseg Register) GPVirtual {
+// loopArgs are the argument-block offsets of a segment loop: steps per segment, steps in
+// the last, segments, and the steps of an int16 chunk (chunkLoop with most == 0).
+type loopArgs struct{ steps, last, nseg, chunk int }
+
+// gemvLoop is gemvArgs' (Aux is the chunk).
+var gemvLoop = loopArgs{gSegSteps, gLastSteps, gNSeg, gAux}
+
+// segCount returns a new register holding this segment's steps: la.steps, or la.last in the
+// last (nseg == 1).
+func segCount(a, nseg Register, la loopArgs) GPVirtual {
 	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
+	MOVQ(at(a, la.steps), cnt)
 	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
+	CMOVQEQ(at(a, la.last), cnt)
 	return cnt
 }
 
-// takeChunkAux is takeChunk with most read from the argument block's Aux, taken as at least
-// 1 (a zero would count a chunk down from 2^64).
-func takeChunkAux(name string, a, n Register) GPVirtual {
+// takeChunkArg is takeChunk with most read from the argument block at off, taken as at
+// least 1 (a zero would count a chunk down from 2^64).
+func takeChunkArg(name string, a, n Register, off int) GPVirtual {
 	c := GP64()
-	MOVQ(at(a, gAux), c)
+	MOVQ(at(a, off), c)
 	CMPQ(c, U8(1))
 	JGE(LabelRef(name + "_len"))
 	MOVQ(U32(1), c)
@@ -764,17 +771,18 @@ func takeChunkAux(name string, a, n Register) GPVirtual {
 }
 
 // chunkLoop emits the loop nest of the one-row-block kernels with int16 sums: per segment
-// segStart, then chunks of at most most steps (0: Aux steps, takeChunkAux), each chunkStart,
-// step per step, chunkEnd; then segEnd, which moves the sums on.
-func chunkLoop(name string, a Register, most uint32, segStart, chunkStart, step, chunkEnd, segEnd func()) {
-	nseg := ld(a, gNSeg)
+// segStart, then chunks of at most most steps (0: the argument block's la.chunk steps,
+// takeChunkArg), each chunkStart, step per step, chunkEnd; then segEnd, which moves the sums
+// on.
+func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chunkStart, step, chunkEnd, segEnd func()) {
+	nseg := ld(a, la.nseg)
 	Label(name + "_seg")
-	cnt := segCount(a, nseg)
+	cnt := segCount(a, nseg, la)
 	segStart()
 	Label(name + "_chunk")
 	var c GPVirtual
 	if most == 0 {
-		c = takeChunkAux(name, a, cnt)
+		c = takeChunkArg(name, a, cnt, la.chunk)
 	} else {
 		c = takeChunk(cnt, most)
 	}
@@ -860,7 +868,7 @@ func gemvI2SYMany(T int) {
 	MOVQ(sumsS, sums)
 
 	Label(name + "_seg")
-	cnt := segCount(a, nseg)
+	cnt := segCount(a, nseg, gemvLoop)
 	VPXOR(tmp, tmp, tmp)
 	for r := 0; r < 4; r++ {
 		for t := 0; t < T; t++ {
@@ -962,7 +970,7 @@ func gemvInt1Y1() {
 	sums := ld(a, gSums)
 	acc32, acc16 := p.getn(4), p.getn(4) // [row group j]
 	wv, hi, vl, vh, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get(), p.get()
-	chunkLoop(name, a, int1ChunkY, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+	chunkLoop(name, a, gemvLoop, int1ChunkY, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		PREFETCHT0(at(w, prefetchDist))
 		VMOVDQU(at(w, 0), wv)
 		VPSRLW(U8(4), wv, hi)
@@ -1007,7 +1015,7 @@ func gemvInt2Y1() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x := p.get()
-	chunkLoop(name, a, 0, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+	chunkLoop(name, a, gemvLoop, 0, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		PREFETCHT0(at(w, prefetchDist))
 		int2Decode(w, la, lb, v)
 		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
@@ -1044,7 +1052,7 @@ func gemvInt2Y2Seq() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
-	chunkLoop(name, a, 0, func() {
+	chunkLoop(name, a, gemvLoop, 0, func() {
 		VPXOR(x, x, x)
 		for i := 0; i < 8; i++ {
 			VMOVDQU(x, at(sums, 32*i))
