@@ -896,3 +896,50 @@ func TestI2SParts(t *testing.T) {
 		}
 	}
 }
+
+// TestInt16ChunksAcrossSegments: the kernels that keep int16 sums over chunks (the AVX2
+// i2s GEMV of three and four tokens, the one-token int1 and int2 GEMVs, the two-token int2
+// one, the two-token GEMM tile) on layers whose segments (activation groups) are longer than
+// a chunk but not a multiple of it, so that chunks end both inside a segment and at its end,
+// with three segments and a partial fourth.
+func TestInt16ChunksAcrossSegments(t *testing.T) {
+	ks := asmKernels()
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	// group (a multiple of 32): i2s 17 blocks (chunks of 15), int1 12 units of 8 inputs (chunks
+	// of 7), int2 56 units of 4 (chunks of 42 with the default code book, 21 with {-3,-1,1,3})
+	groups := map[quantcfg.Format]int{quantcfg.I2S: 17 * 128, quantcfg.Int1: 12 * 8, quantcfg.Int2: 56 * 4}
+	rng := rand.New(rand.NewPCG(11, 12))
+	ran := 0
+	for _, k := range ks {
+		g, ok := groups[k.format]
+		if !ok {
+			continue
+		}
+		books := []quantcfg.Codebook{{}}
+		if k.format == quantcfg.Int2 {
+			books = append(books, quantcfg.Codebook{-3, -1, 1, 3})
+		}
+		for _, cb := range books {
+			spec := quantcfg.LayerSpec{Format: k.format, Out: 40, In: 3*g + g/2, Codebook: cb,
+				Act: quantcfg.ActMode{Kind: quantcfg.ActPerGroup, Group: g}}
+			tl := newTestLayer(t, rng, spec)
+			for _, n := range []int{1, 2, 3, 4, 64} {
+				if ok, _ := k.CanImplement(tl.Layer, n); !ok {
+					continue
+				}
+				x := randActs(rng, n, spec.In)
+				want, err := Reference(tl.Layer, x, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkExact(t, fmt.Sprintf("%s %v group %d n=%d", k.Name(), cb, g, n), runSplit(t, k, tl.Layer, x, n), want, spec.Out)
+				ran++
+			}
+		}
+	}
+	if ran == 0 {
+		t.Skip("no kernel of these formats runs here")
+	}
+}
