@@ -26,7 +26,7 @@ type gemvArgs struct {
 	NSeg      int            // segments (>= 1)
 	LastSteps int            // steps in the last segment
 	Tab       unsafe.Pointer // int2: the decode tables (one for every token)
-	Aux       int            // i2s: bytes per row quad (Kp/128*128); int2: units per int16 chunk (int2ChunkUnits)
+	Aux       int            // i2s: bytes per row quad (Kp/128*128); int2: units per int16 chunk (int16Chunk)
 	// i2s kernels of fmtOps.parts only (zmm, T = 3, 4): the weight prefetch runs PF bytes
 	// ahead of the stream position in row quads 0-6 and PF7 in quad 7, and Acc != 0 adds
 	// into Sums instead of storing (a call over one part of K: gemvParts). A second
@@ -92,7 +92,7 @@ type gemmArgs struct {
 	NSeg    int            // segments
 	LastQ   int            // quads in the last segment
 	SumsSeg int            // bytes between segments in Sums (T*128)
-	ChunkQ  int            // tileT2AVX2x16: quads per int16 chunk (gemmChunkQ)
+	ChunkQ  int            // tileT2AVX2x16: quads per int16 chunk (int16Chunk)
 }
 
 // epiArgs: the integer epilogue for one row block and NTok tokens: for each token t,

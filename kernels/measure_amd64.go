@@ -25,14 +25,13 @@ func int8PeakPath() (ISA, bool) {
 }
 
 func int8Peak(iters int) float64 {
-	isa, ok := int8PeakPath()
-	switch {
-	case ok && isa == ISAAVX512:
+	switch isa, ok := int8PeakPath(); {
+	case !ok:
+		return 0
+	case isa == ISAAVX512:
 		vnniPeakAVX512(iters)
 		return float64(iters) * 24 * 64 * 2
-	case ok:
-		int8PeakAVX2(iters)
-		return float64(iters) * 8 * 32 * 2
 	}
-	return 0
+	int8PeakAVX2(iters)
+	return float64(iters) * 8 * 32 * 2
 }

@@ -93,11 +93,11 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		vnni := isa == ISAAVXVNNI
 		o := &fmtOps{epi: epilogueAVX2, unpack: unpackers[f], tileMaxU: 127, gemvMaxU: 127, gemvT: 2, tileT: 2}
 		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX2, tileT2AVX2}
-		o.tile16 = tileT2AVX2x16
 		if vnni {
 			o.tileMaxU, o.gemvMaxU, o.tileT = 255, 255, 3
 			o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVXVNNI, tileT2AVXVNNI, tileT3AVXVNNI}
-			o.tile16 = nil
+		} else {
+			o.tile16 = tileT2AVX2x16
 		}
 		pick := func(avx2, avxvnni [maxGemvT + 1]func(*byte)) [maxGemvT + 1]func(*byte) {
 			if vnni {

@@ -201,10 +201,12 @@ func (k *simdKernel) useGemm(l *Layer, n int) bool {
 	return unpackMaxU(l) <= k.ops.tileMaxU
 }
 
-// gemmChunkQ is the most quads the int16 micro-kernel (fmtOps.tile16) sums before widening:
-// a quad adds one vpmaddubsw pair, u0 x0 + u1 x1 with u <= unpackMaxU and |x| <= 128, at most
-// 256 x unpackMaxU, to each int16 lane.
-func gemmChunkQ(l *Layer) int {
+// int16Chunk is the most steps the AVX2 kernels with int16 sums take before widening them
+// to int32 (gemvArgs.Aux of the int2 GEMVs, gemmArgs.ChunkQ of fmtOps.tile16): a step (an int2
+// unit of 4 inputs, a GEMM quad) adds one vpmaddubsw pair, u0 x0 + u1 x1 with u <=
+// unpackMaxU (for int2 the code book's span) and |x| <= 128, at most 256 x unpackMaxU, to
+// each int16 lane.
+func int16Chunk(l *Layer) int {
 	u := unpackMaxU(l)
 	if u == 0 {
 		return 1 << 20
@@ -483,17 +485,6 @@ func buildInt2Tab(l *Layer, dst []byte) {
 		dst[i] = byte(int(l.Levels[i&3]) - lo)
 		dst[16+i] = byte(int(l.Levels[i>>2]) - lo)
 	}
-}
-
-// int2ChunkUnits is the most 4-input units the one-token AVX2 int2 GEMV sums in int16 before
-// widening the sums (gemvInt2Y1): a unit adds one vpmaddubsw pair, u0 x0 + u1 x1 with u in
-// [0, span] and |x| <= 128, at most 256 x span, to each int16 lane.
-func int2ChunkUnits(l *Layer) int {
-	lo, hi := codebookSpan(l)
-	if hi == lo {
-		return 1 << 20
-	}
-	return 32767 / (256 * (hi - lo))
 }
 
 // buildInt2TabZ writes the three 64-entry vpermb tables: byte i of table s is u of code
@@ -987,6 +978,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 	sums := tb.sums[:p.nseg*tile*RowBlock]
 	var bmat []byte
+	tiles := k.ops.tile // the micro-kernels by token count, tile16 in place of tile[2] where it serves
 	if p.gemm {
 		tb.b, bmat = alignedBytes(tb.b, RowBlock*ly.Kp)
 	}
@@ -1014,7 +1006,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			segQ = l.SegLen / 4
 		}
 		*mm = gemmArgs{XQ: p.xStride, SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0]),
-			ChunkQ: gemmChunkQ(l)}
+			ChunkQ: int16Chunk(l)}
+		if k.ops.tile16 != nil && mm.ChunkQ >= tile16MinQ {
+			tiles[2] = k.ops.tile16
+		}
 		*ua = unpackArgs{B: unsafe.Pointer(&bmat[0])}
 		switch k.format {
 		case quantcfg.I2S:
@@ -1047,7 +1042,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			g.Aux = ly.Kp / 128 * 128
 			g.streamPrefetch()
 		case quantcfg.Int2:
-			g.Aux = int2ChunkUnits(l)
+			g.Aux = int16Chunk(l)
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -1083,11 +1078,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X = unsafe.Add(xbase, 4*t0)
 				mm.SumsSeg = T * RowBlock * 4
-				tile := k.ops.tile[T]
-				if T == 2 && k.ops.tile16 != nil && mm.ChunkQ >= tile16MinQ {
-					tile = k.ops.tile16
-				}
-				tile(argp(mm))
+				tiles[T](argp(mm))
 			} else {
 				g.W = w
 				g.X = unsafe.Add(xbase, t0*p.xStride)

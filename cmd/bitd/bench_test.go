@@ -133,19 +133,19 @@ func TestBenchJSON(t *testing.T) {
 		}
 		// i2s with two tokens on the kernels of the int8 peak loop's path is measured against
 		// that peak too.
-		wantVNNI := r["format"] == "i2s" && r["n"].(float64) == 2 && peakPath != "" && strings.HasPrefix(r["impl"].(string), peakPath+"/")
+		wantPeak := r["format"] == "i2s" && r["n"].(float64) == 2 && peakPath != "" && strings.HasPrefix(r["impl"].(string), peakPath+"/")
 		gops, hasGops := r["gops"].(float64)
 		peak, _ := r["int8_peak_gops"].(float64)
 		pct, _ := r["int8_peak_pct"].(float64)
-		if !wantVNNI {
+		if !wantPeak {
 			if hasGops || peak != 0 || pct != 0 {
-				t.Errorf("VNNI figures on a record not measured against the peak: %v", r)
+				t.Errorf("int8 peak figures on a record not measured against the peak: %v", r)
 			}
 			continue
 		}
 		ops := 2 * r["m"].(float64) * r["k"].(float64) * r["n"].(float64) / r["ns_per_op"].(float64)
 		if peak <= 0 || math.Abs(gops-ops) > 1e-9*ops || math.Abs(pct-100*gops/peak) > 1e-9*pct {
-			t.Errorf("VNNI figures: gops %v (2mkn/ns %v), peak %v, pct %v: %v", gops, ops, peak, pct, r)
+			t.Errorf("int8 peak figures: gops %v (2mkn/ns %v), peak %v, pct %v: %v", gops, ops, peak, pct, r)
 		}
 	}
 	if len(reads) != 3 {

@@ -179,7 +179,7 @@ func tileY(T int, vnni bool) {
 }
 
 // tileY2x16 (AVX2, two tokens): tileY with int16 sums that last a chunk of up to ChunkQ quads
-// (set from the layer's largest unsigned weight: gemmChunkQ), each vpmaddubsw going straight
+// (set from the layer's largest unsigned weight: int16Chunk), each vpmaddubsw going straight
 // into them with a vpaddw; the two tokens' sums are widened and added to Sums in memory
 // (zeroed at each segment's start) once per chunk. Per quad 8 multiplies and 8 adds, not 16
 // multiplies and 8 adds.

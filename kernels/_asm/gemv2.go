@@ -72,12 +72,10 @@ func genGemvAVX2() {
 			}
 		}
 		if vnni {
-			gemvInt1Y(1, isa, vnni)
+			gemvInt1YVNNI(1)
+			gemvInt1YVNNI(2)
 		} else {
 			gemvInt1Y1()
-		}
-		if vnni {
-			gemvInt1Y(2, isa, vnni)
 		}
 	}
 	for T := 3; T <= 4; T++ {
@@ -402,26 +400,22 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 	RET()
 }
 
-// gemvInt1Y: int1, one 32-byte unit (8 inputs x 32 rows) per step: bit j of the low nibble
-// (value 2^j) against the low quad's activations and of the shifted high nibble against the
-// high quad's, into row group j's accumulator (shifted back by j at the end). With AVX-VNNI
-// and one token the high quad has accumulators of its own, so each chain takes one
-// vpdpbusd per step (two bounded the loop by vpdpbusd's latency).
-func gemvInt1Y(T int, isa string, vnni bool) {
-	name := gemvName("Int1", T, isa)
+// gemvInt1YVNNI (AVX-VNNI): int1, one 32-byte unit (8 inputs x 32 rows) per step: bit j of
+// the low nibble (value 2^j) against the low quad's activations and of the shifted high nibble
+// against the high quad's, into row group j's accumulator (shifted back by j at the end). With
+// one token the high quad has accumulators of its own, so each chain takes one vpdpbusd per
+// step (two bounded the loop by vpdpbusd's latency). (AVX2: gemvInt1Y1.)
+func gemvInt1YVNNI(T int) {
+	name := gemvName("Int1", T, "AVXVNNI")
 	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 8)", T))
 	p := newPool(false)
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
-	chains := vnniSets(T, vnni)
+	chains := vnniSets(T, true)
 	acc, all := accSets(p, T, chains) // [token][chain: low quad, high quad][row group]
 	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
 	xl, xh := p.getn(T), p.getn(T)
-	var tmp, s16 VecPhysical
-	if !vnni {
-		tmp, s16 = p.get(), p.get()
-	}
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
 		PREFETCHT0(at(w, prefetchDist))
 		VMOVDQU(at(w, 0), wv)
@@ -434,16 +428,8 @@ func gemvInt1Y(T int, isa string, vnni bool) {
 			VPAND(bitsY.Offset(32*j), wv, vl)
 			VPAND(bitsY.Offset(32*j), hi, vh)
 			for t := range acc {
-				if vnni {
-					VPDPBUSD(xl[t], vl, acc[t][0][j])
-					VPDPBUSD(xh[t], vh, acc[t][chains-1][j])
-				} else {
-					VPMADDUBSW(xl[t], vl, s16)
-					VPMADDUBSW(xh[t], vh, tmp)
-					VPADDW(tmp, s16, s16)
-					VPMADDWD(wOnes, s16, s16)
-					VPADDD(s16, acc[t][0][j], acc[t][0][j])
-				}
+				VPDPBUSD(xl[t], vl, acc[t][0][j])
+				VPDPBUSD(xh[t], vh, acc[t][chains-1][j])
 			}
 		}
 		ADDQ(U8(32), w)
@@ -956,7 +942,7 @@ func gemvI2SYMany(T int) {
 // |x| <= 128, at most 2 x 2 x 8 x 128 = 4096, so seven units stay within int16 (28672).
 const int1ChunkY = 7
 
-// gemvInt1Y1 (AVX2, one token): gemvInt1Y with int16 sums that last a chunk of up to
+// gemvInt1Y1 (AVX2, one token): gemvInt1YVNNI's unit with int16 sums that last a chunk of up to
 // int1ChunkY units, so each unit's vpmaddubsw pairs go straight into them (a vpaddw each)
 // and the vpmaddwd and vpaddd run once per chunk: per unit 8 vpmaddubsw, not 12 multiplies,
 // and 27 vector operations, not 31.
@@ -999,7 +985,7 @@ func gemvInt1Y1() {
 
 // gemvInt2Y1 (AVX2, one token): gemvInt2Y with int16 sums that last a chunk of up to Aux
 // units (the kernels set it from the code book's span, so that no int16 sum can overflow:
-// int2ChunkUnits), each unit's vpmaddubsw going straight into them: per unit 4 multiplies,
+// int16Chunk), each unit's vpmaddubsw going straight into them: per unit 4 multiplies,
 // not 8, and the vpmaddwd and vpaddd once per chunk.
 func gemvInt2Y1() {
 	name := gemvName("Int2", 1, "AVX2")

@@ -87,8 +87,8 @@ func postPass(path string) error {
 			req = -1
 			continue
 		}
-		vex := strings.Contains(fn, "AVXVNNI")
-		if !vex && !strings.Contains(fn, "AVX2") {
+		ymm, vex := ymmClass(fn)
+		if !ymm {
 			continue
 		}
 		code := ln
@@ -118,14 +118,21 @@ func postPass(path string) error {
 	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
 }
 
+// ymmClass reports whether function fn is AVX2-class (AVX2 or AVX-VNNI in its name: it must
+// run on CPUs without AVX-512), and whether it is an AVX-VNNI one (its dot products go VEX).
+func ymmClass(fn string) (ymm, vex bool) {
+	vex = strings.Contains(fn, "AVXVNNI")
+	return vex || strings.Contains(fn, "AVX2"), vex
+}
+
 // guardRequires checks avo's list of the extensions an AVX2-class function needs: none may
 // be AVX-512 (some AVX2-looking forms exist only in EVEX, such as vpbroadcastd from a
 // general register, and would raise SIGILL on a CPU without AVX-512). The AVX-VNNI
 // functions' dot products, which avo lists as AVX512VL and AVX512VNNI, are rewritten to
 // VEX, and their list says so.
 func guardRequires(fn string, req *string) error {
-	vex := strings.Contains(fn, "AVXVNNI")
-	if !vex && !strings.Contains(fn, "AVX2") {
+	ymm, vex := ymmClass(fn)
+	if !ymm {
 		return nil
 	}
 	if vex {
