@@ -14,6 +14,9 @@ const (
 	uW, uB, uN, uTab, uN2                                       = 0, 8, 16, 24, 32
 )
 
+// gemmLoop is gemmArgs' segment loop (ChunkQ is tileT2AVX2x16's chunk).
+var gemmLoop = loopArgs{mSegQ, mLastQ, mNSeg, mChunkQ}
+
 var (
 	tl1Div3, tl1Mod3 Mem // nibble -> idx/3, idx%3
 	tl2W             Mem // 3 x 16 bytes: magnitude m -> balanced ternary digit i of m (-1, 0, 1)
@@ -88,10 +91,7 @@ func tileZ(T int) {
 	b0, b1 := p.get(), p.get()
 	xv := p.getn(2)
 	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, mSegQ), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, mLastQ), cnt)
+	cnt := segCount(a, nseg, gemmLoop)
 	zeroAll(flat2(acc)...)
 	Label(name + "_q")
 	VMOVDQU64(at(b, 0), b0)
@@ -141,10 +141,7 @@ func tileY(T int, vnni bool) {
 		VMOVDQU(wordOnes, ones)
 	}
 	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, mSegQ), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, mLastQ), cnt)
+	cnt := segCount(a, nseg, gemmLoop)
 	zeroAll(all...)
 	Label(name + "_q")
 	for t := range acc {
@@ -192,7 +189,7 @@ func tileY2x16() {
 	all := append(append([]VecPhysical{}, acc[0]...), acc[1]...)
 	xv := p.getn(2)
 	bv, prod := p.get(), p.get()
-	chunkLoop(name, a, loopArgs{mSegQ, mLastQ, mNSeg, mChunkQ}, 0, func() {
+	chunkLoop(name, a, gemmLoop, 0, func() {
 		VPXOR(bv, bv, bv)
 		for i := 0; i < 8; i++ {
 			VMOVDQU(bv, at(sums, 32*i))

@@ -93,10 +93,7 @@ func halves(name string, lo, hi []uint32) Mem {
 func segLoop(name string, a Register, u int, zero func(), body func(i int), store func(sums Register)) {
 	sums, nseg := ld(a, gSums), ld(a, gNSeg)
 	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
+	cnt := segCount(a, nseg, gemvLoop)
 	for v := u; v > 1; v >>= 1 {
 		SHRQ(U8(1), cnt)
 	}
@@ -449,10 +446,7 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 		far = quadDist(a, quad, gFar, gFar6, 6)
 	}
 	Label(name + "_seg")
-	cnt := GP64()
-	MOVQ(at(a, gSegSteps), cnt)
-	CMPQ(nseg, U8(1))
-	CMOVQEQ(at(a, gLastSteps), cnt)
+	cnt := segCount(a, nseg, gemvLoop)
 	zero()
 	Label(name + "_blk")
 	for _, m := range pf {
