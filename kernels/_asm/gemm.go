@@ -189,12 +189,8 @@ func tileY2x16() {
 	all := append(append([]VecPhysical{}, acc[0]...), acc[1]...)
 	xv := p.getn(2)
 	bv, prod := p.get(), p.get()
-	chunkLoop(name, a, gemmLoop, 0, func() {
-		VPXOR(bv, bv, bv)
-		for i := 0; i < 8; i++ {
-			VMOVDQU(bv, at(sums, 32*i))
-		}
-	}, func() { zeroAll(all...) }, func() {
+	segStart, chunkEnd := memSums2(sums, acc, bv, wordOnes)
+	chunkLoop(name, a, gemmLoop, 0, segStart, func() { zeroAll(all...) }, func() {
 		for t := range acc {
 			VPBROADCASTD(at(x, 4*t), xv[t])
 		}
@@ -207,16 +203,7 @@ func tileY2x16() {
 		}
 		ADDQ(U8(128), b)
 		ADDQ(xq, x)
-	}, func() {
-		for t := range acc {
-			for g, r := range acc[t] {
-				m := at(sums, 128*t+32*g)
-				VPMADDWD(wordOnes, r, r)
-				VPADDD(m, r, r)
-				VMOVDQU(r, m)
-			}
-		}
-	}, func() { ADDQ(at(a, mSumsSeg), sums) })
+	}, chunkEnd, func() { ADDQ(at(a, mSumsSeg), sums) })
 }
 
 func unpackDoc(name, f string) string {

@@ -796,6 +796,30 @@ func widen16(acc16, acc32 []VecPhysical) {
 	}
 }
 
+// memSums2 returns the segment start and chunk end of a two-token kernel with int16 sums
+// acc[t][g] whose int32 sums stay in memory (token t's row group g at sums + 128t + 32g):
+// zeroed at each segment's start (through z), each chunk's sums widened (vpmaddwd with ones,
+// a table of words of 1 in the generating program) and added to them.
+func memSums2(sums Register, acc [2][]VecPhysical, z VecPhysical, ones Mem) (segStart, chunkEnd func()) {
+	segStart = func() {
+		VPXOR(z, z, z)
+		for i := 0; i < 8; i++ {
+			VMOVDQU(z, at(sums, 32*i))
+		}
+	}
+	chunkEnd = func() {
+		for t := range acc {
+			for g, r := range acc[t] {
+				m := at(sums, 128*t+32*g)
+				VPMADDWD(ones, r, r)
+				VPADDD(m, r, r)
+				VMOVDQU(r, m)
+			}
+		}
+	}
+	return segStart, chunkEnd
+}
+
 // int2Decode loads the 32-byte int2 unit at w and looks its codes up in the nibble tables
 // la, lb (tabInt2): v[j] = row group j's unsigned weights, 4 inputs per dword.
 func int2Decode(w Register, la, lb VecPhysical, v []VecPhysical) {
@@ -1038,12 +1062,8 @@ func gemvInt2Y2Seq() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
-	chunkLoop(name, a, gemvLoop, 0, func() {
-		VPXOR(x, x, x)
-		for i := 0; i < 8; i++ {
-			VMOVDQU(x, at(sums, 32*i))
-		}
-	}, func() { zeroAll(all16...) }, func() {
+	segStart, chunkEnd := memSums2(sums, acc16, x, wOnes)
+	chunkLoop(name, a, gemvLoop, 0, segStart, func() { zeroAll(all16...) }, func() {
 		PREFETCHT0(at(w, prefetchDist))
 		int2Decode(w, la, lb, v)
 		for t := 0; t < 2; t++ {
@@ -1055,14 +1075,5 @@ func gemvInt2Y2Seq() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, func() {
-		for t := 0; t < 2; t++ {
-			for j, r := range acc16[t] {
-				m := at(sums, 128*t+32*j)
-				VPMADDWD(wOnes, r, r)
-				VPADDD(m, r, r)
-				VMOVDQU(r, m)
-			}
-		}
-	}, func() { ADDQ(U32(256), sums) })
+	}, chunkEnd, func() { ADDQ(U32(256), sums) })
 }
