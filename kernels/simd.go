@@ -1099,7 +1099,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 
 // gemvPrefetch is how far ahead of its weight stream the i2s zmm GEMV kernels for T = 3, 4
 // prefetch outside gemvParts (gemvArgs.PF; the other GEMV kernels have it built in:
-// prefetchDist in _asm/gemv.go).
+// prefetchAhead in _asm/gemv.go).
 const gemvPrefetch = 8192
 
 // gemvFarPrefetch is how far ahead the same kernels prefetch their weight stream into L2

@@ -63,13 +63,13 @@ func floatZ(T int, bf bool) {
 	}
 	Label(name + "_k")
 	if bf {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		VMOVDQU64(at(w, 0), w1)
 		VPUNPCKLWD(w1, zero, w0) // rows 0-3, 8-11, 16-19, 24-27
 		VPUNPCKHWD(w1, zero, w1) // rows 4-7, 12-15, 20-23, 28-31
 	} else {
-		PREFETCHT0(at(w, prefetchDist))
-		PREFETCHT0(at(w, prefetchDist+64))
+		prefetchAhead(w, 0)
+		prefetchAhead(w, 64)
 		VMOVUPS(at(w, 0), w0)
 		VMOVUPS(at(w, 64), w1)
 	}
@@ -144,7 +144,7 @@ func floatY(T int, bf bool) {
 	xv, zero, tm := p.get(), p.get(), p.get()
 	VPXOR(zero, zero, zero)
 	Label(name + "_k")
-	PREFETCHT0(at(w, prefetchDist))
+	prefetchAhead(w, 0)
 	if bf {
 		VMOVDQU(at(w, 0), wv[1])
 		VMOVDQU(at(w, 32), wv[3])
@@ -153,7 +153,7 @@ func floatY(T int, bf bool) {
 		VPUNPCKLWD(wv[3], zero, wv[2]) // rows 16-19, 24-27
 		VPUNPCKHWD(wv[3], zero, wv[3]) // rows 20-23, 28-31
 	} else {
-		PREFETCHT0(at(w, prefetchDist+64))
+		prefetchAhead(w, 64)
 		for i := range wv {
 			VMOVUPS(at(w, 32*i), wv[i])
 		}

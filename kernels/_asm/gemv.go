@@ -14,10 +14,24 @@ const (
 	gTab, gAux, gPF, gPF7, gAcc, gFar, gFar6              = 56, 64, 72, 80, 88, 96, 104
 )
 
-// prefetchDist is how far ahead (bytes) the GEMV kernels prefetch their weight stream.
+// prefetchFar and prefetchNear are how far ahead (bytes) the GEMV kernels prefetch their
+// weight stream: into L2 (prefetcht1) far ahead, and from there into L1 (prefetcht0) near.
 // The hardware prefetchers alone leave the AVX-512 kernels at 60-75% of the read bandwidth
-// when they compute between loads; 8 KiB ahead brings them to it (measured on Zen 5).
-const prefetchDist = 8192
+// when they compute between loads; prefetcht0 8 KiB ahead brought them to it on Zen 5, but
+// on a Xeon (Emerald Rapids, 13-15 GB/s a core) it held L1 fill buffers for a whole DRAM
+// latency: the i2s, int2, int8 and bf16 GEMVs ran 7-25% faster with the two-level prefetch
+// (8 KiB and 2 KiB; 16 and 2 KiB within the noise of it), and a plain read was unchanged.
+const (
+	prefetchFar  = 8192
+	prefetchNear = 2048
+)
+
+// prefetchAhead prefetches the weight stream's line off bytes past base, prefetchFar ahead
+// into L2 and prefetchNear ahead into L1.
+func prefetchAhead(base Register, off int) {
+	PREFETCHT1(at(base, prefetchFar+off))
+	PREFETCHT0(at(base, prefetchNear+off))
+}
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
@@ -266,7 +280,7 @@ func gemvInt2Pair(T int) {
 	wv, hi, x := p.get(), p.get(), p.get()
 	v := p.getn(4)
 	segLoop(name, a, 2, func() { zeroAll(all...) }, func(i int) {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		VPSRLW(U8(2), wv, hi)
 		VPERMB(lut[0], wv, v[0])
@@ -359,7 +373,7 @@ func gemvInt2Split(T int, seq bool) {
 	}
 	wv, hi, x := p.get(), p.get(), p.get()
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
 			if seq {
@@ -422,7 +436,7 @@ func quadDist(a, quad Register, off, late int, from uint8) GPVirtual {
 
 // i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
 // each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
-// 128-byte block, prefetched prefetchDist ahead (or, with argPF, PF ahead in quads 0-6 and
+// 128-byte block, prefetched by prefetchAhead (or, with argPF, PF ahead in quads 0-6 and
 // PF7 in quad 7, and into L2 Far ahead in quads 0-5 and Far6 in quads 6-7: gemvArgs). Per
 // segment zero clears the accumulators and reduce stores the quad's four rows of each token
 // at sums + 128t; block computes one step at w; xReset and xAdvance move the activations
@@ -438,7 +452,7 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	xReset()
 	MOVQ(at(a, gNSeg), nseg)
 	MOVQ(sumsQ, sums)
-	pf := []Mem{at(w, prefetchDist), at(w, prefetchDist+64)}
+	var pf []Mem
 	var far Register
 	if argPF {
 		d := quadDist(a, quad, gPF, gPF7, 7)
@@ -455,6 +469,10 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	if far != nil {
 		PREFETCHT1(idx(w, far, 1, 0))
 		PREFETCHT1(idx(w, far, 1, 64))
+	}
+	if !argPF {
+		prefetchAhead(w, 0)
+		prefetchAhead(w, 64)
 	}
 	block(w)
 	SUBQ(I8(-128), w)
@@ -650,8 +668,8 @@ func gemvInt8Z(T int) {
 	x := p.get()
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
 		for u := 0; u < 4; u++ {
-			PREFETCHT0(at(w, prefetchDist+128*u))
-			PREFETCHT0(at(w, prefetchDist+128*u+64))
+			prefetchAhead(w, 128*u)
+			prefetchAhead(w, 128*u+64)
 			VPXORD(at(w, 128*u), m80, wv[0])
 			VPXORD(at(w, 128*u+64), m80, wv[1])
 			for t := range acc {
@@ -725,7 +743,7 @@ func gemvInt1Z(T int) {
 		xv[t] = [2]VecPhysical{p.get(), p.get()}
 	}
 	segLoop(name, a, copies, func() { zeroAll(all...) }, func(c int) {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		if !split {
 			VPSRLW(U8(4), wv, down)

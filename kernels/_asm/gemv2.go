@@ -266,7 +266,7 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	}
 	segLoop(name, a, sets, func() { zeroAll(all...) }, func(i int) {
 		if i == 0 {
-			PREFETCHT0(at(w, prefetchDist))
+			prefetchAhead(w, 0)
 		}
 		VMOVDQU(at(w, 32*i), v[2])
 		VPSRLW(U8(4), v[2], v[3])
@@ -330,8 +330,8 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
 		segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
-			PREFETCHT0(at(w, prefetchDist))
-			PREFETCHT0(at(w, prefetchDist+64))
+			prefetchAhead(w, 0)
+			prefetchAhead(w, 64)
 			for g := 0; g < 4; g++ {
 				if ssd {
 					VMOVDQU(at(w, 32*g), wv[g])
@@ -369,8 +369,8 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 	}
 	wv, x := p.get(), p.getn(T)
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
-		PREFETCHT0(at(w, prefetchDist))
-		PREFETCHT0(at(w, prefetchDist+64))
+		prefetchAhead(w, 0)
+		prefetchAhead(w, 64)
 		for t := range acc {
 			VPBROADCASTQ(idx(xs[t], kx, 2, 0), x[t])
 		}
@@ -417,7 +417,7 @@ func gemvInt1YVNNI(T int) {
 	wv, hi, vl, vh := p.get(), p.get(), p.get(), p.get()
 	xl, xh := p.getn(T), p.getn(T)
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
 		VPSRLW(U8(4), wv, hi)
 		for t := range acc {
@@ -894,8 +894,8 @@ func gemvI2SYMany(T int) {
 		MOVQ(clen, m)
 		Label(blk)
 		if g == 0 {
-			PREFETCHT0(at(w, prefetchDist))
-			PREFETCHT0(at(w, prefetchDist+64))
+			prefetchAhead(w, 0)
+			prefetchAhead(w, 64)
 		}
 		for rr := 0; rr < 2; rr++ {
 			VMOVDQU(at(w, 32*(2*g+rr)), wv[rr])
@@ -981,7 +981,7 @@ func gemvInt1Y1() {
 	acc32, acc16 := p.getn(4), p.getn(4) // [row group j]
 	wv, hi, vl, vh, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get(), p.get()
 	chunkLoop(name, a, gemvLoop, int1ChunkY, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
 		VPSRLW(U8(4), wv, hi)
 		VPBROADCASTD(idx(xs[0], kx, 1, 0), xl)
@@ -1026,7 +1026,7 @@ func gemvInt2Y1() {
 	v := p.getn(4)
 	x := p.get()
 	chunkLoop(name, a, gemvLoop, 0, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
 		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
 		for j := 0; j < 4; j++ {
@@ -1064,7 +1064,7 @@ func gemvInt2Y2Seq() {
 	x, tmp := p.get(), p.get()
 	segStart, chunkEnd := memSums2(sums, acc16, x, wOnes)
 	chunkLoop(name, a, gemvLoop, 0, segStart, func() { zeroAll(all16...) }, func() {
-		PREFETCHT0(at(w, prefetchDist))
+		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
 		for t := 0; t < 2; t++ {
 			VPBROADCASTD(idx(xs[t], kx, 1, 0), x)

@@ -31,7 +31,7 @@ func genMisc() {
 		SHRQ(U8(8), n)
 		Label(name + "_loop")
 		for i := 0; i < 4; i++ {
-			PREFETCHT0(at(pp, prefetchDist+64*i))
+			prefetchAhead(pp, 64*i)
 		}
 		for i := 0; i < 4; i++ {
 			if z {
