@@ -919,7 +919,8 @@ func (s *lutState) tl1Units(name string, n Register) {
 	CMPQ(c, U8(2))
 	JLT(LabelRef(name + "_tl1odd"))
 	Label(name + "_tl1pair")
-	PREFETCHT0(at(s.pf, 0))
+	PREFETCHT1(at(s.pf, 0))
+	PREFETCHT0(at(s.w, prefetchNear))
 	unit(0)
 	unit(1)
 	ADDQ(U8(64), s.w)
@@ -1040,7 +1041,8 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
-		PREFETCHT0(at(s.pf, 64*u))
+		PREFETCHT1(at(s.pf, 64*u))
+		PREFETCHT0(at(s.w, prefetchNear+64*u))
 	}
 	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
