@@ -14,7 +14,7 @@ import (
 )
 
 // Benchmarks: BenchmarkGEMV/<format>/<MxK>/n<N>/<impl>/t<threads>, b.SetBytes(weight bytes
-// per call), over distinct weight matrices totalling >= 512 MiB (DRAM), unless
+// per call), over distinct weight matrices totalling kbench.SetBytes (DRAM), unless
 // BITGO_BENCH_CACHE=1 (one matrix, cache-resident where it fits). Compare with benchstat at
 // -count=6. BITGO_BENCH_SHAPES=2560x2560,4096x14336 narrows the shapes, BITGO_BENCH_NS=2,8
 // sets the token counts.
@@ -69,7 +69,7 @@ func benchNs(b *testing.B) []int {
 }
 
 func BenchmarkGEMV(b *testing.B) {
-	minBytes := 512 << 20
+	minBytes := kbench.SetBytes
 	if os.Getenv("BITGO_BENCH_CACHE") == "1" {
 		minBytes = 0
 	}
@@ -161,9 +161,10 @@ func BenchmarkInt8Peak(b *testing.B) {
 	}
 }
 
-// BenchmarkReadBandwidth reads a 1 GiB buffer (DRAM) and a 16 MiB one (L3).
+// BenchmarkReadBandwidth reads a kbench.ReadBytes buffer (DRAM: 1 GiB, or 4x a larger L3)
+// and a 16 MiB one (L3).
 func BenchmarkReadBandwidth(b *testing.B) {
-	for _, size := range []int{1 << 30, 16 << 20} {
+	for _, size := range []int{kbench.ReadBytes, 16 << 20} {
 		m, err := kbench.Alloc(size)
 		if err != nil {
 			b.Fatal(err)

@@ -179,13 +179,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if !parseFlags(fs, args, stderr) {
 		return o, errUsage
 	}
-	o.minBytes, o.rounds, o.minTime = 512<<20, 7, 50*time.Millisecond
+	o.minBytes, o.rounds, o.minTime = kbench.SetBytes, 7, 50*time.Millisecond
 	if o.cache {
 		o.minBytes = 0
 	}
@@ -428,7 +428,7 @@ func (e *benchEnv) measureMachine() error {
 		m.Int8Peak = isa.String()
 	}
 	fmt.Fprintf(e.log, "cpu: %s (%d threads; %s)\n", m.CPU, m.Threads, strings.Join(m.Features, " "))
-	dram, err := kbench.Alloc(1 << 30)
+	dram, err := kbench.Alloc(kbench.ReadBytes)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/klauspost/cpuid/v2"
 	"golang.org/x/sys/unix"
 
 	"bitgo/kernels"
@@ -188,6 +189,18 @@ func (p *Pool) Close() {
 
 // Split returns worker w's share [lo, hi) of n items, split evenly.
 func Split(n, workers, w int) (lo, hi int) { return n * w / workers, n * (w + 1) / workers }
+
+// The sizes that keep a measurement in DRAM: a rotation of weight sets (NewSet's minBytes)
+// of at least SetBytes, and a read buffer of at least ReadBytes, each a multiple of the L3
+// the CPU reports where that is the larger. A VM's share of a shared L3 is often smaller
+// than the L3 it reports (on a 2-vCPU Emerald Rapids guest reporting 260 MiB, reads of 64
+// MiB ran at the L3's rate and of 192 MiB and more at DRAM's), never larger, so the
+// reported size is the safe one; a CPU with a very large L3 (stacked cache) gets sets and
+// buffers to match.
+var (
+	SetBytes  = max(512<<20, 2*cpuid.CPU.Cache.L3)
+	ReadBytes = max(1<<30, 4*cpuid.CPU.Cache.L3)
+)
 
 // ReadBandwidth reads buf with the pool's workers (each its contiguous share) reps times and
 // returns the best rate in bytes per second (the least disturbed trial: on a shared

@@ -272,7 +272,8 @@ func around(reads []readTrial, runners, j int) (before, after []readTrial) {
 const readShare = 4
 
 // readWindow is the most of the read buffer one read pass takes: a DRAM buffer's windows
-// (each 8x a 32 MiB L3) are read in turn, so a short read is still one from DRAM.
+// are read in turn, so a short read is still one from DRAM (a window comes round again
+// only after the rest of a ReadBytes buffer, at least three quarters of it).
 const readWindow = 256 << 20
 
 // readTrial is one timed read of a buffer: bytes per second, and whether the process had
