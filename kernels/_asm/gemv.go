@@ -39,7 +39,7 @@ var (
 	evenIdx   Mem    // vpermt2d: the even dwords of two registers
 	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
 	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
-	i2sShift  [2]Mem // vpsrlvq counts: 6 in the low half and 4 in the high; 2 and 0
+	i2sMask   Mem    // 0x0C in the low half's bytes, 0x03 in the high half's
 	int2Shift [2]Mem // vpsrlvd counts: 0 in the low half and 2 in the high; 4 and 6
 	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
 )
@@ -64,7 +64,7 @@ func genGemv() {
 	}
 	selHigh = table("selHigh", sh)
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
-	i2sShift = [2]Mem{halves("i2sShift0", []uint32{6, 0}, []uint32{4, 0}), halves("i2sShift1", []uint32{2, 0}, []uint32{0, 0})}
+	i2sMask = halves("i2sMask", []uint32{0x0C0C0C0C}, []uint32{0x03030303})
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
 	int2Shift = [2]Mem{halves("int2Shift0", []uint32{0}, []uint32{2}), halves("int2Shift1", []uint32{4}, []uint32{6})}
 
@@ -574,23 +574,25 @@ func gemvI2SZ(T int) {
 }
 
 // gemvI2SRowZ (T = 3, 4): i2s on zmm, one row quad at a time like gemvI2SZ, but each row's
-// 32-byte piece is broadcast to both halves and shifted by a different count in each
-// (vpsrlvq), so a vector holds one row's codes of two consecutive 32-input runs and
-// multiplies a plain 64-byte load of activations. A broadcast load of activations per
-// token and run (gemvI2SZ) costs more than a broadcast load per row once several tokens
-// share each row: with four tokens the block takes about 16.5 cycles instead of 19 in L1
-// (vpdpbusd alone needs 16); with one token gemvI2SZ is faster. The prefetch distance
-// (PF, PF7) and Acc come from the driver, which runs a long K in parts (gemvParts).
+// 32-byte piece is broadcast to both halves, so a vector holds one row's codes of two
+// consecutive 32-input runs and multiplies a plain 64-byte load of activations. A broadcast
+// load of activations per token and run (gemvI2SZ) costs more than a broadcast load per row
+// once several tokens share each row. Runs 0 and 1 sit in bits 6-7 and 4-5 of a byte, runs 2
+// and 3 in bits 2-3 and 0-1: one shift by 4 and one mask (0x0C in the low half, 0x03 in the
+// high) give both vectors their codes with the same factors, 4 in the low half and 1 in the
+// high, so they share an accumulator whose low half is divided back by 4 (an exact
+// arithmetic shift) before the halves are added. Per block: 4 shifts and 8 ands beside the
+// 32 vpdpbusd of four tokens; per-half variable shifts (8 vpsrlvq) made four tokens 10% slower
+// from L2 at one thread on an Emerald Rapids Xeon (2560x2560, eight interleaved rounds; from
+// DRAM within the noise). The prefetch distance (PF, PF7) and Acc come
+// from the driver, which runs a long K in parts (gemvParts).
 func gemvI2SRowZ(T int) {
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
-	m3 := p.get()
-	bcastByte(m3, 3)
-	sh := p.getn(2)
-	VMOVDQU64(i2sShift[0], sh[0])
-	VMOVDQU64(i2sShift[1], sh[1])
+	m := p.get()
+	VMOVDQU64(i2sMask, m)
 	// acc[t][0][r]: token t, row r of the quad (two dot products per block each).
 	acc, all := accSets(p, T, 1)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
@@ -598,11 +600,10 @@ func gemvI2SRowZ(T int) {
 	i2sQuads(name, a, T, true, func() { zeroAll(all...) }, func(w Register) {
 		for r := 0; r < 4; r++ {
 			c0, c1 := cls[2*r], cls[2*r+1]
-			VBROADCASTI64X4(at(w, 32*r), c0)
-			VPSRLVQ(sh[1], c0, c1)
-			VPSRLVQ(sh[0], c0, c0)
-			VPANDD(m3, c0, c0)
-			VPANDD(m3, c1, c1)
+			VBROADCASTI64X4(at(w, 32*r), c1)
+			VPSRLQ(U8(4), c1, c0)
+			VPANDD(m, c0, c0)
+			VPANDD(m, c1, c1)
 		}
 		for t := range acc {
 			VMOVDQU64(xs.mem(t, 0), xv[0])
@@ -619,10 +620,11 @@ func gemvI2SRowZ(T int) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			s := acc[t][0]
-			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
+			// 128-bit lanes: s0, s1 -> [s0.0/4+s0.2, s0.1/4+s0.3, s1.0/4+s1.2, s1.1/4+s1.3]
 			for i := 0; i < 4; i += 2 {
 				VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
 				VSHUFI64X2(U8(0xEE), s[i+1], s[i], v)
+				VPSRAD(U8(2), u, u)
 				VPADDD(v, u, s[i])
 			}
 			quadRowSums(s[0], s[2], u, v, y)
