@@ -40,7 +40,8 @@ var (
 	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
 	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
 	i2sMask   Mem    // 0x0C in the low half's bytes, 0x03 in the high half's
-	int2Shift [2]Mem // vpsrlvd counts: 0 in the low half and 2 in the high; 4 and 6
+	int2Mask  Mem    // 0x03 in the low half's bytes, 0x0C in the high half's
+	int2Fix   Mem    // vpsravd counts: 0 in the low half and 2 in the high
 	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
 )
 
@@ -66,7 +67,8 @@ func genGemv() {
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
 	i2sMask = halves("i2sMask", []uint32{0x0C0C0C0C}, []uint32{0x03030303})
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
-	int2Shift = [2]Mem{halves("int2Shift0", []uint32{0}, []uint32{2}), halves("int2Shift1", []uint32{4}, []uint32{6})}
+	int2Mask = halves("int2Mask", []uint32{0x03030303}, []uint32{0x0C0C0C0C})
+	int2Fix = halves("int2Fix", []uint32{0}, []uint32{2})
 
 	for T := 1; T <= 8; T++ {
 		if T <= 2 {
@@ -325,10 +327,16 @@ func gemvInt2Pair(T int) {
 // per token than the pair layout, which matters when vpdpbusd is the limit.
 //
 // seq (gemvInt2Seq*: code books of consecutive levels, where u is the code itself, as in
-// the default -2..1): no table; dword shifts by 0 and 2 (halves), 4 and 6 and a mask of 3
-// take the codes where vpermi2b looked them up. Four tokens are bound by vpdpbusd, and the
-// two vpermi2b per half-step share its pipes: without them a step of four tokens runs in
-// 8.0 cycles instead of 8.9 (L1-resident, Zen 5; 16 vpdpbusd alone take 8.0).
+// the default -2..1): no table. Rows 0-7 sit in bits 0-1 and 4-5 of a byte, rows 8-15 in
+// bits 2-3 and 6-7: one mask (0x03 in the low half, 0x0C in the high) of the unit and of
+// the unit shifted right by 4 takes the codes where vpermi2b looked them up, those of the
+// high half times 4, and the store divides the high half's sums back (vpsravd by 2: exact,
+// every product being a multiple of 4). Four tokens are bound by vpdpbusd, and the two
+// vpermi2b per half-step share its pipes: without them a step of four tokens runs in 8.0
+// cycles instead of 8.9 (L1-resident, Zen 5; 16 vpdpbusd alone take 8.0). Per-half variable
+// shifts (4 vpsrlvd a step) in place of the one shift made it slower on an Emerald Rapids
+// Xeon: from L2/L3 at one thread 7% for one token, 11-12% for three and four (ten and eight
+// interleaved rounds), from DRAM 7-9% for one token.
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
@@ -339,12 +347,11 @@ func gemvInt2Split(T int, seq bool) {
 	p := newPool(true)
 	w := ld(a, gW)
 	xs := newTokX(a, T, gX, gXStride)
-	var la, lb, m0f, sel, m3, s0, s1 VecPhysical
+	var la, lb, m0f, sel, mask, fix VecPhysical
 	if seq {
-		m3, s0, s1 = p.get(), p.get(), p.get()
-		bcastByte(m3, 0x03)
-		VMOVDQU64(int2Shift[0], s0)
-		VMOVDQU64(int2Shift[1], s1)
+		mask, fix = p.get(), p.get()
+		VMOVDQU64(int2Mask, mask)
+		VMOVDQU64(int2Fix, fix)
 	} else {
 		tab := ld(a, gTab)
 		la, lb = p.get(), p.get()
@@ -377,10 +384,9 @@ func gemvInt2Split(T int, seq bool) {
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
 			if seq {
-				VPSRLVD(s1, wv, hi)
-				VPSRLVD(s0, wv, wv)
-				VPANDD(m3, wv, wv)
-				VPANDD(m3, hi, hi)
+				VPSRLD(U8(4), wv, hi)
+				VPANDD(mask, wv, wv)
+				VPANDD(mask, hi, hi)
 			} else {
 				VPSRLW(U8(4), wv, hi)
 				VPTERNLOGD(U8(0xEA), sel, m0f, wv) // (wv & m0f) | sel
@@ -401,6 +407,9 @@ func gemvInt2Split(T int, seq bool) {
 			for g := 0; g < 2; g++ {
 				if chains == 2 {
 					VPADDD(acc[t][1][g], acc[t][0][g], acc[t][0][g])
+				}
+				if seq {
+					VPSRAVD(fix, acc[t][0][g], acc[t][0][g])
 				}
 				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
 			}
