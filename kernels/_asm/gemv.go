@@ -35,14 +35,14 @@ func prefetchAhead(base Register, off int) {
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
-	pairPerm  Mem    // vpermb: dword 2r+h <- dword r of the 32-byte unit h
-	evenIdx   Mem    // vpermt2d: the even dwords of two registers
-	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
-	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
-	i2sMask   Mem    // 0x0C in the low half's bytes, 0x03 in the high half's
-	int2Mask  Mem    // 0x03 in the low half's bytes, 0x0C in the high half's
-	int2Fix   Mem    // vpsravd counts: 0 in the low half and 2 in the high
-	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
+	pairPerm  Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx   Mem // vpermt2d: the even dwords of two registers
+	selHigh   Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
+	i2sGather Mem // vpermd: dwords 0, 4, 8, 12
+	i2sMask   Mem // 0x0C in the low half's bytes, 0x03 in the high half's
+	int2Mask  Mem // 0x03 in the low half's bytes, 0x0C in the high half's
+	int2Fix   Mem // vpsravd counts: 0 in the low half and 2 in the high
+	int1Bits  Mem // dwords of bytes 1, 2, 4, 8
 )
 
 func genGemv() {
