@@ -18,9 +18,9 @@ const (
 // weight stream: into L2 (prefetcht1) far ahead, and from there into L1 (prefetcht0) near.
 // The hardware prefetchers alone leave the AVX-512 kernels at 60-75% of the read bandwidth
 // when they compute between loads; prefetcht0 8 KiB ahead brought them to it on Zen 5, but
-// on a Xeon (Emerald Rapids, 13-15 GB/s a core) it held L1 fill buffers for a whole DRAM
-// latency: the i2s, int2, int8 and bf16 GEMVs ran 7-25% faster with the two-level prefetch
-// (8 KiB and 2 KiB; 16 and 2 KiB within the noise of it), and a plain read was unchanged.
+// on a Xeon (Emerald Rapids, 13-17 GB/s a core) it held L1 fill buffers for a whole DRAM
+// latency: the i2s, bf16 and int8 GEMVs ran 8-33% faster with the two-level prefetch (int2
+// -3 to +25%; 8 KiB and 2 KiB, 16 and 2 KiB within the noise of it), a plain read the same.
 const (
 	prefetchFar  = 8192
 	prefetchNear = 2048
@@ -327,11 +327,11 @@ func gemvInt2Pair(T int) {
 // per token than the pair layout, which matters when vpdpbusd is the limit.
 //
 // seq (gemvInt2Seq*: code books of consecutive levels, where u is the code itself, as in
-// the default -2..1): no table. Rows 0-7 sit in bits 0-1 and 4-5 of a byte, rows 8-15 in
-// bits 2-3 and 6-7: one mask (0x03 in the low half, 0x0C in the high) of the unit and of
-// the unit shifted right by 4 takes the codes where vpermi2b looked them up, those of the
-// high half times 4, and the store divides the high half's sums back (vpsravd by 2: exact,
-// every product being a multiple of 4). Four tokens are bound by vpdpbusd, and the two
+// the default -2..1): no table. A byte's bits 0-1, 2-3, 4-5 and 6-7 belong to rows 0-7,
+// 8-15, 16-23 and 24-31: one mask (0x03 in the low half, 0x0C in the high) of the unit and
+// of the unit shifted right by 4 takes the codes where vpermi2b looked them up, those of
+// the high half times 4, and the store divides the high half's sums back (vpsravd by 2:
+// exact, every product being a multiple of 4). Four tokens are bound by vpdpbusd, and the two
 // vpermi2b per half-step share its pipes: without them a step of four tokens runs in 8.0
 // cycles instead of 8.9 (L1-resident, Zen 5; 16 vpdpbusd alone take 8.0). Per-half variable
 // shifts (4 vpsrlvd a step) in place of the one shift made it slower on an Emerald Rapids
