@@ -35,14 +35,14 @@ func prefetchAhead(base Register, off int) {
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
-	pairPerm  Mem // vpermb: dword 2r+h <- dword r of the 32-byte unit h
-	evenIdx   Mem // vpermt2d: the even dwords of two registers
-	selHigh   Mem // 0x40 in the high 256 bits: selects vpermi2b's second table
-	i2sGather Mem // vpermd: dwords 0, 4, 8, 12
-	i2sMask   Mem // 0x0C in the low half's bytes, 0x03 in the high half's
-	int2Mask  Mem // 0x03 in the low half's bytes, 0x0C in the high half's
-	int2Fix   Mem // vpsravd counts: 0 in the low half and 2 in the high
-	int1Bits  Mem // dwords of bytes 1, 2, 4, 8
+	pairPerm  Mem    // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx   Mem    // vpermt2d: the even dwords of two registers
+	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
+	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
+	i2sMask   Mem    // 0x0C in the low half's bytes, 0x03 in the high half's
+	int2Mask  [2]Mem // 0x03 in the low half's bytes, 0x0C in the high half's; 0x30, 0xC0
+	int2Fix   [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
+	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
 )
 
 func genGemv() {
@@ -67,8 +67,8 @@ func genGemv() {
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
 	i2sMask = halves("i2sMask", []uint32{0x0C0C0C0C}, []uint32{0x03030303})
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
-	int2Mask = halves("int2Mask", []uint32{0x03030303}, []uint32{0x0C0C0C0C})
-	int2Fix = halves("int2Fix", []uint32{0}, []uint32{2})
+	int2Mask = [2]Mem{halves("int2Mask0", []uint32{0x03030303}, []uint32{0x0C0C0C0C}), halves("int2Mask1", []uint32{0x30303030}, []uint32{0xC0C0C0C0})}
+	int2Fix = [2]Mem{halves("int2Fix0", []uint32{0}, []uint32{2}), halves("int2Fix1", []uint32{4}, []uint32{6})}
 
 	for T := 1; T <= 8; T++ {
 		if T <= 2 {
@@ -328,15 +328,17 @@ func gemvInt2Pair(T int) {
 //
 // seq (gemvInt2Seq*: code books of consecutive levels, where u is the code itself, as in
 // the default -2..1): no table. A byte's bits 0-1, 2-3, 4-5 and 6-7 belong to rows 0-7,
-// 8-15, 16-23 and 24-31: one mask (0x03 in the low half, 0x0C in the high) of the unit and
-// of the unit shifted right by 4 takes the codes where vpermi2b looked them up, those of
-// the high half times 4, and the store divides the high half's sums back (vpsravd by 2:
-// exact, every product being a multiple of 4). Four tokens are bound by vpdpbusd, and the two
+// 8-15, 16-23 and 24-31, so one mask per vector takes the codes in place where vpermi2b
+// looked them up (0x03 and 0x0C in the two halves for rows 0-15, 0x30 and 0xC0 for rows
+// 16-31: the codes times 1, 4, 16, 64, at most 192, still a u8), and the store divides each
+// half's sums back (vpsravd by 0, 2, 4, 6: exact, every product being a multiple of the
+// factor; |sum| <= 65536 x 192 x 128 < 2^31). Four tokens are bound by vpdpbusd, and the two
 // vpermi2b per half-step share its pipes: without them a step of four tokens runs in 8.0
-// cycles instead of 8.9 (L1-resident, Zen 5; 16 vpdpbusd alone take 8.0). Per-half variable
-// shifts (4 vpsrlvd a step) in place of the one shift made it slower on an Emerald Rapids
-// Xeon: from L2/L3 at one thread 7% for one token, 11-12% for three and four (ten and eight
-// interleaved rounds), from DRAM 7-9% for one token.
+// cycles instead of 8.9 (L1-resident, Zen 5; 16 vpdpbusd alone take 8.0). On an Emerald
+// Rapids Xeon, from L2 at one thread, against per-half variable shifts (4 vpsrlvd and 4 ands
+// a step): one shift by 4 and 4 ands 7% faster for one token and 11-12% for three and four,
+// the masks alone (4 ands) another 14% and 18%; from DRAM the masks were within the noise
+// (-6 to +6%, eight rounds) and the one shift 7-9% faster for one token.
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
@@ -347,11 +349,14 @@ func gemvInt2Split(T int, seq bool) {
 	p := newPool(true)
 	w := ld(a, gW)
 	xs := newTokX(a, T, gX, gXStride)
-	var la, lb, m0f, sel, mask, fix VecPhysical
+	var la, lb, m0f, sel VecPhysical
+	var mask, fix [2]VecPhysical
 	if seq {
-		mask, fix = p.get(), p.get()
-		VMOVDQU64(int2Mask, mask)
-		VMOVDQU64(int2Fix, fix)
+		for g := range mask {
+			mask[g], fix[g] = p.get(), p.get()
+			VMOVDQU64(int2Mask[g], mask[g])
+			VMOVDQU64(int2Fix[g], fix[g])
+		}
 	} else {
 		tab := ld(a, gTab)
 		la, lb = p.get(), p.get()
@@ -384,9 +389,8 @@ func gemvInt2Split(T int, seq bool) {
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
 			if seq {
-				VPSRLD(U8(4), wv, hi)
-				VPANDD(mask, wv, wv)
-				VPANDD(mask, hi, hi)
+				VPANDD(mask[1], wv, hi)
+				VPANDD(mask[0], wv, wv)
 			} else {
 				VPSRLW(U8(4), wv, hi)
 				VPTERNLOGD(U8(0xEA), sel, m0f, wv) // (wv & m0f) | sel
@@ -409,7 +413,7 @@ func gemvInt2Split(T int, seq bool) {
 					VPADDD(acc[t][1][g], acc[t][0][g], acc[t][0][g])
 				}
 				if seq {
-					VPSRAVD(fix, acc[t][0][g], acc[t][0][g])
+					VPSRAVD(fix[g], acc[t][0][g], acc[t][0][g])
 				}
 				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
 			}
