@@ -18,9 +18,10 @@ const (
 // weight stream: into L2 (prefetcht1) far ahead, and from there into L1 (prefetcht0) near.
 // The hardware prefetchers alone leave the AVX-512 kernels at 60-75% of the read bandwidth
 // when they compute between loads; prefetcht0 8 KiB ahead brought them to it on Zen 5, but
-// on a Xeon (Emerald Rapids, 13-17 GB/s a core) it held L1 fill buffers for a whole DRAM
-// latency: the i2s, bf16 and int8 GEMVs ran 8-33% faster with the two-level prefetch (int2
-// -3 to +25%; 8 KiB and 2 KiB, 16 and 2 KiB within the noise of it), a plain read the same.
+// on a Xeon (Emerald Rapids, 13-17 GB/s a core) the i2s, bf16 and int8 GEMVs ran 8-33%
+// faster with the two-level prefetch (int2 -3 to +25%; 8 KiB and 2 KiB, 16 and 2 KiB within
+// the noise of it), a plain read the same: likely because a prefetcht0 that goes to DRAM
+// holds one of L1's few fill buffers for the whole latency, and the loads behind it wait.
 const (
 	prefetchFar  = 8192
 	prefetchNear = 2048
