@@ -1098,9 +1098,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 }
 
 // gemvPrefetch is how far ahead of its weight stream the i2s zmm GEMV kernels for T = 3, 4
-// prefetch outside gemvParts (gemvArgs.PF; the other GEMV kernels have it built in:
-// prefetchAhead in _asm/gemv.go).
-const gemvPrefetch = 8192
+// prefetch into L1 outside gemvParts (gemvArgs.PF, with gemvFarPrefetch into L2: the
+// two-level prefetch the other GEMV kernels have built in, prefetchNear and prefetchFar in
+// _asm/gemv.go). 2 and 1 KiB against the earlier 8 KiB moved four tokens from DRAM by no more
+// than the noise on an Emerald Rapids Xeon, where they are bound by the vector pipes.
+const gemvPrefetch = 2048
 
 // gemvFarPrefetch is how far ahead the same kernels prefetch their weight stream into L2
 // as well (gemvArgs.Far; gemvParts sets its own distance). With it four tokens on

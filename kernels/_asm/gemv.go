@@ -27,11 +27,19 @@ const (
 	prefetchNear = 2048
 )
 
+// prefetchLine is the two-level prefetch of one line of a weight stream: far into L2, near
+// into L1. Every GEMV kernel prefetches this way, at static distances (prefetchAhead) or at
+// distances its driver computes (the i2s kernels for three and four tokens, the lookup
+// kernels' pieces ahead).
+func prefetchLine(far, near Mem) {
+	PREFETCHT1(far)
+	PREFETCHT0(near)
+}
+
 // prefetchAhead prefetches the weight stream's line off bytes past base, prefetchFar ahead
 // into L2 and prefetchNear ahead into L1.
 func prefetchAhead(base Register, off int) {
-	PREFETCHT1(at(base, prefetchFar+off))
-	PREFETCHT0(at(base, prefetchNear+off))
+	prefetchLine(at(base, prefetchFar+off), at(base, prefetchNear+off))
 }
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
@@ -466,28 +474,17 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	xReset()
 	MOVQ(at(a, gNSeg), nseg)
 	MOVQ(sumsQ, sums)
-	var pf []Mem
-	var far Register
+	prefetch := func(off int) { prefetchAhead(w, off) }
 	if argPF {
-		d := quadDist(a, quad, gPF, gPF7, 7)
-		pf = []Mem{idx(w, d, 1, 0), idx(w, d, 1, 64)}
-		far = quadDist(a, quad, gFar, gFar6, 6)
+		near, far := quadDist(a, quad, gPF, gPF7, 7), quadDist(a, quad, gFar, gFar6, 6)
+		prefetch = func(off int) { prefetchLine(idx(w, far, 1, off), idx(w, near, 1, off)) }
 	}
 	Label(name + "_seg")
 	cnt := segCount(a, nseg, gemvLoop)
 	zero()
 	Label(name + "_blk")
-	for _, m := range pf {
-		PREFETCHT0(m)
-	}
-	if far != nil {
-		PREFETCHT1(idx(w, far, 1, 0))
-		PREFETCHT1(idx(w, far, 1, 64))
-	}
-	if !argPF {
-		prefetchAhead(w, 0)
-		prefetchAhead(w, 64)
-	}
+	prefetch(0)
+	prefetch(64)
 	block(w)
 	SUBQ(I8(-128), w)
 	xAdvance()
@@ -935,8 +932,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	CMPQ(c, U8(2))
 	JLT(LabelRef(name + "_tl1odd"))
 	Label(name + "_tl1pair")
-	PREFETCHT1(at(s.pf, 0))
-	PREFETCHT0(at(s.w, prefetchNear))
+	prefetchLine(at(s.pf, 0), at(s.w, prefetchNear))
 	unit(0)
 	unit(1)
 	ADDQ(U8(64), s.w)
@@ -1057,8 +1053,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
-		PREFETCHT1(at(s.pf, 64*u))
-		PREFETCHT0(at(s.w, prefetchNear+64*u))
+		prefetchLine(at(s.pf, 64*u), at(s.w, prefetchNear+64*u))
 	}
 	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
