@@ -85,8 +85,8 @@ type unpackArgs struct {
 // where X is the activations transposed to [Kp/4][N] dwords.
 type gemmArgs struct {
 	B       unsafe.Pointer // unpacked row block at quad 0
-	X       unsafe.Pointer // xT at quad 0, first token of the tile
-	XQ      int            // bytes between quads in xT (4*N)
+	X       unsafe.Pointer // the tile's xT at quad 0 (transposeTiles)
+	XQ      int            // bytes between quads in xT (4*T: the tile's tokens, transposeTiles)
 	Sums    unsafe.Pointer // int32 [NSeg][T][32]
 	SegQ    int            // quads per segment but the last
 	NSeg    int            // segments

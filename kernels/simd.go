@@ -262,7 +262,8 @@ type plan struct {
 	corrOff int // int32 [n][nseg]
 	xsOff   int // float32 [n][nseg]
 	xOff    int // prepared activations, -1 for a.Q itself
-	xStride int // bytes between tokens (GEMV) or quads (GEMM xT)
+	xStride int // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
+	xTile   int // GEMM: tokens per micro-kernel call, the tiles of xT
 	tabOff  int // int2's decode table (one for every token)
 	size    int
 }
@@ -284,7 +285,7 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	off = align64(off + 4*n*p.nseg)
 	switch {
 	case p.gemm:
-		p.xOff, p.xStride = off, 4*n
+		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
 	case k.ops.xKind == xInt1Perm:
 		p.xOff = off
@@ -355,7 +356,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		}
 	}
 	if p.gemm {
-		transposeDwords(a.Q[:n*ly.Kp], n, ly.Kp, s[p.xOff:p.xOff+ly.Kp*n])
+		transposeTiles(a.Q[:n*ly.Kp], n, ly.Kp, p.xTile, s[p.xOff:p.xOff+ly.Kp*n])
 		return
 	}
 	switch k.ops.xKind {
@@ -417,20 +418,25 @@ func sumInt8Generic(x []int8) int32 {
 	return s
 }
 
-// transposeDwords writes dst[q][t] = the dword q of row t of src (n rows of kp bytes), in
-// 16x16 tiles.
-func transposeDwords(src []int8, n, kp int, dst []byte) {
+// transposeTiles writes the dwords of n rows of kp bytes (src) tile by tile of tile rows:
+// the tile of rows t0..t0+T-1 (T = min(tile, n-t0)) at dst[t0*kp:], as [q][T] (dword q of
+// row t0+i at 4*(q*T+i)). A GEMM micro-kernel's call then reads its tokens' activations as
+// one contiguous stream, 4*T bytes per quad, where a [q][n] layout had it touch a new cache
+// line every quad, 4*n bytes apart: with 512 tokens on K = 4096 (2 MiB, beyond L2 beside the
+// weights) the zmm i2s GEMM ran at 27% of the int8 peak, waiting on those lines.
+func transposeTiles(src []int8, n, kp, tile int, dst []byte) {
 	nq := kp / 4
 	s := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), n*nq)
 	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n*nq)
-	for t0 := 0; t0 < n; t0 += 16 {
-		t1 := min(t0+16, n)
+	for t0 := 0; t0 < n; t0 += tile {
+		T := min(tile, n-t0)
+		dt := d[t0*nq : (t0+T)*nq]
 		for q0 := 0; q0 < nq; q0 += 16 {
 			q1 := min(q0+16, nq)
-			for t := t0; t < t1; t++ {
-				row := s[t*nq:]
+			for i := 0; i < T; i++ {
+				row := s[(t0+i)*nq:]
 				for q := q0; q < q1; q++ {
-					d[q*n+t] = row[q]
+					dt[q*T+i] = row[q]
 				}
 			}
 		}
@@ -967,12 +973,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runLUT(l, a, rb0, rb1, out, p, s, lp, tb)
 		return
 	}
-	tile := k.ops.gemvT
+	tile := min(k.ops.gemvT, n)
 	if p.gemm {
-		tile = k.ops.tileT
+		tile = p.xTile // Prepare's tiles of xT
 	}
 	gemv := k.gemvFor(l)
-	tile = min(tile, n)
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
 	}
@@ -1005,7 +1010,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		if l.SegLen > 0 {
 			segQ = l.SegLen / 4
 		}
-		*mm = gemmArgs{XQ: p.xStride, SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0]),
+		*mm = gemmArgs{SegQ: segQ, NSeg: p.nseg, LastQ: ly.Kp/4 - (p.nseg-1)*segQ, Sums: unsafe.Pointer(&sums[0]),
 			ChunkQ: int16Chunk(l)}
 		if k.ops.tile16 != nil && mm.ChunkQ >= tile16MinQ {
 			tiles[2] = k.ops.tile16
@@ -1076,7 +1081,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			T := min(tile, n-t0)
 			if p.gemm {
 				mm.B = unsafe.Pointer(&bmat[0])
-				mm.X = unsafe.Add(xbase, 4*t0)
+				mm.X, mm.XQ = unsafe.Add(xbase, t0*ly.Kp), 4*T
 				mm.SumsSeg = T * RowBlock * 4
 				tiles[T](argp(mm))
 			} else {
