@@ -121,8 +121,8 @@ type epiArgs struct {
 // are transposed: x[t][k] is the float32 at X + k*XStride + 4t.
 type floatArgs struct {
 	W         unsafe.Pointer // row block: [K][32] bf16 or float32
-	X         unsafe.Pointer // input 0, first token of the tile
-	XStride   int            // bytes between inputs (4 * tokens of the call)
+	X         unsafe.Pointer // the tile's inputs, [K][T] (transposeTiles)
+	XStride   int            // bytes between inputs (4*T)
 	K         int
 	Bias      unsafe.Pointer // float32 [32] or nil
 	Out       unsafe.Pointer

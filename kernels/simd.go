@@ -334,7 +334,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		if a.N > 1 {
 			n, kk := a.N, l.Layout.K
 			_, s := scratchBase(a, 4*n*kk)
-			transposeFloats(a.F, n, kk, unsafe.Slice((*float32)(unsafe.Pointer(&s[0])), n*kk))
+			transposeTiles(words(a.F[:n*kk]), words(s[:4*n*kk]), n, kk, k.ops.floatT)
 		}
 		return
 	}
@@ -356,7 +356,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		}
 	}
 	if p.gemm {
-		transposeTiles(a.Q[:n*ly.Kp], n, ly.Kp, p.xTile, s[p.xOff:p.xOff+ly.Kp*n])
+		transposeTiles(words(a.Q[:n*ly.Kp]), words(s[p.xOff:p.xOff+ly.Kp*n]), n, ly.Kp/4, p.xTile)
 		return
 	}
 	switch k.ops.xKind {
@@ -418,23 +418,20 @@ func sumInt8Generic(x []int8) int32 {
 	return s
 }
 
-// transposeTiles writes the dwords of n rows of kp bytes (src) tile by tile of tile rows:
-// the tile of rows t0..t0+T-1 (T = min(tile, n-t0)) at dst[t0*kp:], as [q][T] (dword q of
-// row t0+i at 4*(q*T+i)). A GEMM micro-kernel's call then reads its tokens' activations as
-// one contiguous stream, 4*T bytes per quad, where a [q][n] layout had it touch a new cache
-// line every quad, 4*n bytes apart: with 512 tokens on K = 4096 (2 MiB, beyond L2 beside the
-// weights) the zmm i2s GEMM ran at 27% of the int8 peak, waiting on those lines.
-func transposeTiles(src []int8, n, kp, tile int, dst []byte) {
-	nq := kp / 4
-	s := unsafe.Slice((*uint32)(unsafe.Pointer(&src[0])), n*nq)
-	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), n*nq)
+// transposeTiles writes n rows of nq 4-byte words (src) tile by tile of tile rows: the tile
+// of rows t0..t0+T-1 (T = min(tile, n-t0)) at dst[t0*nq:], as [q][T] (word q of row t0+i at
+// q*T+i). A GEMM micro-kernel's call then reads its tokens' inputs as one contiguous stream,
+// T words per quad (int8) or input (float), where a [q][n] layout had it touch a new cache
+// line every step, 4*n bytes apart: with 512 tokens on K = 4096 (the int8 xT 2 MiB, beyond
+// L2 beside the weights) the zmm i2s GEMM ran at 27% of the int8 peak, waiting on those lines.
+func transposeTiles(src, dst []uint32, n, nq, tile int) {
 	for t0 := 0; t0 < n; t0 += tile {
 		T := min(tile, n-t0)
-		dt := d[t0*nq : (t0+T)*nq]
+		dt := dst[t0*nq : (t0+T)*nq]
 		for q0 := 0; q0 < nq; q0 += 16 {
 			q1 := min(q0+16, nq)
 			for i := 0; i < T; i++ {
-				row := s[(t0+i)*nq:]
+				row := src[(t0+i)*nq:]
 				for q := q0; q < q1; q++ {
 					dt[q*T+i] = row[q]
 				}
@@ -443,20 +440,9 @@ func transposeTiles(src []int8, n, kp, tile int, dst []byte) {
 	}
 }
 
-// transposeFloats writes dst[k][t] = src[t][k] for n rows of kk floats, in 16x16 tiles.
-func transposeFloats(src []float32, n, kk int, dst []float32) {
-	for t0 := 0; t0 < n; t0 += 16 {
-		t1 := min(t0+16, n)
-		for k0 := 0; k0 < kk; k0 += 16 {
-			k1 := min(k0+16, kk)
-			for t := t0; t < t1; t++ {
-				row := src[t*kk:]
-				for k := k0; k < k1; k++ {
-					dst[k*n+t] = row[k]
-				}
-			}
-		}
-	}
+// words views b (4-byte aligned, a multiple of 4 bytes long) as 4-byte words.
+func words[E int8 | byte | float32](b []E) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)*int(unsafe.Sizeof(b[0]))/4)
 }
 
 // permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
@@ -1177,7 +1163,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	f := &tb.f
-	*f = floatArgs{XStride: 4 * n, K: ly.K, OutStride: 4 * ly.M}
+	*f = floatArgs{K: ly.K, OutStride: 4 * ly.M}
 	xt := unsafe.Pointer(&a.F[0])
 	if n > 1 {
 		_, s := scratchView(a, 4*n*ly.K)
@@ -1194,7 +1180,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		}
 		for t0 := 0; t0 < n; t0 += k.ops.floatT {
 			T := min(k.ops.floatT, n-t0)
-			f.X = unsafe.Add(xt, 4*t0)
+			f.X, f.XStride = unsafe.Add(xt, 4*t0*ly.K), 4*T // Prepare's tiles (n = 1: a.F itself)
 			f.Out = unsafe.Pointer(&out[t0*ly.M+m0])
 			k.ops.float[T](argp(f))
 		}
