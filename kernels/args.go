@@ -82,7 +82,7 @@ type unpackArgs struct {
 
 // gemmArgs: the prefill micro-kernel, T tokens (part of the function) x 32 rows:
 // Sums[j][t][r] = sum over segment j's quads q and i < 4 of B[q][r][i] * X[q][t][i],
-// where X is the activations transposed to [Kp/4][N] dwords.
+// where X is the tile's activations transposed to [Kp/4][T] dwords (transposeTiles).
 type gemmArgs struct {
 	B       unsafe.Pointer // unpacked row block at quad 0
 	X       unsafe.Pointer // the tile's xT at quad 0 (transposeTiles)
