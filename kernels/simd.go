@@ -459,11 +459,7 @@ func permInt1(x []int8, dst []byte) {
 
 // permInt1Generic is permInt1 in Go (len(x) a multiple of 16), the reference of permInt1AVX2.
 func permInt1Generic(x []int8, dst []byte) {
-	if len(x) == 0 {
-		return
-	}
-	s := unsafe.Slice((*uint32)(unsafe.Pointer(&x[0])), len(x)/4)
-	d := unsafe.Slice((*uint32)(unsafe.Pointer(&dst[0])), len(x)/4)
+	s, d := words(x), words(dst[:len(x)])
 	for g := 0; g+3 < len(s); g += 4 {
 		d[g], d[g+1], d[g+2], d[g+3] = s[g], s[g+2], s[g+1], s[g+3]
 	}
