@@ -15,8 +15,8 @@ type ISA int
 
 // The SIMD paths, best first.
 const (
-	// ISAAVX512 is AVX-512 F/BW/VL + VNNI + VBMI + VBMI2 on zmm registers (Ice Lake and later
-	// Xeons, Zen 4 and later).
+	// ISAAVX512 is AVX-512 F/BW/VL + VNNI + VBMI + VBMI2 and GFNI on zmm registers (Ice Lake
+	// and later Xeons, Zen 4 and later).
 	ISAAVX512 ISA = iota
 	// ISAAVXVNNI is the AVX2 kernels with VEX-encoded vpdpbusd (AVX-VNNI: Alder Lake and later
 	// client CPUs, Zen 5), and vpdpbssd for int8 where AVX-VNNI-INT8 exists (Arrow Lake,
@@ -39,7 +39,7 @@ func (i ISA) String() string {
 // cpu holds what the processor supports, detected once. Tests and kill switches only
 // narrow it (see the Disable functions).
 var cpu = struct {
-	avx2, fma, avx512, avx512vnni, avx512vbmi, avx512vbmi2, avxvnni, avxvnniint8 bool
+	avx2, fma, avx512, avx512vnni, avx512vbmi, avx512vbmi2, gfni, avxvnni, avxvnniint8 bool
 }{
 	avx2:        cpuid.CPU.Supports(cpuid.AVX2, cpuid.FMA3, cpuid.BMI2),
 	fma:         cpuid.CPU.Supports(cpuid.FMA3),
@@ -47,6 +47,7 @@ var cpu = struct {
 	avx512vnni:  cpuid.CPU.Supports(cpuid.AVX512VNNI),
 	avx512vbmi:  cpuid.CPU.Supports(cpuid.AVX512VBMI),
 	avx512vbmi2: cpuid.CPU.Supports(cpuid.AVX512VBMI2),
+	gfni:        cpuid.CPU.Supports(cpuid.GFNI),
 	avxvnni:     cpuid.CPU.Supports(cpuid.AVXVNNI),
 	avxvnniint8: cpuid.CPU.Supports(cpuid.AVXVNNIINT8),
 }
@@ -59,7 +60,7 @@ func zmmMissing() []string {
 		name string
 	}{
 		{cpu.avx512, "AVX-512 F/BW/VL/DQ"}, {cpu.avx512vnni, "AVX512_VNNI"},
-		{cpu.avx512vbmi, "AVX512_VBMI"}, {cpu.avx512vbmi2, "AVX512_VBMI2"},
+		{cpu.avx512vbmi, "AVX512_VBMI"}, {cpu.avx512vbmi2, "AVX512_VBMI2"}, {cpu.gfni, "GFNI"},
 	} {
 		if !f.ok {
 			miss = append(miss, f.name)
@@ -187,7 +188,7 @@ func CPUFeatures() []string {
 		ok   bool
 	}{
 		{"avx2", cpu.avx2}, {"fma", cpu.fma}, {"avx512", cpu.avx512}, {"avx512vnni", cpu.avx512vnni},
-		{"avx512vbmi", cpu.avx512vbmi}, {"avx512vbmi2", cpu.avx512vbmi2}, {"avxvnni", cpu.avxvnni}, {"avxvnniint8", cpu.avxvnniint8},
+		{"avx512vbmi", cpu.avx512vbmi}, {"avx512vbmi2", cpu.avx512vbmi2}, {"gfni", cpu.gfni}, {"avxvnni", cpu.avxvnni}, {"avxvnniint8", cpu.avxvnniint8},
 		{"avx512bf16", cpuid.CPU.Supports(cpuid.AVX512BF16)},
 	} {
 		if f.ok {

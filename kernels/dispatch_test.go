@@ -93,21 +93,32 @@ func TestDispatchReasons(t *testing.T) {
 	}
 }
 
-// The zmm tl2 kernels for two or more tokens use vpshldw (AVX512_VBMI2): a CPU without it
-// must not get the AVX-512 path, and the reason names it.
-func TestAVX512PathNeedsVBMI2(t *testing.T) {
+// The zmm tl2 kernels for two or more tokens use vpshldw (AVX512_VBMI2), and the i2s ones
+// for three and four tokens vgf2p8affineqb (GFNI): a CPU without either must not get the
+// AVX-512 path, and the reason names what is missing.
+func TestAVX512PathNeedsVBMI2AndGFNI(t *testing.T) {
 	if !ISAAvailable(ISAAVX512) {
 		t.Skip("no AVX-512 path on this CPU:", isaReason(ISAAVX512))
 	}
-	saved := cpu
-	defer func() { cpu = saved }()
-	cpu.avx512vbmi2 = false
-	if r := isaReason(ISAAVX512); !strings.Contains(r, "AVX512_VBMI2") {
-		t.Errorf("AVX-512 path without VBMI2: reason %q, want it to name AVX512_VBMI2", r)
-	}
-	l, _ := probeLayer(quantcfg.LayerSpec{Format: quantcfg.TL2, Out: 64, In: 96})
-	if k, err := Select(l, 4); err != nil || strings.HasPrefix(k.Name(), ISAAVX512.String()) {
-		t.Errorf("Select(tl2, n = 4) without VBMI2: %v, %v; want a kernel off the AVX-512 path", k, err)
+	for _, c := range []struct {
+		name string
+		off  func()
+		f    quantcfg.Format
+		k    int
+	}{
+		{"AVX512_VBMI2", func() { cpu.avx512vbmi2 = false }, quantcfg.TL2, 96},
+		{"GFNI", func() { cpu.gfni = false }, quantcfg.I2S, 128},
+	} {
+		saved := cpu
+		c.off()
+		if r := isaReason(ISAAVX512); !strings.Contains(r, c.name) {
+			t.Errorf("AVX-512 path without %s: reason %q, want it to name %s", c.name, r, c.name)
+		}
+		l, _ := probeLayer(quantcfg.LayerSpec{Format: c.f, Out: 64, In: c.k})
+		if k, err := Select(l, 4); err != nil || strings.HasPrefix(k.Name(), ISAAVX512.String()) {
+			t.Errorf("Select(%s, n = 4) without %s: %v, %v; want a kernel off the AVX-512 path", c.f, c.name, k, err)
+		}
+		cpu = saved
 	}
 }
 

@@ -49,7 +49,7 @@ var cpuFeatures = []struct {
 	{"AVX2", cpuid.AVX2}, {"FMA3", cpuid.FMA3},
 	{"AVX512F", cpuid.AVX512F}, {"AVX512BW", cpuid.AVX512BW}, {"AVX512VL", cpuid.AVX512VL},
 	{"AVX512VNNI", cpuid.AVX512VNNI}, {"AVX512BF16", cpuid.AVX512BF16}, {"AVX512VBMI", cpuid.AVX512VBMI},
-	{"AVX512VBMI2", cpuid.AVX512VBMI2},
+	{"AVX512VBMI2", cpuid.AVX512VBMI2}, {"GFNI", cpuid.GFNI},
 	{"AVXVNNI", cpuid.AVXVNNI}, {"AVXVNNIINT8", cpuid.AVXVNNIINT8},
 	{"ASIMD", cpuid.ASIMD}, {"ASIMDDP", cpuid.ASIMDDP},
 }

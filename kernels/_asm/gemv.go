@@ -48,7 +48,7 @@ var (
 	evenIdx   Mem    // vpermt2d: the even dwords of two registers
 	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
 	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
-	i2sMask   Mem    // 0x0C in the low half's bytes, 0x03 in the high half's
+	i2sRuns   [2]Mem // vgf2p8affineqb matrices: runs 0 and 1 of each byte to bits 1-0, in the low and high half; runs 2 and 3
 	int2Mask  [2]Mem // 0x03 in the low half's bytes, 0x0C in the high half's; 0x30, 0xC0
 	int2Fix   [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
 	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
@@ -74,7 +74,7 @@ func genGemv() {
 	}
 	selHigh = table("selHigh", sh)
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
-	i2sMask = halves("i2sMask", []uint32{0x0C0C0C0C}, []uint32{0x03030303})
+	i2sRuns = [2]Mem{bitFields("i2sRuns01", 6, 4), bitFields("i2sRuns23", 2, 0)}
 	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
 	int2Mask = [2]Mem{halves("int2Mask0", []uint32{0x03030303}, []uint32{0x0C0C0C0C}), halves("int2Mask1", []uint32{0x30303030}, []uint32{0xC0C0C0C0})}
 	int2Fix = [2]Mem{halves("int2Fix0", []uint32{0}, []uint32{2}), halves("int2Fix1", []uint32{4}, []uint32{6})}
@@ -101,6 +101,21 @@ func genGemv() {
 
 // halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
 // high (per-half shift counts: a qword count is its dword and a 0).
+// bitFields returns a table of vgf2p8affineqb matrices that take the 2-bit field at bit lo of
+// every byte in the low 256 bits, and at bit hi in the high 256 bits, down to bits 1-0 (the
+// rest zero). Output bit i of a byte is the parity of the matrix's byte 7-i and the input.
+func bitFields(name string, lo, hi int) Mem {
+	var d []uint32
+	for _, at := range []int{lo, hi} {
+		// byte 7 (output bit 0) <- input bit at, byte 6 (output bit 1) <- input bit at+1
+		m := uint64(1)<<at<<56 | uint64(2)<<at<<48
+		for i := 0; i < 4; i++ {
+			d = append(d, uint32(m), uint32(m>>32))
+		}
+	}
+	return dwordTable(name, d)
+}
+
 func halves(name string, lo, hi []uint32) Mem {
 	var d []uint32
 	for _, pat := range [][]uint32{lo, hi} {
@@ -588,22 +603,23 @@ func gemvI2SZ(T int) {
 // 32-byte piece is broadcast to both halves, so a vector holds one row's codes of two
 // consecutive 32-input runs and multiplies a plain 64-byte load of activations. A broadcast
 // load of activations per token and run (gemvI2SZ) costs more than a broadcast load per row
-// once several tokens share each row. Runs 0 and 1 sit in bits 6-7 and 4-5 of a byte, runs 2
-// and 3 in bits 2-3 and 0-1: one shift by 4 and one mask (0x0C in the low half, 0x03 in the
-// high) give both vectors their codes with the same factors, 4 in the low half and 1 in the
-// high, so they share an accumulator whose low half is divided back by 4 (an exact
-// arithmetic shift) before the halves are added. Per block: 4 shifts and 8 ands beside the
-// 32 vpdpbusd of four tokens; per-half variable shifts (8 vpsrlvq) made four tokens 10% slower
-// from L2 at one thread on an Emerald Rapids Xeon (2560x2560, eight interleaved rounds; from
-// DRAM within the noise). The prefetch distance (PF, PF7) and Acc come
-// from the driver, which runs a long K in parts (gemvParts).
+// once several tokens share each row. Runs 0 and 1 sit in bits 7-6 and 5-4 of a byte, runs 2
+// and 3 in bits 3-2 and 1-0: one vgf2p8affineqb per vector, its matrix taking one field in
+// the low half and the other in the high, brings them down to plain codes (i2sRuns). Per
+// block: 8 of them beside the 32 vpdpbusd of four tokens. They replaced a shift and two
+// masks per row (the low half's codes times 4, divided back at the end): a copy of the
+// four-token block loop on L1-resident weights took 24.4 cycles instead of 26.4 on an
+// Emerald Rapids Xeon, where the vpdpbusd and loads alone take 20; per-half variable shifts
+// (8 vpsrlvq) had been 10% slower than the shift and masks. The prefetch distance (PF, PF7)
+// and Acc come from the driver, which runs a long K in parts (gemvParts).
 func gemvI2SRowZ(T int) {
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
-	m := p.get()
-	VMOVDQU64(i2sMask, m)
+	runs := p.getn(2)
+	VMOVDQU64(i2sRuns[0], runs[0])
+	VMOVDQU64(i2sRuns[1], runs[1])
 	// acc[t][0][r]: token t, row r of the quad (two dot products per block each).
 	acc, all := accSets(p, T, 1)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
@@ -612,9 +628,8 @@ func gemvI2SRowZ(T int) {
 		for r := 0; r < 4; r++ {
 			c0, c1 := cls[2*r], cls[2*r+1]
 			VBROADCASTI64X4(at(w, 32*r), c1)
-			VPSRLQ(U8(4), c1, c0)
-			VPANDD(m, c0, c0)
-			VPANDD(m, c1, c1)
+			VGF2P8AFFINEQB(U8(0), runs[0], c1, c0)
+			VGF2P8AFFINEQB(U8(0), runs[1], c1, c1)
 		}
 		for t := range acc {
 			VMOVDQU64(xs.mem(t, 0), xv[0])
@@ -631,11 +646,10 @@ func gemvI2SRowZ(T int) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			s := acc[t][0]
-			// 128-bit lanes: s0, s1 -> [s0.0/4+s0.2, s0.1/4+s0.3, s1.0/4+s1.2, s1.1/4+s1.3]
+			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
 			for i := 0; i < 4; i += 2 {
 				VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
 				VSHUFI64X2(U8(0xEE), s[i+1], s[i], v)
-				VPSRAD(U8(2), u, u)
 				VPADDD(v, u, s[i])
 			}
 			quadRowSums(s[0], s[2], u, v, y)
@@ -830,14 +844,14 @@ func takeChunk(n Register, most uint32) GPVirtual {
 
 // lutState is the register state of the zmm lookup-table kernels (tl1, tl2).
 type lutState struct {
-	p                       *pool
-	T                       int
-	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
-	tabs                    []GPVirtual     // token tables
-	acc16                   [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
-	acc32                   [][2]VecPhysical
-	m0f, c16, wz, i0, i1, l VecPhysical
-	top, x, l2              VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
+	p                         *pool
+	T                         int
+	w, pf, kt                 GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
+	tabs                      []GPVirtual     // token tables
+	acc16                     [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
+	acc32                     [][2]VecPhysical
+	m0f, hiNib, wz, i0, i1, l VecPhysical // hiNib: gfHighNibble
+	top, x, l2                VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
 }
 
 // lutChains is the number of int16 chains per token: with one token four chains keep
@@ -857,9 +871,9 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	s := &lutState{p: newPool(true), T: T}
 	s.w, s.pf, s.kt = GP64(), GP64(), GP64()
 	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
-	s.m0f, s.c16 = s.p.get(), s.p.get()
+	s.m0f, s.hiNib = s.p.get(), s.p.get()
 	bcastByte(s.m0f, 0x0f)
-	bcastWord(s.c16, 16)
+	bcastQword(s.hiNib, gfHighNibble)
 	for t := 0; t < T; t++ {
 		s.acc16 = append(s.acc16, s.p.getn(lutChains(T, tl2)))
 	}
@@ -913,7 +927,10 @@ func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
 // 64-byte line), then an odd one. A unit adds to chains 2*(u%2) and 2*(u%2)+1 (modulo the
 // token's chains), at most 256 per entry, so flushing every 32*chains units keeps a chain
 // within 64 entries (16384). Against one unit per iteration with two chains for one token:
-// 12-21% faster cache-resident, neutral from DRAM on this machine's slower memory.
+// 12-21% faster cache-resident, neutral from DRAM on this machine's slower memory. A
+// unit's second indices are its high nibbles plus 16 (the pair's half of the 32-word
+// table): one vgf2p8affineqb makes them from the zero-extended words (every byte's high
+// nibble down, 0x10 or'ed in by its constant; vpermw reads only the low five bits of a word).
 func (s *lutState) tl1Units(name string, n Register) {
 	done := name + "_tl1done"
 	TESTQ(n, n)
@@ -924,8 +941,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	unit := func(h int) {
 		VPMOVZXBW(at(s.w, 32*h), s.wz)
 		VPANDD(s.m0f, s.wz, s.i0)
-		VPSRLW(U8(4), s.wz, s.i1)
-		VPORD(s.c16, s.i1, s.i1)
+		VGF2P8AFFINEQB(U8(0x10), s.hiNib, s.wz, s.i1)
 		s.lookup(s.i0, 64*h, 2*h)
 		s.lookup(s.i1, 64*h, 2*h+1)
 	}

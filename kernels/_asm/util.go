@@ -105,6 +105,17 @@ func bcastDword(v VecPhysical, d uint32) {
 
 func bcastWord(v VecPhysical, w uint16) { bcastDword(v, uint32(w)*0x10001) }
 
+// bcastQword fills the zmm v with qword q.
+func bcastQword(v VecPhysical, q uint64) {
+	t := GP64()
+	MOVQ(U64(q), t)
+	VPBROADCASTQ(t, v)
+}
+
+// gfHighNibble is the vgf2p8affineqb matrix that moves bits 7-4 of a byte to bits 3-0 (and
+// clears 7-4): output bit i is the parity of the matrix's byte 7-i and the input byte.
+const gfHighNibble = 0x10<<56 | 0x20<<48 | 0x40<<40 | 0x80<<32
+
 // table defines a read-only data symbol of bytes.
 func table(name string, b []byte) Mem {
 	m := GLOBL(name, RODATA|NOPTR)
