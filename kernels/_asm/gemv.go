@@ -99,16 +99,14 @@ func genGemv() {
 	genGemvAVX2()
 }
 
-// halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
-// high (per-half shift counts: a qword count is its dword and a 0).
 // bitFields returns a table of vgf2p8affineqb matrices that take the 2-bit field at bit lo of
 // every byte in the low 256 bits, and at bit hi in the high 256 bits, down to bits 1-0 (the
 // rest zero). Output bit i of a byte is the parity of the matrix's byte 7-i and the input.
 func bitFields(name string, lo, hi int) Mem {
 	var d []uint32
-	for _, at := range []int{lo, hi} {
-		// byte 7 (output bit 0) <- input bit at, byte 6 (output bit 1) <- input bit at+1
-		m := uint64(1)<<at<<56 | uint64(2)<<at<<48
+	for _, bit := range []int{lo, hi} {
+		// byte 7 (output bit 0) <- input bit, byte 6 (output bit 1) <- input bit+1
+		m := uint64(1)<<bit<<56 | uint64(2)<<bit<<48
 		for i := 0; i < 4; i++ {
 			d = append(d, uint32(m), uint32(m>>32))
 		}
@@ -116,6 +114,8 @@ func bitFields(name string, lo, hi int) Mem {
 	return dwordTable(name, d)
 }
 
+// halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
+// high (per-half shift counts: a qword count is its dword and a 0).
 func halves(name string, lo, hi []uint32) Mem {
 	var d []uint32
 	for _, pat := range [][]uint32{lo, hi} {
