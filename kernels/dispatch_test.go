@@ -109,16 +109,18 @@ func TestAVX512PathNeedsVBMI2AndGFNI(t *testing.T) {
 		{"AVX512_VBMI2", func() { cpu.avx512vbmi2 = false }, quantcfg.TL2, 96},
 		{"GFNI", func() { cpu.gfni = false }, quantcfg.I2S, 128},
 	} {
-		saved := cpu
-		c.off()
-		if r := isaReason(ISAAVX512); !strings.Contains(r, c.name) {
-			t.Errorf("AVX-512 path without %s: reason %q, want it to name %s", c.name, r, c.name)
-		}
-		l, _ := probeLayer(quantcfg.LayerSpec{Format: c.f, Out: 64, In: c.k})
-		if k, err := Select(l, 4); err != nil || strings.HasPrefix(k.Name(), ISAAVX512.String()) {
-			t.Errorf("Select(%s, n = 4) without %s: %v, %v; want a kernel off the AVX-512 path", c.f, c.name, k, err)
-		}
-		cpu = saved
+		t.Run(c.name, func(t *testing.T) {
+			saved := cpu
+			defer func() { cpu = saved }()
+			c.off()
+			if r := isaReason(ISAAVX512); !strings.Contains(r, c.name) {
+				t.Errorf("AVX-512 path without %s: reason %q, want it to name %s", c.name, r, c.name)
+			}
+			l, _ := probeLayer(quantcfg.LayerSpec{Format: c.f, Out: 64, In: c.k})
+			if k, err := Select(l, 4); err != nil || strings.HasPrefix(k.Name(), ISAAVX512.String()) {
+				t.Errorf("Select(%s, n = 4) without %s: %v, %v; want a kernel off the AVX-512 path", c.f, c.name, k, err)
+			}
+		})
 	}
 }
 

@@ -99,14 +99,13 @@ func genGemv() {
 	genGemvAVX2()
 }
 
-// bitFields returns a table of vgf2p8affineqb matrices that take the 2-bit field at bit lo of
-// every byte in the low 256 bits, and at bit hi in the high 256 bits, down to bits 1-0 (the
-// rest zero). Output bit i of a byte is the parity of the matrix's byte 7-i and the input.
+// bitFields returns a table of vgf2p8affineqb matrices (gfField) that take the 2-bit field
+// at bit lo of every byte in the low 256 bits, and at bit hi in the high 256 bits, down to
+// bits 1-0.
 func bitFields(name string, lo, hi int) Mem {
 	var d []uint32
 	for _, bit := range []int{lo, hi} {
-		// byte 7 (output bit 0) <- input bit, byte 6 (output bit 1) <- input bit+1
-		m := uint64(1)<<bit<<56 | uint64(2)<<bit<<48
+		m := gfField(bit, 2)
 		for i := 0; i < 4; i++ {
 			d = append(d, uint32(m), uint32(m>>32))
 		}
@@ -115,7 +114,7 @@ func bitFields(name string, lo, hi int) Mem {
 }
 
 // halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
-// high (per-half shift counts: a qword count is its dword and a 0).
+// high (per-half masks and shift counts).
 func halves(name string, lo, hi []uint32) Mem {
 	var d []uint32
 	for _, pat := range [][]uint32{lo, hi} {
@@ -850,7 +849,7 @@ type lutState struct {
 	tabs                      []GPVirtual     // token tables
 	acc16                     [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
 	acc32                     [][2]VecPhysical
-	m0f, hiNib, wz, i0, i1, l VecPhysical // hiNib: gfHighNibble
+	m0f, hiNib, wz, i0, i1, l VecPhysical // hiNib: gfField(4, 4), the high nibbles down
 	top, x, l2                VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
 }
 
@@ -873,7 +872,7 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
 	s.m0f, s.hiNib = s.p.get(), s.p.get()
 	bcastByte(s.m0f, 0x0f)
-	bcastQword(s.hiNib, gfHighNibble)
+	bcastQword(s.hiNib, gfField(4, 4))
 	for t := 0; t < T; t++ {
 		s.acc16 = append(s.acc16, s.p.getn(lutChains(T, tl2)))
 	}
@@ -930,7 +929,7 @@ func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
 // 12-21% faster cache-resident, neutral from DRAM on this machine's slower memory. A
 // unit's second indices are its high nibbles plus 16 (the pair's half of the 32-word
 // table): one vgf2p8affineqb makes them from the zero-extended words (every byte's high
-// nibble down, 0x10 or'ed in by its constant; vpermw reads only the low five bits of a word).
+// nibble down, bit 4 set by its constant; vpermw reads only the low five bits of a word).
 func (s *lutState) tl1Units(name string, n Register) {
 	done := name + "_tl1done"
 	TESTQ(n, n)

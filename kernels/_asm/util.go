@@ -112,9 +112,16 @@ func bcastQword(v VecPhysical, q uint64) {
 	VPBROADCASTQ(t, v)
 }
 
-// gfHighNibble is the vgf2p8affineqb matrix that moves bits 7-4 of a byte to bits 3-0 (and
-// clears 7-4): output bit i is the parity of the matrix's byte 7-i and the input byte.
-const gfHighNibble = 0x10<<56 | 0x20<<48 | 0x40<<40 | 0x80<<32
+// gfField returns the vgf2p8affineqb matrix (one qword) that moves the n-bit field at bit
+// from of every byte down to bits n-1..0 and clears the rest: output bit i of a byte is the
+// parity of the matrix's byte 7-i and the input byte, so byte 7-i selects input bit from+i.
+func gfField(from, n int) uint64 {
+	var m uint64
+	for i := 0; i < n; i++ {
+		m |= uint64(1) << (from + i) << (8 * (7 - i))
+	}
+	return m
+}
 
 // table defines a read-only data symbol of bytes.
 func table(name string, b []byte) Mem {
