@@ -78,7 +78,11 @@ func genGemm() {
 }
 
 // tileZ: the AVX-512 GEMM micro-kernel, 32 rows (two zmm of dwords) x T tokens, one
-// vpdpbusd per row half and token per quad of inputs.
+// vpdpbusd per row half and token per quad of inputs, the token's activations an embedded
+// broadcast ({1to16}) rather than a vpbroadcastd into a register: 26 instructions a quad
+// for twelve tokens instead of 38. On an Emerald Rapids Xeon (4096x4096, 512 tokens, test
+// binaries in turn: i2s and tl2 over 8 pairs, i2s and int2 over 16) the GEMM ran a median
+// 5-8% faster at one thread and 1-5% at two.
 func tileZ(T int) {
 	name := fmt.Sprintf("tileT%dAVX512", T)
 	a := fn(name, fmt.Sprintf("%s is the GEMM micro-kernel for %d token(s) (see gemmArgs); tileGeneric is its reference.", name, T))
@@ -89,7 +93,6 @@ func tileZ(T int) {
 		copy(acc[t][:], p.getn(2))
 	}
 	b0, b1 := p.get(), p.get()
-	xv := p.getn(2)
 	Label(name + "_seg")
 	cnt := segCount(a, nseg, gemmLoop)
 	zeroAll(flat2(acc)...)
@@ -97,9 +100,8 @@ func tileZ(T int) {
 	VMOVDQU64(at(b, 0), b0)
 	VMOVDQU64(at(b, 64), b1)
 	for t := range acc {
-		VPBROADCASTD(at(x, 4*t), xv[t%2])
-		VPDPBUSD(xv[t%2], b0, acc[t][0])
-		VPDPBUSD(xv[t%2], b1, acc[t][1])
+		VPDPBUSD_BCST(at(x, 4*t), b0, acc[t][0])
+		VPDPBUSD_BCST(at(x, 4*t), b1, acc[t][1])
 	}
 	ADDQ(U8(128), b)
 	ADDQ(xq, x)
