@@ -106,18 +106,12 @@ func genGemv() {
 // at bit lo of every byte in the low 256 bits, and at bit hi in the high 256 bits, down to
 // bits 1-0.
 func bitFields(name string, lo, hi int) Mem {
-	var d []uint32
-	for _, bit := range []int{lo, hi} {
-		m := gfField(bit, 2)
-		for i := 0; i < 4; i++ {
-			d = append(d, uint32(m), uint32(m>>32))
-		}
-	}
-	return dwordTable(name, d)
+	qword := func(m uint64) []uint32 { return []uint32{uint32(m), uint32(m >> 32)} }
+	return halves(name, qword(gfField(lo, 2)), qword(gfField(hi, 2)))
 }
 
 // halves defines a 64-byte table of dwords: lo repeated over the low 256 bits, hi over the
-// high (per-half masks and shift counts).
+// high (per-half masks, shift counts and vgf2p8affineqb matrices).
 func halves(name string, lo, hi []uint32) Mem {
 	var d []uint32
 	for _, pat := range [][]uint32{lo, hi} {
