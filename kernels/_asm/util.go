@@ -123,6 +123,18 @@ func gfField(from, n int) uint64 {
 	return m
 }
 
+// shiftCtl returns the vpmultishiftqb control (one qword) under which byte j of every qword
+// takes the eight bits from bit 8j+s on (mod 64): each word's bits 0 to 15-s are then the
+// word shifted right by s (the bits above come from the next word), as a lookup on its low
+// bits needs.
+func shiftCtl(s int) uint64 {
+	var c uint64
+	for j := 0; j < 8; j++ {
+		c |= uint64((8*j+s)&63) << (8 * j)
+	}
+	return c
+}
+
 // table defines a read-only data symbol of bytes.
 func table(name string, b []byte) Mem {
 	m := GLOBL(name, RODATA|NOPTR)
