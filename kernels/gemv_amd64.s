@@ -480,8 +480,74 @@ DATA lutSplitWords<>+30(SB)/1, $0x0d
 DATA lutSplitWords<>+31(SB)/1, $0x0f
 GLOBL lutSplitWords<>(SB), RODATA|NOPTR, $32
 
+DATA lutPlanesZ<>+0(SB)/1, $0x00
+DATA lutPlanesZ<>+1(SB)/1, $0x02
+DATA lutPlanesZ<>+2(SB)/1, $0x04
+DATA lutPlanesZ<>+3(SB)/1, $0x06
+DATA lutPlanesZ<>+4(SB)/1, $0x08
+DATA lutPlanesZ<>+5(SB)/1, $0x0a
+DATA lutPlanesZ<>+6(SB)/1, $0x0c
+DATA lutPlanesZ<>+7(SB)/1, $0x0e
+DATA lutPlanesZ<>+8(SB)/1, $0x10
+DATA lutPlanesZ<>+9(SB)/1, $0x12
+DATA lutPlanesZ<>+10(SB)/1, $0x14
+DATA lutPlanesZ<>+11(SB)/1, $0x16
+DATA lutPlanesZ<>+12(SB)/1, $0x18
+DATA lutPlanesZ<>+13(SB)/1, $0x1a
+DATA lutPlanesZ<>+14(SB)/1, $0x1c
+DATA lutPlanesZ<>+15(SB)/1, $0x1e
+DATA lutPlanesZ<>+16(SB)/1, $0x01
+DATA lutPlanesZ<>+17(SB)/1, $0x03
+DATA lutPlanesZ<>+18(SB)/1, $0x05
+DATA lutPlanesZ<>+19(SB)/1, $0x07
+DATA lutPlanesZ<>+20(SB)/1, $0x09
+DATA lutPlanesZ<>+21(SB)/1, $0x0b
+DATA lutPlanesZ<>+22(SB)/1, $0x0d
+DATA lutPlanesZ<>+23(SB)/1, $0x0f
+DATA lutPlanesZ<>+24(SB)/1, $0x11
+DATA lutPlanesZ<>+25(SB)/1, $0x13
+DATA lutPlanesZ<>+26(SB)/1, $0x15
+DATA lutPlanesZ<>+27(SB)/1, $0x17
+DATA lutPlanesZ<>+28(SB)/1, $0x19
+DATA lutPlanesZ<>+29(SB)/1, $0x1b
+DATA lutPlanesZ<>+30(SB)/1, $0x1d
+DATA lutPlanesZ<>+31(SB)/1, $0x1f
+DATA lutPlanesZ<>+32(SB)/1, $0x20
+DATA lutPlanesZ<>+33(SB)/1, $0x22
+DATA lutPlanesZ<>+34(SB)/1, $0x24
+DATA lutPlanesZ<>+35(SB)/1, $0x26
+DATA lutPlanesZ<>+36(SB)/1, $0x28
+DATA lutPlanesZ<>+37(SB)/1, $0x2a
+DATA lutPlanesZ<>+38(SB)/1, $0x2c
+DATA lutPlanesZ<>+39(SB)/1, $0x2e
+DATA lutPlanesZ<>+40(SB)/1, $0x30
+DATA lutPlanesZ<>+41(SB)/1, $0x32
+DATA lutPlanesZ<>+42(SB)/1, $0x34
+DATA lutPlanesZ<>+43(SB)/1, $0x36
+DATA lutPlanesZ<>+44(SB)/1, $0x38
+DATA lutPlanesZ<>+45(SB)/1, $0x3a
+DATA lutPlanesZ<>+46(SB)/1, $0x3c
+DATA lutPlanesZ<>+47(SB)/1, $0x3e
+DATA lutPlanesZ<>+48(SB)/1, $0x21
+DATA lutPlanesZ<>+49(SB)/1, $0x23
+DATA lutPlanesZ<>+50(SB)/1, $0x25
+DATA lutPlanesZ<>+51(SB)/1, $0x27
+DATA lutPlanesZ<>+52(SB)/1, $0x29
+DATA lutPlanesZ<>+53(SB)/1, $0x2b
+DATA lutPlanesZ<>+54(SB)/1, $0x2d
+DATA lutPlanesZ<>+55(SB)/1, $0x2f
+DATA lutPlanesZ<>+56(SB)/1, $0x31
+DATA lutPlanesZ<>+57(SB)/1, $0x33
+DATA lutPlanesZ<>+58(SB)/1, $0x35
+DATA lutPlanesZ<>+59(SB)/1, $0x37
+DATA lutPlanesZ<>+60(SB)/1, $0x39
+DATA lutPlanesZ<>+61(SB)/1, $0x3b
+DATA lutPlanesZ<>+62(SB)/1, $0x3d
+DATA lutPlanesZ<>+63(SB)/1, $0x3f
+GLOBL lutPlanesZ<>(SB), RODATA|NOPTR, $64
+
 // func lutBuildTL1AVX512(x *int8, units int, dst *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI
 TEXT ·lutBuildTL1AVX512(SB), NOSPLIT, $0-24
 	MOVQ      x+0(FP), AX
 	MOVQ      units+8(FP), CX
@@ -490,6 +556,7 @@ TEXT ·lutBuildTL1AVX512(SB), NOSPLIT, $0-24
 	VMOVDQU16 lutC1_1<>+0(SB), Z1
 	VMOVDQU16 lutP1x0<>+0(SB), Z2
 	VMOVDQU16 lutP1x1<>+0(SB), Z3
+	VMOVDQU64 lutPlanesZ<>+0(SB), Z7
 	TESTQ     CX, CX
 	JZ        lut1z_done
 
@@ -502,7 +569,8 @@ lut1z_u:
 	VPMULLW      Z0, Z5, Z5
 	VPMULLW      Z1, Z6, Z6
 	VPADDW       Z6, Z5, Z5
-	VMOVDQU16    Z5, (DX)
+	VPERMB       Z5, Z7, Z5
+	VMOVDQU64    Z5, (DX)
 	ADDQ         $0x04, AX
 	ADDQ         $0x40, DX
 	DECQ         CX
@@ -903,6 +971,72 @@ DATA int1Bits<>+4(SB)/4, $0x02020202
 DATA int1Bits<>+8(SB)/4, $0x04040404
 DATA int1Bits<>+12(SB)/4, $0x08080808
 GLOBL int1Bits<>(SB), RODATA|NOPTR, $16
+
+DATA dupBytes<>+0(SB)/1, $0x00
+DATA dupBytes<>+1(SB)/1, $0x00
+DATA dupBytes<>+2(SB)/1, $0x01
+DATA dupBytes<>+3(SB)/1, $0x01
+DATA dupBytes<>+4(SB)/1, $0x02
+DATA dupBytes<>+5(SB)/1, $0x02
+DATA dupBytes<>+6(SB)/1, $0x03
+DATA dupBytes<>+7(SB)/1, $0x03
+DATA dupBytes<>+8(SB)/1, $0x04
+DATA dupBytes<>+9(SB)/1, $0x04
+DATA dupBytes<>+10(SB)/1, $0x05
+DATA dupBytes<>+11(SB)/1, $0x05
+DATA dupBytes<>+12(SB)/1, $0x06
+DATA dupBytes<>+13(SB)/1, $0x06
+DATA dupBytes<>+14(SB)/1, $0x07
+DATA dupBytes<>+15(SB)/1, $0x07
+DATA dupBytes<>+16(SB)/1, $0x08
+DATA dupBytes<>+17(SB)/1, $0x08
+DATA dupBytes<>+18(SB)/1, $0x09
+DATA dupBytes<>+19(SB)/1, $0x09
+DATA dupBytes<>+20(SB)/1, $0x0a
+DATA dupBytes<>+21(SB)/1, $0x0a
+DATA dupBytes<>+22(SB)/1, $0x0b
+DATA dupBytes<>+23(SB)/1, $0x0b
+DATA dupBytes<>+24(SB)/1, $0x0c
+DATA dupBytes<>+25(SB)/1, $0x0c
+DATA dupBytes<>+26(SB)/1, $0x0d
+DATA dupBytes<>+27(SB)/1, $0x0d
+DATA dupBytes<>+28(SB)/1, $0x0e
+DATA dupBytes<>+29(SB)/1, $0x0e
+DATA dupBytes<>+30(SB)/1, $0x0f
+DATA dupBytes<>+31(SB)/1, $0x0f
+DATA dupBytes<>+32(SB)/1, $0x10
+DATA dupBytes<>+33(SB)/1, $0x10
+DATA dupBytes<>+34(SB)/1, $0x11
+DATA dupBytes<>+35(SB)/1, $0x11
+DATA dupBytes<>+36(SB)/1, $0x12
+DATA dupBytes<>+37(SB)/1, $0x12
+DATA dupBytes<>+38(SB)/1, $0x13
+DATA dupBytes<>+39(SB)/1, $0x13
+DATA dupBytes<>+40(SB)/1, $0x14
+DATA dupBytes<>+41(SB)/1, $0x14
+DATA dupBytes<>+42(SB)/1, $0x15
+DATA dupBytes<>+43(SB)/1, $0x15
+DATA dupBytes<>+44(SB)/1, $0x16
+DATA dupBytes<>+45(SB)/1, $0x16
+DATA dupBytes<>+46(SB)/1, $0x17
+DATA dupBytes<>+47(SB)/1, $0x17
+DATA dupBytes<>+48(SB)/1, $0x18
+DATA dupBytes<>+49(SB)/1, $0x18
+DATA dupBytes<>+50(SB)/1, $0x19
+DATA dupBytes<>+51(SB)/1, $0x19
+DATA dupBytes<>+52(SB)/1, $0x1a
+DATA dupBytes<>+53(SB)/1, $0x1a
+DATA dupBytes<>+54(SB)/1, $0x1b
+DATA dupBytes<>+55(SB)/1, $0x1b
+DATA dupBytes<>+56(SB)/1, $0x1c
+DATA dupBytes<>+57(SB)/1, $0x1c
+DATA dupBytes<>+58(SB)/1, $0x1d
+DATA dupBytes<>+59(SB)/1, $0x1d
+DATA dupBytes<>+60(SB)/1, $0x1e
+DATA dupBytes<>+61(SB)/1, $0x1e
+DATA dupBytes<>+62(SB)/1, $0x1f
+DATA dupBytes<>+63(SB)/1, $0x1f
+GLOBL dupBytes<>(SB), RODATA|NOPTR, $64
 
 DATA int2Mask0<>+0(SB)/4, $0x03030303
 DATA int2Mask0<>+4(SB)/4, $0x03030303
@@ -1425,14 +1559,17 @@ gemvInt1T1AVX512_step:
 	RET
 
 // func lutTL1T1AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL1T1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         (AX), DI
 	MOVQ         24(AX), R8
 
@@ -1453,8 +1590,8 @@ lutTL1T1AVX512_rb:
 
 lutTL1T1AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
 	MOVQ   56(AX), R9
 	TESTQ  R9, R9
 	JZ     lutTL1T1AVX512_tl1done
@@ -1464,84 +1601,90 @@ lutTL1T1AVX512_tl1chunk:
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 	CMPQ    R10, $0x02
 	JLT     lutTL1T1AVX512_tl1odd
 
 lutTL1T1AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         (SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPERMW         (SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z3, Z3
-	VPMOVZXBW      32(CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         64(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z4, Z4
-	VPERMW         64(SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z5, Z5
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R10
-	CMPQ           R10, $0x02
-	JGE            lutTL1T1AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMB     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	VMOVDQU64  32(CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     64(SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z6, Z6
+	VPERMB     64(SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R10
+	CMPQ       R10, $0x02
+	JGE        lutTL1T1AVX512_tl1pair
 
 lutTL1T1AVX512_tl1odd:
-	TESTQ          R10, R10
-	JZ             lutTL1T1AVX512_tl1flush
-	VPMOVZXBW      (CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         (SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPERMW         (SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z3, Z3
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R10, R10
+	JZ         lutTL1T1AVX512_tl1flush
+	VMOVDQU64  (CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMB     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL1T1AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z2, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y3, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z3, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y4, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z4, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y5, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z5, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z4, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y5, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z5, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y6, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z6, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y7, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z7, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPXORD        Z7, Z7, Z7
 	TESTQ         R9, R9
 	JNZ           lutTL1T1AVX512_tl1chunk
 
 lutTL1T1AVX512_tl1done:
-	VPADDD    (R8), Z6, Z6
-	VPADDD    64(R8), Z7, Z7
-	VMOVDQU32 Z6, (R8)
-	VMOVDQU32 Z7, 64(R8)
+	VPADDD    (R8), Z8, Z8
+	VPADDD    64(R8), Z9, Z9
+	VMOVDQU32 Z8, (R8)
+	VMOVDQU32 Z9, 64(R8)
 	ADDQ      $0x00000080, R8
 	ADDQ      8(AX), DI
 	DECQ      16(AX)
@@ -1550,28 +1693,31 @@ lutTL1T1AVX512_tl1done:
 	RET
 
 // func lutTL2T1AVX512(a *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI, CMOV, GFNI, MMX+
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z14
+	VPBROADCASTQ CX, Z16
 	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z15
+	VPBROADCASTQ CX, Z17
 	MOVL         $0x80008000, CX
-	VPBROADCASTD CX, Z16
+	VPBROADCASTD CX, Z18
 	MOVQ         (AX), DI
 	MOVQ         24(AX), R8
-	VMOVDQU16    lutC2_0<>+0(SB), Z17
-	VMOVDQU16    lutC2_1<>+0(SB), Z18
-	VMOVDQU16    lutC2_2<>+0(SB), Z19
-	VMOVDQU16    lutP2x0<>+0(SB), Z20
-	VMOVDQU16    lutP2x1<>+0(SB), Z21
-	VMOVDQU16    lutP2x2<>+0(SB), Z22
+	VMOVDQU16    lutC2_0<>+0(SB), Z19
+	VMOVDQU16    lutC2_1<>+0(SB), Z20
+	VMOVDQU16    lutC2_2<>+0(SB), Z21
+	VMOVDQU16    lutP2x0<>+0(SB), Z22
+	VMOVDQU16    lutP2x1<>+0(SB), Z23
+	VMOVDQU16    lutP2x2<>+0(SB), Z24
 
 lutTL2T1AVX512_rb:
 	MOVQ  DI, CX
@@ -1590,8 +1736,8 @@ lutTL2T1AVX512_rb:
 
 lutTL2T1AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
 	MOVQ   48(AX), R9
 	TESTQ  R9, R9
 	JZ     lutTL2T1AVX512_tl2done
@@ -1601,10 +1747,10 @@ lutTL2T1AVX512_chunk:
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 
 lutTL2T1AVX512_blk:
 	PREFETCHT1     (DX)
@@ -1617,92 +1763,92 @@ lutTL2T1AVX512_blk:
 	PREFETCHT0     2240(CX)
 	PREFETCHT1     256(DX)
 	PREFETCHT0     2304(CX)
-	VMOVDQU64      (CX), Z8
-	VPERMW         (SI)(BX*1), Z8, Z11
-	VPADDW         Z11, Z2, Z2
-	VPMULTISHIFTQB Z8, Z14, Z9
-	VPERMW         64(SI)(BX*1), Z9, Z13
-	VPADDW         Z13, Z3, Z3
-	VPMULTISHIFTQB Z8, Z15, Z9
-	VPERMW         128(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z4, Z4
-	VMOVDQA64      Z8, Z12
-	VMOVDQU64      64(CX), Z8
-	VPERMW         192(SI)(BX*1), Z8, Z13
-	VPADDW         Z13, Z5, Z5
-	VPMULTISHIFTQB Z8, Z14, Z9
-	VPERMW         256(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPMULTISHIFTQB Z8, Z15, Z9
-	VPERMW         320(SI)(BX*1), Z9, Z13
-	VPADDW         Z13, Z3, Z3
-	VPSRLW         $0x01, Z12, Z12
-	VPTERNLOGD     $0xd8, Z16, Z8, Z12
-	VMOVDQU64      128(CX), Z8
-	VPERMW         384(SI)(BX*1), Z8, Z11
-	VPADDW         Z11, Z4, Z4
-	VPMULTISHIFTQB Z8, Z14, Z9
-	VPERMW         448(SI)(BX*1), Z9, Z13
-	VPADDW         Z13, Z5, Z5
-	VPMULTISHIFTQB Z8, Z15, Z9
-	VPERMW         512(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPSRLW         $0x01, Z12, Z12
-	VPTERNLOGD     $0xd8, Z16, Z8, Z12
-	VMOVDQU64      192(CX), Z8
-	VPERMW         576(SI)(BX*1), Z8, Z13
-	VPADDW         Z13, Z3, Z3
-	VPMULTISHIFTQB Z8, Z14, Z9
-	VPERMW         640(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z4, Z4
-	VPMULTISHIFTQB Z8, Z15, Z9
-	VPERMW         704(SI)(BX*1), Z9, Z13
-	VPADDW         Z13, Z5, Z5
-	VPSRLW         $0x01, Z12, Z12
-	VPTERNLOGD     $0xd8, Z16, Z8, Z12
-	VMOVDQU64      256(CX), Z8
-	VPERMW         768(SI)(BX*1), Z8, Z11
-	VPADDW         Z11, Z2, Z2
-	VPMULTISHIFTQB Z8, Z14, Z9
-	VPERMW         832(SI)(BX*1), Z9, Z13
-	VPADDW         Z13, Z3, Z3
-	VPMULTISHIFTQB Z8, Z15, Z9
-	VPERMW         896(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z4, Z4
-	VPSRLW         $0x01, Z12, Z12
-	VPTERNLOGD     $0xd8, Z16, Z8, Z12
-	VPSRLW         $0x0b, Z12, Z12
-	VPERMW         960(SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
+	VMOVDQU64      (CX), Z10
+	VPERMW         (SI)(BX*1), Z10, Z13
+	VPADDW         Z13, Z4, Z4
+	VPMULTISHIFTQB Z10, Z16, Z11
+	VPERMW         64(SI)(BX*1), Z11, Z15
+	VPADDW         Z15, Z5, Z5
+	VPMULTISHIFTQB Z10, Z17, Z11
+	VPERMW         128(SI)(BX*1), Z11, Z13
+	VPADDW         Z13, Z6, Z6
+	VMOVDQA64      Z10, Z14
+	VMOVDQU64      64(CX), Z10
+	VPERMW         192(SI)(BX*1), Z10, Z15
+	VPADDW         Z15, Z7, Z7
+	VPMULTISHIFTQB Z10, Z16, Z11
+	VPERMW         256(SI)(BX*1), Z11, Z13
+	VPADDW         Z13, Z4, Z4
+	VPMULTISHIFTQB Z10, Z17, Z11
+	VPERMW         320(SI)(BX*1), Z11, Z15
+	VPADDW         Z15, Z5, Z5
+	VPSRLW         $0x01, Z14, Z14
+	VPTERNLOGD     $0xd8, Z18, Z10, Z14
+	VMOVDQU64      128(CX), Z10
+	VPERMW         384(SI)(BX*1), Z10, Z13
+	VPADDW         Z13, Z6, Z6
+	VPMULTISHIFTQB Z10, Z16, Z11
+	VPERMW         448(SI)(BX*1), Z11, Z15
+	VPADDW         Z15, Z7, Z7
+	VPMULTISHIFTQB Z10, Z17, Z11
+	VPERMW         512(SI)(BX*1), Z11, Z13
+	VPADDW         Z13, Z4, Z4
+	VPSRLW         $0x01, Z14, Z14
+	VPTERNLOGD     $0xd8, Z18, Z10, Z14
+	VMOVDQU64      192(CX), Z10
+	VPERMW         576(SI)(BX*1), Z10, Z15
+	VPADDW         Z15, Z5, Z5
+	VPMULTISHIFTQB Z10, Z16, Z11
+	VPERMW         640(SI)(BX*1), Z11, Z13
+	VPADDW         Z13, Z6, Z6
+	VPMULTISHIFTQB Z10, Z17, Z11
+	VPERMW         704(SI)(BX*1), Z11, Z15
+	VPADDW         Z15, Z7, Z7
+	VPSRLW         $0x01, Z14, Z14
+	VPTERNLOGD     $0xd8, Z18, Z10, Z14
+	VMOVDQU64      256(CX), Z10
+	VPERMW         768(SI)(BX*1), Z10, Z13
+	VPADDW         Z13, Z4, Z4
+	VPMULTISHIFTQB Z10, Z16, Z11
+	VPERMW         832(SI)(BX*1), Z11, Z15
+	VPADDW         Z15, Z5, Z5
+	VPMULTISHIFTQB Z10, Z17, Z11
+	VPERMW         896(SI)(BX*1), Z11, Z13
+	VPADDW         Z13, Z6, Z6
+	VPSRLW         $0x01, Z14, Z14
+	VPTERNLOGD     $0xd8, Z18, Z10, Z14
+	VPSRLW         $0x0b, Z14, Z14
+	VPERMW         960(SI)(BX*1), Z14, Z15
+	VPADDW         Z15, Z7, Z7
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R10
 	JNZ            lutTL2T1AVX512_blk
-	VPMOVSXWD      Y2, Z11
-	VPADDD         Z11, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z2, Y11
-	VPMOVSXWD      Y11, Z11
-	VPADDD         Z11, Z7, Z7
-	VPMOVSXWD      Y3, Z11
-	VPADDD         Z11, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z3, Y11
-	VPMOVSXWD      Y11, Z11
-	VPADDD         Z11, Z7, Z7
-	VPMOVSXWD      Y4, Z11
-	VPADDD         Z11, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z4, Y11
-	VPMOVSXWD      Y11, Z11
-	VPADDD         Z11, Z7, Z7
-	VPMOVSXWD      Y5, Z11
-	VPADDD         Z11, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z5, Y11
-	VPMOVSXWD      Y11, Z11
-	VPADDD         Z11, Z7, Z7
-	VPXORD         Z2, Z2, Z2
-	VPXORD         Z3, Z3, Z3
+	VPMOVSXWD      Y4, Z13
+	VPADDD         Z13, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z4, Y13
+	VPMOVSXWD      Y13, Z13
+	VPADDD         Z13, Z9, Z9
+	VPMOVSXWD      Y5, Z13
+	VPADDD         Z13, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z5, Y13
+	VPMOVSXWD      Y13, Z13
+	VPADDD         Z13, Z9, Z9
+	VPMOVSXWD      Y6, Z13
+	VPADDD         Z13, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z6, Y13
+	VPMOVSXWD      Y13, Z13
+	VPADDD         Z13, Z9, Z9
+	VPMOVSXWD      Y7, Z13
+	VPADDD         Z13, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z7, Y13
+	VPMOVSXWD      Y13, Z13
+	VPADDD         Z13, Z9, Z9
 	VPXORD         Z4, Z4, Z4
 	VPXORD         Z5, Z5, Z5
+	VPXORD         Z6, Z6, Z6
+	VPXORD         Z7, Z7, Z7
 	TESTQ          R9, R9
 	JNZ            lutTL2T1AVX512_chunk
 
@@ -1716,84 +1862,90 @@ lutTL2T1AVX512_tl1chunk:
 	CMPQ    R9, R10
 	CMOVQLT R9, R10
 	SUBQ    R10, R9
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 	CMPQ    R10, $0x02
 	JLT     lutTL2T1AVX512_tl1odd
 
 lutTL2T1AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         (SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPERMW         (SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z3, Z3
-	VPMOVZXBW      32(CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         64(SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z4, Z4
-	VPERMW         64(SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z5, Z5
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R10
-	CMPQ           R10, $0x02
-	JGE            lutTL2T1AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMB     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	VMOVDQU64  32(CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     64(SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z6, Z6
+	VPERMB     64(SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R10
+	CMPQ       R10, $0x02
+	JGE        lutTL2T1AVX512_tl1pair
 
 lutTL2T1AVX512_tl1odd:
-	TESTQ          R10, R10
-	JZ             lutTL2T1AVX512_tl1flush
-	VPMOVZXBW      (CX), Z8
-	VPANDD         Z0, Z8, Z9
-	VGF2P8AFFINEQB $0x10, Z1, Z8, Z10
-	VPERMW         (SI)(BX*1), Z9, Z11
-	VPADDW         Z11, Z2, Z2
-	VPERMW         (SI)(BX*1), Z10, Z11
-	VPADDW         Z11, Z3, Z3
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R10, R10
+	JZ         lutTL2T1AVX512_tl1flush
+	VMOVDQU64  (CX), Y10
+	VPERMB     Z10, Z1, Z11
+	VPSRLW     $0x04, Z11, Z12
+	VPTERNLOGD $0xea, Z2, Z0, Z11
+	VPTERNLOGD $0xea, Z3, Z0, Z12
+	VPERMB     (SI)(BX*1), Z11, Z13
+	VPADDW     Z13, Z4, Z4
+	VPERMB     (SI)(BX*1), Z12, Z13
+	VPADDW     Z13, Z5, Z5
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL2T1AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z2, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y3, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z3, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y4, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z4, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPMOVSXWD     Y5, Z11
-	VPADDD        Z11, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z5, Y11
-	VPMOVSXWD     Y11, Z11
-	VPADDD        Z11, Z7, Z7
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z4, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y5, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z5, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y6, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z6, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
+	VPMOVSXWD     Y7, Z13
+	VPADDD        Z13, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z7, Y13
+	VPMOVSXWD     Y13, Z13
+	VPADDD        Z13, Z9, Z9
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPXORD        Z7, Z7, Z7
 	TESTQ         R9, R9
 	JNZ           lutTL2T1AVX512_tl1chunk
 
 lutTL2T1AVX512_tl1done:
-	VPADDD    (R8), Z6, Z6
-	VPADDD    64(R8), Z7, Z7
-	VMOVDQU32 Z6, (R8)
-	VMOVDQU32 Z7, 64(R8)
+	VPADDD    (R8), Z8, Z8
+	VPADDD    64(R8), Z9, Z9
+	VMOVDQU32 Z8, (R8)
+	VMOVDQU32 Z9, 64(R8)
 	MOVQ      80(AX), CX
 	CMPQ      CX, 88(AX)
 	CMOVQGT   88(AX), CX
@@ -1808,18 +1960,18 @@ lutTL2T1AVX512_tl1done:
 	ADDQ      72(AX), BX
 
 lutTL2T1AVX512_bper:
-	VPBROADCASTD -1(DX), X8
-	VPMOVSXBW    X8, Y8
-	VINSERTI64X4 $0x01, Y8, Z8, Z8
-	VPERMW       Z8, Z20, Z9
-	VPMULLW      Z17, Z9, Z9
-	VPERMW       Z8, Z21, Z11
-	VPMULLW      Z18, Z11, Z11
-	VPADDW       Z11, Z9, Z9
-	VPERMW       Z8, Z22, Z11
+	VPBROADCASTD -1(DX), X10
+	VPMOVSXBW    X10, Y10
+	VINSERTI64X4 $0x01, Y10, Z10, Z10
+	VPERMW       Z10, Z22, Z11
 	VPMULLW      Z19, Z11, Z11
-	VPADDW       Z11, Z9, Z9
-	VMOVDQU16    Z9, (BX)
+	VPERMW       Z10, Z23, Z13
+	VPMULLW      Z20, Z13, Z13
+	VPADDW       Z13, Z11, Z11
+	VPERMW       Z10, Z24, Z13
+	VPMULLW      Z21, Z13, Z13
+	VPADDW       Z13, Z11, Z11
+	VMOVDQU16    Z11, (BX)
 	ADDQ         $0x03, DX
 	ADDQ         $0x40, BX
 	DECQ         CX
@@ -1842,18 +1994,18 @@ lutTL2T1AVX512_bper_done:
 	ADDQ  72(AX), BX
 
 lutTL2T1AVX512_brest:
-	VPBROADCASTD -1(DX), X8
-	VPMOVSXBW    X8, Y8
-	VINSERTI64X4 $0x01, Y8, Z8, Z8
-	VPERMW       Z8, Z20, Z9
-	VPMULLW      Z17, Z9, Z9
-	VPERMW       Z8, Z21, Z11
-	VPMULLW      Z18, Z11, Z11
-	VPADDW       Z11, Z9, Z9
-	VPERMW       Z8, Z22, Z11
+	VPBROADCASTD -1(DX), X10
+	VPMOVSXBW    X10, Y10
+	VINSERTI64X4 $0x01, Y10, Z10, Z10
+	VPERMW       Z10, Z22, Z11
 	VPMULLW      Z19, Z11, Z11
-	VPADDW       Z11, Z9, Z9
-	VMOVDQU16    Z9, (BX)
+	VPERMW       Z10, Z23, Z13
+	VPMULLW      Z20, Z13, Z13
+	VPADDW       Z13, Z11, Z11
+	VPERMW       Z10, Z24, Z13
+	VPMULLW      Z21, Z13, Z13
+	VPADDW       Z13, Z11, Z11
+	VMOVDQU16    Z11, (BX)
 	ADDQ         $0x03, DX
 	ADDQ         $0x40, BX
 	DECQ         CX
@@ -2370,7 +2522,7 @@ gemvInt1T2AVX512_step:
 	RET
 
 // func lutTL1T2AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL1T2AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -2378,8 +2530,11 @@ TEXT ·lutTL1T2AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), DI
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         (AX), R8
 	MOVQ         24(AX), R9
 
@@ -2400,10 +2555,10 @@ lutTL1T2AVX512_rb:
 
 lutTL1T2AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   56(AX), R10
 	TESTQ  R10, R10
 	JZ     lutTL1T2AVX512_tl1done
@@ -2413,100 +2568,106 @@ lutTL1T2AVX512_tl1chunk:
 	CMPQ    R10, R11
 	CMOVQLT R10, R11
 	SUBQ    R11, R10
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 	CMPQ    R11, $0x02
 	JLT     lutTL1T2AVX512_tl1odd
 
 lutTL1T2AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         (SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         (DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         (SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         (DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	VPMOVZXBW      32(CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         64(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         64(SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R11
-	CMPQ           R11, $0x02
-	JGE            lutTL1T2AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     (SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     (DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     (SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     (DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	VMOVDQU64  32(CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     64(SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     64(SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     64(DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R11
+	CMPQ       R11, $0x02
+	JGE        lutTL1T2AVX512_tl1pair
 
 lutTL1T2AVX512_tl1odd:
-	TESTQ          R11, R11
-	JZ             lutTL1T2AVX512_tl1flush
-	VPMOVZXBW      (CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         (SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         (DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         (SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         (DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R11, R11
+	JZ         lutTL1T2AVX512_tl1flush
+	VMOVDQU64  (CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     (SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     (DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     (SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     (DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL1T2AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z13
-	VPADDD        Z13, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z2, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z7, Z7
-	VPMOVSXWD     Y3, Z13
-	VPADDD        Z13, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z3, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z7, Z7
-	VPMOVSXWD     Y4, Z13
-	VPADDD        Z13, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z4, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z9, Z9
-	VPMOVSXWD     Y5, Z13
-	VPADDD        Z13, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z5, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z9, Z9
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z15
+	VPADDD        Z15, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z4, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z9, Z9
+	VPMOVSXWD     Y5, Z15
+	VPADDD        Z15, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z5, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z9, Z9
+	VPMOVSXWD     Y6, Z15
+	VPADDD        Z15, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z6, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z11, Z11
+	VPMOVSXWD     Y7, Z15
+	VPADDD        Z15, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z7, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z11, Z11
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPXORD        Z7, Z7, Z7
 	TESTQ         R10, R10
 	JNZ           lutTL1T2AVX512_tl1chunk
 
 lutTL1T2AVX512_tl1done:
-	VPADDD    (R9), Z6, Z6
-	VPADDD    64(R9), Z7, Z7
-	VMOVDQU32 Z6, (R9)
-	VMOVDQU32 Z7, 64(R9)
-	VPADDD    128(R9), Z8, Z8
-	VPADDD    192(R9), Z9, Z9
-	VMOVDQU32 Z8, 128(R9)
-	VMOVDQU32 Z9, 192(R9)
+	VPADDD    (R9), Z8, Z8
+	VPADDD    64(R9), Z9, Z9
+	VMOVDQU32 Z8, (R9)
+	VMOVDQU32 Z9, 64(R9)
+	VPADDD    128(R9), Z10, Z10
+	VPADDD    192(R9), Z11, Z11
+	VMOVDQU32 Z10, 128(R9)
+	VMOVDQU32 Z11, 192(R9)
 	ADDQ      $0x00000100, R9
 	ADDQ      8(AX), R8
 	DECQ      16(AX)
@@ -2515,7 +2676,7 @@ lutTL1T2AVX512_tl1done:
 	RET
 
 // func lutTL2T2AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T2AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -2523,12 +2684,15 @@ TEXT ·lutTL2T2AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), DI
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z16
+	VPBROADCASTQ CX, Z18
 	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z17
+	VPBROADCASTQ CX, Z19
 	MOVQ         (AX), R8
 	MOVQ         24(AX), R9
 	MOVQ         8(AX), R10
@@ -2550,10 +2714,10 @@ lutTL2T2AVX512_pchunk:
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
 	SUBQ    R12, R11
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 
 lutTL2T2AVX512_pblk:
 	PREFETCHT0     (DX)
@@ -2566,247 +2730,247 @@ lutTL2T2AVX512_pblk:
 	PREFETCHT0     192(DX)(R10*1)
 	PREFETCHT0     256(DX)
 	PREFETCHT0     256(DX)(R10*1)
-	VMOVDQU64      256(CX), Z12
-	VMOVDQU64      256(CX)(R10*1), Z18
-	VMOVDQU64      768(SI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      768(DI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z16, Z11
-	VPMULTISHIFTQB Z18, Z16, Z19
-	VMOVDQU64      832(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      832(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z17, Z11
-	VPMULTISHIFTQB Z18, Z17, Z19
-	VMOVDQU64      896(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      896(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPSRLW         $0x0f, Z12, Z14
-	VPSRLW         $0x0f, Z18, Z20
-	VMOVDQU64      192(CX), Z12
-	VMOVDQU64      192(CX)(R10*1), Z18
-	VMOVDQU64      576(SI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      576(DI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z16, Z11
-	VPMULTISHIFTQB Z18, Z16, Z19
-	VMOVDQU64      640(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      640(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z17, Z11
-	VPMULTISHIFTQB Z18, Z17, Z19
-	VMOVDQU64      704(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      704(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z12, Z14, Z14
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VMOVDQU64      128(CX), Z12
-	VMOVDQU64      128(CX)(R10*1), Z18
-	VMOVDQU64      384(SI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      384(DI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z16, Z11
-	VPMULTISHIFTQB Z18, Z16, Z19
-	VMOVDQU64      448(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      448(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z17, Z11
-	VPMULTISHIFTQB Z18, Z17, Z19
-	VMOVDQU64      512(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      512(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z12, Z14, Z14
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VMOVDQU64      64(CX), Z12
-	VMOVDQU64      64(CX)(R10*1), Z18
-	VMOVDQU64      192(SI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      192(DI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z16, Z11
-	VPMULTISHIFTQB Z18, Z16, Z19
-	VMOVDQU64      256(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      256(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z17, Z11
-	VPMULTISHIFTQB Z18, Z17, Z19
-	VMOVDQU64      320(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      320(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z12, Z14, Z14
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VMOVDQU64      (CX), Z12
-	VMOVDQU64      (CX)(R10*1), Z18
-	VMOVDQU64      (SI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      (DI)(BX*1), Z10
-	VPERMW         Z10, Z12, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z18, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z16, Z11
-	VPMULTISHIFTQB Z18, Z16, Z19
-	VMOVDQU64      64(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      64(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z12, Z17, Z11
-	VPMULTISHIFTQB Z18, Z17, Z19
-	VMOVDQU64      128(SI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      128(DI)(BX*1), Z10
-	VPERMW         Z10, Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z19, Z15
-	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z12, Z14, Z14
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VMOVDQU64      960(SI)(BX*1), Z10
-	VPERMW         Z10, Z14, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         Z10, Z20, Z15
-	VPADDW         Z15, Z3, Z3
-	VMOVDQU64      960(DI)(BX*1), Z10
-	VPERMW         Z10, Z14, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         Z10, Z20, Z15
-	VPADDW         Z15, Z5, Z5
+	VMOVDQU64      256(CX), Z14
+	VMOVDQU64      256(CX)(R10*1), Z20
+	VMOVDQU64      768(SI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      768(DI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z18, Z13
+	VPMULTISHIFTQB Z20, Z18, Z21
+	VMOVDQU64      832(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      832(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z19, Z13
+	VPMULTISHIFTQB Z20, Z19, Z21
+	VMOVDQU64      896(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      896(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSRLW         $0x0f, Z14, Z16
+	VPSRLW         $0x0f, Z20, Z22
+	VMOVDQU64      192(CX), Z14
+	VMOVDQU64      192(CX)(R10*1), Z20
+	VMOVDQU64      576(SI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      576(DI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z18, Z13
+	VPMULTISHIFTQB Z20, Z18, Z21
+	VMOVDQU64      640(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      640(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z19, Z13
+	VPMULTISHIFTQB Z20, Z19, Z21
+	VMOVDQU64      704(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      704(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z14, Z16, Z16
+	VPSHLDW        $0x01, Z20, Z22, Z22
+	VMOVDQU64      128(CX), Z14
+	VMOVDQU64      128(CX)(R10*1), Z20
+	VMOVDQU64      384(SI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      384(DI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z18, Z13
+	VPMULTISHIFTQB Z20, Z18, Z21
+	VMOVDQU64      448(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      448(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z19, Z13
+	VPMULTISHIFTQB Z20, Z19, Z21
+	VMOVDQU64      512(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      512(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z14, Z16, Z16
+	VPSHLDW        $0x01, Z20, Z22, Z22
+	VMOVDQU64      64(CX), Z14
+	VMOVDQU64      64(CX)(R10*1), Z20
+	VMOVDQU64      192(SI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      192(DI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z18, Z13
+	VPMULTISHIFTQB Z20, Z18, Z21
+	VMOVDQU64      256(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      256(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z19, Z13
+	VPMULTISHIFTQB Z20, Z19, Z21
+	VMOVDQU64      320(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      320(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z14, Z16, Z16
+	VPSHLDW        $0x01, Z20, Z22, Z22
+	VMOVDQU64      (CX), Z14
+	VMOVDQU64      (CX)(R10*1), Z20
+	VMOVDQU64      (SI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      (DI)(BX*1), Z12
+	VPERMW         Z12, Z14, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z20, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z18, Z13
+	VPMULTISHIFTQB Z20, Z18, Z21
+	VMOVDQU64      64(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      64(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z14, Z19, Z13
+	VPMULTISHIFTQB Z20, Z19, Z21
+	VMOVDQU64      128(SI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      128(DI)(BX*1), Z12
+	VPERMW         Z12, Z13, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z21, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z14, Z16, Z16
+	VPSHLDW        $0x01, Z20, Z22, Z22
+	VMOVDQU64      960(SI)(BX*1), Z12
+	VPERMW         Z12, Z16, Z15
+	VPADDW         Z15, Z4, Z4
+	VPERMW         Z12, Z22, Z17
+	VPADDW         Z17, Z5, Z5
+	VMOVDQU64      960(DI)(BX*1), Z12
+	VPERMW         Z12, Z16, Z15
+	VPADDW         Z15, Z6, Z6
+	VPERMW         Z12, Z22, Z17
+	VPADDW         Z17, Z7, Z7
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R12
 	JNZ            lutTL2T2AVX512_pblk
-	VMOVDQU32      (R9), Z6
-	VMOVDQU32      64(R9), Z7
-	VPMOVSXWD      Y2, Z13
-	VPADDD         Z13, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z2, Y15
-	VPMOVSXWD      Y15, Z15
-	VPADDD         Z15, Z7, Z7
-	VMOVDQU32      Z6, (R9)
-	VMOVDQU32      Z7, 64(R9)
-	VMOVDQU32      128(R9), Z8
-	VMOVDQU32      192(R9), Z9
-	VPMOVSXWD      Y4, Z13
-	VPADDD         Z13, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z4, Y15
-	VPMOVSXWD      Y15, Z15
-	VPADDD         Z15, Z9, Z9
-	VMOVDQU32      Z8, 128(R9)
-	VMOVDQU32      Z9, 192(R9)
-	VMOVDQU32      256(R9), Z6
-	VMOVDQU32      320(R9), Z7
-	VPMOVSXWD      Y3, Z13
-	VPADDD         Z13, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z3, Y15
-	VPMOVSXWD      Y15, Z15
-	VPADDD         Z15, Z7, Z7
-	VMOVDQU32      Z6, 256(R9)
-	VMOVDQU32      Z7, 320(R9)
-	VMOVDQU32      384(R9), Z8
-	VMOVDQU32      448(R9), Z9
-	VPMOVSXWD      Y5, Z13
-	VPADDD         Z13, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z5, Y15
-	VPMOVSXWD      Y15, Z15
-	VPADDD         Z15, Z9, Z9
-	VMOVDQU32      Z8, 384(R9)
-	VMOVDQU32      Z9, 448(R9)
+	VMOVDQU32      (R9), Z8
+	VMOVDQU32      64(R9), Z9
+	VPMOVSXWD      Y4, Z15
+	VPADDD         Z15, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z4, Y17
+	VPMOVSXWD      Y17, Z17
+	VPADDD         Z17, Z9, Z9
+	VMOVDQU32      Z8, (R9)
+	VMOVDQU32      Z9, 64(R9)
+	VMOVDQU32      128(R9), Z10
+	VMOVDQU32      192(R9), Z11
+	VPMOVSXWD      Y6, Z15
+	VPADDD         Z15, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z6, Y17
+	VPMOVSXWD      Y17, Z17
+	VPADDD         Z17, Z11, Z11
+	VMOVDQU32      Z10, 128(R9)
+	VMOVDQU32      Z11, 192(R9)
+	VMOVDQU32      256(R9), Z8
+	VMOVDQU32      320(R9), Z9
+	VPMOVSXWD      Y5, Z15
+	VPADDD         Z15, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z5, Y17
+	VPMOVSXWD      Y17, Z17
+	VPADDD         Z17, Z9, Z9
+	VMOVDQU32      Z8, 256(R9)
+	VMOVDQU32      Z9, 320(R9)
+	VMOVDQU32      384(R9), Z10
+	VMOVDQU32      448(R9), Z11
+	VPMOVSXWD      Y7, Z15
+	VPADDD         Z15, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z7, Y17
+	VPMOVSXWD      Y17, Z17
+	VPADDD         Z17, Z11, Z11
+	VMOVDQU32      Z10, 384(R9)
+	VMOVDQU32      Z11, 448(R9)
 	TESTQ          R11, R11
 	JNZ            lutTL2T2AVX512_pchunk
 
@@ -2837,10 +3001,10 @@ lutTL2T2AVX512_rb:
 
 lutTL2T2AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
 	MOVQ   48(AX), R10
 	TESTQ  R10, R10
 	JZ     lutTL2T2AVX512_tl2done
@@ -2850,10 +3014,10 @@ lutTL2T2AVX512_chunk:
 	CMPQ    R10, R11
 	CMOVQLT R10, R11
 	SUBQ    R11, R10
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 
 lutTL2T2AVX512_blk:
 	PREFETCHT1     (DX)
@@ -2866,119 +3030,119 @@ lutTL2T2AVX512_blk:
 	PREFETCHT0     2240(CX)
 	PREFETCHT1     256(DX)
 	PREFETCHT0     2304(CX)
-	VMOVDQU64      256(CX), Z10
-	VPERMW         768(SI)(BX*1), Z10, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         768(DI)(BX*1), Z10, Z15
+	VMOVDQU64      256(CX), Z12
+	VPERMW         768(SI)(BX*1), Z12, Z15
 	VPADDW         Z15, Z4, Z4
-	VPMULTISHIFTQB Z10, Z16, Z11
-	VPERMW         832(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         832(DI)(BX*1), Z11, Z15
+	VPERMW         768(DI)(BX*1), Z12, Z17
+	VPADDW         Z17, Z6, Z6
+	VPMULTISHIFTQB Z12, Z18, Z13
+	VPERMW         832(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z10, Z17, Z11
-	VPERMW         896(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         896(DI)(BX*1), Z11, Z15
+	VPERMW         832(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z12, Z19, Z13
+	VPERMW         896(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z4, Z4
-	VPSRLW         $0x0f, Z10, Z14
-	VMOVDQU64      192(CX), Z10
-	VPERMW         576(SI)(BX*1), Z10, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         576(DI)(BX*1), Z10, Z15
+	VPERMW         896(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z6, Z6
+	VPSRLW         $0x0f, Z12, Z16
+	VMOVDQU64      192(CX), Z12
+	VPERMW         576(SI)(BX*1), Z12, Z15
 	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z10, Z16, Z11
-	VPERMW         640(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         640(DI)(BX*1), Z11, Z15
+	VPERMW         576(DI)(BX*1), Z12, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z12, Z18, Z13
+	VPERMW         640(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z4, Z4
-	VPMULTISHIFTQB Z10, Z17, Z11
-	VPERMW         704(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         704(DI)(BX*1), Z11, Z15
+	VPERMW         640(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z6, Z6
+	VPMULTISHIFTQB Z12, Z19, Z13
+	VPERMW         704(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z10, Z14, Z14
-	VMOVDQU64      128(CX), Z10
-	VPERMW         384(SI)(BX*1), Z10, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         384(DI)(BX*1), Z10, Z15
+	VPERMW         704(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z12, Z16, Z16
+	VMOVDQU64      128(CX), Z12
+	VPERMW         384(SI)(BX*1), Z12, Z15
 	VPADDW         Z15, Z4, Z4
-	VPMULTISHIFTQB Z10, Z16, Z11
-	VPERMW         448(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         448(DI)(BX*1), Z11, Z15
+	VPERMW         384(DI)(BX*1), Z12, Z17
+	VPADDW         Z17, Z6, Z6
+	VPMULTISHIFTQB Z12, Z18, Z13
+	VPERMW         448(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z10, Z17, Z11
-	VPERMW         512(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         512(DI)(BX*1), Z11, Z15
+	VPERMW         448(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z12, Z19, Z13
+	VPERMW         512(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z4, Z4
-	VPSHLDW        $0x01, Z10, Z14, Z14
-	VMOVDQU64      64(CX), Z10
-	VPERMW         192(SI)(BX*1), Z10, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         192(DI)(BX*1), Z10, Z15
+	VPERMW         512(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z6, Z6
+	VPSHLDW        $0x01, Z12, Z16, Z16
+	VMOVDQU64      64(CX), Z12
+	VPERMW         192(SI)(BX*1), Z12, Z15
 	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z10, Z16, Z11
-	VPERMW         256(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         256(DI)(BX*1), Z11, Z15
+	VPERMW         192(DI)(BX*1), Z12, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z12, Z18, Z13
+	VPERMW         256(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z4, Z4
-	VPMULTISHIFTQB Z10, Z17, Z11
-	VPERMW         320(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         320(DI)(BX*1), Z11, Z15
+	VPERMW         256(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z6, Z6
+	VPMULTISHIFTQB Z12, Z19, Z13
+	VPERMW         320(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z5, Z5
-	VPSHLDW        $0x01, Z10, Z14, Z14
-	VMOVDQU64      (CX), Z10
-	VPERMW         (SI)(BX*1), Z10, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         (DI)(BX*1), Z10, Z15
+	VPERMW         320(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z7, Z7
+	VPSHLDW        $0x01, Z12, Z16, Z16
+	VMOVDQU64      (CX), Z12
+	VPERMW         (SI)(BX*1), Z12, Z15
 	VPADDW         Z15, Z4, Z4
-	VPMULTISHIFTQB Z10, Z16, Z11
-	VPERMW         64(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z11, Z15
+	VPERMW         (DI)(BX*1), Z12, Z17
+	VPADDW         Z17, Z6, Z6
+	VPMULTISHIFTQB Z12, Z18, Z13
+	VPERMW         64(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z5, Z5
-	VPMULTISHIFTQB Z10, Z17, Z11
-	VPERMW         128(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         128(DI)(BX*1), Z11, Z15
+	VPERMW         64(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z7, Z7
+	VPMULTISHIFTQB Z12, Z19, Z13
+	VPERMW         128(SI)(BX*1), Z13, Z15
 	VPADDW         Z15, Z4, Z4
-	VPSHLDW        $0x01, Z10, Z14, Z14
-	VPERMW         960(SI)(BX*1), Z14, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         960(DI)(BX*1), Z14, Z15
+	VPERMW         128(DI)(BX*1), Z13, Z17
+	VPADDW         Z17, Z6, Z6
+	VPSHLDW        $0x01, Z12, Z16, Z16
+	VPERMW         960(SI)(BX*1), Z16, Z15
 	VPADDW         Z15, Z5, Z5
+	VPERMW         960(DI)(BX*1), Z16, Z17
+	VPADDW         Z17, Z7, Z7
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R11
 	JNZ            lutTL2T2AVX512_blk
-	VPMOVSXWD      Y2, Z13
-	VPADDD         Z13, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z2, Y13
-	VPMOVSXWD      Y13, Z13
-	VPADDD         Z13, Z7, Z7
-	VPMOVSXWD      Y3, Z13
-	VPADDD         Z13, Z6, Z6
-	VEXTRACTI64X4  $0x01, Z3, Y13
-	VPMOVSXWD      Y13, Z13
-	VPADDD         Z13, Z7, Z7
-	VPMOVSXWD      Y4, Z13
-	VPADDD         Z13, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z4, Y13
-	VPMOVSXWD      Y13, Z13
-	VPADDD         Z13, Z9, Z9
-	VPMOVSXWD      Y5, Z13
-	VPADDD         Z13, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z5, Y13
-	VPMOVSXWD      Y13, Z13
-	VPADDD         Z13, Z9, Z9
-	VPXORD         Z2, Z2, Z2
-	VPXORD         Z3, Z3, Z3
+	VPMOVSXWD      Y4, Z15
+	VPADDD         Z15, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z4, Y15
+	VPMOVSXWD      Y15, Z15
+	VPADDD         Z15, Z9, Z9
+	VPMOVSXWD      Y5, Z15
+	VPADDD         Z15, Z8, Z8
+	VEXTRACTI64X4  $0x01, Z5, Y15
+	VPMOVSXWD      Y15, Z15
+	VPADDD         Z15, Z9, Z9
+	VPMOVSXWD      Y6, Z15
+	VPADDD         Z15, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z6, Y15
+	VPMOVSXWD      Y15, Z15
+	VPADDD         Z15, Z11, Z11
+	VPMOVSXWD      Y7, Z15
+	VPADDD         Z15, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z7, Y15
+	VPMOVSXWD      Y15, Z15
+	VPADDD         Z15, Z11, Z11
 	VPXORD         Z4, Z4, Z4
 	VPXORD         Z5, Z5, Z5
+	VPXORD         Z6, Z6, Z6
+	VPXORD         Z7, Z7, Z7
 	TESTQ          R10, R10
 	JNZ            lutTL2T2AVX512_chunk
 
@@ -2992,100 +3156,106 @@ lutTL2T2AVX512_tl1chunk:
 	CMPQ    R10, R11
 	CMOVQLT R10, R11
 	SUBQ    R11, R10
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 	CMPQ    R11, $0x02
 	JLT     lutTL2T2AVX512_tl1odd
 
 lutTL2T2AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         (SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         (DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         (SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         (DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	VPMOVZXBW      32(CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         64(SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         64(SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R11
-	CMPQ           R11, $0x02
-	JGE            lutTL2T2AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     (SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     (DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     (SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     (DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	VMOVDQU64  32(CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     64(SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     64(SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     64(DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R11
+	CMPQ       R11, $0x02
+	JGE        lutTL2T2AVX512_tl1pair
 
 lutTL2T2AVX512_tl1odd:
-	TESTQ          R11, R11
-	JZ             lutTL2T2AVX512_tl1flush
-	VPMOVZXBW      (CX), Z10
-	VPANDD         Z0, Z10, Z11
-	VGF2P8AFFINEQB $0x10, Z1, Z10, Z12
-	VPERMW         (SI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z2, Z2
-	VPERMW         (DI)(BX*1), Z11, Z13
-	VPADDW         Z13, Z4, Z4
-	VPERMW         (SI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z3, Z3
-	VPERMW         (DI)(BX*1), Z12, Z13
-	VPADDW         Z13, Z5, Z5
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R11, R11
+	JZ         lutTL2T2AVX512_tl1flush
+	VMOVDQU64  (CX), Y12
+	VPERMB     Z12, Z1, Z13
+	VPSRLW     $0x04, Z13, Z14
+	VPTERNLOGD $0xea, Z2, Z0, Z13
+	VPTERNLOGD $0xea, Z3, Z0, Z14
+	VPERMB     (SI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z4, Z4
+	VPERMB     (DI)(BX*1), Z13, Z15
+	VPADDW     Z15, Z6, Z6
+	VPERMB     (SI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z5, Z5
+	VPERMB     (DI)(BX*1), Z14, Z15
+	VPADDW     Z15, Z7, Z7
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL2T2AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z13
-	VPADDD        Z13, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z2, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z7, Z7
-	VPMOVSXWD     Y3, Z13
-	VPADDD        Z13, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z3, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z7, Z7
-	VPMOVSXWD     Y4, Z13
-	VPADDD        Z13, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z4, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z9, Z9
-	VPMOVSXWD     Y5, Z13
-	VPADDD        Z13, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z5, Y13
-	VPMOVSXWD     Y13, Z13
-	VPADDD        Z13, Z9, Z9
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z15
+	VPADDD        Z15, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z4, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z9, Z9
+	VPMOVSXWD     Y5, Z15
+	VPADDD        Z15, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z5, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z9, Z9
+	VPMOVSXWD     Y6, Z15
+	VPADDD        Z15, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z6, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z11, Z11
+	VPMOVSXWD     Y7, Z15
+	VPADDD        Z15, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z7, Y15
+	VPMOVSXWD     Y15, Z15
+	VPADDD        Z15, Z11, Z11
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPXORD        Z7, Z7, Z7
 	TESTQ         R10, R10
 	JNZ           lutTL2T2AVX512_tl1chunk
 
 lutTL2T2AVX512_tl1done:
-	VPADDD    (R9), Z6, Z6
-	VPADDD    64(R9), Z7, Z7
-	VMOVDQU32 Z6, (R9)
-	VMOVDQU32 Z7, 64(R9)
-	VPADDD    128(R9), Z8, Z8
-	VPADDD    192(R9), Z9, Z9
-	VMOVDQU32 Z8, 128(R9)
-	VMOVDQU32 Z9, 192(R9)
+	VPADDD    (R9), Z8, Z8
+	VPADDD    64(R9), Z9, Z9
+	VMOVDQU32 Z8, (R9)
+	VMOVDQU32 Z9, 64(R9)
+	VPADDD    128(R9), Z10, Z10
+	VPADDD    192(R9), Z11, Z11
+	VMOVDQU32 Z10, 128(R9)
+	VMOVDQU32 Z11, 192(R9)
 	ADDQ      $0x00000100, R9
 	ADDQ      8(AX), R8
 	DECQ      16(AX)
@@ -3693,7 +3863,7 @@ gemvInt1T3AVX512_step:
 	RET
 
 // func lutTL1T3AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL1T3AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -3703,8 +3873,11 @@ TEXT ·lutTL1T3AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), R8
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         (AX), R9
 	MOVQ         24(AX), R10
 
@@ -3725,12 +3898,12 @@ lutTL1T3AVX512_rb:
 
 lutTL1T3AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
 	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
 	MOVQ   56(AX), R11
 	TESTQ  R11, R11
 	JZ     lutTL1T3AVX512_tl1done
@@ -3740,109 +3913,115 @@ lutTL1T3AVX512_tl1chunk:
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
 	SUBQ    R12, R11
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
 	CMPQ    R12, $0x02
 	JLT     lutTL1T3AVX512_tl1odd
 
 lutTL1T3AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z11
-	VPANDD         Z0, Z11, Z12
-	VGF2P8AFFINEQB $0x10, Z1, Z11, Z13
-	VPERMW         (SI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         (DI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         (R8)(BX*1), Z12, Z14
-	VPADDW         Z14, Z4, Z4
-	VPERMW         (SI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         (DI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         (R8)(BX*1), Z13, Z14
-	VPADDW         Z14, Z4, Z4
-	VPMOVZXBW      32(CX), Z11
-	VPANDD         Z0, Z11, Z12
-	VGF2P8AFFINEQB $0x10, Z1, Z11, Z13
-	VPERMW         64(SI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         64(R8)(BX*1), Z12, Z14
-	VPADDW         Z14, Z4, Z4
-	VPERMW         64(SI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         64(R8)(BX*1), Z13, Z14
-	VPADDW         Z14, Z4, Z4
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R12
-	CMPQ           R12, $0x02
-	JGE            lutTL1T3AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y13
+	VPERMB     Z13, Z1, Z14
+	VPSRLW     $0x04, Z14, Z15
+	VPTERNLOGD $0xea, Z2, Z0, Z14
+	VPTERNLOGD $0xea, Z3, Z0, Z15
+	VPERMB     (SI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     (DI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     (R8)(BX*1), Z14, Z16
+	VPADDW     Z16, Z6, Z6
+	VPERMB     (SI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     (DI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     (R8)(BX*1), Z15, Z16
+	VPADDW     Z16, Z6, Z6
+	VMOVDQU64  32(CX), Y13
+	VPERMB     Z13, Z1, Z14
+	VPSRLW     $0x04, Z14, Z15
+	VPTERNLOGD $0xea, Z2, Z0, Z14
+	VPTERNLOGD $0xea, Z3, Z0, Z15
+	VPERMB     64(SI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     64(R8)(BX*1), Z14, Z16
+	VPADDW     Z16, Z6, Z6
+	VPERMB     64(SI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     64(R8)(BX*1), Z15, Z16
+	VPADDW     Z16, Z6, Z6
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R12
+	CMPQ       R12, $0x02
+	JGE        lutTL1T3AVX512_tl1pair
 
 lutTL1T3AVX512_tl1odd:
-	TESTQ          R12, R12
-	JZ             lutTL1T3AVX512_tl1flush
-	VPMOVZXBW      (CX), Z11
-	VPANDD         Z0, Z11, Z12
-	VGF2P8AFFINEQB $0x10, Z1, Z11, Z13
-	VPERMW         (SI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         (DI)(BX*1), Z12, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         (R8)(BX*1), Z12, Z14
-	VPADDW         Z14, Z4, Z4
-	VPERMW         (SI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z2, Z2
-	VPERMW         (DI)(BX*1), Z13, Z14
-	VPADDW         Z14, Z3, Z3
-	VPERMW         (R8)(BX*1), Z13, Z14
-	VPADDW         Z14, Z4, Z4
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R12, R12
+	JZ         lutTL1T3AVX512_tl1flush
+	VMOVDQU64  (CX), Y13
+	VPERMB     Z13, Z1, Z14
+	VPSRLW     $0x04, Z14, Z15
+	VPTERNLOGD $0xea, Z2, Z0, Z14
+	VPTERNLOGD $0xea, Z3, Z0, Z15
+	VPERMB     (SI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     (DI)(BX*1), Z14, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     (R8)(BX*1), Z14, Z16
+	VPADDW     Z16, Z6, Z6
+	VPERMB     (SI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z4, Z4
+	VPERMB     (DI)(BX*1), Z15, Z16
+	VPADDW     Z16, Z5, Z5
+	VPERMB     (R8)(BX*1), Z15, Z16
+	VPADDW     Z16, Z6, Z6
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL1T3AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z14
-	VPADDD        Z14, Z5, Z5
-	VEXTRACTI64X4 $0x01, Z2, Y14
-	VPMOVSXWD     Y14, Z14
-	VPADDD        Z14, Z6, Z6
-	VPMOVSXWD     Y3, Z14
-	VPADDD        Z14, Z7, Z7
-	VEXTRACTI64X4 $0x01, Z3, Y14
-	VPMOVSXWD     Y14, Z14
-	VPADDD        Z14, Z8, Z8
-	VPMOVSXWD     Y4, Z14
-	VPADDD        Z14, Z9, Z9
-	VEXTRACTI64X4 $0x01, Z4, Y14
-	VPMOVSXWD     Y14, Z14
-	VPADDD        Z14, Z10, Z10
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z16
+	VPADDD        Z16, Z7, Z7
+	VEXTRACTI64X4 $0x01, Z4, Y16
+	VPMOVSXWD     Y16, Z16
+	VPADDD        Z16, Z8, Z8
+	VPMOVSXWD     Y5, Z16
+	VPADDD        Z16, Z9, Z9
+	VEXTRACTI64X4 $0x01, Z5, Y16
+	VPMOVSXWD     Y16, Z16
+	VPADDD        Z16, Z10, Z10
+	VPMOVSXWD     Y6, Z16
+	VPADDD        Z16, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z6, Y16
+	VPMOVSXWD     Y16, Z16
+	VPADDD        Z16, Z12, Z12
 	VPXORD        Z4, Z4, Z4
+	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
 	TESTQ         R11, R11
 	JNZ           lutTL1T3AVX512_tl1chunk
 
 lutTL1T3AVX512_tl1done:
-	VPADDD    (R10), Z5, Z5
-	VPADDD    64(R10), Z6, Z6
-	VMOVDQU32 Z5, (R10)
-	VMOVDQU32 Z6, 64(R10)
-	VPADDD    128(R10), Z7, Z7
-	VPADDD    192(R10), Z8, Z8
-	VMOVDQU32 Z7, 128(R10)
-	VMOVDQU32 Z8, 192(R10)
-	VPADDD    256(R10), Z9, Z9
-	VPADDD    320(R10), Z10, Z10
-	VMOVDQU32 Z9, 256(R10)
-	VMOVDQU32 Z10, 320(R10)
+	VPADDD    (R10), Z7, Z7
+	VPADDD    64(R10), Z8, Z8
+	VMOVDQU32 Z7, (R10)
+	VMOVDQU32 Z8, 64(R10)
+	VPADDD    128(R10), Z9, Z9
+	VPADDD    192(R10), Z10, Z10
+	VMOVDQU32 Z9, 128(R10)
+	VMOVDQU32 Z10, 192(R10)
+	VPADDD    256(R10), Z11, Z11
+	VPADDD    320(R10), Z12, Z12
+	VMOVDQU32 Z11, 256(R10)
+	VMOVDQU32 Z12, 320(R10)
 	ADDQ      $0x00000180, R10
 	ADDQ      8(AX), R9
 	DECQ      16(AX)
@@ -3851,7 +4030,7 @@ lutTL1T3AVX512_tl1done:
 	RET
 
 // func lutTL2T3AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -3861,12 +4040,15 @@ TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), R8
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z20
+	VPBROADCASTQ CX, Z22
 	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z21
+	VPBROADCASTQ CX, Z23
 	MOVQ         (AX), R9
 	MOVQ         24(AX), R10
 	MOVQ         8(AX), R11
@@ -3888,12 +4070,12 @@ lutTL2T3AVX512_pchunk:
 	CMPQ    R12, R13
 	CMOVQLT R12, R13
 	SUBQ    R13, R12
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
 
 lutTL2T3AVX512_pblk:
 	PREFETCHT0     (DX)
@@ -3906,345 +4088,345 @@ lutTL2T3AVX512_pblk:
 	PREFETCHT0     192(DX)(R11*1)
 	PREFETCHT0     256(DX)
 	PREFETCHT0     256(DX)(R11*1)
-	VMOVDQU64      256(CX), Z16
-	VMOVDQU64      256(CX)(R11*1), Z22
-	VMOVDQU64      768(SI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      768(DI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      768(R8)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z20, Z15
-	VPMULTISHIFTQB Z22, Z20, Z23
-	VMOVDQU64      832(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      832(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      832(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z21, Z15
-	VPMULTISHIFTQB Z22, Z21, Z23
-	VMOVDQU64      896(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      896(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      896(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPSRLW         $0x0f, Z16, Z18
-	VPSRLW         $0x0f, Z22, Z24
-	VMOVDQU64      192(CX), Z16
-	VMOVDQU64      192(CX)(R11*1), Z22
-	VMOVDQU64      576(SI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      576(DI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      576(R8)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z20, Z15
-	VPMULTISHIFTQB Z22, Z20, Z23
-	VMOVDQU64      640(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      640(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      640(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z21, Z15
-	VPMULTISHIFTQB Z22, Z21, Z23
-	VMOVDQU64      704(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      704(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      704(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z16, Z18, Z18
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VMOVDQU64      128(CX), Z16
-	VMOVDQU64      128(CX)(R11*1), Z22
-	VMOVDQU64      384(SI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      384(DI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      384(R8)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z20, Z15
-	VPMULTISHIFTQB Z22, Z20, Z23
-	VMOVDQU64      448(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      448(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      448(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z21, Z15
-	VPMULTISHIFTQB Z22, Z21, Z23
-	VMOVDQU64      512(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      512(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      512(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z16, Z18, Z18
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VMOVDQU64      64(CX), Z16
-	VMOVDQU64      64(CX)(R11*1), Z22
-	VMOVDQU64      192(SI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      192(DI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      192(R8)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z20, Z15
-	VPMULTISHIFTQB Z22, Z20, Z23
-	VMOVDQU64      256(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      256(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      256(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z21, Z15
-	VPMULTISHIFTQB Z22, Z21, Z23
-	VMOVDQU64      320(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      320(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      320(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z16, Z18, Z18
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VMOVDQU64      (CX), Z16
-	VMOVDQU64      (CX)(R11*1), Z22
-	VMOVDQU64      (SI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      (DI)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      (R8)(BX*1), Z14
-	VPERMW         Z14, Z16, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z22, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z20, Z15
-	VPMULTISHIFTQB Z22, Z20, Z23
-	VMOVDQU64      64(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      64(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      64(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z16, Z21, Z15
-	VPMULTISHIFTQB Z22, Z21, Z23
-	VMOVDQU64      128(SI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      128(DI)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      128(R8)(BX*1), Z14
-	VPERMW         Z14, Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z23, Z19
-	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z16, Z18, Z18
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VMOVDQU64      960(SI)(BX*1), Z14
-	VPERMW         Z14, Z18, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         Z14, Z24, Z19
-	VPADDW         Z19, Z3, Z3
-	VMOVDQU64      960(DI)(BX*1), Z14
-	VPERMW         Z14, Z18, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         Z14, Z24, Z19
-	VPADDW         Z19, Z5, Z5
-	VMOVDQU64      960(R8)(BX*1), Z14
-	VPERMW         Z14, Z18, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         Z14, Z24, Z19
-	VPADDW         Z19, Z7, Z7
+	VMOVDQU64      256(CX), Z18
+	VMOVDQU64      256(CX)(R11*1), Z24
+	VMOVDQU64      768(SI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      768(DI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      768(R8)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z22, Z17
+	VPMULTISHIFTQB Z24, Z22, Z25
+	VMOVDQU64      832(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      832(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      832(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z23, Z17
+	VPMULTISHIFTQB Z24, Z23, Z25
+	VMOVDQU64      896(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      896(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      896(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSRLW         $0x0f, Z18, Z20
+	VPSRLW         $0x0f, Z24, Z26
+	VMOVDQU64      192(CX), Z18
+	VMOVDQU64      192(CX)(R11*1), Z24
+	VMOVDQU64      576(SI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      576(DI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      576(R8)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z22, Z17
+	VPMULTISHIFTQB Z24, Z22, Z25
+	VMOVDQU64      640(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      640(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      640(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z23, Z17
+	VPMULTISHIFTQB Z24, Z23, Z25
+	VMOVDQU64      704(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      704(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      704(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z18, Z20, Z20
+	VPSHLDW        $0x01, Z24, Z26, Z26
+	VMOVDQU64      128(CX), Z18
+	VMOVDQU64      128(CX)(R11*1), Z24
+	VMOVDQU64      384(SI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      384(DI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      384(R8)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z22, Z17
+	VPMULTISHIFTQB Z24, Z22, Z25
+	VMOVDQU64      448(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      448(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      448(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z23, Z17
+	VPMULTISHIFTQB Z24, Z23, Z25
+	VMOVDQU64      512(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      512(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      512(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z18, Z20, Z20
+	VPSHLDW        $0x01, Z24, Z26, Z26
+	VMOVDQU64      64(CX), Z18
+	VMOVDQU64      64(CX)(R11*1), Z24
+	VMOVDQU64      192(SI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      192(DI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      192(R8)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z22, Z17
+	VPMULTISHIFTQB Z24, Z22, Z25
+	VMOVDQU64      256(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      256(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      256(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z23, Z17
+	VPMULTISHIFTQB Z24, Z23, Z25
+	VMOVDQU64      320(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      320(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      320(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z18, Z20, Z20
+	VPSHLDW        $0x01, Z24, Z26, Z26
+	VMOVDQU64      (CX), Z18
+	VMOVDQU64      (CX)(R11*1), Z24
+	VMOVDQU64      (SI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      (DI)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      (R8)(BX*1), Z16
+	VPERMW         Z16, Z18, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z24, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z22, Z17
+	VPMULTISHIFTQB Z24, Z22, Z25
+	VMOVDQU64      64(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      64(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      64(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z18, Z23, Z17
+	VPMULTISHIFTQB Z24, Z23, Z25
+	VMOVDQU64      128(SI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      128(DI)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      128(R8)(BX*1), Z16
+	VPERMW         Z16, Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z25, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z18, Z20, Z20
+	VPSHLDW        $0x01, Z24, Z26, Z26
+	VMOVDQU64      960(SI)(BX*1), Z16
+	VPERMW         Z16, Z20, Z19
+	VPADDW         Z19, Z4, Z4
+	VPERMW         Z16, Z26, Z21
+	VPADDW         Z21, Z5, Z5
+	VMOVDQU64      960(DI)(BX*1), Z16
+	VPERMW         Z16, Z20, Z19
+	VPADDW         Z19, Z6, Z6
+	VPERMW         Z16, Z26, Z21
+	VPADDW         Z21, Z7, Z7
+	VMOVDQU64      960(R8)(BX*1), Z16
+	VPERMW         Z16, Z20, Z19
+	VPADDW         Z19, Z8, Z8
+	VPERMW         Z16, Z26, Z21
+	VPADDW         Z21, Z9, Z9
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R13
 	JNZ            lutTL2T3AVX512_pblk
-	VMOVDQU32      (R10), Z8
-	VMOVDQU32      64(R10), Z9
-	VPMOVSXWD      Y2, Z17
-	VPADDD         Z17, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z2, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z9, Z9
-	VMOVDQU32      Z8, (R10)
-	VMOVDQU32      Z9, 64(R10)
-	VMOVDQU32      128(R10), Z10
-	VMOVDQU32      192(R10), Z11
-	VPMOVSXWD      Y4, Z17
-	VPADDD         Z17, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z4, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z11, Z11
-	VMOVDQU32      Z10, 128(R10)
-	VMOVDQU32      Z11, 192(R10)
-	VMOVDQU32      256(R10), Z12
-	VMOVDQU32      320(R10), Z13
-	VPMOVSXWD      Y6, Z17
-	VPADDD         Z17, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z6, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z13, Z13
-	VMOVDQU32      Z12, 256(R10)
-	VMOVDQU32      Z13, 320(R10)
-	VMOVDQU32      384(R10), Z8
-	VMOVDQU32      448(R10), Z9
-	VPMOVSXWD      Y3, Z17
-	VPADDD         Z17, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z3, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z9, Z9
-	VMOVDQU32      Z8, 384(R10)
-	VMOVDQU32      Z9, 448(R10)
-	VMOVDQU32      512(R10), Z10
-	VMOVDQU32      576(R10), Z11
-	VPMOVSXWD      Y5, Z17
-	VPADDD         Z17, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z5, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z11, Z11
-	VMOVDQU32      Z10, 512(R10)
-	VMOVDQU32      Z11, 576(R10)
-	VMOVDQU32      640(R10), Z12
-	VMOVDQU32      704(R10), Z13
-	VPMOVSXWD      Y7, Z17
-	VPADDD         Z17, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z7, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z13, Z13
-	VMOVDQU32      Z12, 640(R10)
-	VMOVDQU32      Z13, 704(R10)
+	VMOVDQU32      (R10), Z10
+	VMOVDQU32      64(R10), Z11
+	VPMOVSXWD      Y4, Z19
+	VPADDD         Z19, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z4, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z11, Z11
+	VMOVDQU32      Z10, (R10)
+	VMOVDQU32      Z11, 64(R10)
+	VMOVDQU32      128(R10), Z12
+	VMOVDQU32      192(R10), Z13
+	VPMOVSXWD      Y6, Z19
+	VPADDD         Z19, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z6, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z13, Z13
+	VMOVDQU32      Z12, 128(R10)
+	VMOVDQU32      Z13, 192(R10)
+	VMOVDQU32      256(R10), Z14
+	VMOVDQU32      320(R10), Z15
+	VPMOVSXWD      Y8, Z19
+	VPADDD         Z19, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z8, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z15, Z15
+	VMOVDQU32      Z14, 256(R10)
+	VMOVDQU32      Z15, 320(R10)
+	VMOVDQU32      384(R10), Z10
+	VMOVDQU32      448(R10), Z11
+	VPMOVSXWD      Y5, Z19
+	VPADDD         Z19, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z5, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z11, Z11
+	VMOVDQU32      Z10, 384(R10)
+	VMOVDQU32      Z11, 448(R10)
+	VMOVDQU32      512(R10), Z12
+	VMOVDQU32      576(R10), Z13
+	VPMOVSXWD      Y7, Z19
+	VPADDD         Z19, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z7, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z13, Z13
+	VMOVDQU32      Z12, 512(R10)
+	VMOVDQU32      Z13, 576(R10)
+	VMOVDQU32      640(R10), Z14
+	VMOVDQU32      704(R10), Z15
+	VPMOVSXWD      Y9, Z19
+	VPADDD         Z19, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z9, Y21
+	VPMOVSXWD      Y21, Z21
+	VPADDD         Z21, Z15, Z15
+	VMOVDQU32      Z14, 640(R10)
+	VMOVDQU32      Z15, 704(R10)
 	TESTQ          R12, R12
 	JNZ            lutTL2T3AVX512_pchunk
 
@@ -4275,12 +4457,12 @@ lutTL2T3AVX512_rb:
 
 lutTL2T3AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
 	MOVQ   48(AX), R11
 	TESTQ  R11, R11
 	JZ     lutTL2T3AVX512_tl2done
@@ -4290,12 +4472,12 @@ lutTL2T3AVX512_chunk:
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
 	SUBQ    R12, R11
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
 
 lutTL2T3AVX512_blk:
 	PREFETCHT1     (DX)
@@ -4308,163 +4490,163 @@ lutTL2T3AVX512_blk:
 	PREFETCHT0     2240(CX)
 	PREFETCHT1     256(DX)
 	PREFETCHT0     2304(CX)
-	VMOVDQU64      256(CX), Z14
-	VPERMW         768(SI)(BX*1), Z14, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         768(DI)(BX*1), Z14, Z19
+	VMOVDQU64      256(CX), Z16
+	VPERMW         768(SI)(BX*1), Z16, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         768(R8)(BX*1), Z14, Z17
-	VPADDW         Z17, Z6, Z6
-	VPMULTISHIFTQB Z14, Z20, Z15
-	VPERMW         832(SI)(BX*1), Z15, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         832(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         832(R8)(BX*1), Z15, Z19
+	VPERMW         768(DI)(BX*1), Z16, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         768(R8)(BX*1), Z16, Z19
+	VPADDW         Z19, Z8, Z8
+	VPMULTISHIFTQB Z16, Z22, Z17
+	VPERMW         832(SI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         832(DI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z14, Z21, Z15
-	VPERMW         896(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         896(DI)(BX*1), Z15, Z19
+	VPERMW         832(R8)(BX*1), Z17, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z16, Z23, Z17
+	VPERMW         896(SI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         896(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPSRLW         $0x0f, Z14, Z18
-	VMOVDQU64      192(CX), Z14
-	VPERMW         576(SI)(BX*1), Z14, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         576(DI)(BX*1), Z14, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         576(R8)(BX*1), Z14, Z19
+	VPERMW         896(DI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         896(R8)(BX*1), Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPSRLW         $0x0f, Z16, Z20
+	VMOVDQU64      192(CX), Z16
+	VPERMW         576(SI)(BX*1), Z16, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         576(DI)(BX*1), Z16, Z19
 	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z14, Z20, Z15
-	VPERMW         640(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         640(DI)(BX*1), Z15, Z19
+	VPERMW         576(R8)(BX*1), Z16, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z16, Z22, Z17
+	VPERMW         640(SI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         640(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPMULTISHIFTQB Z14, Z21, Z15
-	VPERMW         704(SI)(BX*1), Z15, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         704(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         704(R8)(BX*1), Z15, Z19
+	VPERMW         640(DI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         640(R8)(BX*1), Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPMULTISHIFTQB Z16, Z23, Z17
+	VPERMW         704(SI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         704(DI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z14, Z18, Z18
-	VMOVDQU64      128(CX), Z14
-	VPERMW         384(SI)(BX*1), Z14, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         384(DI)(BX*1), Z14, Z19
+	VPERMW         704(R8)(BX*1), Z17, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z16, Z20, Z20
+	VMOVDQU64      128(CX), Z16
+	VPERMW         384(SI)(BX*1), Z16, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         384(R8)(BX*1), Z14, Z17
-	VPADDW         Z17, Z6, Z6
-	VPMULTISHIFTQB Z14, Z20, Z15
-	VPERMW         448(SI)(BX*1), Z15, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         448(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         448(R8)(BX*1), Z15, Z19
+	VPERMW         384(DI)(BX*1), Z16, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         384(R8)(BX*1), Z16, Z19
+	VPADDW         Z19, Z8, Z8
+	VPMULTISHIFTQB Z16, Z22, Z17
+	VPERMW         448(SI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         448(DI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z14, Z21, Z15
-	VPERMW         512(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         512(DI)(BX*1), Z15, Z19
+	VPERMW         448(R8)(BX*1), Z17, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z16, Z23, Z17
+	VPERMW         512(SI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         512(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPSHLDW        $0x01, Z14, Z18, Z18
-	VMOVDQU64      64(CX), Z14
-	VPERMW         192(SI)(BX*1), Z14, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         192(DI)(BX*1), Z14, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         192(R8)(BX*1), Z14, Z19
+	VPERMW         512(DI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         512(R8)(BX*1), Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPSHLDW        $0x01, Z16, Z20, Z20
+	VMOVDQU64      64(CX), Z16
+	VPERMW         192(SI)(BX*1), Z16, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         192(DI)(BX*1), Z16, Z19
 	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z14, Z20, Z15
-	VPERMW         256(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         256(DI)(BX*1), Z15, Z19
+	VPERMW         192(R8)(BX*1), Z16, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z16, Z22, Z17
+	VPERMW         256(SI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         256(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPMULTISHIFTQB Z14, Z21, Z15
-	VPERMW         320(SI)(BX*1), Z15, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         320(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         320(R8)(BX*1), Z15, Z19
+	VPERMW         256(DI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         256(R8)(BX*1), Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPMULTISHIFTQB Z16, Z23, Z17
+	VPERMW         320(SI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         320(DI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z7, Z7
-	VPSHLDW        $0x01, Z14, Z18, Z18
-	VMOVDQU64      (CX), Z14
-	VPERMW         (SI)(BX*1), Z14, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z14, Z19
+	VPERMW         320(R8)(BX*1), Z17, Z21
+	VPADDW         Z21, Z9, Z9
+	VPSHLDW        $0x01, Z16, Z20, Z20
+	VMOVDQU64      (CX), Z16
+	VPERMW         (SI)(BX*1), Z16, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         (R8)(BX*1), Z14, Z17
-	VPADDW         Z17, Z6, Z6
-	VPMULTISHIFTQB Z14, Z20, Z15
-	VPERMW         64(SI)(BX*1), Z15, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         64(R8)(BX*1), Z15, Z19
+	VPERMW         (DI)(BX*1), Z16, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         (R8)(BX*1), Z16, Z19
+	VPADDW         Z19, Z8, Z8
+	VPMULTISHIFTQB Z16, Z22, Z17
+	VPERMW         64(SI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         64(DI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z7, Z7
-	VPMULTISHIFTQB Z14, Z21, Z15
-	VPERMW         128(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         128(DI)(BX*1), Z15, Z19
+	VPERMW         64(R8)(BX*1), Z17, Z21
+	VPADDW         Z21, Z9, Z9
+	VPMULTISHIFTQB Z16, Z23, Z17
+	VPERMW         128(SI)(BX*1), Z17, Z19
 	VPADDW         Z19, Z4, Z4
-	VPERMW         128(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPSHLDW        $0x01, Z14, Z18, Z18
-	VPERMW         960(SI)(BX*1), Z18, Z19
-	VPADDW         Z19, Z3, Z3
-	VPERMW         960(DI)(BX*1), Z18, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         960(R8)(BX*1), Z18, Z19
+	VPERMW         128(DI)(BX*1), Z17, Z21
+	VPADDW         Z21, Z6, Z6
+	VPERMW         128(R8)(BX*1), Z17, Z19
+	VPADDW         Z19, Z8, Z8
+	VPSHLDW        $0x01, Z16, Z20, Z20
+	VPERMW         960(SI)(BX*1), Z20, Z21
+	VPADDW         Z21, Z5, Z5
+	VPERMW         960(DI)(BX*1), Z20, Z19
 	VPADDW         Z19, Z7, Z7
+	VPERMW         960(R8)(BX*1), Z20, Z21
+	VPADDW         Z21, Z9, Z9
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R12
 	JNZ            lutTL2T3AVX512_blk
-	VPMOVSXWD      Y2, Z17
-	VPADDD         Z17, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z2, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z9, Z9
-	VPMOVSXWD      Y3, Z17
-	VPADDD         Z17, Z8, Z8
-	VEXTRACTI64X4  $0x01, Z3, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z9, Z9
-	VPMOVSXWD      Y4, Z17
-	VPADDD         Z17, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z4, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z11, Z11
-	VPMOVSXWD      Y5, Z17
-	VPADDD         Z17, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z5, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z11, Z11
-	VPMOVSXWD      Y6, Z17
-	VPADDD         Z17, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z6, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z13, Z13
-	VPMOVSXWD      Y7, Z17
-	VPADDD         Z17, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z7, Y17
-	VPMOVSXWD      Y17, Z17
-	VPADDD         Z17, Z13, Z13
-	VPXORD         Z2, Z2, Z2
-	VPXORD         Z3, Z3, Z3
+	VPMOVSXWD      Y4, Z19
+	VPADDD         Z19, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z4, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z11, Z11
+	VPMOVSXWD      Y5, Z19
+	VPADDD         Z19, Z10, Z10
+	VEXTRACTI64X4  $0x01, Z5, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z11, Z11
+	VPMOVSXWD      Y6, Z19
+	VPADDD         Z19, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z6, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z13, Z13
+	VPMOVSXWD      Y7, Z19
+	VPADDD         Z19, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z7, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z13, Z13
+	VPMOVSXWD      Y8, Z19
+	VPADDD         Z19, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z8, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z15, Z15
+	VPMOVSXWD      Y9, Z19
+	VPADDD         Z19, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z9, Y19
+	VPMOVSXWD      Y19, Z19
+	VPADDD         Z19, Z15, Z15
 	VPXORD         Z4, Z4, Z4
 	VPXORD         Z5, Z5, Z5
 	VPXORD         Z6, Z6, Z6
 	VPXORD         Z7, Z7, Z7
+	VPXORD         Z8, Z8, Z8
+	VPXORD         Z9, Z9, Z9
 	TESTQ          R11, R11
 	JNZ            lutTL2T3AVX512_chunk
 
@@ -4478,130 +4660,136 @@ lutTL2T3AVX512_tl1chunk:
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
 	SUBQ    R12, R11
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
 	CMPQ    R12, $0x02
 	JLT     lutTL2T3AVX512_tl1odd
 
 lutTL2T3AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         (SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         (SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         (R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z7, Z7
-	VPMOVZXBW      32(CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         64(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         64(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         64(SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         64(R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z7, Z7
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R12
-	CMPQ           R12, $0x02
-	JGE            lutTL2T3AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     (SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z8, Z8
+	VPERMB     (SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     (R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z9, Z9
+	VMOVDQU64  32(CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     64(SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     64(R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z8, Z8
+	VPERMB     64(SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     64(DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     64(R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z9, Z9
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R12
+	CMPQ       R12, $0x02
+	JGE        lutTL2T3AVX512_tl1pair
 
 lutTL2T3AVX512_tl1odd:
-	TESTQ          R12, R12
-	JZ             lutTL2T3AVX512_tl1flush
-	VPMOVZXBW      (CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         (SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z6, Z6
-	VPERMW         (SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         (R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z7, Z7
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R12, R12
+	JZ         lutTL2T3AVX512_tl1flush
+	VMOVDQU64  (CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     (SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z8, Z8
+	VPERMB     (SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     (R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z9, Z9
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL2T3AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z17
-	VPADDD        Z17, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z2, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z9, Z9
-	VPMOVSXWD     Y3, Z17
-	VPADDD        Z17, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z3, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z9, Z9
-	VPMOVSXWD     Y4, Z17
-	VPADDD        Z17, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z4, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z11, Z11
-	VPMOVSXWD     Y5, Z17
-	VPADDD        Z17, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z5, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z11, Z11
-	VPMOVSXWD     Y6, Z17
-	VPADDD        Z17, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z6, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z13, Z13
-	VPMOVSXWD     Y7, Z17
-	VPADDD        Z17, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z7, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z13, Z13
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z19
+	VPADDD        Z19, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z4, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z11, Z11
+	VPMOVSXWD     Y5, Z19
+	VPADDD        Z19, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z5, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z11, Z11
+	VPMOVSXWD     Y6, Z19
+	VPADDD        Z19, Z12, Z12
+	VEXTRACTI64X4 $0x01, Z6, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z13, Z13
+	VPMOVSXWD     Y7, Z19
+	VPADDD        Z19, Z12, Z12
+	VEXTRACTI64X4 $0x01, Z7, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z13, Z13
+	VPMOVSXWD     Y8, Z19
+	VPADDD        Z19, Z14, Z14
+	VEXTRACTI64X4 $0x01, Z8, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z15, Z15
+	VPMOVSXWD     Y9, Z19
+	VPADDD        Z19, Z14, Z14
+	VEXTRACTI64X4 $0x01, Z9, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z15, Z15
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
+	VPXORD        Z8, Z8, Z8
+	VPXORD        Z9, Z9, Z9
 	TESTQ         R11, R11
 	JNZ           lutTL2T3AVX512_tl1chunk
 
 lutTL2T3AVX512_tl1done:
-	VPADDD    (R10), Z8, Z8
-	VPADDD    64(R10), Z9, Z9
-	VMOVDQU32 Z8, (R10)
-	VMOVDQU32 Z9, 64(R10)
-	VPADDD    128(R10), Z10, Z10
-	VPADDD    192(R10), Z11, Z11
-	VMOVDQU32 Z10, 128(R10)
-	VMOVDQU32 Z11, 192(R10)
-	VPADDD    256(R10), Z12, Z12
-	VPADDD    320(R10), Z13, Z13
-	VMOVDQU32 Z12, 256(R10)
-	VMOVDQU32 Z13, 320(R10)
+	VPADDD    (R10), Z10, Z10
+	VPADDD    64(R10), Z11, Z11
+	VMOVDQU32 Z10, (R10)
+	VMOVDQU32 Z11, 64(R10)
+	VPADDD    128(R10), Z12, Z12
+	VPADDD    192(R10), Z13, Z13
+	VMOVDQU32 Z12, 128(R10)
+	VMOVDQU32 Z13, 192(R10)
+	VPADDD    256(R10), Z14, Z14
+	VPADDD    320(R10), Z15, Z15
+	VMOVDQU32 Z14, 256(R10)
+	VMOVDQU32 Z15, 320(R10)
 	ADDQ      $0x00000180, R10
 	ADDQ      8(AX), R9
 	DECQ      16(AX)
@@ -5332,7 +5520,7 @@ gemvInt1T4AVX512_step:
 	RET
 
 // func lutTL1T4AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL1T4AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -5344,8 +5532,11 @@ TEXT ·lutTL1T4AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), R9
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         (AX), R10
 	MOVQ         24(AX), R11
 
@@ -5366,14 +5557,14 @@ lutTL1T4AVX512_rb:
 
 lutTL1T4AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
 	MOVQ   56(AX), R12
 	TESTQ  R12, R12
 	JZ     lutTL1T4AVX512_tl1done
@@ -5383,132 +5574,138 @@ lutTL1T4AVX512_tl1chunk:
 	CMPQ    R12, R13
 	CMOVQLT R12, R13
 	SUBQ    R13, R12
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
 	CMPQ    R13, $0x02
 	JLT     lutTL1T4AVX512_tl1odd
 
 lutTL1T4AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         (SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R9)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         (SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R9)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	VPMOVZXBW      32(CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         64(SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         64(R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         64(R9)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         64(SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         64(R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         64(R9)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R13
-	CMPQ           R13, $0x02
-	JGE            lutTL1T4AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     (SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R9)(BX*1), Z17, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     (SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R9)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	VMOVDQU64  32(CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     64(SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     64(R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     64(R9)(BX*1), Z17, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     64(SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     64(R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     64(R9)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R13
+	CMPQ       R13, $0x02
+	JGE        lutTL1T4AVX512_tl1pair
 
 lutTL1T4AVX512_tl1odd:
-	TESTQ          R13, R13
-	JZ             lutTL1T4AVX512_tl1flush
-	VPMOVZXBW      (CX), Z14
-	VPANDD         Z0, Z14, Z15
-	VGF2P8AFFINEQB $0x10, Z1, Z14, Z16
-	VPERMW         (SI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z15, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (R8)(BX*1), Z15, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R9)(BX*1), Z15, Z17
-	VPADDW         Z17, Z5, Z5
-	VPERMW         (SI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z2, Z2
-	VPERMW         (DI)(BX*1), Z16, Z17
-	VPADDW         Z17, Z3, Z3
-	VPERMW         (R8)(BX*1), Z16, Z17
-	VPADDW         Z17, Z4, Z4
-	VPERMW         (R9)(BX*1), Z16, Z17
-	VPADDW         Z17, Z5, Z5
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R13, R13
+	JZ         lutTL1T4AVX512_tl1flush
+	VMOVDQU64  (CX), Y16
+	VPERMB     Z16, Z1, Z17
+	VPSRLW     $0x04, Z17, Z18
+	VPTERNLOGD $0xea, Z2, Z0, Z17
+	VPTERNLOGD $0xea, Z3, Z0, Z18
+	VPERMB     (SI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z17, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (R8)(BX*1), Z17, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R9)(BX*1), Z17, Z19
+	VPADDW     Z19, Z7, Z7
+	VPERMB     (SI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z4, Z4
+	VPERMB     (DI)(BX*1), Z18, Z19
+	VPADDW     Z19, Z5, Z5
+	VPERMB     (R8)(BX*1), Z18, Z19
+	VPADDW     Z19, Z6, Z6
+	VPERMB     (R9)(BX*1), Z18, Z19
+	VPADDW     Z19, Z7, Z7
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL1T4AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z17
-	VPADDD        Z17, Z6, Z6
-	VEXTRACTI64X4 $0x01, Z2, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z7, Z7
-	VPMOVSXWD     Y3, Z17
-	VPADDD        Z17, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z3, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z9, Z9
-	VPMOVSXWD     Y4, Z17
-	VPADDD        Z17, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z4, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z11, Z11
-	VPMOVSXWD     Y5, Z17
-	VPADDD        Z17, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z5, Y17
-	VPMOVSXWD     Y17, Z17
-	VPADDD        Z17, Z13, Z13
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z19
+	VPADDD        Z19, Z8, Z8
+	VEXTRACTI64X4 $0x01, Z4, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z9, Z9
+	VPMOVSXWD     Y5, Z19
+	VPADDD        Z19, Z10, Z10
+	VEXTRACTI64X4 $0x01, Z5, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z11, Z11
+	VPMOVSXWD     Y6, Z19
+	VPADDD        Z19, Z12, Z12
+	VEXTRACTI64X4 $0x01, Z6, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z13, Z13
+	VPMOVSXWD     Y7, Z19
+	VPADDD        Z19, Z14, Z14
+	VEXTRACTI64X4 $0x01, Z7, Y19
+	VPMOVSXWD     Y19, Z19
+	VPADDD        Z19, Z15, Z15
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPXORD        Z7, Z7, Z7
 	TESTQ         R12, R12
 	JNZ           lutTL1T4AVX512_tl1chunk
 
 lutTL1T4AVX512_tl1done:
-	VPADDD    (R11), Z6, Z6
-	VPADDD    64(R11), Z7, Z7
-	VMOVDQU32 Z6, (R11)
-	VMOVDQU32 Z7, 64(R11)
-	VPADDD    128(R11), Z8, Z8
-	VPADDD    192(R11), Z9, Z9
-	VMOVDQU32 Z8, 128(R11)
-	VMOVDQU32 Z9, 192(R11)
-	VPADDD    256(R11), Z10, Z10
-	VPADDD    320(R11), Z11, Z11
-	VMOVDQU32 Z10, 256(R11)
-	VMOVDQU32 Z11, 320(R11)
-	VPADDD    384(R11), Z12, Z12
-	VPADDD    448(R11), Z13, Z13
-	VMOVDQU32 Z12, 384(R11)
-	VMOVDQU32 Z13, 448(R11)
+	VPADDD    (R11), Z8, Z8
+	VPADDD    64(R11), Z9, Z9
+	VMOVDQU32 Z8, (R11)
+	VMOVDQU32 Z9, 64(R11)
+	VPADDD    128(R11), Z10, Z10
+	VPADDD    192(R11), Z11, Z11
+	VMOVDQU32 Z10, 128(R11)
+	VMOVDQU32 Z11, 192(R11)
+	VPADDD    256(R11), Z12, Z12
+	VPADDD    320(R11), Z13, Z13
+	VMOVDQU32 Z12, 256(R11)
+	VMOVDQU32 Z13, 320(R11)
+	VPADDD    384(R11), Z14, Z14
+	VPADDD    448(R11), Z15, Z15
+	VMOVDQU32 Z14, 384(R11)
+	VMOVDQU32 Z15, 448(R11)
 	ADDQ      $0x00000200, R11
 	ADDQ      8(AX), R10
 	DECQ      16(AX)
@@ -5517,7 +5714,7 @@ lutTL1T4AVX512_tl1done:
 	RET
 
 // func lutTL2T4AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, CMOV, GFNI, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T4AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
@@ -5529,12 +5726,15 @@ TEXT ·lutTL2T4AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), R9
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z0
-	MOVQ         $0x1020408000000000, CX
-	VPBROADCASTQ CX, Z1
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, CX
+	VPBROADCASTD CX, Z2
+	MOVL         $0x30203020, CX
+	VPBROADCASTD CX, Z3
 	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z24
+	VPBROADCASTQ CX, Z26
 	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z25
+	VPBROADCASTQ CX, Z27
 	MOVQ         (AX), R10
 	MOVQ         24(AX), R11
 	MOVQ         8(AX), R12
@@ -5556,14 +5756,14 @@ lutTL2T4AVX512_pchunk:
 	CMPQ    R13, R14
 	CMOVQLT R13, R14
 	SUBQ    R14, R13
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
 	VPXORD  Z8, Z8, Z8
 	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
 
 lutTL2T4AVX512_pblk:
 	PREFETCHT0     (DX)
@@ -5576,443 +5776,443 @@ lutTL2T4AVX512_pblk:
 	PREFETCHT0     192(DX)(R12*1)
 	PREFETCHT0     256(DX)
 	PREFETCHT0     256(DX)(R12*1)
-	VMOVDQU64      256(CX), Z20
-	VMOVDQU64      256(CX)(R12*1), Z26
-	VMOVDQU64      768(SI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      768(DI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      768(R8)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      768(R9)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z24, Z19
-	VPMULTISHIFTQB Z26, Z24, Z27
-	VMOVDQU64      832(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      832(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      832(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      832(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z25, Z19
-	VPMULTISHIFTQB Z26, Z25, Z27
-	VMOVDQU64      896(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      896(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      896(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      896(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPSRLW         $0x0f, Z20, Z22
-	VPSRLW         $0x0f, Z26, Z28
-	VMOVDQU64      192(CX), Z20
-	VMOVDQU64      192(CX)(R12*1), Z26
-	VMOVDQU64      576(SI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      576(DI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      576(R8)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      576(R9)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z24, Z19
-	VPMULTISHIFTQB Z26, Z24, Z27
-	VMOVDQU64      640(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      640(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      640(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      640(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z25, Z19
-	VPMULTISHIFTQB Z26, Z25, Z27
-	VMOVDQU64      704(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      704(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      704(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      704(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z20, Z22, Z22
-	VPSHLDW        $0x01, Z26, Z28, Z28
-	VMOVDQU64      128(CX), Z20
-	VMOVDQU64      128(CX)(R12*1), Z26
-	VMOVDQU64      384(SI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      384(DI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      384(R8)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      384(R9)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z24, Z19
-	VPMULTISHIFTQB Z26, Z24, Z27
-	VMOVDQU64      448(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      448(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      448(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      448(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z25, Z19
-	VPMULTISHIFTQB Z26, Z25, Z27
-	VMOVDQU64      512(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      512(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      512(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      512(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z20, Z22, Z22
-	VPSHLDW        $0x01, Z26, Z28, Z28
-	VMOVDQU64      64(CX), Z20
-	VMOVDQU64      64(CX)(R12*1), Z26
-	VMOVDQU64      192(SI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      192(DI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      192(R8)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      192(R9)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z24, Z19
-	VPMULTISHIFTQB Z26, Z24, Z27
-	VMOVDQU64      256(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      256(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      256(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      256(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z25, Z19
-	VPMULTISHIFTQB Z26, Z25, Z27
-	VMOVDQU64      320(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      320(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      320(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      320(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z20, Z22, Z22
-	VPSHLDW        $0x01, Z26, Z28, Z28
-	VMOVDQU64      (CX), Z20
-	VMOVDQU64      (CX)(R12*1), Z26
-	VMOVDQU64      (SI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      (DI)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      (R8)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      (R9)(BX*1), Z18
-	VPERMW         Z18, Z20, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z26, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z24, Z19
-	VPMULTISHIFTQB Z26, Z24, Z27
-	VMOVDQU64      64(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      64(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      64(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      64(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z20, Z25, Z19
-	VPMULTISHIFTQB Z26, Z25, Z27
-	VMOVDQU64      128(SI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      128(DI)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      128(R8)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      128(R9)(BX*1), Z18
-	VPERMW         Z18, Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z27, Z23
-	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z20, Z22, Z22
-	VPSHLDW        $0x01, Z26, Z28, Z28
-	VMOVDQU64      960(SI)(BX*1), Z18
-	VPERMW         Z18, Z22, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         Z18, Z28, Z23
-	VPADDW         Z23, Z3, Z3
-	VMOVDQU64      960(DI)(BX*1), Z18
-	VPERMW         Z18, Z22, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         Z18, Z28, Z23
-	VPADDW         Z23, Z5, Z5
-	VMOVDQU64      960(R8)(BX*1), Z18
-	VPERMW         Z18, Z22, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         Z18, Z28, Z23
-	VPADDW         Z23, Z7, Z7
-	VMOVDQU64      960(R9)(BX*1), Z18
-	VPERMW         Z18, Z22, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         Z18, Z28, Z23
-	VPADDW         Z23, Z9, Z9
+	VMOVDQU64      256(CX), Z22
+	VMOVDQU64      256(CX)(R12*1), Z28
+	VMOVDQU64      768(SI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      768(DI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      768(R8)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      768(R9)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z26, Z21
+	VPMULTISHIFTQB Z28, Z26, Z29
+	VMOVDQU64      832(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      832(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      832(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      832(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z27, Z21
+	VPMULTISHIFTQB Z28, Z27, Z29
+	VMOVDQU64      896(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      896(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      896(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      896(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSRLW         $0x0f, Z22, Z24
+	VPSRLW         $0x0f, Z28, Z30
+	VMOVDQU64      192(CX), Z22
+	VMOVDQU64      192(CX)(R12*1), Z28
+	VMOVDQU64      576(SI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      576(DI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      576(R8)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      576(R9)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z26, Z21
+	VPMULTISHIFTQB Z28, Z26, Z29
+	VMOVDQU64      640(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      640(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      640(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      640(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z27, Z21
+	VPMULTISHIFTQB Z28, Z27, Z29
+	VMOVDQU64      704(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      704(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      704(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      704(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z22, Z24, Z24
+	VPSHLDW        $0x01, Z28, Z30, Z30
+	VMOVDQU64      128(CX), Z22
+	VMOVDQU64      128(CX)(R12*1), Z28
+	VMOVDQU64      384(SI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      384(DI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      384(R8)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      384(R9)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z26, Z21
+	VPMULTISHIFTQB Z28, Z26, Z29
+	VMOVDQU64      448(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      448(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      448(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      448(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z27, Z21
+	VPMULTISHIFTQB Z28, Z27, Z29
+	VMOVDQU64      512(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      512(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      512(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      512(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z22, Z24, Z24
+	VPSHLDW        $0x01, Z28, Z30, Z30
+	VMOVDQU64      64(CX), Z22
+	VMOVDQU64      64(CX)(R12*1), Z28
+	VMOVDQU64      192(SI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      192(DI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      192(R8)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      192(R9)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z26, Z21
+	VPMULTISHIFTQB Z28, Z26, Z29
+	VMOVDQU64      256(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      256(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      256(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      256(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z27, Z21
+	VPMULTISHIFTQB Z28, Z27, Z29
+	VMOVDQU64      320(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      320(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      320(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      320(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z22, Z24, Z24
+	VPSHLDW        $0x01, Z28, Z30, Z30
+	VMOVDQU64      (CX), Z22
+	VMOVDQU64      (CX)(R12*1), Z28
+	VMOVDQU64      (SI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      (DI)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      (R8)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      (R9)(BX*1), Z20
+	VPERMW         Z20, Z22, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z28, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z26, Z21
+	VPMULTISHIFTQB Z28, Z26, Z29
+	VMOVDQU64      64(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      64(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      64(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      64(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z22, Z27, Z21
+	VPMULTISHIFTQB Z28, Z27, Z29
+	VMOVDQU64      128(SI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      128(DI)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      128(R8)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      128(R9)(BX*1), Z20
+	VPERMW         Z20, Z21, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z29, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z22, Z24, Z24
+	VPSHLDW        $0x01, Z28, Z30, Z30
+	VMOVDQU64      960(SI)(BX*1), Z20
+	VPERMW         Z20, Z24, Z23
+	VPADDW         Z23, Z4, Z4
+	VPERMW         Z20, Z30, Z25
+	VPADDW         Z25, Z5, Z5
+	VMOVDQU64      960(DI)(BX*1), Z20
+	VPERMW         Z20, Z24, Z23
+	VPADDW         Z23, Z6, Z6
+	VPERMW         Z20, Z30, Z25
+	VPADDW         Z25, Z7, Z7
+	VMOVDQU64      960(R8)(BX*1), Z20
+	VPERMW         Z20, Z24, Z23
+	VPADDW         Z23, Z8, Z8
+	VPERMW         Z20, Z30, Z25
+	VPADDW         Z25, Z9, Z9
+	VMOVDQU64      960(R9)(BX*1), Z20
+	VPERMW         Z20, Z24, Z23
+	VPADDW         Z23, Z10, Z10
+	VPERMW         Z20, Z30, Z25
+	VPADDW         Z25, Z11, Z11
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R14
 	JNZ            lutTL2T4AVX512_pblk
-	VMOVDQU32      (R11), Z10
-	VMOVDQU32      64(R11), Z11
-	VPMOVSXWD      Y2, Z21
-	VPADDD         Z21, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z2, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z11, Z11
-	VMOVDQU32      Z10, (R11)
-	VMOVDQU32      Z11, 64(R11)
-	VMOVDQU32      128(R11), Z12
-	VMOVDQU32      192(R11), Z13
-	VPMOVSXWD      Y4, Z21
-	VPADDD         Z21, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z4, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z13, Z13
-	VMOVDQU32      Z12, 128(R11)
-	VMOVDQU32      Z13, 192(R11)
-	VMOVDQU32      256(R11), Z14
-	VMOVDQU32      320(R11), Z15
-	VPMOVSXWD      Y6, Z21
-	VPADDD         Z21, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z6, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z15, Z15
-	VMOVDQU32      Z14, 256(R11)
-	VMOVDQU32      Z15, 320(R11)
-	VMOVDQU32      384(R11), Z16
-	VMOVDQU32      448(R11), Z17
-	VPMOVSXWD      Y8, Z21
-	VPADDD         Z21, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z8, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z17, Z17
-	VMOVDQU32      Z16, 384(R11)
-	VMOVDQU32      Z17, 448(R11)
-	VMOVDQU32      512(R11), Z10
-	VMOVDQU32      576(R11), Z11
-	VPMOVSXWD      Y3, Z21
-	VPADDD         Z21, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z3, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z11, Z11
-	VMOVDQU32      Z10, 512(R11)
-	VMOVDQU32      Z11, 576(R11)
-	VMOVDQU32      640(R11), Z12
-	VMOVDQU32      704(R11), Z13
-	VPMOVSXWD      Y5, Z21
-	VPADDD         Z21, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z5, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z13, Z13
-	VMOVDQU32      Z12, 640(R11)
-	VMOVDQU32      Z13, 704(R11)
-	VMOVDQU32      768(R11), Z14
-	VMOVDQU32      832(R11), Z15
-	VPMOVSXWD      Y7, Z21
-	VPADDD         Z21, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z7, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z15, Z15
-	VMOVDQU32      Z14, 768(R11)
-	VMOVDQU32      Z15, 832(R11)
-	VMOVDQU32      896(R11), Z16
-	VMOVDQU32      960(R11), Z17
-	VPMOVSXWD      Y9, Z21
-	VPADDD         Z21, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z9, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z17, Z17
-	VMOVDQU32      Z16, 896(R11)
-	VMOVDQU32      Z17, 960(R11)
+	VMOVDQU32      (R11), Z12
+	VMOVDQU32      64(R11), Z13
+	VPMOVSXWD      Y4, Z23
+	VPADDD         Z23, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z4, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z13, Z13
+	VMOVDQU32      Z12, (R11)
+	VMOVDQU32      Z13, 64(R11)
+	VMOVDQU32      128(R11), Z14
+	VMOVDQU32      192(R11), Z15
+	VPMOVSXWD      Y6, Z23
+	VPADDD         Z23, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z6, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z15, Z15
+	VMOVDQU32      Z14, 128(R11)
+	VMOVDQU32      Z15, 192(R11)
+	VMOVDQU32      256(R11), Z16
+	VMOVDQU32      320(R11), Z17
+	VPMOVSXWD      Y8, Z23
+	VPADDD         Z23, Z16, Z16
+	VEXTRACTI64X4  $0x01, Z8, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z17, Z17
+	VMOVDQU32      Z16, 256(R11)
+	VMOVDQU32      Z17, 320(R11)
+	VMOVDQU32      384(R11), Z18
+	VMOVDQU32      448(R11), Z19
+	VPMOVSXWD      Y10, Z23
+	VPADDD         Z23, Z18, Z18
+	VEXTRACTI64X4  $0x01, Z10, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z19, Z19
+	VMOVDQU32      Z18, 384(R11)
+	VMOVDQU32      Z19, 448(R11)
+	VMOVDQU32      512(R11), Z12
+	VMOVDQU32      576(R11), Z13
+	VPMOVSXWD      Y5, Z23
+	VPADDD         Z23, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z5, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z13, Z13
+	VMOVDQU32      Z12, 512(R11)
+	VMOVDQU32      Z13, 576(R11)
+	VMOVDQU32      640(R11), Z14
+	VMOVDQU32      704(R11), Z15
+	VPMOVSXWD      Y7, Z23
+	VPADDD         Z23, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z7, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z15, Z15
+	VMOVDQU32      Z14, 640(R11)
+	VMOVDQU32      Z15, 704(R11)
+	VMOVDQU32      768(R11), Z16
+	VMOVDQU32      832(R11), Z17
+	VPMOVSXWD      Y9, Z23
+	VPADDD         Z23, Z16, Z16
+	VEXTRACTI64X4  $0x01, Z9, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z17, Z17
+	VMOVDQU32      Z16, 768(R11)
+	VMOVDQU32      Z17, 832(R11)
+	VMOVDQU32      896(R11), Z18
+	VMOVDQU32      960(R11), Z19
+	VPMOVSXWD      Y11, Z23
+	VPADDD         Z23, Z18, Z18
+	VEXTRACTI64X4  $0x01, Z11, Y25
+	VPMOVSXWD      Y25, Z25
+	VPADDD         Z25, Z19, Z19
+	VMOVDQU32      Z18, 896(R11)
+	VMOVDQU32      Z19, 960(R11)
 	TESTQ          R13, R13
 	JNZ            lutTL2T4AVX512_pchunk
 
@@ -6043,14 +6243,14 @@ lutTL2T4AVX512_rb:
 
 lutTL2T4AVX512_pfkeep:
 	XORQ   BX, BX
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
 	VPXORD Z12, Z12, Z12
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
 	MOVQ   48(AX), R12
 	TESTQ  R12, R12
 	JZ     lutTL2T4AVX512_tl2done
@@ -6060,14 +6260,14 @@ lutTL2T4AVX512_chunk:
 	CMPQ    R12, R13
 	CMOVQLT R12, R13
 	SUBQ    R13, R12
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
 	VPXORD  Z8, Z8, Z8
 	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
 
 lutTL2T4AVX512_blk:
 	PREFETCHT1     (DX)
@@ -6080,207 +6280,207 @@ lutTL2T4AVX512_blk:
 	PREFETCHT0     2240(CX)
 	PREFETCHT1     256(DX)
 	PREFETCHT0     2304(CX)
-	VMOVDQU64      256(CX), Z18
-	VPERMW         768(SI)(BX*1), Z18, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         768(DI)(BX*1), Z18, Z23
+	VMOVDQU64      256(CX), Z20
+	VPERMW         768(SI)(BX*1), Z20, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         768(R8)(BX*1), Z18, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         768(R9)(BX*1), Z18, Z23
+	VPERMW         768(DI)(BX*1), Z20, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         768(R8)(BX*1), Z20, Z23
 	VPADDW         Z23, Z8, Z8
-	VPMULTISHIFTQB Z18, Z24, Z19
-	VPERMW         832(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         832(DI)(BX*1), Z19, Z23
+	VPERMW         768(R9)(BX*1), Z20, Z25
+	VPADDW         Z25, Z10, Z10
+	VPMULTISHIFTQB Z20, Z26, Z21
+	VPERMW         832(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         832(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         832(R9)(BX*1), Z19, Z23
+	VPERMW         832(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         832(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z18, Z25, Z19
-	VPERMW         896(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         896(DI)(BX*1), Z19, Z23
+	VPERMW         832(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z20, Z27, Z21
+	VPERMW         896(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         896(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         896(R9)(BX*1), Z19, Z23
+	VPERMW         896(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         896(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z8, Z8
-	VPSRLW         $0x0f, Z18, Z22
-	VMOVDQU64      192(CX), Z18
-	VPERMW         576(SI)(BX*1), Z18, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         576(DI)(BX*1), Z18, Z23
+	VPERMW         896(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z10, Z10
+	VPSRLW         $0x0f, Z20, Z24
+	VMOVDQU64      192(CX), Z20
+	VPERMW         576(SI)(BX*1), Z20, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         576(R8)(BX*1), Z18, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         576(R9)(BX*1), Z18, Z23
+	VPERMW         576(DI)(BX*1), Z20, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         576(R8)(BX*1), Z20, Z23
 	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z18, Z24, Z19
-	VPERMW         640(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         640(DI)(BX*1), Z19, Z23
+	VPERMW         576(R9)(BX*1), Z20, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z20, Z26, Z21
+	VPERMW         640(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         640(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         640(R9)(BX*1), Z19, Z23
+	VPERMW         640(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         640(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z8, Z8
-	VPMULTISHIFTQB Z18, Z25, Z19
-	VPERMW         704(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         704(DI)(BX*1), Z19, Z23
+	VPERMW         640(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z10, Z10
+	VPMULTISHIFTQB Z20, Z27, Z21
+	VPERMW         704(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         704(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         704(R9)(BX*1), Z19, Z23
+	VPERMW         704(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         704(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z22, Z22
-	VMOVDQU64      128(CX), Z18
-	VPERMW         384(SI)(BX*1), Z18, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         384(DI)(BX*1), Z18, Z23
+	VPERMW         704(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z20, Z24, Z24
+	VMOVDQU64      128(CX), Z20
+	VPERMW         384(SI)(BX*1), Z20, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         384(R8)(BX*1), Z18, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         384(R9)(BX*1), Z18, Z23
+	VPERMW         384(DI)(BX*1), Z20, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         384(R8)(BX*1), Z20, Z23
 	VPADDW         Z23, Z8, Z8
-	VPMULTISHIFTQB Z18, Z24, Z19
-	VPERMW         448(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         448(DI)(BX*1), Z19, Z23
+	VPERMW         384(R9)(BX*1), Z20, Z25
+	VPADDW         Z25, Z10, Z10
+	VPMULTISHIFTQB Z20, Z26, Z21
+	VPERMW         448(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         448(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         448(R9)(BX*1), Z19, Z23
+	VPERMW         448(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         448(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z18, Z25, Z19
-	VPERMW         512(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         512(DI)(BX*1), Z19, Z23
+	VPERMW         448(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z20, Z27, Z21
+	VPERMW         512(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         512(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         512(R9)(BX*1), Z19, Z23
+	VPERMW         512(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         512(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z8, Z8
-	VPSHLDW        $0x01, Z18, Z22, Z22
-	VMOVDQU64      64(CX), Z18
-	VPERMW         192(SI)(BX*1), Z18, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         192(DI)(BX*1), Z18, Z23
+	VPERMW         512(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z10, Z10
+	VPSHLDW        $0x01, Z20, Z24, Z24
+	VMOVDQU64      64(CX), Z20
+	VPERMW         192(SI)(BX*1), Z20, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         192(R8)(BX*1), Z18, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         192(R9)(BX*1), Z18, Z23
+	VPERMW         192(DI)(BX*1), Z20, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         192(R8)(BX*1), Z20, Z23
 	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z18, Z24, Z19
-	VPERMW         256(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         256(DI)(BX*1), Z19, Z23
+	VPERMW         192(R9)(BX*1), Z20, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z20, Z26, Z21
+	VPERMW         256(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         256(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         256(R9)(BX*1), Z19, Z23
+	VPERMW         256(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         256(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z8, Z8
-	VPMULTISHIFTQB Z18, Z25, Z19
-	VPERMW         320(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         320(DI)(BX*1), Z19, Z23
+	VPERMW         256(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z10, Z10
+	VPMULTISHIFTQB Z20, Z27, Z21
+	VPERMW         320(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         320(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         320(R9)(BX*1), Z19, Z23
+	VPERMW         320(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         320(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z22, Z22
-	VMOVDQU64      (CX), Z18
-	VPERMW         (SI)(BX*1), Z18, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         (DI)(BX*1), Z18, Z23
+	VPERMW         320(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z11, Z11
+	VPSHLDW        $0x01, Z20, Z24, Z24
+	VMOVDQU64      (CX), Z20
+	VPERMW         (SI)(BX*1), Z20, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         (R8)(BX*1), Z18, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         (R9)(BX*1), Z18, Z23
+	VPERMW         (DI)(BX*1), Z20, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         (R8)(BX*1), Z20, Z23
 	VPADDW         Z23, Z8, Z8
-	VPMULTISHIFTQB Z18, Z24, Z19
-	VPERMW         64(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z19, Z23
+	VPERMW         (R9)(BX*1), Z20, Z25
+	VPADDW         Z25, Z10, Z10
+	VPMULTISHIFTQB Z20, Z26, Z21
+	VPERMW         64(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         64(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         64(R9)(BX*1), Z19, Z23
+	VPERMW         64(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         64(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z9, Z9
-	VPMULTISHIFTQB Z18, Z25, Z19
-	VPERMW         128(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         128(DI)(BX*1), Z19, Z23
+	VPERMW         64(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z11, Z11
+	VPMULTISHIFTQB Z20, Z27, Z21
+	VPERMW         128(SI)(BX*1), Z21, Z23
 	VPADDW         Z23, Z4, Z4
-	VPERMW         128(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         128(R9)(BX*1), Z19, Z23
+	VPERMW         128(DI)(BX*1), Z21, Z25
+	VPADDW         Z25, Z6, Z6
+	VPERMW         128(R8)(BX*1), Z21, Z23
 	VPADDW         Z23, Z8, Z8
-	VPSHLDW        $0x01, Z18, Z22, Z22
-	VPERMW         960(SI)(BX*1), Z22, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         960(DI)(BX*1), Z22, Z23
+	VPERMW         128(R9)(BX*1), Z21, Z25
+	VPADDW         Z25, Z10, Z10
+	VPSHLDW        $0x01, Z20, Z24, Z24
+	VPERMW         960(SI)(BX*1), Z24, Z23
 	VPADDW         Z23, Z5, Z5
-	VPERMW         960(R8)(BX*1), Z22, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         960(R9)(BX*1), Z22, Z23
+	VPERMW         960(DI)(BX*1), Z24, Z25
+	VPADDW         Z25, Z7, Z7
+	VPERMW         960(R8)(BX*1), Z24, Z23
 	VPADDW         Z23, Z9, Z9
+	VPERMW         960(R9)(BX*1), Z24, Z25
+	VPADDW         Z25, Z11, Z11
 	ADDQ           $0x00000140, CX
 	ADDQ           $0x00000140, DX
 	ADDQ           $0x00000400, BX
 	DECQ           R13
 	JNZ            lutTL2T4AVX512_blk
-	VPMOVSXWD      Y2, Z21
-	VPADDD         Z21, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z2, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z11, Z11
-	VPMOVSXWD      Y3, Z21
-	VPADDD         Z21, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z3, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z11, Z11
-	VPMOVSXWD      Y4, Z21
-	VPADDD         Z21, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z4, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z13, Z13
-	VPMOVSXWD      Y5, Z21
-	VPADDD         Z21, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z5, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z13, Z13
-	VPMOVSXWD      Y6, Z21
-	VPADDD         Z21, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z6, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z15, Z15
-	VPMOVSXWD      Y7, Z21
-	VPADDD         Z21, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z7, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z15, Z15
-	VPMOVSXWD      Y8, Z21
-	VPADDD         Z21, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z8, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z17, Z17
-	VPMOVSXWD      Y9, Z21
-	VPADDD         Z21, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z9, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z17, Z17
-	VPXORD         Z2, Z2, Z2
-	VPXORD         Z3, Z3, Z3
+	VPMOVSXWD      Y4, Z23
+	VPADDD         Z23, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z4, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z13, Z13
+	VPMOVSXWD      Y5, Z23
+	VPADDD         Z23, Z12, Z12
+	VEXTRACTI64X4  $0x01, Z5, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z13, Z13
+	VPMOVSXWD      Y6, Z23
+	VPADDD         Z23, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z6, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z15, Z15
+	VPMOVSXWD      Y7, Z23
+	VPADDD         Z23, Z14, Z14
+	VEXTRACTI64X4  $0x01, Z7, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z15, Z15
+	VPMOVSXWD      Y8, Z23
+	VPADDD         Z23, Z16, Z16
+	VEXTRACTI64X4  $0x01, Z8, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z17, Z17
+	VPMOVSXWD      Y9, Z23
+	VPADDD         Z23, Z16, Z16
+	VEXTRACTI64X4  $0x01, Z9, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z17, Z17
+	VPMOVSXWD      Y10, Z23
+	VPADDD         Z23, Z18, Z18
+	VEXTRACTI64X4  $0x01, Z10, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z19, Z19
+	VPMOVSXWD      Y11, Z23
+	VPADDD         Z23, Z18, Z18
+	VEXTRACTI64X4  $0x01, Z11, Y23
+	VPMOVSXWD      Y23, Z23
+	VPADDD         Z23, Z19, Z19
 	VPXORD         Z4, Z4, Z4
 	VPXORD         Z5, Z5, Z5
 	VPXORD         Z6, Z6, Z6
 	VPXORD         Z7, Z7, Z7
 	VPXORD         Z8, Z8, Z8
 	VPXORD         Z9, Z9, Z9
+	VPXORD         Z10, Z10, Z10
+	VPXORD         Z11, Z11, Z11
 	TESTQ          R12, R12
 	JNZ            lutTL2T4AVX512_chunk
 
@@ -6294,160 +6494,166 @@ lutTL2T4AVX512_tl1chunk:
 	CMPQ    R12, R13
 	CMOVQLT R12, R13
 	SUBQ    R13, R12
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
 	VPXORD  Z4, Z4, Z4
 	VPXORD  Z5, Z5, Z5
 	VPXORD  Z6, Z6, Z6
 	VPXORD  Z7, Z7, Z7
 	VPXORD  Z8, Z8, Z8
 	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
 	CMPQ    R13, $0x02
 	JLT     lutTL2T4AVX512_tl1odd
 
 lutTL2T4AVX512_tl1pair:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	VPMOVZXBW      (CX), Z18
-	VPANDD         Z0, Z18, Z19
-	VGF2P8AFFINEQB $0x10, Z1, Z18, Z20
-	VPERMW         (SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         (DI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         (R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         (R9)(BX*1), Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         (SI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         (DI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         (R8)(BX*1), Z20, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         (R9)(BX*1), Z20, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMOVZXBW      32(CX), Z18
-	VPANDD         Z0, Z18, Z19
-	VGF2P8AFFINEQB $0x10, Z1, Z18, Z20
-	VPERMW         64(SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         64(DI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         64(R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         64(R9)(BX*1), Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         64(SI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         64(DI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         64(R8)(BX*1), Z20, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         64(R9)(BX*1), Z20, Z21
-	VPADDW         Z21, Z9, Z9
-	ADDQ           $0x40, CX
-	ADDQ           $0x40, DX
-	ADDQ           $0x00000080, BX
-	SUBQ           $0x02, R13
-	CMPQ           R13, $0x02
-	JGE            lutTL2T4AVX512_tl1pair
+	PREFETCHT1 (DX)
+	PREFETCHT0 2048(CX)
+	VMOVDQU64  (CX), Y20
+	VPERMB     Z20, Z1, Z21
+	VPSRLW     $0x04, Z21, Z22
+	VPTERNLOGD $0xea, Z2, Z0, Z21
+	VPTERNLOGD $0xea, Z3, Z0, Z22
+	VPERMB     (SI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z4, Z4
+	VPERMB     (DI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z6, Z6
+	VPERMB     (R8)(BX*1), Z21, Z23
+	VPADDW     Z23, Z8, Z8
+	VPERMB     (R9)(BX*1), Z21, Z23
+	VPADDW     Z23, Z10, Z10
+	VPERMB     (SI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z5, Z5
+	VPERMB     (DI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z7, Z7
+	VPERMB     (R8)(BX*1), Z22, Z23
+	VPADDW     Z23, Z9, Z9
+	VPERMB     (R9)(BX*1), Z22, Z23
+	VPADDW     Z23, Z11, Z11
+	VMOVDQU64  32(CX), Y20
+	VPERMB     Z20, Z1, Z21
+	VPSRLW     $0x04, Z21, Z22
+	VPTERNLOGD $0xea, Z2, Z0, Z21
+	VPTERNLOGD $0xea, Z3, Z0, Z22
+	VPERMB     64(SI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z4, Z4
+	VPERMB     64(DI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z6, Z6
+	VPERMB     64(R8)(BX*1), Z21, Z23
+	VPADDW     Z23, Z8, Z8
+	VPERMB     64(R9)(BX*1), Z21, Z23
+	VPADDW     Z23, Z10, Z10
+	VPERMB     64(SI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z5, Z5
+	VPERMB     64(DI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z7, Z7
+	VPERMB     64(R8)(BX*1), Z22, Z23
+	VPADDW     Z23, Z9, Z9
+	VPERMB     64(R9)(BX*1), Z22, Z23
+	VPADDW     Z23, Z11, Z11
+	ADDQ       $0x40, CX
+	ADDQ       $0x40, DX
+	ADDQ       $0x00000080, BX
+	SUBQ       $0x02, R13
+	CMPQ       R13, $0x02
+	JGE        lutTL2T4AVX512_tl1pair
 
 lutTL2T4AVX512_tl1odd:
-	TESTQ          R13, R13
-	JZ             lutTL2T4AVX512_tl1flush
-	VPMOVZXBW      (CX), Z18
-	VPANDD         Z0, Z18, Z19
-	VGF2P8AFFINEQB $0x10, Z1, Z18, Z20
-	VPERMW         (SI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z2, Z2
-	VPERMW         (DI)(BX*1), Z19, Z21
-	VPADDW         Z21, Z4, Z4
-	VPERMW         (R8)(BX*1), Z19, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         (R9)(BX*1), Z19, Z21
-	VPADDW         Z21, Z8, Z8
-	VPERMW         (SI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z3, Z3
-	VPERMW         (DI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         (R8)(BX*1), Z20, Z21
-	VPADDW         Z21, Z7, Z7
-	VPERMW         (R9)(BX*1), Z20, Z21
-	VPADDW         Z21, Z9, Z9
-	ADDQ           $0x20, CX
-	ADDQ           $0x20, DX
-	ADDQ           $0x40, BX
+	TESTQ      R13, R13
+	JZ         lutTL2T4AVX512_tl1flush
+	VMOVDQU64  (CX), Y20
+	VPERMB     Z20, Z1, Z21
+	VPSRLW     $0x04, Z21, Z22
+	VPTERNLOGD $0xea, Z2, Z0, Z21
+	VPTERNLOGD $0xea, Z3, Z0, Z22
+	VPERMB     (SI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z4, Z4
+	VPERMB     (DI)(BX*1), Z21, Z23
+	VPADDW     Z23, Z6, Z6
+	VPERMB     (R8)(BX*1), Z21, Z23
+	VPADDW     Z23, Z8, Z8
+	VPERMB     (R9)(BX*1), Z21, Z23
+	VPADDW     Z23, Z10, Z10
+	VPERMB     (SI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z5, Z5
+	VPERMB     (DI)(BX*1), Z22, Z23
+	VPADDW     Z23, Z7, Z7
+	VPERMB     (R8)(BX*1), Z22, Z23
+	VPADDW     Z23, Z9, Z9
+	VPERMB     (R9)(BX*1), Z22, Z23
+	VPADDW     Z23, Z11, Z11
+	ADDQ       $0x20, CX
+	ADDQ       $0x20, DX
+	ADDQ       $0x40, BX
 
 lutTL2T4AVX512_tl1flush:
-	VPMOVSXWD     Y2, Z21
-	VPADDD        Z21, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z2, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z11, Z11
-	VPMOVSXWD     Y3, Z21
-	VPADDD        Z21, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z3, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z11, Z11
-	VPMOVSXWD     Y4, Z21
-	VPADDD        Z21, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z4, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z13, Z13
-	VPMOVSXWD     Y5, Z21
-	VPADDD        Z21, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z5, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z13, Z13
-	VPMOVSXWD     Y6, Z21
-	VPADDD        Z21, Z14, Z14
-	VEXTRACTI64X4 $0x01, Z6, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z15, Z15
-	VPMOVSXWD     Y7, Z21
-	VPADDD        Z21, Z14, Z14
-	VEXTRACTI64X4 $0x01, Z7, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z15, Z15
-	VPMOVSXWD     Y8, Z21
-	VPADDD        Z21, Z16, Z16
-	VEXTRACTI64X4 $0x01, Z8, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z17, Z17
-	VPMOVSXWD     Y9, Z21
-	VPADDD        Z21, Z16, Z16
-	VEXTRACTI64X4 $0x01, Z9, Y21
-	VPMOVSXWD     Y21, Z21
-	VPADDD        Z21, Z17, Z17
-	VPXORD        Z2, Z2, Z2
-	VPXORD        Z3, Z3, Z3
+	VPMOVSXWD     Y4, Z23
+	VPADDD        Z23, Z12, Z12
+	VEXTRACTI64X4 $0x01, Z4, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z13, Z13
+	VPMOVSXWD     Y5, Z23
+	VPADDD        Z23, Z12, Z12
+	VEXTRACTI64X4 $0x01, Z5, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z13, Z13
+	VPMOVSXWD     Y6, Z23
+	VPADDD        Z23, Z14, Z14
+	VEXTRACTI64X4 $0x01, Z6, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z15, Z15
+	VPMOVSXWD     Y7, Z23
+	VPADDD        Z23, Z14, Z14
+	VEXTRACTI64X4 $0x01, Z7, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z15, Z15
+	VPMOVSXWD     Y8, Z23
+	VPADDD        Z23, Z16, Z16
+	VEXTRACTI64X4 $0x01, Z8, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z17, Z17
+	VPMOVSXWD     Y9, Z23
+	VPADDD        Z23, Z16, Z16
+	VEXTRACTI64X4 $0x01, Z9, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z17, Z17
+	VPMOVSXWD     Y10, Z23
+	VPADDD        Z23, Z18, Z18
+	VEXTRACTI64X4 $0x01, Z10, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z19, Z19
+	VPMOVSXWD     Y11, Z23
+	VPADDD        Z23, Z18, Z18
+	VEXTRACTI64X4 $0x01, Z11, Y23
+	VPMOVSXWD     Y23, Z23
+	VPADDD        Z23, Z19, Z19
 	VPXORD        Z4, Z4, Z4
 	VPXORD        Z5, Z5, Z5
 	VPXORD        Z6, Z6, Z6
 	VPXORD        Z7, Z7, Z7
 	VPXORD        Z8, Z8, Z8
 	VPXORD        Z9, Z9, Z9
+	VPXORD        Z10, Z10, Z10
+	VPXORD        Z11, Z11, Z11
 	TESTQ         R12, R12
 	JNZ           lutTL2T4AVX512_tl1chunk
 
 lutTL2T4AVX512_tl1done:
-	VPADDD    (R11), Z10, Z10
-	VPADDD    64(R11), Z11, Z11
-	VMOVDQU32 Z10, (R11)
-	VMOVDQU32 Z11, 64(R11)
-	VPADDD    128(R11), Z12, Z12
-	VPADDD    192(R11), Z13, Z13
-	VMOVDQU32 Z12, 128(R11)
-	VMOVDQU32 Z13, 192(R11)
-	VPADDD    256(R11), Z14, Z14
-	VPADDD    320(R11), Z15, Z15
-	VMOVDQU32 Z14, 256(R11)
-	VMOVDQU32 Z15, 320(R11)
-	VPADDD    384(R11), Z16, Z16
-	VPADDD    448(R11), Z17, Z17
-	VMOVDQU32 Z16, 384(R11)
-	VMOVDQU32 Z17, 448(R11)
+	VPADDD    (R11), Z12, Z12
+	VPADDD    64(R11), Z13, Z13
+	VMOVDQU32 Z12, (R11)
+	VMOVDQU32 Z13, 64(R11)
+	VPADDD    128(R11), Z14, Z14
+	VPADDD    192(R11), Z15, Z15
+	VMOVDQU32 Z14, 128(R11)
+	VMOVDQU32 Z15, 192(R11)
+	VPADDD    256(R11), Z16, Z16
+	VPADDD    320(R11), Z17, Z17
+	VMOVDQU32 Z16, 256(R11)
+	VMOVDQU32 Z17, 320(R11)
+	VPADDD    384(R11), Z18, Z18
+	VPADDD    448(R11), Z19, Z19
+	VMOVDQU32 Z18, 384(R11)
+	VMOVDQU32 Z19, 448(R11)
 	ADDQ      $0x00000200, R11
 	ADDQ      8(AX), R10
 	DECQ      16(AX)

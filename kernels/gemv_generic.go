@@ -123,10 +123,7 @@ func gemvInt8Generic(a *gemvArgs, T int, offset, x16 bool) {
 }
 
 // tl1Table reads entry i of pair h (0, 1) of a unit's 64-byte table.
-func tl1Table(d []byte, h, i int, z bool) int32 {
-	if z {
-		return int32(int16(binary.LittleEndian.Uint16(d[32*h+2*i:])))
-	}
+func tl1Table(d []byte, h, i int) int32 {
 	return int32(int16(uint16(d[32*h+i]) | uint16(d[32*h+16+i])<<8))
 }
 
@@ -169,7 +166,7 @@ func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
 				tt := tab[per*16*nb:]
 				for u := 0; u < units; u++ {
 					v := w[320*nb+32*u+r]
-					s += tl1Table(tt[64*u:], 0, int(v&15), z) + tl1Table(tt[64*u:], 1, int(v>>4), z)
+					s += tl1Table(tt[64*u:], 0, int(v&15)) + tl1Table(tt[64*u:], 1, int(v>>4))
 				}
 				sums[(rb*T+t)*RowBlock+r] += s
 			}

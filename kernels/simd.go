@@ -96,8 +96,8 @@ const (
 	tabNone  tabKind = iota
 	tabInt2          // 32 bytes: u of the low code of a nibble, u of the high code
 	tabInt2Z         // 192 bytes: for s = 0, 1, 2, byte i = u of code (i >> 2s) & 3
-	tabTL1Z          // per unit 64 B: int16 sums of pair 2u (16 entries), of pair 2u+1
-	tabTL1Y          // per unit 64 B: low bytes, high bytes of pair 2u; of pair 2u+1
+	tabTL1Z          // per unit 64 B: low bytes, high bytes of pair 2u's 16 sums; of pair 2u+1 (vpermb)
+	tabTL1Y          // the same layout (vpshufb), built by the AVX2 builder
 	tabTL2Z          // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 )
@@ -508,25 +508,21 @@ func putI16(b []byte, v int16) { b[0], b[1] = byte(v), byte(uint16(v)>>8) }
 
 // buildLUT writes one token's lookup tables in layout kind.
 func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
-	tl1 := func(k0, units int, dst []byte, z bool) {
+	tl1 := func(k0, units int, dst []byte) {
 		for u := 0; u < units; u++ {
 			d := dst[64*u : 64*u+64]
 			for h := 0; h < 2; h++ {
 				k := k0 + 4*u + 2*h
 				for i := 0; i < 16; i++ {
 					v := tl1Sum(i, x[k], x[k+1])
-					if z {
-						putI16(d[32*h+2*i:], v)
-					} else {
-						d[32*h+i], d[32*h+16+i] = byte(v), byte(uint16(v)>>8)
-					}
+					d[32*h+i], d[32*h+16+i] = byte(v), byte(uint16(v)>>8)
 				}
 			}
 		}
 	}
 	switch kind {
 	case tabTL1Z, tabTL1Y:
-		tl1(0, ly.Kp/4, dst, kind == tabTL1Z)
+		tl1(0, ly.Kp/4, dst)
 	case tabTL2Z, tabTL2Y:
 		nt := ly.K3 / 3
 		per := 64
@@ -545,7 +541,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 				}
 			}
 		}
-		tl1(ly.K3, ly.Kp1/4, dst[per*nt:], kind == tabTL2Z)
+		tl1(ly.K3, ly.Kp1/4, dst[per*nt:])
 	}
 }
 

@@ -253,6 +253,15 @@ func genLUTBuilders() {
 		}
 	}
 	splitW := table("lutSplitWords", split)
+	var planes []byte // vpermb: the 32 words' low bytes then high bytes, per 16-word half
+	for h := 0; h < 2; h++ {
+		for b := 0; b < 2; b++ {
+			for i := 0; i < 16; i++ {
+				planes = append(planes, byte(32*h+2*i+b))
+			}
+		}
+	}
+	planesZ := table("lutPlanesZ", planes)
 
 	// AVX-512 tl1
 	{
@@ -267,7 +276,8 @@ func genLUTBuilders() {
 		VMOVDQU16(t1[1], cb)
 		VMOVDQU16(p1x0, i0)
 		VMOVDQU16(p1x1, i1)
-		v, a, b := p.get(), p.get(), p.get()
+		v, a, b, pl := p.get(), p.get(), p.get(), p.get()
+		VMOVDQU64(planesZ, pl)
 		TESTQ(n, n)
 		JZ(LabelRef("lut1z_done"))
 		Label("lut1z_u")
@@ -279,7 +289,8 @@ func genLUTBuilders() {
 		VPMULLW(ca, a, a)
 		VPMULLW(cb, b, b)
 		VPADDW(b, a, a)
-		VMOVDQU16(a, at(d, 0))
+		VPERMB(a, pl, a)
+		VMOVDQU64(a, at(d, 0))
 		ADDQ(U8(4), x)
 		ADDQ(U8(64), d)
 		DECQ(n)
