@@ -926,16 +926,12 @@ func (s *lutState) zero16() {
 	}
 }
 
-// lookup adds table entries (64-byte tables at the token's table + kt + off: 32 words, or
-// with bytes bytes indexed by vpermb) indexed by idx to the int16 accumulators.
-func (s *lutState) lookup(idxv VecPhysical, off, chain int, bytes bool) {
+// lookup adds tl1 table entries (the 64-byte byte-plane table at the token's table + kt +
+// off) indexed by idx (each word's two byte indexes, tl1Units) to the int16 accumulators.
+func (s *lutState) lookup(idxv VecPhysical, off, chain int) {
 	for t := 0; t < s.T; t++ {
 		c := s.acc16[t][chain%len(s.acc16[t])]
-		if bytes {
-			VPERMB(idx(s.tabs[t], s.kt, 1, off), idxv, s.l)
-		} else {
-			VPERMW(idx(s.tabs[t], s.kt, 1, off), idxv, s.l)
-		}
+		VPERMB(idx(s.tabs[t], s.kt, 1, off), idxv, s.l)
 		VPADDW(s.l, c, c)
 	}
 }
@@ -956,7 +952,7 @@ func (s *lutState) lookup(idxv VecPhysical, off, chain int, bytes bool) {
 // four. On L1-resident weights the kernel took 15.7 ns per 320 bytes instead of 17.1 with
 // one token, 23.5 instead of 28.3 with two, 40.5 instead of 53 with four; from DRAM (four
 // rounds old and new in turn, 8B shapes and 2560x2560) tl1 per token against i2s went
-// 0.49-0.53 -> 0.59-0.65 with four tokens, and by 2-7% with one.
+// 0.48-0.53 -> 0.59-0.64 with four tokens, and by 2-7% with one.
 func (s *lutState) tl1Units(name string, n Register) {
 	done := name + "_tl1done"
 	TESTQ(n, n)
@@ -970,8 +966,8 @@ func (s *lutState) tl1Units(name string, n Register) {
 		VPSRLW(U8(4), s.i0, s.i1)
 		VPTERNLOGD(U8(0xEA), s.off0, s.m0f, s.i0) // (i0 & 0x0f0f) | 0x1000
 		VPTERNLOGD(U8(0xEA), s.off1, s.m0f, s.i1)
-		s.lookup(s.i0, 64*h, 2*h, true)
-		s.lookup(s.i1, 64*h, 2*h+1, true)
+		s.lookup(s.i0, 64*h, 2*h)
+		s.lookup(s.i1, 64*h, 2*h+1)
 	}
 	CMPQ(c, U8(2))
 	JLT(LabelRef(name + "_tl1odd"))

@@ -228,9 +228,10 @@ func (b *tl2Builder) triple(src, dst Mem) {
 
 // genLUTBuilders writes the per-call table builders of the tl1/tl2 GEMV kernels (their
 // generic reference is buildLUT): lutBuildTL1AVX512(x, units, dst) writes tabTL1Z tables
-// for units of 4 inputs, lutBuildTL2AVX512(x, triples, dst) tabTL2Z tables (x points at the
+// for units of 4 inputs (byte planes: it computes a unit's 32 words, then one vpermb splits
+// them), lutBuildTL2AVX512(x, triples, dst) tabTL2Z tables (x points at the
 // first triple; it reads x[-1] for every triple but the first, so x must not be the first
-// byte of an allocation unless triples == 1), and the AVX2 builders the byte-plane layouts.
+// byte of an allocation unless triples == 1), and the AVX2 builders the ymm layouts.
 func genLUTBuilders() {
 	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
 	var t1 [2]Mem
