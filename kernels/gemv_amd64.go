@@ -16,6 +16,12 @@ func lutBuildTL1AVX512(x *int8, units int, dst *byte)
 //go:noescape
 func lutBuildTL2AVX512(x *int8, triples int, dst *byte)
 
+// lutBuildTL2BAVX512 writes triples tabTL2B tables (64 bytes each) for the activations at x
+// (reading x[-1] for every triple but the first); buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL2BAVX512(x *int8, triples int, dst *byte)
+
 // lutBuildTL1AVX2 writes units tabTL1Y tables (64 bytes each) for the activations at x;
 // buildLUT is its reference.
 //

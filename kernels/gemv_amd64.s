@@ -546,6 +546,72 @@ DATA lutPlanesZ<>+62(SB)/1, $0x3d
 DATA lutPlanesZ<>+63(SB)/1, $0x3f
 GLOBL lutPlanesZ<>(SB), RODATA|NOPTR, $64
 
+DATA lutPlanesTL2<>+0(SB)/1, $0x00
+DATA lutPlanesTL2<>+1(SB)/1, $0x02
+DATA lutPlanesTL2<>+2(SB)/1, $0x04
+DATA lutPlanesTL2<>+3(SB)/1, $0x06
+DATA lutPlanesTL2<>+4(SB)/1, $0x08
+DATA lutPlanesTL2<>+5(SB)/1, $0x0a
+DATA lutPlanesTL2<>+6(SB)/1, $0x0c
+DATA lutPlanesTL2<>+7(SB)/1, $0x0e
+DATA lutPlanesTL2<>+8(SB)/1, $0x10
+DATA lutPlanesTL2<>+9(SB)/1, $0x12
+DATA lutPlanesTL2<>+10(SB)/1, $0x14
+DATA lutPlanesTL2<>+11(SB)/1, $0x16
+DATA lutPlanesTL2<>+12(SB)/1, $0x18
+DATA lutPlanesTL2<>+13(SB)/1, $0x1a
+DATA lutPlanesTL2<>+14(SB)/1, $0x1c
+DATA lutPlanesTL2<>+15(SB)/1, $0x1e
+DATA lutPlanesTL2<>+16(SB)/1, $0x20
+DATA lutPlanesTL2<>+17(SB)/1, $0x22
+DATA lutPlanesTL2<>+18(SB)/1, $0x24
+DATA lutPlanesTL2<>+19(SB)/1, $0x26
+DATA lutPlanesTL2<>+20(SB)/1, $0x28
+DATA lutPlanesTL2<>+21(SB)/1, $0x2a
+DATA lutPlanesTL2<>+22(SB)/1, $0x2c
+DATA lutPlanesTL2<>+23(SB)/1, $0x2e
+DATA lutPlanesTL2<>+24(SB)/1, $0x30
+DATA lutPlanesTL2<>+25(SB)/1, $0x32
+DATA lutPlanesTL2<>+26(SB)/1, $0x34
+DATA lutPlanesTL2<>+27(SB)/1, $0x36
+DATA lutPlanesTL2<>+28(SB)/1, $0x38
+DATA lutPlanesTL2<>+29(SB)/1, $0x3a
+DATA lutPlanesTL2<>+30(SB)/1, $0x3c
+DATA lutPlanesTL2<>+31(SB)/1, $0x3e
+DATA lutPlanesTL2<>+32(SB)/1, $0x01
+DATA lutPlanesTL2<>+33(SB)/1, $0x03
+DATA lutPlanesTL2<>+34(SB)/1, $0x05
+DATA lutPlanesTL2<>+35(SB)/1, $0x07
+DATA lutPlanesTL2<>+36(SB)/1, $0x09
+DATA lutPlanesTL2<>+37(SB)/1, $0x0b
+DATA lutPlanesTL2<>+38(SB)/1, $0x0d
+DATA lutPlanesTL2<>+39(SB)/1, $0x0f
+DATA lutPlanesTL2<>+40(SB)/1, $0x11
+DATA lutPlanesTL2<>+41(SB)/1, $0x13
+DATA lutPlanesTL2<>+42(SB)/1, $0x15
+DATA lutPlanesTL2<>+43(SB)/1, $0x17
+DATA lutPlanesTL2<>+44(SB)/1, $0x19
+DATA lutPlanesTL2<>+45(SB)/1, $0x1b
+DATA lutPlanesTL2<>+46(SB)/1, $0x1d
+DATA lutPlanesTL2<>+47(SB)/1, $0x1f
+DATA lutPlanesTL2<>+48(SB)/1, $0x21
+DATA lutPlanesTL2<>+49(SB)/1, $0x23
+DATA lutPlanesTL2<>+50(SB)/1, $0x25
+DATA lutPlanesTL2<>+51(SB)/1, $0x27
+DATA lutPlanesTL2<>+52(SB)/1, $0x29
+DATA lutPlanesTL2<>+53(SB)/1, $0x2b
+DATA lutPlanesTL2<>+54(SB)/1, $0x2d
+DATA lutPlanesTL2<>+55(SB)/1, $0x2f
+DATA lutPlanesTL2<>+56(SB)/1, $0x31
+DATA lutPlanesTL2<>+57(SB)/1, $0x33
+DATA lutPlanesTL2<>+58(SB)/1, $0x35
+DATA lutPlanesTL2<>+59(SB)/1, $0x37
+DATA lutPlanesTL2<>+60(SB)/1, $0x39
+DATA lutPlanesTL2<>+61(SB)/1, $0x3b
+DATA lutPlanesTL2<>+62(SB)/1, $0x3d
+DATA lutPlanesTL2<>+63(SB)/1, $0x3f
+GLOBL lutPlanesTL2<>(SB), RODATA|NOPTR, $64
+
 // func lutBuildTL1AVX512(x *int8, units int, dst *byte)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI
 TEXT ·lutBuildTL1AVX512(SB), NOSPLIT, $0-24
@@ -633,6 +699,65 @@ lut2z_t:
 	JNZ          lut2z_t
 
 lut2z_done:
+	VZEROUPPER
+	RET
+
+// func lutBuildTL2BAVX512(x *int8, triples int, dst *byte)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI
+TEXT ·lutBuildTL2BAVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         triples+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	VMOVDQU16    lutC2_0<>+0(SB), Z3
+	VMOVDQU16    lutC2_1<>+0(SB), Z4
+	VMOVDQU16    lutC2_2<>+0(SB), Z5
+	VMOVDQU16    lutP2f0<>+0(SB), Z6
+	VMOVDQU16    lutP2f1<>+0(SB), Z7
+	VMOVDQU16    lutP2f2<>+0(SB), Z8
+	VMOVDQU64    lutPlanesTL2<>+0(SB), Z9
+	TESTQ        CX, CX
+	JZ           lut2b_done
+	VPBROADCASTD (AX), X0
+	VPMOVSXBW    X0, Y0
+	VINSERTI64X4 $0x01, Y0, Z0, Z0
+	VPERMW       Z0, Z6, Z1
+	VPMULLW      Z3, Z1, Z1
+	VPERMW       Z0, Z7, Z2
+	VPMULLW      Z4, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMW       Z0, Z8, Z2
+	VPMULLW      Z5, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMB       Z1, Z9, Z1
+	VMOVDQU16    Z1, (DX)
+	ADDQ         $0x03, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JZ           lut2b_done
+	VMOVDQU16    lutP2x0<>+0(SB), Z6
+	VMOVDQU16    lutP2x1<>+0(SB), Z7
+	VMOVDQU16    lutP2x2<>+0(SB), Z8
+
+lut2b_t:
+	VPBROADCASTD -1(AX), X0
+	VPMOVSXBW    X0, Y0
+	VINSERTI64X4 $0x01, Y0, Z0, Z0
+	VPERMW       Z0, Z6, Z1
+	VPMULLW      Z3, Z1, Z1
+	VPERMW       Z0, Z7, Z2
+	VPMULLW      Z4, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMW       Z0, Z8, Z2
+	VPMULLW      Z5, Z2, Z2
+	VPADDW       Z2, Z1, Z1
+	VPERMB       Z1, Z9, Z1
+	VMOVDQU16    Z1, (DX)
+	ADDQ         $0x03, AX
+	ADDQ         $0x40, DX
+	DECQ         CX
+	JNZ          lut2b_t
+
+lut2b_done:
 	VZEROUPPER
 	RET
 
@@ -1037,6 +1162,9 @@ DATA dupBytes<>+61(SB)/1, $0x1e
 DATA dupBytes<>+62(SB)/1, $0x1f
 DATA dupBytes<>+63(SB)/1, $0x1f
 GLOBL dupBytes<>(SB), RODATA|NOPTR, $64
+
+DATA tl2HighPlane<>+0(SB)/4, $0x20002000
+GLOBL tl2HighPlane<>(SB), RODATA|NOPTR, $4
 
 DATA int2Mask0<>+0(SB)/4, $0x03030303
 DATA int2Mask0<>+4(SB)/4, $0x03030303
@@ -4038,22 +4166,19 @@ TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), DI
 	MOVQ         DI, R8
 	ADDQ         40(AX), R8
-	MOVL         $0x0f0f0f0f, CX
-	VPBROADCASTD CX, Z0
-	VMOVDQU64    dupBytes<>+0(SB), Z1
-	MOVL         $0x10001000, CX
-	VPBROADCASTD CX, Z2
-	MOVL         $0x30203020, CX
-	VPBROADCASTD CX, Z3
-	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z22
-	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z23
 	MOVQ         (AX), R9
 	MOVQ         24(AX), R10
 	MOVQ         8(AX), R11
 	CMPQ         56(AX), $0x00
 	JNE          lutTL2T3AVX512_pairsdone
+	MOVQ         $0x3030202010100000, CX
+	VPBROADCASTQ CX, Z0
+	MOVQ         $0x3535252515150505, CX
+	VPBROADCASTQ CX, Z1
+	MOVQ         $0x3a3a2a2a1a1a0a0a, CX
+	VPBROADCASTQ CX, Z2
+	MOVL         $0x1f1f1f1f, CX
+	VPBROADCASTD CX, Z3
 
 lutTL2T3AVX512_pair:
 	CMPQ  16(AX), $0x02
@@ -4078,357 +4203,401 @@ lutTL2T3AVX512_pchunk:
 	VPXORD  Z9, Z9, Z9
 
 lutTL2T3AVX512_pblk:
-	PREFETCHT0     (DX)
-	PREFETCHT0     (DX)(R11*1)
-	PREFETCHT0     64(DX)
-	PREFETCHT0     64(DX)(R11*1)
-	PREFETCHT0     128(DX)
-	PREFETCHT0     128(DX)(R11*1)
-	PREFETCHT0     192(DX)
-	PREFETCHT0     192(DX)(R11*1)
-	PREFETCHT0     256(DX)
-	PREFETCHT0     256(DX)(R11*1)
-	VMOVDQU64      256(CX), Z18
-	VMOVDQU64      256(CX)(R11*1), Z24
-	VMOVDQU64      768(SI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      768(DI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      768(R8)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z22, Z17
-	VPMULTISHIFTQB Z24, Z22, Z25
-	VMOVDQU64      832(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      832(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      832(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z23, Z17
-	VPMULTISHIFTQB Z24, Z23, Z25
-	VMOVDQU64      896(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      896(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      896(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSRLW         $0x0f, Z18, Z20
-	VPSRLW         $0x0f, Z24, Z26
-	VMOVDQU64      192(CX), Z18
-	VMOVDQU64      192(CX)(R11*1), Z24
-	VMOVDQU64      576(SI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      576(DI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      576(R8)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z22, Z17
-	VPMULTISHIFTQB Z24, Z22, Z25
-	VMOVDQU64      640(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      640(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      640(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z23, Z17
-	VPMULTISHIFTQB Z24, Z23, Z25
-	VMOVDQU64      704(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      704(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      704(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VPSHLDW        $0x01, Z24, Z26, Z26
-	VMOVDQU64      128(CX), Z18
-	VMOVDQU64      128(CX)(R11*1), Z24
-	VMOVDQU64      384(SI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      384(DI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      384(R8)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z22, Z17
-	VPMULTISHIFTQB Z24, Z22, Z25
-	VMOVDQU64      448(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      448(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      448(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z23, Z17
-	VPMULTISHIFTQB Z24, Z23, Z25
-	VMOVDQU64      512(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      512(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      512(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VPSHLDW        $0x01, Z24, Z26, Z26
-	VMOVDQU64      64(CX), Z18
-	VMOVDQU64      64(CX)(R11*1), Z24
-	VMOVDQU64      192(SI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      192(DI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      192(R8)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z22, Z17
-	VPMULTISHIFTQB Z24, Z22, Z25
-	VMOVDQU64      256(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      256(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      256(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z23, Z17
-	VPMULTISHIFTQB Z24, Z23, Z25
-	VMOVDQU64      320(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      320(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      320(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VPSHLDW        $0x01, Z24, Z26, Z26
-	VMOVDQU64      (CX), Z18
-	VMOVDQU64      (CX)(R11*1), Z24
-	VMOVDQU64      (SI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      (DI)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      (R8)(BX*1), Z16
-	VPERMW         Z16, Z18, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z24, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z22, Z17
-	VPMULTISHIFTQB Z24, Z22, Z25
-	VMOVDQU64      64(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      64(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      64(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z18, Z23, Z17
-	VPMULTISHIFTQB Z24, Z23, Z25
-	VMOVDQU64      128(SI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      128(DI)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      128(R8)(BX*1), Z16
-	VPERMW         Z16, Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z25, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z18, Z20, Z20
-	VPSHLDW        $0x01, Z24, Z26, Z26
-	VMOVDQU64      960(SI)(BX*1), Z16
-	VPERMW         Z16, Z20, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         Z16, Z26, Z21
-	VPADDW         Z21, Z5, Z5
-	VMOVDQU64      960(DI)(BX*1), Z16
-	VPERMW         Z16, Z20, Z19
-	VPADDW         Z19, Z6, Z6
-	VPERMW         Z16, Z26, Z21
-	VPADDW         Z21, Z7, Z7
-	VMOVDQU64      960(R8)(BX*1), Z16
-	VPERMW         Z16, Z20, Z19
-	VPADDW         Z19, Z8, Z8
-	VPERMW         Z16, Z26, Z21
-	VPADDW         Z21, Z9, Z9
-	ADDQ           $0x00000140, CX
-	ADDQ           $0x00000140, DX
-	ADDQ           $0x00000400, BX
-	DECQ           R13
-	JNZ            lutTL2T3AVX512_pblk
-	VMOVDQU32      (R10), Z10
-	VMOVDQU32      64(R10), Z11
-	VPMOVSXWD      Y4, Z19
-	VPADDD         Z19, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z4, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z11, Z11
-	VMOVDQU32      Z10, (R10)
-	VMOVDQU32      Z11, 64(R10)
-	VMOVDQU32      128(R10), Z12
-	VMOVDQU32      192(R10), Z13
-	VPMOVSXWD      Y6, Z19
-	VPADDD         Z19, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z6, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z13, Z13
-	VMOVDQU32      Z12, 128(R10)
-	VMOVDQU32      Z13, 192(R10)
-	VMOVDQU32      256(R10), Z14
-	VMOVDQU32      320(R10), Z15
-	VPMOVSXWD      Y8, Z19
-	VPADDD         Z19, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z8, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z15, Z15
-	VMOVDQU32      Z14, 256(R10)
-	VMOVDQU32      Z15, 320(R10)
-	VMOVDQU32      384(R10), Z10
-	VMOVDQU32      448(R10), Z11
-	VPMOVSXWD      Y5, Z19
-	VPADDD         Z19, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z5, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z11, Z11
-	VMOVDQU32      Z10, 384(R10)
-	VMOVDQU32      Z11, 448(R10)
-	VMOVDQU32      512(R10), Z12
-	VMOVDQU32      576(R10), Z13
-	VPMOVSXWD      Y7, Z19
-	VPADDD         Z19, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z7, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z13, Z13
-	VMOVDQU32      Z12, 512(R10)
-	VMOVDQU32      Z13, 576(R10)
-	VMOVDQU32      640(R10), Z14
-	VMOVDQU32      704(R10), Z15
-	VPMOVSXWD      Y9, Z19
-	VPADDD         Z19, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z9, Y21
-	VPMOVSXWD      Y21, Z21
-	VPADDD         Z21, Z15, Z15
-	VMOVDQU32      Z14, 640(R10)
-	VMOVDQU32      Z15, 704(R10)
-	TESTQ          R12, R12
-	JNZ            lutTL2T3AVX512_pchunk
+	PREFETCHT0      (DX)
+	PREFETCHT0      (DX)(R11*1)
+	PREFETCHT0      64(DX)
+	PREFETCHT0      64(DX)(R11*1)
+	PREFETCHT0      128(DX)
+	PREFETCHT0      128(DX)(R11*1)
+	PREFETCHT0      192(DX)
+	PREFETCHT0      192(DX)(R11*1)
+	PREFETCHT0      256(DX)
+	PREFETCHT0      256(DX)(R11*1)
+	VMOVDQU64       256(CX), Z18
+	VMOVDQU64       256(CX)(R11*1), Z22
+	VPMULTISHIFTQB  Z18, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z0, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       768(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       768(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       768(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z1, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       832(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       832(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       832(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z2, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       896(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       896(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       896(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSRLW          $0x0f, Z18, Z20
+	VPSRLW          $0x0f, Z22, Z24
+	VMOVDQU64       192(CX), Z18
+	VMOVDQU64       192(CX)(R11*1), Z22
+	VPMULTISHIFTQB  Z18, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z0, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       576(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       576(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       576(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z1, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       640(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       640(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       640(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z2, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       704(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       704(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       704(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z18, Z20, Z20
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VMOVDQU64       128(CX), Z18
+	VMOVDQU64       128(CX)(R11*1), Z22
+	VPMULTISHIFTQB  Z18, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z0, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       384(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       384(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       384(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z1, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       448(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       448(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       448(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z2, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       512(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       512(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       512(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z18, Z20, Z20
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VMOVDQU64       64(CX), Z18
+	VMOVDQU64       64(CX)(R11*1), Z22
+	VPMULTISHIFTQB  Z18, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z0, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       192(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       192(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       192(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z1, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       256(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       256(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       256(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z2, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       320(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       320(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       320(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z18, Z20, Z20
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VMOVDQU64       (CX), Z18
+	VMOVDQU64       (CX)(R11*1), Z22
+	VPMULTISHIFTQB  Z18, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z0, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       (SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       (DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       (R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z1, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       64(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       64(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       64(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z18, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPMULTISHIFTQB  Z22, Z2, Z23
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z23
+	VMOVDQU64       128(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       128(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       128(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z18, Z20, Z20
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VPSLLW          $0x08, Z20, Z17
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z20, Z17
+	VPSLLW          $0x08, Z24, Z23
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z24, Z23
+	VMOVDQU64       960(SI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z5, Z5
+	VMOVDQU64       960(DI)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z6, Z6
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z7, Z7
+	VMOVDQU64       960(R8)(BX*1), Z16
+	VPERMB          Z16, Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPERMB          Z16, Z23, Z21
+	VPADDW          Z21, Z9, Z9
+	ADDQ            $0x00000140, CX
+	ADDQ            $0x00000140, DX
+	ADDQ            $0x00000400, BX
+	DECQ            R13
+	JNZ             lutTL2T3AVX512_pblk
+	VMOVDQU32       (R10), Z10
+	VMOVDQU32       64(R10), Z11
+	VPMOVSXWD       Y4, Z19
+	VPADDD          Z19, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z4, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z11, Z11
+	VMOVDQU32       Z10, (R10)
+	VMOVDQU32       Z11, 64(R10)
+	VMOVDQU32       128(R10), Z12
+	VMOVDQU32       192(R10), Z13
+	VPMOVSXWD       Y6, Z19
+	VPADDD          Z19, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z6, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z13, Z13
+	VMOVDQU32       Z12, 128(R10)
+	VMOVDQU32       Z13, 192(R10)
+	VMOVDQU32       256(R10), Z14
+	VMOVDQU32       320(R10), Z15
+	VPMOVSXWD       Y8, Z19
+	VPADDD          Z19, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z8, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z15, Z15
+	VMOVDQU32       Z14, 256(R10)
+	VMOVDQU32       Z15, 320(R10)
+	VMOVDQU32       384(R10), Z10
+	VMOVDQU32       448(R10), Z11
+	VPMOVSXWD       Y5, Z19
+	VPADDD          Z19, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z5, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z11, Z11
+	VMOVDQU32       Z10, 384(R10)
+	VMOVDQU32       Z11, 448(R10)
+	VMOVDQU32       512(R10), Z12
+	VMOVDQU32       576(R10), Z13
+	VPMOVSXWD       Y7, Z19
+	VPADDD          Z19, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z7, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z13, Z13
+	VMOVDQU32       Z12, 512(R10)
+	VMOVDQU32       Z13, 576(R10)
+	VMOVDQU32       640(R10), Z14
+	VMOVDQU32       704(R10), Z15
+	VPMOVSXWD       Y9, Z19
+	VPADDD          Z19, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z9, Y21
+	VPMOVSXWD       Y21, Z21
+	VPADDD          Z21, Z15, Z15
+	VMOVDQU32       Z14, 640(R10)
+	VMOVDQU32       Z15, 704(R10)
+	TESTQ           R12, R12
+	JNZ             lutTL2T3AVX512_pchunk
 
 lutTL2T3AVX512_pairnext:
 	ADDQ $0x00000300, R10
@@ -4468,192 +4637,229 @@ lutTL2T3AVX512_pfkeep:
 	JZ     lutTL2T3AVX512_tl2done
 
 lutTL2T3AVX512_chunk:
-	MOVQ    $0x0000000a, R12
-	CMPQ    R11, R12
-	CMOVQLT R11, R12
-	SUBQ    R12, R11
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
+	MOVQ         $0x3030202010100000, R12
+	VPBROADCASTQ R12, Z0
+	MOVQ         $0x3535252515150505, R12
+	VPBROADCASTQ R12, Z1
+	MOVQ         $0x3a3a2a2a1a1a0a0a, R12
+	VPBROADCASTQ R12, Z2
+	MOVL         $0x1f1f1f1f, R12
+	VPBROADCASTD R12, Z3
+	MOVQ         $0x0000000a, R12
+	CMPQ         R11, R12
+	CMOVQLT      R11, R12
+	SUBQ         R12, R11
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
 
 lutTL2T3AVX512_blk:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	PREFETCHT1     64(DX)
-	PREFETCHT0     2112(CX)
-	PREFETCHT1     128(DX)
-	PREFETCHT0     2176(CX)
-	PREFETCHT1     192(DX)
-	PREFETCHT0     2240(CX)
-	PREFETCHT1     256(DX)
-	PREFETCHT0     2304(CX)
-	VMOVDQU64      256(CX), Z16
-	VPERMW         768(SI)(BX*1), Z16, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         768(DI)(BX*1), Z16, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         768(R8)(BX*1), Z16, Z19
-	VPADDW         Z19, Z8, Z8
-	VPMULTISHIFTQB Z16, Z22, Z17
-	VPERMW         832(SI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         832(DI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         832(R8)(BX*1), Z17, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z16, Z23, Z17
-	VPERMW         896(SI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         896(DI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         896(R8)(BX*1), Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPSRLW         $0x0f, Z16, Z20
-	VMOVDQU64      192(CX), Z16
-	VPERMW         576(SI)(BX*1), Z16, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         576(DI)(BX*1), Z16, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         576(R8)(BX*1), Z16, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z16, Z22, Z17
-	VPERMW         640(SI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         640(DI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         640(R8)(BX*1), Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPMULTISHIFTQB Z16, Z23, Z17
-	VPERMW         704(SI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         704(DI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         704(R8)(BX*1), Z17, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z16, Z20, Z20
-	VMOVDQU64      128(CX), Z16
-	VPERMW         384(SI)(BX*1), Z16, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         384(DI)(BX*1), Z16, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         384(R8)(BX*1), Z16, Z19
-	VPADDW         Z19, Z8, Z8
-	VPMULTISHIFTQB Z16, Z22, Z17
-	VPERMW         448(SI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         448(DI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         448(R8)(BX*1), Z17, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z16, Z23, Z17
-	VPERMW         512(SI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         512(DI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         512(R8)(BX*1), Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPSHLDW        $0x01, Z16, Z20, Z20
-	VMOVDQU64      64(CX), Z16
-	VPERMW         192(SI)(BX*1), Z16, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         192(DI)(BX*1), Z16, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         192(R8)(BX*1), Z16, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z16, Z22, Z17
-	VPERMW         256(SI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         256(DI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         256(R8)(BX*1), Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPMULTISHIFTQB Z16, Z23, Z17
-	VPERMW         320(SI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         320(DI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         320(R8)(BX*1), Z17, Z21
-	VPADDW         Z21, Z9, Z9
-	VPSHLDW        $0x01, Z16, Z20, Z20
-	VMOVDQU64      (CX), Z16
-	VPERMW         (SI)(BX*1), Z16, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         (DI)(BX*1), Z16, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         (R8)(BX*1), Z16, Z19
-	VPADDW         Z19, Z8, Z8
-	VPMULTISHIFTQB Z16, Z22, Z17
-	VPERMW         64(SI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         64(DI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         64(R8)(BX*1), Z17, Z21
-	VPADDW         Z21, Z9, Z9
-	VPMULTISHIFTQB Z16, Z23, Z17
-	VPERMW         128(SI)(BX*1), Z17, Z19
-	VPADDW         Z19, Z4, Z4
-	VPERMW         128(DI)(BX*1), Z17, Z21
-	VPADDW         Z21, Z6, Z6
-	VPERMW         128(R8)(BX*1), Z17, Z19
-	VPADDW         Z19, Z8, Z8
-	VPSHLDW        $0x01, Z16, Z20, Z20
-	VPERMW         960(SI)(BX*1), Z20, Z21
-	VPADDW         Z21, Z5, Z5
-	VPERMW         960(DI)(BX*1), Z20, Z19
-	VPADDW         Z19, Z7, Z7
-	VPERMW         960(R8)(BX*1), Z20, Z21
-	VPADDW         Z21, Z9, Z9
-	ADDQ           $0x00000140, CX
-	ADDQ           $0x00000140, DX
-	ADDQ           $0x00000400, BX
-	DECQ           R12
-	JNZ            lutTL2T3AVX512_blk
-	VPMOVSXWD      Y4, Z19
-	VPADDD         Z19, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z4, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z11, Z11
-	VPMOVSXWD      Y5, Z19
-	VPADDD         Z19, Z10, Z10
-	VEXTRACTI64X4  $0x01, Z5, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z11, Z11
-	VPMOVSXWD      Y6, Z19
-	VPADDD         Z19, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z6, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z13, Z13
-	VPMOVSXWD      Y7, Z19
-	VPADDD         Z19, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z7, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z13, Z13
-	VPMOVSXWD      Y8, Z19
-	VPADDD         Z19, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z8, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z15, Z15
-	VPMOVSXWD      Y9, Z19
-	VPADDD         Z19, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z9, Y19
-	VPMOVSXWD      Y19, Z19
-	VPADDD         Z19, Z15, Z15
-	VPXORD         Z4, Z4, Z4
-	VPXORD         Z5, Z5, Z5
-	VPXORD         Z6, Z6, Z6
-	VPXORD         Z7, Z7, Z7
-	VPXORD         Z8, Z8, Z8
-	VPXORD         Z9, Z9, Z9
-	TESTQ          R11, R11
-	JNZ            lutTL2T3AVX512_chunk
+	PREFETCHT1      (DX)
+	PREFETCHT0      2048(CX)
+	PREFETCHT1      64(DX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT1      128(DX)
+	PREFETCHT0      2176(CX)
+	PREFETCHT1      192(DX)
+	PREFETCHT0      2240(CX)
+	PREFETCHT1      256(DX)
+	PREFETCHT0      2304(CX)
+	VMOVDQU64       256(CX), Z16
+	VPMULTISHIFTQB  Z16, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          768(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          768(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          768(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPMULTISHIFTQB  Z16, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          832(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          832(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          832(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z16, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          896(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          896(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          896(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPSRLW          $0x0f, Z16, Z20
+	VMOVDQU64       192(CX), Z16
+	VPMULTISHIFTQB  Z16, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          576(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          576(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          576(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z16, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          640(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          640(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          640(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPMULTISHIFTQB  Z16, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          704(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          704(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          704(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z16, Z20, Z20
+	VMOVDQU64       128(CX), Z16
+	VPMULTISHIFTQB  Z16, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          384(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          384(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          384(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPMULTISHIFTQB  Z16, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          448(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          448(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          448(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z16, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          512(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          512(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          512(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPSHLDW         $0x01, Z16, Z20, Z20
+	VMOVDQU64       64(CX), Z16
+	VPMULTISHIFTQB  Z16, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          192(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          192(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          192(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z16, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          256(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          256(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          256(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPMULTISHIFTQB  Z16, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          320(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          320(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          320(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPSHLDW         $0x01, Z16, Z20, Z20
+	VMOVDQU64       (CX), Z16
+	VPMULTISHIFTQB  Z16, Z0, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          (SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          (DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          (R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPMULTISHIFTQB  Z16, Z1, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          64(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          64(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          64(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	VPMULTISHIFTQB  Z16, Z2, Z17
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z17
+	VPERMB          128(SI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z4, Z4
+	VPERMB          128(DI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z6, Z6
+	VPERMB          128(R8)(BX*1), Z17, Z19
+	VPADDW          Z19, Z8, Z8
+	VPSHLDW         $0x01, Z16, Z20, Z20
+	VPSLLW          $0x08, Z20, Z17
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z20, Z17
+	VPERMB          960(SI)(BX*1), Z17, Z21
+	VPADDW          Z21, Z5, Z5
+	VPERMB          960(DI)(BX*1), Z17, Z19
+	VPADDW          Z19, Z7, Z7
+	VPERMB          960(R8)(BX*1), Z17, Z21
+	VPADDW          Z21, Z9, Z9
+	ADDQ            $0x00000140, CX
+	ADDQ            $0x00000140, DX
+	ADDQ            $0x00000400, BX
+	DECQ            R12
+	JNZ             lutTL2T3AVX512_blk
+	VPMOVSXWD       Y4, Z19
+	VPADDD          Z19, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z4, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z11, Z11
+	VPMOVSXWD       Y5, Z19
+	VPADDD          Z19, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z5, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z11, Z11
+	VPMOVSXWD       Y6, Z19
+	VPADDD          Z19, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z6, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z13, Z13
+	VPMOVSXWD       Y7, Z19
+	VPADDD          Z19, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z7, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z13, Z13
+	VPMOVSXWD       Y8, Z19
+	VPADDD          Z19, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z8, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z15, Z15
+	VPMOVSXWD       Y9, Z19
+	VPADDD          Z19, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z9, Y19
+	VPMOVSXWD       Y19, Z19
+	VPADDD          Z19, Z15, Z15
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	TESTQ           R11, R11
+	JNZ             lutTL2T3AVX512_chunk
 
 lutTL2T3AVX512_tl2done:
-	MOVQ  56(AX), R11
-	TESTQ R11, R11
-	JZ    lutTL2T3AVX512_tl1done
+	MOVQ         56(AX), R11
+	TESTQ        R11, R11
+	JZ           lutTL2T3AVX512_tl1done
+	MOVL         $0x0f0f0f0f, R12
+	VPBROADCASTD R12, Z0
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, R12
+	VPBROADCASTD R12, Z2
+	MOVL         $0x30203020, R12
+	VPBROADCASTD R12, Z3
 
 lutTL2T3AVX512_tl1chunk:
 	MOVQ    $0x00000040, R12
@@ -5724,22 +5930,19 @@ TEXT ·lutTL2T4AVX512(SB), NOSPLIT, $0-8
 	ADDQ         40(AX), R8
 	MOVQ         R8, R9
 	ADDQ         40(AX), R9
-	MOVL         $0x0f0f0f0f, CX
-	VPBROADCASTD CX, Z0
-	VMOVDQU64    dupBytes<>+0(SB), Z1
-	MOVL         $0x10001000, CX
-	VPBROADCASTD CX, Z2
-	MOVL         $0x30203020, CX
-	VPBROADCASTD CX, Z3
-	MOVQ         $0x3d352d251d150d05, CX
-	VPBROADCASTQ CX, Z26
-	MOVQ         $0x023a322a221a120a, CX
-	VPBROADCASTQ CX, Z27
 	MOVQ         (AX), R10
 	MOVQ         24(AX), R11
 	MOVQ         8(AX), R12
 	CMPQ         56(AX), $0x00
 	JNE          lutTL2T4AVX512_pairsdone
+	MOVQ         $0x3030202010100000, CX
+	VPBROADCASTQ CX, Z0
+	MOVQ         $0x3535252515150505, CX
+	VPBROADCASTQ CX, Z1
+	MOVQ         $0x3a3a2a2a1a1a0a0a, CX
+	VPBROADCASTQ CX, Z2
+	MOVL         $0x1f1f1f1f, CX
+	VPBROADCASTD CX, Z3
 
 lutTL2T4AVX512_pair:
 	CMPQ  16(AX), $0x02
@@ -5766,455 +5969,499 @@ lutTL2T4AVX512_pchunk:
 	VPXORD  Z11, Z11, Z11
 
 lutTL2T4AVX512_pblk:
-	PREFETCHT0     (DX)
-	PREFETCHT0     (DX)(R12*1)
-	PREFETCHT0     64(DX)
-	PREFETCHT0     64(DX)(R12*1)
-	PREFETCHT0     128(DX)
-	PREFETCHT0     128(DX)(R12*1)
-	PREFETCHT0     192(DX)
-	PREFETCHT0     192(DX)(R12*1)
-	PREFETCHT0     256(DX)
-	PREFETCHT0     256(DX)(R12*1)
-	VMOVDQU64      256(CX), Z22
-	VMOVDQU64      256(CX)(R12*1), Z28
-	VMOVDQU64      768(SI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      768(DI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      768(R8)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      768(R9)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z26, Z21
-	VPMULTISHIFTQB Z28, Z26, Z29
-	VMOVDQU64      832(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      832(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      832(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      832(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z27, Z21
-	VPMULTISHIFTQB Z28, Z27, Z29
-	VMOVDQU64      896(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      896(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      896(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      896(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSRLW         $0x0f, Z22, Z24
-	VPSRLW         $0x0f, Z28, Z30
-	VMOVDQU64      192(CX), Z22
-	VMOVDQU64      192(CX)(R12*1), Z28
-	VMOVDQU64      576(SI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      576(DI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      576(R8)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      576(R9)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z26, Z21
-	VPMULTISHIFTQB Z28, Z26, Z29
-	VMOVDQU64      640(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      640(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      640(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      640(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z27, Z21
-	VPMULTISHIFTQB Z28, Z27, Z29
-	VMOVDQU64      704(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      704(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      704(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      704(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VPSHLDW        $0x01, Z28, Z30, Z30
-	VMOVDQU64      128(CX), Z22
-	VMOVDQU64      128(CX)(R12*1), Z28
-	VMOVDQU64      384(SI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      384(DI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      384(R8)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      384(R9)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z26, Z21
-	VPMULTISHIFTQB Z28, Z26, Z29
-	VMOVDQU64      448(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      448(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      448(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      448(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z27, Z21
-	VPMULTISHIFTQB Z28, Z27, Z29
-	VMOVDQU64      512(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      512(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      512(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      512(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VPSHLDW        $0x01, Z28, Z30, Z30
-	VMOVDQU64      64(CX), Z22
-	VMOVDQU64      64(CX)(R12*1), Z28
-	VMOVDQU64      192(SI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      192(DI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      192(R8)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      192(R9)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z26, Z21
-	VPMULTISHIFTQB Z28, Z26, Z29
-	VMOVDQU64      256(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      256(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      256(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      256(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z27, Z21
-	VPMULTISHIFTQB Z28, Z27, Z29
-	VMOVDQU64      320(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      320(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      320(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      320(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VPSHLDW        $0x01, Z28, Z30, Z30
-	VMOVDQU64      (CX), Z22
-	VMOVDQU64      (CX)(R12*1), Z28
-	VMOVDQU64      (SI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      (DI)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      (R8)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      (R9)(BX*1), Z20
-	VPERMW         Z20, Z22, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z28, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z26, Z21
-	VPMULTISHIFTQB Z28, Z26, Z29
-	VMOVDQU64      64(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      64(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      64(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      64(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z22, Z27, Z21
-	VPMULTISHIFTQB Z28, Z27, Z29
-	VMOVDQU64      128(SI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      128(DI)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      128(R8)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      128(R9)(BX*1), Z20
-	VPERMW         Z20, Z21, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z29, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z22, Z24, Z24
-	VPSHLDW        $0x01, Z28, Z30, Z30
-	VMOVDQU64      960(SI)(BX*1), Z20
-	VPERMW         Z20, Z24, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         Z20, Z30, Z25
-	VPADDW         Z25, Z5, Z5
-	VMOVDQU64      960(DI)(BX*1), Z20
-	VPERMW         Z20, Z24, Z23
-	VPADDW         Z23, Z6, Z6
-	VPERMW         Z20, Z30, Z25
-	VPADDW         Z25, Z7, Z7
-	VMOVDQU64      960(R8)(BX*1), Z20
-	VPERMW         Z20, Z24, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         Z20, Z30, Z25
-	VPADDW         Z25, Z9, Z9
-	VMOVDQU64      960(R9)(BX*1), Z20
-	VPERMW         Z20, Z24, Z23
-	VPADDW         Z23, Z10, Z10
-	VPERMW         Z20, Z30, Z25
-	VPADDW         Z25, Z11, Z11
-	ADDQ           $0x00000140, CX
-	ADDQ           $0x00000140, DX
-	ADDQ           $0x00000400, BX
-	DECQ           R14
-	JNZ            lutTL2T4AVX512_pblk
-	VMOVDQU32      (R11), Z12
-	VMOVDQU32      64(R11), Z13
-	VPMOVSXWD      Y4, Z23
-	VPADDD         Z23, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z4, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z13, Z13
-	VMOVDQU32      Z12, (R11)
-	VMOVDQU32      Z13, 64(R11)
-	VMOVDQU32      128(R11), Z14
-	VMOVDQU32      192(R11), Z15
-	VPMOVSXWD      Y6, Z23
-	VPADDD         Z23, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z6, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z15, Z15
-	VMOVDQU32      Z14, 128(R11)
-	VMOVDQU32      Z15, 192(R11)
-	VMOVDQU32      256(R11), Z16
-	VMOVDQU32      320(R11), Z17
-	VPMOVSXWD      Y8, Z23
-	VPADDD         Z23, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z8, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z17, Z17
-	VMOVDQU32      Z16, 256(R11)
-	VMOVDQU32      Z17, 320(R11)
-	VMOVDQU32      384(R11), Z18
-	VMOVDQU32      448(R11), Z19
-	VPMOVSXWD      Y10, Z23
-	VPADDD         Z23, Z18, Z18
-	VEXTRACTI64X4  $0x01, Z10, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z19, Z19
-	VMOVDQU32      Z18, 384(R11)
-	VMOVDQU32      Z19, 448(R11)
-	VMOVDQU32      512(R11), Z12
-	VMOVDQU32      576(R11), Z13
-	VPMOVSXWD      Y5, Z23
-	VPADDD         Z23, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z5, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z13, Z13
-	VMOVDQU32      Z12, 512(R11)
-	VMOVDQU32      Z13, 576(R11)
-	VMOVDQU32      640(R11), Z14
-	VMOVDQU32      704(R11), Z15
-	VPMOVSXWD      Y7, Z23
-	VPADDD         Z23, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z7, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z15, Z15
-	VMOVDQU32      Z14, 640(R11)
-	VMOVDQU32      Z15, 704(R11)
-	VMOVDQU32      768(R11), Z16
-	VMOVDQU32      832(R11), Z17
-	VPMOVSXWD      Y9, Z23
-	VPADDD         Z23, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z9, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z17, Z17
-	VMOVDQU32      Z16, 768(R11)
-	VMOVDQU32      Z17, 832(R11)
-	VMOVDQU32      896(R11), Z18
-	VMOVDQU32      960(R11), Z19
-	VPMOVSXWD      Y11, Z23
-	VPADDD         Z23, Z18, Z18
-	VEXTRACTI64X4  $0x01, Z11, Y25
-	VPMOVSXWD      Y25, Z25
-	VPADDD         Z25, Z19, Z19
-	VMOVDQU32      Z18, 896(R11)
-	VMOVDQU32      Z19, 960(R11)
-	TESTQ          R13, R13
-	JNZ            lutTL2T4AVX512_pchunk
+	PREFETCHT0      (DX)
+	PREFETCHT0      (DX)(R12*1)
+	PREFETCHT0      64(DX)
+	PREFETCHT0      64(DX)(R12*1)
+	PREFETCHT0      128(DX)
+	PREFETCHT0      128(DX)(R12*1)
+	PREFETCHT0      192(DX)
+	PREFETCHT0      192(DX)(R12*1)
+	PREFETCHT0      256(DX)
+	PREFETCHT0      256(DX)(R12*1)
+	VMOVDQU64       256(CX), Z22
+	VMOVDQU64       256(CX)(R12*1), Z26
+	VPMULTISHIFTQB  Z22, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z0, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       768(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       768(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       768(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       768(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z1, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       832(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       832(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       832(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       832(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z2, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       896(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       896(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       896(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       896(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSRLW          $0x0f, Z22, Z24
+	VPSRLW          $0x0f, Z26, Z28
+	VMOVDQU64       192(CX), Z22
+	VMOVDQU64       192(CX)(R12*1), Z26
+	VPMULTISHIFTQB  Z22, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z0, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       576(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       576(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       576(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       576(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z1, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       640(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       640(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       640(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       640(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z2, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       704(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       704(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       704(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       704(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VPSHLDW         $0x01, Z26, Z28, Z28
+	VMOVDQU64       128(CX), Z22
+	VMOVDQU64       128(CX)(R12*1), Z26
+	VPMULTISHIFTQB  Z22, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z0, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       384(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       384(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       384(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       384(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z1, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       448(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       448(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       448(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       448(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z2, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       512(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       512(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       512(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       512(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VPSHLDW         $0x01, Z26, Z28, Z28
+	VMOVDQU64       64(CX), Z22
+	VMOVDQU64       64(CX)(R12*1), Z26
+	VPMULTISHIFTQB  Z22, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z0, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       192(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       192(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       192(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       192(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z1, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       256(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       256(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       256(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       256(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z2, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       320(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       320(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       320(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       320(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VPSHLDW         $0x01, Z26, Z28, Z28
+	VMOVDQU64       (CX), Z22
+	VMOVDQU64       (CX)(R12*1), Z26
+	VPMULTISHIFTQB  Z22, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z0, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       (SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       (DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       (R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       (R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z1, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       64(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       64(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       64(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       64(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z22, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPMULTISHIFTQB  Z26, Z2, Z27
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z27
+	VMOVDQU64       128(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       128(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       128(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       128(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z22, Z24, Z24
+	VPSHLDW         $0x01, Z26, Z28, Z28
+	VPSLLW          $0x08, Z24, Z21
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z24, Z21
+	VPSLLW          $0x08, Z28, Z27
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z28, Z27
+	VMOVDQU64       960(SI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z5, Z5
+	VMOVDQU64       960(DI)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z6, Z6
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z7, Z7
+	VMOVDQU64       960(R8)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z9, Z9
+	VMOVDQU64       960(R9)(BX*1), Z20
+	VPERMB          Z20, Z21, Z23
+	VPADDW          Z23, Z10, Z10
+	VPERMB          Z20, Z27, Z25
+	VPADDW          Z25, Z11, Z11
+	ADDQ            $0x00000140, CX
+	ADDQ            $0x00000140, DX
+	ADDQ            $0x00000400, BX
+	DECQ            R14
+	JNZ             lutTL2T4AVX512_pblk
+	VMOVDQU32       (R11), Z12
+	VMOVDQU32       64(R11), Z13
+	VPMOVSXWD       Y4, Z23
+	VPADDD          Z23, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z4, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z13, Z13
+	VMOVDQU32       Z12, (R11)
+	VMOVDQU32       Z13, 64(R11)
+	VMOVDQU32       128(R11), Z14
+	VMOVDQU32       192(R11), Z15
+	VPMOVSXWD       Y6, Z23
+	VPADDD          Z23, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z6, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z15, Z15
+	VMOVDQU32       Z14, 128(R11)
+	VMOVDQU32       Z15, 192(R11)
+	VMOVDQU32       256(R11), Z16
+	VMOVDQU32       320(R11), Z17
+	VPMOVSXWD       Y8, Z23
+	VPADDD          Z23, Z16, Z16
+	VEXTRACTI64X4   $0x01, Z8, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z17, Z17
+	VMOVDQU32       Z16, 256(R11)
+	VMOVDQU32       Z17, 320(R11)
+	VMOVDQU32       384(R11), Z18
+	VMOVDQU32       448(R11), Z19
+	VPMOVSXWD       Y10, Z23
+	VPADDD          Z23, Z18, Z18
+	VEXTRACTI64X4   $0x01, Z10, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z19, Z19
+	VMOVDQU32       Z18, 384(R11)
+	VMOVDQU32       Z19, 448(R11)
+	VMOVDQU32       512(R11), Z12
+	VMOVDQU32       576(R11), Z13
+	VPMOVSXWD       Y5, Z23
+	VPADDD          Z23, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z5, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z13, Z13
+	VMOVDQU32       Z12, 512(R11)
+	VMOVDQU32       Z13, 576(R11)
+	VMOVDQU32       640(R11), Z14
+	VMOVDQU32       704(R11), Z15
+	VPMOVSXWD       Y7, Z23
+	VPADDD          Z23, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z7, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z15, Z15
+	VMOVDQU32       Z14, 640(R11)
+	VMOVDQU32       Z15, 704(R11)
+	VMOVDQU32       768(R11), Z16
+	VMOVDQU32       832(R11), Z17
+	VPMOVSXWD       Y9, Z23
+	VPADDD          Z23, Z16, Z16
+	VEXTRACTI64X4   $0x01, Z9, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z17, Z17
+	VMOVDQU32       Z16, 768(R11)
+	VMOVDQU32       Z17, 832(R11)
+	VMOVDQU32       896(R11), Z18
+	VMOVDQU32       960(R11), Z19
+	VPMOVSXWD       Y11, Z23
+	VPADDD          Z23, Z18, Z18
+	VEXTRACTI64X4   $0x01, Z11, Y25
+	VPMOVSXWD       Y25, Z25
+	VPADDD          Z25, Z19, Z19
+	VMOVDQU32       Z18, 896(R11)
+	VMOVDQU32       Z19, 960(R11)
+	TESTQ           R13, R13
+	JNZ             lutTL2T4AVX512_pchunk
 
 lutTL2T4AVX512_pairnext:
 	ADDQ $0x00000400, R11
@@ -6256,238 +6503,275 @@ lutTL2T4AVX512_pfkeep:
 	JZ     lutTL2T4AVX512_tl2done
 
 lutTL2T4AVX512_chunk:
-	MOVQ    $0x0000000a, R13
-	CMPQ    R12, R13
-	CMOVQLT R12, R13
-	SUBQ    R13, R12
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
+	MOVQ         $0x3030202010100000, R13
+	VPBROADCASTQ R13, Z0
+	MOVQ         $0x3535252515150505, R13
+	VPBROADCASTQ R13, Z1
+	MOVQ         $0x3a3a2a2a1a1a0a0a, R13
+	VPBROADCASTQ R13, Z2
+	MOVL         $0x1f1f1f1f, R13
+	VPBROADCASTD R13, Z3
+	MOVQ         $0x0000000a, R13
+	CMPQ         R12, R13
+	CMOVQLT      R12, R13
+	SUBQ         R13, R12
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
 
 lutTL2T4AVX512_blk:
-	PREFETCHT1     (DX)
-	PREFETCHT0     2048(CX)
-	PREFETCHT1     64(DX)
-	PREFETCHT0     2112(CX)
-	PREFETCHT1     128(DX)
-	PREFETCHT0     2176(CX)
-	PREFETCHT1     192(DX)
-	PREFETCHT0     2240(CX)
-	PREFETCHT1     256(DX)
-	PREFETCHT0     2304(CX)
-	VMOVDQU64      256(CX), Z20
-	VPERMW         768(SI)(BX*1), Z20, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         768(DI)(BX*1), Z20, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         768(R8)(BX*1), Z20, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         768(R9)(BX*1), Z20, Z25
-	VPADDW         Z25, Z10, Z10
-	VPMULTISHIFTQB Z20, Z26, Z21
-	VPERMW         832(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         832(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         832(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         832(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z20, Z27, Z21
-	VPERMW         896(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         896(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         896(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         896(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z10, Z10
-	VPSRLW         $0x0f, Z20, Z24
-	VMOVDQU64      192(CX), Z20
-	VPERMW         576(SI)(BX*1), Z20, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         576(DI)(BX*1), Z20, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         576(R8)(BX*1), Z20, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         576(R9)(BX*1), Z20, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z20, Z26, Z21
-	VPERMW         640(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         640(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         640(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         640(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z10, Z10
-	VPMULTISHIFTQB Z20, Z27, Z21
-	VPERMW         704(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         704(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         704(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         704(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z20, Z24, Z24
-	VMOVDQU64      128(CX), Z20
-	VPERMW         384(SI)(BX*1), Z20, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         384(DI)(BX*1), Z20, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         384(R8)(BX*1), Z20, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         384(R9)(BX*1), Z20, Z25
-	VPADDW         Z25, Z10, Z10
-	VPMULTISHIFTQB Z20, Z26, Z21
-	VPERMW         448(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         448(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         448(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         448(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z20, Z27, Z21
-	VPERMW         512(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         512(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         512(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         512(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z10, Z10
-	VPSHLDW        $0x01, Z20, Z24, Z24
-	VMOVDQU64      64(CX), Z20
-	VPERMW         192(SI)(BX*1), Z20, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         192(DI)(BX*1), Z20, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         192(R8)(BX*1), Z20, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         192(R9)(BX*1), Z20, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z20, Z26, Z21
-	VPERMW         256(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         256(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         256(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         256(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z10, Z10
-	VPMULTISHIFTQB Z20, Z27, Z21
-	VPERMW         320(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         320(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         320(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         320(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z11, Z11
-	VPSHLDW        $0x01, Z20, Z24, Z24
-	VMOVDQU64      (CX), Z20
-	VPERMW         (SI)(BX*1), Z20, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         (DI)(BX*1), Z20, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         (R8)(BX*1), Z20, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         (R9)(BX*1), Z20, Z25
-	VPADDW         Z25, Z10, Z10
-	VPMULTISHIFTQB Z20, Z26, Z21
-	VPERMW         64(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         64(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         64(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         64(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z11, Z11
-	VPMULTISHIFTQB Z20, Z27, Z21
-	VPERMW         128(SI)(BX*1), Z21, Z23
-	VPADDW         Z23, Z4, Z4
-	VPERMW         128(DI)(BX*1), Z21, Z25
-	VPADDW         Z25, Z6, Z6
-	VPERMW         128(R8)(BX*1), Z21, Z23
-	VPADDW         Z23, Z8, Z8
-	VPERMW         128(R9)(BX*1), Z21, Z25
-	VPADDW         Z25, Z10, Z10
-	VPSHLDW        $0x01, Z20, Z24, Z24
-	VPERMW         960(SI)(BX*1), Z24, Z23
-	VPADDW         Z23, Z5, Z5
-	VPERMW         960(DI)(BX*1), Z24, Z25
-	VPADDW         Z25, Z7, Z7
-	VPERMW         960(R8)(BX*1), Z24, Z23
-	VPADDW         Z23, Z9, Z9
-	VPERMW         960(R9)(BX*1), Z24, Z25
-	VPADDW         Z25, Z11, Z11
-	ADDQ           $0x00000140, CX
-	ADDQ           $0x00000140, DX
-	ADDQ           $0x00000400, BX
-	DECQ           R13
-	JNZ            lutTL2T4AVX512_blk
-	VPMOVSXWD      Y4, Z23
-	VPADDD         Z23, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z4, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z13, Z13
-	VPMOVSXWD      Y5, Z23
-	VPADDD         Z23, Z12, Z12
-	VEXTRACTI64X4  $0x01, Z5, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z13, Z13
-	VPMOVSXWD      Y6, Z23
-	VPADDD         Z23, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z6, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z15, Z15
-	VPMOVSXWD      Y7, Z23
-	VPADDD         Z23, Z14, Z14
-	VEXTRACTI64X4  $0x01, Z7, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z15, Z15
-	VPMOVSXWD      Y8, Z23
-	VPADDD         Z23, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z8, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z17, Z17
-	VPMOVSXWD      Y9, Z23
-	VPADDD         Z23, Z16, Z16
-	VEXTRACTI64X4  $0x01, Z9, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z17, Z17
-	VPMOVSXWD      Y10, Z23
-	VPADDD         Z23, Z18, Z18
-	VEXTRACTI64X4  $0x01, Z10, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z19, Z19
-	VPMOVSXWD      Y11, Z23
-	VPADDD         Z23, Z18, Z18
-	VEXTRACTI64X4  $0x01, Z11, Y23
-	VPMOVSXWD      Y23, Z23
-	VPADDD         Z23, Z19, Z19
-	VPXORD         Z4, Z4, Z4
-	VPXORD         Z5, Z5, Z5
-	VPXORD         Z6, Z6, Z6
-	VPXORD         Z7, Z7, Z7
-	VPXORD         Z8, Z8, Z8
-	VPXORD         Z9, Z9, Z9
-	VPXORD         Z10, Z10, Z10
-	VPXORD         Z11, Z11, Z11
-	TESTQ          R12, R12
-	JNZ            lutTL2T4AVX512_chunk
+	PREFETCHT1      (DX)
+	PREFETCHT0      2048(CX)
+	PREFETCHT1      64(DX)
+	PREFETCHT0      2112(CX)
+	PREFETCHT1      128(DX)
+	PREFETCHT0      2176(CX)
+	PREFETCHT1      192(DX)
+	PREFETCHT0      2240(CX)
+	PREFETCHT1      256(DX)
+	PREFETCHT0      2304(CX)
+	VMOVDQU64       256(CX), Z20
+	VPMULTISHIFTQB  Z20, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          768(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          768(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          768(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          768(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPMULTISHIFTQB  Z20, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          832(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          832(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          832(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          832(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z20, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          896(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          896(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          896(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          896(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPSRLW          $0x0f, Z20, Z24
+	VMOVDQU64       192(CX), Z20
+	VPMULTISHIFTQB  Z20, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          576(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          576(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          576(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          576(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z20, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          640(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          640(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          640(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          640(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPMULTISHIFTQB  Z20, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          704(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          704(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          704(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          704(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z20, Z24, Z24
+	VMOVDQU64       128(CX), Z20
+	VPMULTISHIFTQB  Z20, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          384(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          384(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          384(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          384(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPMULTISHIFTQB  Z20, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          448(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          448(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          448(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          448(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z20, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          512(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          512(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          512(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          512(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPSHLDW         $0x01, Z20, Z24, Z24
+	VMOVDQU64       64(CX), Z20
+	VPMULTISHIFTQB  Z20, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          192(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          192(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          192(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          192(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z20, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          256(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          256(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          256(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          256(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPMULTISHIFTQB  Z20, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          320(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          320(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          320(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          320(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPSHLDW         $0x01, Z20, Z24, Z24
+	VMOVDQU64       (CX), Z20
+	VPMULTISHIFTQB  Z20, Z0, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          (SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          (DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          (R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          (R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPMULTISHIFTQB  Z20, Z1, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          64(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          64(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          64(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          64(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	VPMULTISHIFTQB  Z20, Z2, Z21
+	VPTERNLOGD.BCST $0xea, tl2HighPlane<>+0(SB), Z3, Z21
+	VPERMB          128(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z4, Z4
+	VPERMB          128(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z6, Z6
+	VPERMB          128(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z8, Z8
+	VPERMB          128(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z10, Z10
+	VPSHLDW         $0x01, Z20, Z24, Z24
+	VPSLLW          $0x08, Z24, Z21
+	VPTERNLOGD.BCST $0xfe, tl2HighPlane<>+0(SB), Z24, Z21
+	VPERMB          960(SI)(BX*1), Z21, Z23
+	VPADDW          Z23, Z5, Z5
+	VPERMB          960(DI)(BX*1), Z21, Z25
+	VPADDW          Z25, Z7, Z7
+	VPERMB          960(R8)(BX*1), Z21, Z23
+	VPADDW          Z23, Z9, Z9
+	VPERMB          960(R9)(BX*1), Z21, Z25
+	VPADDW          Z25, Z11, Z11
+	ADDQ            $0x00000140, CX
+	ADDQ            $0x00000140, DX
+	ADDQ            $0x00000400, BX
+	DECQ            R13
+	JNZ             lutTL2T4AVX512_blk
+	VPMOVSXWD       Y4, Z23
+	VPADDD          Z23, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z4, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z13, Z13
+	VPMOVSXWD       Y5, Z23
+	VPADDD          Z23, Z12, Z12
+	VEXTRACTI64X4   $0x01, Z5, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z13, Z13
+	VPMOVSXWD       Y6, Z23
+	VPADDD          Z23, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z6, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z15, Z15
+	VPMOVSXWD       Y7, Z23
+	VPADDD          Z23, Z14, Z14
+	VEXTRACTI64X4   $0x01, Z7, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z15, Z15
+	VPMOVSXWD       Y8, Z23
+	VPADDD          Z23, Z16, Z16
+	VEXTRACTI64X4   $0x01, Z8, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z17, Z17
+	VPMOVSXWD       Y9, Z23
+	VPADDD          Z23, Z16, Z16
+	VEXTRACTI64X4   $0x01, Z9, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z17, Z17
+	VPMOVSXWD       Y10, Z23
+	VPADDD          Z23, Z18, Z18
+	VEXTRACTI64X4   $0x01, Z10, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z19, Z19
+	VPMOVSXWD       Y11, Z23
+	VPADDD          Z23, Z18, Z18
+	VEXTRACTI64X4   $0x01, Z11, Y23
+	VPMOVSXWD       Y23, Z23
+	VPADDD          Z23, Z19, Z19
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	VPXORD          Z10, Z10, Z10
+	VPXORD          Z11, Z11, Z11
+	TESTQ           R12, R12
+	JNZ             lutTL2T4AVX512_chunk
 
 lutTL2T4AVX512_tl2done:
-	MOVQ  56(AX), R12
-	TESTQ R12, R12
-	JZ    lutTL2T4AVX512_tl1done
+	MOVQ         56(AX), R12
+	TESTQ        R12, R12
+	JZ           lutTL2T4AVX512_tl1done
+	MOVL         $0x0f0f0f0f, R13
+	VPBROADCASTD R13, Z0
+	VMOVDQU64    dupBytes<>+0(SB), Z1
+	MOVL         $0x10001000, R13
+	VPBROADCASTD R13, Z2
+	MOVL         $0x30203020, R13
+	VPBROADCASTD R13, Z3
 
 lutTL2T4AVX512_tl1chunk:
 	MOVQ    $0x00000040, R13

@@ -127,15 +127,32 @@ func tl1Table(d []byte, h, i int) int32 {
 	return int32(int16(uint16(d[32*h+i]) | uint16(d[32*h+16+i])<<8))
 }
 
-// lutGeneric: the tl1/tl2 chunk operation (see lutArgs), tables in the zmm (z) or ymm
-// layout (tabTL1Z/tabTL2Z or tabTL1Y/tabTL2Y); tl2 when a.Blocks > 0 or tl2 is set.
-func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
-	per := 32
-	if z {
-		per = 64
+// tl2Entry reads entry c (0..31: the magnitude's sum, negated from 16 on) of a tl2 triple's
+// table d in layout kind.
+func tl2Entry(kind tabKind, d []byte, c int) int32 {
+	switch kind {
+	case tabTL2Z:
+		return int32(int16(binary.LittleEndian.Uint16(d[2*c:])))
+	case tabTL2B:
+		return int32(int16(uint16(d[c]) | uint16(d[32+c])<<8))
+	}
+	v := c & 15 // tabTL2Y: magnitudes only
+	e := int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
+	if c&16 != 0 {
+		e = -e
+	}
+	return e
+}
+
+// lutGeneric: the tl1/tl2 chunk operation (see lutArgs), tables in layout kind (a tl1
+// kind: no blocks; a tl2 kind: blocks, then the tail in tailKind's layout).
+func lutGeneric(a *lutArgs, T int, kind tabKind) {
+	per := 64
+	if kind == tabTL2Y {
+		per = 32
 	}
 	nb, units := a.Blocks, a.Units
-	if !tl2 {
+	if kind == tabTL1Z || kind == tabTL1Y {
 		nb = 0
 	}
 	sums := int32At(a.Sums, a.NRB*T*RowBlock)
@@ -148,19 +165,7 @@ func lutGeneric(a *lutArgs, T int, z, tl2 bool) {
 				for b := 0; b < nb; b++ {
 					p := w[320*b:]
 					for tr := 0; tr < 16; tr++ {
-						c := tl2Code(p, tr, r)
-						v, neg := c&15, c&16 != 0
-						d := tab[per*(16*b+tr):]
-						var e int32
-						if z {
-							e = int32(int16(binary.LittleEndian.Uint16(d[2*v:])))
-						} else {
-							e = int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
-						}
-						if neg {
-							e = -e
-						}
-						s += e
+						s += tl2Entry(kind, tab[per*(16*b+tr):], int(tl2Code(p, tr, r)))
 					}
 				}
 				tt := tab[per*16*nb:]

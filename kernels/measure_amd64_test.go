@@ -74,7 +74,7 @@ func TestPrepareHelpers(t *testing.T) {
 			}
 		}
 		k := kp
-		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y} {
+		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y, tabTL2B} {
 			f := lutBuilders[kind]
 			if f == nil {
 				continue
@@ -88,7 +88,7 @@ func TestPrepareHelpers(t *testing.T) {
 				continue
 			}
 			size := 16 * ly.Kp
-			if kind == tabTL2Z {
+			if kind == tabTL2Z || kind == tabTL2B {
 				size = 64*(ly.K3/3) + 16*ly.Kp1
 			} else if kind == tabTL2Y {
 				size = 32*(ly.K3/3) + 16*ly.Kp1

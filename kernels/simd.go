@@ -66,6 +66,7 @@ type fmtOps struct {
 	kstep   int                       // inputs per GEMV step (segments are whole steps)
 	xKind   xKind                     // GEMV activation layout
 	tabKind tabKind                   // GEMV table layout
+	lutKind tabKind                   // tl2 on zmm: the table layout of lut[T] for T >= 3 (tabNone: tabKind)
 	exact   bool                      // GEMV sums are the exact dot products (no correction)
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
@@ -100,7 +101,24 @@ const (
 	tabTL1Y          // the same layout (vpshufb), built by the AVX2 builder
 	tabTL2Z          // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
+	tabTL2B          // per triple 64 B: TL2Z's 32 words as byte planes, their low bytes then high (vpermb); tail as TL1Z
 )
+
+// lutTabs is the table layout the lut kernel for T tokens reads.
+func (o *fmtOps) lutTabs(T int) tabKind {
+	if T >= 3 && o.lutKind != tabNone {
+		return o.lutKind
+	}
+	return o.tabKind
+}
+
+// tailKind is the tl1 layout of a tl2 layout's tail (and of a tl1 layout itself).
+func tailKind(kind tabKind) tabKind {
+	if kind == tabTL2Y || kind == tabTL1Y {
+		return tabTL1Y
+	}
+	return tabTL1Z
+}
 
 // simdKernel is one ISA path for one format.
 type simdKernel struct {
@@ -392,7 +410,7 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders  [tabTL2Y + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
+	lutBuilders  [tabTL2B + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
 	sumInt8Fast  func(x *int8, n int) int32                       // n a multiple of 32
 	permInt1Fast func(x *int8, n int, dst *byte)                  // n a multiple of 32
 )
@@ -523,7 +541,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	switch kind {
 	case tabTL1Z, tabTL1Y:
 		tl1(0, ly.Kp/4, dst)
-	case tabTL2Z, tabTL2Y:
+	case tabTL2Z, tabTL2Y, tabTL2B:
 		nt := ly.K3 / 3
 		per := 64
 		if kind == tabTL2Y {
@@ -533,10 +551,14 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 			d := dst[per*t : per*t+per]
 			for v := 0; v < 16; v++ {
 				s := tl2Sum(v, x[3*t], x[3*t+1], x[3*t+2])
-				if kind == tabTL2Z {
+				switch kind {
+				case tabTL2Z:
 					putI16(d[2*v:], s)
 					putI16(d[32+2*v:], -s)
-				} else {
+				case tabTL2B:
+					d[v], d[32+v] = byte(s), byte(uint16(s)>>8)
+					d[16+v], d[48+v] = byte(-s), byte(uint16(-s)>>8)
+				default:
 					d[v], d[16+v] = byte(s), byte(uint16(s)>>8)
 				}
 			}
@@ -778,7 +800,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	}
 	// xAt is token t's activations from input k0 on; tables builds the tables of the
 	// inputs of part from k0 on, for every token of the group, into buf.
-	kind := k.ops.tabKind
+	kind := k.ops.lutTabs(T)
 	xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
 	tables := func(part Layout, k0 int, buf []byte) {
 		for t := 0; t < T; t++ {
@@ -883,19 +905,19 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 	switch kind {
 	case tabTL1Z, tabTL1Y:
 		fast(&x[0], ly.Kp/4, &dst[0])
-	case tabTL2Z, tabTL2Y:
-		nt, per, tl1 := ly.K3/3, 64, lutBuilders[tabTL1Z]
+	case tabTL2Z, tabTL2Y, tabTL2B:
+		nt, per := ly.K3/3, 64
 		if kind == tabTL2Y {
-			per, tl1 = 32, lutBuilders[tabTL1Y]
+			per = 32
 		}
 		if nt > 0 {
 			fast(&x[0], nt, &dst[0])
 		}
 		if ly.Kp1 > 0 {
-			if tl1 != nil {
+			if tl1 := lutBuilders[tailKind(kind)]; tl1 != nil {
 				tl1(&x[ly.K3], ly.Kp1/4, &dst[per*nt])
 			} else {
-				buildLUT(kind-2, Layout{Kp: ly.Kp1}, x[ly.K3:], dst[per*nt:]) // the tl1 layout of the same width
+				buildLUT(tailKind(kind), Layout{Kp: ly.Kp1}, x[ly.K3:], dst[per*nt:])
 			}
 		}
 	}

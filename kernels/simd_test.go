@@ -59,14 +59,14 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		}
 		if z {
 			if tl2 {
-				o.tabKind = tabTL2Z
+				o.tabKind, o.lutKind = tabTL2Z, tabTL2B // as the zmm kernels
 			} else {
 				o.tabKind = tabTL1Z
 			}
 		}
 		for T := 1; T <= o.gemvT; T++ {
 			T := T
-			o.lut[T] = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), T, z, tl2) }
+			o.lut[T] = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), T, o.lutTabs(T)) }
 		}
 		o.lutBuilds = z && tl2
 	}

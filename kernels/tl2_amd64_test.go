@@ -131,7 +131,7 @@ func TestLUTTL2AVX2(t *testing.T) {
 				Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
 			kernels[T](argp(&a))
 			a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
-			lutGeneric(&a, T, false, true)
+			lutGeneric(&a, T, tabTL2Y)
 			for i := range want {
 				if got[i] != want[i] {
 					rb, tok, r := i/(T*RowBlock), i/RowBlock%T, i%RowBlock

@@ -186,6 +186,7 @@ var tl2Coef, tl2Pick, tl2First [3]Mem
 type tl2Builder struct {
 	cs, ix     []VecPhysical // coefficients, word picks
 	v, acc, tm VecPhysical   // scratch
+	planes     VecPhysical   // tabTL2B: the vpermb that splits the words into byte planes (nil: tabTL2Z)
 }
 
 // newTL2Builder loads the constants into registers from p (picks of x[-1..2] unless first)
@@ -223,6 +224,9 @@ func (b *tl2Builder) triple(src, dst Mem) {
 		VPMULLW(b.cs[i], b.tm, b.tm)
 		VPADDW(b.tm, b.acc, b.acc)
 	}
+	if b.planes != nil {
+		VPERMB(b.acc, b.planes, b.acc)
+	}
 	VMOVDQU16(b.acc, dst)
 }
 
@@ -231,7 +235,8 @@ func (b *tl2Builder) triple(src, dst Mem) {
 // for units of 4 inputs (byte planes: it computes a unit's 32 words, then one vpermb splits
 // them), lutBuildTL2AVX512(x, triples, dst) tabTL2Z tables (x points at the
 // first triple; it reads x[-1] for every triple but the first, so x must not be the first
-// byte of an allocation unless triples == 1), and the AVX2 builders the ymm layouts.
+// byte of an allocation unless triples == 1), lutBuildTL2BAVX512 the same as tabTL2B byte
+// planes (a vpermb more per triple), and the AVX2 builders the ymm layouts.
 func genLUTBuilders() {
 	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
 	var t1 [2]Mem
@@ -263,6 +268,13 @@ func genLUTBuilders() {
 		}
 	}
 	planesZ := table("lutPlanesZ", planes)
+	var planes32 []byte // vpermb: the 32 words' low bytes, then their high bytes
+	for b := 0; b < 2; b++ {
+		for i := 0; i < 32; i++ {
+			planes32 = append(planes32, byte(2*i+b))
+		}
+	}
+	planesTL2 := table("lutPlanesTL2", planes32)
 
 	// AVX-512 tl1
 	{
@@ -300,30 +312,38 @@ func genLUTBuilders() {
 		VZEROUPPER()
 		RET()
 	}
-	// AVX-512 tl2
-	{
-		TEXT("lutBuildTL2AVX512", NOSPLIT, "func(x *int8, triples int, dst *byte)")
+	// AVX-512 tl2: tabTL2Z (word tables) and tabTL2B (byte planes)
+	for _, planes := range []bool{false, true} {
+		name, kind, lbl := "lutBuildTL2AVX512", "tabTL2Z", "lut2z"
+		if planes {
+			name, kind, lbl = "lutBuildTL2BAVX512", "tabTL2B", "lut2b"
+		}
+		TEXT(name, NOSPLIT, "func(x *int8, triples int, dst *byte)")
 		Pragma("noescape")
-		Doc("lutBuildTL2AVX512 writes triples tabTL2Z tables (64 bytes each) for the activations at x",
+		Doc(name+" writes triples "+kind+" tables (64 bytes each) for the activations at x",
 			"(reading x[-1] for every triple but the first); buildLUT is its reference.")
 		x, n, d := Load(Param("x"), GP64()), Load(Param("triples"), GP64()), Load(Param("dst"), GP64())
 		p := newPool(true)
 		b := newTL2Builder(p, true, p.get(), p.get(), p.get())
+		if planes {
+			b.planes = p.get()
+			VMOVDQU64(planesTL2, b.planes)
+		}
 		TESTQ(n, n)
-		JZ(LabelRef("lut2z_done"))
+		JZ(LabelRef(lbl + "_done"))
 		b.triple(at(x, 0), at(d, 0))
 		ADDQ(U8(3), x)
 		ADDQ(U8(64), d)
 		DECQ(n)
-		JZ(LabelRef("lut2z_done"))
+		JZ(LabelRef(lbl + "_done"))
 		b.picks(false)
-		Label("lut2z_t")
+		Label(lbl + "_t")
 		b.triple(at(x, -1), at(d, 0))
 		ADDQ(U8(3), x)
 		ADDQ(U8(64), d)
 		DECQ(n)
-		JNZ(LabelRef("lut2z_t"))
-		Label("lut2z_done")
+		JNZ(LabelRef(lbl + "_t"))
+		Label(lbl + "_done")
 		VZEROUPPER()
 		RET()
 	}

@@ -135,6 +135,17 @@ func shiftCtl(s int) uint64 {
 	return c
 }
 
+// pairCtl returns the vpmultishiftqb control (one qword) under which both bytes of every
+// word take the eight bits from the word's bit s on (s <= 8): the five-bit field at bit s
+// is then the low bits of each byte, as a vpermb on byte planes needs (tl2BlockB).
+func pairCtl(s int) uint64 {
+	var c uint64
+	for j := 0; j < 8; j++ {
+		c |= uint64(16*(j/2)+s) << (8 * j)
+	}
+	return c
+}
+
 // table defines a read-only data symbol of bytes.
 func table(name string, b []byte) Mem {
 	m := GLOBL(name, RODATA|NOPTR)
