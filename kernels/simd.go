@@ -20,7 +20,7 @@ import (
 //     unsigned bytes u = w + offset and multiplies them with the int8 activations (vpdpbusd,
 //     or vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction c0 *
 //     sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
-//     activation sums instead (vpermw / vpshufb), swept over K in chunks whose tables stay in
+//     activation sums instead (vpermw, vpermb / vpshufb), swept over K in chunks whose tables stay in
 //     L1 across the row blocks (runLUT).
 //   - GEMM (prefill, from gemmMinN tokens): each row block is unpacked once into a
 //     VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel multiplies.

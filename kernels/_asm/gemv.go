@@ -56,9 +56,6 @@ var (
 	int2Fix   [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
 	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
 	dupBytes  Mem    // vpermb: bytes 2r and 2r+1 <- byte r
-	// tl2HighPlane: words 0x2000 (a dword, broadcast): the high-byte plane's offset in a
-	// tabTL2B lookup index
-	tl2HighPlane Mem
 )
 
 func genGemv() {
@@ -88,7 +85,6 @@ func genGemv() {
 		dup = append(dup, byte(r), byte(r))
 	}
 	dupBytes = table("dupBytes", dup)
-	tl2HighPlane = dwordTable("tl2HighPlane", []uint32{0x20002000})
 	int2Mask = [2]Mem{halves("int2Mask0", []uint32{0x03030303}, []uint32{0x0C0C0C0C}), halves("int2Mask1", []uint32{0x30303030}, []uint32{0xC0C0C0C0})}
 	int2Fix = [2]Mem{halves("int2Fix0", []uint32{0}, []uint32{2}), halves("int2Fix1", []uint32{4}, []uint32{6})}
 
@@ -869,6 +865,7 @@ type lutState struct {
 	bytes bool
 	sh0   VecPhysical // bytes: pairCtl(0)
 	m1f   VecPhysical // bytes: words 0x1f1f
+	hi    VecPhysical // bytes: words 0x2000
 }
 
 // lutChains is the number of int16 chains per token: with one token four chains keep
@@ -891,6 +888,8 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	s.m0f, s.dup, s.off0, s.off1 = s.p.get(), s.p.get(), s.p.get(), s.p.get()
 	if s.bytes {
 		s.sh0, s.sh5, s.sh10, s.m1f = s.m0f, s.dup, s.off0, s.off1
+		s.hi = s.p.get()
+		bcastWord(s.hi, 0x2000)
 	} else {
 		s.tl1Consts()
 	}
@@ -1123,7 +1122,7 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	lookupAll(15, func(r int) VecPhysical { return rows[r].x })
 }
 
-// tl2BlockB is tl2Block for two or more tokens, on tabTL2B tables (byte planes: a
+// tl2BlockB is tl2Block for three and four tokens, on tabTL2B tables (byte planes: a
 // triple's 32 int16 entries' low bytes, then their high bytes). A triple's lookup index is
 // made once per row block and serves every token: each word's two bytes take the code
 // (one vpmultishiftqb, pairCtl, brings bits 5s.. of the word to both), masked to five bits,
@@ -1132,8 +1131,13 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 // vpaddw) where vpermw and vpaddw were three (on an Emerald Rapids Xeon a zmm vpermw is two
 // micro-ops, one on port 0 and one on port 5; vpermb one, on port 5): a block of one row
 // block is 16*(2 + 2T) + 6 micro-ops instead of 16*3T + 15, 166 instead of 207 with four
-// tokens, 134 instead of 159 with three, 102 instead of 111 with two. Triple 15's code is
-// gathered from plane 4 down with one vpshldw per plane, as in tl2Block.
+// tokens, 134 instead of 159 with three. On L1-resident weights (the kernel over one row
+// block's piece 2000 times) a block took 24.5 ns instead of 29.0-29.4 with three tokens,
+// 30.7 instead of 36.6-39.8 with four (the 0x2000 words from memory, broadcast by the
+// vpternlogd, cost 4% of that). Two tokens keep tl2Block: 102 micro-ops against 111, but 48
+// of them bound to port 5 (vpermw's halves spread over both ports), and it ran 5-8% slower
+// cache-resident. Triple 15's code is gathered from plane 4 down with one vpshldw per
+// plane, as in tl2Block.
 func (s *lutState) tl2BlockB(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
 	tmp := [2]VecPhysical{s.l, s.l2}
 	n := 0
@@ -1163,7 +1167,7 @@ func (s *lutState) tl2BlockB(rows []tl2Rows, acc func(r, t, tri int) VecPhysical
 		for i, c := range ctl {
 			for _, rw := range rows {
 				VPMULTISHIFTQB(rw.v, c, rw.code)
-				VPTERNLOGD_BCST(U8(0xEA), tl2HighPlane, s.m1f, rw.code) // (code & 0x1f1f) | 0x2000
+				VPTERNLOGD(U8(0xEA), s.hi, s.m1f, rw.code) // (code & 0x1f1f) | 0x2000
 			}
 			lookupAll(3*j + i)
 		}
@@ -1177,7 +1181,7 @@ func (s *lutState) tl2BlockB(rows []tl2Rows, acc func(r, t, tri int) VecPhysical
 	}
 	for _, rw := range rows { // code = x | x << 8 | 0x2000 (x < 32)
 		VPSLLW(U8(8), rw.x, rw.code)
-		VPTERNLOGD_BCST(U8(0xFE), tl2HighPlane, rw.x, rw.code)
+		VPTERNLOGD(U8(0xFE), s.hi, rw.x, rw.code)
 	}
 	lookupAll(15)
 }
