@@ -859,7 +859,7 @@ type lutState struct {
 	off0, off1              VecPhysical // tl1Units' index offsets: words 0x1000 and 0x3020
 	top, x, l2              VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
 	sh5, sh10               VecPhysical // tl2: vpmultishiftqb controls, each word shifted right by 5 and 10 (shiftCtl; pairCtl with bytes)
-	// bytes: tl2 with two or more tokens looks up tabTL2B byte planes with vpermb
+	// bytes: tl2 with three or four tokens looks up tabTL2B byte planes with vpermb
 	// (tl2BlockB). Its constants (sh0, sh5, sh10, m1f) and tl1Units' (m0f, dup, off0,
 	// off1) share four registers, each loop loading its own (tl2Consts, tl1Consts).
 	bytes bool
