@@ -74,7 +74,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true
 		case quantcfg.TL2:
 			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
-			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block with one and two tokens, tl2BlockB with three and four)
+			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block: vpermw with one and two tokens, vpermb on byte planes with three and four)
 		case quantcfg.BF16:
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
 				floatBF16T5AVX512, floatBF16T6AVX512, floatBF16T7AVX512, floatBF16T8AVX512, floatBF16T9AVX512,

@@ -860,7 +860,7 @@ type lutState struct {
 	top, x, l2              VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
 	sh5, sh10               VecPhysical // tl2: vpmultishiftqb controls, each word shifted right by 5 and 10 (shiftCtl; pairCtl with bytes)
 	// bytes: tl2 with three or four tokens looks up tabTL2B byte planes with vpermb
-	// (tl2BlockB). Its constants (sh0, sh5, sh10, m1f) and tl1Units' (m0f, dup, off0,
+	// (tl2Block). Its constants (sh0, sh5, sh10, m1f) and tl1Units' (m0f, dup, off0,
 	// off1) share four registers, each loop loading its own (tl2Consts, tl1Consts).
 	bytes bool
 	sh0   VecPhysical // bytes: pairCtl(0)
@@ -925,7 +925,7 @@ func (s *lutState) tl1Consts() {
 	bcastWord(s.off1, 0x3020)
 }
 
-// tl2Consts loads tl2BlockB's constants.
+// tl2Consts loads the constants of tl2Block's byte-plane lookups.
 func (s *lutState) tl2Consts() {
 	bcastQword(s.sh0, pairCtl(0))
 	bcastQword(s.sh5, pairCtl(5))
@@ -1055,10 +1055,25 @@ type tl2Rows struct {
 // runs old/new in turn) n = 3 ran 3-11% faster and n = 4 0-21%, by the state of this
 // shared machine (in no set of pairs slower), n = 2 the same; with one token it was 3-7%
 // slower from plane 4 down and 1-4% in address order, so one token keeps the first way.
+//
+// Three and four tokens (bytes) look up tabTL2B tables (byte planes: a triple's 32 int16
+// entries' low bytes, then their high bytes) with vpermb. A triple's lookup index is made
+// once per row block and serves every token: each word's two bytes take the code (one
+// vpmultishiftqb, pairCtl, brings bits 5f.. of the word to both), masked to five bits, the
+// high byte plus 32 (one vpternlogd), so one vpermb (one micro-op, on port 5) looks up the
+// word's int16 entry. Per triple and row block that is two micro-ops, and each token's
+// lookup two (vpermb, vpaddw) where vpermw and vpaddw are three: a block of one row block
+// is 16*(2 + 2T) + 6 micro-ops instead of 16*3T + 15, 166 instead of 207 with four tokens,
+// 134 instead of 159 with three. On L1-resident weights (the kernel over one row block's
+// piece 2000 times) a block took 24.5 ns instead of 29.0-29.4 with three tokens, 30.7
+// instead of 36.6-39.8 with four (the 0x2000 words from memory, broadcast by the
+// vpternlogd, had cost 4% of that). Two tokens keep vpermw: 102 micro-ops against 111, but
+// 48 of them bound to port 5 where vpermw's halves spread over both ports; with the 0x2000
+// words from memory it ran 5-8% slower cache-resident, from a register within the noise.
 func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
+	perm := VPERMW
 	if s.bytes {
-		s.tl2BlockB(rows, acc)
-		return
+		perm = VPERMB
 	}
 	tmp := [2]VecPhysical{s.l, s.l2}
 	n := 0
@@ -1072,7 +1087,7 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 			for r := range rows {
 				d := tmp[n%2]
 				n++
-				VPERMW(tab, codes(r), d)
+				perm(tab, codes(r), d)
 				c := acc(r, t, tri)
 				VPADDW(d, c, c)
 			}
@@ -1080,6 +1095,24 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	}
 	plane := func(r int) VecPhysical { return rows[r].v }
 	code := func(r int) VecPhysical { return rows[r].code }
+	// index makes the rows' lookup indexes of triple 3j+i from their planes.
+	ctl := []VecPhysical{s.sh0, s.sh5, s.sh10} // (sh0: bytes only)
+	index := func(i int) func(r int) VecPhysical {
+		switch {
+		case s.bytes:
+			for _, rw := range rows {
+				VPMULTISHIFTQB(rw.v, ctl[i], rw.code)
+				VPTERNLOGD(U8(0xEA), s.hi, s.m1f, rw.code) // (code & 0x1f1f) | 0x2000
+			}
+		case i == 0:
+			return plane
+		default:
+			for _, rw := range rows {
+				VPMULTISHIFTQB(rw.v, ctl[i], rw.code)
+			}
+		}
+		return code
+	}
 	one := s.T == 1
 	for i := 0; i < 5; i++ {
 		j := 4 - i
@@ -1091,15 +1124,9 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 			m.Disp += 64 * j
 			VMOVDQU64(m, rw.v)
 		}
-		lookupAll(3*j, plane)
-		for _, rw := range rows {
-			VPMULTISHIFTQB(rw.v, s.sh5, rw.code)
+		for f := 0; f < 3; f++ {
+			lookupAll(3*j+f, index(f))
 		}
-		lookupAll(3*j+1, code)
-		for _, rw := range rows {
-			VPMULTISHIFTQB(rw.v, s.sh10, rw.code)
-		}
-		lookupAll(3*j+2, code)
 		for _, rw := range rows {
 			switch {
 			case one && j == 0:
@@ -1114,76 +1141,18 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 			}
 		}
 	}
-	if one {
-		for _, rw := range rows {
+	last := func(r int) VecPhysical { return rows[r].x }
+	for _, rw := range rows {
+		switch {
+		case one:
 			VPSRLW(U8(11), rw.x, rw.x)
+		case s.bytes: // code = x | x << 8 | 0x2000 (x < 32)
+			VPSLLW(U8(8), rw.x, rw.code)
+			VPTERNLOGD(U8(0xFE), s.hi, rw.x, rw.code)
+			last = code
 		}
 	}
-	lookupAll(15, func(r int) VecPhysical { return rows[r].x })
-}
-
-// tl2BlockB is tl2Block for three and four tokens, on tabTL2B tables (byte planes: a
-// triple's 32 int16 entries' low bytes, then their high bytes). A triple's lookup index is
-// made once per row block and serves every token: each word's two bytes take the code
-// (one vpmultishiftqb, pairCtl, brings bits 5s.. of the word to both), masked to five bits,
-// the high byte plus 32 (one vpternlogd), so one vpermb looks up the word's int16 entry.
-// Per triple and row block that is two micro-ops, and each token's lookup two (vpermb,
-// vpaddw) where vpermw and vpaddw were three (on an Emerald Rapids Xeon a zmm vpermw is two
-// micro-ops, one on port 0 and one on port 5; vpermb one, on port 5): a block of one row
-// block is 16*(2 + 2T) + 6 micro-ops instead of 16*3T + 15, 166 instead of 207 with four
-// tokens, 134 instead of 159 with three. On L1-resident weights (the kernel over one row
-// block's piece 2000 times) a block took 24.5 ns instead of 29.0-29.4 with three tokens,
-// 30.7 instead of 36.6-39.8 with four (the 0x2000 words from memory, broadcast by the
-// vpternlogd, cost 4% of that). Two tokens keep tl2Block: 102 micro-ops against 111, but 48
-// of them bound to port 5 (vpermw's halves spread over both ports), and it ran 5-8% slower
-// cache-resident. Triple 15's code is gathered from plane 4 down with one vpshldw per
-// plane, as in tl2Block.
-func (s *lutState) tl2BlockB(rows []tl2Rows, acc func(r, t, tri int) VecPhysical) {
-	tmp := [2]VecPhysical{s.l, s.l2}
-	n := 0
-	lookupAll := func(tri int) {
-		for t := 0; t < s.T; t++ {
-			var tab Op = idx(s.tabs[t], s.kt, 1, 64*tri)
-			if len(rows) > 1 {
-				VMOVDQU64(tab, s.wz)
-				tab = s.wz
-			}
-			for r, rw := range rows {
-				d := tmp[n%2]
-				n++
-				VPERMB(tab, rw.code, d)
-				c := acc(r, t, tri)
-				VPADDW(d, c, c)
-			}
-		}
-	}
-	ctl := []VecPhysical{s.sh0, s.sh5, s.sh10}
-	for j := 4; j >= 0; j-- {
-		for _, rw := range rows {
-			m := rw.w
-			m.Disp += 64 * j
-			VMOVDQU64(m, rw.v)
-		}
-		for i, c := range ctl {
-			for _, rw := range rows {
-				VPMULTISHIFTQB(rw.v, c, rw.code)
-				VPTERNLOGD(U8(0xEA), s.hi, s.m1f, rw.code) // (code & 0x1f1f) | 0x2000
-			}
-			lookupAll(3*j + i)
-		}
-		for _, rw := range rows {
-			if j == 4 {
-				VPSRLW(U8(15), rw.v, rw.x)
-			} else { // x = x << 1 | v >> 15
-				VPSHLDW(U8(1), rw.v, rw.x, rw.x)
-			}
-		}
-	}
-	for _, rw := range rows { // code = x | x << 8 | 0x2000 (x < 32)
-		VPSLLW(U8(8), rw.x, rw.code)
-		VPTERNLOGD(U8(0xFE), s.hi, rw.x, rw.code)
-	}
-	lookupAll(15)
+	lookupAll(15, last)
 }
 
 // tl2Flush is how many blocks an int16 chain can take: |entry| <= 381, at most 32767.
@@ -1194,10 +1163,10 @@ func tl2Flush(perChainPerBlock int) uint32 { return uint32(32767 / (381 * perCha
 func (s *lutState) tl2Blocks(name string, n Register) {
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
-	Label(name + "_chunk")
-	if s.bytes {
+	if s.bytes { // (once per row block: tl1Units, after this, loads its own into the registers)
 		s.tl2Consts()
 	}
+	Label(name + "_chunk")
 	chains := len(s.acc16[0])
 	c := takeChunk(n, tl2Flush(16/chains))
 	s.zero16()

@@ -230,6 +230,20 @@ func (b *tl2Builder) triple(src, dst Mem) {
 	VMOVDQU16(b.acc, dst)
 }
 
+// bytePlanes defines the vpermb that splits a zmm of 32 words into byte planes, group
+// words at a time: the group's low bytes, then its high bytes.
+func bytePlanes(name string, group int) Mem {
+	var p []byte
+	for g := 0; g < 32; g += group {
+		for b := 0; b < 2; b++ {
+			for i := 0; i < group; i++ {
+				p = append(p, byte(2*(g+i)+b))
+			}
+		}
+	}
+	return table(name, p)
+}
+
 // genLUTBuilders writes the per-call table builders of the tl1/tl2 GEMV kernels (their
 // generic reference is buildLUT): lutBuildTL1AVX512(x, units, dst) writes tabTL1Z tables
 // for units of 4 inputs (byte planes: it computes a unit's 32 words, then one vpermb splits
@@ -259,22 +273,8 @@ func genLUTBuilders() {
 		}
 	}
 	splitW := table("lutSplitWords", split)
-	var planes []byte // vpermb: the 32 words' low bytes then high bytes, per 16-word half
-	for h := 0; h < 2; h++ {
-		for b := 0; b < 2; b++ {
-			for i := 0; i < 16; i++ {
-				planes = append(planes, byte(32*h+2*i+b))
-			}
-		}
-	}
-	planesZ := table("lutPlanesZ", planes)
-	var planes32 []byte // vpermb: the 32 words' low bytes, then their high bytes
-	for b := 0; b < 2; b++ {
-		for i := 0; i < 32; i++ {
-			planes32 = append(planes32, byte(2*i+b))
-		}
-	}
-	planesTL2 := table("lutPlanesTL2", planes32)
+	planesZ := bytePlanes("lutPlanesZ", 16)     // tabTL1Z: per 16-word half
+	planesTL2 := bytePlanes("lutPlanesTL2", 32) // tabTL2B: all 32 words
 
 	// AVX-512 tl1
 	{

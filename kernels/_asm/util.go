@@ -137,7 +137,7 @@ func shiftCtl(s int) uint64 {
 
 // pairCtl returns the vpmultishiftqb control (one qword) under which both bytes of every
 // word take the eight bits from the word's bit s on (s <= 8): the five-bit field at bit s
-// is then the low bits of each byte, as a vpermb on byte planes needs (tl2BlockB).
+// is then the low bits of each byte, as a vpermb on byte planes needs (tl2Block).
 func pairCtl(s int) uint64 {
 	var c uint64
 	for j := 0; j < 8; j++ {
