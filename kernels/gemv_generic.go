@@ -147,10 +147,7 @@ func tl2Entry(kind tabKind, d []byte, c int) int32 {
 // lutGeneric: the tl1/tl2 chunk operation (see lutArgs), tables in layout kind (a tl1
 // kind: no blocks; a tl2 kind: blocks, then the tail in tailKind's layout).
 func lutGeneric(a *lutArgs, T int, kind tabKind) {
-	per := 64
-	if kind == tabTL2Y {
-		per = 32
-	}
+	per := tripleBytes(kind) // (a tl1 layout: no blocks)
 	nb, units := a.Blocks, a.Units
 	if kind == tabTL1Z || kind == tabTL1Y {
 		nb = 0

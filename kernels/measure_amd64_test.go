@@ -79,8 +79,9 @@ func TestPrepareHelpers(t *testing.T) {
 			if f == nil {
 				continue
 			}
+			tl2 := kind >= tabTL2Z
 			format := quantcfg.TL1
-			if kind >= tabTL2Z {
+			if tl2 {
 				format = quantcfg.TL2
 			}
 			ly, err := NewLayout(format, 32, k)
@@ -88,10 +89,8 @@ func TestPrepareHelpers(t *testing.T) {
 				continue
 			}
 			size := 16 * ly.Kp
-			if kind == tabTL2Z || kind == tabTL2B {
-				size = 64*(ly.K3/3) + 16*ly.Kp1
-			} else if kind == tabTL2Y {
-				size = 32*(ly.K3/3) + 16*ly.Kp1
+			if tl2 {
+				size = tripleBytes(kind)*(ly.K3/3) + 16*ly.Kp1
 			}
 			want, got := make([]byte, size), make([]byte, size)
 			buildLUT(kind, ly, x, want)

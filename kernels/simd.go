@@ -112,6 +112,14 @@ func (o *fmtOps) lutTabs(T int) tabKind {
 	return o.tabKind
 }
 
+// tripleBytes is the size of one triple's table in tl2 layout kind.
+func tripleBytes(kind tabKind) int {
+	if kind == tabTL2Y {
+		return 32
+	}
+	return 64
+}
+
 // tailKind is the tl1 layout of a tl2 layout's tail (and of a tl1 layout itself).
 func tailKind(kind tabKind) tabKind {
 	if kind == tabTL2Y || kind == tabTL1Y {
@@ -542,11 +550,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	case tabTL1Z, tabTL1Y:
 		tl1(0, ly.Kp/4, dst)
 	case tabTL2Z, tabTL2Y, tabTL2B:
-		nt := ly.K3 / 3
-		per := 64
-		if kind == tabTL2Y {
-			per = 32
-		}
+		nt, per := ly.K3/3, tripleBytes(kind)
 		for t := 0; t < nt; t++ {
 			d := dst[per*t : per*t+per]
 			for v := 0; v < 16; v++ {
@@ -749,10 +753,8 @@ func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *
 // a range of units some consecutive ones).
 func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
 	ly := l.Layout
-	blkTab := 1024 // bytes of tables per tl2 block
-	if k.ops.tabKind == tabTL2Y {
-		blkTab = 512
-	}
+	kind := k.ops.lutTabs(T)
+	blkTab := 16 * tripleBytes(kind) // bytes of tables per tl2 block
 	la := &tb.la
 	data := unsafe.Pointer(&l.Data[0])
 	nc := ly.Chunks()
@@ -800,7 +802,6 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	}
 	// xAt is token t's activations from input k0 on; tables builds the tables of the
 	// inputs of part from k0 on, for every token of the group, into buf.
-	kind := k.ops.lutTabs(T)
 	xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
 	tables := func(part Layout, k0 int, buf []byte) {
 		for t := 0; t < T; t++ {
@@ -906,10 +907,7 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 	case tabTL1Z, tabTL1Y:
 		fast(&x[0], ly.Kp/4, &dst[0])
 	case tabTL2Z, tabTL2Y, tabTL2B:
-		nt, per := ly.K3/3, 64
-		if kind == tabTL2Y {
-			per = 32
-		}
+		nt, per := ly.K3/3, tripleBytes(kind)
 		if nt > 0 {
 			fast(&x[0], nt, &dst[0])
 		}
