@@ -21,7 +21,7 @@ import (
 //     or vpmaddubsw+vpmaddwd on AVX2), leaving raw per-segment int32 sums; the correction c0 *
 //     sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
 //     activation sums instead (vpermw, vpermb / vpshufb), swept over K in chunks whose tables stay in
-//     L1 across the row blocks (runLUT).
+//     L1 across the row blocks (runLUT), every pass over each run of a chunk's pieces in turn.
 //   - GEMM (prefill, from gemmMinN tokens): each row block is unpacked once into a
 //     VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel multiplies.
 //   - A shared epilogue turns the sums into the reference's float32 outputs (scales, bias,
@@ -598,23 +598,47 @@ const tl1Ahead = 1
 // (re-reading a whole K's tables from L2 for each row block halved their speed from DRAM).
 const lutChunkBytes = 24 << 10
 
-// runLUT is Run for the tl1/tl2 lookup-table kernels: per token group, the row blocks are
-// swept chunk by chunk of K, accumulating int32 sums, then the epilogue runs per row block.
+// runLUT is Run for the tl1/tl2 lookup-table kernels: the tokens in groups of up to gemvT
+// (one kernel pass each), the row blocks swept chunk by chunk of K accumulating every
+// group's int32 sums, then the epilogue runs per group and row block.
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
 	tile := min(k.ops.gemvT, n)
-	if need := nrb * tile * RowBlock; cap(tb.sums) < need {
+	if need := nrb * n * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
-	rows := func(int) (int, int) { return rb0, rb1 }
+	gs := tb.groups[:0]
 	for t0 := 0; t0 < n; t0 += tile {
 		T := min(tile, n-t0)
-		sums := tb.sums[:nrb*T*RowBlock]
+		sums := tb.sums[nrb*t0*RowBlock:][:nrb*T*RowBlock]
 		clear(sums)
-		k.sweepLUT(l, a, t0, T, sums, rb0, rows, tb)
-		k.lutEpilogue(l, p, s, lp, tb, t0, T, sums, rb0, rb0, rb1, out)
+		gs = append(gs, lutGroup{t0, T, sums})
+	}
+	tb.groups = gs
+	rows := func(int) (int, int) { return rb0, rb1 }
+	k.sweepLUT(l, a, gs, rb0, rows, tb)
+	for _, g := range gs {
+		k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
 	}
 }
+
+// lutGroup is one pass of a lookup-table kernel in a sweep: tokens t0..t0+T-1 (T <= gemvT)
+// and their int32 sums (row block rb's at sums[(rb-sb)*T*RowBlock], sb the sweep's).
+type lutGroup struct {
+	t0, T int
+	sums  []int32
+}
+
+// lutSubBytes bounds the weights a sweep of several token groups runs every group over
+// before it moves on (a chunk's pieces of consecutive row blocks): the later groups find
+// them in L2, where a sweep per group read the whole range from DRAM once per group. From
+// DRAM on 4096x14336 and 14336x4096, per token against i2s (five runs old and new in
+// turn, medians): tl2 five tokens 0.73-0.76 -> 0.81-0.84 at one thread, eight 0.74-0.79
+// -> 0.80-0.85; tl1 five 0.50-0.58 -> 0.56-0.60. The groups are bound by their lookups
+// (tl2's four-token kernel runs at about 7 GB/s from L2), so the gain is the stream's, not
+// the passes'. Runs of 64 KiB to all of a chunk's pieces measured alike here (L2 2 MiB);
+// 256 KiB leaves room for eight tokens' tables (128 KiB) in a 1 MiB L2.
+var lutSubBytes = 256 << 10
 
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
@@ -686,7 +710,8 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
-	k.sweepLUT(l, a, 0, a.N, sums, 0, rows, tb)
+	tb.groups = append(tb.groups[:0], lutGroup{0, a.N, sums})
+	k.sweepLUT(l, a, tb.groups, 0, rows, tb)
 }
 
 // Finish adds the other workers' sums of row blocks [rb0, rb1) into the first's and runs
@@ -747,17 +772,20 @@ func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *
 	}
 }
 
-// sweepLUT adds the int32 sums of tokens t0..t0+T-1 (T <= gemvT) into sums (row block rb's
-// at sums[(rb-sb)*T*RowBlock]) over the pieces rows names: row blocks [lo, hi) = rows(c) of
-// each chunk c. The chunks with pieces must be consecutive (a row range names every chunk,
-// a range of units some consecutive ones).
-func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
+// sweepLUT adds the int32 sums of the token groups gs (consecutive tokens, in order) over
+// the pieces rows names: row blocks [lo, hi) = rows(c) of each chunk c. The chunks with
+// pieces must be consecutive (a row range names every chunk, a range of units some
+// consecutive ones). With several groups each chunk's tables are built for every token
+// first, then every group runs over each run of lutSubBytes of the chunk's pieces in turn.
+func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
 	ly := l.Layout
-	kind := k.ops.lutTabs(T)
-	blkTab := 16 * tripleBytes(kind) // bytes of tables per tl2 block
 	la := &tb.la
 	data := unsafe.Pointer(&l.Data[0])
 	nc := ly.Chunks()
+	tok0, ntok := gs[0].t0, 0 // the sweep's tokens: tok0..tok0+ntok-1
+	for _, g := range gs {
+		ntok += g.T
+	}
 	// pieceOf is chunk c's part of the sweep: row blocks [lo, hi), the first at blob offset
 	// off, size bytes between row blocks; false when the sweep has none of c.
 	type piece struct{ lo, hi, off, size int }
@@ -772,8 +800,14 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 		off, size := ly.Piece(lo, c)
 		return piece{lo, hi, off, size}, true
 	}
-	var tab unsafe.Pointer // the group's tables for the chunk, token t's at tab + t*tabStride
-	var tabStride int
+	// subRows is how many row blocks of a chunk every group runs over in turn: all of them
+	// with one group.
+	subRows := func(pc piece) int {
+		if len(gs) == 1 {
+			return pc.hi - pc.lo
+		}
+		return max(1, lutSubBytes/pc.size)
+	}
 	ahead := tl2Ahead
 	if k.format == quantcfg.TL1 {
 		ahead = tl1Ahead
@@ -789,23 +823,24 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 		}
 		return nil
 	}
-	// call runs the kernel over nrb row blocks from lo for a part of a chunk; it builds the
-	// tables of the triples bx (if any) into btab as it goes (lutArgs.BN), and prefetches
-	// next (if not nil) where the part's end would be past the range.
-	call := func(lo, nrb, off, stride, tabOff, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
-		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&sums[(lo-sb)*T*RowBlock]),
-			Tab: unsafe.Add(tab, tabOff), TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
+	// call runs group g's kernel over nrb row blocks from lo for a part of a chunk, its
+	// tokens' tables at tab + t*tabStride; it builds the tables of the triples bx (if any)
+	// into btab as it goes (lutArgs.BN), and prefetches next (if not nil) where the part's
+	// end would be past the range.
+	call := func(g lutGroup, tab unsafe.Pointer, tabStride, lo, nrb, off, stride, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
+		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&g.sums[(lo-sb)*g.T*RowBlock]),
+			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
 		if la.BN > 0 {
 			la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 		}
-		k.ops.lut[T](argp(la))
+		k.ops.lut[g.T](argp(la))
 	}
-	// xAt is token t's activations from input k0 on; tables builds the tables of the
-	// inputs of part from k0 on, for every token of the group, into buf.
-	xAt := func(t, k0 int) []int8 { return a.Q[(t0+t)*ly.Kp+k0:] }
-	tables := func(part Layout, k0 int, buf []byte) {
-		for t := 0; t < T; t++ {
-			buildTables(kind, part, xAt(t, k0), buf[t*tabStride:])
+	// xAt is token t's activations from input k0 on; tables builds group g's tables of the
+	// inputs of part from k0 on into buf (token t's at buf[(t-tok0)*stride:]).
+	xAt := func(t, k0 int) []int8 { return a.Q[t*ly.Kp+k0:] }
+	tables := func(g lutGroup, part Layout, k0 int, buf []byte, stride int) {
+		for t := g.t0; t < g.t0+g.T; t++ {
+			buildTables(k.ops.lutTabs(g.T), part, xAt(t, k0), buf[(t-tok0)*stride:])
 		}
 	}
 	var lbuf []byte
@@ -819,15 +854,19 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 		// the weight stream does not pause for the build (measured, 21 interleaved rounds:
 		// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
 		// +0.2-0.3% at two).
-		cb := max(1, lutChunkBytes/(blkTab*T)) // blocks per kernel call
-		per := align64(TL2Chunk*blkTab + 16*ly.Kp1)
-		inline := T == 1 && k.ops.lutBuilds && nc > 1 && cb >= TL2Chunk
+		per := 0 // table bytes per token
+		for _, g := range gs {
+			per = max(per, align64(TL2Chunk*16*tripleBytes(k.ops.lutTabs(g.T))+16*ly.Kp1))
+		}
+		blkTab := func(g lutGroup) int { return 16 * tripleBytes(k.ops.lutTabs(g.T)) } // bytes of tables per tl2 block and token
+		cbOf := func(g lutGroup) int { return max(1, lutChunkBytes/(blkTab(g)*g.T)) }  // blocks per kernel call
+		g0 := gs[0]
+		inline := len(gs) == 1 && g0.T == 1 && k.ops.lutBuilds && nc > 1 && cbOf(g0) >= TL2Chunk
 		nbuf := 1
 		if inline {
 			nbuf = 2
 		}
-		tb.lut, lbuf = alignedBytes(tb.lut, per*T*nbuf)
-		tabStride = per
+		tb.lut, lbuf = alignedBytes(tb.lut, per*ntok*nbuf)
 		first := true
 		for c := range nc {
 			pc, ok := pieceOf(c)
@@ -846,32 +885,45 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 			if inline {
 				buf = lbuf[c%2*per:]
 				if first {
-					tables(part, TL2Block*b0, buf)
+					tables(g0, part, TL2Block*b0, buf, per)
 				} else if units > 0 { // the kernel built the triples' tables, the tail's are left
-					tables(Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab*bc:])
+					tables(g0, Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab(g0)*bc:], per)
 				}
 				if _, ok := pieceOf(c + 1); ok {
 					nb0, nbc := ly.ChunkSpan(c + 1)
-					bx, btab = xAt(0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
+					bx, btab = xAt(g0.t0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 				}
 			} else {
-				tables(part, TL2Block*b0, buf)
+				for _, g := range gs {
+					tables(g, part, TL2Block*b0, buf, per)
+				}
 			}
 			first = false
-			tab = unsafe.Pointer(&buf[0])
 			next := nextPiece(c)
-			// One token: the tail goes with the chunk's last blocks. More: the kernels take
-			// row blocks in pairs only in calls without units, so the tail has its own.
-			sep := units > 0 && (T > 1 || bc == 0)
-			for s0 := 0; s0 < bc; s0 += cb {
-				nbk, uu, nx := min(cb, bc-s0), 0, unsafe.Pointer(nil)
-				if s0+nbk == bc && !sep {
-					uu, nx = units, next
+			sub := subRows(pc)
+			for lo := pc.lo; lo < pc.hi; lo += sub {
+				nrb := min(sub, pc.hi-lo)
+				off, nx := pc.off+(lo-pc.lo)*pc.size, unsafe.Pointer(nil)
+				if lo+nrb == pc.hi {
+					nx = next
 				}
-				call(pc.lo, pc.hi-pc.lo, pc.off+320*s0, pc.size, blkTab*s0, nbk, uu, bx, btab, nx) // (inline: a single call)
-			}
-			if sep {
-				call(pc.lo, pc.hi-pc.lo, pc.off+320*bc, pc.size, blkTab*bc, 0, units, nil, nil, next)
+				for _, g := range gs {
+					tab, bt, cb := unsafe.Pointer(&buf[(g.t0-tok0)*per]), blkTab(g), cbOf(g)
+					// One token: the tail goes with the chunk's last blocks. More: the kernels
+					// take row blocks in pairs only in calls without units, so the tail has
+					// its own.
+					sep := units > 0 && (g.T > 1 || bc == 0)
+					for s0 := 0; s0 < bc; s0 += cb {
+						nbk, uu, nxc := min(cb, bc-s0), 0, unsafe.Pointer(nil)
+						if s0+nbk == bc && !sep {
+							uu, nxc = units, nx
+						}
+						call(g, unsafe.Add(tab, bt*s0), per, lo, nrb, off+320*s0, pc.size, nbk, uu, bx, btab, nxc) // (inline: a single call)
+					}
+					if sep {
+						call(g, unsafe.Add(tab, bt*bc), per, lo, nrb, off+320*bc, pc.size, 0, units, nil, nil, nx)
+					}
+				}
 			}
 		}
 		return
@@ -887,17 +939,28 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, t0, T int, sums []int32, sb int
 	// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
 	// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
 	// unchanged).
-	tabStride = align64(64 * TL1Chunk)
-	tb.lut, lbuf = alignedBytes(tb.lut, tabStride*T)
-	tab = unsafe.Pointer(&lbuf[0])
+	tabStride := align64(64 * TL1Chunk)
+	tb.lut, lbuf = alignedBytes(tb.lut, tabStride*ntok)
 	for c := range nc {
 		pc, ok := pieceOf(c)
 		if !ok {
 			continue
 		}
 		_, uc := ly.ChunkSpan(c)
-		tables(Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf)
-		call(pc.lo, pc.hi-pc.lo, pc.off, pc.size, 0, 0, uc, nil, nil, nextPiece(c))
+		for _, g := range gs {
+			tables(g, Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf, tabStride)
+		}
+		next := nextPiece(c)
+		sub := subRows(pc)
+		for lo := pc.lo; lo < pc.hi; lo += sub {
+			nrb, nx := min(sub, pc.hi-lo), unsafe.Pointer(nil)
+			if lo+nrb == pc.hi {
+				nx = next
+			}
+			for _, g := range gs {
+				call(g, unsafe.Pointer(&lbuf[(g.t0-tok0)*tabStride]), tabStride, lo, nrb, pc.off+(lo-pc.lo)*pc.size, pc.size, 0, uc, nil, nil, nx)
+			}
+		}
 	}
 }
 
@@ -924,16 +987,17 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 // threadBuf is one Run call's private memory, argument blocks included (an indirect
 // call makes its arguments escape; pooling them avoids an allocation per call).
 type threadBuf struct {
-	sums []int32
-	lut  []byte // tl2: one chunk's tables, built by this thread
-	b    []byte
-	g    gemvArgs
-	mm   gemmArgs
-	ua   unpackArgs
-	la   lutArgs
-	epi  epiArgs
-	f    floatArgs
-	tab  [32]byte
+	sums   []int32
+	groups []lutGroup // runLUT's token groups
+	lut    []byte     // tl2: one chunk's tables, built by this thread
+	b      []byte
+	g      gemvArgs
+	mm     gemmArgs
+	ua     unpackArgs
+	la     lutArgs
+	epi    epiArgs
+	f      floatArgs
+	tab    [32]byte
 }
 
 func (tb *threadBuf) release() {

@@ -601,6 +601,23 @@ func TestLUTKernelsManyChunks(t *testing.T) {
 	}
 }
 
+// TestLUTKernelsGroupsInRuns: more tokens than a lookup-table kernel takes in one pass (four
+// on zmm, two on ymm) run every group over each run of lutSubBytes of a chunk's pieces in
+// turn. Runs of one row block and up here, so that runs end inside a range and at its end,
+// on chunks with and without the tl2 tail.
+func TestLUTKernelsGroupsInRuns(t *testing.T) {
+	old := lutSubBytes
+	t.Cleanup(func() { lutSubBytes = old })
+	rng := rand.New(rand.NewPCG(12, 12))
+	shapes := [][2]int{{200, 13*TL2Block + 44}, {70, 1203}, {100, 40*TL2Block + 44}}
+	for _, sub := range []int{1, 4000, 20000} {
+		lutSubBytes = sub
+		for _, nk := range lutKernels() {
+			checkShapes(t, fmt.Sprintf("%s, runs of %d bytes", nk.name, sub), nk.simdKernel, rng, shapes, 2, []int{3, 5, 8, 13}, false)
+		}
+	}
+}
+
 // TestLUTKernelsKeepArgPointers runs every assembly lookup-table kernel, through Run and
 // in parts, with each call checked: the kernel may count the argument block's integer fields
 // but must leave its pointers as the caller set them. A pointer stored by assembly has no
