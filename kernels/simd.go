@@ -599,26 +599,31 @@ const tl1Ahead = 1
 const lutChunkBytes = 24 << 10
 
 // runLUT is Run for the tl1/tl2 lookup-table kernels: the tokens in groups of up to gemvT
-// (one kernel pass each), the row blocks swept chunk by chunk of K accumulating every
-// group's int32 sums, then the epilogue runs per group and row block.
+// (one kernel pass each), up to lutSweepTokens of them at a time swept over the row blocks
+// chunk by chunk of K, accumulating every group's int32 sums; then the epilogue runs per
+// group and row block.
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
 	tile := min(k.ops.gemvT, n)
-	if need := nrb * n * RowBlock; cap(tb.sums) < need {
+	batch := min(n, max(tile, lutSweepTokens)) // tokens per sweep
+	if need := nrb * batch * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
-	gs := tb.groups[:0]
-	for t0 := 0; t0 < n; t0 += tile {
-		T := min(tile, n-t0)
-		sums := tb.sums[nrb*t0*RowBlock:][:nrb*T*RowBlock]
-		clear(sums)
-		gs = append(gs, lutGroup{t0, T, sums})
-	}
-	tb.groups = gs
 	rows := func(int) (int, int) { return rb0, rb1 }
-	k.sweepLUT(l, a, gs, rb0, rows, tb)
-	for _, g := range gs {
-		k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
+	for b0 := 0; b0 < n; b0 += batch {
+		gs := tb.groups[:0]
+		end := min(n, b0+batch)
+		for t0 := b0; t0 < end; t0 += tile {
+			T := min(tile, end-t0)
+			sums := tb.sums[nrb*(t0-b0)*RowBlock:][:nrb*T*RowBlock]
+			clear(sums)
+			gs = append(gs, lutGroup{t0, T, sums})
+		}
+		tb.groups = gs
+		k.sweepLUT(l, a, gs, rb0, rows, tb)
+		for _, g := range gs {
+			k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
+		}
 	}
 }
 
@@ -639,6 +644,12 @@ type lutGroup struct {
 // the passes'. Runs of 64 KiB to all of a chunk's pieces measured alike here (L2 2 MiB);
 // 256 KiB leaves room for eight tokens' tables (128 KiB) in a 1 MiB L2.
 var lutSubBytes = 256 << 10
+
+// lutSweepTokens is the most tokens one sweep takes (in groups of gemvT): their tables of a
+// chunk (16 KiB a token) are all built before the chunk's runs, so eight keep them to 128
+// KiB. More tokens sweep again. With 16 and 32 tokens on 4096x14336 all tokens in one sweep
+// ran no faster than a sweep per group (the lookups are the bound there).
+const lutSweepTokens = 8
 
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
