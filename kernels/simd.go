@@ -811,14 +811,6 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		off, size := ly.Piece(lo, c)
 		return piece{lo, hi, off, size}, true
 	}
-	// subRows is how many row blocks of a chunk every group runs over in turn: all of them
-	// with one group.
-	subRows := func(pc piece) int {
-		if len(gs) == 1 {
-			return pc.hi - pc.lo
-		}
-		return max(1, lutSubBytes/pc.size)
-	}
 	ahead := tl2Ahead
 	if k.format == quantcfg.TL1 {
 		ahead = tl1Ahead
@@ -833,6 +825,23 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 			return unsafe.Add(data, pc.off)
 		}
 		return nil
+	}
+	// runs calls fn for each run of chunk c's piece pc that every group takes in turn (all
+	// of its row blocks with one group, lutSubBytes of them with more): nrb row blocks from
+	// lo at blob offset off, and next, the stream's next chunk, for the last run (nil for
+	// the others, whose kernels prefetch on into the next run).
+	runs := func(c int, pc piece, fn func(lo, nrb, off int, next unsafe.Pointer)) {
+		sub := pc.hi - pc.lo
+		if len(gs) > 1 {
+			sub = max(1, lutSubBytes/pc.size)
+		}
+		for lo := pc.lo; lo < pc.hi; lo += sub {
+			nrb, next := min(sub, pc.hi-lo), unsafe.Pointer(nil)
+			if lo+nrb == pc.hi {
+				next = nextPiece(c)
+			}
+			fn(lo, nrb, pc.off+(lo-pc.lo)*pc.size, next)
+		}
 	}
 	// call runs group g's kernel over nrb row blocks from lo for a part of a chunk, its
 	// tokens' tables at tab + t*tabStride; it builds the tables of the triples bx (if any)
@@ -865,12 +874,12 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		// the weight stream does not pause for the build (measured, 21 interleaved rounds:
 		// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
 		// +0.2-0.3% at two).
-		per := 0 // table bytes per token
-		for _, g := range gs {
-			per = max(per, align64(TL2Chunk*16*tripleBytes(k.ops.lutTabs(g.T))+16*ly.Kp1))
-		}
 		blkTab := func(g lutGroup) int { return 16 * tripleBytes(k.ops.lutTabs(g.T)) } // bytes of tables per tl2 block and token
 		cbOf := func(g lutGroup) int { return max(1, lutChunkBytes/(blkTab(g)*g.T)) }  // blocks per kernel call
+		per := 0                                                                       // table bytes per token
+		for _, g := range gs {
+			per = max(per, align64(TL2Chunk*blkTab(g)+16*ly.Kp1))
+		}
 		g0 := gs[0]
 		inline := len(gs) == 1 && g0.T == 1 && k.ops.lutBuilds && nc > 1 && cbOf(g0) >= TL2Chunk
 		nbuf := 1
@@ -910,14 +919,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 				}
 			}
 			first = false
-			next := nextPiece(c)
-			sub := subRows(pc)
-			for lo := pc.lo; lo < pc.hi; lo += sub {
-				nrb := min(sub, pc.hi-lo)
-				off, nx := pc.off+(lo-pc.lo)*pc.size, unsafe.Pointer(nil)
-				if lo+nrb == pc.hi {
-					nx = next
-				}
+			runs(c, pc, func(lo, nrb, off int, nx unsafe.Pointer) {
 				for _, g := range gs {
 					tab, bt, cb := unsafe.Pointer(&buf[(g.t0-tok0)*per]), blkTab(g), cbOf(g)
 					// One token: the tail goes with the chunk's last blocks. More: the kernels
@@ -935,7 +937,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 						call(g, unsafe.Add(tab, bt*bc), per, lo, nrb, off+320*bc, pc.size, 0, units, nil, nil, nx)
 					}
 				}
-			}
+			})
 		}
 		return
 	}
@@ -961,17 +963,11 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		for _, g := range gs {
 			tables(g, Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf, tabStride)
 		}
-		next := nextPiece(c)
-		sub := subRows(pc)
-		for lo := pc.lo; lo < pc.hi; lo += sub {
-			nrb, nx := min(sub, pc.hi-lo), unsafe.Pointer(nil)
-			if lo+nrb == pc.hi {
-				nx = next
-			}
+		runs(c, pc, func(lo, nrb, off int, next unsafe.Pointer) {
 			for _, g := range gs {
-				call(g, unsafe.Pointer(&lbuf[(g.t0-tok0)*tabStride]), tabStride, lo, nrb, pc.off+(lo-pc.lo)*pc.size, pc.size, 0, uc, nil, nil, nx)
+				call(g, unsafe.Pointer(&lbuf[(g.t0-tok0)*tabStride]), tabStride, lo, nrb, off, pc.size, 0, uc, nil, nil, next)
 			}
-		}
+		})
 	}
 }
 
