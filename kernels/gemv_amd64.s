@@ -8816,7 +8816,135 @@ DATA bitsY<>+124(SB)/1, $0x08
 DATA bitsY<>+125(SB)/1, $0x08
 DATA bitsY<>+126(SB)/1, $0x08
 DATA bitsY<>+127(SB)/1, $0x08
-GLOBL bitsY<>(SB), RODATA|NOPTR, $128
+DATA bitsY<>+128(SB)/1, $0x10
+DATA bitsY<>+129(SB)/1, $0x10
+DATA bitsY<>+130(SB)/1, $0x10
+DATA bitsY<>+131(SB)/1, $0x10
+DATA bitsY<>+132(SB)/1, $0x10
+DATA bitsY<>+133(SB)/1, $0x10
+DATA bitsY<>+134(SB)/1, $0x10
+DATA bitsY<>+135(SB)/1, $0x10
+DATA bitsY<>+136(SB)/1, $0x10
+DATA bitsY<>+137(SB)/1, $0x10
+DATA bitsY<>+138(SB)/1, $0x10
+DATA bitsY<>+139(SB)/1, $0x10
+DATA bitsY<>+140(SB)/1, $0x10
+DATA bitsY<>+141(SB)/1, $0x10
+DATA bitsY<>+142(SB)/1, $0x10
+DATA bitsY<>+143(SB)/1, $0x10
+DATA bitsY<>+144(SB)/1, $0x10
+DATA bitsY<>+145(SB)/1, $0x10
+DATA bitsY<>+146(SB)/1, $0x10
+DATA bitsY<>+147(SB)/1, $0x10
+DATA bitsY<>+148(SB)/1, $0x10
+DATA bitsY<>+149(SB)/1, $0x10
+DATA bitsY<>+150(SB)/1, $0x10
+DATA bitsY<>+151(SB)/1, $0x10
+DATA bitsY<>+152(SB)/1, $0x10
+DATA bitsY<>+153(SB)/1, $0x10
+DATA bitsY<>+154(SB)/1, $0x10
+DATA bitsY<>+155(SB)/1, $0x10
+DATA bitsY<>+156(SB)/1, $0x10
+DATA bitsY<>+157(SB)/1, $0x10
+DATA bitsY<>+158(SB)/1, $0x10
+DATA bitsY<>+159(SB)/1, $0x10
+DATA bitsY<>+160(SB)/1, $0x20
+DATA bitsY<>+161(SB)/1, $0x20
+DATA bitsY<>+162(SB)/1, $0x20
+DATA bitsY<>+163(SB)/1, $0x20
+DATA bitsY<>+164(SB)/1, $0x20
+DATA bitsY<>+165(SB)/1, $0x20
+DATA bitsY<>+166(SB)/1, $0x20
+DATA bitsY<>+167(SB)/1, $0x20
+DATA bitsY<>+168(SB)/1, $0x20
+DATA bitsY<>+169(SB)/1, $0x20
+DATA bitsY<>+170(SB)/1, $0x20
+DATA bitsY<>+171(SB)/1, $0x20
+DATA bitsY<>+172(SB)/1, $0x20
+DATA bitsY<>+173(SB)/1, $0x20
+DATA bitsY<>+174(SB)/1, $0x20
+DATA bitsY<>+175(SB)/1, $0x20
+DATA bitsY<>+176(SB)/1, $0x20
+DATA bitsY<>+177(SB)/1, $0x20
+DATA bitsY<>+178(SB)/1, $0x20
+DATA bitsY<>+179(SB)/1, $0x20
+DATA bitsY<>+180(SB)/1, $0x20
+DATA bitsY<>+181(SB)/1, $0x20
+DATA bitsY<>+182(SB)/1, $0x20
+DATA bitsY<>+183(SB)/1, $0x20
+DATA bitsY<>+184(SB)/1, $0x20
+DATA bitsY<>+185(SB)/1, $0x20
+DATA bitsY<>+186(SB)/1, $0x20
+DATA bitsY<>+187(SB)/1, $0x20
+DATA bitsY<>+188(SB)/1, $0x20
+DATA bitsY<>+189(SB)/1, $0x20
+DATA bitsY<>+190(SB)/1, $0x20
+DATA bitsY<>+191(SB)/1, $0x20
+DATA bitsY<>+192(SB)/1, $0x40
+DATA bitsY<>+193(SB)/1, $0x40
+DATA bitsY<>+194(SB)/1, $0x40
+DATA bitsY<>+195(SB)/1, $0x40
+DATA bitsY<>+196(SB)/1, $0x40
+DATA bitsY<>+197(SB)/1, $0x40
+DATA bitsY<>+198(SB)/1, $0x40
+DATA bitsY<>+199(SB)/1, $0x40
+DATA bitsY<>+200(SB)/1, $0x40
+DATA bitsY<>+201(SB)/1, $0x40
+DATA bitsY<>+202(SB)/1, $0x40
+DATA bitsY<>+203(SB)/1, $0x40
+DATA bitsY<>+204(SB)/1, $0x40
+DATA bitsY<>+205(SB)/1, $0x40
+DATA bitsY<>+206(SB)/1, $0x40
+DATA bitsY<>+207(SB)/1, $0x40
+DATA bitsY<>+208(SB)/1, $0x40
+DATA bitsY<>+209(SB)/1, $0x40
+DATA bitsY<>+210(SB)/1, $0x40
+DATA bitsY<>+211(SB)/1, $0x40
+DATA bitsY<>+212(SB)/1, $0x40
+DATA bitsY<>+213(SB)/1, $0x40
+DATA bitsY<>+214(SB)/1, $0x40
+DATA bitsY<>+215(SB)/1, $0x40
+DATA bitsY<>+216(SB)/1, $0x40
+DATA bitsY<>+217(SB)/1, $0x40
+DATA bitsY<>+218(SB)/1, $0x40
+DATA bitsY<>+219(SB)/1, $0x40
+DATA bitsY<>+220(SB)/1, $0x40
+DATA bitsY<>+221(SB)/1, $0x40
+DATA bitsY<>+222(SB)/1, $0x40
+DATA bitsY<>+223(SB)/1, $0x40
+DATA bitsY<>+224(SB)/1, $0x80
+DATA bitsY<>+225(SB)/1, $0x80
+DATA bitsY<>+226(SB)/1, $0x80
+DATA bitsY<>+227(SB)/1, $0x80
+DATA bitsY<>+228(SB)/1, $0x80
+DATA bitsY<>+229(SB)/1, $0x80
+DATA bitsY<>+230(SB)/1, $0x80
+DATA bitsY<>+231(SB)/1, $0x80
+DATA bitsY<>+232(SB)/1, $0x80
+DATA bitsY<>+233(SB)/1, $0x80
+DATA bitsY<>+234(SB)/1, $0x80
+DATA bitsY<>+235(SB)/1, $0x80
+DATA bitsY<>+236(SB)/1, $0x80
+DATA bitsY<>+237(SB)/1, $0x80
+DATA bitsY<>+238(SB)/1, $0x80
+DATA bitsY<>+239(SB)/1, $0x80
+DATA bitsY<>+240(SB)/1, $0x80
+DATA bitsY<>+241(SB)/1, $0x80
+DATA bitsY<>+242(SB)/1, $0x80
+DATA bitsY<>+243(SB)/1, $0x80
+DATA bitsY<>+244(SB)/1, $0x80
+DATA bitsY<>+245(SB)/1, $0x80
+DATA bitsY<>+246(SB)/1, $0x80
+DATA bitsY<>+247(SB)/1, $0x80
+DATA bitsY<>+248(SB)/1, $0x80
+DATA bitsY<>+249(SB)/1, $0x80
+DATA bitsY<>+250(SB)/1, $0x80
+DATA bitsY<>+251(SB)/1, $0x80
+DATA bitsY<>+252(SB)/1, $0x80
+DATA bitsY<>+253(SB)/1, $0x80
+DATA bitsY<>+254(SB)/1, $0x80
+DATA bitsY<>+255(SB)/1, $0x80
+GLOBL bitsY<>(SB), RODATA|NOPTR, $256
 
 DATA m1fY<>+0(SB)/1, $0x1f
 DATA m1fY<>+1(SB)/1, $0x00
@@ -10002,37 +10130,40 @@ gemvInt1T1AVXVNNI_step:
 	PREFETCHT1   8192(CX)
 	PREFETCHT0   2048(CX)
 	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y9
-	VPBROADCASTD (BX)(DX*1), Y12
-	VPBROADCASTD 4(BX)(DX*1), Y13
-	VPAND        bitsY<>+0(SB), Y8, Y10
-	VPAND        bitsY<>+0(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y11, Y13
-	VPAND        bitsY<>+32(SB), Y8, Y10
-	VPAND        bitsY<>+32(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y11, Y13
-	VPAND        bitsY<>+64(SB), Y8, Y10
-	VPAND        bitsY<>+64(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y11, Y13
-	VPAND        bitsY<>+96(SB), Y8, Y10
-	VPAND        bitsY<>+96(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y11, Y13
+	VPBROADCASTD (BX)(DX*1), Y11
+	VPBROADCASTD 4(BX)(DX*1), Y12
+	VPAND        bitsY<>+0(SB), Y8, Y9
+	VPAND        bitsY<>+128(SB), Y8, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc3 // {vex} vpdpbusd Y0, Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe4 // {vex} vpdpbusd Y4, Y10, Y12
+	VPAND        bitsY<>+32(SB), Y8, Y9
+	VPAND        bitsY<>+160(SB), Y8, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xcb // {vex} vpdpbusd Y1, Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xec // {vex} vpdpbusd Y5, Y10, Y12
+	VPAND        bitsY<>+64(SB), Y8, Y9
+	VPAND        bitsY<>+192(SB), Y8, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd3 // {vex} vpdpbusd Y2, Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf4 // {vex} vpdpbusd Y6, Y10, Y12
+	VPAND        bitsY<>+96(SB), Y8, Y9
+	VPAND        bitsY<>+224(SB), Y8, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xdb // {vex} vpdpbusd Y3, Y9, Y11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xfc // {vex} vpdpbusd Y7, Y10, Y12
 	ADDQ         $0x20, CX
 	ADDQ         $0x08, DX
 	DECQ         R8
 	JNZ          gemvInt1T1AVXVNNI_step
+	VPSRAD       $0x04, Y4, Y4
 	VPADDD       Y4, Y0, Y0
 	VMOVDQU      Y0, (SI)
+	VPSRAD       $0x04, Y5, Y5
 	VPADDD       Y5, Y1, Y1
 	VPSRAD       $0x01, Y1, Y1
 	VMOVDQU      Y1, 32(SI)
+	VPSRAD       $0x04, Y6, Y6
 	VPADDD       Y6, Y2, Y2
 	VPSRAD       $0x02, Y2, Y2
 	VMOVDQU      Y2, 64(SI)
+	VPSRAD       $0x04, Y7, Y7
 	VPADDD       Y7, Y3, Y3
 	VPSRAD       $0x03, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
@@ -10071,35 +10202,35 @@ gemvInt1T2AVXVNNI_step:
 	PREFETCHT1   8192(CX)
 	PREFETCHT0   2048(CX)
 	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y9
+	VPSRLW       $0x04, Y8, Y11
 	VPBROADCASTD (BX)(DX*1), Y12
 	VPBROADCASTD 4(BX)(DX*1), Y14
 	VPBROADCASTD (SI)(DX*1), Y13
 	VPBROADCASTD 4(SI)(DX*1), Y15
-	VPAND        bitsY<>+0(SB), Y8, Y10
-	VPAND        bitsY<>+0(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y11, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y10, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y11, Y15
-	VPAND        bitsY<>+32(SB), Y8, Y10
-	VPAND        bitsY<>+32(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y11, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y10, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y11, Y15
-	VPAND        bitsY<>+64(SB), Y8, Y10
-	VPAND        bitsY<>+64(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y11, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y10, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y11, Y15
-	VPAND        bitsY<>+96(SB), Y8, Y10
-	VPAND        bitsY<>+96(SB), Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y10, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y11, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y10, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x25; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y11, Y15
+	VPAND        bitsY<>+0(SB), Y8, Y9
+	VPAND        bitsY<>+0(SB), Y11, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y9, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y10, Y15
+	VPAND        bitsY<>+32(SB), Y8, Y9
+	VPAND        bitsY<>+32(SB), Y11, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y9, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y10, Y15
+	VPAND        bitsY<>+64(SB), Y8, Y9
+	VPAND        bitsY<>+64(SB), Y11, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y9, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y10, Y15
+	VPAND        bitsY<>+96(SB), Y8, Y9
+	VPAND        bitsY<>+96(SB), Y11, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y9, Y12
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y10, Y14
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y9, Y13
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y10, Y15
 	ADDQ         $0x20, CX
 	ADDQ         $0x08, DX
 	DECQ         R9

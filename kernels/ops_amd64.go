@@ -131,6 +131,8 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemv = pick(gemv4(gemvInt1T1AVX2, nil, nil, nil), gemv4(gemvInt1T1AVXVNNI, gemvInt1T2AVXVNNI, nil, nil))
 			if !vnni {
 				o.gemvT = 1
+			} else {
+				o.gemvMaxK = int1YMaxK
 			}
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true

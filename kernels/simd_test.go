@@ -453,21 +453,36 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 // TestInt1ZAtItsLimit: the int1 zmm GEMV kernels at the longest K their int32 sums hold
 // (every weight -1 in the odd rows, so every bit of their high planes set, against
 // activations of ±127) give the reference's results; one quad of inputs longer, they
-// decline by name and another kernel runs the GEMV.
+// decline by name and another kernel runs the GEMV. The same for the AVX-VNNI kernels,
+// whose one-token chains of the high planes fill up at int1YMaxK.
 func TestInt1ZAtItsLimit(t *testing.T) {
-	var zk *simdKernel
-	for _, k := range asmKernels() {
-		if k.format == quantcfg.Int1 && k.isa == ISAAVX512 {
-			zk = k
-		}
-	}
-	if zk == nil {
-		t.Skip("no int1 zmm kernel runs here")
-	}
 	if raceEnabled {
 		t.Skip("tens of millions of multiply-adds per case: too slow under the race detector")
 	}
-	for _, k := range []int{int1ZMaxK, int1ZMaxK + 32} {
+	ran := false
+	for _, c := range []struct {
+		isa  ISA
+		maxK int
+	}{{ISAAVX512, int1ZMaxK}, {ISAAVXVNNI, int1YMaxK}} {
+		var zk *simdKernel
+		for _, k := range asmKernels() {
+			if k.format == quantcfg.Int1 && k.isa == c.isa {
+				zk = k
+			}
+		}
+		if zk == nil {
+			continue
+		}
+		ran = true
+		t.Run(zk.Name(), func(t *testing.T) { int1AtLimit(t, zk, c.maxK) })
+	}
+	if !ran {
+		t.Skip("no int1 zmm or AVX-VNNI kernel runs here")
+	}
+}
+
+func int1AtLimit(t *testing.T, zk *simdKernel, maxK int) {
+	for _, k := range []int{maxK, maxK + 32} {
 		spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 36, In: k}.WithDefaults()
 		w := Weights{Q: make([]int8, spec.Out*k)}
 		for i := range w.Q {
@@ -496,7 +511,7 @@ func TestInt1ZAtItsLimit(t *testing.T) {
 				}
 			}
 			ok, why := zk.CanImplement(l, n)
-			if k > int1ZMaxK {
+			if k > maxK {
 				if ok || !strings.Contains(why, fmt.Sprint(k)) {
 					t.Fatalf("K=%d n=%d: %s accepted the layer (%v) or did not name K in %q", k, n, zk.Name(), ok, why)
 				}
