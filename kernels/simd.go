@@ -186,7 +186,7 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 // int1ZMaxK is the longest K of the int1 zmm GEMV kernels: with one or two tokens the chain
 // of a high plane adds 128 x (int8 activation) for every four inputs, at most 2^14 x K/4,
 // within int32 up to K = 2^19. Longer layers (int1 takes K up to quantcfg.MaxDim) run
-// their GEMV on the AVX2 kernels (or AVX-VNNI's, up to int1YMaxK).
+// their GEMV on the AVX2 kernels (the AVX-VNNI ones hold K <= int1YMaxK, shorter still).
 const int1ZMaxK = 1 << 19
 
 // int1YMaxK is the longest K of the int1 AVX-VNNI GEMV kernels: with one token the chain of
