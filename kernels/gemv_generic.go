@@ -122,10 +122,14 @@ func gemvInt8Generic(a *gemvArgs, T int, offset, x16 bool) {
 	gemvSums(a, T, 4, u, x)
 }
 
-// tl1Table reads entry i of pair h (0, 1) of a unit's 64-byte table.
-func tl1Table(d []byte, h, i int) int32 {
-	return int32(int16(uint16(d[32*h+i]) | uint16(d[32*h+16+i])<<8))
+// planeEntry reads the int16 entry i of a table stored as byte planes: its low byte at
+// d[i], its high byte plane bytes later.
+func planeEntry(d []byte, i, plane int) int32 {
+	return int32(int16(uint16(d[i]) | uint16(d[plane+i])<<8))
 }
+
+// tl1Table reads entry i of pair h (0, 1) of a unit's 64-byte table.
+func tl1Table(d []byte, h, i int) int32 { return planeEntry(d[32*h:], i, 16) }
 
 // tl2Entry reads entry c (0..31: the magnitude's sum, negated from 16 on) of a tl2 triple's
 // table d in layout kind.
@@ -134,10 +138,9 @@ func tl2Entry(kind tabKind, d []byte, c int) int32 {
 	case tabTL2Z:
 		return int32(int16(binary.LittleEndian.Uint16(d[2*c:])))
 	case tabTL2B:
-		return int32(int16(uint16(d[c]) | uint16(d[32+c])<<8))
+		return planeEntry(d, c, 32)
 	}
-	v := c & 15 // tabTL2Y: magnitudes only
-	e := int32(int16(uint16(d[v]) | uint16(d[16+v])<<8))
+	e := planeEntry(d, c&15, 16) // tabTL2Y: magnitudes only
 	if c&16 != 0 {
 		e = -e
 	}
