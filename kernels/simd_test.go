@@ -450,12 +450,12 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 	}
 }
 
-// TestInt1ZAtItsLimit: the int1 zmm GEMV kernels at the longest K their int32 sums hold
+// TestInt1AtItsLimit: the int1 zmm GEMV kernels at the longest K their int32 sums hold
 // (every weight -1 in the odd rows, so every bit of their high planes set, against
 // activations of ±127) give the reference's results; one quad of inputs longer, they
 // decline by name and another kernel runs the GEMV. The same for the AVX-VNNI kernels,
 // whose one-token chains of the high planes fill up at int1YMaxK.
-func TestInt1ZAtItsLimit(t *testing.T) {
+func TestInt1AtItsLimit(t *testing.T) {
 	if raceEnabled {
 		t.Skip("tens of millions of multiply-adds per case: too slow under the race detector")
 	}
