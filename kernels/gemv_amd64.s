@@ -9600,20 +9600,26 @@ TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    8(AX), CX
 	VMOVDQU m3Y<>+0(SB), Y8
 	VPSLLW  $0x02, Y8, Y9
+	VPSLLW  $0x04, Y8, Y10
+	VPSLLW  $0x06, Y8, Y11
 	XORQ    BX, BX
 	MOVQ    24(AX), DI
 	MOVQ    (AX), SI
+	MOVQ    32(AX), R8
+	SHLQ    $0x06, R8
+	LEAQ    8192(SI)(R8*1), R8
 
 gemvI2ST1AVXVNNI_quad:
-	MOVQ SI, R8
+	MOVQ SI, R9
 	XORQ DX, DX
-	MOVQ 40(AX), R9
-	MOVQ DI, R10
+	MOVQ 40(AX), R10
+	MOVQ DI, R11
 
 gemvI2ST1AVXVNNI_seg:
-	MOVQ    32(AX), R11
-	CMPQ    R9, $0x01
-	CMOVQEQ 48(AX), R11
+	MOVQ    32(AX), R13
+	CMPQ    R10, $0x01
+	CMOVQEQ 48(AX), R13
+	MOVQ    R13, R12
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
@@ -9623,87 +9629,117 @@ gemvI2ST1AVXVNNI_seg:
 	VPXOR   Y6, Y6, Y6
 	VPXOR   Y7, Y7, Y7
 
-gemvI2ST1AVXVNNI_blk:
-	PREFETCHT1   8192(R8)
-	PREFETCHT0   2048(R8)
-	PREFETCHT1   8256(R8)
-	PREFETCHT0   2112(R8)
-	VMOVDQU      (R8), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y8, Y10, Y12
-	VMOVDQU      96(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xc5 // {vex} vpdpbusd Y0, Y12, Y13
-	VPAND        Y9, Y10, Y12
-	VMOVDQU      64(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y12, Y13
-	VPAND        Y8, Y11, Y12
-	VMOVDQU      32(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xc5 // {vex} vpdpbusd Y0, Y12, Y13
-	VPAND        Y9, Y11, Y12
-	VMOVDQU      (CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y12, Y13
-	VMOVDQU      32(R8), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y8, Y10, Y12
-	VMOVDQU      96(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xcd // {vex} vpdpbusd Y1, Y12, Y13
-	VPAND        Y9, Y10, Y12
-	VMOVDQU      64(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y12, Y13
-	VPAND        Y8, Y11, Y12
-	VMOVDQU      32(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xcd // {vex} vpdpbusd Y1, Y12, Y13
-	VPAND        Y9, Y11, Y12
-	VMOVDQU      (CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y12, Y13
-	VMOVDQU      64(R8), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y8, Y10, Y12
-	VMOVDQU      96(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd5 // {vex} vpdpbusd Y2, Y12, Y13
-	VPAND        Y9, Y10, Y12
-	VMOVDQU      64(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y12, Y13
-	VPAND        Y8, Y11, Y12
-	VMOVDQU      32(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xd5 // {vex} vpdpbusd Y2, Y12, Y13
-	VPAND        Y9, Y11, Y12
-	VMOVDQU      (CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y12, Y13
-	VMOVDQU      96(R8), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y8, Y10, Y12
-	VMOVDQU      96(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xdd // {vex} vpdpbusd Y3, Y12, Y13
-	VPAND        Y9, Y10, Y12
-	VMOVDQU      64(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y12, Y13
-	VPAND        Y8, Y11, Y12
-	VMOVDQU      32(CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xdd // {vex} vpdpbusd Y3, Y12, Y13
-	VPAND        Y9, Y11, Y12
-	VMOVDQU      (CX)(DX*1), Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x1d; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y12, Y13
-	SUBQ         $-128, R8
+gemvI2ST1AVXVNNI_pass0:
+	PREFETCHT1   (R8)
+	PREFETCHT0   2048(R9)
+	PREFETCHT0   2112(R9)
+	VMOVDQU      (R9), Y12
+	VMOVDQU      32(R9), Y13
+	VMOVDQU      96(CX)(DX*1), Y14
+	VPAND        Y8, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y15, Y14
+	VPAND        Y8, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xe6 // {vex} vpdpbusd Y4, Y15, Y14
+	VMOVDQU      64(CX)(DX*1), Y14
+	VPAND        Y9, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y15, Y14
+	VPAND        Y9, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xee // {vex} vpdpbusd Y5, Y15, Y14
+	VMOVDQU      32(CX)(DX*1), Y14
+	VPAND        Y10, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y15, Y14
+	VPAND        Y10, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xf6 // {vex} vpdpbusd Y6, Y15, Y14
+	VMOVDQU      (CX)(DX*1), Y14
+	VPAND        Y11, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y15, Y14
+	VPAND        Y11, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y15, Y14
+	ADDQ         $0x40, R8
+	SUBQ         $-128, R9
 	SUBQ         $-128, DX
-	DECQ         R11
-	JNZ          gemvI2ST1AVXVNNI_blk
-	VPSRAD       $0x02, Y4, Y4
-	VPADDD       Y4, Y0, Y0
+	DECQ         R12
+	JNZ          gemvI2ST1AVXVNNI_pass0
+	VPSRAD       $0x02, Y1, Y1
+	VPADDD       Y1, Y0, Y0
+	VPSRAD       $0x04, Y2, Y2
+	VPADDD       Y2, Y0, Y0
+	VPSRAD       $0x06, Y3, Y3
+	VPADDD       Y3, Y0, Y0
 	VPSRAD       $0x02, Y5, Y5
-	VPADDD       Y5, Y1, Y1
-	VPSRAD       $0x02, Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPSRAD       $0x02, Y7, Y7
-	VPADDD       Y7, Y3, Y3
-	VPHADDD      Y1, Y0, Y0
-	VPHADDD      Y3, Y2, Y2
-	VPHADDD      Y2, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPADDD       X1, X0, X0
-	VMOVDQU      X0, (R10)
-	ADDQ         $0x00000080, R10
-	DECQ         R9
+	VPADDD       Y5, Y4, Y4
+	VPSRAD       $0x04, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRAD       $0x06, Y7, Y7
+	VPADDD       Y7, Y4, Y4
+	VPHADDD      Y4, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X15
+	VPADDD       X15, X0, X0
+	VPHADDD      X0, X0, X0
+	VMOVQ        X0, (R11)
+	SHLQ         $0x07, R13
+	SUBQ         R13, R9
+	SUBQ         R13, DX
+	SHRQ         $0x07, R13
+	MOVQ         R13, R12
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+
+gemvI2ST1AVXVNNI_pass1:
+	PREFETCHT1   (R8)
+	PREFETCHT0   2112(R9)
+	VMOVDQU      64(R9), Y12
+	VMOVDQU      96(R9), Y13
+	VMOVDQU      96(CX)(DX*1), Y14
+	VPAND        Y8, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y15, Y14
+	VPAND        Y8, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xe6 // {vex} vpdpbusd Y4, Y15, Y14
+	VMOVDQU      64(CX)(DX*1), Y14
+	VPAND        Y9, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y15, Y14
+	VPAND        Y9, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xee // {vex} vpdpbusd Y5, Y15, Y14
+	VMOVDQU      32(CX)(DX*1), Y14
+	VPAND        Y10, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y15, Y14
+	VPAND        Y10, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xf6 // {vex} vpdpbusd Y6, Y15, Y14
+	VMOVDQU      (CX)(DX*1), Y14
+	VPAND        Y11, Y12, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y15, Y14
+	VPAND        Y11, Y13, Y15
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y15, Y14
+	ADDQ         $0x40, R8
+	SUBQ         $-128, R9
+	SUBQ         $-128, DX
+	DECQ         R12
+	JNZ          gemvI2ST1AVXVNNI_pass1
+	VPSRAD       $0x02, Y1, Y1
+	VPADDD       Y1, Y0, Y0
+	VPSRAD       $0x04, Y2, Y2
+	VPADDD       Y2, Y0, Y0
+	VPSRAD       $0x06, Y3, Y3
+	VPADDD       Y3, Y0, Y0
+	VPSRAD       $0x02, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VPSRAD       $0x04, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRAD       $0x06, Y7, Y7
+	VPADDD       Y7, Y4, Y4
+	VPHADDD      Y4, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X15
+	VPADDD       X15, X0, X0
+	VPHADDD      X0, X0, X0
+	VMOVQ        X0, 8(R11)
+	ADDQ         $0x00000080, R11
+	DECQ         R10
 	JNZ          gemvI2ST1AVXVNNI_seg
 	ADDQ         64(AX), SI
 	ADDQ         $0x10, DI
