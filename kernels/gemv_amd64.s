@@ -3707,14 +3707,14 @@ TEXT ·gemvI2ST3AVX512(SB), NOSPLIT, $0-8
 gemvI2ST3AVX512_quad:
 	MOVQ    R8, R10
 	XORQ    SI, SI
-	MOVQ    40(AX), R11
-	MOVQ    R9, R12
 	MOVQ    72(AX), R13
 	CMPQ    DI, $0x07
 	CMOVQGE 80(AX), R13
 	MOVQ    96(AX), R14
 	CMPQ    DI, $0x06
 	CMOVQGE 104(AX), R14
+	MOVQ    40(AX), R11
+	MOVQ    R9, R12
 
 gemvI2ST3AVX512_seg:
 	MOVQ    32(AX), R15
@@ -5379,14 +5379,14 @@ TEXT ·gemvI2ST4AVX512(SB), NOSPLIT, $8-8
 gemvI2ST4AVX512_quad:
 	MOVQ    R9, R11
 	XORQ    DI, DI
-	MOVQ    40(AX), R12
-	MOVQ    R10, R13
 	MOVQ    72(AX), R14
 	CMPQ    R8, $0x07
 	CMOVQGE 80(AX), R14
 	MOVQ    96(AX), R15
 	CMPQ    R8, $0x06
 	CMOVQGE 104(AX), R15
+	MOVQ    40(AX), R12
+	MOVQ    R10, R13
 
 gemvI2ST4AVX512_seg:
 	MOVQ    32(AX), BP
@@ -9602,24 +9602,25 @@ TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	VPSLLW  $0x02, Y8, Y9
 	VPSLLW  $0x04, Y8, Y10
 	VPSLLW  $0x06, Y8, Y11
-	XORQ    BX, BX
-	MOVQ    24(AX), DI
-	MOVQ    (AX), SI
-	MOVQ    32(AX), R8
-	SHLQ    $0x06, R8
-	LEAQ    8192(SI)(R8*1), R8
+	MOVQ    32(AX), BX
+	SHLQ    $0x06, BX
+	ADDQ    (AX), BX
+	ADDQ    $0x00002000, BX
+	XORQ    DI, DI
+	MOVQ    24(AX), R9
+	MOVQ    (AX), R8
 
 gemvI2ST1AVXVNNI_quad:
-	MOVQ SI, R9
+	MOVQ R8, R10
 	XORQ DX, DX
-	MOVQ 40(AX), R10
-	MOVQ DI, R11
+	MOVQ 40(AX), R11
+	MOVQ R9, R12
 
 gemvI2ST1AVXVNNI_seg:
 	MOVQ    32(AX), R13
-	CMPQ    R10, $0x01
+	CMPQ    R11, $0x01
 	CMOVQEQ 48(AX), R13
-	MOVQ    R13, R12
+	MOVQ    R13, SI
 	VPXOR   Y0, Y0, Y0
 	VPXOR   Y1, Y1, Y1
 	VPXOR   Y2, Y2, Y2
@@ -9630,11 +9631,11 @@ gemvI2ST1AVXVNNI_seg:
 	VPXOR   Y7, Y7, Y7
 
 gemvI2ST1AVXVNNI_pass0:
-	PREFETCHT1   (R8)
-	PREFETCHT0   2048(R9)
-	PREFETCHT0   2112(R9)
-	VMOVDQU      (R9), Y12
-	VMOVDQU      32(R9), Y13
+	PREFETCHT1   (BX)
+	PREFETCHT0   2048(R10)
+	PREFETCHT0   2112(R10)
+	VMOVDQU      (R10), Y12
+	VMOVDQU      32(R10), Y13
 	VMOVDQU      96(CX)(DX*1), Y14
 	VPAND        Y8, Y12, Y15
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y15, Y14
@@ -9655,10 +9656,10 @@ gemvI2ST1AVXVNNI_pass0:
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y15, Y14
 	VPAND        Y11, Y13, Y15
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y15, Y14
-	ADDQ         $0x40, R8
-	SUBQ         $-128, R9
+	ADDQ         $0x40, BX
+	SUBQ         $-128, R10
 	SUBQ         $-128, DX
-	DECQ         R12
+	DECQ         SI
 	JNZ          gemvI2ST1AVXVNNI_pass0
 	VPSRAD       $0x02, Y1, Y1
 	VPADDD       Y1, Y0, Y0
@@ -9676,12 +9677,12 @@ gemvI2ST1AVXVNNI_pass0:
 	VEXTRACTI128 $0x01, Y0, X15
 	VPADDD       X15, X0, X0
 	VPHADDD      X0, X0, X0
-	VMOVQ        X0, (R11)
+	VMOVQ        X0, (R12)
 	SHLQ         $0x07, R13
-	SUBQ         R13, R9
+	SUBQ         R13, R10
 	SUBQ         R13, DX
 	SHRQ         $0x07, R13
-	MOVQ         R13, R12
+	MOVQ         R13, SI
 	VPXOR        Y0, Y0, Y0
 	VPXOR        Y1, Y1, Y1
 	VPXOR        Y2, Y2, Y2
@@ -9692,10 +9693,10 @@ gemvI2ST1AVXVNNI_pass0:
 	VPXOR        Y7, Y7, Y7
 
 gemvI2ST1AVXVNNI_pass1:
-	PREFETCHT1   (R8)
-	PREFETCHT0   2112(R9)
-	VMOVDQU      64(R9), Y12
-	VMOVDQU      96(R9), Y13
+	PREFETCHT1   (BX)
+	PREFETCHT0   2112(R10)
+	VMOVDQU      64(R10), Y12
+	VMOVDQU      96(R10), Y13
 	VMOVDQU      96(CX)(DX*1), Y14
 	VPAND        Y8, Y12, Y15
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y15, Y14
@@ -9716,10 +9717,10 @@ gemvI2ST1AVXVNNI_pass1:
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y15, Y14
 	VPAND        Y11, Y13, Y15
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x05; BYTE $0x50; BYTE $0xfe // {vex} vpdpbusd Y7, Y15, Y14
-	ADDQ         $0x40, R8
-	SUBQ         $-128, R9
+	ADDQ         $0x40, BX
+	SUBQ         $-128, R10
 	SUBQ         $-128, DX
-	DECQ         R12
+	DECQ         SI
 	JNZ          gemvI2ST1AVXVNNI_pass1
 	VPSRAD       $0x02, Y1, Y1
 	VPADDD       Y1, Y0, Y0
@@ -9737,14 +9738,14 @@ gemvI2ST1AVXVNNI_pass1:
 	VEXTRACTI128 $0x01, Y0, X15
 	VPADDD       X15, X0, X0
 	VPHADDD      X0, X0, X0
-	VMOVQ        X0, 8(R11)
-	ADDQ         $0x00000080, R11
-	DECQ         R10
+	VMOVQ        X0, 8(R12)
+	ADDQ         $0x00000080, R12
+	DECQ         R11
 	JNZ          gemvI2ST1AVXVNNI_seg
-	ADDQ         64(AX), SI
-	ADDQ         $0x10, DI
-	INCQ         BX
-	CMPQ         BX, $0x08
+	ADDQ         64(AX), R8
+	ADDQ         $0x10, R9
+	INCQ         DI
+	CMPQ         DI, $0x08
 	JNE          gemvI2ST1AVXVNNI_quad
 	VZEROUPPER
 	RET

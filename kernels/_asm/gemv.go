@@ -481,6 +481,35 @@ func quadDist(a, quad Register, off, late int, from uint8) GPVirtual {
 // at sums + 128t; block computes one step at w; xReset and xAdvance move the activations
 // back to offset 0 and on by 128 bytes.
 func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block func(w Register), xReset, xAdvance func(), reduce func(sums Register)) {
+	var prefetch func(w Register, off int)
+	quadStart := func(w, quad Register) {
+		xReset()
+		prefetch = func(w Register, off int) { prefetchAhead(w, off) }
+		if argPF {
+			near, far := quadDist(a, quad, gPF, gPF7, 7), quadDist(a, quad, gFar, gFar6, 6)
+			prefetch = func(w Register, off int) { prefetchLine(idx(w, far, 1, off), idx(w, near, 1, off)) }
+		}
+	}
+	i2sQuadSegs(name, a, T, quadStart, func(w, cnt, sums Register) {
+		zero()
+		Label(name + "_blk")
+		prefetch(w, 0)
+		prefetch(w, 64)
+		block(w)
+		SUBQ(I8(-128), w)
+		xAdvance()
+		DECQ(cnt)
+		JNZ(LabelRef(name + "_blk"))
+		reduce(sums)
+	})
+}
+
+// i2sQuadSegs emits the outer loops of the i2s GEMV kernels: a row block's eight row quads,
+// each a contiguous stream of Aux bytes, each over its segments. quadStart runs at each
+// quad's start (w at the quad's first byte); seg runs each segment of cnt steps (128-byte
+// blocks) from w, leaves w at its end and stores the quad's four rows of each token at sums +
+// 128t. Both may use cnt, w and quad as they wish otherwise.
+func i2sQuadSegs(name string, a Register, T int, quadStart func(w, quad Register), seg func(w, cnt, sums Register)) {
 	quad, wq, sumsQ := GP64(), GP64(), GP64()
 	XORQ(quad, quad)
 	MOVQ(at(a, gSums), sumsQ)
@@ -488,26 +517,11 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	Label(name + "_quad")
 	w, nseg, sums := GP64(), GP64(), GP64()
 	MOVQ(wq, w)
-	xReset()
+	quadStart(w, quad)
 	MOVQ(at(a, gNSeg), nseg)
 	MOVQ(sumsQ, sums)
-	prefetch := func(off int) { prefetchAhead(w, off) }
-	if argPF {
-		near, far := quadDist(a, quad, gPF, gPF7, 7), quadDist(a, quad, gFar, gFar6, 6)
-		prefetch = func(off int) { prefetchLine(idx(w, far, 1, off), idx(w, near, 1, off)) }
-	}
 	Label(name + "_seg")
-	cnt := segCount(a, nseg, gemvLoop)
-	zero()
-	Label(name + "_blk")
-	prefetch(0)
-	prefetch(64)
-	block(w)
-	SUBQ(I8(-128), w)
-	xAdvance()
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_blk"))
-	reduce(sums)
+	seg(w, segCount(a, nseg, gemvLoop), sums)
 	ADDQ(U32(128*T), sums)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))

@@ -212,71 +212,53 @@ func gemvI2SY1(isa string) {
 		VPSLLW(U8(2*j), m[0], m[j]) // per word: 0x0303 << 2j stays within the word
 	}
 	wv, x, c := p.getn(2), p.get(), p.get()
-	kx, quad, wq, sumsQ, pf := GP64(), GP64(), GP64(), GP64(), GP64()
-	XORQ(quad, quad)
-	MOVQ(at(a, gSums), sumsQ)
-	MOVQ(at(a, gW), wq)
+	kx, pf, n := GP64(), GP64(), GP64()
 	// The cursor leads the first pass by prefetchFar at its end: by half a segment more at
 	// its start, as it moves half as fast as the pass there (and catches up in the second).
 	MOVQ(at(a, gSegSteps), pf)
 	SHLQ(U8(6), pf)
-	LEAQ(idx(wq, pf, 1, prefetchFar), pf)
-	Label(name + "_quad")
-	w, nseg, sums, n := GP64(), GP64(), GP64(), GP64()
-	MOVQ(wq, w)
-	XORQ(kx, kx)
-	MOVQ(at(a, gNSeg), nseg)
-	MOVQ(sumsQ, sums)
-	Label(name + "_seg")
-	cnt := segCount(a, nseg, gemvLoop)
-	for h := 0; h < 2; h++ { // pass h: rows 2h and 2h+1, bytes 64h to 64h+63 of each block
-		MOVQ(cnt, n)
-		zeroAll(append(acc[0], acc[1]...)...)
-		pass := fmt.Sprintf("%s_pass%d", name, h)
-		Label(pass)
-		PREFETCHT1(at(pf, 0))
-		if h == 0 {
-			PREFETCHT0(at(w, prefetchNear))
-		}
-		PREFETCHT0(at(w, prefetchNear+64))
-		VMOVDQU(at(w, 64*h), wv[0])
-		VMOVDQU(at(w, 64*h+32), wv[1])
-		for j := 0; j < 4; j++ {
-			VMOVDQU(idx(xs[0], kx, 1, 32*(3-j)), x)
+	ADDQ(at(a, gW), pf)
+	ADDQ(U32(prefetchFar), pf)
+	i2sQuadSegs(name, a, 1, func(w, quad Register) { XORQ(kx, kx) }, func(w, cnt, sums Register) {
+		for h := 0; h < 2; h++ { // pass h: rows 2h and 2h+1, bytes 64h to 64h+63 of each block
+			MOVQ(cnt, n)
+			zeroAll(append(acc[0], acc[1]...)...)
+			pass := fmt.Sprintf("%s_pass%d", name, h)
+			Label(pass)
+			PREFETCHT1(at(pf, 0))
+			if h == 0 {
+				PREFETCHT0(at(w, prefetchNear))
+			}
+			PREFETCHT0(at(w, prefetchNear+64))
+			VMOVDQU(at(w, 64*h), wv[0])
+			VMOVDQU(at(w, 64*h+32), wv[1])
+			for j := 0; j < 4; j++ {
+				VMOVDQU(idx(xs[0], kx, 1, 32*(3-j)), x)
+				for r := 0; r < 2; r++ {
+					VPAND(m[j], wv[r], c)
+					VPDPBUSD(x, c, acc[r][j])
+				}
+			}
+			ADDQ(U8(64), pf)
+			SUBQ(I8(-128), w)
+			SUBQ(I8(-128), kx)
+			DECQ(n)
+			JNZ(LabelRef(pass))
 			for r := 0; r < 2; r++ {
-				VPAND(m[j], wv[r], c)
-				VPDPBUSD(x, c, acc[r][j])
+				for j := 1; j < 4; j++ {
+					VPSRAD(U8(2*j), acc[r][j], acc[r][j])
+					VPADDD(acc[r][j], acc[r][0], acc[r][0])
+				}
+			}
+			pairRowSumsY(acc[0][0], acc[1][0], c, at(sums, 8*h))
+			if h == 0 { // back to the segment's start for rows 2-3
+				SHLQ(U8(7), cnt)
+				SUBQ(cnt, w)
+				SUBQ(cnt, kx)
+				SHRQ(U8(7), cnt)
 			}
 		}
-		ADDQ(U8(64), pf)
-		SUBQ(I8(-128), w)
-		SUBQ(I8(-128), kx)
-		DECQ(n)
-		JNZ(LabelRef(pass))
-		for r := 0; r < 2; r++ {
-			for j := 1; j < 4; j++ {
-				VPSRAD(U8(2*j), acc[r][j], acc[r][j])
-				VPADDD(acc[r][j], acc[r][0], acc[r][0])
-			}
-		}
-		pairRowSumsY(acc[0][0], acc[1][0], c, at(sums, 8*h))
-		if h == 0 { // back to the segment's start for rows 2-3
-			SHLQ(U8(7), cnt)
-			SUBQ(cnt, w)
-			SUBQ(cnt, kx)
-			SHRQ(U8(7), cnt)
-		}
-	}
-	ADDQ(U32(128), sums)
-	DECQ(nseg)
-	JNZ(LabelRef(name + "_seg"))
-	ADDQ(at(a, gAux), wq)
-	ADDQ(U8(16), sumsQ)
-	INCQ(quad)
-	CMPQ(quad, U8(8))
-	JNE(LabelRef(name + "_quad"))
-	VZEROUPPER()
-	RET()
+	})
 }
 
 // pairRowSumsY reduces the 8 lanes of two rows' accumulators r0 and r1 and stores the two
