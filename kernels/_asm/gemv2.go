@@ -196,10 +196,10 @@ func vnniSets(T int, vnni bool) int {
 // x 192 x 128 < 2^31 for K <= MaxDim). Per block 32 vector operations and 8 activation loads,
 // where one pass over the quad with two accumulators per row took 36 (a shift per row) and 16
 // (the activations reloaded per row): 10-14% less time on cache-resident weights on an
-// Emerald Rapids core, 7% from DRAM. The first pass prefetches both lines of each block into
-// L1, so the second reads them there (from L2 where a segment outgrows L1); the L2 prefetch
-// runs on a cursor of its own, one line per block in either pass, so the stream goes on
-// through both.
+// Emerald Rapids core, 4-8% from DRAM at one thread. The first pass prefetches both lines of
+// each block into L1, so the second reads them there (from L2 where a segment outgrows L1);
+// the L2 prefetch runs on a cursor of its own, one line per block in either pass, so the
+// stream goes on through both.
 func gemvI2SY1(isa string) {
 	name := gemvName("I2S", 1, isa)
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
