@@ -464,24 +464,24 @@ func TestInt1AtItsLimit(t *testing.T) {
 		isa  ISA
 		maxK int
 	}{{ISAAVX512, int1ZMaxK}, {ISAAVXVNNI, int1YMaxK}} {
-		var zk *simdKernel
+		var kern *simdKernel
 		for _, k := range asmKernels() {
 			if k.format == quantcfg.Int1 && k.isa == c.isa {
-				zk = k
+				kern = k
 			}
 		}
-		if zk == nil {
+		if kern == nil {
 			continue
 		}
 		ran = true
-		t.Run(zk.Name(), func(t *testing.T) { int1AtLimit(t, zk, c.maxK) })
+		t.Run(kern.Name(), func(t *testing.T) { int1AtLimit(t, kern, c.maxK) })
 	}
 	if !ran {
 		t.Skip("no int1 zmm or AVX-VNNI kernel runs here")
 	}
 }
 
-func int1AtLimit(t *testing.T, zk *simdKernel, maxK int) {
+func int1AtLimit(t *testing.T, kern *simdKernel, maxK int) {
 	for _, k := range []int{maxK, maxK + 32} {
 		spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 36, In: k}.WithDefaults()
 		w := Weights{Q: make([]int8, spec.Out*k)}
@@ -510,25 +510,25 @@ func int1AtLimit(t *testing.T, zk *simdKernel, maxK int) {
 					}
 				}
 			}
-			ok, why := zk.CanImplement(l, n)
+			ok, why := kern.CanImplement(l, n)
 			if k > maxK {
 				if ok || !strings.Contains(why, fmt.Sprint(k)) {
-					t.Fatalf("K=%d n=%d: %s accepted the layer (%v) or did not name K in %q", k, n, zk.Name(), ok, why)
+					t.Fatalf("K=%d n=%d: %s accepted the layer (%v) or did not name K in %q", k, n, kern.Name(), ok, why)
 				}
 				other, err := Select(l, n)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if other == Kernel(zk) {
-					t.Fatalf("K=%d n=%d: Select chose %s, which declined", k, n, zk.Name())
+				if other == Kernel(kern) {
+					t.Fatalf("K=%d n=%d: Select chose %s, which declined", k, n, kern.Name())
 				}
 				checkExact(t, fmt.Sprintf("%s K=%d n=%d", other.Name(), k, n), runSplit(t, other, l, x, n), want, spec.Out)
 				continue
 			}
 			if !ok {
-				t.Fatalf("K=%d n=%d: %s declined: %s", k, n, zk.Name(), why)
+				t.Fatalf("K=%d n=%d: %s declined: %s", k, n, kern.Name(), why)
 			}
-			checkExact(t, fmt.Sprintf("%s K=%d n=%d", zk.Name(), k, n), runSplit(t, zk, l, x, n), want, spec.Out)
+			checkExact(t, fmt.Sprintf("%s K=%d n=%d", kern.Name(), k, n), runSplit(t, kern, l, x, n), want, spec.Out)
 		}
 	}
 }
