@@ -468,7 +468,7 @@ func gemvInt1YVNNI(T int) {
 	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
-		if hi != wv {
+		if chains == 1 {
 			VPSRLW(U8(4), wv, hi)
 		}
 		for t := range acc {
