@@ -30,7 +30,9 @@ func genEpilogue() {
 // of one token took 21 cycles in L1, 8-10 with vmulps in their place (timing only). The
 // quotient through float64 (times the float64 reciprocal of XS, rounded once to float32:
 // exact for normal quotients, since a quotient of two floats is never within 2^-49 of a
-// midpoint) took 7 cycles a vector: no gain. Prefetching the next row block's weights from the
+// midpoint) took 7 cycles a vector in a loop of its own against the divider's 10, on the
+// ports the segment's other 12 micro-ops need (the divider runs beside them): not built.
+// Prefetching the next row block's weights from the
 // segment loop, so that DRAM does not pause under a long epilogue, moved group:128 by no more
 // than the noise (one line a segment; two slowed four tokens by 4%).
 func genEpi(z bool, rowBits Mem) {
