@@ -25,16 +25,16 @@ func genEpilogue() {
 // genEpi writes epilogueAVX512 (zmm: 32 rows in 2 registers, masked stores) or
 // epilogueAVX2 (ymm: 4 registers, vmaskmovps).
 //
-// With small groups (many segments) the divisions are its cost: on an Emerald Rapids Xeon a
-// zmm vdivps holds the divider 10 cycles (a ymm one 5, the same per element), and a segment of
-// one token took 21 cycles in L1, 8-10 with vmulps in their place (timing only). The quotient
-// through float64 (times the float64 reciprocal of XS, rounded once to float32: exact for
-// normal quotients, since a quotient of two floats is never within 2^-49, relative, of a
-// midpoint, and the float64 product errs by less than 2^-51) took 7 cycles a vector in a loop
-// of its own against the divider's 10, on the ports the segment's other 12 micro-ops need (the
-// divider runs beside them): not built. Prefetching the next row block's weights from the
+// With small groups (many segments) the divisions are most of its cost: on an Emerald Rapids
+// Xeon a zmm vdivps holds the divider 10 cycles (a ymm one 5, the same per element), and a
+// segment of one token took 21 cycles in L1, 8-10 with vmulps in their place (timing only).
+// The quotient through float64 (times the float64 reciprocal of XS, rounded once to float32:
+// exact for normal quotients, since a quotient of two floats is never within 2^-49, relative,
+// of a midpoint, and the float64 product errs by less than 2^-51) took 7 cycles a vector in a
+// loop of its own against the divider's 10, on the ports the segment's other 12 micro-ops need
+// (the divider runs beside them): not built. Prefetching the next row block's weights from the
 // segment loop, so that DRAM does not pause under a long epilogue, moved group:128 by no more
-// than the noise (one line a segment; two slowed four tokens by 4%).
+// than the noise (one line a segment, nine paired rounds, one and four tokens).
 func genEpi(z bool, rowBits Mem) {
 	name, nv := "epilogueAVX2", 4
 	if z {
