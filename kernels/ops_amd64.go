@@ -51,7 +51,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemvSeq[1] = gemvInt2SeqT1AVX512
 			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
 				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
-			o.kstep, o.tabKind, o.gemvT = 8, tabInt2Z, 8
+			o.kstep, o.tabKind, o.gemvT, o.fused = 8, tabInt2Z, 8, true
 		case quantcfg.I2S:
 			// More than four tokens run four at a time over each row block (the later passes
 			// read it from L2). Against kernels for five to eight tokens (two rows a vector,
@@ -65,10 +65,10 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int8:
 			o.gemv = gemvN(gemvInt8T1AVX512, gemvInt8T2AVX512, gemvInt8T3AVX512, gemvInt8T4AVX512,
 				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
-			o.kstep, o.gemvT = 16, 8
+			o.kstep, o.gemvT, o.fused = 16, 8, true
 		case quantcfg.Int1:
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
-			o.kstep, o.xKind, o.gemvMaxK = 16, xInt1Perm, int1ZMaxK
+			o.kstep, o.xKind, o.gemvMaxK, o.fused = 16, xInt1Perm, int1ZMaxK, true
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1T1AVX512, lutTL1T2AVX512, lutTL1T3AVX512, lutTL1T4AVX512)
 			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true

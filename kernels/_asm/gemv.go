@@ -12,6 +12,8 @@ import (
 const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
 	gTab, gAux, gPF, gPF7, gAcc, gFar, gFar6              = 56, 64, 72, 80, 88, 96, 104
+	gFuse, gECorr, gEXS, gECorrStride, gEWS, gEWSSeg      = 112, 120, 128, 136, 144, 152
+	gEBias, gEOut, gEOutStride, gEMask, gEJ, gEY          = 160, 168, 176, 184, 192, 200
 )
 
 // prefetchFar and prefetchNear are how far ahead (bytes) the GEMV kernels prefetch their
@@ -130,9 +132,10 @@ func halves(name string, lo, hi []uint32) Mem {
 
 // segLoop runs the segment structure shared by the GEMV kernels: for each segment, zero
 // the accumulators, run body once per step (SegSteps, or LastSteps for the last segment;
-// unrolled u times, u a power of two dividing every step count), then store. body advances
-// its own pointers and gets the copy index.
-func segLoop(name string, a Register, u int, zero func(), body func(i int), store func(sums Register)) {
+// unrolled u times, u a power of two dividing every step count), then store; then, with fe
+// (zmm kernels) and gemvArgs.Fuse set, the segment's epilogue (fe.gen). body advances its
+// own pointers and gets the copy index.
+func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func(i int), store func(sums Register)) {
 	sums, nseg := ld(a, gSums), ld(a, gNSeg)
 	Label(name + "_seg")
 	cnt := segCount(a, nseg, gemvLoop)
@@ -147,8 +150,131 @@ func segLoop(name string, a Register, u int, zero func(), body func(i int), stor
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_step"))
 	store(sums)
+	if fe != nil {
+		fe.gen(name, a, sums, nseg)
+	}
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
+}
+
+// fuseEpi is the integer epilogue (epiArgs' arithmetic) that a zmm GEMV kernel runs on each
+// segment's sums as soon as it has stored them, when gemvArgs.Fuse is set: the float work
+// and its divisions then run between the weight loads of the next segment instead of in a
+// pass of their own after the row block, during which the weight stream stood still. The
+// running sums y live in gemvArgs.EY (callers fill it with -0, so that y = -0 + p_0 = p_0
+// bit for bit), the outputs go straight to EOut. regs are the kernel's vector registers that
+// are dead after its store (its accumulators): tokens go in groups of (len(regs)-1)/2.
+type fuseEpi struct {
+	T    int
+	A    int // 1 or -2 (int1)
+	regs []VecPhysical
+}
+
+// gen writes the epilogue of the segment just stored below sums: it moves sums back over it
+// (every segment reuses the first one's place) and counts EJ up.
+func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
+	T := fe.T
+	G := min(T, (len(fe.regs)-1)/2)
+	if G < 1 {
+		panic(name + ": too few free registers for the fused epilogue")
+	}
+	done := name + "_fused"
+	CMPQ(at(a, gFuse), U8(0))
+	JE(LabelRef(done))
+	SUBQ(U32(128*T), sums)
+	j := GP64()
+	MOVQ(at(a, gEJ), j)
+	tmp := fe.regs[2*G]
+	for t0 := 0; t0 < T; t0 += G {
+		n := min(G, T-t0)
+		v := fe.regs[:2*n]
+		ws := GP64()
+		MOVQ(at(a, gEWSSeg), ws)
+		IMULQ(j, ws)
+		ADDQ(at(a, gEWS), ws)
+		c := tokBase(a, gECorr, gECorrStride, t0) // token t's Corr and XS at base + t*ECorrStride + 4j
+		for t := 0; t < n; t++ {
+			if t > 0 {
+				ADDQ(at(a, gECorrStride), c)
+			}
+			corr := Mem{Base: c, Index: j, Scale: 4}
+			if fe.A != 1 {
+				VPBROADCASTD(corr, tmp)
+			}
+			for i := 0; i < 2; i++ {
+				r := v[2*t+i]
+				VMOVDQU32(at(sums, 128*(t0+t)+64*i), r)
+				if fe.A == 1 {
+					VPADDD_BCST(corr, r, r)
+				} else { // corr - 2*sum, wrapping as A*sum + corr does
+					VPSLLD(U8(1), r, r)
+					VPSUBD(r, tmp, r)
+				}
+				VCVTDQ2PS(r, r)
+				VMULPS(at(ws, 64*i), r, r)
+			}
+		}
+		x := tokBase(a, gEXS, gECorrStride, t0)
+		y := GP64()
+		MOVQ(at(a, gEY), y)
+		for t := 0; t < n; t++ {
+			if t > 0 {
+				ADDQ(at(a, gECorrStride), x)
+			}
+			for i := 0; i < 2; i++ {
+				r := v[2*t+i]
+				VDIVPS_BCST(Mem{Base: x, Index: j, Scale: 4}, r, r)
+				VMOVUPS(at(y, 128*(t0+t)+64*i), tmp)
+				VADDPS(r, tmp, r) // y + p, y first as in epilogueAVX512
+			}
+		}
+		last, next := fmt.Sprintf("%s_fused%dlast", name, t0), fmt.Sprintf("%s_fused%dnext", name, t0)
+		CMPQ(nseg, U8(1))
+		JE(LabelRef(last))
+		for k, r := range v {
+			VMOVUPS(r, at(y, 128*t0+64*k))
+		}
+		JMP(LabelRef(next))
+		Label(last)
+		b := GP64()
+		MOVQ(at(a, gEBias), b)
+		TESTQ(b, b)
+		JZ(LabelRef(last + "out"))
+		for k, r := range v {
+			VADDPS(at(b, 64*(k%2)), r, r)
+		}
+		Label(last + "out")
+		m := GP64()
+		MOVQ(at(a, gEMask), m)
+		KMOVW(m.As32(), K1)
+		SHRQ(U8(16), m)
+		KMOVW(m.As32(), K2)
+		o := tokBase(a, gEOut, gEOutStride, t0)
+		for t := 0; t < n; t++ {
+			if t > 0 {
+				ADDQ(at(a, gEOutStride), o)
+			}
+			VMOVUPS(v[2*t], K1, at(o, 0))
+			VMOVUPS(v[2*t+1], K2, at(o, 64))
+		}
+		Label(next)
+	}
+	INCQ(j)
+	MOVQ(j, at(a, gEJ))
+	Label(done)
+}
+
+// tokBase returns token t0's pointer: the field at off plus t0 times the stride at strideOff.
+func tokBase(a Register, off, strideOff, t0 int) GPVirtual {
+	p := GP64()
+	MOVQ(at(a, off), p)
+	if t0 > 0 {
+		s := GP64()
+		MOVQ(at(a, strideOff), s)
+		IMUL3Q(U32(uint32(t0)), s, s)
+		ADDQ(s, p)
+	}
+	return p
 }
 
 // tokX addresses T tokens' activations at a moving offset: for T <= 4 one pointer per
@@ -307,7 +433,7 @@ func gemvInt2Pair(T int) {
 	acc, all := accSets(p, T, 2)
 	wv, hi, x := p.get(), p.get(), p.get()
 	v := p.getn(4)
-	segLoop(name, a, 2, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, 2, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(i int) {
 		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		VPSRLW(U8(2), wv, hi)
@@ -410,7 +536,7 @@ func gemvInt2Split(T int, seq bool) {
 		}
 	}
 	wv, hi, x := p.get(), p.get(), p.get()
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
@@ -712,7 +838,7 @@ func gemvInt8Z(T int) {
 	}
 	wv := p.getn(2)
 	x := p.get()
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
 		for u := 0; u < 4; u++ {
 			prefetchAhead(w, 128*u)
 			prefetchAhead(w, 128*u+64)
@@ -788,7 +914,7 @@ func gemvInt1Z(T int) {
 	for t := range xv {
 		xv[t] = [2]VecPhysical{p.get(), p.get()}
 	}
-	segLoop(name, a, copies, func() { zeroAll(all...) }, func(c int) {
+	segLoop(name, a, copies, &fuseEpi{T: T, A: -2, regs: all}, func() { zeroAll(all...) }, func(c int) {
 		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		if !split {

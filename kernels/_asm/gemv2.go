@@ -305,7 +305,7 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	if !vnni {
 		tmp = p.get()
 	}
-	segLoop(name, a, sets, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, sets, nil, func() { zeroAll(all...) }, func(i int) {
 		if i == 0 {
 			prefetchAhead(w, 0)
 		}
@@ -370,7 +370,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		wv := p.getn(4)
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
-		segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+		segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
 			prefetchAhead(w, 0)
 			prefetchAhead(w, 64)
 			for g := 0; g < 4; g++ {
@@ -409,7 +409,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		all = append(all, acc[t][:]...)
 	}
 	wv, x := p.get(), p.getn(T)
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		prefetchAhead(w, 64)
 		for t := range acc {
@@ -465,7 +465,7 @@ func gemvInt1YVNNI(T int) {
 		hi, hiBits = p.get(), 0
 	}
 	xl, xh := p.getn(T), p.getn(T)
-	segLoop(name, a, 1, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
 		if chains == 1 {
