@@ -175,8 +175,8 @@ type fuseEpi struct {
 func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 	T := fe.T
 	G := min(T, (len(fe.regs)-1)/2)
-	if G < 1 {
-		panic(name + ": too few free registers for the fused epilogue")
+	if G < 1 || (fe.A != 1 && fe.A != -2) {
+		panic(name + ": too few free registers for the fused epilogue, or an A it cannot apply")
 	}
 	done := name + "_fused"
 	CMPQ(at(a, gFuse), U8(0))
