@@ -34,8 +34,8 @@ type gemvArgs struct {
 	// quads 6 and 7.
 	PF, PF7, Acc int
 	Far, Far6    int
-	// The zmm kernels of int2, int1 and int8 (fmtOps.fused) run the epilogue of epiArgs on
-	// each segment as soon as its sums are stored when Fuse != 0: the outputs go to EOut
+	// The kernels of fmtOps.fused (zmm int2, int1 and int8; AVX-VNNI int2) run the epilogue
+	// of epiArgs on each segment as soon as its sums are stored when Fuse != 0: the outputs go to EOut
 	// (token t at t*EOutStride, the rows in EMask, plus EBias when not nil) and Sums holds
 	// one segment. The fields mean what epiArgs' do (A is the format's); EY is [T][32]
 	// float32 (64-byte aligned) of -0 at the call, the kernel's running sums; EJ counts the

@@ -12782,6 +12782,40 @@ DATA m1fY<>+30(SB)/1, $0x1f
 DATA m1fY<>+31(SB)/1, $0x00
 GLOBL m1fY<>(SB), RODATA|NOPTR, $32
 
+DATA rowsY<>+0(SB)/4, $0x00000001
+DATA rowsY<>+4(SB)/4, $0x00000002
+DATA rowsY<>+8(SB)/4, $0x00000004
+DATA rowsY<>+12(SB)/4, $0x00000008
+DATA rowsY<>+16(SB)/4, $0x00000010
+DATA rowsY<>+20(SB)/4, $0x00000020
+DATA rowsY<>+24(SB)/4, $0x00000040
+DATA rowsY<>+28(SB)/4, $0x00000080
+DATA rowsY<>+32(SB)/4, $0x00000100
+DATA rowsY<>+36(SB)/4, $0x00000200
+DATA rowsY<>+40(SB)/4, $0x00000400
+DATA rowsY<>+44(SB)/4, $0x00000800
+DATA rowsY<>+48(SB)/4, $0x00001000
+DATA rowsY<>+52(SB)/4, $0x00002000
+DATA rowsY<>+56(SB)/4, $0x00004000
+DATA rowsY<>+60(SB)/4, $0x00008000
+DATA rowsY<>+64(SB)/4, $0x00010000
+DATA rowsY<>+68(SB)/4, $0x00020000
+DATA rowsY<>+72(SB)/4, $0x00040000
+DATA rowsY<>+76(SB)/4, $0x00080000
+DATA rowsY<>+80(SB)/4, $0x00100000
+DATA rowsY<>+84(SB)/4, $0x00200000
+DATA rowsY<>+88(SB)/4, $0x00400000
+DATA rowsY<>+92(SB)/4, $0x00800000
+DATA rowsY<>+96(SB)/4, $0x01000000
+DATA rowsY<>+100(SB)/4, $0x02000000
+DATA rowsY<>+104(SB)/4, $0x04000000
+DATA rowsY<>+108(SB)/4, $0x08000000
+DATA rowsY<>+112(SB)/4, $0x10000000
+DATA rowsY<>+116(SB)/4, $0x20000000
+DATA rowsY<>+120(SB)/4, $0x40000000
+DATA rowsY<>+124(SB)/4, $0x80000000
+GLOBL rowsY<>(SB), RODATA|NOPTR, $128
+
 // func gemvI2ST1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
@@ -13623,8 +13657,89 @@ gemvInt2T1AVXVNNI_step:
 	VPADDD       Y7, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
-	DECQ         DI
-	JNZ          gemvInt2T1AVXVNNI_seg
+	CMPQ         112(AX), $0x00
+	JE           gemvInt2T1AVXVNNI_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         192(AX), R8
+	MOVQ         152(AX), R9
+	IMULQ        R8, R9
+	ADDQ         144(AX), R9
+	MOVQ         120(AX), R10
+	VPBROADCASTD (R10)(R8*4), Y4
+	VMOVDQU      (SI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R9), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R9), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R9), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R9), Y3, Y3
+	MOVQ         128(AX), R9
+	MOVQ         200(AX), R10
+	VBROADCASTSS (R9)(R8*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R10), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R10), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R10), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R10), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt2T1AVXVNNI_fused0last
+	VMOVUPS      Y0, (R10)
+	VMOVUPS      Y1, 32(R10)
+	VMOVUPS      Y2, 64(R10)
+	VMOVUPS      Y3, 96(R10)
+	JMP          gemvInt2T1AVXVNNI_fused0next
+
+gemvInt2T1AVXVNNI_fused0last:
+	MOVQ   160(AX), R9
+	TESTQ  R9, R9
+	JZ     gemvInt2T1AVXVNNI_fused0lastout
+	VADDPS (R9), Y0, Y0
+	VADDPS 32(R9), Y1, Y1
+	VADDPS 64(R9), Y2, Y2
+	VADDPS 96(R9), Y3, Y3
+
+gemvInt2T1AVXVNNI_fused0lastout:
+	MOVQ         168(AX), R9
+	VPBROADCASTD 184(AX), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R9)
+	VPBROADCASTD 184(AX), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R9)
+	VPBROADCASTD 184(AX), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R9)
+	VPBROADCASTD 184(AX), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R9)
+
+gemvInt2T1AVXVNNI_fused0next:
+	INCQ R8
+	MOVQ R8, 192(AX)
+
+gemvInt2T1AVXVNNI_fused:
+	DECQ DI
+	JNZ  gemvInt2T1AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -13874,8 +13989,146 @@ gemvInt2T2AVXVNNI_step:
 	VMOVDQU      Y6, 192(DI)
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	DECQ         R8
-	JNZ          gemvInt2T2AVXVNNI_seg
+	CMPQ         112(AX), $0x00
+	JE           gemvInt2T2AVXVNNI_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         192(AX), R9
+	MOVQ         152(AX), R10
+	IMULQ        R9, R10
+	ADDQ         144(AX), R10
+	MOVQ         120(AX), R11
+	VPBROADCASTD (R11)(R9*4), Y10
+	VMOVDQU      (DI), Y0
+	VPADDD       Y10, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y10, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y10, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y10, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	ADDQ         136(AX), R11
+	VPBROADCASTD (R11)(R9*4), Y10
+	VMOVDQU      128(DI), Y4
+	VPADDD       Y10, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R10), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPADDD       Y10, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R10), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPADDD       Y10, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R10), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPADDD       Y10, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R10), Y7, Y7
+	MOVQ         128(AX), R10
+	MOVQ         200(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y10
+	VDIVPS       Y10, Y0, Y0
+	VMOVUPS      (R11), Y11
+	VADDPS       Y0, Y11, Y0
+	VDIVPS       Y10, Y1, Y1
+	VMOVUPS      32(R11), Y11
+	VADDPS       Y1, Y11, Y1
+	VDIVPS       Y10, Y2, Y2
+	VMOVUPS      64(R11), Y11
+	VADDPS       Y2, Y11, Y2
+	VDIVPS       Y10, Y3, Y3
+	VMOVUPS      96(R11), Y11
+	VADDPS       Y3, Y11, Y3
+	ADDQ         136(AX), R10
+	VBROADCASTSS (R10)(R9*4), Y10
+	VDIVPS       Y10, Y4, Y4
+	VMOVUPS      128(R11), Y11
+	VADDPS       Y4, Y11, Y4
+	VDIVPS       Y10, Y5, Y5
+	VMOVUPS      160(R11), Y11
+	VADDPS       Y5, Y11, Y5
+	VDIVPS       Y10, Y6, Y6
+	VMOVUPS      192(R11), Y11
+	VADDPS       Y6, Y11, Y6
+	VDIVPS       Y10, Y7, Y7
+	VMOVUPS      224(R11), Y11
+	VADDPS       Y7, Y11, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt2T2AVXVNNI_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	VMOVUPS      Y4, 128(R11)
+	VMOVUPS      Y5, 160(R11)
+	VMOVUPS      Y6, 192(R11)
+	VMOVUPS      Y7, 224(R11)
+	JMP          gemvInt2T2AVXVNNI_fused0next
+
+gemvInt2T2AVXVNNI_fused0last:
+	MOVQ   160(AX), R10
+	TESTQ  R10, R10
+	JZ     gemvInt2T2AVXVNNI_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+	VADDPS (R10), Y4, Y4
+	VADDPS 32(R10), Y5, Y5
+	VADDPS 64(R10), Y6, Y6
+	VADDPS 96(R10), Y7, Y7
+
+gemvInt2T2AVXVNNI_fused0lastout:
+	MOVQ         168(AX), R10
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y0, Y11, (R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y1, Y11, 32(R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y2, Y11, 64(R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y3, Y11, 96(R10)
+	ADDQ         176(AX), R10
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y4, Y11, (R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y5, Y11, 32(R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y6, Y11, 64(R10)
+	VPBROADCASTD 184(AX), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y7, Y11, 96(R10)
+
+gemvInt2T2AVXVNNI_fused0next:
+	INCQ R9
+	MOVQ R9, 192(AX)
+
+gemvInt2T2AVXVNNI_fused:
+	DECQ R8
+	JNZ  gemvInt2T2AVXVNNI_seg
 	VZEROUPPER
 	RET
 

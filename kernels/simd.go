@@ -1029,7 +1029,8 @@ var bufPool = sync.Pool{New: func() any { return new(threadBuf) }}
 // epilogue as a pass of its own after each row block, group:128 from DRAM took 0.84-0.89 of
 // the time for int2 with four tokens, 0.95-1.00 with one, int1 0.90-1.00, int8 0.95-1.01
 // (4096x14336 and 14336x4096, one and two threads, nine paired rounds, Emerald Rapids);
-// row scales (one segment) 0.97-1.09, mostly above 1, so they keep the pass.
+// row scales (one segment) 0.97-1.09, mostly above 1, so they keep the pass. The AVX-VNNI
+// int2 kernels: 0.91-0.94 with one token, 0.87-0.92 with two (the same shapes and rounds).
 var fuseEpilogue = true
 
 // negZero is float32 -0: the start of a fused epilogue's running sums (-0 + p = p, bit for

@@ -163,10 +163,12 @@ func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func
 // pass of their own after the row block, during which the weight stream stood still. The
 // running sums y live in gemvArgs.EY (callers fill it with -0, so that y = -0 + p_0 = p_0
 // bit for bit), the outputs go straight to EOut. regs are the kernel's vector registers that
-// are dead after its store (its accumulators): tokens go in groups of (len(regs)-1)/2.
+// are dead after its store (its accumulators, and more): tokens go in groups of
+// (len(regs)-1)/2 on zmm, (len(regs)-2)/4 on ymm (four vectors a token, vmaskmovps stores).
 type fuseEpi struct {
 	T    int
 	A    int // 1 or -2 (int1)
+	ymm  bool
 	regs []VecPhysical
 }
 
@@ -174,7 +176,11 @@ type fuseEpi struct {
 // (every segment reuses the first one's place) and counts EJ up.
 func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 	T := fe.T
-	G := min(T, (len(fe.regs)-1)/2)
+	nv, step, temps := 2, 64, 1 // vectors a token, their bytes, scratch registers
+	if fe.ymm {
+		nv, step, temps = 4, 32, 2
+	}
+	G := min(T, (len(fe.regs)-temps)/nv)
 	if G < 1 || (fe.A != 1 && fe.A != -2) {
 		panic(name + ": too few free registers for the fused epilogue, or an A it cannot apply")
 	}
@@ -184,10 +190,14 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 	SUBQ(U32(128*T), sums)
 	j := GP64()
 	MOVQ(at(a, gEJ), j)
-	tmp := fe.regs[2*G]
+	tmp := fe.regs[nv*G]
+	var tmp2 VecPhysical // ymm: the running sums, then the store masks
+	if fe.ymm {
+		tmp2 = fe.regs[nv*G+1]
+	}
 	for t0 := 0; t0 < T; t0 += G {
 		n := min(G, T-t0)
-		v := fe.regs[:2*n]
+		v := fe.regs[:nv*n]
 		ws := GP64()
 		MOVQ(at(a, gEWSSeg), ws)
 		IMULQ(j, ws)
@@ -198,20 +208,23 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 				ADDQ(at(a, gECorrStride), c)
 			}
 			corr := Mem{Base: c, Index: j, Scale: 4}
-			if fe.A != 1 {
+			if fe.A != 1 || fe.ymm {
 				VPBROADCASTD(corr, tmp)
 			}
-			for i := 0; i < 2; i++ {
-				r := v[2*t+i]
-				VMOVDQU32(at(sums, 128*(t0+t)+64*i), r)
-				if fe.A == 1 {
-					VPADDD_BCST(corr, r, r)
-				} else { // corr - 2*sum, wrapping as A*sum + corr does
+			for i := 0; i < nv; i++ {
+				r := v[nv*t+i]
+				VMOVDQU32orY(!fe.ymm, at(sums, 128*(t0+t)+step*i), r)
+				switch {
+				case fe.A != 1: // corr - 2*sum, wrapping as A*sum + corr does
 					VPSLLD(U8(1), r, r)
 					VPSUBD(r, tmp, r)
+				case fe.ymm:
+					VPADDD(tmp, r, r)
+				default:
+					VPADDD_BCST(corr, r, r)
 				}
 				VCVTDQ2PS(r, r)
-				VMULPS(at(ws, 64*i), r, r)
+				VMULPS(at(ws, step*i), r, r)
 			}
 		}
 		x := tokBase(a, gEXS, gECorrStride, t0)
@@ -221,18 +234,28 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 			if t > 0 {
 				ADDQ(at(a, gECorrStride), x)
 			}
-			for i := 0; i < 2; i++ {
-				r := v[2*t+i]
-				VDIVPS_BCST(Mem{Base: x, Index: j, Scale: 4}, r, r)
-				VMOVUPS(at(y, 128*(t0+t)+64*i), tmp)
-				VADDPS(r, tmp, r) // y + p, y first as in epilogueAVX512
+			xsm := Mem{Base: x, Index: j, Scale: 4}
+			ys := tmp
+			if fe.ymm {
+				VBROADCASTSS(xsm, tmp)
+				ys = tmp2
+			}
+			for i := 0; i < nv; i++ {
+				r := v[nv*t+i]
+				if fe.ymm {
+					VDIVPS(tmp, r, r)
+				} else {
+					VDIVPS_BCST(xsm, r, r)
+				}
+				VMOVUPS(at(y, 128*(t0+t)+step*i), ys)
+				VADDPS(r, ys, r) // y + p, y first as in the epilogues
 			}
 		}
 		last, next := fmt.Sprintf("%s_fused%dlast", name, t0), fmt.Sprintf("%s_fused%dnext", name, t0)
 		CMPQ(nseg, U8(1))
 		JE(LabelRef(last))
 		for k, r := range v {
-			VMOVUPS(r, at(y, 128*t0+64*k))
+			VMOVUPS(r, at(y, 128*t0+step*k))
 		}
 		JMP(LabelRef(next))
 		Label(last)
@@ -241,21 +264,31 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		TESTQ(b, b)
 		JZ(LabelRef(last + "out"))
 		for k, r := range v {
-			VADDPS(at(b, 64*(k%2)), r, r)
+			VADDPS(at(b, step*(k%nv)), r, r)
 		}
 		Label(last + "out")
-		m := GP64()
-		MOVQ(at(a, gEMask), m)
-		KMOVW(m.As32(), K1)
-		SHRQ(U8(16), m)
-		KMOVW(m.As32(), K2)
+		if !fe.ymm {
+			m := GP64()
+			MOVQ(at(a, gEMask), m)
+			KMOVW(m.As32(), K1)
+			SHRQ(U8(16), m)
+			KMOVW(m.As32(), K2)
+		}
 		o := tokBase(a, gEOut, gEOutStride, t0)
 		for t := 0; t < n; t++ {
 			if t > 0 {
 				ADDQ(at(a, gEOutStride), o)
 			}
-			VMOVUPS(v[2*t], K1, at(o, 0))
-			VMOVUPS(v[2*t+1], K2, at(o, 64))
+			for i := 0; i < nv; i++ {
+				if !fe.ymm {
+					VMOVUPS(v[nv*t+i], []Register{K1, K2}[i], at(o, step*i))
+					continue
+				}
+				VPBROADCASTD(at(a, gEMask), tmp2)
+				VPAND(rowsY.Offset(32*i), tmp2, tmp2)
+				VPCMPEQD(rowsY.Offset(32*i), tmp2, tmp2)
+				VMASKMOVPS(v[nv*t+i], tmp2, at(o, step*i))
+			}
 		}
 		Label(next)
 	}
