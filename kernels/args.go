@@ -34,22 +34,15 @@ type gemvArgs struct {
 	// quads 6 and 7.
 	PF, PF7, Acc int
 	Far, Far6    int
-	// The kernels of fmtOps.fused (zmm int2, int1 and int8; AVX-VNNI int2) run the epilogue
-	// of epiArgs on each segment as soon as its sums are stored when Fuse != 0: the outputs go to EOut
-	// (token t at t*EOutStride, the rows in EMask, plus EBias when not nil) and Sums holds
-	// one segment. The fields mean what epiArgs' do (A is the format's); EY is [T][32]
-	// float32 (64-byte aligned) of -0 at the call, the kernel's running sums; EJ counts the
-	// segments done (0 at the call).
-	Fuse        int
-	ECorr, EXS  unsafe.Pointer
-	ECorrStride int
-	EWS         unsafe.Pointer
-	EWSSeg      int
-	EBias, EOut unsafe.Pointer
-	EOutStride  int
-	EMask       int
-	EJ          int
-	EY          unsafe.Pointer
+	// The kernels of fmtOps.fused (zmm int2, int1 and int8; AVX-VNNI int2), when Epi is not
+	// nil, run the epilogue of the epiArgs at Epi on each segment as soon as its sums are
+	// stored, and Sums holds one segment. They read its Corr, XS, CorrStride, WS, WSSeg, Bias,
+	// Out, OutStride and Mask; A is the format's, the tokens and segments their own. EY is
+	// [T][32] float32 (64-byte aligned) of -0 at the call, the kernel's running sums; EJ counts
+	// the segments done (0 at the call).
+	Epi unsafe.Pointer // *epiArgs
+	EJ  int
+	EY  unsafe.Pointer
 }
 
 // lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens

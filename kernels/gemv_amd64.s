@@ -1315,55 +1315,56 @@ gemvInt2T1AVX512_step:
 	VMOVDQU32    Z4, (SI)
 	VMOVDQU32    Z6, 64(SI)
 	ADDQ         $0x00000080, SI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt2T1AVX512_fused
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt2T1AVX512_fused
 	SUBQ         $0x00000080, SI
-	MOVQ         192(AX), R8
-	MOVQ         152(AX), R9
-	IMULQ        R8, R9
-	ADDQ         144(AX), R9
-	MOVQ         120(AX), R10
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
 	VMOVDQU32    (SI), Z4
-	VPADDD.BCST  (R10)(R8*4), Z4, Z4
+	VPADDD.BCST  (R11)(R9*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       (R9), Z4, Z4
+	VMULPS       (R10), Z4, Z4
 	VMOVDQU32    64(SI), Z5
-	VPADDD.BCST  (R10)(R8*4), Z5, Z5
+	VPADDD.BCST  (R11)(R9*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       64(R9), Z5, Z5
-	MOVQ         128(AX), R9
-	MOVQ         200(AX), R10
-	VDIVPS.BCST  (R9)(R8*4), Z4, Z4
-	VMOVUPS      (R10), Z6
+	VMULPS       64(R10), Z5, Z5
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VDIVPS.BCST  (R10)(R9*4), Z4, Z4
+	VMOVUPS      (R11), Z6
 	VADDPS       Z4, Z6, Z4
-	VDIVPS.BCST  (R9)(R8*4), Z5, Z5
-	VMOVUPS      64(R10), Z6
+	VDIVPS.BCST  (R10)(R9*4), Z5, Z5
+	VMOVUPS      64(R11), Z6
 	VADDPS       Z5, Z6, Z5
 	CMPQ         DI, $0x01
 	JE           gemvInt2T1AVX512_fused0last
-	VMOVUPS      Z4, (R10)
-	VMOVUPS      Z5, 64(R10)
+	VMOVUPS      Z4, (R11)
+	VMOVUPS      Z5, 64(R11)
 	JMP          gemvInt2T1AVX512_fused0next
 
 gemvInt2T1AVX512_fused0last:
-	MOVQ   160(AX), R9
-	TESTQ  R9, R9
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
 	JZ     gemvInt2T1AVX512_fused0lastout
-	VADDPS (R9), Z4, Z4
-	VADDPS 64(R9), Z5, Z5
+	VADDPS (R10), Z4, Z4
+	VADDPS 64(R10), Z5, Z5
 
 gemvInt2T1AVX512_fused0lastout:
-	MOVQ    184(AX), R9
-	KMOVW   R9, K1
-	SHRQ    $0x10, R9
-	KMOVW   R9, K2
-	MOVQ    168(AX), R9
-	VMOVUPS Z4, K1, (R9)
-	VMOVUPS Z5, K2, 64(R9)
+	MOVQ    96(R8), R10
+	KMOVW   R10, K1
+	SHRQ    $0x10, R10
+	KMOVW   R10, K2
+	MOVQ    80(R8), R8
+	VMOVUPS Z4, K1, (R8)
+	VMOVUPS Z5, K2, 64(R8)
 
 gemvInt2T1AVX512_fused0next:
-	INCQ R8
-	MOVQ R8, 192(AX)
+	INCQ R9
+	MOVQ R9, 120(AX)
 
 gemvInt2T1AVX512_fused:
 	DECQ DI
@@ -1420,55 +1421,56 @@ gemvInt2SeqT1AVX512_step:
 	VPSRAVD         Z3, Z5, Z5
 	VMOVDQU32       Z5, 64(SI)
 	ADDQ            $0x00000080, SI
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT1AVX512_fused
+	MOVQ            112(AX), R8
+	TESTQ           R8, R8
+	JZ              gemvInt2SeqT1AVX512_fused
 	SUBQ            $0x00000080, SI
-	MOVQ            192(AX), R8
-	MOVQ            152(AX), R9
-	IMULQ           R8, R9
-	ADDQ            144(AX), R9
-	MOVQ            120(AX), R10
+	MOVQ            120(AX), R9
+	MOVQ            64(R8), R10
+	IMULQ           R9, R10
+	ADDQ            56(R8), R10
+	MOVQ            32(R8), R11
 	VMOVDQU32       (SI), Z4
-	VPADDD.BCST     (R10)(R8*4), Z4, Z4
+	VPADDD.BCST     (R11)(R9*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R9), Z4, Z4
+	VMULPS          (R10), Z4, Z4
 	VMOVDQU32       64(SI), Z5
-	VPADDD.BCST     (R10)(R8*4), Z5, Z5
+	VPADDD.BCST     (R11)(R9*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R9), Z5, Z5
-	MOVQ            128(AX), R9
-	MOVQ            200(AX), R10
-	VDIVPS.BCST     (R9)(R8*4), Z4, Z4
-	VMOVUPS         (R10), Z6
+	VMULPS          64(R10), Z5, Z5
+	MOVQ            40(R8), R10
+	MOVQ            128(AX), R11
+	VDIVPS.BCST     (R10)(R9*4), Z4, Z4
+	VMOVUPS         (R11), Z6
 	VADDPS          Z4, Z6, Z4
-	VDIVPS.BCST     (R9)(R8*4), Z5, Z5
-	VMOVUPS         64(R10), Z6
+	VDIVPS.BCST     (R10)(R9*4), Z5, Z5
+	VMOVUPS         64(R11), Z6
 	VADDPS          Z5, Z6, Z5
 	CMPQ            DI, $0x01
 	JE              gemvInt2SeqT1AVX512_fused0last
-	VMOVUPS         Z4, (R10)
-	VMOVUPS         Z5, 64(R10)
+	VMOVUPS         Z4, (R11)
+	VMOVUPS         Z5, 64(R11)
 	JMP             gemvInt2SeqT1AVX512_fused0next
 
 gemvInt2SeqT1AVX512_fused0last:
-	MOVQ   160(AX), R9
-	TESTQ  R9, R9
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
 	JZ     gemvInt2SeqT1AVX512_fused0lastout
-	VADDPS (R9), Z4, Z4
-	VADDPS 64(R9), Z5, Z5
+	VADDPS (R10), Z4, Z4
+	VADDPS 64(R10), Z5, Z5
 
 gemvInt2SeqT1AVX512_fused0lastout:
-	MOVQ    184(AX), R9
-	KMOVW   R9, K1
-	SHRQ    $0x10, R9
-	KMOVW   R9, K2
-	MOVQ    168(AX), R9
-	VMOVUPS Z4, K1, (R9)
-	VMOVUPS Z5, K2, 64(R9)
+	MOVQ    96(R8), R10
+	KMOVW   R10, K1
+	SHRQ    $0x10, R10
+	KMOVW   R10, K2
+	MOVQ    80(R8), R8
+	VMOVUPS Z4, K1, (R8)
+	VMOVUPS Z5, K2, 64(R8)
 
 gemvInt2SeqT1AVX512_fused0next:
-	INCQ R8
-	MOVQ R8, 192(AX)
+	INCQ R9
+	MOVQ R9, 120(AX)
 
 gemvInt2SeqT1AVX512_fused:
 	DECQ DI
@@ -1551,55 +1553,56 @@ gemvInt8T1AVX512_step:
 	VPADDD       Z8, Z2, Z2
 	VMOVDQU32    Z2, 64(SI)
 	ADDQ         $0x00000080, SI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T1AVX512_fused
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt8T1AVX512_fused
 	SUBQ         $0x00000080, SI
-	MOVQ         192(AX), R8
-	MOVQ         152(AX), R9
-	IMULQ        R8, R9
-	ADDQ         144(AX), R9
-	MOVQ         120(AX), R10
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
 	VMOVDQU32    (SI), Z1
-	VPADDD.BCST  (R10)(R8*4), Z1, Z1
+	VPADDD.BCST  (R11)(R9*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R9), Z1, Z1
+	VMULPS       (R10), Z1, Z1
 	VMOVDQU32    64(SI), Z2
-	VPADDD.BCST  (R10)(R8*4), Z2, Z2
+	VPADDD.BCST  (R11)(R9*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R9), Z2, Z2
-	MOVQ         128(AX), R9
-	MOVQ         200(AX), R10
-	VDIVPS.BCST  (R9)(R8*4), Z1, Z1
-	VMOVUPS      (R10), Z3
+	VMULPS       64(R10), Z2, Z2
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VDIVPS.BCST  (R10)(R9*4), Z1, Z1
+	VMOVUPS      (R11), Z3
 	VADDPS       Z1, Z3, Z1
-	VDIVPS.BCST  (R9)(R8*4), Z2, Z2
-	VMOVUPS      64(R10), Z3
+	VDIVPS.BCST  (R10)(R9*4), Z2, Z2
+	VMOVUPS      64(R11), Z3
 	VADDPS       Z2, Z3, Z2
 	CMPQ         DI, $0x01
 	JE           gemvInt8T1AVX512_fused0last
-	VMOVUPS      Z1, (R10)
-	VMOVUPS      Z2, 64(R10)
+	VMOVUPS      Z1, (R11)
+	VMOVUPS      Z2, 64(R11)
 	JMP          gemvInt8T1AVX512_fused0next
 
 gemvInt8T1AVX512_fused0last:
-	MOVQ   160(AX), R9
-	TESTQ  R9, R9
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
 	JZ     gemvInt8T1AVX512_fused0lastout
-	VADDPS (R9), Z1, Z1
-	VADDPS 64(R9), Z2, Z2
+	VADDPS (R10), Z1, Z1
+	VADDPS 64(R10), Z2, Z2
 
 gemvInt8T1AVX512_fused0lastout:
-	MOVQ    184(AX), R9
-	KMOVW   R9, K1
-	SHRQ    $0x10, R9
-	KMOVW   R9, K2
-	MOVQ    168(AX), R9
-	VMOVUPS Z1, K1, (R9)
-	VMOVUPS Z2, K2, 64(R9)
+	MOVQ    96(R8), R10
+	KMOVW   R10, K1
+	SHRQ    $0x10, R10
+	KMOVW   R10, K2
+	MOVQ    80(R8), R8
+	VMOVUPS Z1, K1, (R8)
+	VMOVUPS Z2, K2, 64(R8)
 
 gemvInt8T1AVX512_fused0next:
-	INCQ R8
-	MOVQ R8, 192(AX)
+	INCQ R9
+	MOVQ R9, 120(AX)
 
 gemvInt8T1AVX512_fused:
 	DECQ DI
@@ -1831,58 +1834,59 @@ gemvInt1T1AVX512_step:
 	VMOVDQU32    Z1, (SI)
 	VMOVDQU32    Z3, 64(SI)
 	ADDQ         $0x00000080, SI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt1T1AVX512_fused
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt1T1AVX512_fused
 	SUBQ         $0x00000080, SI
-	MOVQ         192(AX), R8
-	MOVQ         152(AX), R9
-	IMULQ        R8, R9
-	ADDQ         144(AX), R9
-	MOVQ         120(AX), R10
-	VPBROADCASTD (R10)(R8*4), Z3
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Z3
 	VMOVDQU32    (SI), Z1
 	VPSLLD       $0x01, Z1, Z1
 	VPSUBD       Z1, Z3, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R9), Z1, Z1
+	VMULPS       (R10), Z1, Z1
 	VMOVDQU32    64(SI), Z2
 	VPSLLD       $0x01, Z2, Z2
 	VPSUBD       Z2, Z3, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R9), Z2, Z2
-	MOVQ         128(AX), R9
-	MOVQ         200(AX), R10
-	VDIVPS.BCST  (R9)(R8*4), Z1, Z1
-	VMOVUPS      (R10), Z3
+	VMULPS       64(R10), Z2, Z2
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VDIVPS.BCST  (R10)(R9*4), Z1, Z1
+	VMOVUPS      (R11), Z3
 	VADDPS       Z1, Z3, Z1
-	VDIVPS.BCST  (R9)(R8*4), Z2, Z2
-	VMOVUPS      64(R10), Z3
+	VDIVPS.BCST  (R10)(R9*4), Z2, Z2
+	VMOVUPS      64(R11), Z3
 	VADDPS       Z2, Z3, Z2
 	CMPQ         DI, $0x01
 	JE           gemvInt1T1AVX512_fused0last
-	VMOVUPS      Z1, (R10)
-	VMOVUPS      Z2, 64(R10)
+	VMOVUPS      Z1, (R11)
+	VMOVUPS      Z2, 64(R11)
 	JMP          gemvInt1T1AVX512_fused0next
 
 gemvInt1T1AVX512_fused0last:
-	MOVQ   160(AX), R9
-	TESTQ  R9, R9
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
 	JZ     gemvInt1T1AVX512_fused0lastout
-	VADDPS (R9), Z1, Z1
-	VADDPS 64(R9), Z2, Z2
+	VADDPS (R10), Z1, Z1
+	VADDPS 64(R10), Z2, Z2
 
 gemvInt1T1AVX512_fused0lastout:
-	MOVQ    184(AX), R9
-	KMOVW   R9, K1
-	SHRQ    $0x10, R9
-	KMOVW   R9, K2
-	MOVQ    168(AX), R9
-	VMOVUPS Z1, K1, (R9)
-	VMOVUPS Z2, K2, 64(R9)
+	MOVQ    96(R8), R10
+	KMOVW   R10, K1
+	SHRQ    $0x10, R10
+	KMOVW   R10, K2
+	MOVQ    80(R8), R8
+	VMOVUPS Z1, K1, (R8)
+	VMOVUPS Z2, K2, 64(R8)
 
 gemvInt1T1AVX512_fused0next:
-	INCQ R8
-	MOVQ R8, 192(AX)
+	INCQ R9
+	MOVQ R9, 120(AX)
 
 gemvInt1T1AVX512_fused:
 	DECQ DI
@@ -2463,78 +2467,79 @@ gemvInt2T2AVX512_step:
 	VMOVDQU32    Z12, 128(DI)
 	VMOVDQU32    Z14, 192(DI)
 	ADDQ         $0x00000100, DI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt2T2AVX512_fused
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt2T2AVX512_fused
 	SUBQ         $0x00000100, DI
-	MOVQ         192(AX), R9
-	MOVQ         152(AX), R10
-	IMULQ        R9, R10
-	ADDQ         144(AX), R10
-	MOVQ         120(AX), R11
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
 	VMOVDQU32    (DI), Z4
-	VPADDD.BCST  (R11)(R9*4), Z4, Z4
+	VPADDD.BCST  (R12)(R10*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       (R10), Z4, Z4
+	VMULPS       (R11), Z4, Z4
 	VMOVDQU32    64(DI), Z5
-	VPADDD.BCST  (R11)(R9*4), Z5, Z5
+	VPADDD.BCST  (R12)(R10*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       64(R10), Z5, Z5
-	ADDQ         136(AX), R11
+	VMULPS       64(R11), Z5, Z5
+	ADDQ         48(R9), R12
 	VMOVDQU32    128(DI), Z6
-	VPADDD.BCST  (R11)(R9*4), Z6, Z6
+	VPADDD.BCST  (R12)(R10*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       (R10), Z6, Z6
+	VMULPS       (R11), Z6, Z6
 	VMOVDQU32    192(DI), Z7
-	VPADDD.BCST  (R11)(R9*4), Z7, Z7
+	VPADDD.BCST  (R12)(R10*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       64(R10), Z7, Z7
-	MOVQ         128(AX), R10
-	MOVQ         200(AX), R11
-	VDIVPS.BCST  (R10)(R9*4), Z4, Z4
-	VMOVUPS      (R11), Z8
+	VMULPS       64(R11), Z7, Z7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
+	VMOVUPS      (R12), Z8
 	VADDPS       Z4, Z8, Z4
-	VDIVPS.BCST  (R10)(R9*4), Z5, Z5
-	VMOVUPS      64(R11), Z8
+	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
+	VMOVUPS      64(R12), Z8
 	VADDPS       Z5, Z8, Z5
-	ADDQ         136(AX), R10
-	VDIVPS.BCST  (R10)(R9*4), Z6, Z6
-	VMOVUPS      128(R11), Z8
+	ADDQ         48(R9), R11
+	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
+	VMOVUPS      128(R12), Z8
 	VADDPS       Z6, Z8, Z6
-	VDIVPS.BCST  (R10)(R9*4), Z7, Z7
-	VMOVUPS      192(R11), Z8
+	VDIVPS.BCST  (R11)(R10*4), Z7, Z7
+	VMOVUPS      192(R12), Z8
 	VADDPS       Z7, Z8, Z7
 	CMPQ         R8, $0x01
 	JE           gemvInt2T2AVX512_fused0last
-	VMOVUPS      Z4, (R11)
-	VMOVUPS      Z5, 64(R11)
-	VMOVUPS      Z6, 128(R11)
-	VMOVUPS      Z7, 192(R11)
+	VMOVUPS      Z4, (R12)
+	VMOVUPS      Z5, 64(R12)
+	VMOVUPS      Z6, 128(R12)
+	VMOVUPS      Z7, 192(R12)
 	JMP          gemvInt2T2AVX512_fused0next
 
 gemvInt2T2AVX512_fused0last:
-	MOVQ   160(AX), R10
-	TESTQ  R10, R10
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
 	JZ     gemvInt2T2AVX512_fused0lastout
-	VADDPS (R10), Z4, Z4
-	VADDPS 64(R10), Z5, Z5
-	VADDPS (R10), Z6, Z6
-	VADDPS 64(R10), Z7, Z7
+	VADDPS (R11), Z4, Z4
+	VADDPS 64(R11), Z5, Z5
+	VADDPS (R11), Z6, Z6
+	VADDPS 64(R11), Z7, Z7
 
 gemvInt2T2AVX512_fused0lastout:
-	MOVQ    184(AX), R10
-	KMOVW   R10, K1
-	SHRQ    $0x10, R10
-	KMOVW   R10, K2
-	MOVQ    168(AX), R10
-	VMOVUPS Z4, K1, (R10)
-	VMOVUPS Z5, K2, 64(R10)
-	ADDQ    176(AX), R10
-	VMOVUPS Z6, K1, (R10)
-	VMOVUPS Z7, K2, 64(R10)
+	MOVQ    96(R9), R11
+	KMOVW   R11, K1
+	SHRQ    $0x10, R11
+	KMOVW   R11, K2
+	MOVQ    80(R9), R11
+	VMOVUPS Z4, K1, (R11)
+	VMOVUPS Z5, K2, 64(R11)
+	ADDQ    88(R9), R11
+	VMOVUPS Z6, K1, (R11)
+	VMOVUPS Z7, K2, 64(R11)
 
 gemvInt2T2AVX512_fused0next:
-	INCQ R9
-	MOVQ R9, 192(AX)
+	INCQ R10
+	MOVQ R10, 120(AX)
 
 gemvInt2T2AVX512_fused:
 	DECQ R8
@@ -2647,78 +2652,79 @@ gemvInt8T2AVX512_step:
 	VPADDD       Z16, Z10, Z10
 	VMOVDQU32    Z10, 192(DI)
 	ADDQ         $0x00000100, DI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T2AVX512_fused
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt8T2AVX512_fused
 	SUBQ         $0x00000100, DI
-	MOVQ         192(AX), R9
-	MOVQ         152(AX), R10
-	IMULQ        R9, R10
-	ADDQ         144(AX), R10
-	MOVQ         120(AX), R11
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
 	VMOVDQU32    (DI), Z1
-	VPADDD.BCST  (R11)(R9*4), Z1, Z1
+	VPADDD.BCST  (R12)(R10*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R10), Z1, Z1
+	VMULPS       (R11), Z1, Z1
 	VMOVDQU32    64(DI), Z2
-	VPADDD.BCST  (R11)(R9*4), Z2, Z2
+	VPADDD.BCST  (R12)(R10*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R10), Z2, Z2
-	ADDQ         136(AX), R11
+	VMULPS       64(R11), Z2, Z2
+	ADDQ         48(R9), R12
 	VMOVDQU32    128(DI), Z3
-	VPADDD.BCST  (R11)(R9*4), Z3, Z3
+	VPADDD.BCST  (R12)(R10*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R10), Z3, Z3
+	VMULPS       (R11), Z3, Z3
 	VMOVDQU32    192(DI), Z4
-	VPADDD.BCST  (R11)(R9*4), Z4, Z4
+	VPADDD.BCST  (R12)(R10*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R10), Z4, Z4
-	MOVQ         128(AX), R10
-	MOVQ         200(AX), R11
-	VDIVPS.BCST  (R10)(R9*4), Z1, Z1
-	VMOVUPS      (R11), Z5
+	VMULPS       64(R11), Z4, Z4
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
+	VMOVUPS      (R12), Z5
 	VADDPS       Z1, Z5, Z1
-	VDIVPS.BCST  (R10)(R9*4), Z2, Z2
-	VMOVUPS      64(R11), Z5
+	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
+	VMOVUPS      64(R12), Z5
 	VADDPS       Z2, Z5, Z2
-	ADDQ         136(AX), R10
-	VDIVPS.BCST  (R10)(R9*4), Z3, Z3
-	VMOVUPS      128(R11), Z5
+	ADDQ         48(R9), R11
+	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
+	VMOVUPS      128(R12), Z5
 	VADDPS       Z3, Z5, Z3
-	VDIVPS.BCST  (R10)(R9*4), Z4, Z4
-	VMOVUPS      192(R11), Z5
+	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
+	VMOVUPS      192(R12), Z5
 	VADDPS       Z4, Z5, Z4
 	CMPQ         R8, $0x01
 	JE           gemvInt8T2AVX512_fused0last
-	VMOVUPS      Z1, (R11)
-	VMOVUPS      Z2, 64(R11)
-	VMOVUPS      Z3, 128(R11)
-	VMOVUPS      Z4, 192(R11)
+	VMOVUPS      Z1, (R12)
+	VMOVUPS      Z2, 64(R12)
+	VMOVUPS      Z3, 128(R12)
+	VMOVUPS      Z4, 192(R12)
 	JMP          gemvInt8T2AVX512_fused0next
 
 gemvInt8T2AVX512_fused0last:
-	MOVQ   160(AX), R10
-	TESTQ  R10, R10
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
 	JZ     gemvInt8T2AVX512_fused0lastout
-	VADDPS (R10), Z1, Z1
-	VADDPS 64(R10), Z2, Z2
-	VADDPS (R10), Z3, Z3
-	VADDPS 64(R10), Z4, Z4
+	VADDPS (R11), Z1, Z1
+	VADDPS 64(R11), Z2, Z2
+	VADDPS (R11), Z3, Z3
+	VADDPS 64(R11), Z4, Z4
 
 gemvInt8T2AVX512_fused0lastout:
-	MOVQ    184(AX), R10
-	KMOVW   R10, K1
-	SHRQ    $0x10, R10
-	KMOVW   R10, K2
-	MOVQ    168(AX), R10
-	VMOVUPS Z1, K1, (R10)
-	VMOVUPS Z2, K2, 64(R10)
-	ADDQ    176(AX), R10
-	VMOVUPS Z3, K1, (R10)
-	VMOVUPS Z4, K2, 64(R10)
+	MOVQ    96(R9), R11
+	KMOVW   R11, K1
+	SHRQ    $0x10, R11
+	KMOVW   R11, K2
+	MOVQ    80(R9), R11
+	VMOVUPS Z1, K1, (R11)
+	VMOVUPS Z2, K2, 64(R11)
+	ADDQ    88(R9), R11
+	VMOVUPS Z3, K1, (R11)
+	VMOVUPS Z4, K2, 64(R11)
 
 gemvInt8T2AVX512_fused0next:
-	INCQ R9
-	MOVQ R9, 192(AX)
+	INCQ R10
+	MOVQ R10, 120(AX)
 
 gemvInt8T2AVX512_fused:
 	DECQ R8
@@ -2996,84 +3002,85 @@ gemvInt1T2AVX512_step:
 	VMOVDQU32    Z9, 128(DI)
 	VMOVDQU32    Z11, 192(DI)
 	ADDQ         $0x00000100, DI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt1T2AVX512_fused
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt1T2AVX512_fused
 	SUBQ         $0x00000100, DI
-	MOVQ         192(AX), R9
-	MOVQ         152(AX), R10
-	IMULQ        R9, R10
-	ADDQ         144(AX), R10
-	MOVQ         120(AX), R11
-	VPBROADCASTD (R11)(R9*4), Z5
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Z5
 	VMOVDQU32    (DI), Z1
 	VPSLLD       $0x01, Z1, Z1
 	VPSUBD       Z1, Z5, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R10), Z1, Z1
+	VMULPS       (R11), Z1, Z1
 	VMOVDQU32    64(DI), Z2
 	VPSLLD       $0x01, Z2, Z2
 	VPSUBD       Z2, Z5, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R10), Z2, Z2
-	ADDQ         136(AX), R11
-	VPBROADCASTD (R11)(R9*4), Z5
+	VMULPS       64(R11), Z2, Z2
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Z5
 	VMOVDQU32    128(DI), Z3
 	VPSLLD       $0x01, Z3, Z3
 	VPSUBD       Z3, Z5, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R10), Z3, Z3
+	VMULPS       (R11), Z3, Z3
 	VMOVDQU32    192(DI), Z4
 	VPSLLD       $0x01, Z4, Z4
 	VPSUBD       Z4, Z5, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R10), Z4, Z4
-	MOVQ         128(AX), R10
-	MOVQ         200(AX), R11
-	VDIVPS.BCST  (R10)(R9*4), Z1, Z1
-	VMOVUPS      (R11), Z5
+	VMULPS       64(R11), Z4, Z4
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
+	VMOVUPS      (R12), Z5
 	VADDPS       Z1, Z5, Z1
-	VDIVPS.BCST  (R10)(R9*4), Z2, Z2
-	VMOVUPS      64(R11), Z5
+	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
+	VMOVUPS      64(R12), Z5
 	VADDPS       Z2, Z5, Z2
-	ADDQ         136(AX), R10
-	VDIVPS.BCST  (R10)(R9*4), Z3, Z3
-	VMOVUPS      128(R11), Z5
+	ADDQ         48(R9), R11
+	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
+	VMOVUPS      128(R12), Z5
 	VADDPS       Z3, Z5, Z3
-	VDIVPS.BCST  (R10)(R9*4), Z4, Z4
-	VMOVUPS      192(R11), Z5
+	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
+	VMOVUPS      192(R12), Z5
 	VADDPS       Z4, Z5, Z4
 	CMPQ         R8, $0x01
 	JE           gemvInt1T2AVX512_fused0last
-	VMOVUPS      Z1, (R11)
-	VMOVUPS      Z2, 64(R11)
-	VMOVUPS      Z3, 128(R11)
-	VMOVUPS      Z4, 192(R11)
+	VMOVUPS      Z1, (R12)
+	VMOVUPS      Z2, 64(R12)
+	VMOVUPS      Z3, 128(R12)
+	VMOVUPS      Z4, 192(R12)
 	JMP          gemvInt1T2AVX512_fused0next
 
 gemvInt1T2AVX512_fused0last:
-	MOVQ   160(AX), R10
-	TESTQ  R10, R10
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
 	JZ     gemvInt1T2AVX512_fused0lastout
-	VADDPS (R10), Z1, Z1
-	VADDPS 64(R10), Z2, Z2
-	VADDPS (R10), Z3, Z3
-	VADDPS 64(R10), Z4, Z4
+	VADDPS (R11), Z1, Z1
+	VADDPS 64(R11), Z2, Z2
+	VADDPS (R11), Z3, Z3
+	VADDPS 64(R11), Z4, Z4
 
 gemvInt1T2AVX512_fused0lastout:
-	MOVQ    184(AX), R10
-	KMOVW   R10, K1
-	SHRQ    $0x10, R10
-	KMOVW   R10, K2
-	MOVQ    168(AX), R10
-	VMOVUPS Z1, K1, (R10)
-	VMOVUPS Z2, K2, 64(R10)
-	ADDQ    176(AX), R10
-	VMOVUPS Z3, K1, (R10)
-	VMOVUPS Z4, K2, 64(R10)
+	MOVQ    96(R9), R11
+	KMOVW   R11, K1
+	SHRQ    $0x10, R11
+	KMOVW   R11, K2
+	MOVQ    80(R9), R11
+	VMOVUPS Z1, K1, (R11)
+	VMOVUPS Z2, K2, 64(R11)
+	ADDQ    88(R9), R11
+	VMOVUPS Z3, K1, (R11)
+	VMOVUPS Z4, K2, 64(R11)
 
 gemvInt1T2AVX512_fused0next:
-	INCQ R9
-	MOVQ R9, 192(AX)
+	INCQ R10
+	MOVQ R10, 120(AX)
 
 gemvInt1T2AVX512_fused:
 	DECQ R8
@@ -3912,101 +3919,102 @@ gemvInt2T3AVX512_step:
 	VPADDD          Z15, Z13, Z13
 	VMOVDQU32       Z13, 320(R8)
 	ADDQ            $0x00000180, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T3AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2T3AVX512_fused
 	SUBQ            $0x00000180, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z10
+	VMULPS          64(R12), Z9, Z9
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z10
 	VADDPS          Z4, Z10, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z10
 	VADDPS          Z5, Z10, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z10
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z10
 	VADDPS          Z6, Z10, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z10
 	VADDPS          Z7, Z10, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z10
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z10
 	VADDPS          Z8, Z10, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z10
 	VADDPS          Z9, Z10, Z9
 	CMPQ            R9, $0x01
 	JE              gemvInt2T3AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
 	JMP             gemvInt2T3AVX512_fused0next
 
 gemvInt2T3AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T3AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
 
 gemvInt2T3AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
 
 gemvInt2T3AVX512_fused0next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2T3AVX512_fused:
 	DECQ R9
@@ -4099,101 +4107,102 @@ gemvInt2SeqT3AVX512_step:
 	VPSRAVD         Z3, Z13, Z13
 	VMOVDQU32       Z13, 320(R8)
 	ADDQ            $0x00000180, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT3AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2SeqT3AVX512_fused
 	SUBQ            $0x00000180, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z10
+	VMULPS          64(R12), Z9, Z9
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z10
 	VADDPS          Z4, Z10, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z10
 	VADDPS          Z5, Z10, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z10
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z10
 	VADDPS          Z6, Z10, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z10
 	VADDPS          Z7, Z10, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z10
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z10
 	VADDPS          Z8, Z10, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z10
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z10
 	VADDPS          Z9, Z10, Z9
 	CMPQ            R9, $0x01
 	JE              gemvInt2SeqT3AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
 	JMP             gemvInt2SeqT3AVX512_fused0next
 
 gemvInt2SeqT3AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT3AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
 
 gemvInt2SeqT3AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
 
 gemvInt2SeqT3AVX512_fused0next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2SeqT3AVX512_fused:
 	DECQ R9
@@ -4312,101 +4321,102 @@ gemvInt8T3AVX512_step:
 	VPADDD       Z12, Z10, Z10
 	VMOVDQU32    Z10, 320(R8)
 	ADDQ         $0x00000180, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T3AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt8T3AVX512_fused
 	SUBQ         $0x00000180, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
 	VMOVDQU32    (R8), Z1
-	VPADDD.BCST  (R12)(R10*4), Z1, Z1
+	VPADDD.BCST  (R13)(R11*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
-	VPADDD.BCST  (R12)(R10*4), Z2, Z2
+	VPADDD.BCST  (R13)(R11*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
 	VMOVDQU32    128(R8), Z3
-	VPADDD.BCST  (R12)(R10*4), Z3, Z3
+	VPADDD.BCST  (R13)(R11*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
-	VPADDD.BCST  (R12)(R10*4), Z4, Z4
+	VPADDD.BCST  (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
 	VMOVDQU32    256(R8), Z5
-	VPADDD.BCST  (R12)(R10*4), Z5, Z5
+	VPADDD.BCST  (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
-	VPADDD.BCST  (R12)(R10*4), Z6, Z6
+	VPADDD.BCST  (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z7
+	VMULPS       64(R12), Z6, Z6
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z7
 	VADDPS       Z1, Z7, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z7
 	VADDPS       Z2, Z7, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z7
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z7
 	VADDPS       Z3, Z7, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z7
 	VADDPS       Z4, Z7, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z7
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z7
 	VADDPS       Z5, Z7, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z7
 	VADDPS       Z6, Z7, Z6
 	CMPQ         R9, $0x01
 	JE           gemvInt8T3AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
 	JMP          gemvInt8T3AVX512_fused0next
 
 gemvInt8T3AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T3AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
 
 gemvInt8T3AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
 
 gemvInt8T3AVX512_fused0next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt8T3AVX512_fused:
 	DECQ R9
@@ -4708,110 +4718,111 @@ gemvInt1T3AVX512_step:
 	VMOVDQU32    Z9, 256(R8)
 	VMOVDQU32    Z11, 320(R8)
 	ADDQ         $0x00000180, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt1T3AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt1T3AVX512_fused
 	SUBQ         $0x00000180, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
-	VPBROADCASTD (R12)(R10*4), Z7
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
+	VPBROADCASTD (R13)(R11*4), Z7
 	VMOVDQU32    (R8), Z1
 	VPSLLD       $0x01, Z1, Z1
 	VPSUBD       Z1, Z7, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
 	VPSLLD       $0x01, Z2, Z2
 	VPSUBD       Z2, Z7, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
-	VPBROADCASTD (R12)(R10*4), Z7
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
+	VPBROADCASTD (R13)(R11*4), Z7
 	VMOVDQU32    128(R8), Z3
 	VPSLLD       $0x01, Z3, Z3
 	VPSUBD       Z3, Z7, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
 	VPSLLD       $0x01, Z4, Z4
 	VPSUBD       Z4, Z7, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
-	VPBROADCASTD (R12)(R10*4), Z7
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
+	VPBROADCASTD (R13)(R11*4), Z7
 	VMOVDQU32    256(R8), Z5
 	VPSLLD       $0x01, Z5, Z5
 	VPSUBD       Z5, Z7, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
 	VPSLLD       $0x01, Z6, Z6
 	VPSUBD       Z6, Z7, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z7
+	VMULPS       64(R12), Z6, Z6
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z7
 	VADDPS       Z1, Z7, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z7
 	VADDPS       Z2, Z7, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z7
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z7
 	VADDPS       Z3, Z7, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z7
 	VADDPS       Z4, Z7, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z7
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z7
 	VADDPS       Z5, Z7, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z7
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z7
 	VADDPS       Z6, Z7, Z6
 	CMPQ         R9, $0x01
 	JE           gemvInt1T3AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
 	JMP          gemvInt1T3AVX512_fused0next
 
 gemvInt1T3AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt1T3AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
 
 gemvInt1T3AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
 
 gemvInt1T3AVX512_fused0next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt1T3AVX512_fused:
 	DECQ R9
@@ -5939,124 +5950,125 @@ gemvInt2T4AVX512_step:
 	VPADDD          Z19, Z17, Z17
 	VMOVDQU32       Z17, 448(R9)
 	ADDQ            $0x00000200, R9
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T4AVX512_fused
+	MOVQ            112(AX), R11
+	TESTQ           R11, R11
+	JZ              gemvInt2T4AVX512_fused
 	SUBQ            $0x00000200, R9
-	MOVQ            192(AX), R11
-	MOVQ            152(AX), R12
-	IMULQ           R11, R12
-	ADDQ            144(AX), R12
-	MOVQ            120(AX), R13
+	MOVQ            120(AX), R12
+	MOVQ            64(R11), R13
+	IMULQ           R12, R13
+	ADDQ            56(R11), R13
+	MOVQ            32(R11), R14
 	VMOVDQU32       (R9), Z4
-	VPADDD.BCST     (R13)(R11*4), Z4, Z4
+	VPADDD.BCST     (R14)(R12*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R12), Z4, Z4
+	VMULPS          (R13), Z4, Z4
 	VMOVDQU32       64(R9), Z5
-	VPADDD.BCST     (R13)(R11*4), Z5, Z5
+	VPADDD.BCST     (R14)(R12*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R12), Z5, Z5
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z5, Z5
+	ADDQ            48(R11), R14
 	VMOVDQU32       128(R9), Z6
-	VPADDD.BCST     (R13)(R11*4), Z6, Z6
+	VPADDD.BCST     (R14)(R12*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R12), Z6, Z6
+	VMULPS          (R13), Z6, Z6
 	VMOVDQU32       192(R9), Z7
-	VPADDD.BCST     (R13)(R11*4), Z7, Z7
+	VPADDD.BCST     (R14)(R12*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R12), Z7, Z7
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z7, Z7
+	ADDQ            48(R11), R14
 	VMOVDQU32       256(R9), Z8
-	VPADDD.BCST     (R13)(R11*4), Z8, Z8
+	VPADDD.BCST     (R14)(R12*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R12), Z8, Z8
+	VMULPS          (R13), Z8, Z8
 	VMOVDQU32       320(R9), Z9
-	VPADDD.BCST     (R13)(R11*4), Z9, Z9
+	VPADDD.BCST     (R14)(R12*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R12), Z9, Z9
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z9, Z9
+	ADDQ            48(R11), R14
 	VMOVDQU32       384(R9), Z10
-	VPADDD.BCST     (R13)(R11*4), Z10, Z10
+	VPADDD.BCST     (R14)(R12*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R12), Z10, Z10
+	VMULPS          (R13), Z10, Z10
 	VMOVDQU32       448(R9), Z11
-	VPADDD.BCST     (R13)(R11*4), Z11, Z11
+	VPADDD.BCST     (R14)(R12*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R12), Z11, Z11
-	MOVQ            128(AX), R12
-	MOVQ            200(AX), R13
-	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
-	VMOVUPS         (R13), Z12
+	VMULPS          64(R13), Z11, Z11
+	MOVQ            40(R11), R13
+	MOVQ            128(AX), R14
+	VDIVPS.BCST     (R13)(R12*4), Z4, Z4
+	VMOVUPS         (R14), Z12
 	VADDPS          Z4, Z12, Z4
-	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
-	VMOVUPS         64(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z5, Z5
+	VMOVUPS         64(R14), Z12
 	VADDPS          Z5, Z12, Z5
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
-	VMOVUPS         128(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z6, Z6
+	VMOVUPS         128(R14), Z12
 	VADDPS          Z6, Z12, Z6
-	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
-	VMOVUPS         192(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z7, Z7
+	VMOVUPS         192(R14), Z12
 	VADDPS          Z7, Z12, Z7
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
-	VMOVUPS         256(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z8, Z8
+	VMOVUPS         256(R14), Z12
 	VADDPS          Z8, Z12, Z8
-	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
-	VMOVUPS         320(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z9, Z9
+	VMOVUPS         320(R14), Z12
 	VADDPS          Z9, Z12, Z9
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
-	VMOVUPS         384(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z10, Z10
+	VMOVUPS         384(R14), Z12
 	VADDPS          Z10, Z12, Z10
-	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
-	VMOVUPS         448(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z11, Z11
+	VMOVUPS         448(R14), Z12
 	VADDPS          Z11, Z12, Z11
 	CMPQ            R10, $0x01
 	JE              gemvInt2T4AVX512_fused0last
-	VMOVUPS         Z4, (R13)
-	VMOVUPS         Z5, 64(R13)
-	VMOVUPS         Z6, 128(R13)
-	VMOVUPS         Z7, 192(R13)
-	VMOVUPS         Z8, 256(R13)
-	VMOVUPS         Z9, 320(R13)
-	VMOVUPS         Z10, 384(R13)
-	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z4, (R14)
+	VMOVUPS         Z5, 64(R14)
+	VMOVUPS         Z6, 128(R14)
+	VMOVUPS         Z7, 192(R14)
+	VMOVUPS         Z8, 256(R14)
+	VMOVUPS         Z9, 320(R14)
+	VMOVUPS         Z10, 384(R14)
+	VMOVUPS         Z11, 448(R14)
 	JMP             gemvInt2T4AVX512_fused0next
 
 gemvInt2T4AVX512_fused0last:
-	MOVQ   160(AX), R12
-	TESTQ  R12, R12
+	MOVQ   72(R11), R13
+	TESTQ  R13, R13
 	JZ     gemvInt2T4AVX512_fused0lastout
-	VADDPS (R12), Z4, Z4
-	VADDPS 64(R12), Z5, Z5
-	VADDPS (R12), Z6, Z6
-	VADDPS 64(R12), Z7, Z7
-	VADDPS (R12), Z8, Z8
-	VADDPS 64(R12), Z9, Z9
-	VADDPS (R12), Z10, Z10
-	VADDPS 64(R12), Z11, Z11
+	VADDPS (R13), Z4, Z4
+	VADDPS 64(R13), Z5, Z5
+	VADDPS (R13), Z6, Z6
+	VADDPS 64(R13), Z7, Z7
+	VADDPS (R13), Z8, Z8
+	VADDPS 64(R13), Z9, Z9
+	VADDPS (R13), Z10, Z10
+	VADDPS 64(R13), Z11, Z11
 
 gemvInt2T4AVX512_fused0lastout:
-	MOVQ    184(AX), R12
-	KMOVW   R12, K1
-	SHRQ    $0x10, R12
-	KMOVW   R12, K2
-	MOVQ    168(AX), R12
-	VMOVUPS Z4, K1, (R12)
-	VMOVUPS Z5, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z6, K1, (R12)
-	VMOVUPS Z7, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z8, K1, (R12)
-	VMOVUPS Z9, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z10, K1, (R12)
-	VMOVUPS Z11, K2, 64(R12)
+	MOVQ    96(R11), R13
+	KMOVW   R13, K1
+	SHRQ    $0x10, R13
+	KMOVW   R13, K2
+	MOVQ    80(R11), R13
+	VMOVUPS Z4, K1, (R13)
+	VMOVUPS Z5, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z6, K1, (R13)
+	VMOVUPS Z7, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z8, K1, (R13)
+	VMOVUPS Z9, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z10, K1, (R13)
+	VMOVUPS Z11, K2, 64(R13)
 
 gemvInt2T4AVX512_fused0next:
-	INCQ R11
-	MOVQ R11, 192(AX)
+	INCQ R12
+	MOVQ R12, 120(AX)
 
 gemvInt2T4AVX512_fused:
 	DECQ R10
@@ -6167,124 +6179,125 @@ gemvInt2SeqT4AVX512_step:
 	VPSRAVD         Z3, Z17, Z17
 	VMOVDQU32       Z17, 448(R9)
 	ADDQ            $0x00000200, R9
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT4AVX512_fused
+	MOVQ            112(AX), R11
+	TESTQ           R11, R11
+	JZ              gemvInt2SeqT4AVX512_fused
 	SUBQ            $0x00000200, R9
-	MOVQ            192(AX), R11
-	MOVQ            152(AX), R12
-	IMULQ           R11, R12
-	ADDQ            144(AX), R12
-	MOVQ            120(AX), R13
+	MOVQ            120(AX), R12
+	MOVQ            64(R11), R13
+	IMULQ           R12, R13
+	ADDQ            56(R11), R13
+	MOVQ            32(R11), R14
 	VMOVDQU32       (R9), Z4
-	VPADDD.BCST     (R13)(R11*4), Z4, Z4
+	VPADDD.BCST     (R14)(R12*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R12), Z4, Z4
+	VMULPS          (R13), Z4, Z4
 	VMOVDQU32       64(R9), Z5
-	VPADDD.BCST     (R13)(R11*4), Z5, Z5
+	VPADDD.BCST     (R14)(R12*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R12), Z5, Z5
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z5, Z5
+	ADDQ            48(R11), R14
 	VMOVDQU32       128(R9), Z6
-	VPADDD.BCST     (R13)(R11*4), Z6, Z6
+	VPADDD.BCST     (R14)(R12*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R12), Z6, Z6
+	VMULPS          (R13), Z6, Z6
 	VMOVDQU32       192(R9), Z7
-	VPADDD.BCST     (R13)(R11*4), Z7, Z7
+	VPADDD.BCST     (R14)(R12*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R12), Z7, Z7
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z7, Z7
+	ADDQ            48(R11), R14
 	VMOVDQU32       256(R9), Z8
-	VPADDD.BCST     (R13)(R11*4), Z8, Z8
+	VPADDD.BCST     (R14)(R12*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R12), Z8, Z8
+	VMULPS          (R13), Z8, Z8
 	VMOVDQU32       320(R9), Z9
-	VPADDD.BCST     (R13)(R11*4), Z9, Z9
+	VPADDD.BCST     (R14)(R12*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R12), Z9, Z9
-	ADDQ            136(AX), R13
+	VMULPS          64(R13), Z9, Z9
+	ADDQ            48(R11), R14
 	VMOVDQU32       384(R9), Z10
-	VPADDD.BCST     (R13)(R11*4), Z10, Z10
+	VPADDD.BCST     (R14)(R12*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R12), Z10, Z10
+	VMULPS          (R13), Z10, Z10
 	VMOVDQU32       448(R9), Z11
-	VPADDD.BCST     (R13)(R11*4), Z11, Z11
+	VPADDD.BCST     (R14)(R12*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R12), Z11, Z11
-	MOVQ            128(AX), R12
-	MOVQ            200(AX), R13
-	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
-	VMOVUPS         (R13), Z12
+	VMULPS          64(R13), Z11, Z11
+	MOVQ            40(R11), R13
+	MOVQ            128(AX), R14
+	VDIVPS.BCST     (R13)(R12*4), Z4, Z4
+	VMOVUPS         (R14), Z12
 	VADDPS          Z4, Z12, Z4
-	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
-	VMOVUPS         64(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z5, Z5
+	VMOVUPS         64(R14), Z12
 	VADDPS          Z5, Z12, Z5
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
-	VMOVUPS         128(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z6, Z6
+	VMOVUPS         128(R14), Z12
 	VADDPS          Z6, Z12, Z6
-	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
-	VMOVUPS         192(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z7, Z7
+	VMOVUPS         192(R14), Z12
 	VADDPS          Z7, Z12, Z7
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
-	VMOVUPS         256(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z8, Z8
+	VMOVUPS         256(R14), Z12
 	VADDPS          Z8, Z12, Z8
-	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
-	VMOVUPS         320(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z9, Z9
+	VMOVUPS         320(R14), Z12
 	VADDPS          Z9, Z12, Z9
-	ADDQ            136(AX), R12
-	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
-	VMOVUPS         384(R13), Z12
+	ADDQ            48(R11), R13
+	VDIVPS.BCST     (R13)(R12*4), Z10, Z10
+	VMOVUPS         384(R14), Z12
 	VADDPS          Z10, Z12, Z10
-	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
-	VMOVUPS         448(R13), Z12
+	VDIVPS.BCST     (R13)(R12*4), Z11, Z11
+	VMOVUPS         448(R14), Z12
 	VADDPS          Z11, Z12, Z11
 	CMPQ            R10, $0x01
 	JE              gemvInt2SeqT4AVX512_fused0last
-	VMOVUPS         Z4, (R13)
-	VMOVUPS         Z5, 64(R13)
-	VMOVUPS         Z6, 128(R13)
-	VMOVUPS         Z7, 192(R13)
-	VMOVUPS         Z8, 256(R13)
-	VMOVUPS         Z9, 320(R13)
-	VMOVUPS         Z10, 384(R13)
-	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z4, (R14)
+	VMOVUPS         Z5, 64(R14)
+	VMOVUPS         Z6, 128(R14)
+	VMOVUPS         Z7, 192(R14)
+	VMOVUPS         Z8, 256(R14)
+	VMOVUPS         Z9, 320(R14)
+	VMOVUPS         Z10, 384(R14)
+	VMOVUPS         Z11, 448(R14)
 	JMP             gemvInt2SeqT4AVX512_fused0next
 
 gemvInt2SeqT4AVX512_fused0last:
-	MOVQ   160(AX), R12
-	TESTQ  R12, R12
+	MOVQ   72(R11), R13
+	TESTQ  R13, R13
 	JZ     gemvInt2SeqT4AVX512_fused0lastout
-	VADDPS (R12), Z4, Z4
-	VADDPS 64(R12), Z5, Z5
-	VADDPS (R12), Z6, Z6
-	VADDPS 64(R12), Z7, Z7
-	VADDPS (R12), Z8, Z8
-	VADDPS 64(R12), Z9, Z9
-	VADDPS (R12), Z10, Z10
-	VADDPS 64(R12), Z11, Z11
+	VADDPS (R13), Z4, Z4
+	VADDPS 64(R13), Z5, Z5
+	VADDPS (R13), Z6, Z6
+	VADDPS 64(R13), Z7, Z7
+	VADDPS (R13), Z8, Z8
+	VADDPS 64(R13), Z9, Z9
+	VADDPS (R13), Z10, Z10
+	VADDPS 64(R13), Z11, Z11
 
 gemvInt2SeqT4AVX512_fused0lastout:
-	MOVQ    184(AX), R12
-	KMOVW   R12, K1
-	SHRQ    $0x10, R12
-	KMOVW   R12, K2
-	MOVQ    168(AX), R12
-	VMOVUPS Z4, K1, (R12)
-	VMOVUPS Z5, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z6, K1, (R12)
-	VMOVUPS Z7, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z8, K1, (R12)
-	VMOVUPS Z9, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z10, K1, (R12)
-	VMOVUPS Z11, K2, 64(R12)
+	MOVQ    96(R11), R13
+	KMOVW   R13, K1
+	SHRQ    $0x10, R13
+	KMOVW   R13, K2
+	MOVQ    80(R11), R13
+	VMOVUPS Z4, K1, (R13)
+	VMOVUPS Z5, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z6, K1, (R13)
+	VMOVUPS Z7, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z8, K1, (R13)
+	VMOVUPS Z9, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z10, K1, (R13)
+	VMOVUPS Z11, K2, 64(R13)
 
 gemvInt2SeqT4AVX512_fused0next:
-	INCQ R11
-	MOVQ R11, 192(AX)
+	INCQ R12
+	MOVQ R12, 120(AX)
 
 gemvInt2SeqT4AVX512_fused:
 	DECQ R10
@@ -6425,124 +6438,125 @@ gemvInt8T4AVX512_step:
 	VPADDD       Z16, Z14, Z14
 	VMOVDQU32    Z14, 448(R9)
 	ADDQ         $0x00000200, R9
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T4AVX512_fused
+	MOVQ         112(AX), R11
+	TESTQ        R11, R11
+	JZ           gemvInt8T4AVX512_fused
 	SUBQ         $0x00000200, R9
-	MOVQ         192(AX), R11
-	MOVQ         152(AX), R12
-	IMULQ        R11, R12
-	ADDQ         144(AX), R12
-	MOVQ         120(AX), R13
+	MOVQ         120(AX), R12
+	MOVQ         64(R11), R13
+	IMULQ        R12, R13
+	ADDQ         56(R11), R13
+	MOVQ         32(R11), R14
 	VMOVDQU32    (R9), Z1
-	VPADDD.BCST  (R13)(R11*4), Z1, Z1
+	VPADDD.BCST  (R14)(R12*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R12), Z1, Z1
+	VMULPS       (R13), Z1, Z1
 	VMOVDQU32    64(R9), Z2
-	VPADDD.BCST  (R13)(R11*4), Z2, Z2
+	VPADDD.BCST  (R14)(R12*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R12), Z2, Z2
-	ADDQ         136(AX), R13
+	VMULPS       64(R13), Z2, Z2
+	ADDQ         48(R11), R14
 	VMOVDQU32    128(R9), Z3
-	VPADDD.BCST  (R13)(R11*4), Z3, Z3
+	VPADDD.BCST  (R14)(R12*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R12), Z3, Z3
+	VMULPS       (R13), Z3, Z3
 	VMOVDQU32    192(R9), Z4
-	VPADDD.BCST  (R13)(R11*4), Z4, Z4
+	VPADDD.BCST  (R14)(R12*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R12), Z4, Z4
-	ADDQ         136(AX), R13
+	VMULPS       64(R13), Z4, Z4
+	ADDQ         48(R11), R14
 	VMOVDQU32    256(R9), Z5
-	VPADDD.BCST  (R13)(R11*4), Z5, Z5
+	VPADDD.BCST  (R14)(R12*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R12), Z5, Z5
+	VMULPS       (R13), Z5, Z5
 	VMOVDQU32    320(R9), Z6
-	VPADDD.BCST  (R13)(R11*4), Z6, Z6
+	VPADDD.BCST  (R14)(R12*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R12), Z6, Z6
-	ADDQ         136(AX), R13
+	VMULPS       64(R13), Z6, Z6
+	ADDQ         48(R11), R14
 	VMOVDQU32    384(R9), Z7
-	VPADDD.BCST  (R13)(R11*4), Z7, Z7
+	VPADDD.BCST  (R14)(R12*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R12), Z7, Z7
+	VMULPS       (R13), Z7, Z7
 	VMOVDQU32    448(R9), Z8
-	VPADDD.BCST  (R13)(R11*4), Z8, Z8
+	VPADDD.BCST  (R14)(R12*4), Z8, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R12), Z8, Z8
-	MOVQ         128(AX), R12
-	MOVQ         200(AX), R13
-	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
-	VMOVUPS      (R13), Z9
+	VMULPS       64(R13), Z8, Z8
+	MOVQ         40(R11), R13
+	MOVQ         128(AX), R14
+	VDIVPS.BCST  (R13)(R12*4), Z1, Z1
+	VMOVUPS      (R14), Z9
 	VADDPS       Z1, Z9, Z1
-	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
-	VMOVUPS      64(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z2, Z2
+	VMOVUPS      64(R14), Z9
 	VADDPS       Z2, Z9, Z2
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
-	VMOVUPS      128(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z3, Z3
+	VMOVUPS      128(R14), Z9
 	VADDPS       Z3, Z9, Z3
-	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
-	VMOVUPS      192(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z4, Z4
+	VMOVUPS      192(R14), Z9
 	VADDPS       Z4, Z9, Z4
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
-	VMOVUPS      256(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z5, Z5
+	VMOVUPS      256(R14), Z9
 	VADDPS       Z5, Z9, Z5
-	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
-	VMOVUPS      320(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z6, Z6
+	VMOVUPS      320(R14), Z9
 	VADDPS       Z6, Z9, Z6
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
-	VMOVUPS      384(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z7, Z7
+	VMOVUPS      384(R14), Z9
 	VADDPS       Z7, Z9, Z7
-	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
-	VMOVUPS      448(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z8, Z8
+	VMOVUPS      448(R14), Z9
 	VADDPS       Z8, Z9, Z8
 	CMPQ         R10, $0x01
 	JE           gemvInt8T4AVX512_fused0last
-	VMOVUPS      Z1, (R13)
-	VMOVUPS      Z2, 64(R13)
-	VMOVUPS      Z3, 128(R13)
-	VMOVUPS      Z4, 192(R13)
-	VMOVUPS      Z5, 256(R13)
-	VMOVUPS      Z6, 320(R13)
-	VMOVUPS      Z7, 384(R13)
-	VMOVUPS      Z8, 448(R13)
+	VMOVUPS      Z1, (R14)
+	VMOVUPS      Z2, 64(R14)
+	VMOVUPS      Z3, 128(R14)
+	VMOVUPS      Z4, 192(R14)
+	VMOVUPS      Z5, 256(R14)
+	VMOVUPS      Z6, 320(R14)
+	VMOVUPS      Z7, 384(R14)
+	VMOVUPS      Z8, 448(R14)
 	JMP          gemvInt8T4AVX512_fused0next
 
 gemvInt8T4AVX512_fused0last:
-	MOVQ   160(AX), R12
-	TESTQ  R12, R12
+	MOVQ   72(R11), R13
+	TESTQ  R13, R13
 	JZ     gemvInt8T4AVX512_fused0lastout
-	VADDPS (R12), Z1, Z1
-	VADDPS 64(R12), Z2, Z2
-	VADDPS (R12), Z3, Z3
-	VADDPS 64(R12), Z4, Z4
-	VADDPS (R12), Z5, Z5
-	VADDPS 64(R12), Z6, Z6
-	VADDPS (R12), Z7, Z7
-	VADDPS 64(R12), Z8, Z8
+	VADDPS (R13), Z1, Z1
+	VADDPS 64(R13), Z2, Z2
+	VADDPS (R13), Z3, Z3
+	VADDPS 64(R13), Z4, Z4
+	VADDPS (R13), Z5, Z5
+	VADDPS 64(R13), Z6, Z6
+	VADDPS (R13), Z7, Z7
+	VADDPS 64(R13), Z8, Z8
 
 gemvInt8T4AVX512_fused0lastout:
-	MOVQ    184(AX), R12
-	KMOVW   R12, K1
-	SHRQ    $0x10, R12
-	KMOVW   R12, K2
-	MOVQ    168(AX), R12
-	VMOVUPS Z1, K1, (R12)
-	VMOVUPS Z2, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z3, K1, (R12)
-	VMOVUPS Z4, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z5, K1, (R12)
-	VMOVUPS Z6, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z7, K1, (R12)
-	VMOVUPS Z8, K2, 64(R12)
+	MOVQ    96(R11), R13
+	KMOVW   R13, K1
+	SHRQ    $0x10, R13
+	KMOVW   R13, K2
+	MOVQ    80(R11), R13
+	VMOVUPS Z1, K1, (R13)
+	VMOVUPS Z2, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z3, K1, (R13)
+	VMOVUPS Z4, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z5, K1, (R13)
+	VMOVUPS Z6, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z7, K1, (R13)
+	VMOVUPS Z8, K2, 64(R13)
 
 gemvInt8T4AVX512_fused0next:
-	INCQ R11
-	MOVQ R11, 192(AX)
+	INCQ R12
+	MOVQ R12, 120(AX)
 
 gemvInt8T4AVX512_fused:
 	DECQ R10
@@ -6911,136 +6925,137 @@ gemvInt1T4AVX512_step:
 	VMOVDQU32    Z13, 384(R9)
 	VMOVDQU32    Z15, 448(R9)
 	ADDQ         $0x00000200, R9
-	CMPQ         112(AX), $0x00
-	JE           gemvInt1T4AVX512_fused
+	MOVQ         112(AX), R11
+	TESTQ        R11, R11
+	JZ           gemvInt1T4AVX512_fused
 	SUBQ         $0x00000200, R9
-	MOVQ         192(AX), R11
-	MOVQ         152(AX), R12
-	IMULQ        R11, R12
-	ADDQ         144(AX), R12
-	MOVQ         120(AX), R13
-	VPBROADCASTD (R13)(R11*4), Z9
+	MOVQ         120(AX), R12
+	MOVQ         64(R11), R13
+	IMULQ        R12, R13
+	ADDQ         56(R11), R13
+	MOVQ         32(R11), R14
+	VPBROADCASTD (R14)(R12*4), Z9
 	VMOVDQU32    (R9), Z1
 	VPSLLD       $0x01, Z1, Z1
 	VPSUBD       Z1, Z9, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R12), Z1, Z1
+	VMULPS       (R13), Z1, Z1
 	VMOVDQU32    64(R9), Z2
 	VPSLLD       $0x01, Z2, Z2
 	VPSUBD       Z2, Z9, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R12), Z2, Z2
-	ADDQ         136(AX), R13
-	VPBROADCASTD (R13)(R11*4), Z9
+	VMULPS       64(R13), Z2, Z2
+	ADDQ         48(R11), R14
+	VPBROADCASTD (R14)(R12*4), Z9
 	VMOVDQU32    128(R9), Z3
 	VPSLLD       $0x01, Z3, Z3
 	VPSUBD       Z3, Z9, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R12), Z3, Z3
+	VMULPS       (R13), Z3, Z3
 	VMOVDQU32    192(R9), Z4
 	VPSLLD       $0x01, Z4, Z4
 	VPSUBD       Z4, Z9, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R12), Z4, Z4
-	ADDQ         136(AX), R13
-	VPBROADCASTD (R13)(R11*4), Z9
+	VMULPS       64(R13), Z4, Z4
+	ADDQ         48(R11), R14
+	VPBROADCASTD (R14)(R12*4), Z9
 	VMOVDQU32    256(R9), Z5
 	VPSLLD       $0x01, Z5, Z5
 	VPSUBD       Z5, Z9, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R12), Z5, Z5
+	VMULPS       (R13), Z5, Z5
 	VMOVDQU32    320(R9), Z6
 	VPSLLD       $0x01, Z6, Z6
 	VPSUBD       Z6, Z9, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R12), Z6, Z6
-	ADDQ         136(AX), R13
-	VPBROADCASTD (R13)(R11*4), Z9
+	VMULPS       64(R13), Z6, Z6
+	ADDQ         48(R11), R14
+	VPBROADCASTD (R14)(R12*4), Z9
 	VMOVDQU32    384(R9), Z7
 	VPSLLD       $0x01, Z7, Z7
 	VPSUBD       Z7, Z9, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R12), Z7, Z7
+	VMULPS       (R13), Z7, Z7
 	VMOVDQU32    448(R9), Z8
 	VPSLLD       $0x01, Z8, Z8
 	VPSUBD       Z8, Z9, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R12), Z8, Z8
-	MOVQ         128(AX), R12
-	MOVQ         200(AX), R13
-	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
-	VMOVUPS      (R13), Z9
+	VMULPS       64(R13), Z8, Z8
+	MOVQ         40(R11), R13
+	MOVQ         128(AX), R14
+	VDIVPS.BCST  (R13)(R12*4), Z1, Z1
+	VMOVUPS      (R14), Z9
 	VADDPS       Z1, Z9, Z1
-	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
-	VMOVUPS      64(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z2, Z2
+	VMOVUPS      64(R14), Z9
 	VADDPS       Z2, Z9, Z2
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
-	VMOVUPS      128(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z3, Z3
+	VMOVUPS      128(R14), Z9
 	VADDPS       Z3, Z9, Z3
-	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
-	VMOVUPS      192(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z4, Z4
+	VMOVUPS      192(R14), Z9
 	VADDPS       Z4, Z9, Z4
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
-	VMOVUPS      256(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z5, Z5
+	VMOVUPS      256(R14), Z9
 	VADDPS       Z5, Z9, Z5
-	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
-	VMOVUPS      320(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z6, Z6
+	VMOVUPS      320(R14), Z9
 	VADDPS       Z6, Z9, Z6
-	ADDQ         136(AX), R12
-	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
-	VMOVUPS      384(R13), Z9
+	ADDQ         48(R11), R13
+	VDIVPS.BCST  (R13)(R12*4), Z7, Z7
+	VMOVUPS      384(R14), Z9
 	VADDPS       Z7, Z9, Z7
-	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
-	VMOVUPS      448(R13), Z9
+	VDIVPS.BCST  (R13)(R12*4), Z8, Z8
+	VMOVUPS      448(R14), Z9
 	VADDPS       Z8, Z9, Z8
 	CMPQ         R10, $0x01
 	JE           gemvInt1T4AVX512_fused0last
-	VMOVUPS      Z1, (R13)
-	VMOVUPS      Z2, 64(R13)
-	VMOVUPS      Z3, 128(R13)
-	VMOVUPS      Z4, 192(R13)
-	VMOVUPS      Z5, 256(R13)
-	VMOVUPS      Z6, 320(R13)
-	VMOVUPS      Z7, 384(R13)
-	VMOVUPS      Z8, 448(R13)
+	VMOVUPS      Z1, (R14)
+	VMOVUPS      Z2, 64(R14)
+	VMOVUPS      Z3, 128(R14)
+	VMOVUPS      Z4, 192(R14)
+	VMOVUPS      Z5, 256(R14)
+	VMOVUPS      Z6, 320(R14)
+	VMOVUPS      Z7, 384(R14)
+	VMOVUPS      Z8, 448(R14)
 	JMP          gemvInt1T4AVX512_fused0next
 
 gemvInt1T4AVX512_fused0last:
-	MOVQ   160(AX), R12
-	TESTQ  R12, R12
+	MOVQ   72(R11), R13
+	TESTQ  R13, R13
 	JZ     gemvInt1T4AVX512_fused0lastout
-	VADDPS (R12), Z1, Z1
-	VADDPS 64(R12), Z2, Z2
-	VADDPS (R12), Z3, Z3
-	VADDPS 64(R12), Z4, Z4
-	VADDPS (R12), Z5, Z5
-	VADDPS 64(R12), Z6, Z6
-	VADDPS (R12), Z7, Z7
-	VADDPS 64(R12), Z8, Z8
+	VADDPS (R13), Z1, Z1
+	VADDPS 64(R13), Z2, Z2
+	VADDPS (R13), Z3, Z3
+	VADDPS 64(R13), Z4, Z4
+	VADDPS (R13), Z5, Z5
+	VADDPS 64(R13), Z6, Z6
+	VADDPS (R13), Z7, Z7
+	VADDPS 64(R13), Z8, Z8
 
 gemvInt1T4AVX512_fused0lastout:
-	MOVQ    184(AX), R12
-	KMOVW   R12, K1
-	SHRQ    $0x10, R12
-	KMOVW   R12, K2
-	MOVQ    168(AX), R12
-	VMOVUPS Z1, K1, (R12)
-	VMOVUPS Z2, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z3, K1, (R12)
-	VMOVUPS Z4, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z5, K1, (R12)
-	VMOVUPS Z6, K2, 64(R12)
-	ADDQ    176(AX), R12
-	VMOVUPS Z7, K1, (R12)
-	VMOVUPS Z8, K2, 64(R12)
+	MOVQ    96(R11), R13
+	KMOVW   R13, K1
+	SHRQ    $0x10, R13
+	KMOVW   R13, K2
+	MOVQ    80(R11), R13
+	VMOVUPS Z1, K1, (R13)
+	VMOVUPS Z2, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z3, K1, (R13)
+	VMOVUPS Z4, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z5, K1, (R13)
+	VMOVUPS Z6, K2, 64(R13)
+	ADDQ    88(R11), R13
+	VMOVUPS Z7, K1, (R13)
+	VMOVUPS Z8, K2, 64(R13)
 
 gemvInt1T4AVX512_fused0next:
-	INCQ R11
-	MOVQ R11, 192(AX)
+	INCQ R12
+	MOVQ R12, 120(AX)
 
 gemvInt1T4AVX512_fused:
 	DECQ R10
@@ -8369,176 +8384,177 @@ gemvInt2T5AVX512_step:
 	VMOVDQU32       Z12, 512(R8)
 	VMOVDQU32       Z13, 576(R8)
 	ADDQ            $0x00000280, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T5AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2T5AVX512_fused
 	SUBQ            $0x00000280, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z12
+	VMULPS          64(R12), Z11, Z11
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z12
 	VADDPS          Z4, Z12, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z12
 	VADDPS          Z5, Z12, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z12
 	VADDPS          Z6, Z12, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z12
 	VADDPS          Z7, Z12, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z12
 	VADDPS          Z8, Z12, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z12
 	VADDPS          Z9, Z12, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z12
 	VADDPS          Z10, Z12, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z12
 	VADDPS          Z11, Z12, Z11
 	CMPQ            R9, $0x01
 	JE              gemvInt2T5AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
 	JMP             gemvInt2T5AVX512_fused0next
 
 gemvInt2T5AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T5AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
 
 gemvInt2T5AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
 
 gemvInt2T5AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000004, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   512(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   576(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000004, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   512(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   576(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000004, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     512(R12), Z12
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     512(R13), Z12
 	VADDPS      Z4, Z12, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     576(R12), Z12
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     576(R13), Z12
 	VADDPS      Z5, Z12, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2T5AVX512_fused4last
-	VMOVUPS     Z4, 512(R12)
-	VMOVUPS     Z5, 576(R12)
+	VMOVUPS     Z4, 512(R13)
+	VMOVUPS     Z5, 576(R13)
 	JMP         gemvInt2T5AVX512_fused4next
 
 gemvInt2T5AVX512_fused4last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T5AVX512_fused4lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2T5AVX512_fused4lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000004, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000004, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2T5AVX512_fused4next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2T5AVX512_fused:
 	DECQ R9
@@ -8645,176 +8661,177 @@ gemvInt2SeqT5AVX512_step:
 	VPSRAVD         Z3, Z13, Z13
 	VMOVDQU32       Z13, 576(R8)
 	ADDQ            $0x00000280, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT5AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2SeqT5AVX512_fused
 	SUBQ            $0x00000280, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z12
+	VMULPS          64(R12), Z11, Z11
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z12
 	VADDPS          Z4, Z12, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z12
 	VADDPS          Z5, Z12, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z12
 	VADDPS          Z6, Z12, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z12
 	VADDPS          Z7, Z12, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z12
 	VADDPS          Z8, Z12, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z12
 	VADDPS          Z9, Z12, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z12
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z12
 	VADDPS          Z10, Z12, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z12
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z12
 	VADDPS          Z11, Z12, Z11
 	CMPQ            R9, $0x01
 	JE              gemvInt2SeqT5AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
 	JMP             gemvInt2SeqT5AVX512_fused0next
 
 gemvInt2SeqT5AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT5AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
 
 gemvInt2SeqT5AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
 
 gemvInt2SeqT5AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000004, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   512(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   576(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000004, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   512(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   576(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000004, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     512(R12), Z12
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     512(R13), Z12
 	VADDPS      Z4, Z12, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     576(R12), Z12
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     576(R13), Z12
 	VADDPS      Z5, Z12, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2SeqT5AVX512_fused4last
-	VMOVUPS     Z4, 512(R12)
-	VMOVUPS     Z5, 576(R12)
+	VMOVUPS     Z4, 512(R13)
+	VMOVUPS     Z5, 576(R13)
 	JMP         gemvInt2SeqT5AVX512_fused4next
 
 gemvInt2SeqT5AVX512_fused4last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT5AVX512_fused4lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2SeqT5AVX512_fused4lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000004, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000004, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2SeqT5AVX512_fused4next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2SeqT5AVX512_fused:
 	DECQ R9
@@ -8955,176 +8972,177 @@ gemvInt8T5AVX512_step:
 	VMOVDQU32    Z9, 512(R8)
 	VMOVDQU32    Z10, 576(R8)
 	ADDQ         $0x00000280, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T5AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt8T5AVX512_fused
 	SUBQ         $0x00000280, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
 	VMOVDQU32    (R8), Z1
-	VPADDD.BCST  (R12)(R10*4), Z1, Z1
+	VPADDD.BCST  (R13)(R11*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
-	VPADDD.BCST  (R12)(R10*4), Z2, Z2
+	VPADDD.BCST  (R13)(R11*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
 	VMOVDQU32    128(R8), Z3
-	VPADDD.BCST  (R12)(R10*4), Z3, Z3
+	VPADDD.BCST  (R13)(R11*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
-	VPADDD.BCST  (R12)(R10*4), Z4, Z4
+	VPADDD.BCST  (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
 	VMOVDQU32    256(R8), Z5
-	VPADDD.BCST  (R12)(R10*4), Z5, Z5
+	VPADDD.BCST  (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
-	VPADDD.BCST  (R12)(R10*4), Z6, Z6
+	VPADDD.BCST  (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z6, Z6
+	ADDQ         48(R10), R13
 	VMOVDQU32    384(R8), Z7
-	VPADDD.BCST  (R12)(R10*4), Z7, Z7
+	VPADDD.BCST  (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R11), Z7, Z7
+	VMULPS       (R12), Z7, Z7
 	VMOVDQU32    448(R8), Z8
-	VPADDD.BCST  (R12)(R10*4), Z8, Z8
+	VPADDD.BCST  (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R11), Z8, Z8
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z9
+	VMULPS       64(R12), Z8, Z8
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z9
 	VADDPS       Z1, Z9, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z9
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z9
 	VADDPS       Z2, Z9, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z9
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z9
 	VADDPS       Z3, Z9, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z9
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z9
 	VADDPS       Z4, Z9, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z9
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z9
 	VADDPS       Z5, Z9, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z9
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z9
 	VADDPS       Z6, Z9, Z6
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z7, Z7
-	VMOVUPS      384(R12), Z9
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
+	VMOVUPS      384(R13), Z9
 	VADDPS       Z7, Z9, Z7
-	VDIVPS.BCST  (R11)(R10*4), Z8, Z8
-	VMOVUPS      448(R12), Z9
+	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
+	VMOVUPS      448(R13), Z9
 	VADDPS       Z8, Z9, Z8
 	CMPQ         R9, $0x01
 	JE           gemvInt8T5AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
-	VMOVUPS      Z7, 384(R12)
-	VMOVUPS      Z8, 448(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
+	VMOVUPS      Z7, 384(R13)
+	VMOVUPS      Z8, 448(R13)
 	JMP          gemvInt8T5AVX512_fused0next
 
 gemvInt8T5AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T5AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
-	VADDPS (R11), Z7, Z7
-	VADDPS 64(R11), Z8, Z8
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
+	VADDPS (R12), Z7, Z7
+	VADDPS 64(R12), Z8, Z8
 
 gemvInt8T5AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z7, K1, (R11)
-	VMOVUPS Z8, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z7, K1, (R12)
+	VMOVUPS Z8, K2, 64(R12)
 
 gemvInt8T5AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000004, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   512(R8), Z1
+	VPADDD.BCST (R13)(R11*4), Z1, Z1
+	VCVTDQ2PS   Z1, Z1
+	VMULPS      (R12), Z1, Z1
+	VMOVDQU32   576(R8), Z2
+	VPADDD.BCST (R13)(R11*4), Z2, Z2
+	VCVTDQ2PS   Z2, Z2
+	VMULPS      64(R12), Z2, Z2
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000004, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   512(R8), Z1
-	VPADDD.BCST (R12)(R10*4), Z1, Z1
-	VCVTDQ2PS   Z1, Z1
-	VMULPS      (R11), Z1, Z1
-	VMOVDQU32   576(R8), Z2
-	VPADDD.BCST (R12)(R10*4), Z2, Z2
-	VCVTDQ2PS   Z2, Z2
-	VMULPS      64(R11), Z2, Z2
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000004, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z1, Z1
-	VMOVUPS     512(R12), Z9
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z1, Z1
+	VMOVUPS     512(R13), Z9
 	VADDPS      Z1, Z9, Z1
-	VDIVPS.BCST (R11)(R10*4), Z2, Z2
-	VMOVUPS     576(R12), Z9
+	VDIVPS.BCST (R12)(R11*4), Z2, Z2
+	VMOVUPS     576(R13), Z9
 	VADDPS      Z2, Z9, Z2
 	CMPQ        R9, $0x01
 	JE          gemvInt8T5AVX512_fused4last
-	VMOVUPS     Z1, 512(R12)
-	VMOVUPS     Z2, 576(R12)
+	VMOVUPS     Z1, 512(R13)
+	VMOVUPS     Z2, 576(R13)
 	JMP         gemvInt8T5AVX512_fused4next
 
 gemvInt8T5AVX512_fused4last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T5AVX512_fused4lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
 
 gemvInt8T5AVX512_fused4lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000004, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000004, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
 
 gemvInt8T5AVX512_fused4next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt8T5AVX512_fused:
 	DECQ R9
@@ -9239,199 +9257,200 @@ gemvInt2T6AVX512_step:
 	VMOVDQU32       Z14, 640(R8)
 	VMOVDQU32       Z15, 704(R8)
 	ADDQ            $0x00000300, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T6AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2T6AVX512_fused
 	SUBQ            $0x00000300, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z14
+	VMULPS          64(R12), Z13, Z13
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z14
 	VADDPS          Z4, Z14, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z14
 	VADDPS          Z5, Z14, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z14
 	VADDPS          Z6, Z14, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z14
 	VADDPS          Z7, Z14, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z14
 	VADDPS          Z8, Z14, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z14
 	VADDPS          Z9, Z14, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z14
 	VADDPS          Z10, Z14, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z14
 	VADDPS          Z11, Z14, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z14
 	VADDPS          Z12, Z14, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z14
 	VADDPS          Z13, Z14, Z13
 	CMPQ            R9, $0x01
 	JE              gemvInt2T6AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
 	JMP             gemvInt2T6AVX512_fused0next
 
 gemvInt2T6AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T6AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
 
 gemvInt2T6AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
 
 gemvInt2T6AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000005, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   640(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   704(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000005, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   640(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   704(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000005, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     640(R12), Z14
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     640(R13), Z14
 	VADDPS      Z4, Z14, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     704(R12), Z14
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     704(R13), Z14
 	VADDPS      Z5, Z14, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2T6AVX512_fused5last
-	VMOVUPS     Z4, 640(R12)
-	VMOVUPS     Z5, 704(R12)
+	VMOVUPS     Z4, 640(R13)
+	VMOVUPS     Z5, 704(R13)
 	JMP         gemvInt2T6AVX512_fused5next
 
 gemvInt2T6AVX512_fused5last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T6AVX512_fused5lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2T6AVX512_fused5lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000005, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000005, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2T6AVX512_fused5next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2T6AVX512_fused:
 	DECQ R9
@@ -9550,199 +9569,200 @@ gemvInt2SeqT6AVX512_step:
 	VPSRAVD         Z3, Z15, Z15
 	VMOVDQU32       Z15, 704(R8)
 	ADDQ            $0x00000300, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT6AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2SeqT6AVX512_fused
 	SUBQ            $0x00000300, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z14
+	VMULPS          64(R12), Z13, Z13
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z14
 	VADDPS          Z4, Z14, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z14
 	VADDPS          Z5, Z14, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z14
 	VADDPS          Z6, Z14, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z14
 	VADDPS          Z7, Z14, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z14
 	VADDPS          Z8, Z14, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z14
 	VADDPS          Z9, Z14, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z14
 	VADDPS          Z10, Z14, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z14
 	VADDPS          Z11, Z14, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z14
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z14
 	VADDPS          Z12, Z14, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z14
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z14
 	VADDPS          Z13, Z14, Z13
 	CMPQ            R9, $0x01
 	JE              gemvInt2SeqT6AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
 	JMP             gemvInt2SeqT6AVX512_fused0next
 
 gemvInt2SeqT6AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT6AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
 
 gemvInt2SeqT6AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
 
 gemvInt2SeqT6AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000005, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   640(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   704(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000005, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   640(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   704(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000005, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     640(R12), Z14
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     640(R13), Z14
 	VADDPS      Z4, Z14, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     704(R12), Z14
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     704(R13), Z14
 	VADDPS      Z5, Z14, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2SeqT6AVX512_fused5last
-	VMOVUPS     Z4, 640(R12)
-	VMOVUPS     Z5, 704(R12)
+	VMOVUPS     Z4, 640(R13)
+	VMOVUPS     Z5, 704(R13)
 	JMP         gemvInt2SeqT6AVX512_fused5next
 
 gemvInt2SeqT6AVX512_fused5last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT6AVX512_fused5lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2SeqT6AVX512_fused5lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000005, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000005, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2SeqT6AVX512_fused5next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2SeqT6AVX512_fused:
 	DECQ R9
@@ -9899,199 +9919,200 @@ gemvInt8T6AVX512_step:
 	VMOVDQU32    Z11, 640(R8)
 	VMOVDQU32    Z12, 704(R8)
 	ADDQ         $0x00000300, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T6AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt8T6AVX512_fused
 	SUBQ         $0x00000300, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
 	VMOVDQU32    (R8), Z1
-	VPADDD.BCST  (R12)(R10*4), Z1, Z1
+	VPADDD.BCST  (R13)(R11*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
-	VPADDD.BCST  (R12)(R10*4), Z2, Z2
+	VPADDD.BCST  (R13)(R11*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
 	VMOVDQU32    128(R8), Z3
-	VPADDD.BCST  (R12)(R10*4), Z3, Z3
+	VPADDD.BCST  (R13)(R11*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
-	VPADDD.BCST  (R12)(R10*4), Z4, Z4
+	VPADDD.BCST  (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
 	VMOVDQU32    256(R8), Z5
-	VPADDD.BCST  (R12)(R10*4), Z5, Z5
+	VPADDD.BCST  (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
-	VPADDD.BCST  (R12)(R10*4), Z6, Z6
+	VPADDD.BCST  (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z6, Z6
+	ADDQ         48(R10), R13
 	VMOVDQU32    384(R8), Z7
-	VPADDD.BCST  (R12)(R10*4), Z7, Z7
+	VPADDD.BCST  (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R11), Z7, Z7
+	VMULPS       (R12), Z7, Z7
 	VMOVDQU32    448(R8), Z8
-	VPADDD.BCST  (R12)(R10*4), Z8, Z8
+	VPADDD.BCST  (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R11), Z8, Z8
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z8, Z8
+	ADDQ         48(R10), R13
 	VMOVDQU32    512(R8), Z9
-	VPADDD.BCST  (R12)(R10*4), Z9, Z9
+	VPADDD.BCST  (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS    Z9, Z9
-	VMULPS       (R11), Z9, Z9
+	VMULPS       (R12), Z9, Z9
 	VMOVDQU32    576(R8), Z10
-	VPADDD.BCST  (R12)(R10*4), Z10, Z10
+	VPADDD.BCST  (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS    Z10, Z10
-	VMULPS       64(R11), Z10, Z10
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z11
+	VMULPS       64(R12), Z10, Z10
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z11
 	VADDPS       Z1, Z11, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z11
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z11
 	VADDPS       Z2, Z11, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z11
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z11
 	VADDPS       Z3, Z11, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z11
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z11
 	VADDPS       Z4, Z11, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z11
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z11
 	VADDPS       Z5, Z11, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z11
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z11
 	VADDPS       Z6, Z11, Z6
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z7, Z7
-	VMOVUPS      384(R12), Z11
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
+	VMOVUPS      384(R13), Z11
 	VADDPS       Z7, Z11, Z7
-	VDIVPS.BCST  (R11)(R10*4), Z8, Z8
-	VMOVUPS      448(R12), Z11
+	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
+	VMOVUPS      448(R13), Z11
 	VADDPS       Z8, Z11, Z8
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z9, Z9
-	VMOVUPS      512(R12), Z11
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z9, Z9
+	VMOVUPS      512(R13), Z11
 	VADDPS       Z9, Z11, Z9
-	VDIVPS.BCST  (R11)(R10*4), Z10, Z10
-	VMOVUPS      576(R12), Z11
+	VDIVPS.BCST  (R12)(R11*4), Z10, Z10
+	VMOVUPS      576(R13), Z11
 	VADDPS       Z10, Z11, Z10
 	CMPQ         R9, $0x01
 	JE           gemvInt8T6AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
-	VMOVUPS      Z7, 384(R12)
-	VMOVUPS      Z8, 448(R12)
-	VMOVUPS      Z9, 512(R12)
-	VMOVUPS      Z10, 576(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
+	VMOVUPS      Z7, 384(R13)
+	VMOVUPS      Z8, 448(R13)
+	VMOVUPS      Z9, 512(R13)
+	VMOVUPS      Z10, 576(R13)
 	JMP          gemvInt8T6AVX512_fused0next
 
 gemvInt8T6AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T6AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
-	VADDPS (R11), Z7, Z7
-	VADDPS 64(R11), Z8, Z8
-	VADDPS (R11), Z9, Z9
-	VADDPS 64(R11), Z10, Z10
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
+	VADDPS (R12), Z7, Z7
+	VADDPS 64(R12), Z8, Z8
+	VADDPS (R12), Z9, Z9
+	VADDPS 64(R12), Z10, Z10
 
 gemvInt8T6AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z7, K1, (R11)
-	VMOVUPS Z8, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z9, K1, (R11)
-	VMOVUPS Z10, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z7, K1, (R12)
+	VMOVUPS Z8, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z9, K1, (R12)
+	VMOVUPS Z10, K2, 64(R12)
 
 gemvInt8T6AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000005, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   640(R8), Z1
+	VPADDD.BCST (R13)(R11*4), Z1, Z1
+	VCVTDQ2PS   Z1, Z1
+	VMULPS      (R12), Z1, Z1
+	VMOVDQU32   704(R8), Z2
+	VPADDD.BCST (R13)(R11*4), Z2, Z2
+	VCVTDQ2PS   Z2, Z2
+	VMULPS      64(R12), Z2, Z2
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000005, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   640(R8), Z1
-	VPADDD.BCST (R12)(R10*4), Z1, Z1
-	VCVTDQ2PS   Z1, Z1
-	VMULPS      (R11), Z1, Z1
-	VMOVDQU32   704(R8), Z2
-	VPADDD.BCST (R12)(R10*4), Z2, Z2
-	VCVTDQ2PS   Z2, Z2
-	VMULPS      64(R11), Z2, Z2
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000005, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z1, Z1
-	VMOVUPS     640(R12), Z11
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z1, Z1
+	VMOVUPS     640(R13), Z11
 	VADDPS      Z1, Z11, Z1
-	VDIVPS.BCST (R11)(R10*4), Z2, Z2
-	VMOVUPS     704(R12), Z11
+	VDIVPS.BCST (R12)(R11*4), Z2, Z2
+	VMOVUPS     704(R13), Z11
 	VADDPS      Z2, Z11, Z2
 	CMPQ        R9, $0x01
 	JE          gemvInt8T6AVX512_fused5last
-	VMOVUPS     Z1, 640(R12)
-	VMOVUPS     Z2, 704(R12)
+	VMOVUPS     Z1, 640(R13)
+	VMOVUPS     Z2, 704(R13)
 	JMP         gemvInt8T6AVX512_fused5next
 
 gemvInt8T6AVX512_fused5last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T6AVX512_fused5lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
 
 gemvInt8T6AVX512_fused5lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000005, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000005, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
 
 gemvInt8T6AVX512_fused5next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt8T6AVX512_fused:
 	DECQ R9
@@ -10216,222 +10237,223 @@ gemvInt2T7AVX512_step:
 	VMOVDQU32       Z16, 768(R8)
 	VMOVDQU32       Z17, 832(R8)
 	ADDQ            $0x00000380, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T7AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2T7AVX512_fused
 	SUBQ            $0x00000380, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z13, Z13
+	ADDQ            48(R10), R13
 	VMOVDQU32       640(R8), Z14
-	VPADDD.BCST     (R12)(R10*4), Z14, Z14
+	VPADDD.BCST     (R13)(R11*4), Z14, Z14
 	VCVTDQ2PS       Z14, Z14
-	VMULPS          (R11), Z14, Z14
+	VMULPS          (R12), Z14, Z14
 	VMOVDQU32       704(R8), Z15
-	VPADDD.BCST     (R12)(R10*4), Z15, Z15
+	VPADDD.BCST     (R13)(R11*4), Z15, Z15
 	VCVTDQ2PS       Z15, Z15
-	VMULPS          64(R11), Z15, Z15
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z16
+	VMULPS          64(R12), Z15, Z15
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z16
 	VADDPS          Z4, Z16, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z16
 	VADDPS          Z5, Z16, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z16
 	VADDPS          Z6, Z16, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z16
 	VADDPS          Z7, Z16, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z16
 	VADDPS          Z8, Z16, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z16
 	VADDPS          Z9, Z16, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z16
 	VADDPS          Z10, Z16, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z16
 	VADDPS          Z11, Z16, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z16
 	VADDPS          Z12, Z16, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z16
 	VADDPS          Z13, Z16, Z13
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z14, Z14
-	VMOVUPS         640(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z14, Z14
+	VMOVUPS         640(R13), Z16
 	VADDPS          Z14, Z16, Z14
-	VDIVPS.BCST     (R11)(R10*4), Z15, Z15
-	VMOVUPS         704(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z15, Z15
+	VMOVUPS         704(R13), Z16
 	VADDPS          Z15, Z16, Z15
 	CMPQ            R9, $0x01
 	JE              gemvInt2T7AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
-	VMOVUPS         Z14, 640(R12)
-	VMOVUPS         Z15, 704(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
+	VMOVUPS         Z14, 640(R13)
+	VMOVUPS         Z15, 704(R13)
 	JMP             gemvInt2T7AVX512_fused0next
 
 gemvInt2T7AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T7AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
-	VADDPS (R11), Z14, Z14
-	VADDPS 64(R11), Z15, Z15
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
+	VADDPS (R12), Z14, Z14
+	VADDPS 64(R12), Z15, Z15
 
 gemvInt2T7AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z14, K1, (R11)
-	VMOVUPS Z15, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z14, K1, (R12)
+	VMOVUPS Z15, K2, 64(R12)
 
 gemvInt2T7AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000006, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   768(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   832(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000006, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   768(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   832(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000006, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     768(R12), Z16
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     768(R13), Z16
 	VADDPS      Z4, Z16, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     832(R12), Z16
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     832(R13), Z16
 	VADDPS      Z5, Z16, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2T7AVX512_fused6last
-	VMOVUPS     Z4, 768(R12)
-	VMOVUPS     Z5, 832(R12)
+	VMOVUPS     Z4, 768(R13)
+	VMOVUPS     Z5, 832(R13)
 	JMP         gemvInt2T7AVX512_fused6next
 
 gemvInt2T7AVX512_fused6last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T7AVX512_fused6lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2T7AVX512_fused6lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000006, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000006, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2T7AVX512_fused6next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2T7AVX512_fused:
 	DECQ R9
@@ -10562,222 +10584,223 @@ gemvInt2SeqT7AVX512_step:
 	VPSRAVD         Z3, Z17, Z17
 	VMOVDQU32       Z17, 832(R8)
 	ADDQ            $0x00000380, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT7AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2SeqT7AVX512_fused
 	SUBQ            $0x00000380, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z13, Z13
+	ADDQ            48(R10), R13
 	VMOVDQU32       640(R8), Z14
-	VPADDD.BCST     (R12)(R10*4), Z14, Z14
+	VPADDD.BCST     (R13)(R11*4), Z14, Z14
 	VCVTDQ2PS       Z14, Z14
-	VMULPS          (R11), Z14, Z14
+	VMULPS          (R12), Z14, Z14
 	VMOVDQU32       704(R8), Z15
-	VPADDD.BCST     (R12)(R10*4), Z15, Z15
+	VPADDD.BCST     (R13)(R11*4), Z15, Z15
 	VCVTDQ2PS       Z15, Z15
-	VMULPS          64(R11), Z15, Z15
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z16
+	VMULPS          64(R12), Z15, Z15
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z16
 	VADDPS          Z4, Z16, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z16
 	VADDPS          Z5, Z16, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z16
 	VADDPS          Z6, Z16, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z16
 	VADDPS          Z7, Z16, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z16
 	VADDPS          Z8, Z16, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z16
 	VADDPS          Z9, Z16, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z16
 	VADDPS          Z10, Z16, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z16
 	VADDPS          Z11, Z16, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z16
 	VADDPS          Z12, Z16, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z16
 	VADDPS          Z13, Z16, Z13
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z14, Z14
-	VMOVUPS         640(R12), Z16
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z14, Z14
+	VMOVUPS         640(R13), Z16
 	VADDPS          Z14, Z16, Z14
-	VDIVPS.BCST     (R11)(R10*4), Z15, Z15
-	VMOVUPS         704(R12), Z16
+	VDIVPS.BCST     (R12)(R11*4), Z15, Z15
+	VMOVUPS         704(R13), Z16
 	VADDPS          Z15, Z16, Z15
 	CMPQ            R9, $0x01
 	JE              gemvInt2SeqT7AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
-	VMOVUPS         Z14, 640(R12)
-	VMOVUPS         Z15, 704(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
+	VMOVUPS         Z14, 640(R13)
+	VMOVUPS         Z15, 704(R13)
 	JMP             gemvInt2SeqT7AVX512_fused0next
 
 gemvInt2SeqT7AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT7AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
-	VADDPS (R11), Z14, Z14
-	VADDPS 64(R11), Z15, Z15
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
+	VADDPS (R12), Z14, Z14
+	VADDPS 64(R12), Z15, Z15
 
 gemvInt2SeqT7AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z14, K1, (R11)
-	VMOVUPS Z15, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z14, K1, (R12)
+	VMOVUPS Z15, K2, 64(R12)
 
 gemvInt2SeqT7AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000006, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   768(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   832(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000006, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   768(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   832(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000006, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     768(R12), Z16
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     768(R13), Z16
 	VADDPS      Z4, Z16, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     832(R12), Z16
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     832(R13), Z16
 	VADDPS      Z5, Z16, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2SeqT7AVX512_fused6last
-	VMOVUPS     Z4, 768(R12)
-	VMOVUPS     Z5, 832(R12)
+	VMOVUPS     Z4, 768(R13)
+	VMOVUPS     Z5, 832(R13)
 	JMP         gemvInt2SeqT7AVX512_fused6next
 
 gemvInt2SeqT7AVX512_fused6last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT7AVX512_fused6lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2SeqT7AVX512_fused6lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000006, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000006, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2SeqT7AVX512_fused6next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2SeqT7AVX512_fused:
 	DECQ R9
@@ -10950,222 +10973,223 @@ gemvInt8T7AVX512_step:
 	VMOVDQU32    Z13, 768(R8)
 	VMOVDQU32    Z14, 832(R8)
 	ADDQ         $0x00000380, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T7AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt8T7AVX512_fused
 	SUBQ         $0x00000380, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
 	VMOVDQU32    (R8), Z1
-	VPADDD.BCST  (R12)(R10*4), Z1, Z1
+	VPADDD.BCST  (R13)(R11*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
-	VPADDD.BCST  (R12)(R10*4), Z2, Z2
+	VPADDD.BCST  (R13)(R11*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
 	VMOVDQU32    128(R8), Z3
-	VPADDD.BCST  (R12)(R10*4), Z3, Z3
+	VPADDD.BCST  (R13)(R11*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
-	VPADDD.BCST  (R12)(R10*4), Z4, Z4
+	VPADDD.BCST  (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
 	VMOVDQU32    256(R8), Z5
-	VPADDD.BCST  (R12)(R10*4), Z5, Z5
+	VPADDD.BCST  (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
-	VPADDD.BCST  (R12)(R10*4), Z6, Z6
+	VPADDD.BCST  (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z6, Z6
+	ADDQ         48(R10), R13
 	VMOVDQU32    384(R8), Z7
-	VPADDD.BCST  (R12)(R10*4), Z7, Z7
+	VPADDD.BCST  (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R11), Z7, Z7
+	VMULPS       (R12), Z7, Z7
 	VMOVDQU32    448(R8), Z8
-	VPADDD.BCST  (R12)(R10*4), Z8, Z8
+	VPADDD.BCST  (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R11), Z8, Z8
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z8, Z8
+	ADDQ         48(R10), R13
 	VMOVDQU32    512(R8), Z9
-	VPADDD.BCST  (R12)(R10*4), Z9, Z9
+	VPADDD.BCST  (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS    Z9, Z9
-	VMULPS       (R11), Z9, Z9
+	VMULPS       (R12), Z9, Z9
 	VMOVDQU32    576(R8), Z10
-	VPADDD.BCST  (R12)(R10*4), Z10, Z10
+	VPADDD.BCST  (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS    Z10, Z10
-	VMULPS       64(R11), Z10, Z10
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z10, Z10
+	ADDQ         48(R10), R13
 	VMOVDQU32    640(R8), Z11
-	VPADDD.BCST  (R12)(R10*4), Z11, Z11
+	VPADDD.BCST  (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS    Z11, Z11
-	VMULPS       (R11), Z11, Z11
+	VMULPS       (R12), Z11, Z11
 	VMOVDQU32    704(R8), Z12
-	VPADDD.BCST  (R12)(R10*4), Z12, Z12
+	VPADDD.BCST  (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS    Z12, Z12
-	VMULPS       64(R11), Z12, Z12
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z13
+	VMULPS       64(R12), Z12, Z12
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z13
 	VADDPS       Z1, Z13, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z13
 	VADDPS       Z2, Z13, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z13
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z13
 	VADDPS       Z3, Z13, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z13
 	VADDPS       Z4, Z13, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z13
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z13
 	VADDPS       Z5, Z13, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z13
 	VADDPS       Z6, Z13, Z6
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z7, Z7
-	VMOVUPS      384(R12), Z13
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
+	VMOVUPS      384(R13), Z13
 	VADDPS       Z7, Z13, Z7
-	VDIVPS.BCST  (R11)(R10*4), Z8, Z8
-	VMOVUPS      448(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
+	VMOVUPS      448(R13), Z13
 	VADDPS       Z8, Z13, Z8
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z9, Z9
-	VMOVUPS      512(R12), Z13
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z9, Z9
+	VMOVUPS      512(R13), Z13
 	VADDPS       Z9, Z13, Z9
-	VDIVPS.BCST  (R11)(R10*4), Z10, Z10
-	VMOVUPS      576(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z10, Z10
+	VMOVUPS      576(R13), Z13
 	VADDPS       Z10, Z13, Z10
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z11, Z11
-	VMOVUPS      640(R12), Z13
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z11, Z11
+	VMOVUPS      640(R13), Z13
 	VADDPS       Z11, Z13, Z11
-	VDIVPS.BCST  (R11)(R10*4), Z12, Z12
-	VMOVUPS      704(R12), Z13
+	VDIVPS.BCST  (R12)(R11*4), Z12, Z12
+	VMOVUPS      704(R13), Z13
 	VADDPS       Z12, Z13, Z12
 	CMPQ         R9, $0x01
 	JE           gemvInt8T7AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
-	VMOVUPS      Z7, 384(R12)
-	VMOVUPS      Z8, 448(R12)
-	VMOVUPS      Z9, 512(R12)
-	VMOVUPS      Z10, 576(R12)
-	VMOVUPS      Z11, 640(R12)
-	VMOVUPS      Z12, 704(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
+	VMOVUPS      Z7, 384(R13)
+	VMOVUPS      Z8, 448(R13)
+	VMOVUPS      Z9, 512(R13)
+	VMOVUPS      Z10, 576(R13)
+	VMOVUPS      Z11, 640(R13)
+	VMOVUPS      Z12, 704(R13)
 	JMP          gemvInt8T7AVX512_fused0next
 
 gemvInt8T7AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T7AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
-	VADDPS (R11), Z7, Z7
-	VADDPS 64(R11), Z8, Z8
-	VADDPS (R11), Z9, Z9
-	VADDPS 64(R11), Z10, Z10
-	VADDPS (R11), Z11, Z11
-	VADDPS 64(R11), Z12, Z12
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
+	VADDPS (R12), Z7, Z7
+	VADDPS 64(R12), Z8, Z8
+	VADDPS (R12), Z9, Z9
+	VADDPS 64(R12), Z10, Z10
+	VADDPS (R12), Z11, Z11
+	VADDPS 64(R12), Z12, Z12
 
 gemvInt8T7AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z7, K1, (R11)
-	VMOVUPS Z8, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z9, K1, (R11)
-	VMOVUPS Z10, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z11, K1, (R11)
-	VMOVUPS Z12, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z7, K1, (R12)
+	VMOVUPS Z8, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z9, K1, (R12)
+	VMOVUPS Z10, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z11, K1, (R12)
+	VMOVUPS Z12, K2, 64(R12)
 
 gemvInt8T7AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000006, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   768(R8), Z1
+	VPADDD.BCST (R13)(R11*4), Z1, Z1
+	VCVTDQ2PS   Z1, Z1
+	VMULPS      (R12), Z1, Z1
+	VMOVDQU32   832(R8), Z2
+	VPADDD.BCST (R13)(R11*4), Z2, Z2
+	VCVTDQ2PS   Z2, Z2
+	VMULPS      64(R12), Z2, Z2
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000006, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   768(R8), Z1
-	VPADDD.BCST (R12)(R10*4), Z1, Z1
-	VCVTDQ2PS   Z1, Z1
-	VMULPS      (R11), Z1, Z1
-	VMOVDQU32   832(R8), Z2
-	VPADDD.BCST (R12)(R10*4), Z2, Z2
-	VCVTDQ2PS   Z2, Z2
-	VMULPS      64(R11), Z2, Z2
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000006, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z1, Z1
-	VMOVUPS     768(R12), Z13
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z1, Z1
+	VMOVUPS     768(R13), Z13
 	VADDPS      Z1, Z13, Z1
-	VDIVPS.BCST (R11)(R10*4), Z2, Z2
-	VMOVUPS     832(R12), Z13
+	VDIVPS.BCST (R12)(R11*4), Z2, Z2
+	VMOVUPS     832(R13), Z13
 	VADDPS      Z2, Z13, Z2
 	CMPQ        R9, $0x01
 	JE          gemvInt8T7AVX512_fused6last
-	VMOVUPS     Z1, 768(R12)
-	VMOVUPS     Z2, 832(R12)
+	VMOVUPS     Z1, 768(R13)
+	VMOVUPS     Z2, 832(R13)
 	JMP         gemvInt8T7AVX512_fused6next
 
 gemvInt8T7AVX512_fused6last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T7AVX512_fused6lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
 
 gemvInt8T7AVX512_fused6lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000006, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000006, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
 
 gemvInt8T7AVX512_fused6next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt8T7AVX512_fused:
 	DECQ R9
@@ -11300,245 +11324,246 @@ gemvInt2T8AVX512_step:
 	VMOVDQU32       Z18, 896(R8)
 	VMOVDQU32       Z19, 960(R8)
 	ADDQ            $0x00000400, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2T8AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2T8AVX512_fused
 	SUBQ            $0x00000400, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z13, Z13
+	ADDQ            48(R10), R13
 	VMOVDQU32       640(R8), Z14
-	VPADDD.BCST     (R12)(R10*4), Z14, Z14
+	VPADDD.BCST     (R13)(R11*4), Z14, Z14
 	VCVTDQ2PS       Z14, Z14
-	VMULPS          (R11), Z14, Z14
+	VMULPS          (R12), Z14, Z14
 	VMOVDQU32       704(R8), Z15
-	VPADDD.BCST     (R12)(R10*4), Z15, Z15
+	VPADDD.BCST     (R13)(R11*4), Z15, Z15
 	VCVTDQ2PS       Z15, Z15
-	VMULPS          64(R11), Z15, Z15
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z15, Z15
+	ADDQ            48(R10), R13
 	VMOVDQU32       768(R8), Z16
-	VPADDD.BCST     (R12)(R10*4), Z16, Z16
+	VPADDD.BCST     (R13)(R11*4), Z16, Z16
 	VCVTDQ2PS       Z16, Z16
-	VMULPS          (R11), Z16, Z16
+	VMULPS          (R12), Z16, Z16
 	VMOVDQU32       832(R8), Z17
-	VPADDD.BCST     (R12)(R10*4), Z17, Z17
+	VPADDD.BCST     (R13)(R11*4), Z17, Z17
 	VCVTDQ2PS       Z17, Z17
-	VMULPS          64(R11), Z17, Z17
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z18
+	VMULPS          64(R12), Z17, Z17
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z18
 	VADDPS          Z4, Z18, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z18
 	VADDPS          Z5, Z18, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z18
 	VADDPS          Z6, Z18, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z18
 	VADDPS          Z7, Z18, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z18
 	VADDPS          Z8, Z18, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z18
 	VADDPS          Z9, Z18, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z18
 	VADDPS          Z10, Z18, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z18
 	VADDPS          Z11, Z18, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z18
 	VADDPS          Z12, Z18, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z18
 	VADDPS          Z13, Z18, Z13
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z14, Z14
-	VMOVUPS         640(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z14, Z14
+	VMOVUPS         640(R13), Z18
 	VADDPS          Z14, Z18, Z14
-	VDIVPS.BCST     (R11)(R10*4), Z15, Z15
-	VMOVUPS         704(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z15, Z15
+	VMOVUPS         704(R13), Z18
 	VADDPS          Z15, Z18, Z15
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z16, Z16
-	VMOVUPS         768(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z16, Z16
+	VMOVUPS         768(R13), Z18
 	VADDPS          Z16, Z18, Z16
-	VDIVPS.BCST     (R11)(R10*4), Z17, Z17
-	VMOVUPS         832(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z17, Z17
+	VMOVUPS         832(R13), Z18
 	VADDPS          Z17, Z18, Z17
 	CMPQ            R9, $0x01
 	JE              gemvInt2T8AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
-	VMOVUPS         Z14, 640(R12)
-	VMOVUPS         Z15, 704(R12)
-	VMOVUPS         Z16, 768(R12)
-	VMOVUPS         Z17, 832(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
+	VMOVUPS         Z14, 640(R13)
+	VMOVUPS         Z15, 704(R13)
+	VMOVUPS         Z16, 768(R13)
+	VMOVUPS         Z17, 832(R13)
 	JMP             gemvInt2T8AVX512_fused0next
 
 gemvInt2T8AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T8AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
-	VADDPS (R11), Z14, Z14
-	VADDPS 64(R11), Z15, Z15
-	VADDPS (R11), Z16, Z16
-	VADDPS 64(R11), Z17, Z17
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
+	VADDPS (R12), Z14, Z14
+	VADDPS 64(R12), Z15, Z15
+	VADDPS (R12), Z16, Z16
+	VADDPS 64(R12), Z17, Z17
 
 gemvInt2T8AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z14, K1, (R11)
-	VMOVUPS Z15, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z16, K1, (R11)
-	VMOVUPS Z17, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z14, K1, (R12)
+	VMOVUPS Z15, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z16, K1, (R12)
+	VMOVUPS Z17, K2, 64(R12)
 
 gemvInt2T8AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000007, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   896(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   960(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000007, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   896(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   960(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000007, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     896(R12), Z18
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     896(R13), Z18
 	VADDPS      Z4, Z18, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     960(R12), Z18
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     960(R13), Z18
 	VADDPS      Z5, Z18, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2T8AVX512_fused7last
-	VMOVUPS     Z4, 896(R12)
-	VMOVUPS     Z5, 960(R12)
+	VMOVUPS     Z4, 896(R13)
+	VMOVUPS     Z5, 960(R13)
 	JMP         gemvInt2T8AVX512_fused7next
 
 gemvInt2T8AVX512_fused7last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2T8AVX512_fused7lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2T8AVX512_fused7lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000007, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000007, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2T8AVX512_fused7next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2T8AVX512_fused:
 	DECQ R9
@@ -11681,245 +11706,246 @@ gemvInt2SeqT8AVX512_step:
 	VPSRAVD         Z3, Z19, Z19
 	VMOVDQU32       Z19, 960(R8)
 	ADDQ            $0x00000400, R8
-	CMPQ            112(AX), $0x00
-	JE              gemvInt2SeqT8AVX512_fused
+	MOVQ            112(AX), R10
+	TESTQ           R10, R10
+	JZ              gemvInt2SeqT8AVX512_fused
 	SUBQ            $0x00000400, R8
-	MOVQ            192(AX), R10
-	MOVQ            152(AX), R11
-	IMULQ           R10, R11
-	ADDQ            144(AX), R11
-	MOVQ            120(AX), R12
+	MOVQ            120(AX), R11
+	MOVQ            64(R10), R12
+	IMULQ           R11, R12
+	ADDQ            56(R10), R12
+	MOVQ            32(R10), R13
 	VMOVDQU32       (R8), Z4
-	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VPADDD.BCST     (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS       Z4, Z4
-	VMULPS          (R11), Z4, Z4
+	VMULPS          (R12), Z4, Z4
 	VMOVDQU32       64(R8), Z5
-	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VPADDD.BCST     (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS       Z5, Z5
-	VMULPS          64(R11), Z5, Z5
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z5, Z5
+	ADDQ            48(R10), R13
 	VMOVDQU32       128(R8), Z6
-	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VPADDD.BCST     (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS       Z6, Z6
-	VMULPS          (R11), Z6, Z6
+	VMULPS          (R12), Z6, Z6
 	VMOVDQU32       192(R8), Z7
-	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VPADDD.BCST     (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS       Z7, Z7
-	VMULPS          64(R11), Z7, Z7
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z7, Z7
+	ADDQ            48(R10), R13
 	VMOVDQU32       256(R8), Z8
-	VPADDD.BCST     (R12)(R10*4), Z8, Z8
+	VPADDD.BCST     (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS       Z8, Z8
-	VMULPS          (R11), Z8, Z8
+	VMULPS          (R12), Z8, Z8
 	VMOVDQU32       320(R8), Z9
-	VPADDD.BCST     (R12)(R10*4), Z9, Z9
+	VPADDD.BCST     (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS       Z9, Z9
-	VMULPS          64(R11), Z9, Z9
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z9, Z9
+	ADDQ            48(R10), R13
 	VMOVDQU32       384(R8), Z10
-	VPADDD.BCST     (R12)(R10*4), Z10, Z10
+	VPADDD.BCST     (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS       Z10, Z10
-	VMULPS          (R11), Z10, Z10
+	VMULPS          (R12), Z10, Z10
 	VMOVDQU32       448(R8), Z11
-	VPADDD.BCST     (R12)(R10*4), Z11, Z11
+	VPADDD.BCST     (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS       Z11, Z11
-	VMULPS          64(R11), Z11, Z11
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z11, Z11
+	ADDQ            48(R10), R13
 	VMOVDQU32       512(R8), Z12
-	VPADDD.BCST     (R12)(R10*4), Z12, Z12
+	VPADDD.BCST     (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS       Z12, Z12
-	VMULPS          (R11), Z12, Z12
+	VMULPS          (R12), Z12, Z12
 	VMOVDQU32       576(R8), Z13
-	VPADDD.BCST     (R12)(R10*4), Z13, Z13
+	VPADDD.BCST     (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS       Z13, Z13
-	VMULPS          64(R11), Z13, Z13
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z13, Z13
+	ADDQ            48(R10), R13
 	VMOVDQU32       640(R8), Z14
-	VPADDD.BCST     (R12)(R10*4), Z14, Z14
+	VPADDD.BCST     (R13)(R11*4), Z14, Z14
 	VCVTDQ2PS       Z14, Z14
-	VMULPS          (R11), Z14, Z14
+	VMULPS          (R12), Z14, Z14
 	VMOVDQU32       704(R8), Z15
-	VPADDD.BCST     (R12)(R10*4), Z15, Z15
+	VPADDD.BCST     (R13)(R11*4), Z15, Z15
 	VCVTDQ2PS       Z15, Z15
-	VMULPS          64(R11), Z15, Z15
-	ADDQ            136(AX), R12
+	VMULPS          64(R12), Z15, Z15
+	ADDQ            48(R10), R13
 	VMOVDQU32       768(R8), Z16
-	VPADDD.BCST     (R12)(R10*4), Z16, Z16
+	VPADDD.BCST     (R13)(R11*4), Z16, Z16
 	VCVTDQ2PS       Z16, Z16
-	VMULPS          (R11), Z16, Z16
+	VMULPS          (R12), Z16, Z16
 	VMOVDQU32       832(R8), Z17
-	VPADDD.BCST     (R12)(R10*4), Z17, Z17
+	VPADDD.BCST     (R13)(R11*4), Z17, Z17
 	VCVTDQ2PS       Z17, Z17
-	VMULPS          64(R11), Z17, Z17
-	MOVQ            128(AX), R11
-	MOVQ            200(AX), R12
-	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
-	VMOVUPS         (R12), Z18
+	VMULPS          64(R12), Z17, Z17
+	MOVQ            40(R10), R12
+	MOVQ            128(AX), R13
+	VDIVPS.BCST     (R12)(R11*4), Z4, Z4
+	VMOVUPS         (R13), Z18
 	VADDPS          Z4, Z18, Z4
-	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
-	VMOVUPS         64(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z5, Z5
+	VMOVUPS         64(R13), Z18
 	VADDPS          Z5, Z18, Z5
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
-	VMOVUPS         128(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z6, Z6
+	VMOVUPS         128(R13), Z18
 	VADDPS          Z6, Z18, Z6
-	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
-	VMOVUPS         192(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z7, Z7
+	VMOVUPS         192(R13), Z18
 	VADDPS          Z7, Z18, Z7
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z8, Z8
-	VMOVUPS         256(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z8, Z8
+	VMOVUPS         256(R13), Z18
 	VADDPS          Z8, Z18, Z8
-	VDIVPS.BCST     (R11)(R10*4), Z9, Z9
-	VMOVUPS         320(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z9, Z9
+	VMOVUPS         320(R13), Z18
 	VADDPS          Z9, Z18, Z9
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z10, Z10
-	VMOVUPS         384(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z10, Z10
+	VMOVUPS         384(R13), Z18
 	VADDPS          Z10, Z18, Z10
-	VDIVPS.BCST     (R11)(R10*4), Z11, Z11
-	VMOVUPS         448(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z11, Z11
+	VMOVUPS         448(R13), Z18
 	VADDPS          Z11, Z18, Z11
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z12, Z12
-	VMOVUPS         512(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z12, Z12
+	VMOVUPS         512(R13), Z18
 	VADDPS          Z12, Z18, Z12
-	VDIVPS.BCST     (R11)(R10*4), Z13, Z13
-	VMOVUPS         576(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z13, Z13
+	VMOVUPS         576(R13), Z18
 	VADDPS          Z13, Z18, Z13
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z14, Z14
-	VMOVUPS         640(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z14, Z14
+	VMOVUPS         640(R13), Z18
 	VADDPS          Z14, Z18, Z14
-	VDIVPS.BCST     (R11)(R10*4), Z15, Z15
-	VMOVUPS         704(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z15, Z15
+	VMOVUPS         704(R13), Z18
 	VADDPS          Z15, Z18, Z15
-	ADDQ            136(AX), R11
-	VDIVPS.BCST     (R11)(R10*4), Z16, Z16
-	VMOVUPS         768(R12), Z18
+	ADDQ            48(R10), R12
+	VDIVPS.BCST     (R12)(R11*4), Z16, Z16
+	VMOVUPS         768(R13), Z18
 	VADDPS          Z16, Z18, Z16
-	VDIVPS.BCST     (R11)(R10*4), Z17, Z17
-	VMOVUPS         832(R12), Z18
+	VDIVPS.BCST     (R12)(R11*4), Z17, Z17
+	VMOVUPS         832(R13), Z18
 	VADDPS          Z17, Z18, Z17
 	CMPQ            R9, $0x01
 	JE              gemvInt2SeqT8AVX512_fused0last
-	VMOVUPS         Z4, (R12)
-	VMOVUPS         Z5, 64(R12)
-	VMOVUPS         Z6, 128(R12)
-	VMOVUPS         Z7, 192(R12)
-	VMOVUPS         Z8, 256(R12)
-	VMOVUPS         Z9, 320(R12)
-	VMOVUPS         Z10, 384(R12)
-	VMOVUPS         Z11, 448(R12)
-	VMOVUPS         Z12, 512(R12)
-	VMOVUPS         Z13, 576(R12)
-	VMOVUPS         Z14, 640(R12)
-	VMOVUPS         Z15, 704(R12)
-	VMOVUPS         Z16, 768(R12)
-	VMOVUPS         Z17, 832(R12)
+	VMOVUPS         Z4, (R13)
+	VMOVUPS         Z5, 64(R13)
+	VMOVUPS         Z6, 128(R13)
+	VMOVUPS         Z7, 192(R13)
+	VMOVUPS         Z8, 256(R13)
+	VMOVUPS         Z9, 320(R13)
+	VMOVUPS         Z10, 384(R13)
+	VMOVUPS         Z11, 448(R13)
+	VMOVUPS         Z12, 512(R13)
+	VMOVUPS         Z13, 576(R13)
+	VMOVUPS         Z14, 640(R13)
+	VMOVUPS         Z15, 704(R13)
+	VMOVUPS         Z16, 768(R13)
+	VMOVUPS         Z17, 832(R13)
 	JMP             gemvInt2SeqT8AVX512_fused0next
 
 gemvInt2SeqT8AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT8AVX512_fused0lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
-	VADDPS (R11), Z6, Z6
-	VADDPS 64(R11), Z7, Z7
-	VADDPS (R11), Z8, Z8
-	VADDPS 64(R11), Z9, Z9
-	VADDPS (R11), Z10, Z10
-	VADDPS 64(R11), Z11, Z11
-	VADDPS (R11), Z12, Z12
-	VADDPS 64(R11), Z13, Z13
-	VADDPS (R11), Z14, Z14
-	VADDPS 64(R11), Z15, Z15
-	VADDPS (R11), Z16, Z16
-	VADDPS 64(R11), Z17, Z17
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
+	VADDPS (R12), Z6, Z6
+	VADDPS 64(R12), Z7, Z7
+	VADDPS (R12), Z8, Z8
+	VADDPS 64(R12), Z9, Z9
+	VADDPS (R12), Z10, Z10
+	VADDPS 64(R12), Z11, Z11
+	VADDPS (R12), Z12, Z12
+	VADDPS 64(R12), Z13, Z13
+	VADDPS (R12), Z14, Z14
+	VADDPS 64(R12), Z15, Z15
+	VADDPS (R12), Z16, Z16
+	VADDPS 64(R12), Z17, Z17
 
 gemvInt2SeqT8AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z6, K1, (R11)
-	VMOVUPS Z7, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z8, K1, (R11)
-	VMOVUPS Z9, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z10, K1, (R11)
-	VMOVUPS Z11, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z12, K1, (R11)
-	VMOVUPS Z13, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z14, K1, (R11)
-	VMOVUPS Z15, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z16, K1, (R11)
-	VMOVUPS Z17, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z6, K1, (R12)
+	VMOVUPS Z7, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z8, K1, (R12)
+	VMOVUPS Z9, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z10, K1, (R12)
+	VMOVUPS Z11, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z12, K1, (R12)
+	VMOVUPS Z13, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z14, K1, (R12)
+	VMOVUPS Z15, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z16, K1, (R12)
+	VMOVUPS Z17, K2, 64(R12)
 
 gemvInt2SeqT8AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000007, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   896(R8), Z4
+	VPADDD.BCST (R13)(R11*4), Z4, Z4
+	VCVTDQ2PS   Z4, Z4
+	VMULPS      (R12), Z4, Z4
+	VMOVDQU32   960(R8), Z5
+	VPADDD.BCST (R13)(R11*4), Z5, Z5
+	VCVTDQ2PS   Z5, Z5
+	VMULPS      64(R12), Z5, Z5
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000007, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   896(R8), Z4
-	VPADDD.BCST (R12)(R10*4), Z4, Z4
-	VCVTDQ2PS   Z4, Z4
-	VMULPS      (R11), Z4, Z4
-	VMOVDQU32   960(R8), Z5
-	VPADDD.BCST (R12)(R10*4), Z5, Z5
-	VCVTDQ2PS   Z5, Z5
-	VMULPS      64(R11), Z5, Z5
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000007, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z4, Z4
-	VMOVUPS     896(R12), Z18
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z4, Z4
+	VMOVUPS     896(R13), Z18
 	VADDPS      Z4, Z18, Z4
-	VDIVPS.BCST (R11)(R10*4), Z5, Z5
-	VMOVUPS     960(R12), Z18
+	VDIVPS.BCST (R12)(R11*4), Z5, Z5
+	VMOVUPS     960(R13), Z18
 	VADDPS      Z5, Z18, Z5
 	CMPQ        R9, $0x01
 	JE          gemvInt2SeqT8AVX512_fused7last
-	VMOVUPS     Z4, 896(R12)
-	VMOVUPS     Z5, 960(R12)
+	VMOVUPS     Z4, 896(R13)
+	VMOVUPS     Z5, 960(R13)
 	JMP         gemvInt2SeqT8AVX512_fused7next
 
 gemvInt2SeqT8AVX512_fused7last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt2SeqT8AVX512_fused7lastout
-	VADDPS (R11), Z4, Z4
-	VADDPS 64(R11), Z5, Z5
+	VADDPS (R12), Z4, Z4
+	VADDPS 64(R12), Z5, Z5
 
 gemvInt2SeqT8AVX512_fused7lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000007, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z4, K1, (R11)
-	VMOVUPS Z5, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000007, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z4, K1, (R12)
+	VMOVUPS Z5, K2, 64(R12)
 
 gemvInt2SeqT8AVX512_fused7next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt2SeqT8AVX512_fused:
 	DECQ R9
@@ -12108,245 +12134,246 @@ gemvInt8T8AVX512_step:
 	VMOVDQU32    Z15, 896(R8)
 	VMOVDQU32    Z16, 960(R8)
 	ADDQ         $0x00000400, R8
-	CMPQ         112(AX), $0x00
-	JE           gemvInt8T8AVX512_fused
+	MOVQ         112(AX), R10
+	TESTQ        R10, R10
+	JZ           gemvInt8T8AVX512_fused
 	SUBQ         $0x00000400, R8
-	MOVQ         192(AX), R10
-	MOVQ         152(AX), R11
-	IMULQ        R10, R11
-	ADDQ         144(AX), R11
-	MOVQ         120(AX), R12
+	MOVQ         120(AX), R11
+	MOVQ         64(R10), R12
+	IMULQ        R11, R12
+	ADDQ         56(R10), R12
+	MOVQ         32(R10), R13
 	VMOVDQU32    (R8), Z1
-	VPADDD.BCST  (R12)(R10*4), Z1, Z1
+	VPADDD.BCST  (R13)(R11*4), Z1, Z1
 	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
+	VMULPS       (R12), Z1, Z1
 	VMOVDQU32    64(R8), Z2
-	VPADDD.BCST  (R12)(R10*4), Z2, Z2
+	VPADDD.BCST  (R13)(R11*4), Z2, Z2
 	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z2, Z2
+	ADDQ         48(R10), R13
 	VMOVDQU32    128(R8), Z3
-	VPADDD.BCST  (R12)(R10*4), Z3, Z3
+	VPADDD.BCST  (R13)(R11*4), Z3, Z3
 	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
+	VMULPS       (R12), Z3, Z3
 	VMOVDQU32    192(R8), Z4
-	VPADDD.BCST  (R12)(R10*4), Z4, Z4
+	VPADDD.BCST  (R13)(R11*4), Z4, Z4
 	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z4, Z4
+	ADDQ         48(R10), R13
 	VMOVDQU32    256(R8), Z5
-	VPADDD.BCST  (R12)(R10*4), Z5, Z5
+	VPADDD.BCST  (R13)(R11*4), Z5, Z5
 	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R11), Z5, Z5
+	VMULPS       (R12), Z5, Z5
 	VMOVDQU32    320(R8), Z6
-	VPADDD.BCST  (R12)(R10*4), Z6, Z6
+	VPADDD.BCST  (R13)(R11*4), Z6, Z6
 	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R11), Z6, Z6
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z6, Z6
+	ADDQ         48(R10), R13
 	VMOVDQU32    384(R8), Z7
-	VPADDD.BCST  (R12)(R10*4), Z7, Z7
+	VPADDD.BCST  (R13)(R11*4), Z7, Z7
 	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R11), Z7, Z7
+	VMULPS       (R12), Z7, Z7
 	VMOVDQU32    448(R8), Z8
-	VPADDD.BCST  (R12)(R10*4), Z8, Z8
+	VPADDD.BCST  (R13)(R11*4), Z8, Z8
 	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R11), Z8, Z8
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z8, Z8
+	ADDQ         48(R10), R13
 	VMOVDQU32    512(R8), Z9
-	VPADDD.BCST  (R12)(R10*4), Z9, Z9
+	VPADDD.BCST  (R13)(R11*4), Z9, Z9
 	VCVTDQ2PS    Z9, Z9
-	VMULPS       (R11), Z9, Z9
+	VMULPS       (R12), Z9, Z9
 	VMOVDQU32    576(R8), Z10
-	VPADDD.BCST  (R12)(R10*4), Z10, Z10
+	VPADDD.BCST  (R13)(R11*4), Z10, Z10
 	VCVTDQ2PS    Z10, Z10
-	VMULPS       64(R11), Z10, Z10
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z10, Z10
+	ADDQ         48(R10), R13
 	VMOVDQU32    640(R8), Z11
-	VPADDD.BCST  (R12)(R10*4), Z11, Z11
+	VPADDD.BCST  (R13)(R11*4), Z11, Z11
 	VCVTDQ2PS    Z11, Z11
-	VMULPS       (R11), Z11, Z11
+	VMULPS       (R12), Z11, Z11
 	VMOVDQU32    704(R8), Z12
-	VPADDD.BCST  (R12)(R10*4), Z12, Z12
+	VPADDD.BCST  (R13)(R11*4), Z12, Z12
 	VCVTDQ2PS    Z12, Z12
-	VMULPS       64(R11), Z12, Z12
-	ADDQ         136(AX), R12
+	VMULPS       64(R12), Z12, Z12
+	ADDQ         48(R10), R13
 	VMOVDQU32    768(R8), Z13
-	VPADDD.BCST  (R12)(R10*4), Z13, Z13
+	VPADDD.BCST  (R13)(R11*4), Z13, Z13
 	VCVTDQ2PS    Z13, Z13
-	VMULPS       (R11), Z13, Z13
+	VMULPS       (R12), Z13, Z13
 	VMOVDQU32    832(R8), Z14
-	VPADDD.BCST  (R12)(R10*4), Z14, Z14
+	VPADDD.BCST  (R13)(R11*4), Z14, Z14
 	VCVTDQ2PS    Z14, Z14
-	VMULPS       64(R11), Z14, Z14
-	MOVQ         128(AX), R11
-	MOVQ         200(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z15
+	VMULPS       64(R12), Z14, Z14
+	MOVQ         40(R10), R12
+	MOVQ         128(AX), R13
+	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
+	VMOVUPS      (R13), Z15
 	VADDPS       Z1, Z15, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
+	VMOVUPS      64(R13), Z15
 	VADDPS       Z2, Z15, Z2
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
+	VMOVUPS      128(R13), Z15
 	VADDPS       Z3, Z15, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
+	VMOVUPS      192(R13), Z15
 	VADDPS       Z4, Z15, Z4
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z5, Z5
-	VMOVUPS      256(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
+	VMOVUPS      256(R13), Z15
 	VADDPS       Z5, Z15, Z5
-	VDIVPS.BCST  (R11)(R10*4), Z6, Z6
-	VMOVUPS      320(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
+	VMOVUPS      320(R13), Z15
 	VADDPS       Z6, Z15, Z6
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z7, Z7
-	VMOVUPS      384(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z7, Z7
+	VMOVUPS      384(R13), Z15
 	VADDPS       Z7, Z15, Z7
-	VDIVPS.BCST  (R11)(R10*4), Z8, Z8
-	VMOVUPS      448(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z8, Z8
+	VMOVUPS      448(R13), Z15
 	VADDPS       Z8, Z15, Z8
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z9, Z9
-	VMOVUPS      512(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z9, Z9
+	VMOVUPS      512(R13), Z15
 	VADDPS       Z9, Z15, Z9
-	VDIVPS.BCST  (R11)(R10*4), Z10, Z10
-	VMOVUPS      576(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z10, Z10
+	VMOVUPS      576(R13), Z15
 	VADDPS       Z10, Z15, Z10
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z11, Z11
-	VMOVUPS      640(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z11, Z11
+	VMOVUPS      640(R13), Z15
 	VADDPS       Z11, Z15, Z11
-	VDIVPS.BCST  (R11)(R10*4), Z12, Z12
-	VMOVUPS      704(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z12, Z12
+	VMOVUPS      704(R13), Z15
 	VADDPS       Z12, Z15, Z12
-	ADDQ         136(AX), R11
-	VDIVPS.BCST  (R11)(R10*4), Z13, Z13
-	VMOVUPS      768(R12), Z15
+	ADDQ         48(R10), R12
+	VDIVPS.BCST  (R12)(R11*4), Z13, Z13
+	VMOVUPS      768(R13), Z15
 	VADDPS       Z13, Z15, Z13
-	VDIVPS.BCST  (R11)(R10*4), Z14, Z14
-	VMOVUPS      832(R12), Z15
+	VDIVPS.BCST  (R12)(R11*4), Z14, Z14
+	VMOVUPS      832(R13), Z15
 	VADDPS       Z14, Z15, Z14
 	CMPQ         R9, $0x01
 	JE           gemvInt8T8AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	VMOVUPS      Z5, 256(R12)
-	VMOVUPS      Z6, 320(R12)
-	VMOVUPS      Z7, 384(R12)
-	VMOVUPS      Z8, 448(R12)
-	VMOVUPS      Z9, 512(R12)
-	VMOVUPS      Z10, 576(R12)
-	VMOVUPS      Z11, 640(R12)
-	VMOVUPS      Z12, 704(R12)
-	VMOVUPS      Z13, 768(R12)
-	VMOVUPS      Z14, 832(R12)
+	VMOVUPS      Z1, (R13)
+	VMOVUPS      Z2, 64(R13)
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      Z4, 192(R13)
+	VMOVUPS      Z5, 256(R13)
+	VMOVUPS      Z6, 320(R13)
+	VMOVUPS      Z7, 384(R13)
+	VMOVUPS      Z8, 448(R13)
+	VMOVUPS      Z9, 512(R13)
+	VMOVUPS      Z10, 576(R13)
+	VMOVUPS      Z11, 640(R13)
+	VMOVUPS      Z12, 704(R13)
+	VMOVUPS      Z13, 768(R13)
+	VMOVUPS      Z14, 832(R13)
 	JMP          gemvInt8T8AVX512_fused0next
 
 gemvInt8T8AVX512_fused0last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T8AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-	VADDPS (R11), Z5, Z5
-	VADDPS 64(R11), Z6, Z6
-	VADDPS (R11), Z7, Z7
-	VADDPS 64(R11), Z8, Z8
-	VADDPS (R11), Z9, Z9
-	VADDPS 64(R11), Z10, Z10
-	VADDPS (R11), Z11, Z11
-	VADDPS 64(R11), Z12, Z12
-	VADDPS (R11), Z13, Z13
-	VADDPS 64(R11), Z14, Z14
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
+	VADDPS (R12), Z3, Z3
+	VADDPS 64(R12), Z4, Z4
+	VADDPS (R12), Z5, Z5
+	VADDPS 64(R12), Z6, Z6
+	VADDPS (R12), Z7, Z7
+	VADDPS 64(R12), Z8, Z8
+	VADDPS (R12), Z9, Z9
+	VADDPS 64(R12), Z10, Z10
+	VADDPS (R12), Z11, Z11
+	VADDPS 64(R12), Z12, Z12
+	VADDPS (R12), Z13, Z13
+	VADDPS 64(R12), Z14, Z14
 
 gemvInt8T8AVX512_fused0lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z5, K1, (R11)
-	VMOVUPS Z6, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z7, K1, (R11)
-	VMOVUPS Z8, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z9, K1, (R11)
-	VMOVUPS Z10, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z11, K1, (R11)
-	VMOVUPS Z12, K2, 64(R11)
-	ADDQ    176(AX), R11
-	VMOVUPS Z13, K1, (R11)
-	VMOVUPS Z14, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z3, K1, (R12)
+	VMOVUPS Z4, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z5, K1, (R12)
+	VMOVUPS Z6, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z7, K1, (R12)
+	VMOVUPS Z8, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z9, K1, (R12)
+	VMOVUPS Z10, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z11, K1, (R12)
+	VMOVUPS Z12, K2, 64(R12)
+	ADDQ    88(R10), R12
+	VMOVUPS Z13, K1, (R12)
+	VMOVUPS Z14, K2, 64(R12)
 
 gemvInt8T8AVX512_fused0next:
-	MOVQ        152(AX), R11
-	IMULQ       R10, R11
-	ADDQ        144(AX), R11
-	MOVQ        120(AX), R12
-	MOVQ        136(AX), R13
+	MOVQ        64(R10), R12
+	IMULQ       R11, R12
+	ADDQ        56(R10), R12
+	MOVQ        32(R10), R13
+	MOVQ        48(R10), R14
+	IMUL3Q      $0x00000007, R14, R14
+	ADDQ        R14, R13
+	VMOVDQU32   896(R8), Z1
+	VPADDD.BCST (R13)(R11*4), Z1, Z1
+	VCVTDQ2PS   Z1, Z1
+	VMULPS      (R12), Z1, Z1
+	VMOVDQU32   960(R8), Z2
+	VPADDD.BCST (R13)(R11*4), Z2, Z2
+	VCVTDQ2PS   Z2, Z2
+	VMULPS      64(R12), Z2, Z2
+	MOVQ        40(R10), R12
+	MOVQ        48(R10), R13
 	IMUL3Q      $0x00000007, R13, R13
 	ADDQ        R13, R12
-	VMOVDQU32   896(R8), Z1
-	VPADDD.BCST (R12)(R10*4), Z1, Z1
-	VCVTDQ2PS   Z1, Z1
-	VMULPS      (R11), Z1, Z1
-	VMOVDQU32   960(R8), Z2
-	VPADDD.BCST (R12)(R10*4), Z2, Z2
-	VCVTDQ2PS   Z2, Z2
-	VMULPS      64(R11), Z2, Z2
-	MOVQ        128(AX), R11
-	MOVQ        136(AX), R12
-	IMUL3Q      $0x00000007, R12, R12
-	ADDQ        R12, R11
-	MOVQ        200(AX), R12
-	VDIVPS.BCST (R11)(R10*4), Z1, Z1
-	VMOVUPS     896(R12), Z15
+	MOVQ        128(AX), R13
+	VDIVPS.BCST (R12)(R11*4), Z1, Z1
+	VMOVUPS     896(R13), Z15
 	VADDPS      Z1, Z15, Z1
-	VDIVPS.BCST (R11)(R10*4), Z2, Z2
-	VMOVUPS     960(R12), Z15
+	VDIVPS.BCST (R12)(R11*4), Z2, Z2
+	VMOVUPS     960(R13), Z15
 	VADDPS      Z2, Z15, Z2
 	CMPQ        R9, $0x01
 	JE          gemvInt8T8AVX512_fused7last
-	VMOVUPS     Z1, 896(R12)
-	VMOVUPS     Z2, 960(R12)
+	VMOVUPS     Z1, 896(R13)
+	VMOVUPS     Z2, 960(R13)
 	JMP         gemvInt8T8AVX512_fused7next
 
 gemvInt8T8AVX512_fused7last:
-	MOVQ   160(AX), R11
-	TESTQ  R11, R11
+	MOVQ   72(R10), R12
+	TESTQ  R12, R12
 	JZ     gemvInt8T8AVX512_fused7lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
+	VADDPS (R12), Z1, Z1
+	VADDPS 64(R12), Z2, Z2
 
 gemvInt8T8AVX512_fused7lastout:
-	MOVQ    184(AX), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    168(AX), R11
-	MOVQ    176(AX), R12
-	IMUL3Q  $0x00000007, R12, R12
-	ADDQ    R12, R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
+	MOVQ    96(R10), R12
+	KMOVW   R12, K1
+	SHRQ    $0x10, R12
+	KMOVW   R12, K2
+	MOVQ    80(R10), R12
+	MOVQ    88(R10), R10
+	IMUL3Q  $0x00000007, R10, R10
+	ADDQ    R10, R12
+	VMOVUPS Z1, K1, (R12)
+	VMOVUPS Z2, K2, 64(R12)
 
 gemvInt8T8AVX512_fused7next:
-	INCQ R10
-	MOVQ R10, 192(AX)
+	INCQ R11
+	MOVQ R11, 120(AX)
 
 gemvInt8T8AVX512_fused:
 	DECQ R9
@@ -13657,85 +13684,86 @@ gemvInt2T1AVXVNNI_step:
 	VPADDD       Y7, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt2T1AVXVNNI_fused
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt2T1AVXVNNI_fused
 	SUBQ         $0x00000080, SI
-	MOVQ         192(AX), R8
-	MOVQ         152(AX), R9
-	IMULQ        R8, R9
-	ADDQ         144(AX), R9
-	MOVQ         120(AX), R10
-	VPBROADCASTD (R10)(R8*4), Y4
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
 	VMOVDQU      (SI), Y0
 	VPADDD       Y4, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
-	VMULPS       (R9), Y0, Y0
+	VMULPS       (R10), Y0, Y0
 	VMOVDQU      32(SI), Y1
 	VPADDD       Y4, Y1, Y1
 	VCVTDQ2PS    Y1, Y1
-	VMULPS       32(R9), Y1, Y1
+	VMULPS       32(R10), Y1, Y1
 	VMOVDQU      64(SI), Y2
 	VPADDD       Y4, Y2, Y2
 	VCVTDQ2PS    Y2, Y2
-	VMULPS       64(R9), Y2, Y2
+	VMULPS       64(R10), Y2, Y2
 	VMOVDQU      96(SI), Y3
 	VPADDD       Y4, Y3, Y3
 	VCVTDQ2PS    Y3, Y3
-	VMULPS       96(R9), Y3, Y3
-	MOVQ         128(AX), R9
-	MOVQ         200(AX), R10
-	VBROADCASTSS (R9)(R8*4), Y4
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
 	VDIVPS       Y4, Y0, Y0
-	VMOVUPS      (R10), Y5
+	VMOVUPS      (R11), Y5
 	VADDPS       Y0, Y5, Y0
 	VDIVPS       Y4, Y1, Y1
-	VMOVUPS      32(R10), Y5
+	VMOVUPS      32(R11), Y5
 	VADDPS       Y1, Y5, Y1
 	VDIVPS       Y4, Y2, Y2
-	VMOVUPS      64(R10), Y5
+	VMOVUPS      64(R11), Y5
 	VADDPS       Y2, Y5, Y2
 	VDIVPS       Y4, Y3, Y3
-	VMOVUPS      96(R10), Y5
+	VMOVUPS      96(R11), Y5
 	VADDPS       Y3, Y5, Y3
 	CMPQ         DI, $0x01
 	JE           gemvInt2T1AVXVNNI_fused0last
-	VMOVUPS      Y0, (R10)
-	VMOVUPS      Y1, 32(R10)
-	VMOVUPS      Y2, 64(R10)
-	VMOVUPS      Y3, 96(R10)
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
 	JMP          gemvInt2T1AVXVNNI_fused0next
 
 gemvInt2T1AVXVNNI_fused0last:
-	MOVQ   160(AX), R9
-	TESTQ  R9, R9
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
 	JZ     gemvInt2T1AVXVNNI_fused0lastout
-	VADDPS (R9), Y0, Y0
-	VADDPS 32(R9), Y1, Y1
-	VADDPS 64(R9), Y2, Y2
-	VADDPS 96(R9), Y3, Y3
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
 
 gemvInt2T1AVXVNNI_fused0lastout:
-	MOVQ         168(AX), R9
-	VPBROADCASTD 184(AX), Y5
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
 	VPAND        rowsY<>+0(SB), Y5, Y5
 	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
-	VMASKMOVPS   Y0, Y5, (R9)
-	VPBROADCASTD 184(AX), Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
 	VPAND        rowsY<>+32(SB), Y5, Y5
 	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
-	VMASKMOVPS   Y1, Y5, 32(R9)
-	VPBROADCASTD 184(AX), Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
 	VPAND        rowsY<>+64(SB), Y5, Y5
 	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
-	VMASKMOVPS   Y2, Y5, 64(R9)
-	VPBROADCASTD 184(AX), Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
 	VPAND        rowsY<>+96(SB), Y5, Y5
 	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
-	VMASKMOVPS   Y3, Y5, 96(R9)
+	VMASKMOVPS   Y3, Y5, 96(R10)
 
 gemvInt2T1AVXVNNI_fused0next:
-	INCQ R8
-	MOVQ R8, 192(AX)
+	INCQ R9
+	MOVQ R9, 120(AX)
 
 gemvInt2T1AVXVNNI_fused:
 	DECQ DI
@@ -13989,142 +14017,143 @@ gemvInt2T2AVXVNNI_step:
 	VMOVDQU      Y6, 192(DI)
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	CMPQ         112(AX), $0x00
-	JE           gemvInt2T2AVXVNNI_fused
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt2T2AVXVNNI_fused
 	SUBQ         $0x00000100, DI
-	MOVQ         192(AX), R9
-	MOVQ         152(AX), R10
-	IMULQ        R9, R10
-	ADDQ         144(AX), R10
-	MOVQ         120(AX), R11
-	VPBROADCASTD (R11)(R9*4), Y10
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
 	VMOVDQU      (DI), Y0
 	VPADDD       Y10, Y0, Y0
 	VCVTDQ2PS    Y0, Y0
-	VMULPS       (R10), Y0, Y0
+	VMULPS       (R11), Y0, Y0
 	VMOVDQU      32(DI), Y1
 	VPADDD       Y10, Y1, Y1
 	VCVTDQ2PS    Y1, Y1
-	VMULPS       32(R10), Y1, Y1
+	VMULPS       32(R11), Y1, Y1
 	VMOVDQU      64(DI), Y2
 	VPADDD       Y10, Y2, Y2
 	VCVTDQ2PS    Y2, Y2
-	VMULPS       64(R10), Y2, Y2
+	VMULPS       64(R11), Y2, Y2
 	VMOVDQU      96(DI), Y3
 	VPADDD       Y10, Y3, Y3
 	VCVTDQ2PS    Y3, Y3
-	VMULPS       96(R10), Y3, Y3
-	ADDQ         136(AX), R11
-	VPBROADCASTD (R11)(R9*4), Y10
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
 	VMOVDQU      128(DI), Y4
 	VPADDD       Y10, Y4, Y4
 	VCVTDQ2PS    Y4, Y4
-	VMULPS       (R10), Y4, Y4
+	VMULPS       (R11), Y4, Y4
 	VMOVDQU      160(DI), Y5
 	VPADDD       Y10, Y5, Y5
 	VCVTDQ2PS    Y5, Y5
-	VMULPS       32(R10), Y5, Y5
+	VMULPS       32(R11), Y5, Y5
 	VMOVDQU      192(DI), Y6
 	VPADDD       Y10, Y6, Y6
 	VCVTDQ2PS    Y6, Y6
-	VMULPS       64(R10), Y6, Y6
+	VMULPS       64(R11), Y6, Y6
 	VMOVDQU      224(DI), Y7
 	VPADDD       Y10, Y7, Y7
 	VCVTDQ2PS    Y7, Y7
-	VMULPS       96(R10), Y7, Y7
-	MOVQ         128(AX), R10
-	MOVQ         200(AX), R11
-	VBROADCASTSS (R10)(R9*4), Y10
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y10
 	VDIVPS       Y10, Y0, Y0
-	VMOVUPS      (R11), Y11
+	VMOVUPS      (R12), Y11
 	VADDPS       Y0, Y11, Y0
 	VDIVPS       Y10, Y1, Y1
-	VMOVUPS      32(R11), Y11
+	VMOVUPS      32(R12), Y11
 	VADDPS       Y1, Y11, Y1
 	VDIVPS       Y10, Y2, Y2
-	VMOVUPS      64(R11), Y11
+	VMOVUPS      64(R12), Y11
 	VADDPS       Y2, Y11, Y2
 	VDIVPS       Y10, Y3, Y3
-	VMOVUPS      96(R11), Y11
+	VMOVUPS      96(R12), Y11
 	VADDPS       Y3, Y11, Y3
-	ADDQ         136(AX), R10
-	VBROADCASTSS (R10)(R9*4), Y10
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y10
 	VDIVPS       Y10, Y4, Y4
-	VMOVUPS      128(R11), Y11
+	VMOVUPS      128(R12), Y11
 	VADDPS       Y4, Y11, Y4
 	VDIVPS       Y10, Y5, Y5
-	VMOVUPS      160(R11), Y11
+	VMOVUPS      160(R12), Y11
 	VADDPS       Y5, Y11, Y5
 	VDIVPS       Y10, Y6, Y6
-	VMOVUPS      192(R11), Y11
+	VMOVUPS      192(R12), Y11
 	VADDPS       Y6, Y11, Y6
 	VDIVPS       Y10, Y7, Y7
-	VMOVUPS      224(R11), Y11
+	VMOVUPS      224(R12), Y11
 	VADDPS       Y7, Y11, Y7
 	CMPQ         R8, $0x01
 	JE           gemvInt2T2AVXVNNI_fused0last
-	VMOVUPS      Y0, (R11)
-	VMOVUPS      Y1, 32(R11)
-	VMOVUPS      Y2, 64(R11)
-	VMOVUPS      Y3, 96(R11)
-	VMOVUPS      Y4, 128(R11)
-	VMOVUPS      Y5, 160(R11)
-	VMOVUPS      Y6, 192(R11)
-	VMOVUPS      Y7, 224(R11)
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
 	JMP          gemvInt2T2AVXVNNI_fused0next
 
 gemvInt2T2AVXVNNI_fused0last:
-	MOVQ   160(AX), R10
-	TESTQ  R10, R10
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
 	JZ     gemvInt2T2AVXVNNI_fused0lastout
-	VADDPS (R10), Y0, Y0
-	VADDPS 32(R10), Y1, Y1
-	VADDPS 64(R10), Y2, Y2
-	VADDPS 96(R10), Y3, Y3
-	VADDPS (R10), Y4, Y4
-	VADDPS 32(R10), Y5, Y5
-	VADDPS 64(R10), Y6, Y6
-	VADDPS 96(R10), Y7, Y7
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
 
 gemvInt2T2AVXVNNI_fused0lastout:
-	MOVQ         168(AX), R10
-	VPBROADCASTD 184(AX), Y11
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+0(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
-	VMASKMOVPS   Y0, Y11, (R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y0, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+32(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
-	VMASKMOVPS   Y1, Y11, 32(R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y1, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+64(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
-	VMASKMOVPS   Y2, Y11, 64(R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y2, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+96(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
-	VMASKMOVPS   Y3, Y11, 96(R10)
-	ADDQ         176(AX), R10
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y3, Y11, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+0(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
-	VMASKMOVPS   Y4, Y11, (R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y4, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+32(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
-	VMASKMOVPS   Y5, Y11, 32(R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y5, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+64(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
-	VMASKMOVPS   Y6, Y11, 64(R10)
-	VPBROADCASTD 184(AX), Y11
+	VMASKMOVPS   Y6, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
 	VPAND        rowsY<>+96(SB), Y11, Y11
 	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
-	VMASKMOVPS   Y7, Y11, 96(R10)
+	VMASKMOVPS   Y7, Y11, 96(R11)
 
 gemvInt2T2AVXVNNI_fused0next:
-	INCQ R9
-	MOVQ R9, 192(AX)
+	INCQ R10
+	MOVQ R10, 120(AX)
 
 gemvInt2T2AVXVNNI_fused:
 	DECQ R8

@@ -83,7 +83,7 @@ type fmtOps struct {
 	// gemvMaxK: the GEMV kernels' int32 sums hold K up to this (0: the format's MaxK).
 	gemvMaxK int
 	// fused: the gemv (and gemvSeq) kernels run the epilogue themselves when asked
-	// (gemvArgs.Fuse).
+	// (gemvArgs.Epi).
 	fused bool
 }
 
@@ -1108,7 +1108,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		epi.WSSeg = 4 * lp.wsSeg
 	}
 	g, mm, ua := &tb.g, &tb.mm, &tb.ua
-	fuse, y := false, []float32(nil) // the GEMV kernel runs the epilogue (gemvArgs.Fuse); y: its EY
+	var y []float32 // gemvArgs.EY, where the GEMV kernel runs the epilogue (g.Epi set)
 	if p.gemm {
 		segQ := ly.Kp / 4
 		if l.SegLen > 0 {
@@ -1154,10 +1154,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			g.Aux = int16Chunk(l)
 		}
 		if k.ops.fused && fuseEpilogue && p.nseg > 1 {
-			fuse = true
-			g.Fuse, g.ECorrStride, g.EWSSeg, g.EOutStride = 1, epi.CorrStride, epi.WSSeg, epi.OutStride
 			tb.y, y = alignedFloats(tb.y, maxGemvT*RowBlock)
-			g.EY = unsafe.Pointer(&y[0])
+			g.Epi, g.EY = unsafe.Pointer(epi), unsafe.Pointer(&y[0])
 		}
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -1189,6 +1187,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		}
 		for t0 := 0; t0 < n; t0 += tile {
 			T := min(tile, n-t0)
+			epi.NTok = T
+			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
 			if p.gemm {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X, mm.XQ = unsafe.Add(xbase, t0*ly.Kp), 4*T
@@ -1199,25 +1201,17 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				g.X = unsafe.Add(xbase, t0*p.xStride)
 				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
 					gemvParts(gemv[T], g, ps, ly)
-				} else if fuse {
-					g.ECorr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
-					g.EXS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
-					g.EWS, g.EBias, g.EMask = epi.WS, epi.Bias, epi.Mask
-					g.EOut = unsafe.Pointer(&out[t0*ly.M+m0])
+				} else if g.Epi != nil {
 					g.EJ = 0
 					for i := range y[:T*RowBlock] {
 						y[i] = negZero
 					}
 					gemv[T](argp(g))
-					continue
+					continue // the kernel ran the epilogue
 				} else {
 					gemv[T](argp(g))
 				}
 			}
-			epi.NTok = T
-			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
-			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
-			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
 			k.ops.epi(argp(epi))
 		}
 	}

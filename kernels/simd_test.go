@@ -208,12 +208,8 @@ func TestArgOffsets(t *testing.T) {
 		{"gemv.Aux", unsafe.Offsetof(g.Aux), 64}, {"gemv.PF", unsafe.Offsetof(g.PF), 72},
 		{"gemv.PF7", unsafe.Offsetof(g.PF7), 80}, {"gemv.Acc", unsafe.Offsetof(g.Acc), 88},
 		{"gemv.Far", unsafe.Offsetof(g.Far), 96}, {"gemv.Far6", unsafe.Offsetof(g.Far6), 104},
-		{"gemv.Fuse", unsafe.Offsetof(g.Fuse), 112}, {"gemv.ECorr", unsafe.Offsetof(g.ECorr), 120},
-		{"gemv.EXS", unsafe.Offsetof(g.EXS), 128}, {"gemv.ECorrStride", unsafe.Offsetof(g.ECorrStride), 136},
-		{"gemv.EWS", unsafe.Offsetof(g.EWS), 144}, {"gemv.EWSSeg", unsafe.Offsetof(g.EWSSeg), 152},
-		{"gemv.EBias", unsafe.Offsetof(g.EBias), 160}, {"gemv.EOut", unsafe.Offsetof(g.EOut), 168},
-		{"gemv.EOutStride", unsafe.Offsetof(g.EOutStride), 176}, {"gemv.EMask", unsafe.Offsetof(g.EMask), 184},
-		{"gemv.EJ", unsafe.Offsetof(g.EJ), 192}, {"gemv.EY", unsafe.Offsetof(g.EY), 200},
+		{"gemv.Epi", unsafe.Offsetof(g.Epi), 112}, {"gemv.EJ", unsafe.Offsetof(g.EJ), 120},
+		{"gemv.EY", unsafe.Offsetof(g.EY), 128},
 		{"unpack.W", unsafe.Offsetof(u.W), 0}, {"unpack.B", unsafe.Offsetof(u.B), 8},
 		{"unpack.N", unsafe.Offsetof(u.N), 16}, {"unpack.Tab", unsafe.Offsetof(u.Tab), 24},
 		{"unpack.N2", unsafe.Offsetof(u.N2), 32},
@@ -320,7 +316,7 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 // TestSIMDNegativeZeroSums: with one weight value throughout and activations alternating +1
 // and -1, every segment's dot product is 0, and under negative weight scales every term p_j of
 // the epilogue is -0, so y = p_0 + p_1 + ... is -0: an epilogue that starts its sum at +0
-// instead of p_0 (as the kernels that run it themselves, gemvArgs.Fuse, must not) gives +0.
+// instead of p_0 (as the kernels that run it themselves, gemvArgs.Epi, must not) gives +0.
 func TestSIMDNegativeZeroSums(t *testing.T) {
 	const m, k = 70, 256
 	for _, kern := range asmKernels() {

@@ -13,13 +13,36 @@ const (
 )
 
 func genEpilogue() {
-	var bits []uint32
-	for i := 0; i < 32; i++ {
-		bits = append(bits, 1<<i)
-	}
-	rowBits := dwordTable("epiRowBits", bits)
+	rowBits := rowBitsTable("epiRowBits")
 	genEpi(true, Mem{})
 	genEpi(false, rowBits)
+}
+
+// rowBitsTable defines a table of the dwords 1 << r for the rows r = 0..31 of a block, from
+// which rowMaskY makes a ymm store mask.
+func rowBitsTable(name string) Mem {
+	var bits []uint32
+	for r := 0; r < 32; r++ {
+		bits = append(bits, 1<<r)
+	}
+	return dwordTable(name, bits)
+}
+
+// rowMaskY sets dst to the vmaskmovps mask of rows 8i..8i+7 from mb, the row mask (bit r =
+// row r) in every dword.
+func rowMaskY(rowBits Mem, i int, mb, dst VecPhysical) {
+	VPAND(rowBits.Offset(32*i), mb, dst)
+	VPCMPEQD(rowBits.Offset(32*i), dst, dst)
+}
+
+// rowMasksZ loads the row mask m (bit r = row r) into K1 (rows 0-15) and K2 (rows 16-31),
+// the zmm stores' masks.
+func rowMasksZ(m Mem) {
+	r := GP64()
+	MOVQ(m, r)
+	KMOVW(r.As32(), K1)
+	SHRQ(U8(16), r)
+	KMOVW(r.As32(), K2)
 }
 
 // genEpi writes epilogueAVX512 (zmm: 32 rows in 2 registers, masked stores) or
@@ -54,18 +77,13 @@ func genEpi(z bool, rowBits Mem) {
 	VPBROADCASTD(at(a, epA), av)
 	var masks []VecPhysical
 	if z {
-		m := GP64()
-		MOVQ(at(a, epMask), m)
-		KMOVW(m.As32(), K1)
-		SHRQ(U8(16), m)
-		KMOVW(m.As32(), K2)
+		rowMasksZ(at(a, epMask))
 	} else {
 		mb := p.get()
 		VPBROADCASTD(at(a, epMask), mb)
 		masks = p.getn(4)
 		for i, m := range masks {
-			VPAND(rowBits.Offset(32*i), mb, m)
-			VPCMPEQD(rowBits.Offset(32*i), m, m)
+			rowMaskY(rowBits, i, mb, m)
 		}
 		p.put(mb)
 	}

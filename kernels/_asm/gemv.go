@@ -12,8 +12,7 @@ import (
 const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
 	gTab, gAux, gPF, gPF7, gAcc, gFar, gFar6              = 56, 64, 72, 80, 88, 96, 104
-	gFuse, gECorr, gEXS, gECorrStride, gEWS, gEWSSeg      = 112, 120, 128, 136, 144, 152
-	gEBias, gEOut, gEOutStride, gEMask, gEJ, gEY          = 160, 168, 176, 184, 192, 200
+	gEpi, gEJ, gEY                                        = 112, 120, 128
 )
 
 // prefetchFar and prefetchNear are how far ahead (bytes) the GEMV kernels prefetch their
@@ -157,14 +156,14 @@ func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func
 	JNZ(LabelRef(name + "_seg"))
 }
 
-// fuseEpi is the integer epilogue (epiArgs' arithmetic) that a zmm GEMV kernel runs on each
-// segment's sums as soon as it has stored them, when gemvArgs.Fuse is set: the float work
-// and its divisions then run between the weight loads of the next segment instead of in a
-// pass of their own after the row block, during which the weight stream stood still. The
-// running sums y live in gemvArgs.EY (callers fill it with -0, so that y = -0 + p_0 = p_0
-// bit for bit), the outputs go straight to EOut. regs are the kernel's vector registers that
-// are dead after its store (its accumulators, and more): tokens go in groups of
-// (len(regs)-1)/2 on zmm, (len(regs)-2)/4 on ymm (four vectors a token, vmaskmovps stores).
+// fuseEpi is the integer epilogue (genEpi's arithmetic) that a GEMV kernel runs on each
+// segment's sums as soon as it has stored them, when gemvArgs.Epi is set: the float work and
+// its divisions then run between the weight loads of the next segment instead of in a pass
+// of their own after the row block, during which the weight stream stood still. It reads the
+// epiArgs at Epi. The running sums y live in gemvArgs.EY (callers fill it with -0, so that
+// y = -0 + p_0 = p_0 bit for bit), the outputs go straight to Out. regs are the kernel's
+// vector registers that are dead after its store (its accumulators, and more): tokens go in
+// groups of (len(regs)-1)/2 on zmm, (len(regs)-2)/4 on ymm (four vectors a token).
 type fuseEpi struct {
 	T    int
 	A    int // 1 or -2 (int1)
@@ -185,8 +184,10 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		panic(name + ": too few free registers for the fused epilogue, or an A it cannot apply")
 	}
 	done := name + "_fused"
-	CMPQ(at(a, gFuse), U8(0))
-	JE(LabelRef(done))
+	e := GP64()
+	MOVQ(at(a, gEpi), e)
+	TESTQ(e, e)
+	JZ(LabelRef(done))
 	SUBQ(U32(128*T), sums)
 	j := GP64()
 	MOVQ(at(a, gEJ), j)
@@ -199,13 +200,13 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		n := min(G, T-t0)
 		v := fe.regs[:nv*n]
 		ws := GP64()
-		MOVQ(at(a, gEWSSeg), ws)
+		MOVQ(at(e, epWSSeg), ws)
 		IMULQ(j, ws)
-		ADDQ(at(a, gEWS), ws)
-		c := tokBase(a, gECorr, gECorrStride, t0) // token t's Corr and XS at base + t*ECorrStride + 4j
+		ADDQ(at(e, epWS), ws)
+		c := tokBase(e, epCorr, epCorrStride, t0) // token t's Corr and XS at base + t*CorrStride + 4j
 		for t := 0; t < n; t++ {
 			if t > 0 {
-				ADDQ(at(a, gECorrStride), c)
+				ADDQ(at(e, epCorrStride), c)
 			}
 			corr := Mem{Base: c, Index: j, Scale: 4}
 			if fe.A != 1 || fe.ymm {
@@ -227,12 +228,12 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 				VMULPS(at(ws, step*i), r, r)
 			}
 		}
-		x := tokBase(a, gEXS, gECorrStride, t0)
+		x := tokBase(e, epXS, epCorrStride, t0)
 		y := GP64()
 		MOVQ(at(a, gEY), y)
 		for t := 0; t < n; t++ {
 			if t > 0 {
-				ADDQ(at(a, gECorrStride), x)
+				ADDQ(at(e, epCorrStride), x)
 			}
 			xsm := Mem{Base: x, Index: j, Scale: 4}
 			ys := tmp
@@ -260,7 +261,7 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		JMP(LabelRef(next))
 		Label(last)
 		b := GP64()
-		MOVQ(at(a, gEBias), b)
+		MOVQ(at(e, epBias), b)
 		TESTQ(b, b)
 		JZ(LabelRef(last + "out"))
 		for k, r := range v {
@@ -268,25 +269,20 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		}
 		Label(last + "out")
 		if !fe.ymm {
-			m := GP64()
-			MOVQ(at(a, gEMask), m)
-			KMOVW(m.As32(), K1)
-			SHRQ(U8(16), m)
-			KMOVW(m.As32(), K2)
+			rowMasksZ(at(e, epMask))
 		}
-		o := tokBase(a, gEOut, gEOutStride, t0)
+		o := tokBase(e, epOut, epOutStride, t0)
 		for t := 0; t < n; t++ {
 			if t > 0 {
-				ADDQ(at(a, gEOutStride), o)
+				ADDQ(at(e, epOutStride), o)
 			}
 			for i := 0; i < nv; i++ {
 				if !fe.ymm {
 					VMOVUPS(v[nv*t+i], []Register{K1, K2}[i], at(o, step*i))
 					continue
 				}
-				VPBROADCASTD(at(a, gEMask), tmp2)
-				VPAND(rowsY.Offset(32*i), tmp2, tmp2)
-				VPCMPEQD(rowsY.Offset(32*i), tmp2, tmp2)
+				VPBROADCASTD(at(e, epMask), tmp2)
+				rowMaskY(rowsY, i, tmp2, tmp2)
 				VMASKMOVPS(v[nv*t+i], tmp2, at(o, step*i))
 			}
 		}
@@ -297,13 +293,14 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 	Label(done)
 }
 
-// tokBase returns token t0's pointer: the field at off plus t0 times the stride at strideOff.
-func tokBase(a Register, off, strideOff, t0 int) GPVirtual {
+// tokBase returns token t0's pointer: the field at off of the block at b plus t0 times the
+// stride at strideOff.
+func tokBase(b Register, off, strideOff, t0 int) GPVirtual {
 	p := GP64()
-	MOVQ(at(a, off), p)
+	MOVQ(at(b, off), p)
 	if t0 > 0 {
 		s := GP64()
-		MOVQ(at(a, strideOff), s)
+		MOVQ(at(b, strideOff), s)
 		IMUL3Q(U32(uint32(t0)), s, s)
 		ADDQ(s, p)
 	}

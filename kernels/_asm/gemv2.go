@@ -22,7 +22,7 @@ var (
 	m3Y   Mem // 32 bytes 3
 	m80Y  Mem // 32 bytes 0x80
 	bitsY Mem // 8 x 32 bytes: 1, 2, 4, ..., 128
-	rowsY Mem // dwords 1 << r for rows r = 0..31 (fuseEpi's vmaskmovps masks)
+	rowsY Mem // rowBitsTable (fuseEpi's vmaskmovps masks)
 )
 
 // dotY adds the dot products of unsigned bytes u and signed bytes s (4 per dword) to acc:
@@ -55,11 +55,7 @@ func genGemvAVX2() {
 		m1f = append(m1f, 31, 0)
 	}
 	m1fY = table("m1fY", m1f)
-	var rows []uint32
-	for r := 0; r < 32; r++ {
-		rows = append(rows, 1<<r)
-	}
-	rowsY = dwordTable("rowsY", rows)
+	rowsY = rowBitsTable("rowsY")
 
 	for _, vnni := range []bool{false, true} {
 		isa := "AVX2"
