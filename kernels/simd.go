@@ -1024,15 +1024,6 @@ func (tb *threadBuf) release() {
 
 var bufPool = sync.Pool{New: func() any { return new(threadBuf) }}
 
-// fuseEpilogue lets Run hand the epilogue to the GEMV kernels that can run it (fmtOps.fused)
-// where a row block has more than one segment (weight or activation groups). Against the
-// epilogue as a pass of its own after each row block, group:128 from DRAM took 0.84-0.89 of
-// the time for int2 with four tokens, 0.95-1.00 with one, int1 0.90-1.00, int8 0.95-1.01
-// (4096x14336 and 14336x4096, one and two threads, nine paired rounds, Emerald Rapids);
-// row scales (one segment) 0.97-1.09, mostly above 1, so they keep the pass. The AVX-VNNI
-// int2 kernels: 0.91-0.94 with one token, 0.87-0.92 with two (the same shapes and rounds).
-var fuseEpilogue = true
-
 // negZero is float32 -0: the start of a fused epilogue's running sums (-0 + p = p, bit for
 // bit, for every p).
 var negZero = float32(math.Copysign(0, -1))
@@ -1153,7 +1144,14 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		case quantcfg.Int2:
 			g.Aux = int16Chunk(l)
 		}
-		if k.ops.fused && fuseEpilogue && p.nseg > 1 {
+		// The GEMV kernel runs the epilogue (fmtOps.fused) where a row block has more than
+		// one segment (weight or activation groups). Against the epilogue as a pass of its own
+		// after each row block, group:128 from DRAM took 0.84-0.89 of the time for int2 with
+		// four tokens, 0.95-1.00 with one, int1 0.90-1.00, int8 0.95-1.01, AVX-VNNI int2
+		// 0.87-0.94 (4096x14336 and 14336x4096, one and two threads, nine paired rounds,
+		// Emerald Rapids); row scales (one segment) 0.97-1.09, mostly above 1, so they keep
+		// the pass.
+		if k.ops.fused && p.nseg > 1 {
 			tb.y, y = alignedFloats(tb.y, maxGemvT*RowBlock)
 			g.Epi, g.EY = unsafe.Pointer(epi), unsafe.Pointer(&y[0])
 		}
