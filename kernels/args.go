@@ -34,7 +34,7 @@ type gemvArgs struct {
 	// quads 6 and 7.
 	PF, PF7, Acc int
 	Far, Far6    int
-	// The kernels of fmtOps.fused (zmm int2, int1 and int8; AVX-VNNI int2), when Epi is not
+	// The kernels of fmtOps.fused (int2, int1 and int8, on every path), when Epi is not
 	// nil, run the epilogue of the epiArgs at Epi on each segment as soon as its sums are
 	// stored, and Sums holds one segment. They read its Corr, XS, CorrStride, WS, WSSeg, Bias,
 	// Out, OutStride and Mask; A is the format's, the tokens and segments their own. EY is

@@ -13038,8 +13038,90 @@ gemvInt2T1AVX2_step:
 	VMOVDQU      Y2, 64(DI)
 	VMOVDQU      Y3, 96(DI)
 	ADDQ         $0x80, DI
-	DECQ         SI
-	JNZ          gemvInt2T1AVX2_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt2T1AVX2_fused
+	SUBQ         $0x00000080, DI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (DI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         SI, $0x01
+	JE           gemvInt2T1AVX2_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt2T1AVX2_fused0next
+
+gemvInt2T1AVX2_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt2T1AVX2_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt2T1AVX2_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt2T1AVX2_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt2T1AVX2_fused:
+	DECQ SI
+	JNZ  gemvInt2T1AVX2_seg
 	VZEROUPPER
 	RET
 
@@ -13113,8 +13195,90 @@ gemvInt8T1AVX2_step:
 	VPERMQ       $0xd8, Y6, Y6
 	VMOVDQU      Y6, 96(SI)
 	ADDQ         $0x00000080, SI
-	DECQ         DI
-	JNZ          gemvInt8T1AVX2_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt8T1AVX2_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt8T1AVX2_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt8T1AVX2_fused0next
+
+gemvInt8T1AVX2_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt8T1AVX2_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt8T1AVX2_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt8T1AVX2_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt8T1AVX2_fused:
+	DECQ DI
+	JNZ  gemvInt8T1AVX2_seg
 	VZEROUPPER
 	RET
 
@@ -13364,8 +13528,147 @@ gemvInt2T2AVX2_step:
 	VMOVDQU      Y6, 192(DI)
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	DECQ         R8
-	JNZ          gemvInt2T2AVX2_seg
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt2T2AVX2_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
+	VMOVDQU      (DI), Y0
+	VPADDD       Y10, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y10, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y10, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y10, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
+	VMOVDQU      128(DI), Y4
+	VPADDD       Y10, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPADDD       Y10, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPADDD       Y10, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPADDD       Y10, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y10
+	VDIVPS       Y10, Y0, Y0
+	VMOVUPS      (R12), Y11
+	VADDPS       Y0, Y11, Y0
+	VDIVPS       Y10, Y1, Y1
+	VMOVUPS      32(R12), Y11
+	VADDPS       Y1, Y11, Y1
+	VDIVPS       Y10, Y2, Y2
+	VMOVUPS      64(R12), Y11
+	VADDPS       Y2, Y11, Y2
+	VDIVPS       Y10, Y3, Y3
+	VMOVUPS      96(R12), Y11
+	VADDPS       Y3, Y11, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y10
+	VDIVPS       Y10, Y4, Y4
+	VMOVUPS      128(R12), Y11
+	VADDPS       Y4, Y11, Y4
+	VDIVPS       Y10, Y5, Y5
+	VMOVUPS      160(R12), Y11
+	VADDPS       Y5, Y11, Y5
+	VDIVPS       Y10, Y6, Y6
+	VMOVUPS      192(R12), Y11
+	VADDPS       Y6, Y11, Y6
+	VDIVPS       Y10, Y7, Y7
+	VMOVUPS      224(R12), Y11
+	VADDPS       Y7, Y11, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt2T2AVX2_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt2T2AVX2_fused0next
+
+gemvInt2T2AVX2_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt2T2AVX2_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt2T2AVX2_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y0, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y1, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y2, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y3, Y11, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y4, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y5, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y6, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y7, Y11, 96(R11)
+
+gemvInt2T2AVX2_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt2T2AVX2_fused:
+	DECQ R8
+	JNZ  gemvInt2T2AVX2_seg
 	VZEROUPPER
 	RET
 
@@ -13451,8 +13754,94 @@ gemvInt1T1AVX2_step:
 	VPSRAD       $0x03, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x80, SI
-	DECQ         DI
-	JNZ          gemvInt1T1AVX2_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt1T1AVX2_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPSLLD       $0x01, Y0, Y0
+	VPSUBD       Y0, Y4, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPSLLD       $0x01, Y1, Y1
+	VPSUBD       Y1, Y4, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPSLLD       $0x01, Y2, Y2
+	VPSUBD       Y2, Y4, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPSLLD       $0x01, Y3, Y3
+	VPSUBD       Y3, Y4, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt1T1AVX2_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt1T1AVX2_fused0next
+
+gemvInt1T1AVX2_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt1T1AVX2_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt1T1AVX2_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt1T1AVX2_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt1T1AVX2_fused:
+	DECQ DI
+	JNZ  gemvInt1T1AVX2_seg
 	VZEROUPPER
 	RET
 
@@ -13814,8 +14203,90 @@ gemvInt8T1AVXVNNI_step:
 	VMOVDQU      Y2, 64(SI)
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
-	DECQ         DI
-	JNZ          gemvInt8T1AVXVNNI_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt8T1AVXVNNI_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt8T1AVXVNNI_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt8T1AVXVNNI_fused0next
+
+gemvInt8T1AVXVNNI_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt8T1AVXVNNI_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt8T1AVXVNNI_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt8T1AVXVNNI_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt8T1AVXVNNI_fused:
+	DECQ DI
+	JNZ  gemvInt8T1AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -14219,8 +14690,147 @@ gemvInt8T2AVXVNNI_step:
 	VMOVDQU      Y6, 192(DI)
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	DECQ         R8
-	JNZ          gemvInt8T2AVXVNNI_seg
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt8T2AVXVNNI_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      (DI), Y0
+	VPADDD       Y8, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y8, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y8, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      128(DI), Y4
+	VPADDD       Y8, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPADDD       Y8, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPADDD       Y8, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPADDD       Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y0, Y0
+	VMOVUPS      (R12), Y9
+	VADDPS       Y0, Y9, Y0
+	VDIVPS       Y8, Y1, Y1
+	VMOVUPS      32(R12), Y9
+	VADDPS       Y1, Y9, Y1
+	VDIVPS       Y8, Y2, Y2
+	VMOVUPS      64(R12), Y9
+	VADDPS       Y2, Y9, Y2
+	VDIVPS       Y8, Y3, Y3
+	VMOVUPS      96(R12), Y9
+	VADDPS       Y3, Y9, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y4, Y4
+	VMOVUPS      128(R12), Y9
+	VADDPS       Y4, Y9, Y4
+	VDIVPS       Y8, Y5, Y5
+	VMOVUPS      160(R12), Y9
+	VADDPS       Y5, Y9, Y5
+	VDIVPS       Y8, Y6, Y6
+	VMOVUPS      192(R12), Y9
+	VADDPS       Y6, Y9, Y6
+	VDIVPS       Y8, Y7, Y7
+	VMOVUPS      224(R12), Y9
+	VADDPS       Y7, Y9, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt8T2AVXVNNI_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt8T2AVXVNNI_fused0next
+
+gemvInt8T2AVXVNNI_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt8T2AVXVNNI_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt8T2AVXVNNI_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y0, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y1, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y2, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y3, Y9, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y4, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y5, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y6, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y7, Y9, 96(R11)
+
+gemvInt8T2AVXVNNI_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt8T2AVXVNNI_fused:
+	DECQ R8
+	JNZ  gemvInt8T2AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -14289,8 +14899,94 @@ gemvInt1T1AVXVNNI_step:
 	VPSRAD       $0x03, Y3, Y3
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
-	DECQ         DI
-	JNZ          gemvInt1T1AVXVNNI_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt1T1AVXVNNI_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPSLLD       $0x01, Y0, Y0
+	VPSUBD       Y0, Y4, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPSLLD       $0x01, Y1, Y1
+	VPSUBD       Y1, Y4, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPSLLD       $0x01, Y2, Y2
+	VPSUBD       Y2, Y4, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPSLLD       $0x01, Y3, Y3
+	VPSUBD       Y3, Y4, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt1T1AVXVNNI_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt1T1AVXVNNI_fused0next
+
+gemvInt1T1AVXVNNI_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt1T1AVXVNNI_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt1T1AVXVNNI_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt1T1AVXVNNI_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt1T1AVXVNNI_fused:
+	DECQ DI
+	JNZ  gemvInt1T1AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -14371,8 +15067,155 @@ gemvInt1T2AVXVNNI_step:
 	VPSRAD       $0x03, Y7, Y7
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	DECQ         R8
-	JNZ          gemvInt1T2AVXVNNI_seg
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt1T2AVXVNNI_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      (DI), Y0
+	VPSLLD       $0x01, Y0, Y0
+	VPSUBD       Y0, Y8, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPSLLD       $0x01, Y1, Y1
+	VPSUBD       Y1, Y8, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPSLLD       $0x01, Y2, Y2
+	VPSUBD       Y2, Y8, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPSLLD       $0x01, Y3, Y3
+	VPSUBD       Y3, Y8, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      128(DI), Y4
+	VPSLLD       $0x01, Y4, Y4
+	VPSUBD       Y4, Y8, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPSLLD       $0x01, Y5, Y5
+	VPSUBD       Y5, Y8, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPSLLD       $0x01, Y6, Y6
+	VPSUBD       Y6, Y8, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPSLLD       $0x01, Y7, Y7
+	VPSUBD       Y7, Y8, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y0, Y0
+	VMOVUPS      (R12), Y9
+	VADDPS       Y0, Y9, Y0
+	VDIVPS       Y8, Y1, Y1
+	VMOVUPS      32(R12), Y9
+	VADDPS       Y1, Y9, Y1
+	VDIVPS       Y8, Y2, Y2
+	VMOVUPS      64(R12), Y9
+	VADDPS       Y2, Y9, Y2
+	VDIVPS       Y8, Y3, Y3
+	VMOVUPS      96(R12), Y9
+	VADDPS       Y3, Y9, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y4, Y4
+	VMOVUPS      128(R12), Y9
+	VADDPS       Y4, Y9, Y4
+	VDIVPS       Y8, Y5, Y5
+	VMOVUPS      160(R12), Y9
+	VADDPS       Y5, Y9, Y5
+	VDIVPS       Y8, Y6, Y6
+	VMOVUPS      192(R12), Y9
+	VADDPS       Y6, Y9, Y6
+	VDIVPS       Y8, Y7, Y7
+	VMOVUPS      224(R12), Y9
+	VADDPS       Y7, Y9, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt1T2AVXVNNI_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt1T2AVXVNNI_fused0next
+
+gemvInt1T2AVXVNNI_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt1T2AVXVNNI_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt1T2AVXVNNI_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y0, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y1, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y2, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y3, Y9, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y4, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y5, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y6, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y7, Y9, 96(R11)
+
+gemvInt1T2AVXVNNI_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt1T2AVXVNNI_fused:
+	DECQ R8
+	JNZ  gemvInt1T2AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -15182,8 +16025,147 @@ gemvInt2SeqT2AVX2_step:
 	TESTQ        R9, R9
 	JNZ          gemvInt2SeqT2AVX2_chunk
 	ADDQ         $0x00000100, R8
-	DECQ         DI
-	JNZ          gemvInt2SeqT2AVX2_seg
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt2SeqT2AVX2_fused
+	SUBQ         $0x00000100, R8
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
+	VMOVDQU      (R8), Y0
+	VPADDD       Y10, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(R8), Y1
+	VPADDD       Y10, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(R8), Y2
+	VPADDD       Y10, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(R8), Y3
+	VPADDD       Y10, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y10
+	VMOVDQU      128(R8), Y4
+	VPADDD       Y10, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(R8), Y5
+	VPADDD       Y10, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(R8), Y6
+	VPADDD       Y10, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(R8), Y7
+	VPADDD       Y10, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y10
+	VDIVPS       Y10, Y0, Y0
+	VMOVUPS      (R12), Y11
+	VADDPS       Y0, Y11, Y0
+	VDIVPS       Y10, Y1, Y1
+	VMOVUPS      32(R12), Y11
+	VADDPS       Y1, Y11, Y1
+	VDIVPS       Y10, Y2, Y2
+	VMOVUPS      64(R12), Y11
+	VADDPS       Y2, Y11, Y2
+	VDIVPS       Y10, Y3, Y3
+	VMOVUPS      96(R12), Y11
+	VADDPS       Y3, Y11, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y10
+	VDIVPS       Y10, Y4, Y4
+	VMOVUPS      128(R12), Y11
+	VADDPS       Y4, Y11, Y4
+	VDIVPS       Y10, Y5, Y5
+	VMOVUPS      160(R12), Y11
+	VADDPS       Y5, Y11, Y5
+	VDIVPS       Y10, Y6, Y6
+	VMOVUPS      192(R12), Y11
+	VADDPS       Y6, Y11, Y6
+	VDIVPS       Y10, Y7, Y7
+	VMOVUPS      224(R12), Y11
+	VADDPS       Y7, Y11, Y7
+	CMPQ         DI, $0x01
+	JE           gemvInt2SeqT2AVX2_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt2SeqT2AVX2_fused0next
+
+gemvInt2SeqT2AVX2_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt2SeqT2AVX2_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt2SeqT2AVX2_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y0, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y1, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y2, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y3, Y11, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+0(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+0(SB), Y11, Y11
+	VMASKMOVPS   Y4, Y11, (R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+32(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+32(SB), Y11, Y11
+	VMASKMOVPS   Y5, Y11, 32(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+64(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+64(SB), Y11, Y11
+	VMASKMOVPS   Y6, Y11, 64(R11)
+	VPBROADCASTD 96(R9), Y11
+	VPAND        rowsY<>+96(SB), Y11, Y11
+	VPCMPEQD     rowsY<>+96(SB), Y11, Y11
+	VMASKMOVPS   Y7, Y11, 96(R11)
+
+gemvInt2SeqT2AVX2_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt2SeqT2AVX2_fused:
+	DECQ DI
+	JNZ  gemvInt2SeqT2AVX2_seg
 	VZEROUPPER
 	RET
 
@@ -15230,8 +16212,90 @@ gemvInt8T1VNNIINT8AVXVNNI_step:
 	VMOVDQU      Y2, 64(SI)
 	VMOVDQU      Y3, 96(SI)
 	ADDQ         $0x00000080, SI
-	DECQ         DI
-	JNZ          gemvInt8T1VNNIINT8AVXVNNI_seg
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt8T1VNNIINT8AVXVNNI_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt8T1VNNIINT8AVXVNNI_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt8T1VNNIINT8AVXVNNI_fused0next
+
+gemvInt8T1VNNIINT8AVXVNNI_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt8T1VNNIINT8AVXVNNI_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt8T1VNNIINT8AVXVNNI_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt8T1VNNIINT8AVXVNNI_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt8T1VNNIINT8AVXVNNI_fused:
+	DECQ DI
+	JNZ  gemvInt8T1VNNIINT8AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -15293,8 +16357,147 @@ gemvInt8T2VNNIINT8AVXVNNI_step:
 	VMOVDQU      Y6, 192(DI)
 	VMOVDQU      Y7, 224(DI)
 	ADDQ         $0x00000100, DI
-	DECQ         R8
-	JNZ          gemvInt8T2VNNIINT8AVXVNNI_seg
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt8T2VNNIINT8AVXVNNI_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      (DI), Y0
+	VPADDD       Y8, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y8, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y8, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      128(DI), Y4
+	VPADDD       Y8, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPADDD       Y8, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPADDD       Y8, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPADDD       Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y0, Y0
+	VMOVUPS      (R12), Y9
+	VADDPS       Y0, Y9, Y0
+	VDIVPS       Y8, Y1, Y1
+	VMOVUPS      32(R12), Y9
+	VADDPS       Y1, Y9, Y1
+	VDIVPS       Y8, Y2, Y2
+	VMOVUPS      64(R12), Y9
+	VADDPS       Y2, Y9, Y2
+	VDIVPS       Y8, Y3, Y3
+	VMOVUPS      96(R12), Y9
+	VADDPS       Y3, Y9, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y4, Y4
+	VMOVUPS      128(R12), Y9
+	VADDPS       Y4, Y9, Y4
+	VDIVPS       Y8, Y5, Y5
+	VMOVUPS      160(R12), Y9
+	VADDPS       Y5, Y9, Y5
+	VDIVPS       Y8, Y6, Y6
+	VMOVUPS      192(R12), Y9
+	VADDPS       Y6, Y9, Y6
+	VDIVPS       Y8, Y7, Y7
+	VMOVUPS      224(R12), Y9
+	VADDPS       Y7, Y9, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt8T2VNNIINT8AVXVNNI_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt8T2VNNIINT8AVXVNNI_fused0next
+
+gemvInt8T2VNNIINT8AVXVNNI_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt8T2VNNIINT8AVXVNNI_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt8T2VNNIINT8AVXVNNI_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y0, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y1, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y2, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y3, Y9, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y4, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y5, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y6, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y7, Y9, 96(R11)
+
+gemvInt8T2VNNIINT8AVXVNNI_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt8T2VNNIINT8AVXVNNI_fused:
+	DECQ R8
+	JNZ  gemvInt8T2VNNIINT8AVXVNNI_seg
 	VZEROUPPER
 	RET
 

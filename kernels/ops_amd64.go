@@ -114,20 +114,20 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			}
 		case quantcfg.Int2:
 			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))
-			o.kstep, o.tabKind, o.fused = 4, tabInt2, vnni // the AVX-VNNI kernels run the epilogue (fuseEpi)
+			o.kstep, o.tabKind, o.fused = 4, tabInt2, true
 			if !vnni {
 				// consecutive code books (span 3) keep int16 sums over 42 units with two tokens
 				o.gemvSeq = gemv4(gemvInt2T1AVX2, gemvInt2SeqT2AVX2, nil, nil)
 			}
 		case quantcfg.Int8:
-			o.kstep = 4
+			o.kstep, o.fused = 4, true
 			if vnni {
 				o.gemv = gemv4(gemvInt8T1AVXVNNI, gemvInt8T2AVXVNNI, nil, nil)
 			} else {
 				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
 			}
 		case quantcfg.Int1:
-			o.kstep = 8
+			o.kstep, o.fused = 8, true
 			o.gemv = pick(gemv4(gemvInt1T1AVX2, nil, nil, nil), gemv4(gemvInt1T1AVXVNNI, gemvInt1T2AVXVNNI, nil, nil))
 			if !vnni {
 				o.gemvT = 1

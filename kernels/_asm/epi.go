@@ -47,8 +47,8 @@ func rowMasksZ(m Mem) {
 
 // genEpi writes epilogueAVX512 (zmm: 32 rows in 2 registers, masked stores) or
 // epilogueAVX2 (ymm: 4 registers, vmaskmovps). Where a row block has several segments the
-// zmm GEMV kernels of int2, int1 and int8 and the AVX-VNNI ones of int2 run the same
-// arithmetic themselves (fuseEpi), so it overlaps their weight stream; these serve the rest.
+// GEMV kernels of int2, int1 and int8 (zmm, AVX-VNNI and AVX2) run the same arithmetic
+// themselves (fuseEpi), so it overlaps their weight stream; these serve the rest.
 //
 // With small groups (many segments) the divisions are most of its cost: on an Emerald Rapids
 // Xeon a zmm vdivps holds the divider 10 cycles (a ymm one 5, the same per element), and a

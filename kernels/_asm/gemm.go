@@ -205,7 +205,7 @@ func tileY2x16() {
 		}
 		ADDQ(U8(128), b)
 		ADDQ(xq, x)
-	}, chunkEnd, func() { ADDQ(at(a, mSumsSeg), sums) })
+	}, chunkEnd, func(Register) { ADDQ(at(a, mSumsSeg), sums) })
 }
 
 func unpackDoc(name, f string) string {

@@ -132,7 +132,7 @@ func halves(name string, lo, hi []uint32) Mem {
 // segLoop runs the segment structure shared by the GEMV kernels: for each segment, zero
 // the accumulators, run body once per step (SegSteps, or LastSteps for the last segment;
 // unrolled u times, u a power of two dividing every step count), then store; then, with fe
-// (zmm kernels) and gemvArgs.Fuse set, the segment's epilogue (fe.gen). body advances its
+// and gemvArgs.Epi set, the segment's epilogue (fe.gen). body advances its
 // own pointers and gets the copy index.
 func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func(i int), store func(sums Register)) {
 	sums, nseg := ld(a, gSums), ld(a, gNSeg)

@@ -307,11 +307,11 @@ func gemvInt2Y(T int, isa string, vnni bool) {
 	if !vnni {
 		tmp = p.get()
 	}
-	var fe *fuseEpi
-	if vnni { // the registers free after the store: the accumulators, v and x
-		fe = &fuseEpi{T: T, A: 1, ymm: true, regs: append(append(append([]VecPhysical{}, all...), v...), x)}
+	free := append(append(append([]VecPhysical{}, all...), v...), x) // dead after the store
+	if !vnni {
+		free = append(free, tmp)
 	}
-	segLoop(name, a, sets, fe, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
 		if i == 0 {
 			prefetchAhead(w, 0)
 		}
@@ -376,7 +376,8 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		wv := p.getn(4)
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
-		segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
+		free := append(append(append([]VecPhysical{}, all...), wv...), x)
+		segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 			prefetchAhead(w, 0)
 			prefetchAhead(w, 64)
 			for g := 0; g < 4; g++ {
@@ -415,7 +416,8 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		all = append(all, acc[t][:]...)
 	}
 	wv, x := p.get(), p.getn(T)
-	segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
+	free := append(append(append([]VecPhysical{}, all...), wv), x...)
+	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		prefetchAhead(w, 64)
 		for t := range acc {
@@ -471,7 +473,11 @@ func gemvInt1YVNNI(T int) {
 		hi, hiBits = p.get(), 0
 	}
 	xl, xh := p.getn(T), p.getn(T)
-	segLoop(name, a, 1, nil, func() { zeroAll(all...) }, func(int) {
+	free := append(append(append([]VecPhysical{}, all...), wv, vl, vh), append(xl, xh...)...)
+	if chains == 1 {
+		free = append(free, hi)
+	}
+	segLoop(name, a, 1, &fuseEpi{T: T, A: -2, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
 		if chains == 1 {
@@ -817,8 +823,8 @@ func takeChunkArg(name string, a, n Register, off int) GPVirtual {
 // chunkLoop emits the loop nest of the one-row-block kernels with int16 sums: per segment
 // segStart, then chunks of at most most steps (0: the argument block's la.chunk steps,
 // takeChunkArg), each chunkStart, step per step, chunkEnd; then segEnd, which moves the sums
-// on.
-func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chunkStart, step, chunkEnd, segEnd func()) {
+// on (nseg: the segments left, this one included, for a fused epilogue's fuseEpi.gen).
+func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chunkStart, step, chunkEnd func(), segEnd func(nseg Register)) {
 	nseg := ld(a, la.nseg)
 	Label(name + "_seg")
 	cnt := segCount(a, nseg, la)
@@ -838,7 +844,7 @@ func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chun
 	chunkEnd()
 	TESTQ(cnt, cnt)
 	JNZ(LabelRef(name + "_chunk"))
-	segEnd()
+	segEnd(nseg)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
 	VZEROUPPER()
@@ -1054,7 +1060,7 @@ func gemvInt1Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(8), kx)
-	}, func() { widen16(acc16, acc32) }, func() {
+	}, func() { widen16(acc16, acc32) }, func(nseg Register) {
 		for j, r := range acc32 {
 			if j > 0 {
 				VPSRAD(U8(j), r, r)
@@ -1062,6 +1068,8 @@ func gemvInt1Y1() {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
+		free := append(append(append([]VecPhysical{}, acc32...), acc16...), wv, hi, vl, vh, xl, xh)
+		(&fuseEpi{T: 1, A: -2, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
 
@@ -1093,11 +1101,13 @@ func gemvInt2Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, func() { widen16(acc16, acc32) }, func() {
+	}, func() { widen16(acc16, acc32) }, func(nseg Register) {
 		for j, r := range acc32 {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
+		free := append(append(append([]VecPhysical{}, acc32...), acc16...), v...)
+		(&fuseEpi{T: 1, A: 1, ymm: true, regs: append(free, x)}).gen(name, a, sums, nseg)
 	})
 }
 
@@ -1133,5 +1143,9 @@ func gemvInt2Y2Seq() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, chunkEnd, func() { ADDQ(U32(256), sums) })
+	}, chunkEnd, func(nseg Register) {
+		ADDQ(U32(256), sums)
+		free := append(append(append([]VecPhysical{}, all16...), v...), x, tmp)
+		(&fuseEpi{T: 2, A: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
+	})
 }
