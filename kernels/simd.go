@@ -1147,10 +1147,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		// The GEMV kernel runs the epilogue (fmtOps.fused) where a row block has more than
 		// one segment (weight or activation groups). Against the epilogue as a pass of its own
 		// after each row block, group:128 from DRAM took 0.84-0.89 of the time for int2 with
-		// four tokens, 0.95-1.00 with one, int1 0.90-1.00, int8 0.95-1.01, AVX-VNNI int2
-		// 0.87-0.94 (4096x14336 and 14336x4096, one and two threads, nine paired rounds,
-		// Emerald Rapids); row scales (one segment) 0.97-1.09, mostly above 1, so they keep
-		// the pass.
+		// four tokens, 0.95-1.00 with one, int1 0.90-1.00, int8 0.95-1.01 (zmm); on ymm
+		// AVX-VNNI int2 0.87-0.94 and int1 0.88-0.94, AVX2 int2 0.91-0.99, int1 0.88-1.00,
+		// int8 0.95-1.04 on both (4096x14336 and 14336x4096, one and two threads, nine paired
+		// rounds, Emerald Rapids); row scales (one segment) 0.97-1.09, mostly above 1, so
+		// they keep the pass.
 		if k.ops.fused && p.nseg > 1 {
 			tb.y, y = alignedFloats(tb.y, maxGemvT*RowBlock)
 			g.Epi, g.EY = unsafe.Pointer(epi), unsafe.Pointer(&y[0])
