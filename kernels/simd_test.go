@@ -313,6 +313,71 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 	}
 }
 
+// TestFusedEpiloguePath: the int2, int1 and int8 GEMV kernels of every path run the epilogue
+// themselves where a row block has several segments (weight or activation groups), so the
+// driver's pass (fmtOps.epi) must not run for them; it must run for one segment (row scales)
+// and for the formats whose kernels do not (i2s, tl1, tl2). Both ways give the reference's
+// results, so the tests that compare results cannot see which ran.
+func TestFusedEpiloguePath(t *testing.T) {
+	fusedFormats := map[quantcfg.Format]bool{quantcfg.Int2: true, quantcfg.Int1: true, quantcfg.Int8: true}
+	rng := rand.New(rand.NewPCG(9, 9))
+	const m, k = 70, 512
+	for _, kern := range asmKernels() {
+		f := kern.format
+		if f.IsFloat() {
+			continue
+		}
+		if kern.ops.fused != fusedFormats[f] {
+			t.Errorf("%s: fmtOps.fused = %v, want %v", kern.Name(), kern.ops.fused, fusedFormats[f])
+		}
+		passes := 0
+		ops := *kern.ops
+		epi := ops.epi
+		ops.epi = func(p *byte) { passes++; epi(p) }
+		kc := newSIMDKernel(kern.isa, f, &ops, kern.int8vnni)
+		ran := 0
+		group := 64
+		if f == quantcfg.I2S {
+			group = 128
+		}
+		for _, c := range []struct {
+			scale quantcfg.ScaleGran
+			act   quantcfg.ActMode
+			segs  bool
+		}{
+			{quantcfg.PerRowScale, quantcfg.PerToken, false},
+			{quantcfg.GroupScale(group), quantcfg.PerToken, true},
+			{quantcfg.PerRowScale, quantcfg.ActMode{Kind: quantcfg.ActPerGroup, Group: group}, true},
+		} {
+			spec := quantcfg.LayerSpec{Name: "fused", Format: f, Out: m, In: k, Scale: c.scale, Act: c.act}.WithDefaults()
+			spec.Scale, spec.Act = c.scale, c.act
+			if spec.Validate() != nil {
+				continue // a setting the format does not take
+			}
+			l := newTestLayer(t, rng, spec).Layer
+			for n := 1; n <= ops.gemvT; n++ {
+				if ok, _ := kc.CanImplement(l, n); !ok {
+					continue
+				}
+				x := randActs(rng, n, k)
+				want, err := Reference(l, x, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				passes, ran = 0, ran+1
+				what := fmt.Sprintf("%s (%s, %s) n=%d", kc.Name(), c.scale, c.act, n)
+				checkExact(t, what, runSplit(t, kc, l, x, n), want, m)
+				if wantPass := !(c.segs && fusedFormats[f]); (passes > 0) != wantPass {
+					t.Errorf("%s: the epilogue pass ran %d times; want it to run: %v", what, passes, wantPass)
+				}
+			}
+		}
+		if ran < 2 {
+			t.Errorf("%s: only %d settings ran", kc.Name(), ran)
+		}
+	}
+}
+
 // TestSIMDNegativeZeroSums: with one weight value throughout and activations alternating +1
 // and -1, every segment's dot product is 0, and under negative weight scales every term p_j of
 // the epilogue is -0, so y = p_0 + p_1 + ... is -0: an epilogue that starts its sum at +0
