@@ -326,6 +326,16 @@ func gemvI2ST4AVX2(a *byte)
 //go:noescape
 func gemvInt2SeqT2AVX2(a *byte)
 
+// gemvInt2SeqT1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4; u = the code) is its reference.
+//
+//go:noescape
+func gemvInt2SeqT1AVXVNNI(a *byte)
+
+// gemvInt2SeqT2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 4; u = the code) is its reference.
+//
+//go:noescape
+func gemvInt2SeqT2AVXVNNI(a *byte)
+
 // gemvInt8T1VNNIINT8AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (signed) is its reference.
 //
 //go:noescape

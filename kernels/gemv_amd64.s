@@ -12809,6 +12809,136 @@ DATA m1fY<>+30(SB)/1, $0x1f
 DATA m1fY<>+31(SB)/1, $0x00
 GLOBL m1fY<>(SB), RODATA|NOPTR, $32
 
+DATA int2MaskY<>+0(SB)/1, $0x03
+DATA int2MaskY<>+1(SB)/1, $0x03
+DATA int2MaskY<>+2(SB)/1, $0x03
+DATA int2MaskY<>+3(SB)/1, $0x03
+DATA int2MaskY<>+4(SB)/1, $0x03
+DATA int2MaskY<>+5(SB)/1, $0x03
+DATA int2MaskY<>+6(SB)/1, $0x03
+DATA int2MaskY<>+7(SB)/1, $0x03
+DATA int2MaskY<>+8(SB)/1, $0x03
+DATA int2MaskY<>+9(SB)/1, $0x03
+DATA int2MaskY<>+10(SB)/1, $0x03
+DATA int2MaskY<>+11(SB)/1, $0x03
+DATA int2MaskY<>+12(SB)/1, $0x03
+DATA int2MaskY<>+13(SB)/1, $0x03
+DATA int2MaskY<>+14(SB)/1, $0x03
+DATA int2MaskY<>+15(SB)/1, $0x03
+DATA int2MaskY<>+16(SB)/1, $0x03
+DATA int2MaskY<>+17(SB)/1, $0x03
+DATA int2MaskY<>+18(SB)/1, $0x03
+DATA int2MaskY<>+19(SB)/1, $0x03
+DATA int2MaskY<>+20(SB)/1, $0x03
+DATA int2MaskY<>+21(SB)/1, $0x03
+DATA int2MaskY<>+22(SB)/1, $0x03
+DATA int2MaskY<>+23(SB)/1, $0x03
+DATA int2MaskY<>+24(SB)/1, $0x03
+DATA int2MaskY<>+25(SB)/1, $0x03
+DATA int2MaskY<>+26(SB)/1, $0x03
+DATA int2MaskY<>+27(SB)/1, $0x03
+DATA int2MaskY<>+28(SB)/1, $0x03
+DATA int2MaskY<>+29(SB)/1, $0x03
+DATA int2MaskY<>+30(SB)/1, $0x03
+DATA int2MaskY<>+31(SB)/1, $0x03
+DATA int2MaskY<>+32(SB)/1, $0x0c
+DATA int2MaskY<>+33(SB)/1, $0x0c
+DATA int2MaskY<>+34(SB)/1, $0x0c
+DATA int2MaskY<>+35(SB)/1, $0x0c
+DATA int2MaskY<>+36(SB)/1, $0x0c
+DATA int2MaskY<>+37(SB)/1, $0x0c
+DATA int2MaskY<>+38(SB)/1, $0x0c
+DATA int2MaskY<>+39(SB)/1, $0x0c
+DATA int2MaskY<>+40(SB)/1, $0x0c
+DATA int2MaskY<>+41(SB)/1, $0x0c
+DATA int2MaskY<>+42(SB)/1, $0x0c
+DATA int2MaskY<>+43(SB)/1, $0x0c
+DATA int2MaskY<>+44(SB)/1, $0x0c
+DATA int2MaskY<>+45(SB)/1, $0x0c
+DATA int2MaskY<>+46(SB)/1, $0x0c
+DATA int2MaskY<>+47(SB)/1, $0x0c
+DATA int2MaskY<>+48(SB)/1, $0x0c
+DATA int2MaskY<>+49(SB)/1, $0x0c
+DATA int2MaskY<>+50(SB)/1, $0x0c
+DATA int2MaskY<>+51(SB)/1, $0x0c
+DATA int2MaskY<>+52(SB)/1, $0x0c
+DATA int2MaskY<>+53(SB)/1, $0x0c
+DATA int2MaskY<>+54(SB)/1, $0x0c
+DATA int2MaskY<>+55(SB)/1, $0x0c
+DATA int2MaskY<>+56(SB)/1, $0x0c
+DATA int2MaskY<>+57(SB)/1, $0x0c
+DATA int2MaskY<>+58(SB)/1, $0x0c
+DATA int2MaskY<>+59(SB)/1, $0x0c
+DATA int2MaskY<>+60(SB)/1, $0x0c
+DATA int2MaskY<>+61(SB)/1, $0x0c
+DATA int2MaskY<>+62(SB)/1, $0x0c
+DATA int2MaskY<>+63(SB)/1, $0x0c
+DATA int2MaskY<>+64(SB)/1, $0x30
+DATA int2MaskY<>+65(SB)/1, $0x30
+DATA int2MaskY<>+66(SB)/1, $0x30
+DATA int2MaskY<>+67(SB)/1, $0x30
+DATA int2MaskY<>+68(SB)/1, $0x30
+DATA int2MaskY<>+69(SB)/1, $0x30
+DATA int2MaskY<>+70(SB)/1, $0x30
+DATA int2MaskY<>+71(SB)/1, $0x30
+DATA int2MaskY<>+72(SB)/1, $0x30
+DATA int2MaskY<>+73(SB)/1, $0x30
+DATA int2MaskY<>+74(SB)/1, $0x30
+DATA int2MaskY<>+75(SB)/1, $0x30
+DATA int2MaskY<>+76(SB)/1, $0x30
+DATA int2MaskY<>+77(SB)/1, $0x30
+DATA int2MaskY<>+78(SB)/1, $0x30
+DATA int2MaskY<>+79(SB)/1, $0x30
+DATA int2MaskY<>+80(SB)/1, $0x30
+DATA int2MaskY<>+81(SB)/1, $0x30
+DATA int2MaskY<>+82(SB)/1, $0x30
+DATA int2MaskY<>+83(SB)/1, $0x30
+DATA int2MaskY<>+84(SB)/1, $0x30
+DATA int2MaskY<>+85(SB)/1, $0x30
+DATA int2MaskY<>+86(SB)/1, $0x30
+DATA int2MaskY<>+87(SB)/1, $0x30
+DATA int2MaskY<>+88(SB)/1, $0x30
+DATA int2MaskY<>+89(SB)/1, $0x30
+DATA int2MaskY<>+90(SB)/1, $0x30
+DATA int2MaskY<>+91(SB)/1, $0x30
+DATA int2MaskY<>+92(SB)/1, $0x30
+DATA int2MaskY<>+93(SB)/1, $0x30
+DATA int2MaskY<>+94(SB)/1, $0x30
+DATA int2MaskY<>+95(SB)/1, $0x30
+DATA int2MaskY<>+96(SB)/1, $0xc0
+DATA int2MaskY<>+97(SB)/1, $0xc0
+DATA int2MaskY<>+98(SB)/1, $0xc0
+DATA int2MaskY<>+99(SB)/1, $0xc0
+DATA int2MaskY<>+100(SB)/1, $0xc0
+DATA int2MaskY<>+101(SB)/1, $0xc0
+DATA int2MaskY<>+102(SB)/1, $0xc0
+DATA int2MaskY<>+103(SB)/1, $0xc0
+DATA int2MaskY<>+104(SB)/1, $0xc0
+DATA int2MaskY<>+105(SB)/1, $0xc0
+DATA int2MaskY<>+106(SB)/1, $0xc0
+DATA int2MaskY<>+107(SB)/1, $0xc0
+DATA int2MaskY<>+108(SB)/1, $0xc0
+DATA int2MaskY<>+109(SB)/1, $0xc0
+DATA int2MaskY<>+110(SB)/1, $0xc0
+DATA int2MaskY<>+111(SB)/1, $0xc0
+DATA int2MaskY<>+112(SB)/1, $0xc0
+DATA int2MaskY<>+113(SB)/1, $0xc0
+DATA int2MaskY<>+114(SB)/1, $0xc0
+DATA int2MaskY<>+115(SB)/1, $0xc0
+DATA int2MaskY<>+116(SB)/1, $0xc0
+DATA int2MaskY<>+117(SB)/1, $0xc0
+DATA int2MaskY<>+118(SB)/1, $0xc0
+DATA int2MaskY<>+119(SB)/1, $0xc0
+DATA int2MaskY<>+120(SB)/1, $0xc0
+DATA int2MaskY<>+121(SB)/1, $0xc0
+DATA int2MaskY<>+122(SB)/1, $0xc0
+DATA int2MaskY<>+123(SB)/1, $0xc0
+DATA int2MaskY<>+124(SB)/1, $0xc0
+DATA int2MaskY<>+125(SB)/1, $0xc0
+DATA int2MaskY<>+126(SB)/1, $0xc0
+DATA int2MaskY<>+127(SB)/1, $0xc0
+GLOBL int2MaskY<>(SB), RODATA|NOPTR, $128
+
 DATA rowsY<>+0(SB)/4, $0x00000001
 DATA rowsY<>+4(SB)/4, $0x00000002
 DATA rowsY<>+8(SB)/4, $0x00000004
@@ -16166,6 +16296,366 @@ gemvInt2SeqT2AVX2_fused0next:
 gemvInt2SeqT2AVX2_fused:
 	DECQ DI
 	JNZ  gemvInt2SeqT2AVX2_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt2SeqT1AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
+TEXT ·gemvInt2SeqT1AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	VMOVDQU m3Y<>+0(SB), Y11
+	VPSLLW  $0x02, Y11, Y12
+	VPSLLW  $0x04, Y11, Y13
+	VPSLLW  $0x06, Y11, Y14
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
+
+gemvInt2SeqT1AVXVNNI_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	SHRQ    $0x01, R8
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt2SeqT1AVXVNNI_step:
+	PREFETCHT1   8192(CX)
+	PREFETCHT0   2048(CX)
+	VMOVDQU      (CX), Y8
+	VPBROADCASTD (BX)(DX*1), Y10
+	VPAND        Y11, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	VPAND        Y12, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	VPAND        Y13, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	VPAND        Y14, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	VMOVDQU      32(CX), Y8
+	VPBROADCASTD 4(BX)(DX*1), Y10
+	VPAND        Y11, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xe2 // {vex} vpdpbusd Y4, Y9, Y10
+	VPAND        Y12, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xea // {vex} vpdpbusd Y5, Y9, Y10
+	VPAND        Y13, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xf2 // {vex} vpdpbusd Y6, Y9, Y10
+	VPAND        Y14, Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfa // {vex} vpdpbusd Y7, Y9, Y10
+	ADDQ         $0x40, CX
+	ADDQ         $0x08, DX
+	DECQ         R8
+	JNZ          gemvInt2SeqT1AVXVNNI_step
+	VPADDD       Y4, Y0, Y0
+	VMOVDQU      Y0, (SI)
+	VPADDD       Y5, Y1, Y1
+	VPSRAD       $0x02, Y1, Y1
+	VMOVDQU      Y1, 32(SI)
+	VPADDD       Y6, Y2, Y2
+	VPSRAD       $0x04, Y2, Y2
+	VMOVDQU      Y2, 64(SI)
+	VPADDD       Y7, Y3, Y3
+	VPSRAD       $0x06, Y3, Y3
+	VMOVDQU      Y3, 96(SI)
+	ADDQ         $0x00000080, SI
+	MOVQ         112(AX), R8
+	TESTQ        R8, R8
+	JZ           gemvInt2SeqT1AVXVNNI_fused
+	SUBQ         $0x00000080, SI
+	MOVQ         120(AX), R9
+	MOVQ         64(R8), R10
+	IMULQ        R9, R10
+	ADDQ         56(R8), R10
+	MOVQ         32(R8), R11
+	VPBROADCASTD (R11)(R9*4), Y4
+	VMOVDQU      (SI), Y0
+	VPADDD       Y4, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R10), Y0, Y0
+	VMOVDQU      32(SI), Y1
+	VPADDD       Y4, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R10), Y1, Y1
+	VMOVDQU      64(SI), Y2
+	VPADDD       Y4, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R10), Y2, Y2
+	VMOVDQU      96(SI), Y3
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R10), Y3, Y3
+	MOVQ         40(R8), R10
+	MOVQ         128(AX), R11
+	VBROADCASTSS (R10)(R9*4), Y4
+	VDIVPS       Y4, Y0, Y0
+	VMOVUPS      (R11), Y5
+	VADDPS       Y0, Y5, Y0
+	VDIVPS       Y4, Y1, Y1
+	VMOVUPS      32(R11), Y5
+	VADDPS       Y1, Y5, Y1
+	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      64(R11), Y5
+	VADDPS       Y2, Y5, Y2
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      96(R11), Y5
+	VADDPS       Y3, Y5, Y3
+	CMPQ         DI, $0x01
+	JE           gemvInt2SeqT1AVXVNNI_fused0last
+	VMOVUPS      Y0, (R11)
+	VMOVUPS      Y1, 32(R11)
+	VMOVUPS      Y2, 64(R11)
+	VMOVUPS      Y3, 96(R11)
+	JMP          gemvInt2SeqT1AVXVNNI_fused0next
+
+gemvInt2SeqT1AVXVNNI_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt2SeqT1AVXVNNI_fused0lastout
+	VADDPS (R10), Y0, Y0
+	VADDPS 32(R10), Y1, Y1
+	VADDPS 64(R10), Y2, Y2
+	VADDPS 96(R10), Y3, Y3
+
+gemvInt2SeqT1AVXVNNI_fused0lastout:
+	MOVQ         80(R8), R10
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+0(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
+	VMASKMOVPS   Y0, Y5, (R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+32(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
+	VMASKMOVPS   Y1, Y5, 32(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+64(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
+	VMASKMOVPS   Y2, Y5, 64(R10)
+	VPBROADCASTD 96(R8), Y5
+	VPAND        rowsY<>+96(SB), Y5, Y5
+	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
+	VMASKMOVPS   Y3, Y5, 96(R10)
+
+gemvInt2SeqT1AVXVNNI_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt2SeqT1AVXVNNI_fused:
+	DECQ DI
+	JNZ  gemvInt2SeqT1AVXVNNI_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt2SeqT2AVXVNNI(a *byte)
+// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
+TEXT ·gemvInt2SeqT2AVXVNNI(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ (AX), CX
+	XORQ DX, DX
+	MOVQ 8(AX), BX
+	MOVQ BX, SI
+	ADDQ 16(AX), SI
+	MOVQ 24(AX), DI
+	MOVQ 40(AX), R8
+
+gemvInt2SeqT2AVXVNNI_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+
+gemvInt2SeqT2AVXVNNI_step:
+	PREFETCHT1   8192(CX)
+	PREFETCHT0   2048(CX)
+	VMOVDQU      (CX), Y8
+	VPBROADCASTD (BX)(DX*1), Y10
+	VPBROADCASTD (SI)(DX*1), Y11
+	VPAND        int2MaskY<>+0(SB), Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xe3 // {vex} vpdpbusd Y4, Y9, Y11
+	VPAND        int2MaskY<>+32(SB), Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xeb // {vex} vpdpbusd Y5, Y9, Y11
+	VPAND        int2MaskY<>+64(SB), Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xf3 // {vex} vpdpbusd Y6, Y9, Y11
+	VPAND        int2MaskY<>+96(SB), Y8, Y9
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfb // {vex} vpdpbusd Y7, Y9, Y11
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R9
+	JNZ          gemvInt2SeqT2AVXVNNI_step
+	VMOVDQU      Y0, (DI)
+	VPSRAD       $0x02, Y1, Y1
+	VMOVDQU      Y1, 32(DI)
+	VPSRAD       $0x04, Y2, Y2
+	VMOVDQU      Y2, 64(DI)
+	VPSRAD       $0x06, Y3, Y3
+	VMOVDQU      Y3, 96(DI)
+	VMOVDQU      Y4, 128(DI)
+	VPSRAD       $0x02, Y5, Y5
+	VMOVDQU      Y5, 160(DI)
+	VPSRAD       $0x04, Y6, Y6
+	VMOVDQU      Y6, 192(DI)
+	VPSRAD       $0x06, Y7, Y7
+	VMOVDQU      Y7, 224(DI)
+	ADDQ         $0x00000100, DI
+	MOVQ         112(AX), R9
+	TESTQ        R9, R9
+	JZ           gemvInt2SeqT2AVXVNNI_fused
+	SUBQ         $0x00000100, DI
+	MOVQ         120(AX), R10
+	MOVQ         64(R9), R11
+	IMULQ        R10, R11
+	ADDQ         56(R9), R11
+	MOVQ         32(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      (DI), Y0
+	VPADDD       Y8, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMULPS       (R11), Y0, Y0
+	VMOVDQU      32(DI), Y1
+	VPADDD       Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       32(R11), Y1, Y1
+	VMOVDQU      64(DI), Y2
+	VPADDD       Y8, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       64(R11), Y2, Y2
+	VMOVDQU      96(DI), Y3
+	VPADDD       Y8, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       96(R11), Y3, Y3
+	ADDQ         48(R9), R12
+	VPBROADCASTD (R12)(R10*4), Y8
+	VMOVDQU      128(DI), Y4
+	VPADDD       Y8, Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       (R11), Y4, Y4
+	VMOVDQU      160(DI), Y5
+	VPADDD       Y8, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       32(R11), Y5, Y5
+	VMOVDQU      192(DI), Y6
+	VPADDD       Y8, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       64(R11), Y6, Y6
+	VMOVDQU      224(DI), Y7
+	VPADDD       Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       96(R11), Y7, Y7
+	MOVQ         40(R9), R11
+	MOVQ         128(AX), R12
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y0, Y0
+	VMOVUPS      (R12), Y9
+	VADDPS       Y0, Y9, Y0
+	VDIVPS       Y8, Y1, Y1
+	VMOVUPS      32(R12), Y9
+	VADDPS       Y1, Y9, Y1
+	VDIVPS       Y8, Y2, Y2
+	VMOVUPS      64(R12), Y9
+	VADDPS       Y2, Y9, Y2
+	VDIVPS       Y8, Y3, Y3
+	VMOVUPS      96(R12), Y9
+	VADDPS       Y3, Y9, Y3
+	ADDQ         48(R9), R11
+	VBROADCASTSS (R11)(R10*4), Y8
+	VDIVPS       Y8, Y4, Y4
+	VMOVUPS      128(R12), Y9
+	VADDPS       Y4, Y9, Y4
+	VDIVPS       Y8, Y5, Y5
+	VMOVUPS      160(R12), Y9
+	VADDPS       Y5, Y9, Y5
+	VDIVPS       Y8, Y6, Y6
+	VMOVUPS      192(R12), Y9
+	VADDPS       Y6, Y9, Y6
+	VDIVPS       Y8, Y7, Y7
+	VMOVUPS      224(R12), Y9
+	VADDPS       Y7, Y9, Y7
+	CMPQ         R8, $0x01
+	JE           gemvInt2SeqT2AVXVNNI_fused0last
+	VMOVUPS      Y0, (R12)
+	VMOVUPS      Y1, 32(R12)
+	VMOVUPS      Y2, 64(R12)
+	VMOVUPS      Y3, 96(R12)
+	VMOVUPS      Y4, 128(R12)
+	VMOVUPS      Y5, 160(R12)
+	VMOVUPS      Y6, 192(R12)
+	VMOVUPS      Y7, 224(R12)
+	JMP          gemvInt2SeqT2AVXVNNI_fused0next
+
+gemvInt2SeqT2AVXVNNI_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt2SeqT2AVXVNNI_fused0lastout
+	VADDPS (R11), Y0, Y0
+	VADDPS 32(R11), Y1, Y1
+	VADDPS 64(R11), Y2, Y2
+	VADDPS 96(R11), Y3, Y3
+	VADDPS (R11), Y4, Y4
+	VADDPS 32(R11), Y5, Y5
+	VADDPS 64(R11), Y6, Y6
+	VADDPS 96(R11), Y7, Y7
+
+gemvInt2SeqT2AVXVNNI_fused0lastout:
+	MOVQ         80(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y0, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y1, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y2, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y3, Y9, 96(R11)
+	ADDQ         88(R9), R11
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+0(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
+	VMASKMOVPS   Y4, Y9, (R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+32(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
+	VMASKMOVPS   Y5, Y9, 32(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+64(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
+	VMASKMOVPS   Y6, Y9, 64(R11)
+	VPBROADCASTD 96(R9), Y9
+	VPAND        rowsY<>+96(SB), Y9, Y9
+	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
+	VMASKMOVPS   Y7, Y9, 96(R11)
+
+gemvInt2SeqT2AVXVNNI_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt2SeqT2AVXVNNI_fused:
+	DECQ R8
+	JNZ  gemvInt2SeqT2AVXVNNI_seg
 	VZEROUPPER
 	RET
 

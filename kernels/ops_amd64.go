@@ -115,7 +115,10 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int2:
 			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))
 			o.kstep, o.tabKind, o.fused = 4, tabInt2, true
-			if !vnni {
+			if vnni {
+				// consecutive code books: codes masked in place, no tables (gemvInt2SeqY)
+				o.gemvSeq = gemv4(gemvInt2SeqT1AVXVNNI, gemvInt2SeqT2AVXVNNI, nil, nil)
+			} else {
 				// consecutive code books (span 3) keep int16 sums over 42 units with two tokens
 				o.gemvSeq = gemv4(gemvInt2T1AVX2, gemvInt2SeqT2AVX2, nil, nil)
 			}
