@@ -12809,135 +12809,135 @@ DATA m1fY<>+30(SB)/1, $0x1f
 DATA m1fY<>+31(SB)/1, $0x00
 GLOBL m1fY<>(SB), RODATA|NOPTR, $32
 
-DATA int2MaskY<>+0(SB)/1, $0x03
-DATA int2MaskY<>+1(SB)/1, $0x03
-DATA int2MaskY<>+2(SB)/1, $0x03
-DATA int2MaskY<>+3(SB)/1, $0x03
-DATA int2MaskY<>+4(SB)/1, $0x03
-DATA int2MaskY<>+5(SB)/1, $0x03
-DATA int2MaskY<>+6(SB)/1, $0x03
-DATA int2MaskY<>+7(SB)/1, $0x03
-DATA int2MaskY<>+8(SB)/1, $0x03
-DATA int2MaskY<>+9(SB)/1, $0x03
-DATA int2MaskY<>+10(SB)/1, $0x03
-DATA int2MaskY<>+11(SB)/1, $0x03
-DATA int2MaskY<>+12(SB)/1, $0x03
-DATA int2MaskY<>+13(SB)/1, $0x03
-DATA int2MaskY<>+14(SB)/1, $0x03
-DATA int2MaskY<>+15(SB)/1, $0x03
-DATA int2MaskY<>+16(SB)/1, $0x03
-DATA int2MaskY<>+17(SB)/1, $0x03
-DATA int2MaskY<>+18(SB)/1, $0x03
-DATA int2MaskY<>+19(SB)/1, $0x03
-DATA int2MaskY<>+20(SB)/1, $0x03
-DATA int2MaskY<>+21(SB)/1, $0x03
-DATA int2MaskY<>+22(SB)/1, $0x03
-DATA int2MaskY<>+23(SB)/1, $0x03
-DATA int2MaskY<>+24(SB)/1, $0x03
-DATA int2MaskY<>+25(SB)/1, $0x03
-DATA int2MaskY<>+26(SB)/1, $0x03
-DATA int2MaskY<>+27(SB)/1, $0x03
-DATA int2MaskY<>+28(SB)/1, $0x03
-DATA int2MaskY<>+29(SB)/1, $0x03
-DATA int2MaskY<>+30(SB)/1, $0x03
-DATA int2MaskY<>+31(SB)/1, $0x03
-DATA int2MaskY<>+32(SB)/1, $0x0c
-DATA int2MaskY<>+33(SB)/1, $0x0c
-DATA int2MaskY<>+34(SB)/1, $0x0c
-DATA int2MaskY<>+35(SB)/1, $0x0c
-DATA int2MaskY<>+36(SB)/1, $0x0c
-DATA int2MaskY<>+37(SB)/1, $0x0c
-DATA int2MaskY<>+38(SB)/1, $0x0c
-DATA int2MaskY<>+39(SB)/1, $0x0c
-DATA int2MaskY<>+40(SB)/1, $0x0c
-DATA int2MaskY<>+41(SB)/1, $0x0c
-DATA int2MaskY<>+42(SB)/1, $0x0c
-DATA int2MaskY<>+43(SB)/1, $0x0c
-DATA int2MaskY<>+44(SB)/1, $0x0c
-DATA int2MaskY<>+45(SB)/1, $0x0c
-DATA int2MaskY<>+46(SB)/1, $0x0c
-DATA int2MaskY<>+47(SB)/1, $0x0c
-DATA int2MaskY<>+48(SB)/1, $0x0c
-DATA int2MaskY<>+49(SB)/1, $0x0c
-DATA int2MaskY<>+50(SB)/1, $0x0c
-DATA int2MaskY<>+51(SB)/1, $0x0c
-DATA int2MaskY<>+52(SB)/1, $0x0c
-DATA int2MaskY<>+53(SB)/1, $0x0c
-DATA int2MaskY<>+54(SB)/1, $0x0c
-DATA int2MaskY<>+55(SB)/1, $0x0c
-DATA int2MaskY<>+56(SB)/1, $0x0c
-DATA int2MaskY<>+57(SB)/1, $0x0c
-DATA int2MaskY<>+58(SB)/1, $0x0c
-DATA int2MaskY<>+59(SB)/1, $0x0c
-DATA int2MaskY<>+60(SB)/1, $0x0c
-DATA int2MaskY<>+61(SB)/1, $0x0c
-DATA int2MaskY<>+62(SB)/1, $0x0c
-DATA int2MaskY<>+63(SB)/1, $0x0c
-DATA int2MaskY<>+64(SB)/1, $0x30
-DATA int2MaskY<>+65(SB)/1, $0x30
-DATA int2MaskY<>+66(SB)/1, $0x30
-DATA int2MaskY<>+67(SB)/1, $0x30
-DATA int2MaskY<>+68(SB)/1, $0x30
-DATA int2MaskY<>+69(SB)/1, $0x30
-DATA int2MaskY<>+70(SB)/1, $0x30
-DATA int2MaskY<>+71(SB)/1, $0x30
-DATA int2MaskY<>+72(SB)/1, $0x30
-DATA int2MaskY<>+73(SB)/1, $0x30
-DATA int2MaskY<>+74(SB)/1, $0x30
-DATA int2MaskY<>+75(SB)/1, $0x30
-DATA int2MaskY<>+76(SB)/1, $0x30
-DATA int2MaskY<>+77(SB)/1, $0x30
-DATA int2MaskY<>+78(SB)/1, $0x30
-DATA int2MaskY<>+79(SB)/1, $0x30
-DATA int2MaskY<>+80(SB)/1, $0x30
-DATA int2MaskY<>+81(SB)/1, $0x30
-DATA int2MaskY<>+82(SB)/1, $0x30
-DATA int2MaskY<>+83(SB)/1, $0x30
-DATA int2MaskY<>+84(SB)/1, $0x30
-DATA int2MaskY<>+85(SB)/1, $0x30
-DATA int2MaskY<>+86(SB)/1, $0x30
-DATA int2MaskY<>+87(SB)/1, $0x30
-DATA int2MaskY<>+88(SB)/1, $0x30
-DATA int2MaskY<>+89(SB)/1, $0x30
-DATA int2MaskY<>+90(SB)/1, $0x30
-DATA int2MaskY<>+91(SB)/1, $0x30
-DATA int2MaskY<>+92(SB)/1, $0x30
-DATA int2MaskY<>+93(SB)/1, $0x30
-DATA int2MaskY<>+94(SB)/1, $0x30
-DATA int2MaskY<>+95(SB)/1, $0x30
-DATA int2MaskY<>+96(SB)/1, $0xc0
-DATA int2MaskY<>+97(SB)/1, $0xc0
-DATA int2MaskY<>+98(SB)/1, $0xc0
-DATA int2MaskY<>+99(SB)/1, $0xc0
-DATA int2MaskY<>+100(SB)/1, $0xc0
-DATA int2MaskY<>+101(SB)/1, $0xc0
-DATA int2MaskY<>+102(SB)/1, $0xc0
-DATA int2MaskY<>+103(SB)/1, $0xc0
-DATA int2MaskY<>+104(SB)/1, $0xc0
-DATA int2MaskY<>+105(SB)/1, $0xc0
-DATA int2MaskY<>+106(SB)/1, $0xc0
-DATA int2MaskY<>+107(SB)/1, $0xc0
-DATA int2MaskY<>+108(SB)/1, $0xc0
-DATA int2MaskY<>+109(SB)/1, $0xc0
-DATA int2MaskY<>+110(SB)/1, $0xc0
-DATA int2MaskY<>+111(SB)/1, $0xc0
-DATA int2MaskY<>+112(SB)/1, $0xc0
-DATA int2MaskY<>+113(SB)/1, $0xc0
-DATA int2MaskY<>+114(SB)/1, $0xc0
-DATA int2MaskY<>+115(SB)/1, $0xc0
-DATA int2MaskY<>+116(SB)/1, $0xc0
-DATA int2MaskY<>+117(SB)/1, $0xc0
-DATA int2MaskY<>+118(SB)/1, $0xc0
-DATA int2MaskY<>+119(SB)/1, $0xc0
-DATA int2MaskY<>+120(SB)/1, $0xc0
-DATA int2MaskY<>+121(SB)/1, $0xc0
-DATA int2MaskY<>+122(SB)/1, $0xc0
-DATA int2MaskY<>+123(SB)/1, $0xc0
-DATA int2MaskY<>+124(SB)/1, $0xc0
-DATA int2MaskY<>+125(SB)/1, $0xc0
-DATA int2MaskY<>+126(SB)/1, $0xc0
-DATA int2MaskY<>+127(SB)/1, $0xc0
-GLOBL int2MaskY<>(SB), RODATA|NOPTR, $128
+DATA codesY<>+0(SB)/1, $0x03
+DATA codesY<>+1(SB)/1, $0x03
+DATA codesY<>+2(SB)/1, $0x03
+DATA codesY<>+3(SB)/1, $0x03
+DATA codesY<>+4(SB)/1, $0x03
+DATA codesY<>+5(SB)/1, $0x03
+DATA codesY<>+6(SB)/1, $0x03
+DATA codesY<>+7(SB)/1, $0x03
+DATA codesY<>+8(SB)/1, $0x03
+DATA codesY<>+9(SB)/1, $0x03
+DATA codesY<>+10(SB)/1, $0x03
+DATA codesY<>+11(SB)/1, $0x03
+DATA codesY<>+12(SB)/1, $0x03
+DATA codesY<>+13(SB)/1, $0x03
+DATA codesY<>+14(SB)/1, $0x03
+DATA codesY<>+15(SB)/1, $0x03
+DATA codesY<>+16(SB)/1, $0x03
+DATA codesY<>+17(SB)/1, $0x03
+DATA codesY<>+18(SB)/1, $0x03
+DATA codesY<>+19(SB)/1, $0x03
+DATA codesY<>+20(SB)/1, $0x03
+DATA codesY<>+21(SB)/1, $0x03
+DATA codesY<>+22(SB)/1, $0x03
+DATA codesY<>+23(SB)/1, $0x03
+DATA codesY<>+24(SB)/1, $0x03
+DATA codesY<>+25(SB)/1, $0x03
+DATA codesY<>+26(SB)/1, $0x03
+DATA codesY<>+27(SB)/1, $0x03
+DATA codesY<>+28(SB)/1, $0x03
+DATA codesY<>+29(SB)/1, $0x03
+DATA codesY<>+30(SB)/1, $0x03
+DATA codesY<>+31(SB)/1, $0x03
+DATA codesY<>+32(SB)/1, $0x0c
+DATA codesY<>+33(SB)/1, $0x0c
+DATA codesY<>+34(SB)/1, $0x0c
+DATA codesY<>+35(SB)/1, $0x0c
+DATA codesY<>+36(SB)/1, $0x0c
+DATA codesY<>+37(SB)/1, $0x0c
+DATA codesY<>+38(SB)/1, $0x0c
+DATA codesY<>+39(SB)/1, $0x0c
+DATA codesY<>+40(SB)/1, $0x0c
+DATA codesY<>+41(SB)/1, $0x0c
+DATA codesY<>+42(SB)/1, $0x0c
+DATA codesY<>+43(SB)/1, $0x0c
+DATA codesY<>+44(SB)/1, $0x0c
+DATA codesY<>+45(SB)/1, $0x0c
+DATA codesY<>+46(SB)/1, $0x0c
+DATA codesY<>+47(SB)/1, $0x0c
+DATA codesY<>+48(SB)/1, $0x0c
+DATA codesY<>+49(SB)/1, $0x0c
+DATA codesY<>+50(SB)/1, $0x0c
+DATA codesY<>+51(SB)/1, $0x0c
+DATA codesY<>+52(SB)/1, $0x0c
+DATA codesY<>+53(SB)/1, $0x0c
+DATA codesY<>+54(SB)/1, $0x0c
+DATA codesY<>+55(SB)/1, $0x0c
+DATA codesY<>+56(SB)/1, $0x0c
+DATA codesY<>+57(SB)/1, $0x0c
+DATA codesY<>+58(SB)/1, $0x0c
+DATA codesY<>+59(SB)/1, $0x0c
+DATA codesY<>+60(SB)/1, $0x0c
+DATA codesY<>+61(SB)/1, $0x0c
+DATA codesY<>+62(SB)/1, $0x0c
+DATA codesY<>+63(SB)/1, $0x0c
+DATA codesY<>+64(SB)/1, $0x30
+DATA codesY<>+65(SB)/1, $0x30
+DATA codesY<>+66(SB)/1, $0x30
+DATA codesY<>+67(SB)/1, $0x30
+DATA codesY<>+68(SB)/1, $0x30
+DATA codesY<>+69(SB)/1, $0x30
+DATA codesY<>+70(SB)/1, $0x30
+DATA codesY<>+71(SB)/1, $0x30
+DATA codesY<>+72(SB)/1, $0x30
+DATA codesY<>+73(SB)/1, $0x30
+DATA codesY<>+74(SB)/1, $0x30
+DATA codesY<>+75(SB)/1, $0x30
+DATA codesY<>+76(SB)/1, $0x30
+DATA codesY<>+77(SB)/1, $0x30
+DATA codesY<>+78(SB)/1, $0x30
+DATA codesY<>+79(SB)/1, $0x30
+DATA codesY<>+80(SB)/1, $0x30
+DATA codesY<>+81(SB)/1, $0x30
+DATA codesY<>+82(SB)/1, $0x30
+DATA codesY<>+83(SB)/1, $0x30
+DATA codesY<>+84(SB)/1, $0x30
+DATA codesY<>+85(SB)/1, $0x30
+DATA codesY<>+86(SB)/1, $0x30
+DATA codesY<>+87(SB)/1, $0x30
+DATA codesY<>+88(SB)/1, $0x30
+DATA codesY<>+89(SB)/1, $0x30
+DATA codesY<>+90(SB)/1, $0x30
+DATA codesY<>+91(SB)/1, $0x30
+DATA codesY<>+92(SB)/1, $0x30
+DATA codesY<>+93(SB)/1, $0x30
+DATA codesY<>+94(SB)/1, $0x30
+DATA codesY<>+95(SB)/1, $0x30
+DATA codesY<>+96(SB)/1, $0xc0
+DATA codesY<>+97(SB)/1, $0xc0
+DATA codesY<>+98(SB)/1, $0xc0
+DATA codesY<>+99(SB)/1, $0xc0
+DATA codesY<>+100(SB)/1, $0xc0
+DATA codesY<>+101(SB)/1, $0xc0
+DATA codesY<>+102(SB)/1, $0xc0
+DATA codesY<>+103(SB)/1, $0xc0
+DATA codesY<>+104(SB)/1, $0xc0
+DATA codesY<>+105(SB)/1, $0xc0
+DATA codesY<>+106(SB)/1, $0xc0
+DATA codesY<>+107(SB)/1, $0xc0
+DATA codesY<>+108(SB)/1, $0xc0
+DATA codesY<>+109(SB)/1, $0xc0
+DATA codesY<>+110(SB)/1, $0xc0
+DATA codesY<>+111(SB)/1, $0xc0
+DATA codesY<>+112(SB)/1, $0xc0
+DATA codesY<>+113(SB)/1, $0xc0
+DATA codesY<>+114(SB)/1, $0xc0
+DATA codesY<>+115(SB)/1, $0xc0
+DATA codesY<>+116(SB)/1, $0xc0
+DATA codesY<>+117(SB)/1, $0xc0
+DATA codesY<>+118(SB)/1, $0xc0
+DATA codesY<>+119(SB)/1, $0xc0
+DATA codesY<>+120(SB)/1, $0xc0
+DATA codesY<>+121(SB)/1, $0xc0
+DATA codesY<>+122(SB)/1, $0xc0
+DATA codesY<>+123(SB)/1, $0xc0
+DATA codesY<>+124(SB)/1, $0xc0
+DATA codesY<>+125(SB)/1, $0xc0
+DATA codesY<>+126(SB)/1, $0xc0
+DATA codesY<>+127(SB)/1, $0xc0
+GLOBL codesY<>(SB), RODATA|NOPTR, $128
 
 DATA rowsY<>+0(SB)/4, $0x00000001
 DATA rowsY<>+4(SB)/4, $0x00000002
@@ -13980,10 +13980,10 @@ gemvInt1T1AVX2_fused:
 TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
-	VMOVDQU m3Y<>+0(SB), Y8
-	VPSLLW  $0x02, Y8, Y9
-	VPSLLW  $0x04, Y8, Y10
-	VPSLLW  $0x06, Y8, Y11
+	VMOVDQU codesY<>+0(SB), Y8
+	VMOVDQU codesY<>+32(SB), Y9
+	VMOVDQU codesY<>+64(SB), Y10
+	VMOVDQU codesY<>+96(SB), Y11
 	MOVQ    32(AX), BX
 	SHLQ    $0x06, BX
 	ADDQ    (AX), BX
@@ -16306,10 +16306,10 @@ TEXT ·gemvInt2SeqT1AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    (AX), CX
 	XORQ    DX, DX
 	MOVQ    8(AX), BX
-	VMOVDQU m3Y<>+0(SB), Y11
-	VPSLLW  $0x02, Y11, Y12
-	VPSLLW  $0x04, Y11, Y13
-	VPSLLW  $0x06, Y11, Y14
+	VMOVDQU codesY<>+0(SB), Y11
+	VMOVDQU codesY<>+32(SB), Y12
+	VMOVDQU codesY<>+64(SB), Y13
+	VMOVDQU codesY<>+96(SB), Y14
 	MOVQ    24(AX), SI
 	MOVQ    40(AX), DI
 
@@ -16484,16 +16484,16 @@ gemvInt2SeqT2AVXVNNI_step:
 	VMOVDQU      (CX), Y8
 	VPBROADCASTD (BX)(DX*1), Y10
 	VPBROADCASTD (SI)(DX*1), Y11
-	VPAND        int2MaskY<>+0(SB), Y8, Y9
+	VPAND        codesY<>+0(SB), Y8, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc2 // {vex} vpdpbusd Y0, Y9, Y10
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xe3 // {vex} vpdpbusd Y4, Y9, Y11
-	VPAND        int2MaskY<>+32(SB), Y8, Y9
+	VPAND        codesY<>+32(SB), Y8, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xca // {vex} vpdpbusd Y1, Y9, Y10
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xeb // {vex} vpdpbusd Y5, Y9, Y11
-	VPAND        int2MaskY<>+64(SB), Y8, Y9
+	VPAND        codesY<>+64(SB), Y8, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd2 // {vex} vpdpbusd Y2, Y9, Y10
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xf3 // {vex} vpdpbusd Y6, Y9, Y11
-	VPAND        int2MaskY<>+96(SB), Y8, Y9
+	VPAND        codesY<>+96(SB), Y8, Y9
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xda // {vex} vpdpbusd Y3, Y9, Y10
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfb // {vex} vpdpbusd Y7, Y9, Y11
 	ADDQ         $0x20, CX

@@ -16,14 +16,14 @@ import (
 // signed weights directly.
 
 var (
-	wOnes     Mem // 16 words of 1 (vpmaddwd reduction)
-	m0fY      Mem // 32 bytes 0x0f
-	m1fY      Mem // 16 words 31
-	m3Y       Mem // 32 bytes 3
-	m80Y      Mem // 32 bytes 0x80
-	bitsY     Mem // 8 x 32 bytes: 1, 2, 4, ..., 128
-	int2MaskY Mem // 4 x 32 bytes: 0x03, 0x0C, 0x30, 0xC0
-	rowsY     Mem // rowBitsTable (fuseEpi's vmaskmovps masks)
+	wOnes  Mem // 16 words of 1 (vpmaddwd reduction)
+	m0fY   Mem // 32 bytes 0x0f
+	m1fY   Mem // 16 words 31
+	m3Y    Mem // 32 bytes 3
+	m80Y   Mem // 32 bytes 0x80
+	bitsY  Mem // 8 x 32 bytes: 1, 2, 4, ..., 128
+	codesY Mem // 4 x 32 bytes: 0x03, 0x0C, 0x30, 0xC0 (codeMasksY)
+	rowsY  Mem // rowBitsTable (fuseEpi's vmaskmovps masks)
 )
 
 // dotY adds the dot products of unsigned bytes u and signed bytes s (4 per dword) to acc:
@@ -56,13 +56,13 @@ func genGemvAVX2() {
 		m1f = append(m1f, 31, 0)
 	}
 	m1fY = table("m1fY", m1f)
-	var int2Masks []byte
+	var codes []byte
 	for j := 0; j < 4; j++ {
 		for i := 0; i < 32; i++ {
-			int2Masks = append(int2Masks, 3<<(2*j))
+			codes = append(codes, 3<<(2*j))
 		}
 	}
-	int2MaskY = table("int2MaskY", int2Masks)
+	codesY = table("codesY", codes)
 	rowsY = rowBitsTable("rowsY")
 
 	for _, vnni := range []bool{false, true} {
@@ -73,7 +73,7 @@ func genGemvAVX2() {
 		for T := 1; T <= 2; T++ {
 			gemvI2SY(T, isa, vnni)
 			if vnni || T == 2 {
-				gemvInt2Y(T, isa, vnni)
+				gemvInt2Y(T, isa, vnni, false)
 			} else {
 				gemvInt2Y1()
 			}
@@ -92,8 +92,9 @@ func genGemvAVX2() {
 		gemvI2SYMany(T)
 	}
 	gemvInt2Y2Seq()
-	gemvInt2SeqY(1)
-	gemvInt2SeqY(2)
+	for T := 1; T <= 2; T++ {
+		gemvInt2Y(T, "AVXVNNI", true, true)
+	}
 	for T := 1; T <= 2; T++ {
 		gemvInt8Y(T, "VNNIINT8AVXVNNI", true, true)
 	}
@@ -218,11 +219,7 @@ func gemvI2SY1(isa string) {
 	p := newPool(false)
 	xs := tokenPtrs(a, 1, gX, gXStride)
 	acc := [2][]VecPhysical{p.getn(4), p.getn(4)} // [row of the pair][mask j]: run 3-j
-	m := p.getn(4)                                // 0x03 << 2j in every byte
-	VMOVDQU(m3Y, m[0])
-	for j := 1; j < 4; j++ {
-		VPSLLW(U8(2*j), m[0], m[j]) // per word: 0x0303 << 2j stays within the word
-	}
+	m := codeMasksY(p)                            // 0x03 << 2j in every byte
 	wv, x, c := p.getn(2), p.get(), p.get()
 	kx, pf, n := GP64(), GP64(), GP64()
 	// The cursor leads the first pass by prefetchFar at its end: by half a segment more at
@@ -298,112 +295,90 @@ func quadRowSumsY(r []VecPhysical, dst Mem) {
 // the four row groups' dwords, multiplied with a broadcast dword of activations. With AVX-VNNI
 // and one token, steps go in pairs into two sets of accumulators (one set made vpdpbusd's
 // latency the bound: one per accumulator per step).
-func gemvInt2Y(T int, isa string, vnni bool) {
-	name := gemvName("Int2", T, isa)
-	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4)", T))
+//
+// seq (AVX-VNNI, gemvInt2Seq*: code books of consecutive levels, where u is the code itself):
+// no tables. Row group j's codes sit in bits 2j-2j+1 of each byte; a mask takes them in place
+// (w & 0x03 << 2j: the code times 4^j, at most 192, still a u8) and the store divides each
+// group's sums back by an arithmetic shift (exact, every product being a multiple of the
+// factor; |sum| <= 65536 x 192 x 128 < 2^31): per unit 4 ands where the tables took a shift,
+// 2 ands, 4 vpshufb and a move. The masks live in registers with one token and are memory
+// operands with two. Against the table kernels on an Emerald Rapids core
+// (BITD_DISABLE_AVX512=1, paired rounds on the same weights): one token 0.75 of the time
+// cache-resident (1024x2560, 256x14336), 0.93-0.96 from DRAM on the 8B shapes at one and two
+// threads; two tokens, whose eight chains wait on vpdpbusd's latency, 0.94-1.01
+// cache-resident and 0.95-0.99 from DRAM. (vpmaddubsw's int16 pairs would saturate on the
+// codes times 64, so AVX2 keeps the tables.)
+func gemvInt2Y(T int, isa string, vnni, seq bool) {
+	f, ref := "Int2", "gemvInt2Generic (kstep 4)"
+	if seq {
+		f, ref = "Int2Seq", "gemvInt2Generic (kstep 4; u = the code)"
+	}
+	name := gemvName(f, T, isa)
+	a := fn(name, gemvDoc(name, ref, T))
 	p := newPool(false)
 	w, kx := ld(a, gW), GP64()
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
-	tab := ld(a, gTab)
 	sets := vnniSets(T, vnni)
-	acc, all := accSets(p, T, sets) // [token][set][row group]
-	la, lb := p.get(), p.get()
-	VBROADCASTI128(at(tab, 0), la)
-	VBROADCASTI128(at(tab, 16), lb)
-	v := p.getn(4)
-	x := p.get()
-	var tmp VecPhysical
-	if !vnni {
-		tmp = p.get()
-	}
-	free := append(append(append([]VecPhysical{}, all...), v...), x) // dead after the store
-	if !vnni {
-		free = append(free, tmp)
-	}
-	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
-		if i == 0 {
-			prefetchAhead(w, 0)
+	acc, all := accSets(p, T, sets)         // [token][set][row group]
+	free := append([]VecPhysical{}, all...) // dead after the store, with the decoding's registers
+	var unit func(i int)                    // unit i of the step into acc[t][i]
+	if seq {
+		wv, v, x := p.get(), p.get(), p.getn(T)
+		free = append(append(free, wv, v), x...)
+		mask := func(j int) Op { return codesY.Offset(32 * j) }
+		if T == 1 {
+			m := codeMasksY(p)
+			mask = func(j int) Op { return m[j] }
 		}
-		VMOVDQU(at(w, 32*i), v[2])
-		VPSRLW(U8(4), v[2], v[3])
-		VPAND(m0fY, v[2], v[2])
-		VPAND(m0fY, v[3], v[3])
-		VPSHUFB(v[2], la, v[0])
-		VPSHUFB(v[2], lb, v[1])
-		VPSHUFB(v[3], lb, x)
-		VPSHUFB(v[3], la, v[2])
-		VMOVDQA(x, v[3])
-		for t := range acc {
-			VPBROADCASTD(idx(xs[t], kx, 1, 4*i), x)
-			for j := 0; j < 4; j++ {
-				dotY(vnni, acc[t][i][j], v[j], x, tmp)
-			}
-		}
-		if i == sets-1 {
-			ADDQ(U8(32*sets), w)
-			ADDQ(U8(4*sets), kx)
-		}
-	}, func(sums Register) {
-		for t := range acc {
-			for j := 0; j < 4; j++ {
-				if sets == 2 {
-					VPADDD(acc[t][1][j], acc[t][0][j], acc[t][0][j])
-				}
-				VMOVDQU(acc[t][0][j], at(sums, 128*t+32*j))
-			}
-		}
-		ADDQ(U32(128*T), sums)
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// gemvInt2SeqY (AVX-VNNI; code books of consecutive levels, where u is the code itself:
-// gemvSeq): gemvInt2Y without the tables. Row group j's codes sit in bits 2j-2j+1 of each
-// byte; a mask takes them in place (w & 0x03 << 2j: the code times 4^j, at most 192, still a
-// u8) and the store divides each group's sums back by an arithmetic shift (exact, every
-// product being a multiple of the factor; |sum| <= 65536 x 192 x 128 < 2^31): per 32-byte
-// unit 4 ands where the tables took a shift, 2 ands, 4 vpshufb and a move. The masks live
-// in registers with one token and are memory operands with two. Against the table kernels
-// on an Emerald Rapids core (BITD_DISABLE_AVX512=1, paired rounds on the same weights): one
-// token 0.75 of the time cache-resident (1024x2560, 256x14336), 0.93-0.96 from DRAM on the 8B
-// shapes at one and two threads; two tokens, whose eight chains wait on vpdpbusd's latency,
-// 0.94-1.01 cache-resident and 0.95-0.99 from DRAM.
-func gemvInt2SeqY(T int) {
-	name := gemvName("Int2Seq", T, "AVXVNNI")
-	a := fn(name, gemvDoc(name, "gemvInt2Generic (kstep 4; u = the code)", T))
-	p := newPool(false)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, T, gX, gXStride)
-	sets := vnniSets(T, true)
-	acc, all := accSets(p, T, sets) // [token][set][row group]
-	wv, v, x := p.get(), p.get(), p.getn(T)
-	mask := func(j int) Op { return int2MaskY.Offset(32 * j) }
-	if T == 1 {
-		m := p.getn(4)
-		VMOVDQU(m3Y, m[0])
-		for j := 1; j < 4; j++ {
-			VPSLLW(U8(2*j), m[0], m[j]) // per word: 0x0303 << 2j stays within the word
-		}
-		mask = func(j int) Op { return m[j] }
-	}
-	free := append(append(append([]VecPhysical{}, all...), wv, v), x...) // dead after the store
-	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
-		if i == 0 {
-			prefetchAhead(w, 0)
-		}
-		VMOVDQU(at(w, 32*i), wv)
-		for t := range acc {
-			VPBROADCASTD(idx(xs[t], kx, 1, 4*i), x[t])
-		}
-		for j := 0; j < 4; j++ {
-			VPAND(mask(j), wv, v)
+		unit = func(i int) {
+			VMOVDQU(at(w, 32*i), wv)
 			for t := range acc {
-				VPDPBUSD(x[t], v, acc[t][i][j])
+				VPBROADCASTD(idx(xs[t], kx, 1, 4*i), x[t])
+			}
+			for j := 0; j < 4; j++ {
+				VPAND(mask(j), wv, v)
+				for t := range acc {
+					VPDPBUSD(x[t], v, acc[t][i][j])
+				}
 			}
 		}
+	} else {
+		tab := ld(a, gTab)
+		la, lb := p.get(), p.get()
+		VBROADCASTI128(at(tab, 0), la)
+		VBROADCASTI128(at(tab, 16), lb)
+		v := p.getn(4)
+		x := p.get()
+		free = append(append(free, v...), x)
+		var tmp VecPhysical
+		if !vnni {
+			tmp = p.get()
+			free = append(free, tmp)
+		}
+		unit = func(i int) {
+			VMOVDQU(at(w, 32*i), v[2])
+			VPSRLW(U8(4), v[2], v[3])
+			VPAND(m0fY, v[2], v[2])
+			VPAND(m0fY, v[3], v[3])
+			VPSHUFB(v[2], la, v[0])
+			VPSHUFB(v[2], lb, v[1])
+			VPSHUFB(v[3], lb, x)
+			VPSHUFB(v[3], la, v[2])
+			VMOVDQA(x, v[3])
+			for t := range acc {
+				VPBROADCASTD(idx(xs[t], kx, 1, 4*i), x)
+				for j := 0; j < 4; j++ {
+					dotY(vnni, acc[t][i][j], v[j], x, tmp)
+				}
+			}
+		}
+	}
+	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
+		if i == 0 {
+			prefetchAhead(w, 0)
+		}
+		unit(i)
 		if i == sets-1 {
 			ADDQ(U8(32*sets), w)
 			ADDQ(U8(4*sets), kx)
@@ -415,7 +390,7 @@ func gemvInt2SeqY(T int) {
 				if sets == 2 {
 					VPADDD(acc[t][1][j], r, r)
 				}
-				if j > 0 {
+				if seq && j > 0 {
 					VPSRAD(U8(2*j), r, r)
 				}
 				VMOVDQU(r, at(sums, 128*t+32*j))
@@ -425,6 +400,16 @@ func gemvInt2SeqY(T int) {
 	})
 	VZEROUPPER()
 	RET()
+}
+
+// codeMasksY returns four registers of the masks 0x03 << 2j in every byte (codesY), which
+// take a byte's 2-bit codes in place.
+func codeMasksY(p *pool) []VecPhysical {
+	m := p.getn(4)
+	for j, r := range m {
+		VMOVDQU(codesY.Offset(32*j), r)
+	}
+	return m
 }
 
 // gemvInt8Y: int8. AVX2 (int16 activations, xInt16): each 128-byte unit is widened to
