@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -320,12 +321,12 @@ func gemvInt2Y(T int, isa string, vnni, seq bool) {
 	XORQ(kx, kx)
 	xs := tokenPtrs(a, T, gX, gXStride)
 	sets := vnniSets(T, vnni)
-	acc, all := accSets(p, T, sets)         // [token][set][row group]
-	free := append([]VecPhysical{}, all...) // dead after the store, with the decoding's registers
-	var unit func(i int)                    // unit i of the step into acc[t][i]
+	acc, all := accSets(p, T, sets) // [token][set][row group]
+	free := slices.Clone(all)       // dead after the store, with the decoding's registers
+	var unit func(i int)            // unit i of the step into acc[t][i]
 	if seq {
 		wv, v, x := p.get(), p.get(), p.getn(T)
-		free = append(append(free, wv, v), x...)
+		free = slices.Concat(free, []VecPhysical{wv, v}, x)
 		mask := func(j int) Op { return codesY.Offset(32 * j) }
 		if T == 1 {
 			m := codeMasksY(p)
@@ -350,7 +351,7 @@ func gemvInt2Y(T int, isa string, vnni, seq bool) {
 		VBROADCASTI128(at(tab, 16), lb)
 		v := p.getn(4)
 		x := p.get()
-		free = append(append(free, v...), x)
+		free = slices.Concat(free, v, []VecPhysical{x})
 		var tmp VecPhysical
 		if !vnni {
 			tmp = p.get()
@@ -439,7 +440,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		wv := p.getn(4)
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
-		free := append(append(append([]VecPhysical{}, all...), wv...), x)
+		free := slices.Concat(all, wv, []VecPhysical{x})
 		segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 			prefetchAhead(w, 0)
 			prefetchAhead(w, 64)
@@ -479,7 +480,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		all = append(all, acc[t][:]...)
 	}
 	wv, x := p.get(), p.getn(T)
-	free := append(append(append([]VecPhysical{}, all...), wv), x...)
+	free := slices.Concat(all, []VecPhysical{wv}, x)
 	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		prefetchAhead(w, 64)
@@ -536,7 +537,7 @@ func gemvInt1YVNNI(T int) {
 		hi, hiBits = p.get(), 0
 	}
 	xl, xh := p.getn(T), p.getn(T)
-	free := append(append(append([]VecPhysical{}, all...), wv, vl, vh), append(xl, xh...)...)
+	free := slices.Concat(all, []VecPhysical{wv, vl, vh}, xl, xh)
 	if chains == 1 {
 		free = append(free, hi)
 	}
@@ -1131,7 +1132,7 @@ func gemvInt1Y1() {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
-		free := append(append(append([]VecPhysical{}, acc32...), acc16...), wv, hi, vl, vh, xl, xh)
+		free := slices.Concat(acc32, acc16, []VecPhysical{wv, hi, vl, vh, xl, xh})
 		(&fuseEpi{T: 1, A: -2, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
@@ -1169,8 +1170,8 @@ func gemvInt2Y1() {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
-		free := append(append(append([]VecPhysical{}, acc32...), acc16...), v...)
-		(&fuseEpi{T: 1, A: 1, ymm: true, regs: append(free, x)}).gen(name, a, sums, nseg)
+		free := slices.Concat(acc32, acc16, v, []VecPhysical{x})
+		(&fuseEpi{T: 1, A: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
 
@@ -1208,7 +1209,7 @@ func gemvInt2Y2Seq() {
 		ADDQ(U8(4), kx)
 	}, chunkEnd, func(nseg Register) {
 		ADDQ(U32(256), sums)
-		free := append(append(append([]VecPhysical{}, all16...), v...), x, tmp)
+		free := slices.Concat(all16, v, []VecPhysical{x, tmp})
 		(&fuseEpi{T: 2, A: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
