@@ -259,8 +259,8 @@ func asmKernels() []*simdKernel {
 // the zmm path's table-free GEMV kernels for one token and from three on (the table one for
 // two), the AVX-VNNI path's for one and two, and the AVX2 path's two-token kernel of long
 // int16 chunks (the one-token kernel serves every code book); any other code book the table
-// ones. (Both give the reference's
-// results, so the tests that compare results cannot see which ran.)
+// ones. (Both give the reference's results, so the tests that compare results cannot see
+// which ran.)
 func TestInt2SeqSelected(t *testing.T) {
 	ran := false
 	for _, k := range asmKernels() {
@@ -354,7 +354,6 @@ func TestFusedEpiloguePath(t *testing.T) {
 			{quantcfg.PerRowScale, quantcfg.ActMode{Kind: quantcfg.ActPerGroup, Group: group}, true},
 		} {
 			spec := quantcfg.LayerSpec{Name: "fused", Format: f, Out: m, In: k, Scale: c.scale, Act: c.act}.WithDefaults()
-			spec.Scale, spec.Act = c.scale, c.act
 			if spec.Validate() != nil {
 				continue // a setting the format does not take
 			}
