@@ -907,6 +907,18 @@ func gemvInt8Z(T int) {
 // needs. From three tokens a shift brings the high nibbles down and both planes of group j
 // share a chain (and the masks come from memory: the registers hold the chains). The
 // chains are shifted back at the end. u = the sign bit.
+//
+// What bounds one token here (an Emerald Rapids Xeon, from DRAM, the 8B shapes and
+// 2560x2560, one and two threads, nine paired rounds, timing-only scratch kernels): its 17
+// vector operations a step (vpermb, 8 ands, 8 vpdpbusd) overlap the stream imperfectly, at
+// 75-83% of the read roofline. With half the planes (9 operations) a call took 0.85-0.91 of
+// the time, so that is the most any cheaper decode could win. A lookup table in a nibble
+// layout (a nibble = four inputs of one row, per-call tables of the signed sums of each four
+// inputs' high and low activation nibbles, 64 entries a table: 3 operations to form the
+// indices, 4 vpermb, 4 vpdpbusd with multipliers 16 and 1) does 11 operations but loads two
+// 64-byte tables a step (8 bytes per input, from L2 at K = 14336), and took 0.94-1.02: not
+// worth a new int1 layout. A mask-register form (kmovq, a zero-masked vmovdqu8 of the
+// activations, vpdpbusd) is 2 operations per 64 weights, as now.
 func gemvInt1Z(T int) {
 	name := gemvName("Int1", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, permuted)", T))
