@@ -192,7 +192,7 @@ func tileY2x16() {
 	xv := p.getn(2)
 	bv, prod := p.get(), p.get()
 	segStart, chunkEnd := memSums2(sums, acc, bv, wordOnes)
-	chunkLoop(name, a, gemmLoop, 0, segStart, func() { zeroAll(all...) }, func() {
+	chunkLoop(name, a, gemmLoop, 0, nil, nil, segStart, func() { zeroAll(all...) }, func() {
 		for t := range acc {
 			VPBROADCASTD(at(x, 4*t), xv[t])
 		}
@@ -205,7 +205,7 @@ func tileY2x16() {
 		}
 		ADDQ(U8(128), b)
 		ADDQ(xq, x)
-	}, chunkEnd, func(Register) { ADDQ(at(a, mSumsSeg), sums) })
+	}, chunkEnd, func() { ADDQ(at(a, mSumsSeg), sums) })
 }
 
 func unpackDoc(name, f string) string {

@@ -886,9 +886,9 @@ func takeChunkArg(name string, a, n Register, off int) GPVirtual {
 
 // chunkLoop emits the loop nest of the one-row-block kernels with int16 sums: per segment
 // segStart, then chunks of at most most steps (0: the argument block's la.chunk steps,
-// takeChunkArg), each chunkStart, step per step, chunkEnd; then segEnd, which moves the sums
-// on (nseg: the segments left, this one included, for a fused epilogue's fuseEpi.gen).
-func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chunkStart, step, chunkEnd func(), segEnd func(nseg Register)) {
+// takeChunkArg), each chunkStart, step per step, chunkEnd; then segEnd, which moves sums
+// on, and with fe (as segLoop) the segment's fused epilogue.
+func chunkLoop(name string, a Register, la loopArgs, most uint32, fe *fuseEpi, sums Register, segStart, chunkStart, step, chunkEnd, segEnd func()) {
 	nseg := ld(a, la.nseg)
 	Label(name + "_seg")
 	cnt := segCount(a, nseg, la)
@@ -908,7 +908,10 @@ func chunkLoop(name string, a Register, la loopArgs, most uint32, segStart, chun
 	chunkEnd()
 	TESTQ(cnt, cnt)
 	JNZ(LabelRef(name + "_chunk"))
-	segEnd(nseg)
+	segEnd()
+	if fe != nil {
+		fe.gen(name, a, sums, nseg)
+	}
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
 	VZEROUPPER()
@@ -1108,7 +1111,8 @@ func gemvInt1Y1() {
 	sums := ld(a, gSums)
 	acc32, acc16 := p.getn(4), p.getn(4) // [row group j]
 	wv, hi, vl, vh, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get(), p.get()
-	chunkLoop(name, a, gemvLoop, int1ChunkY, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+	fe := &fuseEpi{T: 1, A: -2, ymm: true, regs: slices.Concat(acc32, acc16, []VecPhysical{wv, hi, vl, vh, xl, xh})}
+	chunkLoop(name, a, gemvLoop, int1ChunkY, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		prefetchAhead(w, 0)
 		VMOVDQU(at(w, 0), wv)
 		VPSRLW(U8(4), wv, hi)
@@ -1124,7 +1128,7 @@ func gemvInt1Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(8), kx)
-	}, func() { widen16(acc16, acc32) }, func(nseg Register) {
+	}, func() { widen16(acc16, acc32) }, func() {
 		for j, r := range acc32 {
 			if j > 0 {
 				VPSRAD(U8(j), r, r)
@@ -1132,8 +1136,6 @@ func gemvInt1Y1() {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
-		free := slices.Concat(acc32, acc16, []VecPhysical{wv, hi, vl, vh, xl, xh})
-		(&fuseEpi{T: 1, A: -2, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
 
@@ -1155,7 +1157,8 @@ func gemvInt2Y1() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x := p.get()
-	chunkLoop(name, a, gemvLoop, 0, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
+	fe := &fuseEpi{T: 1, A: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
+	chunkLoop(name, a, gemvLoop, 0, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
 		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
@@ -1165,13 +1168,11 @@ func gemvInt2Y1() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, func() { widen16(acc16, acc32) }, func(nseg Register) {
+	}, func() { widen16(acc16, acc32) }, func() {
 		for j, r := range acc32 {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
-		free := slices.Concat(acc32, acc16, v, []VecPhysical{x})
-		(&fuseEpi{T: 1, A: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
 	})
 }
 
@@ -1195,7 +1196,8 @@ func gemvInt2Y2Seq() {
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
 	segStart, chunkEnd := memSums2(sums, acc16, x, wOnes)
-	chunkLoop(name, a, gemvLoop, 0, segStart, func() { zeroAll(all16...) }, func() {
+	fe := &fuseEpi{T: 2, A: 1, ymm: true, regs: slices.Concat(all16, v, []VecPhysical{x, tmp})}
+	chunkLoop(name, a, gemvLoop, 0, fe, sums, segStart, func() { zeroAll(all16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
 		for t := 0; t < 2; t++ {
@@ -1207,9 +1209,5 @@ func gemvInt2Y2Seq() {
 		}
 		ADDQ(U8(32), w)
 		ADDQ(U8(4), kx)
-	}, chunkEnd, func(nseg Register) {
-		ADDQ(U32(256), sums)
-		free := slices.Concat(all16, v, []VecPhysical{x, tmp})
-		(&fuseEpi{T: 2, A: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
-	})
+	}, chunkEnd, func() { ADDQ(U32(256), sums) })
 }
