@@ -12381,6 +12381,136 @@ gemvInt8T8AVX512_fused:
 	VZEROUPPER
 	RET
 
+DATA codesY<>+0(SB)/1, $0x03
+DATA codesY<>+1(SB)/1, $0x03
+DATA codesY<>+2(SB)/1, $0x03
+DATA codesY<>+3(SB)/1, $0x03
+DATA codesY<>+4(SB)/1, $0x03
+DATA codesY<>+5(SB)/1, $0x03
+DATA codesY<>+6(SB)/1, $0x03
+DATA codesY<>+7(SB)/1, $0x03
+DATA codesY<>+8(SB)/1, $0x03
+DATA codesY<>+9(SB)/1, $0x03
+DATA codesY<>+10(SB)/1, $0x03
+DATA codesY<>+11(SB)/1, $0x03
+DATA codesY<>+12(SB)/1, $0x03
+DATA codesY<>+13(SB)/1, $0x03
+DATA codesY<>+14(SB)/1, $0x03
+DATA codesY<>+15(SB)/1, $0x03
+DATA codesY<>+16(SB)/1, $0x03
+DATA codesY<>+17(SB)/1, $0x03
+DATA codesY<>+18(SB)/1, $0x03
+DATA codesY<>+19(SB)/1, $0x03
+DATA codesY<>+20(SB)/1, $0x03
+DATA codesY<>+21(SB)/1, $0x03
+DATA codesY<>+22(SB)/1, $0x03
+DATA codesY<>+23(SB)/1, $0x03
+DATA codesY<>+24(SB)/1, $0x03
+DATA codesY<>+25(SB)/1, $0x03
+DATA codesY<>+26(SB)/1, $0x03
+DATA codesY<>+27(SB)/1, $0x03
+DATA codesY<>+28(SB)/1, $0x03
+DATA codesY<>+29(SB)/1, $0x03
+DATA codesY<>+30(SB)/1, $0x03
+DATA codesY<>+31(SB)/1, $0x03
+DATA codesY<>+32(SB)/1, $0x0c
+DATA codesY<>+33(SB)/1, $0x0c
+DATA codesY<>+34(SB)/1, $0x0c
+DATA codesY<>+35(SB)/1, $0x0c
+DATA codesY<>+36(SB)/1, $0x0c
+DATA codesY<>+37(SB)/1, $0x0c
+DATA codesY<>+38(SB)/1, $0x0c
+DATA codesY<>+39(SB)/1, $0x0c
+DATA codesY<>+40(SB)/1, $0x0c
+DATA codesY<>+41(SB)/1, $0x0c
+DATA codesY<>+42(SB)/1, $0x0c
+DATA codesY<>+43(SB)/1, $0x0c
+DATA codesY<>+44(SB)/1, $0x0c
+DATA codesY<>+45(SB)/1, $0x0c
+DATA codesY<>+46(SB)/1, $0x0c
+DATA codesY<>+47(SB)/1, $0x0c
+DATA codesY<>+48(SB)/1, $0x0c
+DATA codesY<>+49(SB)/1, $0x0c
+DATA codesY<>+50(SB)/1, $0x0c
+DATA codesY<>+51(SB)/1, $0x0c
+DATA codesY<>+52(SB)/1, $0x0c
+DATA codesY<>+53(SB)/1, $0x0c
+DATA codesY<>+54(SB)/1, $0x0c
+DATA codesY<>+55(SB)/1, $0x0c
+DATA codesY<>+56(SB)/1, $0x0c
+DATA codesY<>+57(SB)/1, $0x0c
+DATA codesY<>+58(SB)/1, $0x0c
+DATA codesY<>+59(SB)/1, $0x0c
+DATA codesY<>+60(SB)/1, $0x0c
+DATA codesY<>+61(SB)/1, $0x0c
+DATA codesY<>+62(SB)/1, $0x0c
+DATA codesY<>+63(SB)/1, $0x0c
+DATA codesY<>+64(SB)/1, $0x30
+DATA codesY<>+65(SB)/1, $0x30
+DATA codesY<>+66(SB)/1, $0x30
+DATA codesY<>+67(SB)/1, $0x30
+DATA codesY<>+68(SB)/1, $0x30
+DATA codesY<>+69(SB)/1, $0x30
+DATA codesY<>+70(SB)/1, $0x30
+DATA codesY<>+71(SB)/1, $0x30
+DATA codesY<>+72(SB)/1, $0x30
+DATA codesY<>+73(SB)/1, $0x30
+DATA codesY<>+74(SB)/1, $0x30
+DATA codesY<>+75(SB)/1, $0x30
+DATA codesY<>+76(SB)/1, $0x30
+DATA codesY<>+77(SB)/1, $0x30
+DATA codesY<>+78(SB)/1, $0x30
+DATA codesY<>+79(SB)/1, $0x30
+DATA codesY<>+80(SB)/1, $0x30
+DATA codesY<>+81(SB)/1, $0x30
+DATA codesY<>+82(SB)/1, $0x30
+DATA codesY<>+83(SB)/1, $0x30
+DATA codesY<>+84(SB)/1, $0x30
+DATA codesY<>+85(SB)/1, $0x30
+DATA codesY<>+86(SB)/1, $0x30
+DATA codesY<>+87(SB)/1, $0x30
+DATA codesY<>+88(SB)/1, $0x30
+DATA codesY<>+89(SB)/1, $0x30
+DATA codesY<>+90(SB)/1, $0x30
+DATA codesY<>+91(SB)/1, $0x30
+DATA codesY<>+92(SB)/1, $0x30
+DATA codesY<>+93(SB)/1, $0x30
+DATA codesY<>+94(SB)/1, $0x30
+DATA codesY<>+95(SB)/1, $0x30
+DATA codesY<>+96(SB)/1, $0xc0
+DATA codesY<>+97(SB)/1, $0xc0
+DATA codesY<>+98(SB)/1, $0xc0
+DATA codesY<>+99(SB)/1, $0xc0
+DATA codesY<>+100(SB)/1, $0xc0
+DATA codesY<>+101(SB)/1, $0xc0
+DATA codesY<>+102(SB)/1, $0xc0
+DATA codesY<>+103(SB)/1, $0xc0
+DATA codesY<>+104(SB)/1, $0xc0
+DATA codesY<>+105(SB)/1, $0xc0
+DATA codesY<>+106(SB)/1, $0xc0
+DATA codesY<>+107(SB)/1, $0xc0
+DATA codesY<>+108(SB)/1, $0xc0
+DATA codesY<>+109(SB)/1, $0xc0
+DATA codesY<>+110(SB)/1, $0xc0
+DATA codesY<>+111(SB)/1, $0xc0
+DATA codesY<>+112(SB)/1, $0xc0
+DATA codesY<>+113(SB)/1, $0xc0
+DATA codesY<>+114(SB)/1, $0xc0
+DATA codesY<>+115(SB)/1, $0xc0
+DATA codesY<>+116(SB)/1, $0xc0
+DATA codesY<>+117(SB)/1, $0xc0
+DATA codesY<>+118(SB)/1, $0xc0
+DATA codesY<>+119(SB)/1, $0xc0
+DATA codesY<>+120(SB)/1, $0xc0
+DATA codesY<>+121(SB)/1, $0xc0
+DATA codesY<>+122(SB)/1, $0xc0
+DATA codesY<>+123(SB)/1, $0xc0
+DATA codesY<>+124(SB)/1, $0xc0
+DATA codesY<>+125(SB)/1, $0xc0
+DATA codesY<>+126(SB)/1, $0xc0
+DATA codesY<>+127(SB)/1, $0xc0
+GLOBL codesY<>(SB), RODATA|NOPTR, $128
+
 DATA wOnesY<>+0(SB)/1, $0x01
 DATA wOnesY<>+1(SB)/1, $0x00
 DATA wOnesY<>+2(SB)/1, $0x01
@@ -12448,40 +12578,6 @@ DATA m0fY<>+29(SB)/1, $0x0f
 DATA m0fY<>+30(SB)/1, $0x0f
 DATA m0fY<>+31(SB)/1, $0x0f
 GLOBL m0fY<>(SB), RODATA|NOPTR, $32
-
-DATA m3Y<>+0(SB)/1, $0x03
-DATA m3Y<>+1(SB)/1, $0x03
-DATA m3Y<>+2(SB)/1, $0x03
-DATA m3Y<>+3(SB)/1, $0x03
-DATA m3Y<>+4(SB)/1, $0x03
-DATA m3Y<>+5(SB)/1, $0x03
-DATA m3Y<>+6(SB)/1, $0x03
-DATA m3Y<>+7(SB)/1, $0x03
-DATA m3Y<>+8(SB)/1, $0x03
-DATA m3Y<>+9(SB)/1, $0x03
-DATA m3Y<>+10(SB)/1, $0x03
-DATA m3Y<>+11(SB)/1, $0x03
-DATA m3Y<>+12(SB)/1, $0x03
-DATA m3Y<>+13(SB)/1, $0x03
-DATA m3Y<>+14(SB)/1, $0x03
-DATA m3Y<>+15(SB)/1, $0x03
-DATA m3Y<>+16(SB)/1, $0x03
-DATA m3Y<>+17(SB)/1, $0x03
-DATA m3Y<>+18(SB)/1, $0x03
-DATA m3Y<>+19(SB)/1, $0x03
-DATA m3Y<>+20(SB)/1, $0x03
-DATA m3Y<>+21(SB)/1, $0x03
-DATA m3Y<>+22(SB)/1, $0x03
-DATA m3Y<>+23(SB)/1, $0x03
-DATA m3Y<>+24(SB)/1, $0x03
-DATA m3Y<>+25(SB)/1, $0x03
-DATA m3Y<>+26(SB)/1, $0x03
-DATA m3Y<>+27(SB)/1, $0x03
-DATA m3Y<>+28(SB)/1, $0x03
-DATA m3Y<>+29(SB)/1, $0x03
-DATA m3Y<>+30(SB)/1, $0x03
-DATA m3Y<>+31(SB)/1, $0x03
-GLOBL m3Y<>(SB), RODATA|NOPTR, $32
 
 DATA m80Y<>+0(SB)/1, $0x80
 DATA m80Y<>+1(SB)/1, $0x80
@@ -12809,136 +12905,6 @@ DATA m1fY<>+30(SB)/1, $0x1f
 DATA m1fY<>+31(SB)/1, $0x00
 GLOBL m1fY<>(SB), RODATA|NOPTR, $32
 
-DATA codesY<>+0(SB)/1, $0x03
-DATA codesY<>+1(SB)/1, $0x03
-DATA codesY<>+2(SB)/1, $0x03
-DATA codesY<>+3(SB)/1, $0x03
-DATA codesY<>+4(SB)/1, $0x03
-DATA codesY<>+5(SB)/1, $0x03
-DATA codesY<>+6(SB)/1, $0x03
-DATA codesY<>+7(SB)/1, $0x03
-DATA codesY<>+8(SB)/1, $0x03
-DATA codesY<>+9(SB)/1, $0x03
-DATA codesY<>+10(SB)/1, $0x03
-DATA codesY<>+11(SB)/1, $0x03
-DATA codesY<>+12(SB)/1, $0x03
-DATA codesY<>+13(SB)/1, $0x03
-DATA codesY<>+14(SB)/1, $0x03
-DATA codesY<>+15(SB)/1, $0x03
-DATA codesY<>+16(SB)/1, $0x03
-DATA codesY<>+17(SB)/1, $0x03
-DATA codesY<>+18(SB)/1, $0x03
-DATA codesY<>+19(SB)/1, $0x03
-DATA codesY<>+20(SB)/1, $0x03
-DATA codesY<>+21(SB)/1, $0x03
-DATA codesY<>+22(SB)/1, $0x03
-DATA codesY<>+23(SB)/1, $0x03
-DATA codesY<>+24(SB)/1, $0x03
-DATA codesY<>+25(SB)/1, $0x03
-DATA codesY<>+26(SB)/1, $0x03
-DATA codesY<>+27(SB)/1, $0x03
-DATA codesY<>+28(SB)/1, $0x03
-DATA codesY<>+29(SB)/1, $0x03
-DATA codesY<>+30(SB)/1, $0x03
-DATA codesY<>+31(SB)/1, $0x03
-DATA codesY<>+32(SB)/1, $0x0c
-DATA codesY<>+33(SB)/1, $0x0c
-DATA codesY<>+34(SB)/1, $0x0c
-DATA codesY<>+35(SB)/1, $0x0c
-DATA codesY<>+36(SB)/1, $0x0c
-DATA codesY<>+37(SB)/1, $0x0c
-DATA codesY<>+38(SB)/1, $0x0c
-DATA codesY<>+39(SB)/1, $0x0c
-DATA codesY<>+40(SB)/1, $0x0c
-DATA codesY<>+41(SB)/1, $0x0c
-DATA codesY<>+42(SB)/1, $0x0c
-DATA codesY<>+43(SB)/1, $0x0c
-DATA codesY<>+44(SB)/1, $0x0c
-DATA codesY<>+45(SB)/1, $0x0c
-DATA codesY<>+46(SB)/1, $0x0c
-DATA codesY<>+47(SB)/1, $0x0c
-DATA codesY<>+48(SB)/1, $0x0c
-DATA codesY<>+49(SB)/1, $0x0c
-DATA codesY<>+50(SB)/1, $0x0c
-DATA codesY<>+51(SB)/1, $0x0c
-DATA codesY<>+52(SB)/1, $0x0c
-DATA codesY<>+53(SB)/1, $0x0c
-DATA codesY<>+54(SB)/1, $0x0c
-DATA codesY<>+55(SB)/1, $0x0c
-DATA codesY<>+56(SB)/1, $0x0c
-DATA codesY<>+57(SB)/1, $0x0c
-DATA codesY<>+58(SB)/1, $0x0c
-DATA codesY<>+59(SB)/1, $0x0c
-DATA codesY<>+60(SB)/1, $0x0c
-DATA codesY<>+61(SB)/1, $0x0c
-DATA codesY<>+62(SB)/1, $0x0c
-DATA codesY<>+63(SB)/1, $0x0c
-DATA codesY<>+64(SB)/1, $0x30
-DATA codesY<>+65(SB)/1, $0x30
-DATA codesY<>+66(SB)/1, $0x30
-DATA codesY<>+67(SB)/1, $0x30
-DATA codesY<>+68(SB)/1, $0x30
-DATA codesY<>+69(SB)/1, $0x30
-DATA codesY<>+70(SB)/1, $0x30
-DATA codesY<>+71(SB)/1, $0x30
-DATA codesY<>+72(SB)/1, $0x30
-DATA codesY<>+73(SB)/1, $0x30
-DATA codesY<>+74(SB)/1, $0x30
-DATA codesY<>+75(SB)/1, $0x30
-DATA codesY<>+76(SB)/1, $0x30
-DATA codesY<>+77(SB)/1, $0x30
-DATA codesY<>+78(SB)/1, $0x30
-DATA codesY<>+79(SB)/1, $0x30
-DATA codesY<>+80(SB)/1, $0x30
-DATA codesY<>+81(SB)/1, $0x30
-DATA codesY<>+82(SB)/1, $0x30
-DATA codesY<>+83(SB)/1, $0x30
-DATA codesY<>+84(SB)/1, $0x30
-DATA codesY<>+85(SB)/1, $0x30
-DATA codesY<>+86(SB)/1, $0x30
-DATA codesY<>+87(SB)/1, $0x30
-DATA codesY<>+88(SB)/1, $0x30
-DATA codesY<>+89(SB)/1, $0x30
-DATA codesY<>+90(SB)/1, $0x30
-DATA codesY<>+91(SB)/1, $0x30
-DATA codesY<>+92(SB)/1, $0x30
-DATA codesY<>+93(SB)/1, $0x30
-DATA codesY<>+94(SB)/1, $0x30
-DATA codesY<>+95(SB)/1, $0x30
-DATA codesY<>+96(SB)/1, $0xc0
-DATA codesY<>+97(SB)/1, $0xc0
-DATA codesY<>+98(SB)/1, $0xc0
-DATA codesY<>+99(SB)/1, $0xc0
-DATA codesY<>+100(SB)/1, $0xc0
-DATA codesY<>+101(SB)/1, $0xc0
-DATA codesY<>+102(SB)/1, $0xc0
-DATA codesY<>+103(SB)/1, $0xc0
-DATA codesY<>+104(SB)/1, $0xc0
-DATA codesY<>+105(SB)/1, $0xc0
-DATA codesY<>+106(SB)/1, $0xc0
-DATA codesY<>+107(SB)/1, $0xc0
-DATA codesY<>+108(SB)/1, $0xc0
-DATA codesY<>+109(SB)/1, $0xc0
-DATA codesY<>+110(SB)/1, $0xc0
-DATA codesY<>+111(SB)/1, $0xc0
-DATA codesY<>+112(SB)/1, $0xc0
-DATA codesY<>+113(SB)/1, $0xc0
-DATA codesY<>+114(SB)/1, $0xc0
-DATA codesY<>+115(SB)/1, $0xc0
-DATA codesY<>+116(SB)/1, $0xc0
-DATA codesY<>+117(SB)/1, $0xc0
-DATA codesY<>+118(SB)/1, $0xc0
-DATA codesY<>+119(SB)/1, $0xc0
-DATA codesY<>+120(SB)/1, $0xc0
-DATA codesY<>+121(SB)/1, $0xc0
-DATA codesY<>+122(SB)/1, $0xc0
-DATA codesY<>+123(SB)/1, $0xc0
-DATA codesY<>+124(SB)/1, $0xc0
-DATA codesY<>+125(SB)/1, $0xc0
-DATA codesY<>+126(SB)/1, $0xc0
-DATA codesY<>+127(SB)/1, $0xc0
-GLOBL codesY<>(SB), RODATA|NOPTR, $128
-
 DATA rowsY<>+0(SB)/4, $0x00000001
 DATA rowsY<>+4(SB)/4, $0x00000002
 DATA rowsY<>+8(SB)/4, $0x00000004
@@ -12978,7 +12944,7 @@ GLOBL rowsY<>(SB), RODATA|NOPTR, $128
 TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
-	VMOVDQU m3Y<>+0(SB), Y4
+	VMOVDQU codesY<>+0(SB), Y4
 	XORQ    BX, BX
 	MOVQ    24(AX), DI
 	MOVQ    (AX), SI
@@ -13419,7 +13385,7 @@ TEXT ·gemvI2ST2AVX2(SB), NOSPLIT, $0-8
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX
-	VMOVDQU m3Y<>+0(SB), Y8
+	VMOVDQU codesY<>+0(SB), Y8
 	XORQ    SI, SI
 	MOVQ    24(AX), R8
 	MOVQ    (AX), DI
@@ -14427,7 +14393,7 @@ TEXT ·gemvI2ST2AVXVNNI(SB), NOSPLIT, $0-8
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX
-	VMOVDQU m3Y<>+0(SB), Y8
+	VMOVDQU codesY<>+0(SB), Y8
 	XORQ    SI, SI
 	MOVQ    24(AX), R8
 	MOVQ    (AX), DI
@@ -15353,7 +15319,7 @@ gemvInt1T2AVXVNNI_fused:
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST3AVX2(SB), NOSPLIT, $408-8
 	MOVQ    a+0(FP), AX
-	VMOVDQU m3Y<>+0(SB), Y0
+	VMOVDQU codesY<>+0(SB), Y0
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX
@@ -15666,7 +15632,7 @@ gemvI2ST3AVX2_walk1:
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST4AVX2(SB), NOSPLIT, $536-8
 	MOVQ    a+0(FP), AX
-	VMOVDQU m3Y<>+0(SB), Y0
+	VMOVDQU codesY<>+0(SB), Y0
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
 	ADDQ    16(AX), DX

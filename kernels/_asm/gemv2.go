@@ -20,7 +20,7 @@ var (
 	wOnes  Mem // 16 words of 1 (vpmaddwd reduction)
 	m0fY   Mem // 32 bytes 0x0f
 	m1fY   Mem // 16 words 31
-	m3Y    Mem // 32 bytes 3
+	m3Y    Mem // 32 bytes 3 (codesY's first row)
 	m80Y   Mem // 32 bytes 0x80
 	bitsY  Mem // 8 x 32 bytes: 1, 2, 4, ..., 128
 	codesY Mem // 4 x 32 bytes: 0x03, 0x0C, 0x30, 0xC0 (codeMasksY)
@@ -41,29 +41,28 @@ func dotY(vnni bool, acc, u, s, tmp VecPhysical) {
 }
 
 func genGemvAVX2() {
-	var ones, m0f, m3, m80, bits []byte
+	var ones, m0f, m80, bits, codes []byte
 	for i := 0; i < 32; i++ {
 		ones = append(ones, byte(1-i%2))
-		m0f, m3, m80 = append(m0f, 0x0f), append(m3, 3), append(m80, 0x80)
+		m0f, m80 = append(m0f, 0x0f), append(m80, 0x80)
 	}
 	for j := 0; j < 8; j++ {
 		for i := 0; i < 32; i++ {
 			bits = append(bits, 1<<j)
 		}
 	}
-	wOnes, m0fY, m3Y, m80Y, bitsY = table("wOnesY", ones), table("m0fY", m0f), table("m3Y", m3), table("m80Y", m80), table("bitsY", bits)
-	var m1f []byte
-	for i := 0; i < 16; i++ {
-		m1f = append(m1f, 31, 0)
-	}
-	m1fY = table("m1fY", m1f)
-	var codes []byte
 	for j := 0; j < 4; j++ {
 		for i := 0; i < 32; i++ {
 			codes = append(codes, 3<<(2*j))
 		}
 	}
 	codesY = table("codesY", codes)
+	wOnes, m0fY, m3Y, m80Y, bitsY = table("wOnesY", ones), table("m0fY", m0f), codesY, table("m80Y", m80), table("bitsY", bits)
+	var m1f []byte
+	for i := 0; i < 16; i++ {
+		m1f = append(m1f, 31, 0)
+	}
+	m1fY = table("m1fY", m1f)
 	rowsY = rowBitsTable("rowsY")
 
 	for _, vnni := range []bool{false, true} {
