@@ -193,12 +193,12 @@ func (r *Runner) Call(i int) {
 
 // split is the pool as a kernels.Splitter: a static split, one range per worker. Within a
 // two-thread call on the 2-vCPU Emerald Rapids guest the workers' times differ call by call
-// (worker 0's over worker 1's: 0.8 at the tenth percentile, 1.25 at the ninetieth), but the
-// engine's scheduler (package sched) did no better over the same rotations: its static
-// split, its ratios and its stealing took 0.88-1.08x of this one's time, with no order
-// (medians of 12 interleaved rounds: i2s, int2 and int1 on the 8B shapes and 2560x2560; tl2,
-// whose tables a stolen piece would build again, 1.2-1.8x made to steal, which RunSplit does
-// not let it), so the figures hold for what bitd runs.
+// (worker 0's over worker 1's: 0.75-0.88 at the tenth percentile, 1.03-1.27 at the
+// ninetieth, by format and shape), but the engine's scheduler (package sched) did no better
+// over the same rotations: its static split, its ratios and its stealing took 0.88-1.08x of
+// this one's time, with no order (medians of 12 interleaved rounds: i2s, int2 and int1 on
+// the 8B shapes and 2560x2560; tl2, whose tables a stolen piece would build again, 1.2-1.8x
+// made to steal, which RunSplit does not let it), so the figures hold for what bitd runs.
 func (r *Runner) split(_ string, units int, _ bool, fn func(w, lo, hi int)) {
 	r.units, r.fn = units, fn
 	r.Pool.Run(r.share)
