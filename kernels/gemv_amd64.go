@@ -101,11 +101,6 @@ func gemvI2ST2AVX512(a *byte)
 //go:noescape
 func gemvInt1T2AVX512(a *byte)
 
-// lutTL1T2AVX512 is the TL1 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
-//
-//go:noescape
-func lutTL1T2AVX512(a *byte)
-
 // lutTL2T2AVX512 is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -136,11 +131,6 @@ func gemvI2ST3AVX512(a *byte)
 //go:noescape
 func gemvInt1T3AVX512(a *byte)
 
-// lutTL1T3AVX512 is the TL1 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
-//
-//go:noescape
-func lutTL1T3AVX512(a *byte)
-
 // lutTL2T3AVX512 is the TL2 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -170,11 +160,6 @@ func gemvI2ST4AVX512(a *byte)
 //
 //go:noescape
 func gemvInt1T4AVX512(a *byte)
-
-// lutTL1T4AVX512 is the TL1 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
-//
-//go:noescape
-func lutTL1T4AVX512(a *byte)
 
 // lutTL2T4AVX512 is the TL2 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
@@ -240,6 +225,36 @@ func gemvInt2SeqT8AVX512(a *byte)
 //
 //go:noescape
 func gemvInt8T8AVX512(a *byte)
+
+// lutBuildTL1MAVX512 writes the tabTL1M activations of units (a multiple of 16) tl1 units
+// at x: per four units 16 bytes, byte 4p+j = x[4j+p]; buildLUT is its reference.
+//
+//go:noescape
+func lutBuildTL1MAVX512(x *int8, units int, dst *byte)
+
+// lutTL1MT1AVX512 is the tl1 chunk GEMV through vpdpbusd for 1 token(s) (see lutArgs, tabTL1M);
+// lutGeneric (tabTL1M) is its reference.
+//
+//go:noescape
+func lutTL1MT1AVX512(a *byte)
+
+// lutTL1MT2AVX512 is the tl1 chunk GEMV through vpdpbusd for 2 token(s) (see lutArgs, tabTL1M);
+// lutGeneric (tabTL1M) is its reference.
+//
+//go:noescape
+func lutTL1MT2AVX512(a *byte)
+
+// lutTL1MT3AVX512 is the tl1 chunk GEMV through vpdpbusd for 3 token(s) (see lutArgs, tabTL1M);
+// lutGeneric (tabTL1M) is its reference.
+//
+//go:noescape
+func lutTL1MT3AVX512(a *byte)
+
+// lutTL1MT4AVX512 is the tl1 chunk GEMV through vpdpbusd for 4 token(s) (see lutArgs, tabTL1M);
+// lutGeneric (tabTL1M) is its reference.
+//
+//go:noescape
+func lutTL1MT4AVX512(a *byte)
 
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //

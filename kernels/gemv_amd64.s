@@ -3088,160 +3088,6 @@ gemvInt1T2AVX512_fused:
 	VZEROUPPER
 	RET
 
-// func lutTL1T2AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
-TEXT ·lutTL1T2AVX512(SB), NOSPLIT, $0-8
-	MOVQ         a+0(FP), AX
-	MOVQ         32(AX), SI
-	MOVQ         SI, DI
-	ADDQ         40(AX), DI
-	MOVL         $0x0f0f0f0f, CX
-	VPBROADCASTD CX, Z0
-	VMOVDQU64    dupBytes<>+0(SB), Z1
-	MOVL         $0x10001000, CX
-	VPBROADCASTD CX, Z2
-	MOVL         $0x30203020, CX
-	VPBROADCASTD CX, Z3
-	MOVQ         (AX), R8
-	MOVQ         24(AX), R9
-
-lutTL1T2AVX512_rb:
-	MOVQ  R8, CX
-	MOVQ  R8, DX
-	ADDQ  104(AX), DX
-	CMPQ  96(AX), $0x00
-	JE    lutTL1T2AVX512_pfkeep
-	MOVQ  16(AX), BX
-	IMULQ 8(AX), BX
-	CMPQ  BX, 104(AX)
-	JGT   lutTL1T2AVX512_pfkeep
-	NEGQ  BX
-	ADDQ  104(AX), BX
-	ADDQ  96(AX), BX
-	MOVQ  BX, DX
-
-lutTL1T2AVX512_pfkeep:
-	XORQ   BX, BX
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	MOVQ   56(AX), R10
-	TESTQ  R10, R10
-	JZ     lutTL1T2AVX512_tl1done
-
-lutTL1T2AVX512_tl1chunk:
-	MOVQ    $0x00000040, R11
-	CMPQ    R10, R11
-	CMOVQLT R10, R11
-	SUBQ    R11, R10
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	CMPQ    R11, $0x02
-	JLT     lutTL1T2AVX512_tl1odd
-
-lutTL1T2AVX512_tl1pair:
-	PREFETCHT1 (DX)
-	PREFETCHT0 2048(CX)
-	VMOVDQU64  (CX), Y12
-	VPERMB     Z12, Z1, Z13
-	VPSRLW     $0x04, Z13, Z14
-	VPTERNLOGD $0xea, Z2, Z0, Z13
-	VPTERNLOGD $0xea, Z3, Z0, Z14
-	VPERMB     (SI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z4, Z4
-	VPERMB     (DI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z6, Z6
-	VPERMB     (SI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z5, Z5
-	VPERMB     (DI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z7, Z7
-	VMOVDQU64  32(CX), Y12
-	VPERMB     Z12, Z1, Z13
-	VPSRLW     $0x04, Z13, Z14
-	VPTERNLOGD $0xea, Z2, Z0, Z13
-	VPTERNLOGD $0xea, Z3, Z0, Z14
-	VPERMB     64(SI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z4, Z4
-	VPERMB     64(DI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z6, Z6
-	VPERMB     64(SI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z5, Z5
-	VPERMB     64(DI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z7, Z7
-	ADDQ       $0x40, CX
-	ADDQ       $0x40, DX
-	ADDQ       $0x00000080, BX
-	SUBQ       $0x02, R11
-	CMPQ       R11, $0x02
-	JGE        lutTL1T2AVX512_tl1pair
-
-lutTL1T2AVX512_tl1odd:
-	TESTQ      R11, R11
-	JZ         lutTL1T2AVX512_tl1flush
-	VMOVDQU64  (CX), Y12
-	VPERMB     Z12, Z1, Z13
-	VPSRLW     $0x04, Z13, Z14
-	VPTERNLOGD $0xea, Z2, Z0, Z13
-	VPTERNLOGD $0xea, Z3, Z0, Z14
-	VPERMB     (SI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z4, Z4
-	VPERMB     (DI)(BX*1), Z13, Z15
-	VPADDW     Z15, Z6, Z6
-	VPERMB     (SI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z5, Z5
-	VPERMB     (DI)(BX*1), Z14, Z15
-	VPADDW     Z15, Z7, Z7
-	ADDQ       $0x20, CX
-	ADDQ       $0x20, DX
-	ADDQ       $0x40, BX
-
-lutTL1T2AVX512_tl1flush:
-	VPMOVSXWD     Y4, Z15
-	VPADDD        Z15, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z4, Y15
-	VPMOVSXWD     Y15, Z15
-	VPADDD        Z15, Z9, Z9
-	VPMOVSXWD     Y5, Z15
-	VPADDD        Z15, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z5, Y15
-	VPMOVSXWD     Y15, Z15
-	VPADDD        Z15, Z9, Z9
-	VPMOVSXWD     Y6, Z15
-	VPADDD        Z15, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z6, Y15
-	VPMOVSXWD     Y15, Z15
-	VPADDD        Z15, Z11, Z11
-	VPMOVSXWD     Y7, Z15
-	VPADDD        Z15, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z7, Y15
-	VPMOVSXWD     Y15, Z15
-	VPADDD        Z15, Z11, Z11
-	VPXORD        Z4, Z4, Z4
-	VPXORD        Z5, Z5, Z5
-	VPXORD        Z6, Z6, Z6
-	VPXORD        Z7, Z7, Z7
-	TESTQ         R10, R10
-	JNZ           lutTL1T2AVX512_tl1chunk
-
-lutTL1T2AVX512_tl1done:
-	VPADDD    (R9), Z8, Z8
-	VPADDD    64(R9), Z9, Z9
-	VMOVDQU32 Z8, (R9)
-	VMOVDQU32 Z9, 64(R9)
-	VPADDD    128(R9), Z10, Z10
-	VPADDD    192(R9), Z11, Z11
-	VMOVDQU32 Z10, 128(R9)
-	VMOVDQU32 Z11, 192(R9)
-	ADDQ      $0x00000100, R9
-	ADDQ      8(AX), R8
-	DECQ      16(AX)
-	JNZ       lutTL1T2AVX512_rb
-	VZEROUPPER
-	RET
-
 // func lutTL2T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T2AVX512(SB), NOSPLIT, $0-8
@@ -4827,173 +4673,6 @@ gemvInt1T3AVX512_fused0next:
 gemvInt1T3AVX512_fused:
 	DECQ R9
 	JNZ  gemvInt1T3AVX512_seg
-	VZEROUPPER
-	RET
-
-// func lutTL1T3AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
-TEXT ·lutTL1T3AVX512(SB), NOSPLIT, $0-8
-	MOVQ         a+0(FP), AX
-	MOVQ         32(AX), SI
-	MOVQ         SI, DI
-	ADDQ         40(AX), DI
-	MOVQ         DI, R8
-	ADDQ         40(AX), R8
-	MOVL         $0x0f0f0f0f, CX
-	VPBROADCASTD CX, Z0
-	VMOVDQU64    dupBytes<>+0(SB), Z1
-	MOVL         $0x10001000, CX
-	VPBROADCASTD CX, Z2
-	MOVL         $0x30203020, CX
-	VPBROADCASTD CX, Z3
-	MOVQ         (AX), R9
-	MOVQ         24(AX), R10
-
-lutTL1T3AVX512_rb:
-	MOVQ  R9, CX
-	MOVQ  R9, DX
-	ADDQ  104(AX), DX
-	CMPQ  96(AX), $0x00
-	JE    lutTL1T3AVX512_pfkeep
-	MOVQ  16(AX), BX
-	IMULQ 8(AX), BX
-	CMPQ  BX, 104(AX)
-	JGT   lutTL1T3AVX512_pfkeep
-	NEGQ  BX
-	ADDQ  104(AX), BX
-	ADDQ  96(AX), BX
-	MOVQ  BX, DX
-
-lutTL1T3AVX512_pfkeep:
-	XORQ   BX, BX
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	MOVQ   56(AX), R11
-	TESTQ  R11, R11
-	JZ     lutTL1T3AVX512_tl1done
-
-lutTL1T3AVX512_tl1chunk:
-	MOVQ    $0x00000020, R12
-	CMPQ    R11, R12
-	CMOVQLT R11, R12
-	SUBQ    R12, R11
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	CMPQ    R12, $0x02
-	JLT     lutTL1T3AVX512_tl1odd
-
-lutTL1T3AVX512_tl1pair:
-	PREFETCHT1 (DX)
-	PREFETCHT0 2048(CX)
-	VMOVDQU64  (CX), Y13
-	VPERMB     Z13, Z1, Z14
-	VPSRLW     $0x04, Z14, Z15
-	VPTERNLOGD $0xea, Z2, Z0, Z14
-	VPTERNLOGD $0xea, Z3, Z0, Z15
-	VPERMB     (SI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     (DI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     (R8)(BX*1), Z14, Z16
-	VPADDW     Z16, Z6, Z6
-	VPERMB     (SI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     (DI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     (R8)(BX*1), Z15, Z16
-	VPADDW     Z16, Z6, Z6
-	VMOVDQU64  32(CX), Y13
-	VPERMB     Z13, Z1, Z14
-	VPSRLW     $0x04, Z14, Z15
-	VPTERNLOGD $0xea, Z2, Z0, Z14
-	VPTERNLOGD $0xea, Z3, Z0, Z15
-	VPERMB     64(SI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     64(DI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     64(R8)(BX*1), Z14, Z16
-	VPADDW     Z16, Z6, Z6
-	VPERMB     64(SI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     64(DI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     64(R8)(BX*1), Z15, Z16
-	VPADDW     Z16, Z6, Z6
-	ADDQ       $0x40, CX
-	ADDQ       $0x40, DX
-	ADDQ       $0x00000080, BX
-	SUBQ       $0x02, R12
-	CMPQ       R12, $0x02
-	JGE        lutTL1T3AVX512_tl1pair
-
-lutTL1T3AVX512_tl1odd:
-	TESTQ      R12, R12
-	JZ         lutTL1T3AVX512_tl1flush
-	VMOVDQU64  (CX), Y13
-	VPERMB     Z13, Z1, Z14
-	VPSRLW     $0x04, Z14, Z15
-	VPTERNLOGD $0xea, Z2, Z0, Z14
-	VPTERNLOGD $0xea, Z3, Z0, Z15
-	VPERMB     (SI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     (DI)(BX*1), Z14, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     (R8)(BX*1), Z14, Z16
-	VPADDW     Z16, Z6, Z6
-	VPERMB     (SI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z4, Z4
-	VPERMB     (DI)(BX*1), Z15, Z16
-	VPADDW     Z16, Z5, Z5
-	VPERMB     (R8)(BX*1), Z15, Z16
-	VPADDW     Z16, Z6, Z6
-	ADDQ       $0x20, CX
-	ADDQ       $0x20, DX
-	ADDQ       $0x40, BX
-
-lutTL1T3AVX512_tl1flush:
-	VPMOVSXWD     Y4, Z16
-	VPADDD        Z16, Z7, Z7
-	VEXTRACTI64X4 $0x01, Z4, Y16
-	VPMOVSXWD     Y16, Z16
-	VPADDD        Z16, Z8, Z8
-	VPMOVSXWD     Y5, Z16
-	VPADDD        Z16, Z9, Z9
-	VEXTRACTI64X4 $0x01, Z5, Y16
-	VPMOVSXWD     Y16, Z16
-	VPADDD        Z16, Z10, Z10
-	VPMOVSXWD     Y6, Z16
-	VPADDD        Z16, Z11, Z11
-	VEXTRACTI64X4 $0x01, Z6, Y16
-	VPMOVSXWD     Y16, Z16
-	VPADDD        Z16, Z12, Z12
-	VPXORD        Z4, Z4, Z4
-	VPXORD        Z5, Z5, Z5
-	VPXORD        Z6, Z6, Z6
-	TESTQ         R11, R11
-	JNZ           lutTL1T3AVX512_tl1chunk
-
-lutTL1T3AVX512_tl1done:
-	VPADDD    (R10), Z7, Z7
-	VPADDD    64(R10), Z8, Z8
-	VMOVDQU32 Z7, (R10)
-	VMOVDQU32 Z8, 64(R10)
-	VPADDD    128(R10), Z9, Z9
-	VPADDD    192(R10), Z10, Z10
-	VMOVDQU32 Z9, 128(R10)
-	VMOVDQU32 Z10, 192(R10)
-	VPADDD    256(R10), Z11, Z11
-	VPADDD    320(R10), Z12, Z12
-	VMOVDQU32 Z11, 256(R10)
-	VMOVDQU32 Z12, 320(R10)
-	ADDQ      $0x00000180, R10
-	ADDQ      8(AX), R9
-	DECQ      16(AX)
-	JNZ       lutTL1T3AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -7060,200 +6739,6 @@ gemvInt1T4AVX512_fused0next:
 gemvInt1T4AVX512_fused:
 	DECQ R10
 	JNZ  gemvInt1T4AVX512_seg
-	VZEROUPPER
-	RET
-
-// func lutTL1T4AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
-TEXT ·lutTL1T4AVX512(SB), NOSPLIT, $0-8
-	MOVQ         a+0(FP), AX
-	MOVQ         32(AX), SI
-	MOVQ         SI, DI
-	ADDQ         40(AX), DI
-	MOVQ         DI, R8
-	ADDQ         40(AX), R8
-	MOVQ         R8, R9
-	ADDQ         40(AX), R9
-	MOVL         $0x0f0f0f0f, CX
-	VPBROADCASTD CX, Z0
-	VMOVDQU64    dupBytes<>+0(SB), Z1
-	MOVL         $0x10001000, CX
-	VPBROADCASTD CX, Z2
-	MOVL         $0x30203020, CX
-	VPBROADCASTD CX, Z3
-	MOVQ         (AX), R10
-	MOVQ         24(AX), R11
-
-lutTL1T4AVX512_rb:
-	MOVQ  R10, CX
-	MOVQ  R10, DX
-	ADDQ  104(AX), DX
-	CMPQ  96(AX), $0x00
-	JE    lutTL1T4AVX512_pfkeep
-	MOVQ  16(AX), BX
-	IMULQ 8(AX), BX
-	CMPQ  BX, 104(AX)
-	JGT   lutTL1T4AVX512_pfkeep
-	NEGQ  BX
-	ADDQ  104(AX), BX
-	ADDQ  96(AX), BX
-	MOVQ  BX, DX
-
-lutTL1T4AVX512_pfkeep:
-	XORQ   BX, BX
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	MOVQ   56(AX), R12
-	TESTQ  R12, R12
-	JZ     lutTL1T4AVX512_tl1done
-
-lutTL1T4AVX512_tl1chunk:
-	MOVQ    $0x00000020, R13
-	CMPQ    R12, R13
-	CMOVQLT R12, R13
-	SUBQ    R13, R12
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	CMPQ    R13, $0x02
-	JLT     lutTL1T4AVX512_tl1odd
-
-lutTL1T4AVX512_tl1pair:
-	PREFETCHT1 (DX)
-	PREFETCHT0 2048(CX)
-	VMOVDQU64  (CX), Y16
-	VPERMB     Z16, Z1, Z17
-	VPSRLW     $0x04, Z17, Z18
-	VPTERNLOGD $0xea, Z2, Z0, Z17
-	VPTERNLOGD $0xea, Z3, Z0, Z18
-	VPERMB     (SI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     (DI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     (R8)(BX*1), Z17, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     (R9)(BX*1), Z17, Z19
-	VPADDW     Z19, Z7, Z7
-	VPERMB     (SI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     (DI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     (R8)(BX*1), Z18, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     (R9)(BX*1), Z18, Z19
-	VPADDW     Z19, Z7, Z7
-	VMOVDQU64  32(CX), Y16
-	VPERMB     Z16, Z1, Z17
-	VPSRLW     $0x04, Z17, Z18
-	VPTERNLOGD $0xea, Z2, Z0, Z17
-	VPTERNLOGD $0xea, Z3, Z0, Z18
-	VPERMB     64(SI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     64(DI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     64(R8)(BX*1), Z17, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     64(R9)(BX*1), Z17, Z19
-	VPADDW     Z19, Z7, Z7
-	VPERMB     64(SI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     64(DI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     64(R8)(BX*1), Z18, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     64(R9)(BX*1), Z18, Z19
-	VPADDW     Z19, Z7, Z7
-	ADDQ       $0x40, CX
-	ADDQ       $0x40, DX
-	ADDQ       $0x00000080, BX
-	SUBQ       $0x02, R13
-	CMPQ       R13, $0x02
-	JGE        lutTL1T4AVX512_tl1pair
-
-lutTL1T4AVX512_tl1odd:
-	TESTQ      R13, R13
-	JZ         lutTL1T4AVX512_tl1flush
-	VMOVDQU64  (CX), Y16
-	VPERMB     Z16, Z1, Z17
-	VPSRLW     $0x04, Z17, Z18
-	VPTERNLOGD $0xea, Z2, Z0, Z17
-	VPTERNLOGD $0xea, Z3, Z0, Z18
-	VPERMB     (SI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     (DI)(BX*1), Z17, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     (R8)(BX*1), Z17, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     (R9)(BX*1), Z17, Z19
-	VPADDW     Z19, Z7, Z7
-	VPERMB     (SI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z4, Z4
-	VPERMB     (DI)(BX*1), Z18, Z19
-	VPADDW     Z19, Z5, Z5
-	VPERMB     (R8)(BX*1), Z18, Z19
-	VPADDW     Z19, Z6, Z6
-	VPERMB     (R9)(BX*1), Z18, Z19
-	VPADDW     Z19, Z7, Z7
-	ADDQ       $0x20, CX
-	ADDQ       $0x20, DX
-	ADDQ       $0x40, BX
-
-lutTL1T4AVX512_tl1flush:
-	VPMOVSXWD     Y4, Z19
-	VPADDD        Z19, Z8, Z8
-	VEXTRACTI64X4 $0x01, Z4, Y19
-	VPMOVSXWD     Y19, Z19
-	VPADDD        Z19, Z9, Z9
-	VPMOVSXWD     Y5, Z19
-	VPADDD        Z19, Z10, Z10
-	VEXTRACTI64X4 $0x01, Z5, Y19
-	VPMOVSXWD     Y19, Z19
-	VPADDD        Z19, Z11, Z11
-	VPMOVSXWD     Y6, Z19
-	VPADDD        Z19, Z12, Z12
-	VEXTRACTI64X4 $0x01, Z6, Y19
-	VPMOVSXWD     Y19, Z19
-	VPADDD        Z19, Z13, Z13
-	VPMOVSXWD     Y7, Z19
-	VPADDD        Z19, Z14, Z14
-	VEXTRACTI64X4 $0x01, Z7, Y19
-	VPMOVSXWD     Y19, Z19
-	VPADDD        Z19, Z15, Z15
-	VPXORD        Z4, Z4, Z4
-	VPXORD        Z5, Z5, Z5
-	VPXORD        Z6, Z6, Z6
-	VPXORD        Z7, Z7, Z7
-	TESTQ         R12, R12
-	JNZ           lutTL1T4AVX512_tl1chunk
-
-lutTL1T4AVX512_tl1done:
-	VPADDD    (R11), Z8, Z8
-	VPADDD    64(R11), Z9, Z9
-	VMOVDQU32 Z8, (R11)
-	VMOVDQU32 Z9, 64(R11)
-	VPADDD    128(R11), Z10, Z10
-	VPADDD    192(R11), Z11, Z11
-	VMOVDQU32 Z10, 128(R11)
-	VMOVDQU32 Z11, 192(R11)
-	VPADDD    256(R11), Z12, Z12
-	VPADDD    320(R11), Z13, Z13
-	VMOVDQU32 Z12, 256(R11)
-	VMOVDQU32 Z13, 320(R11)
-	VPADDD    384(R11), Z14, Z14
-	VPADDD    448(R11), Z15, Z15
-	VMOVDQU32 Z14, 384(R11)
-	VMOVDQU32 Z15, 448(R11)
-	ADDQ      $0x00000200, R11
-	ADDQ      8(AX), R10
-	DECQ      16(AX)
-	JNZ       lutTL1T4AVX512_rb
 	VZEROUPPER
 	RET
 
@@ -12378,6 +11863,1041 @@ gemvInt8T8AVX512_fused7next:
 gemvInt8T8AVX512_fused:
 	DECQ R9
 	JNZ  gemvInt8T8AVX512_seg
+	VZEROUPPER
+	RET
+
+DATA tl1mIdx0<>+0(SB)/1, $0x00
+DATA tl1mIdx0<>+1(SB)/1, $0x20
+DATA tl1mIdx0<>+2(SB)/1, $0x40
+DATA tl1mIdx0<>+3(SB)/1, $0x60
+DATA tl1mIdx0<>+4(SB)/1, $0x01
+DATA tl1mIdx0<>+5(SB)/1, $0x21
+DATA tl1mIdx0<>+6(SB)/1, $0x41
+DATA tl1mIdx0<>+7(SB)/1, $0x61
+DATA tl1mIdx0<>+8(SB)/1, $0x02
+DATA tl1mIdx0<>+9(SB)/1, $0x22
+DATA tl1mIdx0<>+10(SB)/1, $0x42
+DATA tl1mIdx0<>+11(SB)/1, $0x62
+DATA tl1mIdx0<>+12(SB)/1, $0x03
+DATA tl1mIdx0<>+13(SB)/1, $0x23
+DATA tl1mIdx0<>+14(SB)/1, $0x43
+DATA tl1mIdx0<>+15(SB)/1, $0x63
+DATA tl1mIdx0<>+16(SB)/1, $0x04
+DATA tl1mIdx0<>+17(SB)/1, $0x24
+DATA tl1mIdx0<>+18(SB)/1, $0x44
+DATA tl1mIdx0<>+19(SB)/1, $0x64
+DATA tl1mIdx0<>+20(SB)/1, $0x05
+DATA tl1mIdx0<>+21(SB)/1, $0x25
+DATA tl1mIdx0<>+22(SB)/1, $0x45
+DATA tl1mIdx0<>+23(SB)/1, $0x65
+DATA tl1mIdx0<>+24(SB)/1, $0x06
+DATA tl1mIdx0<>+25(SB)/1, $0x26
+DATA tl1mIdx0<>+26(SB)/1, $0x46
+DATA tl1mIdx0<>+27(SB)/1, $0x66
+DATA tl1mIdx0<>+28(SB)/1, $0x07
+DATA tl1mIdx0<>+29(SB)/1, $0x27
+DATA tl1mIdx0<>+30(SB)/1, $0x47
+DATA tl1mIdx0<>+31(SB)/1, $0x67
+DATA tl1mIdx0<>+32(SB)/1, $0x08
+DATA tl1mIdx0<>+33(SB)/1, $0x28
+DATA tl1mIdx0<>+34(SB)/1, $0x48
+DATA tl1mIdx0<>+35(SB)/1, $0x68
+DATA tl1mIdx0<>+36(SB)/1, $0x09
+DATA tl1mIdx0<>+37(SB)/1, $0x29
+DATA tl1mIdx0<>+38(SB)/1, $0x49
+DATA tl1mIdx0<>+39(SB)/1, $0x69
+DATA tl1mIdx0<>+40(SB)/1, $0x0a
+DATA tl1mIdx0<>+41(SB)/1, $0x2a
+DATA tl1mIdx0<>+42(SB)/1, $0x4a
+DATA tl1mIdx0<>+43(SB)/1, $0x6a
+DATA tl1mIdx0<>+44(SB)/1, $0x0b
+DATA tl1mIdx0<>+45(SB)/1, $0x2b
+DATA tl1mIdx0<>+46(SB)/1, $0x4b
+DATA tl1mIdx0<>+47(SB)/1, $0x6b
+DATA tl1mIdx0<>+48(SB)/1, $0x0c
+DATA tl1mIdx0<>+49(SB)/1, $0x2c
+DATA tl1mIdx0<>+50(SB)/1, $0x4c
+DATA tl1mIdx0<>+51(SB)/1, $0x6c
+DATA tl1mIdx0<>+52(SB)/1, $0x0d
+DATA tl1mIdx0<>+53(SB)/1, $0x2d
+DATA tl1mIdx0<>+54(SB)/1, $0x4d
+DATA tl1mIdx0<>+55(SB)/1, $0x6d
+DATA tl1mIdx0<>+56(SB)/1, $0x0e
+DATA tl1mIdx0<>+57(SB)/1, $0x2e
+DATA tl1mIdx0<>+58(SB)/1, $0x4e
+DATA tl1mIdx0<>+59(SB)/1, $0x6e
+DATA tl1mIdx0<>+60(SB)/1, $0x0f
+DATA tl1mIdx0<>+61(SB)/1, $0x2f
+DATA tl1mIdx0<>+62(SB)/1, $0x4f
+DATA tl1mIdx0<>+63(SB)/1, $0x6f
+GLOBL tl1mIdx0<>(SB), RODATA|NOPTR, $64
+
+DATA tl1mIdx1<>+0(SB)/1, $0x10
+DATA tl1mIdx1<>+1(SB)/1, $0x30
+DATA tl1mIdx1<>+2(SB)/1, $0x50
+DATA tl1mIdx1<>+3(SB)/1, $0x70
+DATA tl1mIdx1<>+4(SB)/1, $0x11
+DATA tl1mIdx1<>+5(SB)/1, $0x31
+DATA tl1mIdx1<>+6(SB)/1, $0x51
+DATA tl1mIdx1<>+7(SB)/1, $0x71
+DATA tl1mIdx1<>+8(SB)/1, $0x12
+DATA tl1mIdx1<>+9(SB)/1, $0x32
+DATA tl1mIdx1<>+10(SB)/1, $0x52
+DATA tl1mIdx1<>+11(SB)/1, $0x72
+DATA tl1mIdx1<>+12(SB)/1, $0x13
+DATA tl1mIdx1<>+13(SB)/1, $0x33
+DATA tl1mIdx1<>+14(SB)/1, $0x53
+DATA tl1mIdx1<>+15(SB)/1, $0x73
+DATA tl1mIdx1<>+16(SB)/1, $0x14
+DATA tl1mIdx1<>+17(SB)/1, $0x34
+DATA tl1mIdx1<>+18(SB)/1, $0x54
+DATA tl1mIdx1<>+19(SB)/1, $0x74
+DATA tl1mIdx1<>+20(SB)/1, $0x15
+DATA tl1mIdx1<>+21(SB)/1, $0x35
+DATA tl1mIdx1<>+22(SB)/1, $0x55
+DATA tl1mIdx1<>+23(SB)/1, $0x75
+DATA tl1mIdx1<>+24(SB)/1, $0x16
+DATA tl1mIdx1<>+25(SB)/1, $0x36
+DATA tl1mIdx1<>+26(SB)/1, $0x56
+DATA tl1mIdx1<>+27(SB)/1, $0x76
+DATA tl1mIdx1<>+28(SB)/1, $0x17
+DATA tl1mIdx1<>+29(SB)/1, $0x37
+DATA tl1mIdx1<>+30(SB)/1, $0x57
+DATA tl1mIdx1<>+31(SB)/1, $0x77
+DATA tl1mIdx1<>+32(SB)/1, $0x18
+DATA tl1mIdx1<>+33(SB)/1, $0x38
+DATA tl1mIdx1<>+34(SB)/1, $0x58
+DATA tl1mIdx1<>+35(SB)/1, $0x78
+DATA tl1mIdx1<>+36(SB)/1, $0x19
+DATA tl1mIdx1<>+37(SB)/1, $0x39
+DATA tl1mIdx1<>+38(SB)/1, $0x59
+DATA tl1mIdx1<>+39(SB)/1, $0x79
+DATA tl1mIdx1<>+40(SB)/1, $0x1a
+DATA tl1mIdx1<>+41(SB)/1, $0x3a
+DATA tl1mIdx1<>+42(SB)/1, $0x5a
+DATA tl1mIdx1<>+43(SB)/1, $0x7a
+DATA tl1mIdx1<>+44(SB)/1, $0x1b
+DATA tl1mIdx1<>+45(SB)/1, $0x3b
+DATA tl1mIdx1<>+46(SB)/1, $0x5b
+DATA tl1mIdx1<>+47(SB)/1, $0x7b
+DATA tl1mIdx1<>+48(SB)/1, $0x1c
+DATA tl1mIdx1<>+49(SB)/1, $0x3c
+DATA tl1mIdx1<>+50(SB)/1, $0x5c
+DATA tl1mIdx1<>+51(SB)/1, $0x7c
+DATA tl1mIdx1<>+52(SB)/1, $0x1d
+DATA tl1mIdx1<>+53(SB)/1, $0x3d
+DATA tl1mIdx1<>+54(SB)/1, $0x5d
+DATA tl1mIdx1<>+55(SB)/1, $0x7d
+DATA tl1mIdx1<>+56(SB)/1, $0x1e
+DATA tl1mIdx1<>+57(SB)/1, $0x3e
+DATA tl1mIdx1<>+58(SB)/1, $0x5e
+DATA tl1mIdx1<>+59(SB)/1, $0x7e
+DATA tl1mIdx1<>+60(SB)/1, $0x1f
+DATA tl1mIdx1<>+61(SB)/1, $0x3f
+DATA tl1mIdx1<>+62(SB)/1, $0x5f
+DATA tl1mIdx1<>+63(SB)/1, $0x7f
+GLOBL tl1mIdx1<>(SB), RODATA|NOPTR, $64
+
+DATA tl1mDiv3<>+0(SB)/1, $0x00
+DATA tl1mDiv3<>+1(SB)/1, $0x00
+DATA tl1mDiv3<>+2(SB)/1, $0x00
+DATA tl1mDiv3<>+3(SB)/1, $0x01
+DATA tl1mDiv3<>+4(SB)/1, $0x01
+DATA tl1mDiv3<>+5(SB)/1, $0x01
+DATA tl1mDiv3<>+6(SB)/1, $0x02
+DATA tl1mDiv3<>+7(SB)/1, $0x02
+DATA tl1mDiv3<>+8(SB)/1, $0x02
+DATA tl1mDiv3<>+9(SB)/1, $0x00
+DATA tl1mDiv3<>+10(SB)/1, $0x00
+DATA tl1mDiv3<>+11(SB)/1, $0x00
+DATA tl1mDiv3<>+12(SB)/1, $0x01
+DATA tl1mDiv3<>+13(SB)/1, $0x01
+DATA tl1mDiv3<>+14(SB)/1, $0x01
+DATA tl1mDiv3<>+15(SB)/1, $0x02
+DATA tl1mDiv3<>+16(SB)/1, $0x00
+DATA tl1mDiv3<>+17(SB)/1, $0x00
+DATA tl1mDiv3<>+18(SB)/1, $0x00
+DATA tl1mDiv3<>+19(SB)/1, $0x01
+DATA tl1mDiv3<>+20(SB)/1, $0x01
+DATA tl1mDiv3<>+21(SB)/1, $0x01
+DATA tl1mDiv3<>+22(SB)/1, $0x02
+DATA tl1mDiv3<>+23(SB)/1, $0x02
+DATA tl1mDiv3<>+24(SB)/1, $0x02
+DATA tl1mDiv3<>+25(SB)/1, $0x00
+DATA tl1mDiv3<>+26(SB)/1, $0x00
+DATA tl1mDiv3<>+27(SB)/1, $0x00
+DATA tl1mDiv3<>+28(SB)/1, $0x01
+DATA tl1mDiv3<>+29(SB)/1, $0x01
+DATA tl1mDiv3<>+30(SB)/1, $0x01
+DATA tl1mDiv3<>+31(SB)/1, $0x02
+DATA tl1mDiv3<>+32(SB)/1, $0x00
+DATA tl1mDiv3<>+33(SB)/1, $0x00
+DATA tl1mDiv3<>+34(SB)/1, $0x00
+DATA tl1mDiv3<>+35(SB)/1, $0x01
+DATA tl1mDiv3<>+36(SB)/1, $0x01
+DATA tl1mDiv3<>+37(SB)/1, $0x01
+DATA tl1mDiv3<>+38(SB)/1, $0x02
+DATA tl1mDiv3<>+39(SB)/1, $0x02
+DATA tl1mDiv3<>+40(SB)/1, $0x02
+DATA tl1mDiv3<>+41(SB)/1, $0x00
+DATA tl1mDiv3<>+42(SB)/1, $0x00
+DATA tl1mDiv3<>+43(SB)/1, $0x00
+DATA tl1mDiv3<>+44(SB)/1, $0x01
+DATA tl1mDiv3<>+45(SB)/1, $0x01
+DATA tl1mDiv3<>+46(SB)/1, $0x01
+DATA tl1mDiv3<>+47(SB)/1, $0x02
+DATA tl1mDiv3<>+48(SB)/1, $0x00
+DATA tl1mDiv3<>+49(SB)/1, $0x00
+DATA tl1mDiv3<>+50(SB)/1, $0x00
+DATA tl1mDiv3<>+51(SB)/1, $0x01
+DATA tl1mDiv3<>+52(SB)/1, $0x01
+DATA tl1mDiv3<>+53(SB)/1, $0x01
+DATA tl1mDiv3<>+54(SB)/1, $0x02
+DATA tl1mDiv3<>+55(SB)/1, $0x02
+DATA tl1mDiv3<>+56(SB)/1, $0x02
+DATA tl1mDiv3<>+57(SB)/1, $0x00
+DATA tl1mDiv3<>+58(SB)/1, $0x00
+DATA tl1mDiv3<>+59(SB)/1, $0x00
+DATA tl1mDiv3<>+60(SB)/1, $0x01
+DATA tl1mDiv3<>+61(SB)/1, $0x01
+DATA tl1mDiv3<>+62(SB)/1, $0x01
+DATA tl1mDiv3<>+63(SB)/1, $0x02
+GLOBL tl1mDiv3<>(SB), RODATA|NOPTR, $64
+
+DATA tl1mMod3<>+0(SB)/1, $0x00
+DATA tl1mMod3<>+1(SB)/1, $0x01
+DATA tl1mMod3<>+2(SB)/1, $0x02
+DATA tl1mMod3<>+3(SB)/1, $0x00
+DATA tl1mMod3<>+4(SB)/1, $0x01
+DATA tl1mMod3<>+5(SB)/1, $0x02
+DATA tl1mMod3<>+6(SB)/1, $0x00
+DATA tl1mMod3<>+7(SB)/1, $0x01
+DATA tl1mMod3<>+8(SB)/1, $0x02
+DATA tl1mMod3<>+9(SB)/1, $0x00
+DATA tl1mMod3<>+10(SB)/1, $0x01
+DATA tl1mMod3<>+11(SB)/1, $0x02
+DATA tl1mMod3<>+12(SB)/1, $0x00
+DATA tl1mMod3<>+13(SB)/1, $0x01
+DATA tl1mMod3<>+14(SB)/1, $0x02
+DATA tl1mMod3<>+15(SB)/1, $0x00
+DATA tl1mMod3<>+16(SB)/1, $0x00
+DATA tl1mMod3<>+17(SB)/1, $0x01
+DATA tl1mMod3<>+18(SB)/1, $0x02
+DATA tl1mMod3<>+19(SB)/1, $0x00
+DATA tl1mMod3<>+20(SB)/1, $0x01
+DATA tl1mMod3<>+21(SB)/1, $0x02
+DATA tl1mMod3<>+22(SB)/1, $0x00
+DATA tl1mMod3<>+23(SB)/1, $0x01
+DATA tl1mMod3<>+24(SB)/1, $0x02
+DATA tl1mMod3<>+25(SB)/1, $0x00
+DATA tl1mMod3<>+26(SB)/1, $0x01
+DATA tl1mMod3<>+27(SB)/1, $0x02
+DATA tl1mMod3<>+28(SB)/1, $0x00
+DATA tl1mMod3<>+29(SB)/1, $0x01
+DATA tl1mMod3<>+30(SB)/1, $0x02
+DATA tl1mMod3<>+31(SB)/1, $0x00
+DATA tl1mMod3<>+32(SB)/1, $0x00
+DATA tl1mMod3<>+33(SB)/1, $0x01
+DATA tl1mMod3<>+34(SB)/1, $0x02
+DATA tl1mMod3<>+35(SB)/1, $0x00
+DATA tl1mMod3<>+36(SB)/1, $0x01
+DATA tl1mMod3<>+37(SB)/1, $0x02
+DATA tl1mMod3<>+38(SB)/1, $0x00
+DATA tl1mMod3<>+39(SB)/1, $0x01
+DATA tl1mMod3<>+40(SB)/1, $0x02
+DATA tl1mMod3<>+41(SB)/1, $0x00
+DATA tl1mMod3<>+42(SB)/1, $0x01
+DATA tl1mMod3<>+43(SB)/1, $0x02
+DATA tl1mMod3<>+44(SB)/1, $0x00
+DATA tl1mMod3<>+45(SB)/1, $0x01
+DATA tl1mMod3<>+46(SB)/1, $0x02
+DATA tl1mMod3<>+47(SB)/1, $0x00
+DATA tl1mMod3<>+48(SB)/1, $0x00
+DATA tl1mMod3<>+49(SB)/1, $0x01
+DATA tl1mMod3<>+50(SB)/1, $0x02
+DATA tl1mMod3<>+51(SB)/1, $0x00
+DATA tl1mMod3<>+52(SB)/1, $0x01
+DATA tl1mMod3<>+53(SB)/1, $0x02
+DATA tl1mMod3<>+54(SB)/1, $0x00
+DATA tl1mMod3<>+55(SB)/1, $0x01
+DATA tl1mMod3<>+56(SB)/1, $0x02
+DATA tl1mMod3<>+57(SB)/1, $0x00
+DATA tl1mMod3<>+58(SB)/1, $0x01
+DATA tl1mMod3<>+59(SB)/1, $0x02
+DATA tl1mMod3<>+60(SB)/1, $0x00
+DATA tl1mMod3<>+61(SB)/1, $0x01
+DATA tl1mMod3<>+62(SB)/1, $0x02
+DATA tl1mMod3<>+63(SB)/1, $0x00
+GLOBL tl1mMod3<>(SB), RODATA|NOPTR, $64
+
+DATA tl1mTail<>+0(SB)/1, $0x00
+DATA tl1mTail<>+1(SB)/1, $0x00
+DATA tl1mTail<>+2(SB)/1, $0x00
+DATA tl1mTail<>+3(SB)/1, $0x00
+DATA tl1mTail<>+4(SB)/1, $0x00
+DATA tl1mTail<>+5(SB)/1, $0x00
+DATA tl1mTail<>+6(SB)/1, $0x00
+DATA tl1mTail<>+7(SB)/1, $0x00
+DATA tl1mTail<>+8(SB)/1, $0x00
+DATA tl1mTail<>+9(SB)/1, $0x00
+DATA tl1mTail<>+10(SB)/1, $0x00
+DATA tl1mTail<>+11(SB)/1, $0x00
+DATA tl1mTail<>+12(SB)/1, $0x00
+DATA tl1mTail<>+13(SB)/1, $0x00
+DATA tl1mTail<>+14(SB)/1, $0x00
+DATA tl1mTail<>+15(SB)/1, $0x00
+DATA tl1mTail<>+16(SB)/1, $0xff
+DATA tl1mTail<>+17(SB)/1, $0xff
+DATA tl1mTail<>+18(SB)/1, $0xff
+DATA tl1mTail<>+19(SB)/1, $0xff
+DATA tl1mTail<>+20(SB)/1, $0x00
+DATA tl1mTail<>+21(SB)/1, $0x00
+DATA tl1mTail<>+22(SB)/1, $0x00
+DATA tl1mTail<>+23(SB)/1, $0x00
+DATA tl1mTail<>+24(SB)/1, $0x00
+DATA tl1mTail<>+25(SB)/1, $0x00
+DATA tl1mTail<>+26(SB)/1, $0x00
+DATA tl1mTail<>+27(SB)/1, $0x00
+DATA tl1mTail<>+28(SB)/1, $0x00
+DATA tl1mTail<>+29(SB)/1, $0x00
+DATA tl1mTail<>+30(SB)/1, $0x00
+DATA tl1mTail<>+31(SB)/1, $0x00
+DATA tl1mTail<>+32(SB)/1, $0xff
+DATA tl1mTail<>+33(SB)/1, $0xff
+DATA tl1mTail<>+34(SB)/1, $0xff
+DATA tl1mTail<>+35(SB)/1, $0xff
+DATA tl1mTail<>+36(SB)/1, $0xff
+DATA tl1mTail<>+37(SB)/1, $0xff
+DATA tl1mTail<>+38(SB)/1, $0xff
+DATA tl1mTail<>+39(SB)/1, $0xff
+DATA tl1mTail<>+40(SB)/1, $0x00
+DATA tl1mTail<>+41(SB)/1, $0x00
+DATA tl1mTail<>+42(SB)/1, $0x00
+DATA tl1mTail<>+43(SB)/1, $0x00
+DATA tl1mTail<>+44(SB)/1, $0x00
+DATA tl1mTail<>+45(SB)/1, $0x00
+DATA tl1mTail<>+46(SB)/1, $0x00
+DATA tl1mTail<>+47(SB)/1, $0x00
+DATA tl1mTail<>+48(SB)/1, $0xff
+DATA tl1mTail<>+49(SB)/1, $0xff
+DATA tl1mTail<>+50(SB)/1, $0xff
+DATA tl1mTail<>+51(SB)/1, $0xff
+DATA tl1mTail<>+52(SB)/1, $0xff
+DATA tl1mTail<>+53(SB)/1, $0xff
+DATA tl1mTail<>+54(SB)/1, $0xff
+DATA tl1mTail<>+55(SB)/1, $0xff
+DATA tl1mTail<>+56(SB)/1, $0xff
+DATA tl1mTail<>+57(SB)/1, $0xff
+DATA tl1mTail<>+58(SB)/1, $0xff
+DATA tl1mTail<>+59(SB)/1, $0xff
+DATA tl1mTail<>+60(SB)/1, $0x00
+DATA tl1mTail<>+61(SB)/1, $0x00
+DATA tl1mTail<>+62(SB)/1, $0x00
+DATA tl1mTail<>+63(SB)/1, $0x00
+GLOBL tl1mTail<>(SB), RODATA|NOPTR, $64
+
+DATA tl1mX<>+0(SB)/1, $0x00
+DATA tl1mX<>+1(SB)/1, $0x04
+DATA tl1mX<>+2(SB)/1, $0x08
+DATA tl1mX<>+3(SB)/1, $0x0c
+DATA tl1mX<>+4(SB)/1, $0x01
+DATA tl1mX<>+5(SB)/1, $0x05
+DATA tl1mX<>+6(SB)/1, $0x09
+DATA tl1mX<>+7(SB)/1, $0x0d
+DATA tl1mX<>+8(SB)/1, $0x02
+DATA tl1mX<>+9(SB)/1, $0x06
+DATA tl1mX<>+10(SB)/1, $0x0a
+DATA tl1mX<>+11(SB)/1, $0x0e
+DATA tl1mX<>+12(SB)/1, $0x03
+DATA tl1mX<>+13(SB)/1, $0x07
+DATA tl1mX<>+14(SB)/1, $0x0b
+DATA tl1mX<>+15(SB)/1, $0x0f
+DATA tl1mX<>+16(SB)/1, $0x00
+DATA tl1mX<>+17(SB)/1, $0x04
+DATA tl1mX<>+18(SB)/1, $0x08
+DATA tl1mX<>+19(SB)/1, $0x0c
+DATA tl1mX<>+20(SB)/1, $0x01
+DATA tl1mX<>+21(SB)/1, $0x05
+DATA tl1mX<>+22(SB)/1, $0x09
+DATA tl1mX<>+23(SB)/1, $0x0d
+DATA tl1mX<>+24(SB)/1, $0x02
+DATA tl1mX<>+25(SB)/1, $0x06
+DATA tl1mX<>+26(SB)/1, $0x0a
+DATA tl1mX<>+27(SB)/1, $0x0e
+DATA tl1mX<>+28(SB)/1, $0x03
+DATA tl1mX<>+29(SB)/1, $0x07
+DATA tl1mX<>+30(SB)/1, $0x0b
+DATA tl1mX<>+31(SB)/1, $0x0f
+DATA tl1mX<>+32(SB)/1, $0x00
+DATA tl1mX<>+33(SB)/1, $0x04
+DATA tl1mX<>+34(SB)/1, $0x08
+DATA tl1mX<>+35(SB)/1, $0x0c
+DATA tl1mX<>+36(SB)/1, $0x01
+DATA tl1mX<>+37(SB)/1, $0x05
+DATA tl1mX<>+38(SB)/1, $0x09
+DATA tl1mX<>+39(SB)/1, $0x0d
+DATA tl1mX<>+40(SB)/1, $0x02
+DATA tl1mX<>+41(SB)/1, $0x06
+DATA tl1mX<>+42(SB)/1, $0x0a
+DATA tl1mX<>+43(SB)/1, $0x0e
+DATA tl1mX<>+44(SB)/1, $0x03
+DATA tl1mX<>+45(SB)/1, $0x07
+DATA tl1mX<>+46(SB)/1, $0x0b
+DATA tl1mX<>+47(SB)/1, $0x0f
+DATA tl1mX<>+48(SB)/1, $0x00
+DATA tl1mX<>+49(SB)/1, $0x04
+DATA tl1mX<>+50(SB)/1, $0x08
+DATA tl1mX<>+51(SB)/1, $0x0c
+DATA tl1mX<>+52(SB)/1, $0x01
+DATA tl1mX<>+53(SB)/1, $0x05
+DATA tl1mX<>+54(SB)/1, $0x09
+DATA tl1mX<>+55(SB)/1, $0x0d
+DATA tl1mX<>+56(SB)/1, $0x02
+DATA tl1mX<>+57(SB)/1, $0x06
+DATA tl1mX<>+58(SB)/1, $0x0a
+DATA tl1mX<>+59(SB)/1, $0x0e
+DATA tl1mX<>+60(SB)/1, $0x03
+DATA tl1mX<>+61(SB)/1, $0x07
+DATA tl1mX<>+62(SB)/1, $0x0b
+DATA tl1mX<>+63(SB)/1, $0x0f
+GLOBL tl1mX<>(SB), RODATA|NOPTR, $64
+
+// func lutBuildTL1MAVX512(x *int8, units int, dst *byte)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·lutBuildTL1MAVX512(SB), NOSPLIT, $0-24
+	MOVQ      x+0(FP), AX
+	MOVQ      units+8(FP), CX
+	MOVQ      dst+16(FP), DX
+	VMOVDQU64 tl1mX<>+0(SB), Z0
+	SHRQ      $0x04, CX
+	JZ        tl1mb_done
+
+tl1mb:
+	VMOVDQU64 (AX), Z1
+	VPSHUFB   Z0, Z1, Z1
+	VMOVDQU64 Z1, (DX)
+	ADDQ      $0x40, AX
+	ADDQ      $0x40, DX
+	DECQ      CX
+	JNZ       tl1mb
+
+tl1mb_done:
+	VZEROUPPER
+	RET
+
+// func lutTL1MT1AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
+TEXT ·lutTL1MT1AVX512(SB), NOSPLIT, $0-8
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
+	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
+	VMOVDQU64 tl1mMod3<>+0(SB), Z3
+	MOVQ      32(AX), CX
+	MOVQ      (AX), DX
+	MOVQ      24(AX), BX
+	MOVQ      56(AX), R9
+	MOVQ      R9, R10
+	SHRQ      $0x02, R9
+	ANDQ      $0x03, R10
+	LEAQ      tl1mTail<>+0(SB), SI
+	SHLQ      $0x04, R10
+	KMOVQ     (SI)(R10*1), K1
+	KMOVQ     8(SI)(R10*1), K2
+
+lutTL1MT1AVX512_rb:
+	MOVQ  DX, SI
+	MOVQ  DX, DI
+	ADDQ  104(AX), DI
+	CMPQ  96(AX), $0x00
+	JE    lutTL1MT1AVX512_pfkeep
+	MOVQ  16(AX), R8
+	IMULQ 8(AX), R8
+	CMPQ  R8, 104(AX)
+	JGT   lutTL1MT1AVX512_pfkeep
+	NEGQ  R8
+	ADDQ  104(AX), R8
+	ADDQ  96(AX), R8
+	MOVQ  R8, DI
+
+lutTL1MT1AVX512_pfkeep:
+	XORQ   R8, R8
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   R9, R11
+	TESTQ  R11, R11
+	JZ     lutTL1MT1AVX512_tail
+
+lutTL1MT1AVX512_four:
+	PREFETCHT0    (DI)
+	PREFETCHT0    64(DI)
+	VMOVDQU64     (SI), Z12
+	VMOVDQU64     (SI), Z13
+	VPERMT2B      64(SI), Z0, Z12
+	VPERMT2B      64(SI), Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R8*1), Z16, Z4
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R8*1), Z17, Z5
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R8*1), Z16, Z6
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R8*1), Z17, Z7
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R8*1), Z16, Z8
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R8*1), Z17, Z9
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R8*1), Z16, Z10
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R8*1), Z17, Z11
+	SUBQ          $-128, SI
+	SUBQ          $-128, DI
+	ADDQ          $0x10, R8
+	DECQ          R11
+	JNZ           lutTL1MT1AVX512_four
+
+lutTL1MT1AVX512_tail:
+	TESTQ         R10, R10
+	JZ            lutTL1MT1AVX512_store
+	VMOVDQU8.Z    (SI), K1, Z12
+	VMOVDQU8.Z    64(SI), K2, Z14
+	VMOVDQA64     Z12, Z13
+	VPERMT2B      Z14, Z0, Z12
+	VPERMT2B      Z14, Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R8*1), Z16, Z4
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R8*1), Z17, Z5
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R8*1), Z16, Z6
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R8*1), Z17, Z7
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R8*1), Z16, Z8
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R8*1), Z17, Z9
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R8*1), Z16, Z10
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R8*1), Z17, Z11
+
+lutTL1MT1AVX512_store:
+	VPADDD    Z5, Z4, Z4
+	VPADDD    Z6, Z4, Z4
+	VPADDD    Z7, Z4, Z4
+	VPADDD    (BX), Z4, Z4
+	VMOVDQU32 Z4, (BX)
+	VPADDD    Z9, Z8, Z8
+	VPADDD    Z10, Z8, Z8
+	VPADDD    Z11, Z8, Z8
+	VPADDD    64(BX), Z8, Z8
+	VMOVDQU32 Z8, 64(BX)
+	ADDQ      $0x00000080, BX
+	ADDQ      8(AX), DX
+	DECQ      16(AX)
+	JNZ       lutTL1MT1AVX512_rb
+	VZEROUPPER
+	RET
+
+// func lutTL1MT2AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
+TEXT ·lutTL1MT2AVX512(SB), NOSPLIT, $0-8
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
+	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
+	VMOVDQU64 tl1mMod3<>+0(SB), Z3
+	MOVQ      32(AX), CX
+	MOVQ      CX, DX
+	ADDQ      40(AX), DX
+	MOVQ      (AX), BX
+	MOVQ      24(AX), SI
+	MOVQ      56(AX), R10
+	MOVQ      R10, R11
+	SHRQ      $0x02, R10
+	ANDQ      $0x03, R11
+	LEAQ      tl1mTail<>+0(SB), DI
+	SHLQ      $0x04, R11
+	KMOVQ     (DI)(R11*1), K1
+	KMOVQ     8(DI)(R11*1), K2
+
+lutTL1MT2AVX512_rb:
+	MOVQ  BX, DI
+	MOVQ  BX, R8
+	ADDQ  104(AX), R8
+	CMPQ  96(AX), $0x00
+	JE    lutTL1MT2AVX512_pfkeep
+	MOVQ  16(AX), R9
+	IMULQ 8(AX), R9
+	CMPQ  R9, 104(AX)
+	JGT   lutTL1MT2AVX512_pfkeep
+	NEGQ  R9
+	ADDQ  104(AX), R9
+	ADDQ  96(AX), R9
+	MOVQ  R9, R8
+
+lutTL1MT2AVX512_pfkeep:
+	XORQ   R9, R9
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   R10, R12
+	TESTQ  R12, R12
+	JZ     lutTL1MT2AVX512_tail
+
+lutTL1MT2AVX512_four:
+	PREFETCHT0    (R8)
+	PREFETCHT0    64(R8)
+	VMOVDQU64     (DI), Z12
+	VMOVDQU64     (DI), Z13
+	VPERMT2B      64(DI), Z0, Z12
+	VPERMT2B      64(DI), Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R9*1), Z16, Z4
+	VPDPBUSD.BCST (DX)(R9*1), Z16, Z8
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R9*1), Z17, Z5
+	VPDPBUSD.BCST 4(DX)(R9*1), Z17, Z9
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R9*1), Z16, Z4
+	VPDPBUSD.BCST 8(DX)(R9*1), Z16, Z8
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R9*1), Z17, Z5
+	VPDPBUSD.BCST 12(DX)(R9*1), Z17, Z9
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R9*1), Z16, Z6
+	VPDPBUSD.BCST (DX)(R9*1), Z16, Z10
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R9*1), Z17, Z7
+	VPDPBUSD.BCST 4(DX)(R9*1), Z17, Z11
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R9*1), Z16, Z6
+	VPDPBUSD.BCST 8(DX)(R9*1), Z16, Z10
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R9*1), Z17, Z7
+	VPDPBUSD.BCST 12(DX)(R9*1), Z17, Z11
+	SUBQ          $-128, DI
+	SUBQ          $-128, R8
+	ADDQ          $0x10, R9
+	DECQ          R12
+	JNZ           lutTL1MT2AVX512_four
+
+lutTL1MT2AVX512_tail:
+	TESTQ         R11, R11
+	JZ            lutTL1MT2AVX512_store
+	VMOVDQU8.Z    (DI), K1, Z12
+	VMOVDQU8.Z    64(DI), K2, Z14
+	VMOVDQA64     Z12, Z13
+	VPERMT2B      Z14, Z0, Z12
+	VPERMT2B      Z14, Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R9*1), Z16, Z4
+	VPDPBUSD.BCST (DX)(R9*1), Z16, Z8
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R9*1), Z17, Z5
+	VPDPBUSD.BCST 4(DX)(R9*1), Z17, Z9
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R9*1), Z16, Z4
+	VPDPBUSD.BCST 8(DX)(R9*1), Z16, Z8
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R9*1), Z17, Z5
+	VPDPBUSD.BCST 12(DX)(R9*1), Z17, Z9
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R9*1), Z16, Z6
+	VPDPBUSD.BCST (DX)(R9*1), Z16, Z10
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R9*1), Z17, Z7
+	VPDPBUSD.BCST 4(DX)(R9*1), Z17, Z11
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R9*1), Z16, Z6
+	VPDPBUSD.BCST 8(DX)(R9*1), Z16, Z10
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R9*1), Z17, Z7
+	VPDPBUSD.BCST 12(DX)(R9*1), Z17, Z11
+
+lutTL1MT2AVX512_store:
+	VPADDD    Z5, Z4, Z4
+	VPADDD    (SI), Z4, Z4
+	VMOVDQU32 Z4, (SI)
+	VPADDD    Z7, Z6, Z6
+	VPADDD    64(SI), Z6, Z6
+	VMOVDQU32 Z6, 64(SI)
+	VPADDD    Z9, Z8, Z8
+	VPADDD    128(SI), Z8, Z8
+	VMOVDQU32 Z8, 128(SI)
+	VPADDD    Z11, Z10, Z10
+	VPADDD    192(SI), Z10, Z10
+	VMOVDQU32 Z10, 192(SI)
+	ADDQ      $0x00000100, SI
+	ADDQ      8(AX), BX
+	DECQ      16(AX)
+	JNZ       lutTL1MT2AVX512_rb
+	VZEROUPPER
+	RET
+
+// func lutTL1MT3AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
+TEXT ·lutTL1MT3AVX512(SB), NOSPLIT, $0-8
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
+	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
+	VMOVDQU64 tl1mMod3<>+0(SB), Z3
+	MOVQ      32(AX), CX
+	MOVQ      CX, DX
+	ADDQ      40(AX), DX
+	MOVQ      DX, BX
+	ADDQ      40(AX), BX
+	MOVQ      (AX), SI
+	MOVQ      24(AX), DI
+	MOVQ      56(AX), R11
+	MOVQ      R11, R12
+	SHRQ      $0x02, R11
+	ANDQ      $0x03, R12
+	LEAQ      tl1mTail<>+0(SB), R8
+	SHLQ      $0x04, R12
+	KMOVQ     (R8)(R12*1), K1
+	KMOVQ     8(R8)(R12*1), K2
+
+lutTL1MT3AVX512_rb:
+	MOVQ  SI, R8
+	MOVQ  SI, R9
+	ADDQ  104(AX), R9
+	CMPQ  96(AX), $0x00
+	JE    lutTL1MT3AVX512_pfkeep
+	MOVQ  16(AX), R10
+	IMULQ 8(AX), R10
+	CMPQ  R10, 104(AX)
+	JGT   lutTL1MT3AVX512_pfkeep
+	NEGQ  R10
+	ADDQ  104(AX), R10
+	ADDQ  96(AX), R10
+	MOVQ  R10, R9
+
+lutTL1MT3AVX512_pfkeep:
+	XORQ   R10, R10
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	MOVQ   R11, R13
+	TESTQ  R13, R13
+	JZ     lutTL1MT3AVX512_tail
+
+lutTL1MT3AVX512_four:
+	PREFETCHT0    (R9)
+	PREFETCHT0    64(R9)
+	VMOVDQU64     (R8), Z10
+	VMOVDQU64     (R8), Z11
+	VPERMT2B      64(R8), Z0, Z10
+	VPERMT2B      64(R8), Z1, Z11
+	VPSRLW        $0x04, Z10, Z12
+	VPSRLW        $0x04, Z11, Z13
+	VPERMB        Z2, Z10, Z14
+	VPDPBUSD.BCST (CX)(R10*1), Z14, Z4
+	VPDPBUSD.BCST (DX)(R10*1), Z14, Z6
+	VPDPBUSD.BCST (BX)(R10*1), Z14, Z8
+	VPERMB        Z3, Z10, Z15
+	VPDPBUSD.BCST 4(CX)(R10*1), Z15, Z4
+	VPDPBUSD.BCST 4(DX)(R10*1), Z15, Z6
+	VPDPBUSD.BCST 4(BX)(R10*1), Z15, Z8
+	VPERMB        Z2, Z12, Z14
+	VPDPBUSD.BCST 8(CX)(R10*1), Z14, Z4
+	VPDPBUSD.BCST 8(DX)(R10*1), Z14, Z6
+	VPDPBUSD.BCST 8(BX)(R10*1), Z14, Z8
+	VPERMB        Z3, Z12, Z15
+	VPDPBUSD.BCST 12(CX)(R10*1), Z15, Z4
+	VPDPBUSD.BCST 12(DX)(R10*1), Z15, Z6
+	VPDPBUSD.BCST 12(BX)(R10*1), Z15, Z8
+	VPERMB        Z2, Z11, Z14
+	VPDPBUSD.BCST (CX)(R10*1), Z14, Z5
+	VPDPBUSD.BCST (DX)(R10*1), Z14, Z7
+	VPDPBUSD.BCST (BX)(R10*1), Z14, Z9
+	VPERMB        Z3, Z11, Z15
+	VPDPBUSD.BCST 4(CX)(R10*1), Z15, Z5
+	VPDPBUSD.BCST 4(DX)(R10*1), Z15, Z7
+	VPDPBUSD.BCST 4(BX)(R10*1), Z15, Z9
+	VPERMB        Z2, Z13, Z14
+	VPDPBUSD.BCST 8(CX)(R10*1), Z14, Z5
+	VPDPBUSD.BCST 8(DX)(R10*1), Z14, Z7
+	VPDPBUSD.BCST 8(BX)(R10*1), Z14, Z9
+	VPERMB        Z3, Z13, Z15
+	VPDPBUSD.BCST 12(CX)(R10*1), Z15, Z5
+	VPDPBUSD.BCST 12(DX)(R10*1), Z15, Z7
+	VPDPBUSD.BCST 12(BX)(R10*1), Z15, Z9
+	SUBQ          $-128, R8
+	SUBQ          $-128, R9
+	ADDQ          $0x10, R10
+	DECQ          R13
+	JNZ           lutTL1MT3AVX512_four
+
+lutTL1MT3AVX512_tail:
+	TESTQ         R12, R12
+	JZ            lutTL1MT3AVX512_store
+	VMOVDQU8.Z    (R8), K1, Z10
+	VMOVDQU8.Z    64(R8), K2, Z12
+	VMOVDQA64     Z10, Z11
+	VPERMT2B      Z12, Z0, Z10
+	VPERMT2B      Z12, Z1, Z11
+	VPSRLW        $0x04, Z10, Z12
+	VPSRLW        $0x04, Z11, Z13
+	VPERMB        Z2, Z10, Z14
+	VPDPBUSD.BCST (CX)(R10*1), Z14, Z4
+	VPDPBUSD.BCST (DX)(R10*1), Z14, Z6
+	VPDPBUSD.BCST (BX)(R10*1), Z14, Z8
+	VPERMB        Z3, Z10, Z15
+	VPDPBUSD.BCST 4(CX)(R10*1), Z15, Z4
+	VPDPBUSD.BCST 4(DX)(R10*1), Z15, Z6
+	VPDPBUSD.BCST 4(BX)(R10*1), Z15, Z8
+	VPERMB        Z2, Z12, Z14
+	VPDPBUSD.BCST 8(CX)(R10*1), Z14, Z4
+	VPDPBUSD.BCST 8(DX)(R10*1), Z14, Z6
+	VPDPBUSD.BCST 8(BX)(R10*1), Z14, Z8
+	VPERMB        Z3, Z12, Z15
+	VPDPBUSD.BCST 12(CX)(R10*1), Z15, Z4
+	VPDPBUSD.BCST 12(DX)(R10*1), Z15, Z6
+	VPDPBUSD.BCST 12(BX)(R10*1), Z15, Z8
+	VPERMB        Z2, Z11, Z14
+	VPDPBUSD.BCST (CX)(R10*1), Z14, Z5
+	VPDPBUSD.BCST (DX)(R10*1), Z14, Z7
+	VPDPBUSD.BCST (BX)(R10*1), Z14, Z9
+	VPERMB        Z3, Z11, Z15
+	VPDPBUSD.BCST 4(CX)(R10*1), Z15, Z5
+	VPDPBUSD.BCST 4(DX)(R10*1), Z15, Z7
+	VPDPBUSD.BCST 4(BX)(R10*1), Z15, Z9
+	VPERMB        Z2, Z13, Z14
+	VPDPBUSD.BCST 8(CX)(R10*1), Z14, Z5
+	VPDPBUSD.BCST 8(DX)(R10*1), Z14, Z7
+	VPDPBUSD.BCST 8(BX)(R10*1), Z14, Z9
+	VPERMB        Z3, Z13, Z15
+	VPDPBUSD.BCST 12(CX)(R10*1), Z15, Z5
+	VPDPBUSD.BCST 12(DX)(R10*1), Z15, Z7
+	VPDPBUSD.BCST 12(BX)(R10*1), Z15, Z9
+
+lutTL1MT3AVX512_store:
+	VPADDD    (DI), Z4, Z4
+	VMOVDQU32 Z4, (DI)
+	VPADDD    64(DI), Z5, Z5
+	VMOVDQU32 Z5, 64(DI)
+	VPADDD    128(DI), Z6, Z6
+	VMOVDQU32 Z6, 128(DI)
+	VPADDD    192(DI), Z7, Z7
+	VMOVDQU32 Z7, 192(DI)
+	VPADDD    256(DI), Z8, Z8
+	VMOVDQU32 Z8, 256(DI)
+	VPADDD    320(DI), Z9, Z9
+	VMOVDQU32 Z9, 320(DI)
+	ADDQ      $0x00000180, DI
+	ADDQ      8(AX), SI
+	DECQ      16(AX)
+	JNZ       lutTL1MT3AVX512_rb
+	VZEROUPPER
+	RET
+
+// func lutTL1MT4AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
+TEXT ·lutTL1MT4AVX512(SB), NOSPLIT, $0-8
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
+	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
+	VMOVDQU64 tl1mMod3<>+0(SB), Z3
+	MOVQ      32(AX), CX
+	MOVQ      CX, DX
+	ADDQ      40(AX), DX
+	MOVQ      DX, BX
+	ADDQ      40(AX), BX
+	MOVQ      BX, SI
+	ADDQ      40(AX), SI
+	MOVQ      (AX), DI
+	MOVQ      24(AX), R8
+	MOVQ      56(AX), R12
+	MOVQ      R12, R13
+	SHRQ      $0x02, R12
+	ANDQ      $0x03, R13
+	LEAQ      tl1mTail<>+0(SB), R9
+	SHLQ      $0x04, R13
+	KMOVQ     (R9)(R13*1), K1
+	KMOVQ     8(R9)(R13*1), K2
+
+lutTL1MT4AVX512_rb:
+	MOVQ  DI, R9
+	MOVQ  DI, R10
+	ADDQ  104(AX), R10
+	CMPQ  96(AX), $0x00
+	JE    lutTL1MT4AVX512_pfkeep
+	MOVQ  16(AX), R11
+	IMULQ 8(AX), R11
+	CMPQ  R11, 104(AX)
+	JGT   lutTL1MT4AVX512_pfkeep
+	NEGQ  R11
+	ADDQ  104(AX), R11
+	ADDQ  96(AX), R11
+	MOVQ  R11, R10
+
+lutTL1MT4AVX512_pfkeep:
+	XORQ   R11, R11
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	MOVQ   R12, R14
+	TESTQ  R14, R14
+	JZ     lutTL1MT4AVX512_tail
+
+lutTL1MT4AVX512_four:
+	PREFETCHT0    (R10)
+	PREFETCHT0    64(R10)
+	VMOVDQU64     (R9), Z12
+	VMOVDQU64     (R9), Z13
+	VPERMT2B      64(R9), Z0, Z12
+	VPERMT2B      64(R9), Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R11*1), Z16, Z4
+	VPDPBUSD.BCST (DX)(R11*1), Z16, Z6
+	VPDPBUSD.BCST (BX)(R11*1), Z16, Z8
+	VPDPBUSD.BCST (SI)(R11*1), Z16, Z10
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R11*1), Z17, Z4
+	VPDPBUSD.BCST 4(DX)(R11*1), Z17, Z6
+	VPDPBUSD.BCST 4(BX)(R11*1), Z17, Z8
+	VPDPBUSD.BCST 4(SI)(R11*1), Z17, Z10
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R11*1), Z16, Z4
+	VPDPBUSD.BCST 8(DX)(R11*1), Z16, Z6
+	VPDPBUSD.BCST 8(BX)(R11*1), Z16, Z8
+	VPDPBUSD.BCST 8(SI)(R11*1), Z16, Z10
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R11*1), Z17, Z4
+	VPDPBUSD.BCST 12(DX)(R11*1), Z17, Z6
+	VPDPBUSD.BCST 12(BX)(R11*1), Z17, Z8
+	VPDPBUSD.BCST 12(SI)(R11*1), Z17, Z10
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R11*1), Z16, Z5
+	VPDPBUSD.BCST (DX)(R11*1), Z16, Z7
+	VPDPBUSD.BCST (BX)(R11*1), Z16, Z9
+	VPDPBUSD.BCST (SI)(R11*1), Z16, Z11
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R11*1), Z17, Z5
+	VPDPBUSD.BCST 4(DX)(R11*1), Z17, Z7
+	VPDPBUSD.BCST 4(BX)(R11*1), Z17, Z9
+	VPDPBUSD.BCST 4(SI)(R11*1), Z17, Z11
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R11*1), Z16, Z5
+	VPDPBUSD.BCST 8(DX)(R11*1), Z16, Z7
+	VPDPBUSD.BCST 8(BX)(R11*1), Z16, Z9
+	VPDPBUSD.BCST 8(SI)(R11*1), Z16, Z11
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R11*1), Z17, Z5
+	VPDPBUSD.BCST 12(DX)(R11*1), Z17, Z7
+	VPDPBUSD.BCST 12(BX)(R11*1), Z17, Z9
+	VPDPBUSD.BCST 12(SI)(R11*1), Z17, Z11
+	SUBQ          $-128, R9
+	SUBQ          $-128, R10
+	ADDQ          $0x10, R11
+	DECQ          R14
+	JNZ           lutTL1MT4AVX512_four
+
+lutTL1MT4AVX512_tail:
+	TESTQ         R13, R13
+	JZ            lutTL1MT4AVX512_store
+	VMOVDQU8.Z    (R9), K1, Z12
+	VMOVDQU8.Z    64(R9), K2, Z14
+	VMOVDQA64     Z12, Z13
+	VPERMT2B      Z14, Z0, Z12
+	VPERMT2B      Z14, Z1, Z13
+	VPSRLW        $0x04, Z12, Z14
+	VPSRLW        $0x04, Z13, Z15
+	VPERMB        Z2, Z12, Z16
+	VPDPBUSD.BCST (CX)(R11*1), Z16, Z4
+	VPDPBUSD.BCST (DX)(R11*1), Z16, Z6
+	VPDPBUSD.BCST (BX)(R11*1), Z16, Z8
+	VPDPBUSD.BCST (SI)(R11*1), Z16, Z10
+	VPERMB        Z3, Z12, Z17
+	VPDPBUSD.BCST 4(CX)(R11*1), Z17, Z4
+	VPDPBUSD.BCST 4(DX)(R11*1), Z17, Z6
+	VPDPBUSD.BCST 4(BX)(R11*1), Z17, Z8
+	VPDPBUSD.BCST 4(SI)(R11*1), Z17, Z10
+	VPERMB        Z2, Z14, Z16
+	VPDPBUSD.BCST 8(CX)(R11*1), Z16, Z4
+	VPDPBUSD.BCST 8(DX)(R11*1), Z16, Z6
+	VPDPBUSD.BCST 8(BX)(R11*1), Z16, Z8
+	VPDPBUSD.BCST 8(SI)(R11*1), Z16, Z10
+	VPERMB        Z3, Z14, Z17
+	VPDPBUSD.BCST 12(CX)(R11*1), Z17, Z4
+	VPDPBUSD.BCST 12(DX)(R11*1), Z17, Z6
+	VPDPBUSD.BCST 12(BX)(R11*1), Z17, Z8
+	VPDPBUSD.BCST 12(SI)(R11*1), Z17, Z10
+	VPERMB        Z2, Z13, Z16
+	VPDPBUSD.BCST (CX)(R11*1), Z16, Z5
+	VPDPBUSD.BCST (DX)(R11*1), Z16, Z7
+	VPDPBUSD.BCST (BX)(R11*1), Z16, Z9
+	VPDPBUSD.BCST (SI)(R11*1), Z16, Z11
+	VPERMB        Z3, Z13, Z17
+	VPDPBUSD.BCST 4(CX)(R11*1), Z17, Z5
+	VPDPBUSD.BCST 4(DX)(R11*1), Z17, Z7
+	VPDPBUSD.BCST 4(BX)(R11*1), Z17, Z9
+	VPDPBUSD.BCST 4(SI)(R11*1), Z17, Z11
+	VPERMB        Z2, Z15, Z16
+	VPDPBUSD.BCST 8(CX)(R11*1), Z16, Z5
+	VPDPBUSD.BCST 8(DX)(R11*1), Z16, Z7
+	VPDPBUSD.BCST 8(BX)(R11*1), Z16, Z9
+	VPDPBUSD.BCST 8(SI)(R11*1), Z16, Z11
+	VPERMB        Z3, Z15, Z17
+	VPDPBUSD.BCST 12(CX)(R11*1), Z17, Z5
+	VPDPBUSD.BCST 12(DX)(R11*1), Z17, Z7
+	VPDPBUSD.BCST 12(BX)(R11*1), Z17, Z9
+	VPDPBUSD.BCST 12(SI)(R11*1), Z17, Z11
+
+lutTL1MT4AVX512_store:
+	VPADDD    (R8), Z4, Z4
+	VMOVDQU32 Z4, (R8)
+	VPADDD    64(R8), Z5, Z5
+	VMOVDQU32 Z5, 64(R8)
+	VPADDD    128(R8), Z6, Z6
+	VMOVDQU32 Z6, 128(R8)
+	VPADDD    192(R8), Z7, Z7
+	VMOVDQU32 Z7, 192(R8)
+	VPADDD    256(R8), Z8, Z8
+	VMOVDQU32 Z8, 256(R8)
+	VPADDD    320(R8), Z9, Z9
+	VMOVDQU32 Z9, 320(R8)
+	VPADDD    384(R8), Z10, Z10
+	VMOVDQU32 Z10, 384(R8)
+	VPADDD    448(R8), Z11, Z11
+	VMOVDQU32 Z11, 448(R8)
+	ADDQ      $0x00000200, R8
+	ADDQ      8(AX), DI
+	DECQ      16(AX)
+	JNZ       lutTL1MT4AVX512_rb
 	VZEROUPPER
 	RET
 

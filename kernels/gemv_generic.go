@@ -152,7 +152,7 @@ func tl2Entry(kind tabKind, d []byte, c int) int32 {
 func lutGeneric(a *lutArgs, T int, kind tabKind) {
 	per := tripleBytes(kind) // (a tl1 layout: no blocks)
 	nb, units := a.Blocks, a.Units
-	if kind == tabTL1Z || kind == tabTL1Y {
+	if !isTL2Tab(kind) {
 		nb = 0
 	}
 	sums := int32At(a.Sums, a.NRB*T*RowBlock)
@@ -171,6 +171,16 @@ func lutGeneric(a *lutArgs, T int, kind tabKind) {
 				tt := tab[per*16*nb:]
 				for u := 0; u < units; u++ {
 					v := w[320*nb+32*u+r]
+					if kind == tabTL1M { // u = w+1 codes times the reordered activations
+						for p, c := range [4]int{int(v & 15), int(v & 15), int(v >> 4), int(v >> 4)} {
+							code := c / 3 % 3
+							if p%2 == 1 {
+								code = c % 3
+							}
+							s += int32(code) * int32(int8(tt[16*(u/4)+4*p+u%4]))
+						}
+						continue
+					}
 					s += tl1Table(tt[64*u:], 0, int(v&15)) + tl1Table(tt[64*u:], 1, int(v>>4))
 				}
 				sums[(rb*T+t)*RowBlock+r] += s

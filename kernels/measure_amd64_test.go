@@ -74,12 +74,12 @@ func TestPrepareHelpers(t *testing.T) {
 			}
 		}
 		k := kp
-		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL2Z, tabTL2Y, tabTL2B} {
+		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL1M, tabTL2Z, tabTL2Y, tabTL2B} {
 			f := lutBuilders[kind]
 			if f == nil {
 				continue
 			}
-			tl2 := kind >= tabTL2Z
+			tl2 := isTL2Tab(kind)
 			format := quantcfg.TL1
 			if tl2 {
 				format = quantcfg.TL2
@@ -88,7 +88,7 @@ func TestPrepareHelpers(t *testing.T) {
 			if err != nil || ly.Kp > kp {
 				continue
 			}
-			size := 16 * ly.Kp
+			size := lutTabBytes(kind, ly.Kp/4)
 			if tl2 {
 				size = tripleBytes(kind)*(ly.K3/3) + 16*ly.Kp1
 			}

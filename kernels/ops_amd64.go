@@ -21,6 +21,7 @@ func init() {
 	kernelList = append(list, kernelList...)
 	if zmmCPU() {
 		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z], lutBuilders[tabTL2B] = lutBuildTL1AVX512, lutBuildTL2AVX512, lutBuildTL2BAVX512
+		lutBuilders[tabTL1M] = lutBuildTL1MAVX512
 	}
 	if cpu.avx512 {
 		absMaxAsm, nonFiniteAsm, quantizeAsm = absMaxF32AVX512, nonFiniteF32AVX512, quantizeF32AVX512
@@ -70,8 +71,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
 			o.kstep, o.xKind, o.gemvMaxK, o.fused = 16, xInt1Perm, int1ZMaxK, true
 		case quantcfg.TL1:
-			o.lut = gemv4(lutTL1T1AVX512, lutTL1T2AVX512, lutTL1T3AVX512, lutTL1T4AVX512)
-			o.kstep, o.tabKind, o.exact = 4, tabTL1Z, true
+			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)
+			o.kstep, o.tabKind = 4, tabTL1M              // sums of u = w+1 times x (lutTL1MZ): not exact
+			o.lutOne, o.oneTab = lutTL1T1AVX512, tabTL1Z // (see tl1MAhead)
 		case quantcfg.TL2:
 			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
 			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block: vpermw with one and two tokens, vpermb on byte planes with three and four)

@@ -69,6 +69,10 @@ type fmtOps struct {
 	tabKind tabKind                   // GEMV table layout
 	lutKind tabKind                   // tl2 on zmm: the table layout of lut[T] for T >= 3 (tabNone: tabKind)
 	exact   bool                      // GEMV sums are the exact dot products (no correction)
+	// lutOne: an exact lookup kernel for calls of one token (a.N == 1), of table layout
+	// oneTab, in place of lut[1] (tl1 on zmm: see lutOneAhead).
+	lutOne func(*byte)
+	oneTab tabKind
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
@@ -106,7 +110,23 @@ const (
 	tabTL2Z          // per triple 64 B: int16 sums of |v| 0..15, then their negations; tail as TL1Z
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 	tabTL2B          // per triple 64 B: TL2Z's 32 words as byte planes, their low bytes then high (vpermb); tail as TL1Z
+	tabTL1M          // not a table: per four units 16 B of activations, byte 4p+j = x[4(u+j)+p] (lutTL1MZ's vpdpbusd)
+	numTabKinds
 )
+
+// isTL2Tab tells a tl2 table layout from a tl1 one.
+func isTL2Tab(kind tabKind) bool { return kind == tabTL2Z || kind == tabTL2Y || kind == tabTL2B }
+
+// lutTabBytes is the bytes of a token's tables (tl1 layout kind) for units tl1 units.
+func lutTabBytes(kind tabKind, units int) int {
+	if kind == tabTL1M {
+		return 16 * ((units + 3) / 4)
+	}
+	return 64 * units
+}
+
+// lutOne tells whether a call of n tokens runs the exact one-token kernel fmtOps.lutOne.
+func (k *simdKernel) lutOne(n int) bool { return n == 1 && k.ops.lutOne != nil }
 
 // lutTabs is the table layout the lut kernel for T tokens reads.
 func (o *fmtOps) lutTabs(T int) tabKind {
@@ -280,9 +300,9 @@ func gemmC0(l *Layer) int32 {
 	return -1
 }
 
-// gemvC0 is the correction multiplier for the GEMV sums.
-func (k *simdKernel) gemvC0(l *Layer) int32 {
-	if k.ops.exact {
+// gemvC0 is the correction multiplier for the GEMV sums of a call of n tokens.
+func (k *simdKernel) gemvC0(l *Layer, n int) int32 {
+	if k.ops.exact || k.lutOne(n) {
 		return 0
 	}
 	return gemmC0(l)
@@ -311,7 +331,7 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	if p.gemm {
 		p.c0 = gemmC0(l)
 	} else {
-		p.c0 = k.gemvC0(l)
+		p.c0 = k.gemvC0(l, n)
 	}
 	off := 0
 	p.corrOff = off
@@ -427,7 +447,7 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders  [tabTL2B + 1]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1) or triples (tl2)
+	lutBuilders  [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16) or triples (tl2)
 	sumInt8Fast  func(x *int8, n int) int32                       // n a multiple of 32
 	permInt1Fast func(x *int8, n int, dst *byte)                  // n a multiple of 32
 )
@@ -558,6 +578,15 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	switch kind {
 	case tabTL1Z, tabTL1Y:
 		tl1(0, ly.Kp/4, dst)
+	case tabTL1M:
+		units := ly.Kp / 4
+		d := dst[:lutTabBytes(kind, units)]
+		clear(d)
+		for u := 0; u < units; u++ {
+			for p := 0; p < 4; p++ {
+				d[16*(u/4)+4*p+u%4] = byte(x[4*u+p])
+			}
+		}
 	case tabTL2Z, tabTL2Y, tabTL2B:
 		nt, per := ly.K3/3, tripleBytes(kind)
 		for t := 0; t < nt; t++ {
@@ -598,8 +627,29 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // tables in L1 are what the lookups need.
 const tl2Ahead = 3
 
+// tl1 on zmm runs two kernels. With two or more tokens, lutTL1MZ: no tables, each unit's
+// 4-bit pair indices decoded (vpermb) to the codes u = w+1 of their two weights and
+// multiplied into the activations with vpdpbusd, as i2s does; per 128 bytes of weights
+// about 10 instructions and 8 more a token, against the lookup kernel's 32 a token.
+// With one token, the lookup kernel lutZ (exact, tables tabTL1Z, fmtOps.lutOne): its
+// stream reads DRAM as fast or faster. Measured on a 2-vCPU Xeon guest with a 480 MiB
+// L3 (GB/s from DRAM, two interleaved rounds, one thread unless said): cache-resident
+// 1024x2560 lutTL1MZ 33.4 against the lookup kernel's 24.1 for one token, 15.1 against 9.5
+// for four; from DRAM, one token, 6912x2560 and 2560x2560 14.1-14.3 against 15.5-15.8
+// (4096x14336 16.3-16.5 against 15.7-15.9), four tokens 11.5-13.1 against 9.0-9.4 (two
+// threads 21.1-24.9 against 16.2-18.1); two, three and eight tokens 5-22%, 17-20% and
+// 36-44% faster.
+//
+// tl1MAhead is how many bytes ahead lutTL1MZ prefetches its weights, into L1 only. Same
+// machine, from DRAM at one thread on 4096x14336, against the two-level prefetch of the
+// other GEMVs (L2 a row block ahead, L1 2 KiB): n = 1 16.1-16.2 GB/s against 12.7, n = 4
+// 13.1 against 10.4; L2 only 12.3-12.5 and 9.8-9.9; none 14.6-14.9 and 6.1-6.4; L1 1 KiB
+// ahead 15.5-15.6 and 12.8, 4 KiB 10.6-11.7 and 11.6-11.7; adding L2 8 or 16 KiB ahead
+// 16.3-16.9 and 10.2-10.4.
+const tl1MAhead = 2048
+
 // tl1Ahead is how many row blocks (pieces of a chunk, 8 KiB each for a full chunk) ahead
-// the zmm tl1 kernels prefetch.
+// the tl1 lookup kernels (ymm, and zmm's one-token one) prefetch.
 const tl1Ahead = 1
 
 // lutChunkBytes is the tables' size (all tokens of a group) in one kernel call of the tl2
@@ -820,9 +870,18 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		off, size := ly.Piece(lo, c)
 		return piece{lo, hi, off, size}, true
 	}
-	ahead := tl2Ahead
-	if k.format == quantcfg.TL1 {
-		ahead = tl1Ahead
+	// kernel and tabs are group g's kernel and table layout; pf is how far ahead it
+	// prefetches, given the bytes between row blocks.
+	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
+	pf := func(stride int) int { return tl2Ahead * stride }
+	switch one := k.lutOne(a.N); {
+	case one:
+		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }
+		pf = func(stride int) int { return tl1Ahead * stride }
+	case k.format == quantcfg.TL1 && k.ops.tabKind == tabTL1M:
+		pf = func(int) int { return tl1MAhead }
+	case k.format == quantcfg.TL1:
+		pf = func(stride int) int { return tl1Ahead * stride }
 	}
 	// nextPiece is where this sweep's stream goes on after chunk c: its first piece of chunk
 	// c+1 (nil after its last chunk). The chunk's last call prefetches it in its last row
@@ -858,18 +917,18 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// end would be past the range.
 	call := func(g lutGroup, tab unsafe.Pointer, tabStride, lo, nrb, off, stride, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
 		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&g.sums[(lo-sb)*g.T*RowBlock]),
-			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: ahead * stride}
+			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: pf(stride)}
 		if la.BN > 0 {
 			la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 		}
-		k.ops.lut[g.T](argp(la))
+		kernel(g)(argp(la))
 	}
 	// xAt is token t's activations from input k0 on; tables builds group g's tables of the
 	// inputs of part from k0 on into buf (token t's at buf[(t-tok0)*stride:]).
 	xAt := func(t, k0 int) []int8 { return a.Q[t*ly.Kp+k0:] }
 	tables := func(g lutGroup, part Layout, k0 int, buf []byte, stride int) {
 		for t := g.t0; t < g.t0+g.T; t++ {
-			buildTables(k.ops.lutTabs(g.T), part, xAt(t, k0), buf[(t-tok0)*stride:])
+			buildTables(tabs(g), part, xAt(t, k0), buf[(t-tok0)*stride:])
 		}
 	}
 	var lbuf []byte
@@ -883,9 +942,9 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		// the weight stream does not pause for the build (measured, 21 interleaved rounds:
 		// tl2's speed-up over i2s per token +1.0% and +0.7% on the 8B shapes at one thread,
 		// +0.2-0.3% at two).
-		blkTab := func(g lutGroup) int { return 16 * tripleBytes(k.ops.lutTabs(g.T)) } // bytes of tables per tl2 block and token
-		cbOf := func(g lutGroup) int { return max(1, lutChunkBytes/(blkTab(g)*g.T)) }  // blocks per kernel call
-		per := 0                                                                       // table bytes per token
+		blkTab := func(g lutGroup) int { return 16 * tripleBytes(tabs(g)) }           // bytes of tables per tl2 block and token
+		cbOf := func(g lutGroup) int { return max(1, lutChunkBytes/(blkTab(g)*g.T)) } // blocks per kernel call
+		per := 0                                                                      // table bytes per token
 		for _, g := range gs {
 			per = max(per, align64(TL2Chunk*blkTab(g)+16*ly.Kp1))
 		}
@@ -950,10 +1009,10 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		}
 		return
 	}
-	// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (its tables
-	// are 16 KiB per token: more than L1 holds from two tokens on, yet splitting the
-	// chunk's units over calls, which leaves gaps in each call's stream, measured 5-15%
-	// slower). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
+	// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (the lookup
+	// kernels' tables are 16 KiB per token: more than L1 holds from two tokens on, yet
+	// splitting the chunk's units over calls, which leaves gaps in each call's stream,
+	// measured 5-15% slower; lutTL1MZ's activations are 1 KiB). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
 	// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
 	// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
 	// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
@@ -961,7 +1020,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
 	// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread
 	// unchanged).
-	tabStride := align64(64 * TL1Chunk)
+	tabStride := align64(lutTabBytes(tabs(gs[0]), TL1Chunk))
 	tb.lut, lbuf = aligned(tb.lut, tabStride*ntok)
 	for c := range nc {
 		pc, ok := pieceOf(c)
@@ -985,6 +1044,15 @@ func buildLUTWith(fast func(*int8, int, *byte), kind tabKind, ly Layout, x []int
 	switch kind {
 	case tabTL1Z, tabTL1Y:
 		fast(&x[0], ly.Kp/4, &dst[0])
+	case tabTL1M: // the builder takes sixteens of units, buildLUT the rest
+		units := ly.Kp / 4
+		full := units &^ 15
+		if full > 0 {
+			fast(&x[0], full, &dst[0])
+		}
+		if full < units {
+			buildLUT(kind, Layout{Kp: 4 * (units - full)}, x[4*full:], dst[lutTabBytes(kind, full):])
+		}
 	case tabTL2Z, tabTL2Y, tabTL2B:
 		nt, per := ly.K3/3, tripleBytes(kind)
 		if nt > 0 {

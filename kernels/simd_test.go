@@ -61,7 +61,8 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			if tl2 {
 				o.tabKind, o.lutKind = tabTL2Z, tabTL2B // as the zmm kernels
 			} else {
-				o.tabKind = tabTL1Z
+				o.tabKind, o.exact = tabTL1M, false
+				o.lutOne, o.oneTab = func(p *byte) { lutGeneric((*lutArgs)(unsafe.Pointer(p)), 1, tabTL1Z) }, tabTL1Z
 			}
 		}
 		for T := 1; T <= o.gemvT; T++ {
@@ -767,12 +768,11 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 		}
 		var built atomic.Int64
 		ops := *k.ops
-		for T := 1; T <= maxGemvT; T++ {
-			f := k.ops.lut[T]
+		check := func(T int, f func(*byte)) func(*byte) {
 			if f == nil {
-				continue
+				return nil
 			}
-			ops.lut[T] = func(p *byte) {
+			return func(p *byte) {
 				a := (*lutArgs)(unsafe.Pointer(p))
 				before := *a
 				f(p)
@@ -791,6 +791,10 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 				}
 			}
 		}
+		for T := 1; T <= maxGemvT; T++ {
+			ops.lut[T] = check(T, k.ops.lut[T])
+		}
+		ops.lutOne = check(1, k.ops.lutOne)
 		kk := *k
 		kk.ops = &ops
 		checkShapes(t, k.Name(), &kk, rng, shapes, 2, []int{1, 2, 3}, false)

@@ -102,10 +102,13 @@ func genGemv() {
 		if T <= 4 {
 			gemvI2SZ(T)
 			gemvInt1Z(T)
-			lutZ(T, false)
+			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
+				lutZ(T, false)
+			}
 			lutZ(T, true)
 		}
 	}
+	genTL1M()
 	genGemvAVX2()
 }
 
@@ -1497,24 +1500,7 @@ func lutZ(T int, tl2 bool) {
 	}
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
-	MOVQ(w0, s.pf)
-	// The pieces of a chunk are contiguous: PF bytes ahead (some row blocks). Where that is
-	// past the range, the caller's stream goes on at Next (its next chunk's first pieces):
-	// pf = Next + PF - (row blocks left) * RBBytes.
-	ADDQ(at(a, lPF), s.pf)
-	keep := name + "_pfkeep"
-	CMPQ(at(a, lNext), U8(0))
-	JE(LabelRef(keep))
-	left := GP64()
-	MOVQ(at(a, lNRB), left)
-	IMULQ(at(a, lRBBytes), left)
-	CMPQ(left, at(a, lPF))
-	JGT(LabelRef(keep))
-	NEGQ(left)
-	ADDQ(at(a, lPF), left)
-	ADDQ(at(a, lNext), left)
-	MOVQ(left, s.pf)
-	Label(keep)
+	lutPF(name, a, w0, s.pf)
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
 	if tl2 {
