@@ -162,7 +162,7 @@ func BenchmarkInt8Peak(b *testing.B) {
 }
 
 // BenchmarkReadBandwidth reads a kbench.ReadBytes buffer (DRAM: 1 GiB, or 4x a larger L3)
-// and a 16 MiB one (L3).
+// and a 16 MiB one (L3) with each read loop.
 func BenchmarkReadBandwidth(b *testing.B) {
 	for _, size := range []int{kbench.ReadBytes, 16 << 20} {
 		m, err := kbench.Alloc(size)
@@ -170,17 +170,19 @@ func BenchmarkReadBandwidth(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, threads := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%dMiB/t%d", size>>20, threads), func(b *testing.B) {
-				p := kbench.NewPool(threads)
-				defer p.Close()
-				b.SetBytes(int64(size))
-				for b.Loop() {
-					p.Run(func(w int) {
-						lo, hi := kbench.Split(size/4096, threads, w)
-						kernels.ReadBytes(m.B[lo*4096 : hi*4096])
-					})
-				}
-			})
+			for _, l := range kernels.ReadLoops() {
+				b.Run(fmt.Sprintf("%dMiB/t%d/%s", size>>20, threads, l.Name), func(b *testing.B) {
+					p := kbench.NewPool(threads)
+					defer p.Close()
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						p.Run(func(w int) {
+							lo, hi := kbench.Split(size/4096, threads, w)
+							l.Read(m.B[lo*4096 : hi*4096])
+						})
+					}
+				})
+			}
 		}
 		m.Free()
 	}

@@ -14,6 +14,16 @@ func readBytes(p unsafe.Pointer, n int, buf []byte) uint64 {
 	return readBytesGeneric(buf)
 }
 
+func readStreams() func(*byte, int) uint64 {
+	switch {
+	case ISAAvailable(ISAAVX512):
+		return readStreamsAVX512
+	case ISAAvailable(ISAAVX2):
+		return readStreamsAVX2
+	}
+	return nil
+}
+
 func int8PeakPath() (ISA, bool) {
 	switch {
 	case ISAAvailable(ISAAVX512):

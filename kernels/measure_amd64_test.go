@@ -13,7 +13,7 @@ import (
 
 func TestMeasureLoops(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	buf := make([]byte, 4096+256)
+	buf := make([]byte, 4096+512)
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
 	}
@@ -24,6 +24,23 @@ func TestMeasureLoops(t *testing.T) {
 	if ISAAvailable(ISAAVX2) {
 		if got := readBytesAVX2(&buf[0], len(buf)); got != want {
 			t.Errorf("readBytesAVX2 = %#x, want %#x", got, want)
+		}
+		if got, want := readStreamsAVX2(&buf[0], 4096), readBytesGeneric(buf[:4096]); got != want {
+			t.Errorf("readStreamsAVX2 = %#x, want %#x", got, want)
+		}
+	}
+	loops := ReadLoops()
+	if names := len(loops); ISAAvailable(ISAAVX2) && names != 2 {
+		t.Errorf("ReadLoops has %d loops, want 2 (prefetch, streams)", names)
+	}
+	for _, l := range loops {
+		if got := ReadLoopNamed(l.Name).Name; got != l.Name {
+			t.Errorf("ReadLoopNamed(%q) is %q", l.Name, got)
+		}
+		for _, n := range []int{0, 255, 256, 1024, 3 * 1024, 4096 + 256, 4096 + 300} {
+			if got, want := l.Read(buf[:n]), readBytesGeneric(buf[:n&^255]); got != want {
+				t.Errorf("read loop %s of %d bytes = %#x, want %#x", l.Name, n, got, want)
+			}
 		}
 	}
 	if ISAAvailable(ISAAVX512) {

@@ -34,6 +34,18 @@ func readBytesAVX512(p *byte, n int) uint64
 //go:noescape
 func readBytesAVX2(p *byte, n int) uint64
 
+// readStreamsAVX512 reads n bytes at p (n a multiple of 1024) as four streams, its quarters, and
+// returns readBytes's checksum of them; readBytesGeneric is its reference.
+//
+//go:noescape
+func readStreamsAVX512(p *byte, n int) uint64
+
+// readStreamsAVX2 reads n bytes at p (n a multiple of 1024) as four streams, its quarters, and
+// returns readBytes's checksum of them; readBytesGeneric is its reference.
+//
+//go:noescape
+func readStreamsAVX2(p *byte, n int) uint64
+
 // vnniPeakAVX512 runs n iterations of 24 independent zmm vpdpbusd (1536 int8 multiply-adds
 // each, no memory traffic): the int8 VNNI peak of one core. vnniPeakGeneric is its reference.
 func vnniPeakAVX512(n int) uint32

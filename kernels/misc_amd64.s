@@ -168,6 +168,120 @@ readBytesAVX2_loop:
 	VZEROUPPER
 	RET
 
+// func readStreamsAVX512(p *byte, n int) uint64
+// Requires: AVX, AVX2, AVX512F
+TEXT ·readStreamsAVX512(SB), NOSPLIT, $0-24
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	SHRQ  $0x02, CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), SI
+	SHRQ  $0x08, CX
+
+readStreamsAVX512_loop:
+	VPXORQ        (AX), Z0, Z0
+	VPXORQ        64(AX), Z1, Z1
+	VPXORQ        128(AX), Z2, Z2
+	VPXORQ        192(AX), Z3, Z3
+	VPXORQ        (DX), Z0, Z0
+	VPXORQ        64(DX), Z1, Z1
+	VPXORQ        128(DX), Z2, Z2
+	VPXORQ        192(DX), Z3, Z3
+	VPXORQ        (BX), Z0, Z0
+	VPXORQ        64(BX), Z1, Z1
+	VPXORQ        128(BX), Z2, Z2
+	VPXORQ        192(BX), Z3, Z3
+	VPXORQ        (SI), Z0, Z0
+	VPXORQ        64(SI), Z1, Z1
+	VPXORQ        128(SI), Z2, Z2
+	VPXORQ        192(SI), Z3, Z3
+	ADDQ          $0x00000100, AX
+	ADDQ          $0x00000100, DX
+	ADDQ          $0x00000100, BX
+	ADDQ          $0x00000100, SI
+	DECQ          CX
+	JNZ           readStreamsAVX512_loop
+	VPXORQ        Z1, Z0, Z0
+	VPXORQ        Z3, Z2, Z2
+	VPXORQ        Z2, Z0, Z0
+	VEXTRACTI64X4 $0x01, Z0, Y1
+	VPXOR         Y1, Y0, Y0
+	VEXTRACTI128  $0x01, Y0, X1
+	VPXOR         X1, X0, X0
+	VMOVQ         X0, AX
+	MOVQ          AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func readStreamsAVX2(p *byte, n int) uint64
+// Requires: AVX, AVX2
+TEXT ·readStreamsAVX2(SB), NOSPLIT, $0-24
+	MOVQ  p+0(FP), AX
+	MOVQ  n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	SHRQ  $0x02, CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), SI
+	SHRQ  $0x08, CX
+
+readStreamsAVX2_loop:
+	VPXOR        (AX), Y0, Y0
+	VPXOR        128(AX), Y0, Y0
+	VPXOR        32(AX), Y1, Y1
+	VPXOR        160(AX), Y1, Y1
+	VPXOR        64(AX), Y2, Y2
+	VPXOR        192(AX), Y2, Y2
+	VPXOR        96(AX), Y3, Y3
+	VPXOR        224(AX), Y3, Y3
+	VPXOR        (DX), Y0, Y0
+	VPXOR        128(DX), Y0, Y0
+	VPXOR        32(DX), Y1, Y1
+	VPXOR        160(DX), Y1, Y1
+	VPXOR        64(DX), Y2, Y2
+	VPXOR        192(DX), Y2, Y2
+	VPXOR        96(DX), Y3, Y3
+	VPXOR        224(DX), Y3, Y3
+	VPXOR        (BX), Y0, Y0
+	VPXOR        128(BX), Y0, Y0
+	VPXOR        32(BX), Y1, Y1
+	VPXOR        160(BX), Y1, Y1
+	VPXOR        64(BX), Y2, Y2
+	VPXOR        192(BX), Y2, Y2
+	VPXOR        96(BX), Y3, Y3
+	VPXOR        224(BX), Y3, Y3
+	VPXOR        (SI), Y0, Y0
+	VPXOR        128(SI), Y0, Y0
+	VPXOR        32(SI), Y1, Y1
+	VPXOR        160(SI), Y1, Y1
+	VPXOR        64(SI), Y2, Y2
+	VPXOR        192(SI), Y2, Y2
+	VPXOR        96(SI), Y3, Y3
+	VPXOR        224(SI), Y3, Y3
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000100, DX
+	ADDQ         $0x00000100, BX
+	ADDQ         $0x00000100, SI
+	DECQ         CX
+	JNZ          readStreamsAVX2_loop
+	VPXOR        Y1, Y0, Y0
+	VPXOR        Y3, Y2, Y2
+	VPXOR        Y2, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPXOR        X1, X0, X0
+	VMOVQ        X0, AX
+	MOVQ         AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
 // func vnniPeakAVX512(n int) uint32
 // Requires: AVX, AVX2, AVX512F, AVX512VNNI
 TEXT ·vnniPeakAVX512(SB), NOSPLIT, $0-12

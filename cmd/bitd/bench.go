@@ -104,6 +104,13 @@ type benchMachine struct {
 		DRAMAll float64 `json:"dram_all"`
 		L3All   float64 `json:"l3_all"`
 	} `json:"read_gbps"`
+	// ReadLoop names the read loop (kernels.ReadLoops) that read each of ReadGBps's rates:
+	// the roofline is the fastest loop's rate.
+	ReadLoop struct {
+		DRAM1T  string `json:"dram_1t"`
+		DRAMAll string `json:"dram_all"`
+		L3All   string `json:"l3_all"`
+	} `json:"read_loop"`
 }
 
 type benchReport struct {
@@ -115,11 +122,12 @@ type benchReport struct {
 type benchEnv struct {
 	opt     benchOpts
 	machine benchMachine
-	l3By    map[int]float64 // L3-resident read rate by thread count (cache variant's roofline)
-	dramBy  map[int]float64 // DRAM read rate by thread count (the best seen so far)
-	dram    *kbench.Mem     // the 1 GiB buffer, kept to re-measure during the run
-	l3      *kbench.Mem     // the L3-resident buffer (the cache variant's roofline)
-	peakBy  map[int]float64 // int8 peak (Gops) by thread count, measured once when first needed
+	l3By    map[int]float64              // L3-resident read rate by thread count (cache variant's roofline)
+	dramBy  map[int]float64              // DRAM read rate by thread count (the best seen so far)
+	loopBy  map[readKey]kernels.ReadLoop // the read loops of l3By and dramBy
+	dram    *kbench.Mem                  // the 1 GiB buffer, kept to re-measure during the run
+	l3      *kbench.Mem                  // the L3-resident buffer (the cache variant's roofline)
+	peakBy  map[int]float64              // int8 peak (Gops) by thread count, measured once when first needed
 	log     io.Writer
 }
 
@@ -179,7 +187,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth, then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth (the fastest of its read loops), then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if !parseFlags(fs, args, stderr) {
@@ -313,7 +321,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			os.Remove(plot.Name()) // after the rename there is nothing to remove
 		}()
 	}
-	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, peakBy: map[int]float64{}}
+	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, loopBy: map[readKey]kernels.ReadLoop{}, peakBy: map[int]float64{}}
 	if o.json {
 		e.log = io.Discard
 	}
@@ -446,16 +454,32 @@ func (e *benchEnv) measureMachine() error {
 	threads = append(threads, m.Threads)
 	for _, t := range dedup(threads) {
 		p := kbench.NewPool(t)
-		c := kbench.ReadBandwidth(p, l3.B, 20*reps) / 1e9
+		c, loop := kbench.ReadBandwidth(p, l3.B, 20*reps)
 		p.Close()
-		e.l3By[t] = c
+		c /= 1e9
+		e.l3By[t], e.loopBy[readKey{t, true}] = c, loop
 		if t == m.Threads {
-			m.ReadGBps.L3All = c
+			m.ReadGBps.L3All, m.ReadLoop.L3All = c, loop.Name
 		}
 		e.remeasureDRAM(t, reps)
-		fmt.Fprintf(e.log, "read bandwidth, %d thread(s): DRAM %.1f GB/s, L3-resident %.1f GB/s\n", t, e.dramBy[t], c)
+		fmt.Fprintf(e.log, "read bandwidth, %d thread(s): DRAM %.1f GB/s (%s), L3-resident %.1f GB/s (%s)\n",
+			t, e.dramBy[t], e.readLoop(t, false).Name, c, loop.Name)
 	}
 	return nil
+}
+
+// readKey names a roofline: a thread count, cache-resident or DRAM.
+type readKey struct {
+	threads int
+	cache   bool
+}
+
+// readLoop is the read loop of the roofline roofline(threads, cache) returns.
+func (e *benchEnv) readLoop(threads int, cache bool) kernels.ReadLoop {
+	if l, ok := e.loopBy[readKey{threads, cache}]; ok {
+		return l
+	}
+	return kernels.ReadLoops()[0]
 }
 
 // remeasureDRAM reads the 1 GiB buffer with t threads and keeps the best rate seen: the
@@ -463,12 +487,14 @@ func (e *benchEnv) measureMachine() error {
 // read rate measured up to its own measurement (before each shape), never with a stale low.
 func (e *benchEnv) remeasureDRAM(t, reps int) {
 	p := kbench.NewPool(t)
-	d := kbench.ReadBandwidth(p, e.dram.B, reps) / 1e9
+	d, loop := kbench.ReadBandwidth(p, e.dram.B, reps)
 	p.Close()
-	e.dramBy[t] = max(e.dramBy[t], d)
+	if d /= 1e9; d > e.dramBy[t] {
+		e.dramBy[t], e.loopBy[readKey{t, false}] = d, loop
+	}
 	m := &e.machine
-	m.ReadGBps.DRAM1T = e.dramBy[1]
-	m.ReadGBps.DRAMAll = e.dramBy[m.Threads]
+	m.ReadGBps.DRAM1T, m.ReadLoop.DRAM1T = e.dramBy[1], e.readLoop(1, false).Name
+	m.ReadGBps.DRAMAll, m.ReadLoop.DRAMAll = e.dramBy[m.Threads], e.readLoop(m.Threads, false).Name
 }
 
 // roofline is the read rate a result is compared with.
@@ -520,9 +546,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 	// The roofline is read around every trial of the GEMVs: a drift of the memory's speed
 	// (this VM's two-thread rate moves between about 45 and 75 GB/s from one second to the
 	// next) reaches a GEMV and the read rate it is compared with alike.
-	read := e.dram.B
+	buf := e.dram.B
 	if o.cache {
-		read = e.l3.B
+		buf = e.l3.B
 	}
 	one := slices.Index(o.ns, 1)
 	var recs []benchRecord
@@ -571,7 +597,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			if o.reads {
 				for _, set := range sets {
-					r, err := kbench.NewReadRunner(p, set, 2)
+					r, err := kbench.NewReadRunner(p, set, 2, e.readLoop(t, o.cache))
 					if err != nil {
 						p.Close()
 						free()
@@ -580,7 +606,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
-			tms := kbench.Interleaved(rs, read, o.rounds, o.minTime)
+			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.readLoop(t, o.cache)}, o.rounds, o.minTime)
 			p.Close()
 			at := func(ni, i int) kbench.Timing { return tms[i*len(o.ns)+ni] }
 			readAt := func(i int) kbench.Timing { return tms[len(sets)*len(o.ns)+i] }

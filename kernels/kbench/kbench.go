@@ -202,24 +202,32 @@ var (
 	ReadBytes = max(1<<30, 4*cpuid.CPU.Cache.L3)
 )
 
-// ReadBandwidth reads buf with the pool's workers (each its contiguous share) reps times and
-// returns the best rate in bytes per second (the least disturbed trial: on a shared
-// machine other processes only ever slow it down).
-func ReadBandwidth(p *Pool, buf []byte, reps int) float64 {
+// ReadBandwidth reads buf with the pool's workers (each its contiguous share) reps times
+// with each of kernels.ReadLoops in turn, and returns the best rate in bytes per second
+// (the least disturbed trial: on a shared machine other processes only ever slow it down)
+// and the loop that read it.
+func ReadBandwidth(p *Pool, buf []byte, reps int) (float64, kernels.ReadLoop) {
 	var best float64
+	loops := kernels.ReadLoops()
+	won := loops[0]
 	for r := 0; r < reps; r++ {
-		t0 := time.Now()
-		readOnce(p, buf)
-		best = max(best, float64(len(buf))/time.Since(t0).Seconds())
+		for _, l := range loops {
+			t0 := time.Now()
+			readOnce(p, buf, l)
+			if bps := float64(len(buf)) / time.Since(t0).Seconds(); bps > best {
+				best, won = bps, l
+			}
+		}
 	}
-	return best
+	return best, won
 }
 
-// readOnce reads buf once with the pool's workers, each its contiguous share of whole pages.
-func readOnce(p *Pool, buf []byte) {
+// readOnce reads buf once with the pool's workers, each its contiguous share of whole
+// pages, with loop l.
+func readOnce(p *Pool, buf []byte, l kernels.ReadLoop) {
 	p.Run(func(w int) {
 		lo, hi := Split(len(buf)/4096, p.Threads(), w)
-		kernels.ReadBytes(buf[lo*4096 : hi*4096])
+		l.Read(buf[lo*4096 : hi*4096])
 	})
 }
 

@@ -141,7 +141,7 @@ func TestAround(t *testing.T) {
 func TestReaderWindows(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()
-	buf := make([]byte, 4<<12)
+	buf := &Reads{make([]byte, 4<<12), kernels.ReadLoops()[0]}
 	rd := reader{win: 1 << 12}
 	var offs []int
 	for range 6 {
@@ -257,7 +257,8 @@ func TestReadRunnerReadsTheBlob(t *testing.T) {
 		for i, l := range s.Layers { // distinct contents, so a call on the wrong layer shows
 			l.Data[0] = byte(i)
 		}
-		r, err := NewReadRunner(p, s, 2)
+		loops := kernels.ReadLoops()
+		r, err := NewReadRunner(p, s, 2, loops[len(loops)-1])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -153,12 +153,12 @@ func NewRunner(p *Pool, s *Set, n int, seed uint64) (*Runner, error) {
 }
 
 // NewReadRunner returns a runner whose calls read each layer's blob and compute nothing
-// (kernel "read"): the same rotation, calls and split over the pool as a GEMV's, each
-// worker reading a contiguous share of the blob in proportion to its row blocks. Its rate
+// (kernel "read") with loop: the same rotation, calls and split over the pool as a GEMV's,
+// each worker reading a contiguous share of the blob in proportion to its row blocks. Its rate
 // is the most a GEMV call of that size can reach on this machine: what a call loses beyond
 // it is the kernel's, not the memory's.
-func NewReadRunner(p *Pool, s *Set, seed uint64) (*Runner, error) {
-	return newRunner(p, s, 1, seed, readKernel{})
+func NewReadRunner(p *Pool, s *Set, seed uint64, loop kernels.ReadLoop) (*Runner, error) {
+	return newRunner(p, s, 1, seed, readKernel{loop})
 }
 
 func newRunner(p *Pool, s *Set, n int, seed uint64, k kernels.Kernel) (*Runner, error) {
@@ -220,15 +220,22 @@ func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 	return Interleaved([]*Runner{r}, nil, rounds, minTime)[0]
 }
 
+// Reads is the roofline's reading for Interleaved: a buffer (DRAM-sized, or cache-resident
+// for cache-resident runners) and the read loop (the fastest of ReadBandwidth's).
+type Reads struct {
+	Buf  []byte
+	Loop kernels.ReadLoop
+}
+
 // Interleaved measures several runners round by round, one round of each in turn (each at
 // least minTime over its whole rotation), so that the machine's drift during the run
-// reaches all of them alike and their ratios hold; it returns each runner's Timing. With a
-// read buffer (read != nil: a DRAM-sized buffer, or a cache-resident one for cache-resident
-// runners) it also reads it with the first runner's pool before every trial and after the
-// last, and each Timing carries its rate against the reads just around its trials (ReadBps,
-// RoofPct): a round of a dozen runners takes most of a second, longer than this VM's memory
-// keeps one speed, so reads only around whole rounds paired some trials with another speed.
-func Interleaved(rs []*Runner, read []byte, rounds int, minTime time.Duration) []Timing {
+// reaches all of them alike and their ratios hold; it returns each runner's Timing. With
+// reads (read != nil) it also reads read.Buf with the first runner's pool before every
+// trial and after the last, and each Timing carries its rate against the reads just around
+// its trials (ReadBps, RoofPct): a round of a dozen runners takes most of a second, longer
+// than this VM's memory keeps one speed, so reads only around whole rounds paired some
+// trials with another speed.
+func Interleaved(rs []*Runner, read *Reads, rounds int, minTime time.Duration) []Timing {
 	for _, r := range rs {
 		r.Warm()
 	}
@@ -296,9 +303,10 @@ type reader struct {
 	win int // bytes per window; 0: readWindow
 }
 
-// time reads windows of buf with the pool's workers (each its contiguous share) until
+// time reads windows of rs.Buf with the pool's workers (each its contiguous share) until
 // minTime has passed.
-func (rd *reader) time(p *Pool, buf []byte, minTime time.Duration) readTrial {
+func (rd *reader) time(p *Pool, rs *Reads, minTime time.Duration) readTrial {
+	buf := rs.Buf
 	win := rd.win
 	if win == 0 {
 		win = readWindow
@@ -307,7 +315,7 @@ func (rd *reader) time(p *Pool, buf []byte, minTime time.Duration) readTrial {
 	bytes := 0
 	tr := StartTrial()
 	for {
-		readOnce(p, buf[rd.off:rd.off+win])
+		readOnce(p, buf[rd.off:rd.off+win], rs.Loop)
 		if rd.off += win; rd.off+win > len(buf) {
 			rd.off = 0
 		}
@@ -382,17 +390,17 @@ func (r *Runner) timing(all []float64, cleans []bool) Timing {
 // readKernel reads the blob and computes nothing but its checksum (see NewReadRunner).
 // A share's checksum (kernels.ReadBytes's, folded to 32 bits) goes to the first output of
 // its first row block: the checksums XOR, so the outputs of a call hold the blob's.
-type readKernel struct{}
+type readKernel struct{ loop kernels.ReadLoop }
 
 func (readKernel) Name() string                                    { return "read" }
 func (readKernel) CanImplement(*kernels.Layer, int) (bool, string) { return true, "" }
 func (readKernel) Prepare(*kernels.Layer, *kernels.Acts)           {}
-func (readKernel) Run(l *kernels.Layer, _ *kernels.Acts, rb0, rb1 int, out []float32) {
+func (k readKernel) Run(l *kernels.Layer, _ *kernels.Acts, rb0, rb1 int, out []float32) {
 	if rb0 >= rb1 {
 		return
 	}
 	lo, hi := blobShare(len(l.Data), l.Layout.RowBlocks(), rb0, rb1)
-	out[rb0*kernels.RowBlock] = math.Float32frombits(fold32(kernels.ReadBytes(l.Data[lo:hi])))
+	out[rb0*kernels.RowBlock] = math.Float32frombits(fold32(k.loop.Read(l.Data[lo:hi])))
 }
 
 func fold32(c uint64) uint32 { return uint32(c ^ c>>32) }
