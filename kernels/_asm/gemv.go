@@ -31,6 +31,14 @@ const (
 	prefetchNear = 2048
 )
 
+// i2sFar is how far ahead the i2s kernels for one and two tokens prefetch into L2 (into
+// L1 prefetchNear): on a 2-vCPU Xeon guest with a 480 MiB L3, from DRAM with one token
+// (two interleaved rounds, one thread / two), against prefetchFar: 2560x2560 +15-18% /
+// +13-19%, 6912x2560 +11-15% / +12-18%, 14336x4096 +10% / +7%, 4096x14336 -3% to +1% /
+// +2-4%; two tokens +4-10%. 3 and 6 KiB did as well (within 5%), 16 KiB no better than
+// 8, 1 KiB into L1 no better than 2; into L1 only (4 KiB) 0.7x, into L2 only 0.9-1.0x.
+const i2sFar = 4096
+
 // prefetchLine is the two-level prefetch of one line of a weight stream: far into L2, near
 // into L1. Every GEMV kernel prefetches this way, at static distances (prefetchAhead) or at
 // distances its driver computes (the i2s kernels for three and four tokens, the lookup
@@ -634,7 +642,7 @@ func quadDist(a, quad Register, off, late int, from uint8) GPVirtual {
 
 // i2sQuads emits the loop nest of the i2s GEMV kernels: a row block's eight row quads,
 // each a contiguous stream of Aux bytes, each over its segments, each over its steps of one
-// 128-byte block, prefetched by prefetchAhead (or, with argPF, PF ahead in quads 0-6 and
+// 128-byte block, prefetched i2sFar and prefetchNear ahead (or, with argPF, PF ahead in quads 0-6 and
 // PF7 in quad 7, and into L2 Far ahead in quads 0-5 and Far6 in quads 6-7: gemvArgs). Per
 // segment zero clears the accumulators and reduce stores the quad's four rows of each token
 // at sums + 128t; block computes one step at w; xReset and xAdvance move the activations
@@ -643,7 +651,7 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	var prefetch func(w Register, off int)
 	quadStart := func(w, quad Register) {
 		xReset()
-		prefetch = func(w Register, off int) { prefetchAhead(w, off) }
+		prefetch = func(w Register, off int) { prefetchLine(at(w, i2sFar+off), at(w, prefetchNear+off)) }
 		if argPF {
 			near, far := quadDist(a, quad, gPF, gPF7, 7), quadDist(a, quad, gFar, gFar6, 6)
 			prefetch = func(w Register, off int) { prefetchLine(idx(w, far, 1, off), idx(w, near, 1, off)) }
