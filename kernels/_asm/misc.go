@@ -30,8 +30,8 @@ func genMisc() {
 		}
 		SHRQ(U8(8), n)
 		Label(name + "_loop")
-		for i := 0; i < 4; i++ {
-			prefetchAhead(pp, 64*i)
+		for i := 0; i < 4; i++ { // (as the i2s and int8 kernels: see genReadStreams)
+			prefetchLine(at(pp, i2sFar+64*i), at(pp, prefetchNear+64*i))
 		}
 		for i := 0; i < 4; i++ {
 			if z {
@@ -565,7 +565,11 @@ func genActHelpers() {
 // with two where readBytes's one prefetched stream read 14.8 and 30.1 (medians of nine
 // interleaved rounds of 1 GiB; one, two and eight streams, one or four lines of each an
 // iteration and with or without the two-level prefetch all read 15.7-17.1 and 32.0-34.5),
-// and GEMV kernels out-read readBytes there too (bf16 by up to 20%).
+// and GEMV kernels out-read readBytes there too (bf16 by up to 20%). With readBytes's L2
+// prefetch 4 KiB ahead instead of 8 (i2sFar), the distance that sped up the i2s and int8
+// kernels there, readBytes read 18.5-18.6 and 36.5-36.8 GB/s where the streams read
+// 17.8 and 34.1-34.7 (two runs of bitd bench's roofline), and the int8 GEMV read 103-105%
+// of it where it read 106-108% of the streams'.
 func genReadStreams() {
 	for _, z := range []bool{true, false} {
 		name := "readStreamsAVX2"
