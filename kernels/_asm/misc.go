@@ -17,17 +17,8 @@ func genMisc() {
 		if z {
 			name = "readBytesAVX512"
 		}
-		TEXT(name, NOSPLIT, "func(p *byte, n int) uint64")
-		Pragma("noescape")
-		Doc(name+" reads n bytes at p (n a multiple of 256) and returns a checksum, so the loads",
+		pp, n, acc := readLoop(name, z, name+" reads n bytes at p (n a multiple of 256) and returns a checksum, so the loads",
 			"are not optimized away; readBytesGeneric is its reference.")
-		pp := Load(Param("p"), GP64())
-		n := Load(Param("n"), GP64())
-		p := newPool(z)
-		acc := p.getn(4)
-		for _, r := range acc {
-			VPXOR(r.AsY(), r.AsY(), r.AsY())
-		}
 		SHRQ(U8(8), n)
 		Label(name + "_loop")
 		for i := 0; i < 4; i++ { // (as the i2s and int8 kernels: see genReadStreams)
@@ -576,17 +567,8 @@ func genReadStreams() {
 		if z {
 			name = "readStreamsAVX512"
 		}
-		TEXT(name, NOSPLIT, "func(p *byte, n int) uint64")
-		Pragma("noescape")
-		Doc(name+" reads n bytes at p (n a multiple of 1024) as four streams, its quarters, and",
+		pp, n, acc := readLoop(name, z, name+" reads n bytes at p (n a multiple of 1024) as four streams, its quarters, and",
 			"returns readBytes's checksum of them; readBytesGeneric is its reference.")
-		pp := Load(Param("p"), GP64())
-		n := Load(Param("n"), GP64())
-		p := newPool(z)
-		acc := p.getn(4)
-		for _, r := range acc {
-			VPXOR(r.AsY(), r.AsY(), r.AsY())
-		}
 		q := GP64() // a quarter's bytes
 		MOVQ(n, q)
 		SHRQ(U8(2), q)
@@ -615,6 +597,20 @@ func genReadStreams() {
 		JNZ(LabelRef(name + "_loop"))
 		foldChecksum(z, acc)
 	}
+}
+
+// readLoop begins the read loop name (func(p *byte, n int) uint64) with its doc: the
+// pointer and byte count loaded, four zeroed accumulators (zmm, or ymm).
+func readLoop(name string, z bool, doc ...string) (pp, n GPVirtual, acc []VecPhysical) {
+	TEXT(name, NOSPLIT, "func(p *byte, n int) uint64")
+	Pragma("noescape")
+	Doc(doc...)
+	pp, n = Load(Param("p"), GP64()).(GPVirtual), Load(Param("n"), GP64()).(GPVirtual)
+	acc = newPool(z).getn(4)
+	for _, r := range acc {
+		VPXOR(r.AsY(), r.AsY(), r.AsY())
+	}
+	return pp, n, acc
 }
 
 // foldChecksum xors the four accumulators of a read loop down to 64 bits, returns them
