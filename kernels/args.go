@@ -68,11 +68,10 @@ type lutArgs struct {
 	BTab unsafe.Pointer
 	BN   int
 	BPer int
-	// zmm tl1 kernels: the kernel prefetches PF bytes ahead of the row block it reads (a
-	// few pieces, which are contiguous), and where that is past the range, at Next plus the
+	// zmm kernels: the kernel prefetches PF bytes ahead of the row block it reads (a few
+	// pieces, which are contiguous), and where that is past the range, at Next plus the
 	// excess: Next is where the caller's stream goes on (its next chunk's first piece);
-	// nil: straight on. Hints only. (The AVX2 kernels prefetch the next piece; the zmm tl2
-	// ones prefetch a fixed distance ahead.)
+	// nil: straight on. Hints only. (The AVX2 kernels prefetch the next piece.)
 	Next unsafe.Pointer
 	PF   int
 	// BDone: tables built so far (the kernel's progress, in place of advancing BX and

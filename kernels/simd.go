@@ -609,17 +609,18 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	}
 }
 
-// The tl2 kernels that take one row block at a time (one token, and the row blocks pairs
-// leave) prefetch their weights into L1 only, 2 KiB ahead (lutState.far in _asm: lutArgs.PF
-// and Next are tl1's). They used to prefetch into L2 as well, three row blocks (pieces of a
-// chunk, 3840 bytes each on 4096x14336) ahead and on at Next past the range: on Zen 4/5
-// and an Emerald Rapids Xeon 3 ahead ran 3-5% faster than 4 cache-resident and within
-// 1.3% from DRAM, 2 lost 2-3.5%. On a 2-vCPU Xeon guest with a 480 MiB L3 the L1-only
-// prefetch read DRAM faster with one token (three interleaved rounds, one thread / two):
-// 4096x14336 +8-13% / +12-19%, 2560x2560 +12-18% / -3-4%, 6912x2560 +8-13% / +3-7%,
-// 2560x6912 +7-12% / +11-13%; four tokens (pairs) did not move. The one-token tl1 lookup
-// kernel, the same loop on units, kept the two-level prefetch: L1-only moved it by -12% to
-// +2% there.
+// tl2Ahead is how many row blocks (pieces of a chunk, 3840 bytes each on 4096x14336) ahead
+// the one-token tl2 kernel prefetches. Prefetching further fills L1 with weights the kernel
+// will not read for a while, at the expense of the chunk's tables: cache-resident (when
+// compute, not memory, is the limit) 3 ran 3-5% faster than 4, with 1 and 2 threads; from
+// DRAM 3 and 4 are within 1.3% (3 ahead in all four cases of the 8B shapes and 1 and 2
+// threads, 21 interleaved rounds), and 2 lost 2-3% with one thread and 3.5% with two on a
+// fast memory system. On a 2-vCPU Xeon guest with a 480 MiB L3, prefetching into L1 only (2
+// KiB ahead, no L2 prefetch and so no turn to Next) read DRAM 7-18% faster in one-token GEMVs
+// at one thread, and at two on the 8B shapes +12-19%, but 2560x2560 -3-7%, and the whole
+// BitNet-2B-shaped model at two threads (`bitd bench -model bitnet-2b`, four runs) decoded
+// 48.0-50.2 tokens/s against 53.1-55.1 with this prefetch: its calls are short, and each
+// chunk's first piece is then a cold start.
 //
 // What keeps the one-token kernel below i2s's share of the read rate is its stream's shape,
 // not its arithmetic. Builds of the kernel with the lookups taken out (loads, prefetches,
@@ -629,6 +630,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // i2s's loads alone 97-100. In the real kernel 2 ahead against 3 moved nothing beyond
 // the noise (five rounds, 1 and 2 threads). Breaks every TL2Chunk blocks and a chunk's
 // tables in L1 are what the lookups need.
+const tl2Ahead = 3
 
 // tl1 on zmm runs two kernels. With two or more tokens, lutTL1MZ: no tables, each unit's
 // 4-bit pair indices decoded (vpermb) to the codes u = w+1 of their two weights and
@@ -876,7 +878,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead it
 	// prefetches, given the bytes between row blocks.
 	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
-	pf := func(int) int { return 0 } // (tl2: unused)
+	pf := func(stride int) int { return tl2Ahead * stride }
 	switch one := k.lutOne(a.N); {
 	case one:
 		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }

@@ -1052,8 +1052,7 @@ func takeChunk(n Register, most uint32) GPVirtual {
 type lutState struct {
 	p                       *pool
 	T                       int
-	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, a later row block; far only), table offset
-	far                     bool            // two-level prefetch (tl1): into L2 at pf, into L1 near; tl2: into L1 near only
+	w, pf, kt               GPVirtual       // weight pointer, prefetch pointer (same place, next row block), table offset
 	tabs                    []GPVirtual     // token tables
 	acc16                   [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
 	acc32                   [][2]VecPhysical
@@ -1084,7 +1083,7 @@ func lutChains(T int, tl2 bool) int {
 }
 
 func newLUTState(a Register, T int, tl2 bool) *lutState {
-	s := &lutState{p: newPool(true), T: T, bytes: tl2 && T >= 3, far: !tl2}
+	s := &lutState{p: newPool(true), T: T, bytes: tl2 && T >= 3}
 	s.w, s.pf, s.kt = GP64(), GP64(), GP64()
 	s.tabs = tokenPtrs(a, T, lTab, lTabStride)
 	s.m0f, s.dup, s.off0, s.off1 = s.p.get(), s.p.get(), s.p.get(), s.p.get()
@@ -1204,11 +1203,11 @@ func (s *lutState) tl1Units(name string, n Register) {
 	CMPQ(c, U8(2))
 	JLT(LabelRef(name + "_tl1odd"))
 	Label(name + "_tl1pair")
-	s.prefetch(0)
+	prefetchLine(at(s.pf, 0), at(s.w, prefetchNear))
 	unit(0)
 	unit(1)
 	ADDQ(U8(64), s.w)
-	s.advancePF(64)
+	ADDQ(U8(64), s.pf)
 	ADDQ(U32(128), s.kt)
 	SUBQ(U8(2), c)
 	CMPQ(c, U8(2))
@@ -1218,7 +1217,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	JZ(LabelRef(name + "_tl1flush"))
 	unit(0)
 	ADDQ(U8(32), s.w)
-	s.advancePF(32)
+	ADDQ(U8(32), s.pf)
 	ADDQ(U8(64), s.kt)
 	Label(name + "_tl1flush")
 	s.flush()
@@ -1357,26 +1356,6 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	lookupAll(15, last)
 }
 
-// prefetch prefetches the weight line off bytes past the stream position (see far).
-func (s *lutState) prefetch(off int) {
-	if s.far {
-		prefetchLine(at(s.pf, off), at(s.w, prefetchNear+off))
-	} else {
-		PREFETCHT0(at(s.w, prefetchNear+off))
-	}
-}
-
-// advancePF moves the L2 prefetch pointer on by n bytes (with far).
-func (s *lutState) advancePF(n int) {
-	switch {
-	case !s.far:
-	case n < 128:
-		ADDQ(U8(n), s.pf)
-	default:
-		ADDQ(U32(n), s.pf)
-	}
-}
-
 // tl2Flush is how many blocks an int16 chain can take: |entry| <= 381, at most 32767.
 func tl2Flush(perChainPerBlock int) uint32 { return uint32(32767 / (381 * perChainPerBlock)) }
 
@@ -1394,13 +1373,13 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
-		s.prefetch(64 * u)
+		prefetchLine(at(s.pf, 64*u), at(s.w, prefetchNear+64*u))
 	}
 	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
 	})
 	ADDQ(U32(320), s.w)
-	s.advancePF(320)
+	ADDQ(U32(320), s.pf)
 	ADDQ(U32(1024), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
@@ -1537,9 +1516,7 @@ func lutZ(T int, tl2 bool) {
 	}
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
-	if s.far {
-		lutPF(name, a, w0, s.pf)
-	}
+	lutPF(name, a, w0, s.pf)
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
 	if tl2 {
