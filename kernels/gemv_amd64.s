@@ -12014,55 +12014,7 @@ DATA tl1mDiv3<>+12(SB)/1, $0x01
 DATA tl1mDiv3<>+13(SB)/1, $0x01
 DATA tl1mDiv3<>+14(SB)/1, $0x01
 DATA tl1mDiv3<>+15(SB)/1, $0x02
-DATA tl1mDiv3<>+16(SB)/1, $0x00
-DATA tl1mDiv3<>+17(SB)/1, $0x00
-DATA tl1mDiv3<>+18(SB)/1, $0x00
-DATA tl1mDiv3<>+19(SB)/1, $0x01
-DATA tl1mDiv3<>+20(SB)/1, $0x01
-DATA tl1mDiv3<>+21(SB)/1, $0x01
-DATA tl1mDiv3<>+22(SB)/1, $0x02
-DATA tl1mDiv3<>+23(SB)/1, $0x02
-DATA tl1mDiv3<>+24(SB)/1, $0x02
-DATA tl1mDiv3<>+25(SB)/1, $0x00
-DATA tl1mDiv3<>+26(SB)/1, $0x00
-DATA tl1mDiv3<>+27(SB)/1, $0x00
-DATA tl1mDiv3<>+28(SB)/1, $0x01
-DATA tl1mDiv3<>+29(SB)/1, $0x01
-DATA tl1mDiv3<>+30(SB)/1, $0x01
-DATA tl1mDiv3<>+31(SB)/1, $0x02
-DATA tl1mDiv3<>+32(SB)/1, $0x00
-DATA tl1mDiv3<>+33(SB)/1, $0x00
-DATA tl1mDiv3<>+34(SB)/1, $0x00
-DATA tl1mDiv3<>+35(SB)/1, $0x01
-DATA tl1mDiv3<>+36(SB)/1, $0x01
-DATA tl1mDiv3<>+37(SB)/1, $0x01
-DATA tl1mDiv3<>+38(SB)/1, $0x02
-DATA tl1mDiv3<>+39(SB)/1, $0x02
-DATA tl1mDiv3<>+40(SB)/1, $0x02
-DATA tl1mDiv3<>+41(SB)/1, $0x00
-DATA tl1mDiv3<>+42(SB)/1, $0x00
-DATA tl1mDiv3<>+43(SB)/1, $0x00
-DATA tl1mDiv3<>+44(SB)/1, $0x01
-DATA tl1mDiv3<>+45(SB)/1, $0x01
-DATA tl1mDiv3<>+46(SB)/1, $0x01
-DATA tl1mDiv3<>+47(SB)/1, $0x02
-DATA tl1mDiv3<>+48(SB)/1, $0x00
-DATA tl1mDiv3<>+49(SB)/1, $0x00
-DATA tl1mDiv3<>+50(SB)/1, $0x00
-DATA tl1mDiv3<>+51(SB)/1, $0x01
-DATA tl1mDiv3<>+52(SB)/1, $0x01
-DATA tl1mDiv3<>+53(SB)/1, $0x01
-DATA tl1mDiv3<>+54(SB)/1, $0x02
-DATA tl1mDiv3<>+55(SB)/1, $0x02
-DATA tl1mDiv3<>+56(SB)/1, $0x02
-DATA tl1mDiv3<>+57(SB)/1, $0x00
-DATA tl1mDiv3<>+58(SB)/1, $0x00
-DATA tl1mDiv3<>+59(SB)/1, $0x00
-DATA tl1mDiv3<>+60(SB)/1, $0x01
-DATA tl1mDiv3<>+61(SB)/1, $0x01
-DATA tl1mDiv3<>+62(SB)/1, $0x01
-DATA tl1mDiv3<>+63(SB)/1, $0x02
-GLOBL tl1mDiv3<>(SB), RODATA|NOPTR, $64
+GLOBL tl1mDiv3<>(SB), RODATA|NOPTR, $16
 
 DATA tl1mMod3<>+0(SB)/1, $0x00
 DATA tl1mMod3<>+1(SB)/1, $0x01
@@ -12080,55 +12032,7 @@ DATA tl1mMod3<>+12(SB)/1, $0x00
 DATA tl1mMod3<>+13(SB)/1, $0x01
 DATA tl1mMod3<>+14(SB)/1, $0x02
 DATA tl1mMod3<>+15(SB)/1, $0x00
-DATA tl1mMod3<>+16(SB)/1, $0x00
-DATA tl1mMod3<>+17(SB)/1, $0x01
-DATA tl1mMod3<>+18(SB)/1, $0x02
-DATA tl1mMod3<>+19(SB)/1, $0x00
-DATA tl1mMod3<>+20(SB)/1, $0x01
-DATA tl1mMod3<>+21(SB)/1, $0x02
-DATA tl1mMod3<>+22(SB)/1, $0x00
-DATA tl1mMod3<>+23(SB)/1, $0x01
-DATA tl1mMod3<>+24(SB)/1, $0x02
-DATA tl1mMod3<>+25(SB)/1, $0x00
-DATA tl1mMod3<>+26(SB)/1, $0x01
-DATA tl1mMod3<>+27(SB)/1, $0x02
-DATA tl1mMod3<>+28(SB)/1, $0x00
-DATA tl1mMod3<>+29(SB)/1, $0x01
-DATA tl1mMod3<>+30(SB)/1, $0x02
-DATA tl1mMod3<>+31(SB)/1, $0x00
-DATA tl1mMod3<>+32(SB)/1, $0x00
-DATA tl1mMod3<>+33(SB)/1, $0x01
-DATA tl1mMod3<>+34(SB)/1, $0x02
-DATA tl1mMod3<>+35(SB)/1, $0x00
-DATA tl1mMod3<>+36(SB)/1, $0x01
-DATA tl1mMod3<>+37(SB)/1, $0x02
-DATA tl1mMod3<>+38(SB)/1, $0x00
-DATA tl1mMod3<>+39(SB)/1, $0x01
-DATA tl1mMod3<>+40(SB)/1, $0x02
-DATA tl1mMod3<>+41(SB)/1, $0x00
-DATA tl1mMod3<>+42(SB)/1, $0x01
-DATA tl1mMod3<>+43(SB)/1, $0x02
-DATA tl1mMod3<>+44(SB)/1, $0x00
-DATA tl1mMod3<>+45(SB)/1, $0x01
-DATA tl1mMod3<>+46(SB)/1, $0x02
-DATA tl1mMod3<>+47(SB)/1, $0x00
-DATA tl1mMod3<>+48(SB)/1, $0x00
-DATA tl1mMod3<>+49(SB)/1, $0x01
-DATA tl1mMod3<>+50(SB)/1, $0x02
-DATA tl1mMod3<>+51(SB)/1, $0x00
-DATA tl1mMod3<>+52(SB)/1, $0x01
-DATA tl1mMod3<>+53(SB)/1, $0x02
-DATA tl1mMod3<>+54(SB)/1, $0x00
-DATA tl1mMod3<>+55(SB)/1, $0x01
-DATA tl1mMod3<>+56(SB)/1, $0x02
-DATA tl1mMod3<>+57(SB)/1, $0x00
-DATA tl1mMod3<>+58(SB)/1, $0x01
-DATA tl1mMod3<>+59(SB)/1, $0x02
-DATA tl1mMod3<>+60(SB)/1, $0x00
-DATA tl1mMod3<>+61(SB)/1, $0x01
-DATA tl1mMod3<>+62(SB)/1, $0x02
-DATA tl1mMod3<>+63(SB)/1, $0x00
-GLOBL tl1mMod3<>(SB), RODATA|NOPTR, $64
+GLOBL tl1mMod3<>(SB), RODATA|NOPTR, $16
 
 DATA tl1mTail<>+0(SB)/1, $0x00
 DATA tl1mTail<>+1(SB)/1, $0x00
@@ -12288,22 +12192,22 @@ tl1mb_done:
 // func lutTL1MT1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT1AVX512(SB), NOSPLIT, $0-8
-	MOVQ      a+0(FP), AX
-	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
-	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
-	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
-	VMOVDQU64 tl1mMod3<>+0(SB), Z3
-	MOVQ      32(AX), CX
-	MOVQ      (AX), DX
-	MOVQ      24(AX), BX
-	MOVQ      56(AX), R9
-	MOVQ      R9, R10
-	SHRQ      $0x02, R9
-	ANDQ      $0x03, R10
-	LEAQ      tl1mTail<>+0(SB), SI
-	SHLQ      $0x04, R10
-	KMOVQ     (SI)(R10*1), K1
-	KMOVQ     8(SI)(R10*1), K2
+	MOVQ            a+0(FP), AX
+	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
+	VBROADCASTI32X4 tl1mDiv3<>+0(SB), Z2
+	VBROADCASTI32X4 tl1mMod3<>+0(SB), Z3
+	MOVQ            32(AX), CX
+	MOVQ            (AX), DX
+	MOVQ            24(AX), BX
+	MOVQ            56(AX), R9
+	MOVQ            R9, R10
+	SHRQ            $0x02, R9
+	ANDQ            $0x03, R10
+	LEAQ            tl1mTail<>+0(SB), SI
+	SHLQ            $0x04, R10
+	KMOVQ           (SI)(R10*1), K1
+	KMOVQ           8(SI)(R10*1), K2
 
 lutTL1MT1AVX512_rb:
 	MOVQ  DX, SI
@@ -12413,24 +12317,24 @@ lutTL1MT1AVX512_store:
 // func lutTL1MT2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT2AVX512(SB), NOSPLIT, $0-8
-	MOVQ      a+0(FP), AX
-	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
-	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
-	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
-	VMOVDQU64 tl1mMod3<>+0(SB), Z3
-	MOVQ      32(AX), CX
-	MOVQ      CX, DX
-	ADDQ      40(AX), DX
-	MOVQ      (AX), BX
-	MOVQ      24(AX), SI
-	MOVQ      56(AX), R10
-	MOVQ      R10, R11
-	SHRQ      $0x02, R10
-	ANDQ      $0x03, R11
-	LEAQ      tl1mTail<>+0(SB), DI
-	SHLQ      $0x04, R11
-	KMOVQ     (DI)(R11*1), K1
-	KMOVQ     8(DI)(R11*1), K2
+	MOVQ            a+0(FP), AX
+	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
+	VBROADCASTI32X4 tl1mDiv3<>+0(SB), Z2
+	VBROADCASTI32X4 tl1mMod3<>+0(SB), Z3
+	MOVQ            32(AX), CX
+	MOVQ            CX, DX
+	ADDQ            40(AX), DX
+	MOVQ            (AX), BX
+	MOVQ            24(AX), SI
+	MOVQ            56(AX), R10
+	MOVQ            R10, R11
+	SHRQ            $0x02, R10
+	ANDQ            $0x03, R11
+	LEAQ            tl1mTail<>+0(SB), DI
+	SHLQ            $0x04, R11
+	KMOVQ           (DI)(R11*1), K1
+	KMOVQ           8(DI)(R11*1), K2
 
 lutTL1MT2AVX512_rb:
 	MOVQ  BX, DI
@@ -12558,26 +12462,26 @@ lutTL1MT2AVX512_store:
 // func lutTL1MT3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT3AVX512(SB), NOSPLIT, $0-8
-	MOVQ      a+0(FP), AX
-	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
-	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
-	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
-	VMOVDQU64 tl1mMod3<>+0(SB), Z3
-	MOVQ      32(AX), CX
-	MOVQ      CX, DX
-	ADDQ      40(AX), DX
-	MOVQ      DX, BX
-	ADDQ      40(AX), BX
-	MOVQ      (AX), SI
-	MOVQ      24(AX), DI
-	MOVQ      56(AX), R11
-	MOVQ      R11, R12
-	SHRQ      $0x02, R11
-	ANDQ      $0x03, R12
-	LEAQ      tl1mTail<>+0(SB), R8
-	SHLQ      $0x04, R12
-	KMOVQ     (R8)(R12*1), K1
-	KMOVQ     8(R8)(R12*1), K2
+	MOVQ            a+0(FP), AX
+	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
+	VBROADCASTI32X4 tl1mDiv3<>+0(SB), Z2
+	VBROADCASTI32X4 tl1mMod3<>+0(SB), Z3
+	MOVQ            32(AX), CX
+	MOVQ            CX, DX
+	ADDQ            40(AX), DX
+	MOVQ            DX, BX
+	ADDQ            40(AX), BX
+	MOVQ            (AX), SI
+	MOVQ            24(AX), DI
+	MOVQ            56(AX), R11
+	MOVQ            R11, R12
+	SHRQ            $0x02, R11
+	ANDQ            $0x03, R12
+	LEAQ            tl1mTail<>+0(SB), R8
+	SHLQ            $0x04, R12
+	KMOVQ           (R8)(R12*1), K1
+	KMOVQ           8(R8)(R12*1), K2
 
 lutTL1MT3AVX512_rb:
 	MOVQ  SI, R8
@@ -12719,28 +12623,28 @@ lutTL1MT3AVX512_store:
 // func lutTL1MT4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT4AVX512(SB), NOSPLIT, $0-8
-	MOVQ      a+0(FP), AX
-	VMOVDQU64 tl1mIdx0<>+0(SB), Z0
-	VMOVDQU64 tl1mIdx1<>+0(SB), Z1
-	VMOVDQU64 tl1mDiv3<>+0(SB), Z2
-	VMOVDQU64 tl1mMod3<>+0(SB), Z3
-	MOVQ      32(AX), CX
-	MOVQ      CX, DX
-	ADDQ      40(AX), DX
-	MOVQ      DX, BX
-	ADDQ      40(AX), BX
-	MOVQ      BX, SI
-	ADDQ      40(AX), SI
-	MOVQ      (AX), DI
-	MOVQ      24(AX), R8
-	MOVQ      56(AX), R12
-	MOVQ      R12, R13
-	SHRQ      $0x02, R12
-	ANDQ      $0x03, R13
-	LEAQ      tl1mTail<>+0(SB), R9
-	SHLQ      $0x04, R13
-	KMOVQ     (R9)(R13*1), K1
-	KMOVQ     8(R9)(R13*1), K2
+	MOVQ            a+0(FP), AX
+	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
+	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
+	VBROADCASTI32X4 tl1mDiv3<>+0(SB), Z2
+	VBROADCASTI32X4 tl1mMod3<>+0(SB), Z3
+	MOVQ            32(AX), CX
+	MOVQ            CX, DX
+	ADDQ            40(AX), DX
+	MOVQ            DX, BX
+	ADDQ            40(AX), BX
+	MOVQ            BX, SI
+	ADDQ            40(AX), SI
+	MOVQ            (AX), DI
+	MOVQ            24(AX), R8
+	MOVQ            56(AX), R12
+	MOVQ            R12, R13
+	SHRQ            $0x02, R12
+	ANDQ            $0x03, R13
+	LEAQ            tl1mTail<>+0(SB), R9
+	SHLQ            $0x04, R13
+	KMOVQ           (R9)(R13*1), K1
+	KMOVQ           8(R9)(R13*1), K2
 
 lutTL1MT4AVX512_rb:
 	MOVQ  DI, R9

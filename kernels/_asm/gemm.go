@@ -25,12 +25,20 @@ var (
 	wordOnes         Mem
 )
 
-func genGemm() {
-	var d3, m3, tw, tb, ib []byte
+// tl1CodeBytes are the vpshufb/vpermb tables of a tl1 pair index (a nibble, 0..8) to the
+// codes u = w+1 of its two weights: idx/3 and idx%3 (indices 9..15 are invalid; they map
+// into 0..2 all the same).
+func tl1CodeBytes() (div3, mod3 []byte) {
 	for i := 0; i < 16; i++ {
-		d3 = append(d3, byte(i/3%3))
-		m3 = append(m3, byte(i%3))
+		div3 = append(div3, byte(i/3%3))
+		mod3 = append(mod3, byte(i%3))
 	}
+	return div3, mod3
+}
+
+func genGemm() {
+	var tw, tb, ib []byte
+	d3, m3 := tl1CodeBytes()
 	for d := 9; d >= 1; d /= 3 {
 		for m := 0; m < 16; m++ {
 			v := m

@@ -56,8 +56,11 @@ func prefetchLine(far, near Mem) {
 
 // prefetchAhead prefetches the weight stream's line off bytes past base, prefetchFar ahead
 // into L2 and prefetchNear ahead into L1.
-func prefetchAhead(base Register, off int) {
-	prefetchLine(at(base, prefetchFar+off), at(base, prefetchNear+off))
+func prefetchAhead(base Register, off int) { prefetchAheadBy(base, prefetchFar, off) }
+
+// prefetchAheadBy is prefetchAhead with far bytes ahead into L2 (i2sFar, int8Far).
+func prefetchAheadBy(base Register, far, off int) {
+	prefetchLine(at(base, far+off), at(base, prefetchNear+off))
 }
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
@@ -657,7 +660,7 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 	var prefetch func(w Register, off int)
 	quadStart := func(w, quad Register) {
 		xReset()
-		prefetch = func(w Register, off int) { prefetchLine(at(w, i2sFar+off), at(w, prefetchNear+off)) }
+		prefetch = func(w Register, off int) { prefetchAheadBy(w, i2sFar, off) }
 		if argPF {
 			near, far := quadDist(a, quad, gPF, gPF7, 7), quadDist(a, quad, gFar, gFar6, 6)
 			prefetch = func(w Register, off int) { prefetchLine(idx(w, far, 1, off), idx(w, near, 1, off)) }
@@ -887,10 +890,8 @@ func gemvInt8Z(T int) {
 	x := p.get()
 	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
 		for u := 0; u < 4; u++ {
-			for h := 0; h < 2; h++ {
-				off := 128*u + 64*h
-				prefetchLine(at(w, int8Far+off), at(w, prefetchNear+off))
-			}
+			prefetchAheadBy(w, int8Far, 128*u)
+			prefetchAheadBy(w, int8Far, 128*u+64)
 			VPXORD(at(w, 128*u), m80, wv[0])
 			VPXORD(at(w, 128*u+64), m80, wv[1])
 			for t := range acc {
@@ -1486,6 +1487,28 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 	DECQ(n)
 	JNZ(LabelRef(name))
 	Label(name + "_done")
+}
+
+// lutPF sets pf to where a lookup kernel prefetches while it reads the row block at w0: PF
+// bytes ahead (the pieces of a chunk are contiguous: some row blocks), and where that is
+// past the range, on at Next, the caller's stream's next chunk: Next + PF - (row blocks
+// left) * RBBytes.
+func lutPF(name string, a, w0, pf Register) {
+	MOVQ(w0, pf)
+	ADDQ(at(a, lPF), pf)
+	keep := name + "_pfkeep"
+	CMPQ(at(a, lNext), U8(0))
+	JE(LabelRef(keep))
+	left := GP64()
+	MOVQ(at(a, lNRB), left)
+	IMULQ(at(a, lRBBytes), left)
+	CMPQ(left, at(a, lPF))
+	JGT(LabelRef(keep))
+	NEGQ(left)
+	ADDQ(at(a, lPF), left)
+	ADDQ(at(a, lNext), left)
+	MOVQ(left, pf)
+	Label(keep)
 }
 
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's

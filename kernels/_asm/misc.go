@@ -22,7 +22,7 @@ func genMisc() {
 		SHRQ(U8(8), n)
 		Label(name + "_loop")
 		for i := 0; i < 4; i++ { // (as the i2s and int8 kernels: see genReadStreams)
-			prefetchLine(at(pp, i2sFar+64*i), at(pp, prefetchNear+64*i))
+			prefetchAheadBy(pp, i2sFar, 64*i)
 		}
 		for i := 0; i < 4; i++ {
 			if z {

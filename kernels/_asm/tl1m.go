@@ -14,8 +14,8 @@ import (
 // row block (128 bytes: unit j's byte r is row r's pairs at inputs 4j..4j+3) become, by
 // two vpermt2b, two vectors whose dword r holds row r's byte of each of the four units
 // (rows 0-15, then 16-31). A vpermb of one of two 64-byte tables on those bytes (the low
-// nibble; the high one after a word shift: a table repeats its 16 entries four times, so
-// the two bits above the nibble do not matter) gives, in dword r, row r's codes of input
+// nibble; the high one after a word shift: a table is its 16 entries broadcast four times,
+// so the two bits above the nibble do not matter) gives, in dword r, row r's codes of input
 // p of each unit (p = 0..3: the low pair's first and second input, the high pair's), and
 // one vpdpbusd multiplies them with the four activations of input p of the four units,
 // a dword broadcast from the call's reordered activations (tabTL1M: per four units, 16
@@ -27,7 +27,7 @@ import (
 
 var (
 	tl1mIdx  [2]Mem // vpermt2b: dword r <- byte r (rows 0-15; 16-31) of units 0-3 of two registers
-	tl1mCode [2]Mem // vpermb: byte i -> (i&15)/3%3, (i&15)%3 (tl1Div3 and tl1Mod3 four times)
+	tl1mCode [2]Mem // tl1CodeBytes: nibble -> idx/3, idx%3 (16 bytes, broadcast to the four lanes for vpermb)
 	tl1mTail Mem    // per units left (0-3) two qword load masks of the last four units' 128 bytes
 	tl1mX    Mem    // vpshufb: byte 4p+j <- byte 4j+p of each 16 (tabTL1M's reordering)
 )
@@ -40,11 +40,7 @@ func genTL1M() {
 		}
 	}
 	tl1mIdx = [2]Mem{table("tl1mIdx0", ix[0]), table("tl1mIdx1", ix[1])}
-	var d3, m3 []byte
-	for i := 0; i < 64; i++ {
-		d3 = append(d3, byte(i&15/3%3))
-		m3 = append(m3, byte(i&15%3))
-	}
+	d3, m3 := tl1CodeBytes()
 	tl1mCode = [2]Mem{table("tl1mDiv3", d3), table("tl1mMod3", m3)}
 	var tail []byte
 	for left := 0; left < 4; left++ {
@@ -100,28 +96,6 @@ func lutBuildTL1M() {
 	RET()
 }
 
-// lutPF sets pf to where a lookup kernel prefetches while it reads the row block at w0: PF
-// bytes ahead (the pieces of a chunk are contiguous: some row blocks), and where that is
-// past the range, on at Next, the caller's stream's next chunk: Next + PF - (row blocks
-// left) * RBBytes.
-func lutPF(name string, a, w0, pf Register) {
-	MOVQ(w0, pf)
-	ADDQ(at(a, lPF), pf)
-	keep := name + "_pfkeep"
-	CMPQ(at(a, lNext), U8(0))
-	JE(LabelRef(keep))
-	left := GP64()
-	MOVQ(at(a, lNRB), left)
-	IMULQ(at(a, lRBBytes), left)
-	CMPQ(left, at(a, lPF))
-	JGT(LabelRef(keep))
-	NEGQ(left)
-	ADDQ(at(a, lPF), left)
-	ADDQ(at(a, lNext), left)
-	MOVQ(left, pf)
-	Label(keep)
-}
-
 // lutTL1MZ: the tl1 chunk kernel (see lutArgs) on zmm through vpdpbusd, tables of kind
 // tabTL1M, for T tokens: per row block the chunk's units four at a time (the last up to
 // three under masks), prefetching into L1 only (lutArgs.PF is tl1MAhead bytes: see there).
@@ -133,8 +107,8 @@ func lutTL1MZ(T int) {
 	idx0, idx1, d3, m3 := p.get(), p.get(), p.get(), p.get()
 	VMOVDQU64(tl1mIdx[0], idx0)
 	VMOVDQU64(tl1mIdx[1], idx1)
-	VMOVDQU64(tl1mCode[0], d3)
-	VMOVDQU64(tl1mCode[1], m3)
+	VBROADCASTI32X4(tl1mCode[0], d3)
+	VBROADCASTI32X4(tl1mCode[1], m3)
 	chains := max(1, 4/T)
 	acc := make([][2][]VecPhysical, T) // [token][rows 0-15, 16-31][chain]
 	var all []VecPhysical
