@@ -44,17 +44,6 @@ func ReadLoops() []ReadLoop {
 	return ls
 }
 
-// ReadLoopNamed is the read loop of ReadLoops called name (the first if there is none).
-func ReadLoopNamed(name string) ReadLoop {
-	ls := ReadLoops()
-	for _, l := range ls {
-		if l.Name == name {
-			return l
-		}
-	}
-	return ls[0]
-}
-
 // Int8PeakOps runs the int8 peak loop of Int8PeakPath for iters iterations and returns the
 // int8 operations it performed (multiply and add counted separately; 0 where no path runs or
 // iters < 1).

@@ -70,7 +70,7 @@ type fmtOps struct {
 	lutKind tabKind                   // tl2 on zmm: the table layout of lut[T] for T >= 3 (tabNone: tabKind)
 	exact   bool                      // GEMV sums are the exact dot products (no correction)
 	// lutOne: an exact lookup kernel for calls of one token (a.N == 1), of table layout
-	// oneTab, in place of lut[1] (tl1 on zmm: see lutOneAhead).
+	// oneTab, in place of lut[1] (tl1 on zmm: see tl1MAhead).
 	lutOne func(*byte)
 	oneTab tabKind
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
@@ -875,18 +875,20 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		off, size := ly.Piece(lo, c)
 		return piece{lo, hi, off, size}, true
 	}
-	// kernel and tabs are group g's kernel and table layout; pf is how far ahead it
-	// prefetches, given the bytes between row blocks.
+	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
+	// on tables of kind prefetches, given the bytes between row blocks.
 	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
-	pf := func(stride int) int { return tl2Ahead * stride }
-	switch one := k.lutOne(a.N); {
-	case one:
+	if k.lutOne(a.N) {
 		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }
-		pf = func(stride int) int { return tl1Ahead * stride }
-	case k.format == quantcfg.TL1 && k.ops.tabKind == tabTL1M:
-		pf = func(int) int { return tl1MAhead }
-	case k.format == quantcfg.TL1:
-		pf = func(stride int) int { return tl1Ahead * stride }
+	}
+	pf := func(kind tabKind, stride int) int {
+		switch {
+		case kind == tabTL1M:
+			return tl1MAhead
+		case isTL2Tab(kind):
+			return tl2Ahead * stride
+		}
+		return tl1Ahead * stride
 	}
 	// nextPiece is where this sweep's stream goes on after chunk c: its first piece of chunk
 	// c+1 (nil after its last chunk). The chunk's last call prefetches it in its last row
@@ -922,7 +924,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// end would be past the range.
 	call := func(g lutGroup, tab unsafe.Pointer, tabStride, lo, nrb, off, stride, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
 		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&g.sums[(lo-sb)*g.T*RowBlock]),
-			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: pf(stride)}
+			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: pf(tabs(g), stride)}
 		if la.BN > 0 {
 			la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 		}
@@ -1017,10 +1019,11 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// tl1: the blob is chunk-major like tl2's, one call per chunk for any T (the lookup
 	// kernels' tables are 16 KiB per token: more than L1 holds from two tokens on, yet
 	// splitting the chunk's units over calls, which leaves gaps in each call's stream,
-	// measured 5-15% slower; lutTL1MZ's activations are 1 KiB). Against the row-block-major layout before (kbench A/B, 7-9 interleaved
-	// rounds, 8B shapes): n = 1 +14-24% from DRAM at one thread, +8-16% at two; n = 2
-	// +8-17%, n = 4 +3-8%. As for tl2, each thread builds a chunk's tables just before
-	// it sweeps the chunk, so they come from its own L1: built once by Prepare, the
+	// measured 5-15% slower; lutTL1MZ's activations are 1 KiB). Against the row-block-major
+	// layout before (kbench A/B, 7-9 interleaved rounds, 8B shapes): n = 1 +14-24% from
+	// DRAM at one thread, +8-16% at two; n = 2 +8-17%, n = 4 +3-8%. As for tl2, each
+	// thread builds a chunk's tables just before it sweeps the chunk, so they come from
+	// its own L1: built once by Prepare, the
 	// other thread read all of K's from the core that built them, anew every call
 	// (measured from DRAM at two threads: 2560x2560 at 64-86% of the read rate, now
 	// 79-89%; n = 4 on 4096x14336 1.4x faster when the memory is fast; one thread

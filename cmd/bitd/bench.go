@@ -122,12 +122,11 @@ type benchReport struct {
 type benchEnv struct {
 	opt     benchOpts
 	machine benchMachine
-	l3By    map[int]float64              // L3-resident read rate by thread count (cache variant's roofline)
-	dramBy  map[int]float64              // DRAM read rate by thread count (the best seen so far)
-	loopBy  map[readKey]kernels.ReadLoop // the read loops of l3By and dramBy
-	dram    *kbench.Mem                  // the 1 GiB buffer, kept to re-measure during the run
-	l3      *kbench.Mem                  // the L3-resident buffer (the cache variant's roofline)
-	peakBy  map[int]float64              // int8 peak (Gops) by thread count, measured once when first needed
+	l3By    map[int]readRate // L3-resident read rate by thread count (cache variant's roofline)
+	dramBy  map[int]readRate // DRAM read rate by thread count (the best seen so far)
+	dram    *kbench.Mem      // the 1 GiB buffer, kept to re-measure during the run
+	l3      *kbench.Mem      // the L3-resident buffer (the cache variant's roofline)
+	peakBy  map[int]float64  // int8 peak (Gops) by thread count, measured once when first needed
 	log     io.Writer
 }
 
@@ -321,7 +320,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			os.Remove(plot.Name()) // after the rename there is nothing to remove
 		}()
 	}
-	e := &benchEnv{opt: o, log: stderr, l3By: map[int]float64{}, dramBy: map[int]float64{}, loopBy: map[readKey]kernels.ReadLoop{}, peakBy: map[int]float64{}}
+	e := &benchEnv{opt: o, log: stderr, l3By: map[int]readRate{}, dramBy: map[int]readRate{}, peakBy: map[int]float64{}}
 	if o.json {
 		e.log = io.Discard
 	}
@@ -383,7 +382,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// conservative roofline on a machine whose bandwidth drifts).
 	for i := range results {
 		if r := &results[i]; r.Op != "gemm" {
-			if rf := e.roofline(r.Threads, strings.HasPrefix(r.Op, "gemv_cache")); rf > 0 {
+			if rf := e.roofline(r.Threads, strings.HasPrefix(r.Op, "gemv_cache")).gbps; rf > 0 {
 				r.BestRooflinePct = 100 * r.GBps / rf
 			}
 		}
@@ -454,32 +453,25 @@ func (e *benchEnv) measureMachine() error {
 	threads = append(threads, m.Threads)
 	for _, t := range dedup(threads) {
 		p := kbench.NewPool(t)
-		c, loop := kbench.ReadBandwidth(p, l3.B, 20*reps)
+		bps, loop := kbench.ReadBandwidth(p, l3.B, 20*reps)
 		p.Close()
-		c /= 1e9
-		e.l3By[t], e.loopBy[readKey{t, true}] = c, loop
+		c := readRate{bps / 1e9, loop}
+		e.l3By[t] = c
 		if t == m.Threads {
-			m.ReadGBps.L3All, m.ReadLoop.L3All = c, loop.Name
+			m.ReadGBps.L3All, m.ReadLoop.L3All = c.gbps, loop.Name
 		}
 		e.remeasureDRAM(t, reps)
+		d := e.dramBy[t]
 		fmt.Fprintf(e.log, "read bandwidth, %d thread(s): DRAM %.1f GB/s (%s), L3-resident %.1f GB/s (%s)\n",
-			t, e.dramBy[t], e.readLoop(t, false).Name, c, loop.Name)
+			t, d.gbps, d.loop.Name, c.gbps, loop.Name)
 	}
 	return nil
 }
 
-// readKey names a roofline: a thread count, cache-resident or DRAM.
-type readKey struct {
-	threads int
-	cache   bool
-}
-
-// readLoop is the read loop of the roofline roofline(threads, cache) returns.
-func (e *benchEnv) readLoop(threads int, cache bool) kernels.ReadLoop {
-	if l, ok := e.loopBy[readKey{threads, cache}]; ok {
-		return l
-	}
-	return kernels.ReadLoops()[0]
+// readRate is a roofline: a read rate and the read loop (kernels.ReadLoops) that read it.
+type readRate struct {
+	gbps float64
+	loop kernels.ReadLoop
 }
 
 // remeasureDRAM reads the 1 GiB buffer with t threads and keeps the best rate seen: the
@@ -487,18 +479,19 @@ func (e *benchEnv) readLoop(threads int, cache bool) kernels.ReadLoop {
 // read rate measured up to its own measurement (before each shape), never with a stale low.
 func (e *benchEnv) remeasureDRAM(t, reps int) {
 	p := kbench.NewPool(t)
-	d, loop := kbench.ReadBandwidth(p, e.dram.B, reps)
+	bps, loop := kbench.ReadBandwidth(p, e.dram.B, reps)
 	p.Close()
-	if d /= 1e9; d > e.dramBy[t] {
-		e.dramBy[t], e.loopBy[readKey{t, false}] = d, loop
+	if d := bps / 1e9; d > e.dramBy[t].gbps {
+		e.dramBy[t] = readRate{d, loop}
 	}
 	m := &e.machine
-	m.ReadGBps.DRAM1T, m.ReadLoop.DRAM1T = e.dramBy[1], e.readLoop(1, false).Name
-	m.ReadGBps.DRAMAll, m.ReadLoop.DRAMAll = e.dramBy[m.Threads], e.readLoop(m.Threads, false).Name
+	one, all := e.dramBy[1], e.dramBy[m.Threads]
+	m.ReadGBps.DRAM1T, m.ReadLoop.DRAM1T = one.gbps, one.loop.Name
+	m.ReadGBps.DRAMAll, m.ReadLoop.DRAMAll = all.gbps, all.loop.Name
 }
 
-// roofline is the read rate a result is compared with.
-func (e *benchEnv) roofline(threads int, cache bool) float64 {
+// roofline is the read rate a result is compared with, and its loop.
+func (e *benchEnv) roofline(threads int, cache bool) readRate {
 	if cache {
 		return e.l3By[threads]
 	}
@@ -597,7 +590,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			}
 			if o.reads {
 				for _, set := range sets {
-					r, err := kbench.NewReadRunner(p, set, 2, e.readLoop(t, o.cache))
+					r, err := kbench.NewReadRunner(p, set, 2, e.roofline(t, o.cache).loop)
 					if err != nil {
 						p.Close()
 						free()
@@ -606,7 +599,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
-			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.readLoop(t, o.cache)}, o.rounds, o.minTime)
+			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.roofline(t, o.cache).loop}, o.rounds, o.minTime)
 			p.Close()
 			at := func(ni, i int) kbench.Timing { return tms[i*len(o.ns)+ni] }
 			readAt := func(i int) kbench.Timing { return tms[len(sets)*len(o.ns)+i] }
