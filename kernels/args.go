@@ -68,15 +68,17 @@ type lutArgs struct {
 	BTab unsafe.Pointer
 	BN   int
 	BPer int
-	// zmm kernels: the kernel prefetches PF bytes ahead of the row block it reads (a few
-	// pieces, which are contiguous), and where that is past the range, at Next plus the
-	// excess: Next is where the caller's stream goes on (its next chunk's first piece);
-	// nil: straight on. Hints only. (The AVX2 kernels prefetch the next piece.)
+	// zmm kernels: the kernel prefetches PF bytes ahead of the row block it reads (the
+	// pieces are contiguous), and once fewer than Turn bytes of the range are left (Turn >=
+	// PF), Turn bytes ahead as if Next continued the range: Next is where the caller's
+	// stream goes on (its next chunk's first piece); nil: straight on, PF ahead. Hints
+	// only. (The AVX2 kernels prefetch the next piece.)
 	Next unsafe.Pointer
 	PF   int
 	// BDone: tables built so far (the kernel's progress, in place of advancing BX and
 	// BTab; callers set 0).
 	BDone int
+	Turn  int
 }
 
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,

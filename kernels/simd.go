@@ -632,6 +632,20 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 // tables in L1 are what the lookups need.
 const tl2Ahead = 3
 
+// tl2OneAhead is how many bytes ahead the one-token tl2 kernel prefetches (into L2 and L1)
+// within a chunk's range; it turns to the next chunk tl2Ahead row blocks ahead
+// (lutArgs.Turn), where a thread's stream jumps over the other threads' pieces and the
+// hardware's prefetchers start over. On the 2-vCPU Xeon guest with a 480 MiB L3, tl2 from
+// DRAM, % of the read rate, two interleaved rounds, against tl2Ahead row blocks for both:
+// one thread 76-86 against 68-77 (2560x2560 84-86 against 74-75), two threads 72-85
+// against 66-83 (2560x2560 72-76 against 66-67; 640x2560 57-59 against 53-58). Turning
+// 2 KiB ahead as well was 1-4% faster at one thread but 640x2560 at two threads read 47-51
+// (its ranges are 33 KB a chunk); 4 KiB for both sat between. The BitNet-2B-shaped model
+// (`bitd bench -model bitnet-2b`, weights in huge pages, four runs in turn): one thread
+// 28.6-31.2 tokens/s against 26.8-28.4, two 49.3-53.2 against 51.7-54.8 with i2s in the
+// same runs 49.5-51.6 against 50.7-51.7 (tl2 over i2s 1.00-1.06 against 1.02-1.06).
+const tl2OneAhead = 2048
+
 // tl1 on zmm runs two kernels. With two or more tokens, lutTL1MZ: no tables, each unit's
 // 4-bit pair indices decoded (vpermb) to the codes u = w+1 of their two weights and
 // multiplied into the activations with vpdpbusd, as i2s does; per 128 bytes of weights
@@ -881,14 +895,18 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	if k.lutOne(a.N) {
 		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }
 	}
-	pf := func(kind tabKind, stride int) int {
-		switch {
+	// pf is how far ahead group g's kernel prefetches given the bytes between row blocks,
+	// and turn how far ahead it turns to the next chunk (lutArgs.PF, Turn).
+	pf := func(g lutGroup, stride int) (pf, turn int) {
+		switch kind := tabs(g); {
 		case kind == tabTL1M:
-			return tl1MAhead
+			return tl1MAhead, tl1MAhead
+		case isTL2Tab(kind) && g.T == 1:
+			return tl2OneAhead, max(tl2OneAhead, tl2Ahead*stride)
 		case isTL2Tab(kind):
-			return tl2Ahead * stride
+			return tl2Ahead * stride, tl2Ahead * stride
 		}
-		return tl1Ahead * stride
+		return tl1Ahead * stride, tl1Ahead * stride
 	}
 	// nextPiece is where this sweep's stream goes on after chunk c: its first piece of chunk
 	// c+1 (nil after its last chunk). The chunk's last call prefetches it in its last row
@@ -924,7 +942,8 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// end would be past the range.
 	call := func(g lutGroup, tab unsafe.Pointer, tabStride, lo, nrb, off, stride, blocks, units int, bx []int8, btab []byte, next unsafe.Pointer) {
 		*la = lutArgs{W: unsafe.Add(data, off), RBBytes: stride, NRB: nrb, Sums: unsafe.Pointer(&g.sums[(lo-sb)*g.T*RowBlock]),
-			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next, PF: pf(tabs(g), stride)}
+			Tab: tab, TabStride: tabStride, Blocks: blocks, Units: units, BN: len(bx) / 3, Next: next}
+		la.PF, la.Turn = pf(g, stride)
 		if la.BN > 0 {
 			la.BX, la.BTab, la.BPer = unsafe.Pointer(&bx[0]), unsafe.Pointer(&btab[0]), (la.BN+nrb-1)/nrb
 		}

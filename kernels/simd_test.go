@@ -237,7 +237,7 @@ func TestArgOffsets(t *testing.T) {
 		{"lut.BX", unsafe.Offsetof(la.BX), 64}, {"lut.BTab", unsafe.Offsetof(la.BTab), 72},
 		{"lut.BN", unsafe.Offsetof(la.BN), 80}, {"lut.BPer", unsafe.Offsetof(la.BPer), 88},
 		{"lut.Next", unsafe.Offsetof(la.Next), 96}, {"lut.PF", unsafe.Offsetof(la.PF), 104},
-		{"lut.BDone", unsafe.Offsetof(la.BDone), 112},
+		{"lut.BDone", unsafe.Offsetof(la.BDone), 112}, {"lut.Turn", unsafe.Offsetof(la.Turn), 120},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

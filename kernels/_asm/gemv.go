@@ -1035,7 +1035,7 @@ func gemvInt1Z(T int) {
 // Argument block offsets: kernels.lutArgs.
 const (
 	lW, lRBBytes, lNRB, lSums, lTab, lTabStride, lBlocks, lUnits = 0, 8, 16, 24, 32, 40, 48, 56
-	lBX, lBTab, lBN, lBPer, lNext, lPF, lBDone                   = 64, 72, 80, 88, 96, 104, 112
+	lBX, lBTab, lBN, lBPer, lNext, lPF, lBDone, lTurn            = 64, 72, 80, 88, 96, 104, 112, 120
 )
 
 // takeChunk returns a new register c = min(n, most) and subtracts c from n: the next chunk
@@ -1490,9 +1490,9 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 }
 
 // lutPF sets pf to where a lookup kernel prefetches while it reads the row block at w0: PF
-// bytes ahead (the pieces of a chunk are contiguous: some row blocks), and where that is
-// past the range, on at Next, the caller's stream's next chunk: Next + PF - (row blocks
-// left) * RBBytes.
+// bytes ahead (the pieces of a chunk are contiguous: some row blocks), and once fewer than
+// Turn bytes of the range are left, on at Next, the caller's stream's next chunk: Next +
+// Turn - (row blocks left) * RBBytes.
 func lutPF(name string, a, w0, pf Register) {
 	MOVQ(w0, pf)
 	ADDQ(at(a, lPF), pf)
@@ -1502,10 +1502,10 @@ func lutPF(name string, a, w0, pf Register) {
 	left := GP64()
 	MOVQ(at(a, lNRB), left)
 	IMULQ(at(a, lRBBytes), left)
-	CMPQ(left, at(a, lPF))
+	CMPQ(left, at(a, lTurn))
 	JGT(LabelRef(keep))
 	NEGQ(left)
-	ADDQ(at(a, lPF), left)
+	ADDQ(at(a, lTurn), left)
 	ADDQ(at(a, lNext), left)
 	MOVQ(left, pf)
 	Label(keep)
