@@ -176,7 +176,8 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 	}()
 	for l := range ids {
 		for i, tm := range templates {
-			s := engine.Spec{LayerSpec: tm.spec, Packed: append([]byte(nil), tm.blob...), Borrow: true, Trusted: true, Scales: tm.scales}
+			// The engine copies the blob into memory of its own, as it does a client's upload.
+			s := engine.Spec{LayerSpec: tm.spec, Packed: tm.blob, Trusted: true, Scales: tm.scales}
 			s.Name = fmt.Sprintf("bench/%d/%s/%d", l, model.Mats[min(i, len(model.Mats)-1)].Name, i)
 			id, err := eng.Register(s)
 			if err != nil {
