@@ -78,7 +78,7 @@ type lutArgs struct {
 	// BDone: tables built so far (the kernel's progress, in place of advancing BX and
 	// BTab; callers set 0).
 	BDone int
-	Turn  int
+	Turn  int // (with PF, above)
 }
 
 // unpackArgs: decode one row block into the GEMM layout B[q][r][i] = u(r, 4q+i), bytes,
