@@ -91,7 +91,7 @@ func (a *Arena) Alloc(size int) (*Block, error) {
 	}
 	base, err := mapAligned(mapped, HugePageSize, unix.PROT_READ|unix.PROT_WRITE)
 	if err != nil {
-		return nil, a.errf(ErrArena, "mapping %d bytes: %v", mapped, err)
+		return nil, fmt.Errorf("%w %s: mapping %d bytes: %w", ErrArena, a.opts.Name, mapped, err) // (ENOMEM stays visible)
 	}
 	b := &Block{arena: a, data: unsafe.Slice((*byte)(base), size)[:size:size], mapped: mapped}
 	full := unsafe.Slice((*byte)(base), mapped)

@@ -99,8 +99,9 @@ func TestArenaBadSizes(t *testing.T) {
 		}
 	}
 	// More than the address space can hold fails with an error, not a crash.
-	if _, err := a.Alloc(1 << 61); !errors.Is(err, ErrArena) {
-		t.Errorf("Alloc(2^61): %v", err)
+	// The kernel's ENOMEM stays visible (the daemon tells a client a limit was hit).
+	if _, err := a.Alloc(1 << 61); !errors.Is(err, ErrArena) || !errors.Is(err, syscall.ENOMEM) {
+		t.Errorf("Alloc(2^61): %v, want ErrArena and ENOMEM", err)
 	}
 }
 

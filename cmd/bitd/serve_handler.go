@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"syscall"
 	"unsafe"
 
 	"bitgo/engine"
@@ -51,6 +52,8 @@ func mapErr(err error, shapeIs error) error {
 		s = ipc.ErrUnsupported
 	case errors.Is(err, engine.ErrBadRequest), errors.Is(err, kernels.ErrShape):
 		s = shapeIs
+	case errors.Is(err, syscall.ENOMEM): // the weights' memory could not be mapped
+		s = ipc.ErrLimit
 	default:
 		return err // quantcfg's sentinels are classified by ipc.StatusOf; the rest is internal
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +148,7 @@ func TestMapErr(t *testing.T) {
 		{fmt.Errorf("x: %w", kernels.ErrWeights), ipc.ErrShape, ipc.StatusInvalid},
 		{fmt.Errorf("x: %w", kernels.ErrNoKernel), ipc.ErrShape, ipc.StatusUnsupported},
 		{fmt.Errorf("x: %w", quantcfg.ErrUnsupported), ipc.ErrShape, ipc.StatusUnsupported},
+		{fmt.Errorf("x: %w: %w", paged.ErrArena, os.NewSyscallError("mmap", syscall.ENOMEM)), ipc.ErrShape, ipc.StatusLimit},
 		{errors.New("disk on fire"), ipc.ErrShape, ipc.StatusInternal},
 	} {
 		got := mapErr(c.err, c.shape)
