@@ -41,6 +41,7 @@ GLOBL epiRowBits<>(SB), RODATA|NOPTR, $128
 // func epilogueAVX512(a *byte)
 // Requires: AVX, AVX512F
 TEXT ·epilogueAVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -120,6 +121,7 @@ epilogueAVX512_store:
 // func epilogueAVX2(a *byte)
 // Requires: AVX, AVX2
 TEXT ·epilogueAVX2(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX

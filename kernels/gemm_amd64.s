@@ -291,12 +291,13 @@ GLOBL wordOnes<>(SB), RODATA|NOPTR, $32
 // func tileT1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT1AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT1AVX512_seg:
 	MOVQ    32(AX), R8
@@ -325,12 +326,13 @@ tileT1AVX512_q:
 // func tileT2AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT2AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT2AVX512_seg:
 	MOVQ    32(AX), R8
@@ -365,12 +367,13 @@ tileT2AVX512_q:
 // func tileT3AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT3AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT3AVX512_seg:
 	MOVQ    32(AX), R8
@@ -411,12 +414,13 @@ tileT3AVX512_q:
 // func tileT4AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT4AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT4AVX512_seg:
 	MOVQ    32(AX), R8
@@ -463,12 +467,13 @@ tileT4AVX512_q:
 // func tileT5AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT5AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT5AVX512_seg:
 	MOVQ    32(AX), R8
@@ -521,12 +526,13 @@ tileT5AVX512_q:
 // func tileT6AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT6AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT6AVX512_seg:
 	MOVQ    32(AX), R8
@@ -585,12 +591,13 @@ tileT6AVX512_q:
 // func tileT7AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT7AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT7AVX512_seg:
 	MOVQ    32(AX), R8
@@ -655,12 +662,13 @@ tileT7AVX512_q:
 // func tileT8AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT8AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT8AVX512_seg:
 	MOVQ    32(AX), R8
@@ -731,12 +739,13 @@ tileT8AVX512_q:
 // func tileT9AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT9AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT9AVX512_seg:
 	MOVQ    32(AX), R8
@@ -813,12 +822,13 @@ tileT9AVX512_q:
 // func tileT10AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT10AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT10AVX512_seg:
 	MOVQ    32(AX), R8
@@ -901,12 +911,13 @@ tileT10AVX512_q:
 // func tileT11AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT11AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT11AVX512_seg:
 	MOVQ    32(AX), R8
@@ -995,12 +1006,13 @@ tileT11AVX512_q:
 // func tileT12AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV
 TEXT ·tileT12AVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT12AVX512_seg:
 	MOVQ    32(AX), R8
@@ -1095,6 +1107,7 @@ tileT12AVX512_q:
 // func tileT1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT1AVX2(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	MOVQ    8(AX), DX
@@ -1147,6 +1160,7 @@ tileT1AVX2_q:
 // func tileT2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT2AVX2(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	MOVQ    8(AX), DX
@@ -1220,12 +1234,13 @@ tileT2AVX2_q:
 // func tileT2AVX2x16(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT2AVX2x16(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT2AVX2x16_seg:
 	MOVQ    32(AX), R8
@@ -1322,12 +1337,13 @@ tileT2AVX2x16_step:
 // func tileT1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT1AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT1AVXVNNI_seg:
 	MOVQ    32(AX), R8
@@ -1365,12 +1381,13 @@ tileT1AVXVNNI_q:
 // func tileT2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT2AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT2AVXVNNI_seg:
 	MOVQ    32(AX), R8
@@ -1421,12 +1438,13 @@ tileT2AVXVNNI_q:
 // func tileT3AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV
 TEXT ·tileT3AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 tileT3AVXVNNI_seg:
 	MOVQ    32(AX), R8
@@ -1490,6 +1508,7 @@ tileT3AVXVNNI_q:
 // func unpackInt2AVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt2AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	MOVQ           8(AX), DX
@@ -1524,6 +1543,7 @@ unpackInt2AVX2_u:
 // func unpackInt1AVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt1AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	MOVQ           8(AX), DX
@@ -1567,6 +1587,7 @@ unpackInt1AVX2_u:
 // func unpackInt8AVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackInt8AVX2(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -1594,6 +1615,7 @@ unpackInt8AVX2_u:
 // func unpackI2SAVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackI2SAVX2(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -2724,6 +2746,7 @@ unpackI2SAVX2_blk:
 // func unpackTL1AVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackTL1AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	MOVQ           8(AX), DX
@@ -2769,6 +2792,7 @@ unpackTL1AVX2_u:
 // func unpackTL2AVX2(a *byte)
 // Requires: AVX, AVX2, SSE2
 TEXT ·unpackTL2AVX2(SB), $1536-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	MOVQ           8(AX), DX

@@ -66,6 +66,11 @@ func gemvInt8T1AVX512(a *byte)
 //go:noescape
 func gemvI2ST1AVX512(a *byte)
 
+// gemvI2SLongT1AVX512 is gemvI2ST1AVX512 for a long K (Kp >= 2*4096, two row quads a pass); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2SLongT1AVX512(a *byte)
+
 // gemvInt1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
 //go:noescape

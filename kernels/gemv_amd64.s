@@ -1238,6 +1238,7 @@ GLOBL int2Fix1<>(SB), RODATA|NOPTR, $64
 // func gemvInt2T1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	XORQ      DX, DX
@@ -1375,6 +1376,7 @@ gemvInt2T1AVX512_fused:
 // func gemvInt2SeqT1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      8(AX), DX
@@ -1481,6 +1483,7 @@ gemvInt2SeqT1AVX512_fused:
 // func gemvInt8T1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -1613,6 +1616,7 @@ gemvInt8T1AVX512_fused:
 // func gemvI2ST1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         8(AX), CX
 	XORQ         DX, DX
@@ -1711,9 +1715,174 @@ gemvI2ST1AVX512_blk:
 	VZEROUPPER
 	RET
 
+// func gemvI2SLongT1AVX512(a *byte)
+// Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvI2SLongT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	MOVQ         a+0(FP), AX
+	MOVQ         8(AX), CX
+	XORQ         DX, DX
+	MOVL         $0xc0c0c0c0, DX
+	VPBROADCASTD DX, Z0
+	MOVL         $0x30303030, DX
+	VPBROADCASTD DX, Z1
+	MOVL         $0x0c0c0c0c, DX
+	VPBROADCASTD DX, Z2
+	MOVL         $0x03030303, DX
+	VPBROADCASTD DX, Z3
+	MOVQ         64(AX), BX
+	XORQ         R8, R8
+	MOVQ         24(AX), R10
+	MOVQ         (AX), R9
+
+gemvI2SLongT1AVX512_quad:
+	MOVQ R9, R11
+	XORQ DX, DX
+	MOVQ $0x00001000, SI
+	MOVQ BX, DI
+	SUBQ $0x00001000, DI
+	SHRQ $0x07, DI
+	MOVQ 40(AX), R12
+	MOVQ R10, R13
+
+gemvI2SLongT1AVX512_seg:
+	MOVQ    32(AX), R14
+	CMPQ    R12, $0x01
+	CMOVQEQ 48(AX), R14
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+	VPXORD  Z12, Z12, Z12
+	VPXORD  Z13, Z13, Z13
+	VPXORD  Z14, Z14, Z14
+	VPXORD  Z15, Z15, Z15
+	VPXORD  Z16, Z16, Z16
+	VPXORD  Z17, Z17, Z17
+	VPXORD  Z18, Z18, Z18
+	VPXORD  Z19, Z19, Z19
+
+gemvI2SLongT1AVX512_blk:
+	PREFETCHT1 (R11)(SI*1)
+	PREFETCHT0 2048(R11)
+	PREFETCHT1 4096(R11)(BX*1)
+	PREFETCHT0 2048(R11)(BX*1)
+	PREFETCHT1 64(R11)(SI*1)
+	PREFETCHT0 2112(R11)
+	PREFETCHT1 4160(R11)(BX*1)
+	PREFETCHT0 2112(R11)(BX*1)
+	DECQ       DI
+	JNZ        gemvI2SLongT1AVX512_ahead
+	LEAQ       (SI)(BX*2), SI
+
+gemvI2SLongT1AVX512_ahead:
+	VMOVDQU64       (R11), Z20
+	VMOVDQU64       (R11)(BX*1), Z22
+	VMOVDQU64       64(R11), Z21
+	VMOVDQU64       64(R11)(BX*1), Z23
+	VBROADCASTI64X4 (CX)(DX*1), Z28
+	VPANDD          Z0, Z20, Z24
+	VPDPBUSD        Z28, Z24, Z4
+	VPANDD          Z0, Z21, Z25
+	VPDPBUSD        Z28, Z25, Z8
+	VPANDD          Z0, Z22, Z26
+	VPDPBUSD        Z28, Z26, Z12
+	VPANDD          Z0, Z23, Z27
+	VPDPBUSD        Z28, Z27, Z16
+	VBROADCASTI64X4 32(CX)(DX*1), Z28
+	VPANDD          Z1, Z20, Z24
+	VPDPBUSD        Z28, Z24, Z5
+	VPANDD          Z1, Z21, Z25
+	VPDPBUSD        Z28, Z25, Z9
+	VPANDD          Z1, Z22, Z26
+	VPDPBUSD        Z28, Z26, Z13
+	VPANDD          Z1, Z23, Z27
+	VPDPBUSD        Z28, Z27, Z17
+	VBROADCASTI64X4 64(CX)(DX*1), Z28
+	VPANDD          Z2, Z20, Z24
+	VPDPBUSD        Z28, Z24, Z6
+	VPANDD          Z2, Z21, Z25
+	VPDPBUSD        Z28, Z25, Z10
+	VPANDD          Z2, Z22, Z26
+	VPDPBUSD        Z28, Z26, Z14
+	VPANDD          Z2, Z23, Z27
+	VPDPBUSD        Z28, Z27, Z18
+	VBROADCASTI64X4 96(CX)(DX*1), Z28
+	VPANDD          Z3, Z20, Z24
+	VPDPBUSD        Z28, Z24, Z7
+	VPANDD          Z3, Z21, Z25
+	VPDPBUSD        Z28, Z25, Z11
+	VPANDD          Z3, Z22, Z26
+	VPDPBUSD        Z28, Z26, Z15
+	VPANDD          Z3, Z23, Z27
+	VPDPBUSD        Z28, Z27, Z19
+	SUBQ            $-128, R11
+	ADDQ            $0x00000080, DX
+	DECQ            R14
+	JNZ             gemvI2SLongT1AVX512_blk
+	VMOVDQU32       i2sGather<>+0(SB), Z24
+	VPSRAD          $0x06, Z4, Z4
+	VPSRAD          $0x04, Z5, Z5
+	VPSRAD          $0x02, Z6, Z6
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z6, Z4, Z4
+	VPADDD          Z7, Z4, Z4
+	VPSRAD          $0x06, Z8, Z8
+	VPSRAD          $0x04, Z9, Z9
+	VPSRAD          $0x02, Z10, Z10
+	VPADDD          Z9, Z8, Z8
+	VPADDD          Z10, Z8, Z8
+	VPADDD          Z11, Z8, Z8
+	VSHUFI64X2      $0x88, Z8, Z4, Z25
+	VSHUFI64X2      $0xdd, Z8, Z4, Z26
+	VPADDD          Z26, Z25, Z25
+	VPSHUFD         $0x4e, Z25, Z26
+	VPADDD          Z26, Z25, Z25
+	VPSHUFD         $0xb1, Z25, Z26
+	VPADDD          Z26, Z25, Z25
+	VPERMD          Z25, Z24, Z25
+	VMOVDQU32       X25, (R13)
+	VPSRAD          $0x06, Z12, Z12
+	VPSRAD          $0x04, Z13, Z13
+	VPSRAD          $0x02, Z14, Z14
+	VPADDD          Z13, Z12, Z12
+	VPADDD          Z14, Z12, Z12
+	VPADDD          Z15, Z12, Z12
+	VPSRAD          $0x06, Z16, Z16
+	VPSRAD          $0x04, Z17, Z17
+	VPSRAD          $0x02, Z18, Z18
+	VPADDD          Z17, Z16, Z16
+	VPADDD          Z18, Z16, Z16
+	VPADDD          Z19, Z16, Z16
+	VSHUFI64X2      $0x88, Z16, Z12, Z25
+	VSHUFI64X2      $0xdd, Z16, Z12, Z26
+	VPADDD          Z26, Z25, Z25
+	VPSHUFD         $0x4e, Z25, Z26
+	VPADDD          Z26, Z25, Z25
+	VPSHUFD         $0xb1, Z25, Z26
+	VPADDD          Z26, Z25, Z25
+	VPERMD          Z25, Z24, Z25
+	VMOVDQU32       X25, 16(R13)
+	ADDQ            $0x00000080, R13
+	DECQ            R12
+	JNZ             gemvI2SLongT1AVX512_seg
+	ADDQ            64(AX), R9
+	ADDQ            64(AX), R9
+	ADDQ            $0x20, R10
+	ADDQ            $0x02, R8
+	CMPQ            R8, $0x08
+	JNE             gemvI2SLongT1AVX512_quad
+	VZEROUPPER
+	RET
+
 // func gemvInt1T1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt1T1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	XORQ         DX, DX
@@ -1897,6 +2066,7 @@ gemvInt1T1AVX512_fused:
 // func lutTL1T1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL1T1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVL         $0x0f0f0f0f, CX
@@ -2031,6 +2201,7 @@ lutTL1T1AVX512_tl1done:
 // func lutTL2T1AVX512(a *byte)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVL         $0x0f0f0f0f, CX
@@ -2354,6 +2525,7 @@ lutTL2T1AVX512_brest_done:
 // func gemvInt2T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	XORQ      DX, DX
@@ -2550,6 +2722,7 @@ gemvInt2T2AVX512_fused:
 // func gemvInt8T2AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -2735,6 +2908,7 @@ gemvInt8T2AVX512_fused:
 // func gemvI2ST2AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvI2ST2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         8(AX), CX
 	MOVQ         CX, DX
@@ -2879,6 +3053,7 @@ gemvI2ST2AVX512_blk:
 // func gemvInt1T2AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt1T2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	XORQ         DX, DX
@@ -3091,6 +3266,7 @@ gemvInt1T2AVX512_fused:
 // func lutTL2T2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVQ         SI, DI
@@ -3681,6 +3857,7 @@ lutTL2T2AVX512_end:
 // func gemvInt2T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -3871,6 +4048,7 @@ gemvInt2T3AVX512_fused:
 // func gemvInt2SeqT3AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      8(AX), DX
@@ -4059,6 +4237,7 @@ gemvInt2SeqT3AVX512_fused:
 // func gemvInt8T3AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -4273,6 +4452,7 @@ gemvInt8T3AVX512_fused:
 // func gemvI2ST3AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, GFNI, MMX+
 TEXT ·gemvI2ST3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      8(AX), CX
 	MOVQ      CX, DX
@@ -4441,6 +4621,7 @@ gemvI2ST3AVX512_st2:
 // func gemvInt1T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt1T3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	XORQ      DX, DX
@@ -4679,6 +4860,7 @@ gemvInt1T3AVX512_fused:
 // func lutTL2T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVQ         SI, DI
@@ -5529,6 +5711,7 @@ lutTL2T3AVX512_end:
 // func gemvInt2T4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -5758,6 +5941,7 @@ gemvInt2T4AVX512_fused:
 // func gemvInt2SeqT4AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      8(AX), DX
@@ -5987,6 +6171,7 @@ gemvInt2SeqT4AVX512_fused:
 // func gemvInt8T4AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         8(AX), DX
@@ -6246,6 +6431,7 @@ gemvInt8T4AVX512_fused:
 // func gemvI2ST4AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, GFNI, MMX+
 TEXT ·gemvI2ST4AVX512(SB), NOSPLIT, $8-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      8(AX), CX
 	MOVQ      CX, DX
@@ -6450,6 +6636,7 @@ gemvI2ST4AVX512_st3:
 // func gemvInt1T4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt1T4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	XORQ      DX, DX
@@ -6745,6 +6932,7 @@ gemvInt1T4AVX512_fused:
 // func lutTL2T4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         32(AX), SI
 	MOVQ         SI, DI
@@ -7775,6 +7963,7 @@ lutTL2T4AVX512_end:
 // func gemvInt2T5AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T5AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -8050,6 +8239,7 @@ gemvInt2T5AVX512_fused:
 // func gemvInt2SeqT5AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT5AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      16(AX), DX
@@ -8327,6 +8517,7 @@ gemvInt2SeqT5AVX512_fused:
 // func gemvInt8T5AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T5AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -8638,6 +8829,7 @@ gemvInt8T5AVX512_fused:
 // func gemvInt2T6AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T6AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -8946,6 +9138,7 @@ gemvInt2T6AVX512_fused:
 // func gemvInt2SeqT6AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT6AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      16(AX), DX
@@ -9258,6 +9451,7 @@ gemvInt2SeqT6AVX512_fused:
 // func gemvInt8T6AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T6AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -9608,6 +9802,7 @@ gemvInt8T6AVX512_fused:
 // func gemvInt2T7AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T7AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -9949,6 +10144,7 @@ gemvInt2T7AVX512_fused:
 // func gemvInt2SeqT7AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT7AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      16(AX), DX
@@ -10296,6 +10492,7 @@ gemvInt2SeqT7AVX512_fused:
 // func gemvInt8T7AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T7AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -10685,6 +10882,7 @@ gemvInt8T7AVX512_fused:
 // func gemvInt2T8AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2T8AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -11059,6 +11257,7 @@ gemvInt2T8AVX512_fused:
 // func gemvInt2SeqT8AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT8AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
 	MOVQ      a+0(FP), AX
 	MOVQ      (AX), CX
 	MOVQ      16(AX), DX
@@ -11441,6 +11640,7 @@ gemvInt2SeqT8AVX512_fused:
 // func gemvInt8T8AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T8AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
 	MOVQ         (AX), CX
 	MOVQ         16(AX), DX
@@ -12192,6 +12392,7 @@ tl1mb_done:
 // func lutTL1MT1AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN         $0x40
 	MOVQ            a+0(FP), AX
 	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
 	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
@@ -12317,6 +12518,7 @@ lutTL1MT1AVX512_store:
 // func lutTL1MT2AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN         $0x40
 	MOVQ            a+0(FP), AX
 	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
 	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
@@ -12462,6 +12664,7 @@ lutTL1MT2AVX512_store:
 // func lutTL1MT3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT3AVX512(SB), NOSPLIT, $0-8
+	PCALIGN         $0x40
 	MOVQ            a+0(FP), AX
 	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
 	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
@@ -12623,6 +12826,7 @@ lutTL1MT3AVX512_store:
 // func lutTL1MT4AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, MMX+
 TEXT ·lutTL1MT4AVX512(SB), NOSPLIT, $0-8
+	PCALIGN         $0x40
 	MOVQ            a+0(FP), AX
 	VMOVDQU64       tl1mIdx0<>+0(SB), Z0
 	VMOVDQU64       tl1mIdx1<>+0(SB), Z1
@@ -13366,6 +13570,7 @@ GLOBL rowsY<>(SB), RODATA|NOPTR, $128
 // func gemvI2ST1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	VMOVDQU codesY<>+0(SB), Y4
@@ -13485,6 +13690,7 @@ gemvI2ST1AVX2_blk:
 // func gemvInt2T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt2T1AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	XORQ           DX, DX
@@ -13648,12 +13854,13 @@ gemvInt2T1AVX2_fused:
 // func gemvInt8T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt8T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	XORQ DX, DX
-	MOVQ 8(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 gemvInt8T1AVX2_seg:
 	MOVQ    32(AX), R8
@@ -13805,6 +14012,7 @@ gemvInt8T1AVX2_fused:
 // func gemvI2ST2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST2AVX2(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
@@ -13972,6 +14180,7 @@ gemvI2ST2AVX2_blk:
 // func gemvInt2T2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt2T2AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	XORQ           DX, DX
@@ -14195,12 +14404,13 @@ gemvInt2T2AVX2_fused:
 // func gemvInt1T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt1T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	XORQ DX, DX
-	MOVQ 8(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 gemvInt1T1AVX2_seg:
 	MOVQ    32(AX), R8
@@ -14368,6 +14578,7 @@ gemvInt1T1AVX2_fused:
 // func gemvI2ST1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	VMOVDQU codesY<>+0(SB), Y8
@@ -14525,6 +14736,7 @@ gemvI2ST1AVXVNNI_pass1:
 // func gemvInt2T1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2T1AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	XORQ           DX, DX
@@ -14683,6 +14895,7 @@ gemvInt2T1AVXVNNI_fused:
 // func gemvInt8T1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt8T1AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	XORQ    DX, DX
@@ -14813,6 +15026,7 @@ gemvInt8T1AVXVNNI_fused:
 // func gemvI2ST2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvI2ST2AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
 	MOVQ    CX, DX
@@ -14948,6 +15162,7 @@ gemvI2ST2AVXVNNI_blk:
 // func gemvInt2T2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2T2AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	XORQ           DX, DX
@@ -15155,6 +15370,7 @@ gemvInt2T2AVXVNNI_fused:
 // func gemvInt8T2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt8T2AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	XORQ    DX, DX
@@ -15357,12 +15573,13 @@ gemvInt8T2AVXVNNI_fused:
 // func gemvInt1T1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt1T1AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	XORQ DX, DX
-	MOVQ 8(AX), BX
-	MOVQ 24(AX), SI
-	MOVQ 40(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    24(AX), SI
+	MOVQ    40(AX), DI
 
 gemvInt1T1AVXVNNI_seg:
 	MOVQ    32(AX), R8
@@ -15513,14 +15730,15 @@ gemvInt1T1AVXVNNI_fused:
 // func gemvInt1T2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt1T2AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	XORQ DX, DX
-	MOVQ 8(AX), BX
-	MOVQ BX, SI
-	ADDQ 16(AX), SI
-	MOVQ 24(AX), DI
-	MOVQ 40(AX), R8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    BX, SI
+	ADDQ    16(AX), SI
+	MOVQ    24(AX), DI
+	MOVQ    40(AX), R8
 
 gemvInt1T2AVXVNNI_seg:
 	MOVQ    32(AX), R9
@@ -15742,6 +15960,7 @@ gemvInt1T2AVXVNNI_fused:
 // func gemvI2ST3AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST3AVX2(SB), NOSPLIT, $408-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	VMOVDQU codesY<>+0(SB), Y0
 	MOVQ    8(AX), CX
@@ -16055,6 +16274,7 @@ gemvI2ST3AVX2_walk1:
 // func gemvI2ST4AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvI2ST4AVX2(SB), NOSPLIT, $536-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	VMOVDQU codesY<>+0(SB), Y0
 	MOVQ    8(AX), CX
@@ -16440,6 +16660,7 @@ gemvI2ST4AVX2_walk1:
 // func gemvInt2SeqT2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt2SeqT2AVX2(SB), NOSPLIT, $0-8
+	PCALIGN        $0x40
 	MOVQ           a+0(FP), AX
 	MOVQ           (AX), CX
 	XORQ           DX, DX
@@ -16692,6 +16913,7 @@ gemvInt2SeqT2AVX2_fused:
 // func gemvInt2SeqT1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT1AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	XORQ    DX, DX
@@ -16846,14 +17068,15 @@ gemvInt2SeqT1AVXVNNI_fused:
 // func gemvInt2SeqT2AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvInt2SeqT2AVXVNNI(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), CX
-	XORQ DX, DX
-	MOVQ 8(AX), BX
-	MOVQ BX, SI
-	ADDQ 16(AX), SI
-	MOVQ 24(AX), DI
-	MOVQ 40(AX), R8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	XORQ    DX, DX
+	MOVQ    8(AX), BX
+	MOVQ    BX, SI
+	ADDQ    16(AX), SI
+	MOVQ    24(AX), DI
+	MOVQ    40(AX), R8
 
 gemvInt2SeqT2AVXVNNI_seg:
 	MOVQ    32(AX), R9
@@ -17052,6 +17275,7 @@ gemvInt2SeqT2AVXVNNI_fused:
 // func gemvInt8T1VNNIINT8AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNIINT8, CMOV, MMX+
 TEXT ·gemvInt8T1VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	XORQ    DX, DX
@@ -17182,6 +17406,7 @@ gemvInt8T1VNNIINT8AVXVNNI_fused:
 // func gemvInt8T2VNNIINT8AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNIINT8, CMOV, MMX+
 TEXT ·gemvInt8T2VNNIINT8AVXVNNI(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    (AX), CX
 	XORQ    DX, DX
@@ -17384,9 +17609,10 @@ gemvInt8T2VNNIINT8AVXVNNI_fused:
 // func lutTL1T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·lutTL1T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), SI
-	MOVQ 24(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), SI
+	MOVQ    24(AX), DI
 
 lutTL1T1AVX2_rb:
 	MOVQ  SI, CX
@@ -17470,9 +17696,10 @@ lutTL1T1AVX2_tl1done:
 // func lutTL2T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·lutTL2T1AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), SI
-	MOVQ 24(AX), DI
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), SI
+	MOVQ    24(AX), DI
 
 lutTL2T1AVX2_rb:
 	MOVQ    SI, CX
@@ -17855,9 +18082,10 @@ lutTL2T1AVX2_tl1done:
 // func lutTL1T2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·lutTL1T2AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), DI
-	MOVQ 24(AX), R8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), DI
+	MOVQ    24(AX), R8
 
 lutTL1T2AVX2_rb:
 	MOVQ  DI, CX
@@ -17970,9 +18198,10 @@ lutTL1T2AVX2_tl1done:
 // func lutTL2T2AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·lutTL2T2AVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ (AX), DI
-	MOVQ 24(AX), R8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), DI
+	MOVQ    24(AX), R8
 
 lutTL2T2AVX2_rb:
 	MOVQ    DI, CX

@@ -61,6 +61,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			// 2560x2560, at two 2-9% less for n = 7 and 8 and within the noise for 5 and
 			// 6; n = 8-63 on the 8B shapes 9-14% less at one and two threads.
 			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
+			o.gemvLong1 = gemvI2SLongT1AVX512
 			o.kstep = 128
 			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ
 		case quantcfg.Int8:

@@ -73,6 +73,9 @@ type fmtOps struct {
 	// oneTab, in place of lut[1] (tl1 on zmm: see tl1MAhead).
 	lutOne func(*byte)
 	oneTab tabKind
+	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
+	// gemv[1]: two row quads a pass.
+	gemvLong1 func(*byte)
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
@@ -226,6 +229,16 @@ func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
 	}
 	return &k.ops.gemv
 }
+
+// longK reports whether l's one-token calls take gemvLong1.
+func (k *simdKernel) longK(l *Layer) bool {
+	return k.ops.gemvLong1 != nil && l.Layout.Kp >= i2sLongK
+}
+
+// i2sLongK is the shortest (padded) K for which one-token i2s calls take two row quads a
+// pass (gemvLong1: gemvI2SLongT1AVX512, whose prefetch needs K >= 8 KiB); below it the
+// activations' re-reads stay cheap and one quad a pass reads faster.
+const i2sLongK = 8192
 
 // seqCodebook reports whether l's int2 code book is consecutive levels in code order
 // (Levels[c] = Levels[0] + c, as the default -2..1), so that u = level - lowest level is
@@ -1160,6 +1173,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		tile = p.xTile // Prepare's tiles of xT
 	}
 	gemv := k.gemvFor(l)
+	var long1 func(*byte) // the one-token kernel for a long K, if l takes it
+	if k.longK(l) {
+		long1 = k.ops.gemvLong1
+	}
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
 	}
@@ -1295,6 +1312,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 					}
 					gemv[T](argp(g))
 					continue // the kernel ran the epilogue
+				} else if T == 1 && long1 != nil {
+					long1(argp(g))
 				} else {
 					gemv[T](argp(g))
 				}

@@ -1050,6 +1050,33 @@ func TestI2SParts(t *testing.T) {
 	}
 }
 
+// TestI2SLongK: one-token i2s calls on a K of 8 KiB or more take gemvLong1 (two
+// row quads a pass), exact against the reference over ragged M, a K at and past the
+// threshold and a long one, every setting (group scales give the pass several segments),
+// beside two and five tokens on the same layers.
+func TestI2SLongK(t *testing.T) {
+	ran := false
+	rng := rand.New(rand.NewPCG(12, 12))
+	for _, k := range asmKernels() {
+		if k.format != quantcfg.I2S || k.ops.gemvLong1 == nil {
+			continue
+		}
+		ran = true
+		for _, c := range []struct {
+			kp   int
+			long bool
+		}{{i2sLongK - 128, false}, {i2sLongK, true}, {14336, true}} {
+			if got := k.longK(&Layer{Layout: Layout{Kp: c.kp}}); got != c.long {
+				t.Errorf("%s: Kp %d: the long-K kernels %v, want %v", k.Name(), c.kp, got, c.long)
+			}
+		}
+		checkShapes(t, k.Name(), k, rng, [][2]int{{40, 8192}, {70, 8300}, {33, 14336}}, 1<<30, []int{1, 2, 5}, false)
+	}
+	if !ran && ISAAvailable(ISAAVX512) {
+		t.Fatal("the zmm i2s kernel has no long-K GEMV kernel")
+	}
+}
+
 // TestInt16ChunksAcrossSegments: the kernels that keep int16 sums over chunks (the AVX2
 // i2s GEMV of three and four tokens, the one-token int1 and int2 GEMVs, the two-token int2
 // one, the two-token GEMM tile) on layers whose segments (activation groups) are longer than

@@ -118,6 +118,9 @@ func genGemv() {
 		gemvInt8Z(T)
 		if T <= 4 {
 			gemvI2SZ(T)
+			if T == 1 {
+				gemvI2SPairZ()
+			}
 			gemvInt1Z(T)
 			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
 				lutZ(T, false)
@@ -626,6 +629,94 @@ func gemvInt2Split(T int, seq bool) {
 	RET()
 }
 
+// gemvI2SPairZ (gemvI2SLongT1AVX512) is gemvI2SZ for one token on two row quads a pass, for
+// a long K (the driver's i2sLongK): each broadcast of a run's activations serves eight rows
+// instead of four. The one-token kernel re-reads the activations once per pass over K, K
+// bytes of weights apart, and at a long K those re-reads held it back: reading them from one
+// fixed place instead (wrong sums, timing only), from DRAM on a 2-vCPU Xeon guest with a 480
+// MiB L3, 4096x14336 and 4096x16384 read 96-99% of the roofline against 81-83 at one thread,
+// 92-95 against 84-88 at two. Two quads' streams run side by side, K bytes apart: quad A's
+// far prefetch turns, once it would pass A's end (which quad B's prefetch reads on into: the
+// next pass's A), to the next pass's B (2*Aux on), so it needs K >= 2*i2sFar. From DRAM,
+// two runs in turn: 4096x14336 95% of the roofline at one thread and 90-93 at two, against
+// 81-82 and 82-85 one quad a pass. At a short K the two streams' prefetches cross (14336x4096
+// and 2560x2560 read 77-86% against 87-94 with an earlier form of the turn).
+func gemvI2SPairZ() {
+	name := "gemvI2SLongT1AVX512"
+	a := fn(name, name+" is gemvI2ST1AVX512 for a long K (Kp >= 2*4096, two row quads a pass); gemvI2SGeneric is its reference.")
+	p := newPool(true)
+	xs := newTokX(a, 1, gX, gXStride)
+	mask := [4]VecPhysical{}
+	for s, b := range []byte{0xC0, 0x30, 0x0C, 3} { // run s's codes in place, as the code times 4^(3-s)
+		mask[s] = p.get()
+		bcastByte(mask[s], b)
+	}
+	var acc [2][2][]VecPhysical // [quad][row pair][run]
+	var all []VecPhysical
+	for q := range acc {
+		for r := range acc[q] {
+			acc[q][r] = p.getn(4)
+			all = append(all, acc[q][r]...)
+		}
+	}
+	wv := [2][]VecPhysical{p.getn(2), p.getn(2)}
+	tmp := p.getn(4)
+	x := p.get()
+	aux, fa, turn := GP64(), GP64(), GP64() // quad bytes; quad A's far prefetch distance; blocks until it turns
+	MOVQ(at(a, gAux), aux)
+	i2sQuadSegsBy(name, a, 1, 2, func(w, quad Register) {
+		xs.reset()
+		MOVQ(U32(i2sFar), fa)
+		MOVQ(aux, turn)
+		SUBQ(U32(i2sFar), turn)
+		SHRQ(U8(7), turn)
+	}, func(w, cnt, sums Register) {
+		zeroAll(all...)
+		Label(name + "_blk")
+		for off := 0; off < 128; off += 64 {
+			prefetchLine(idx(w, fa, 1, off), at(w, prefetchNear+off))
+			prefetchLine(idx(w, aux, 1, i2sFar+off), idx(w, aux, 1, prefetchNear+off))
+		}
+		DECQ(turn)
+		JNZ(LabelRef(name + "_ahead"))
+		LEAQ(Mem{Base: fa, Index: aux, Scale: 2}, fa)
+		Label(name + "_ahead")
+		for r := 0; r < 2; r++ {
+			VMOVDQU64(at(w, 64*r), wv[0][r])
+			VMOVDQU64(idx(w, aux, 1, 64*r), wv[1][r])
+		}
+		for s := 0; s < 4; s++ {
+			VBROADCASTI64X4(xs.mem(0, 32*s), x)
+			for q := 0; q < 2; q++ {
+				for r := 0; r < 2; r++ {
+					c := tmp[2*q+r]
+					VPANDD(mask[s], wv[q][r], c)
+					VPDPBUSD(x, c, acc[q][r][s])
+				}
+			}
+		}
+		SUBQ(I8(-128), w)
+		xs.advance(128)
+		DECQ(cnt)
+		JNZ(LabelRef(name + "_blk"))
+		// rows 4q..4q+3 of each quad -> 4 dwords at sums + 16q
+		y, c, t := tmp[0], tmp[1], tmp[2]
+		VMOVDQU32(i2sGather, y)
+		for q := 0; q < 2; q++ {
+			for r := 0; r < 2; r++ {
+				for i := 0; i < 3; i++ {
+					VPSRAD(U8(6-2*i), acc[q][r][i], acc[q][r][i])
+				}
+				for i := 1; i < 4; i++ {
+					VPADDD(acc[q][r][i], acc[q][r][0], acc[q][r][0])
+				}
+			}
+			quadRowSums(acc[q][0][0], acc[q][1][0], c, t, y)
+			VMOVDQU32(c.AsX(), at(sums, 16*q))
+		}
+	})
+}
+
 // quadRowSums sums a row quad's accumulators to dwords 0-3 of c: lo holds rows 0 and 1 (128-bit
 // lanes 0-1 and 2-3), hi rows 2 and 3; x is scratch and gather holds i2sGather.
 func quadRowSums(lo, hi, c, x, gather VecPhysical) {
@@ -686,6 +777,13 @@ func i2sQuads(name string, a Register, T int, argPF bool, zero func(), block fun
 // blocks) from w, leaves w at its end and stores the quad's four rows of each token at sums +
 // 128t. Both may use cnt, w and quad as they wish otherwise.
 func i2sQuadSegs(name string, a Register, T int, quadStart func(w, quad Register), seg func(w, cnt, sums Register)) {
+	i2sQuadSegsBy(name, a, T, 1, quadStart, seg)
+}
+
+// i2sQuadSegsBy is i2sQuadSegs taking per (1 or 2) row quads a pass: seg then runs quads
+// q..q+per-1, the first's stream at w and the second's Aux bytes on, and stores the second's
+// rows 16 bytes after the first's.
+func i2sQuadSegsBy(name string, a Register, T, per int, quadStart func(w, quad Register), seg func(w, cnt, sums Register)) {
 	quad, wq, sumsQ := GP64(), GP64(), GP64()
 	XORQ(quad, quad)
 	MOVQ(at(a, gSums), sumsQ)
@@ -701,9 +799,15 @@ func i2sQuadSegs(name string, a Register, T int, quadStart func(w, quad Register
 	ADDQ(U32(128*T), sums)
 	DECQ(nseg)
 	JNZ(LabelRef(name + "_seg"))
-	ADDQ(at(a, gAux), wq)
-	ADDQ(U8(16), sumsQ)
-	INCQ(quad)
+	for range per {
+		ADDQ(at(a, gAux), wq)
+	}
+	ADDQ(U8(16*per), sumsQ)
+	if per == 1 {
+		INCQ(quad)
+	} else {
+		ADDQ(U8(per), quad)
+	}
 	CMPQ(quad, U8(8))
 	JNE(LabelRef(name + "_quad"))
 	VZEROUPPER()
