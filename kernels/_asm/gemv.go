@@ -704,17 +704,23 @@ func gemvI2SPairZ() {
 		VMOVDQU32(i2sGather, y)
 		for q := 0; q < 2; q++ {
 			for r := 0; r < 2; r++ {
-				for i := 0; i < 3; i++ {
-					VPSRAD(U8(6-2*i), acc[q][r][i], acc[q][r][i])
-				}
-				for i := 1; i < 4; i++ {
-					VPADDD(acc[q][r][i], acc[q][r][0], acc[q][r][0])
-				}
+				foldRuns(acc[q][r])
 			}
 			quadRowSums(acc[q][0][0], acc[q][1][0], c, t, y)
 			VMOVDQU32(c.AsX(), at(sums, 16*q))
 		}
 	})
+}
+
+// foldRuns folds a row pair's four run accumulators (codes taken in place, times 64, 16, 4
+// and 1) into the first: runs 0-2 divided back by arithmetic shifts, then added.
+func foldRuns(acc []VecPhysical) {
+	for i := 0; i < 3; i++ {
+		VPSRAD(U8(6-2*i), acc[i], acc[i])
+	}
+	for i := 1; i < 4; i++ {
+		VPADDD(acc[i], acc[0], acc[0])
+	}
 }
 
 // quadRowSums sums a row quad's accumulators to dwords 0-3 of c: lo holds rows 0 and 1 (128-bit
@@ -884,12 +890,7 @@ func gemvI2SZ(T int) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			for r := 0; r < 2; r++ {
-				for i := 0; i < 3; i++ {
-					VPSRAD(U8(6-2*i), acc[t][r][i], acc[t][r][i])
-				}
-				for i := 1; i < 4; i++ {
-					VPADDD(acc[t][r][i], acc[t][r][0], acc[t][r][0])
-				}
+				foldRuns(acc[t][r])
 			}
 			quadRowSums(acc[t][0][0], acc[t][1][0], c, x, y)
 			VMOVDQU32(c.AsX(), at(sums, 128*t))
