@@ -118,7 +118,6 @@ type layer struct {
 	k       *kernels.Layer
 	refs    atomic.Int64 // 1 while registered, +1 per call in flight
 	release func()
-	owned   bool         // the engine allocated the blob
 	block   *paged.Block // the arena block holding an owned blob (nil: the Go heap)
 	dev     BackendLayer // non-nil: the layer runs on the backend
 
@@ -208,7 +207,7 @@ func (e *Engine) Register(s Spec) (ID, error) {
 	if err != nil {
 		return 0, err
 	}
-	l := &layer{k: kl, release: s.Release, owned: owned, kernels: map[int]kernels.Kernel{}}
+	l := &layer{k: kl, release: s.Release, kernels: map[int]kernels.Kernel{}}
 	l.refs.Store(1)
 	if b := e.cfg.Backend; b != nil {
 		if ok, why := b.Accepts(spec); !ok {

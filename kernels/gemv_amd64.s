@@ -1722,13 +1722,13 @@ TEXT ·gemvI2SLongT1AVX512(SB), NOSPLIT, $0-8
 	MOVQ         a+0(FP), AX
 	MOVQ         8(AX), CX
 	XORQ         DX, DX
-	MOVL         $0xc0c0c0c0, DX
-	VPBROADCASTD DX, Z0
-	MOVL         $0x30303030, DX
-	VPBROADCASTD DX, Z1
-	MOVL         $0x0c0c0c0c, DX
-	VPBROADCASTD DX, Z2
 	MOVL         $0x03030303, DX
+	VPBROADCASTD DX, Z0
+	MOVL         $0xc0c0c0c0, DX
+	VPBROADCASTD DX, Z1
+	MOVL         $0x30303030, DX
+	VPBROADCASTD DX, Z2
+	MOVL         $0x0c0c0c0c, DX
 	VPBROADCASTD DX, Z3
 	MOVQ         64(AX), BX
 	XORQ         R8, R8
@@ -1785,40 +1785,40 @@ gemvI2SLongT1AVX512_ahead:
 	VMOVDQU64       64(R11), Z21
 	VMOVDQU64       64(R11)(BX*1), Z23
 	VBROADCASTI64X4 (CX)(DX*1), Z28
-	VPANDD          Z0, Z20, Z24
+	VPANDD          Z1, Z20, Z24
 	VPDPBUSD        Z28, Z24, Z4
-	VPANDD          Z0, Z21, Z25
+	VPANDD          Z1, Z21, Z25
 	VPDPBUSD        Z28, Z25, Z8
-	VPANDD          Z0, Z22, Z26
+	VPANDD          Z1, Z22, Z26
 	VPDPBUSD        Z28, Z26, Z12
-	VPANDD          Z0, Z23, Z27
+	VPANDD          Z1, Z23, Z27
 	VPDPBUSD        Z28, Z27, Z16
 	VBROADCASTI64X4 32(CX)(DX*1), Z28
-	VPANDD          Z1, Z20, Z24
+	VPANDD          Z2, Z20, Z24
 	VPDPBUSD        Z28, Z24, Z5
-	VPANDD          Z1, Z21, Z25
+	VPANDD          Z2, Z21, Z25
 	VPDPBUSD        Z28, Z25, Z9
-	VPANDD          Z1, Z22, Z26
+	VPANDD          Z2, Z22, Z26
 	VPDPBUSD        Z28, Z26, Z13
-	VPANDD          Z1, Z23, Z27
+	VPANDD          Z2, Z23, Z27
 	VPDPBUSD        Z28, Z27, Z17
 	VBROADCASTI64X4 64(CX)(DX*1), Z28
-	VPANDD          Z2, Z20, Z24
+	VPANDD          Z3, Z20, Z24
 	VPDPBUSD        Z28, Z24, Z6
-	VPANDD          Z2, Z21, Z25
+	VPANDD          Z3, Z21, Z25
 	VPDPBUSD        Z28, Z25, Z10
-	VPANDD          Z2, Z22, Z26
+	VPANDD          Z3, Z22, Z26
 	VPDPBUSD        Z28, Z26, Z14
-	VPANDD          Z2, Z23, Z27
+	VPANDD          Z3, Z23, Z27
 	VPDPBUSD        Z28, Z27, Z18
 	VBROADCASTI64X4 96(CX)(DX*1), Z28
-	VPANDD          Z3, Z20, Z24
+	VPANDD          Z0, Z20, Z24
 	VPDPBUSD        Z28, Z24, Z7
-	VPANDD          Z3, Z21, Z25
+	VPANDD          Z0, Z21, Z25
 	VPDPBUSD        Z28, Z25, Z11
-	VPANDD          Z3, Z22, Z26
+	VPANDD          Z0, Z22, Z26
 	VPDPBUSD        Z28, Z26, Z15
-	VPANDD          Z3, Z23, Z27
+	VPANDD          Z0, Z23, Z27
 	VPDPBUSD        Z28, Z27, Z19
 	SUBQ            $-128, R11
 	ADDQ            $0x00000080, DX

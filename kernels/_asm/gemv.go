@@ -646,11 +646,7 @@ func gemvI2SPairZ() {
 	a := fn(name, name+" is gemvI2ST1AVX512 for a long K (Kp >= 2*4096, two row quads a pass); gemvI2SGeneric is its reference.")
 	p := newPool(true)
 	xs := newTokX(a, 1, gX, gXStride)
-	mask := [4]VecPhysical{}
-	for s, b := range []byte{0xC0, 0x30, 0x0C, 3} { // run s's codes in place, as the code times 4^(3-s)
-		mask[s] = p.get()
-		bcastByte(mask[s], b)
-	}
+	mask := runMasks(p)
 	var acc [2][2][]VecPhysical // [quad][row pair][run]
 	var all []VecPhysical
 	for q := range acc {
@@ -710,6 +706,16 @@ func gemvI2SPairZ() {
 			VMOVDQU32(c.AsX(), at(sums, 16*q))
 		}
 	})
+}
+
+// runMasks returns the masks that take each 32-input run's codes in place from an i2s byte:
+// mask[s] keeps run s's two bits, the code times 4^(3-s) (run 3's mask is taken first).
+func runMasks(p *pool) (mask [4]VecPhysical) {
+	for _, s := range []int{3, 0, 1, 2} {
+		mask[s] = p.get()
+		bcastByte(mask[s], byte(3<<(6-2*s)))
+	}
+	return mask
 }
 
 // foldRuns folds a row pair's four run accumulators (codes taken in place, times 64, 16, 4
@@ -844,14 +850,7 @@ func gemvI2SZ(T int) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
-	m3 := p.get()
-	bcastByte(m3, 3)
-	// inPlace[s]: run s's codes in place, as the code times 4^(3-s).
-	var inPlace [3]VecPhysical
-	for s, b := range []byte{0xC0, 0x30, 0x0C} {
-		inPlace[s] = p.get()
-		bcastByte(inPlace[s], b)
-	}
+	mask := runMasks(p)
 	acc := make([][2][]VecPhysical, T) // [t][row pair][run]
 	var all []VecPhysical
 	for t := range acc {
@@ -869,11 +868,7 @@ func gemvI2SZ(T int) {
 		VMOVDQU64(at(w, 64), wv[1])
 		for s := 0; s < 4; s++ {
 			for r := 0; r < 2; r++ {
-				if s == 3 {
-					VPANDD(m3, wv[r], cls[2*s+r])
-				} else {
-					VPANDD(inPlace[s], wv[r], cls[2*s+r])
-				}
+				VPANDD(mask[s], wv[r], cls[2*s+r])
 			}
 		}
 		for s := 0; s < 4; s++ {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/mmcloughlin/avo/attr"
-	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
@@ -169,4 +169,3 @@ func dwordTable(name string, d []uint32) Mem {
 	}
 	return m
 }
-
