@@ -64,6 +64,12 @@ func tileT11AVX512(a *byte)
 //go:noescape
 func tileT12AVX512(a *byte)
 
+// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs); gemmGeneric is its reference.
+// It needs the tile permission (amxPermit) and AMX-INT8.
+//
+//go:noescape
+func gemmAMX(a *byte)
+
 // tileT1AVX2 is the GEMM micro-kernel for 1 token(s) (see gemmArgs); tileGeneric is its reference.
 //
 //go:noescape

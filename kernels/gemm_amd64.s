@@ -1104,6 +1104,78 @@ tileT12AVX512_q:
 	VZEROUPPER
 	RET
 
+// func gemmAMX(a *byte)
+// Requires: CMOV
+TEXT ·gemmAMX(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), DI
+	MOVQ    64(DI), AX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // ldtilecfg [rax]
+	MOVQ (DI), SI
+	MOVQ 8(DI), DX
+	MOVQ 16(DI), R8
+	MOVQ 24(DI), R9
+	MOVQ 40(DI), R10
+	MOVQ $0x00000080, CX
+	MOVQ R8, R12
+	SHLQ $0x04, R12
+	ADDQ DX, R12
+
+gemmAMX_seg:
+	MOVQ    32(DI), R11
+	CMPQ    R10, $0x01
+	CMOVQEQ 48(DI), R11
+	CMPQ    72(DI), $0x00
+	JNE     gemmAMX_two
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero tmm1
+
+gemmAMX_one_step:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x0e // tileloadd tmm6,[rsi+rcx*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x7c; BYTE $0x0e; BYTE $0x40 // tileloadd tmm7,[rsi+rcx*1+0x40]
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x02 // tileloadd tmm4,[rdx+r8*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud tmm0,tmm4,tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcc // tdpbsud tmm1,tmm4,tmm7
+	ADDQ $0x00000800, SI
+	ADDQ $0x40, DX
+	SUBQ $0x10, R11
+	JNZ  gemmAMX_one_step
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x09 // tilestored [r9+rcx*1],tmm0
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x09; BYTE $0x40 // tilestored [r9+rcx*1+0x40],tmm1
+	JMP  gemmAMX_next
+
+gemmAMX_two:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // tilezero tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // tilezero tmm3
+
+gemmAMX_two_step:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x0e // tileloadd tmm6,[rsi+rcx*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x7c; BYTE $0x0e; BYTE $0x40 // tileloadd tmm7,[rsi+rcx*1+0x40]
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x02 // tileloadd tmm4,[rdx+r8*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud tmm0,tmm4,tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcc // tdpbsud tmm1,tmm4,tmm7
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x04 // tileloadd tmm5,[r12+r8*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xd5 // tdpbsud tmm2,tmm5,tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xdd // tdpbsud tmm3,tmm5,tmm7
+	ADDQ $0x40, R12
+	ADDQ $0x00000800, SI
+	ADDQ $0x40, DX
+	SUBQ $0x10, R11
+	JNZ  gemmAMX_two_step
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x09 // tilestored [r9+rcx*1],tmm0
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x09; BYTE $0x40 // tilestored [r9+rcx*1+0x40],tmm1
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x09; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tilestored [r9+rcx*1+0x800],tmm2
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x09; BYTE $0x40; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tilestored [r9+rcx*1+0x840],tmm3
+
+gemmAMX_next:
+	ADDQ 56(DI), R9
+	DECQ R10
+	JNZ  gemmAMX_seg
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
+	RET
+
 // func tileT1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT1AVX2(SB), NOSPLIT, $0-8

@@ -39,6 +39,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 	switch isa {
 	case ISAAVX512:
 		o := &fmtOps{epi: epilogueAVX512, tileMaxU: 255, gemvMaxU: 255, gemvT: 4, tileT: maxTileT, unpack: unpackers[f]}
+		if o.unpack != nil {
+			o.amx = gemmAMX
+		}
 		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX512, tileT2AVX512, tileT3AVX512, tileT4AVX512, tileT5AVX512,
 			tileT6AVX512, tileT7AVX512, tileT8AVX512, tileT9AVX512, tileT10AVX512, tileT11AVX512, tileT12AVX512}
 		switch f {

@@ -92,6 +92,8 @@ type fmtOps struct {
 	// fused: the gemv (and gemvSeq) kernels run the epilogue themselves when asked
 	// (gemvArgs.Epi).
 	fused bool
+	// amx: the AMX-INT8 GEMM micro-kernel (gemmAMX, amxArgs), where it can run (amxFor).
+	amx func(*byte)
 }
 
 type xKind int
@@ -327,12 +329,13 @@ type plan struct {
 	gemm    bool
 	nseg    int
 	c0      int32
-	corrOff int // int32 [n][nseg]
-	xsOff   int // float32 [n][nseg]
-	xOff    int // prepared activations, -1 for a.Q itself
-	xStride int // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
-	xTile   int // GEMM: tokens per micro-kernel call, the tiles of xT
-	tabOff  int // int2's decode table (one for every token)
+	corrOff int  // int32 [n][nseg]
+	xsOff   int  // float32 [n][nseg]
+	xOff    int  // prepared activations, -1 for a.Q itself
+	xStride int  // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
+	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
+	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
+	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
 
@@ -352,6 +355,8 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	p.xsOff = off
 	off = align64(off + 4*n*p.nseg)
 	switch {
+	case p.gemm && k.amxFor(l):
+		p.amx, p.xTile = true, min(amxTileT, n)
 	case p.gemm:
 		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
@@ -424,7 +429,9 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		}
 	}
 	if p.gemm {
-		transposeTiles(words(a.Q[:n*ly.Kp]), words(s[p.xOff:p.xOff+ly.Kp*n]), n, ly.Kp/4, p.xTile)
+		if !p.amx {
+			transposeTiles(words(a.Q[:n*ly.Kp]), words(s[p.xOff:p.xOff+ly.Kp*n]), n, ly.Kp/4, p.xTile)
+		}
 		return
 	}
 	switch k.ops.xKind {
@@ -1123,10 +1130,12 @@ type threadBuf struct {
 	y      []float32 // gemvArgs.EY
 	f      floatArgs
 	tab    [32]byte
+	am     amxArgs
+	cfg    [64]byte // am.Cfg
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}
 	bufPool.Put(tb)
 }
 
@@ -1295,7 +1304,17 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
 			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-			if p.gemm {
+			if p.amx {
+				am := &tb.am
+				*am = amxArgs{B: unsafe.Pointer(&bmat[0]), X: unsafe.Add(xbase, t0*ly.Kp), XStride: ly.Kp,
+					Sums: mm.Sums, SegQ: mm.SegQ, NSeg: mm.NSeg, LastQ: mm.LastQ, SumsSeg: T * RowBlock * 4,
+					Cfg: unsafe.Pointer(&tb.cfg)}
+				if T > 16 {
+					am.Two = 1
+				}
+				amxConfig(&tb.cfg, T)
+				k.ops.amx(argp(am))
+			} else if p.gemm {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X, mm.XQ = unsafe.Add(xbase, t0*ly.Kp), 4*T
 				mm.SumsSeg = T * RowBlock * 4

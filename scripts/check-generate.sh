@@ -5,7 +5,8 @@
 # as `{vex} vpdpbusd`, every one in the AVX-VNNI-INT8 functions as `vpdpbssd` (VEX), and no
 # AVX2-class function may touch an AVX-512 register or hold an EVEX-encoded instruction
 # (first byte 0x62 in 64-bit mode), which a CPU without AVX-512 cannot execute (the
-# generator refuses both too).
+# generator refuses both too). The AMX instructions, raw bytes in the assembly, must
+# disassemble to the instructions their comments name, in order.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -40,3 +41,12 @@ objdump -d "$bin" | awk '
     if (bad) exit 1
     print "check-generate: " n " VEX dot products verified"
   }'
+want=$(sed -n '/^TEXT ·gemmAMX(SB)/,/^	RET/p' kernels/gemm_amd64.s | sed -n 's/^	BYTE .* \/\/ //p')
+got=$(objdump -d -M intel --no-show-raw-insn "$bin" | awk '/<bitgo\/kernels\.gemmAMX(\.abi0)?>:$/ { f = 1; next } /^$/ { f = 0 } f' |
+  sed -n 's/^ *[0-9a-f]*:\t//p' | grep -E '^(ldtilecfg|tilezero|tileloadd|tilestored|tdpbsud|tilerelease)' | sed 's/ *$//')
+if [ -z "$want" ] || [ "$want" != "$got" ]; then
+  echo "check-generate: gemmAMX's raw AMX instructions disassemble differently from their comments:" >&2
+  diff <(echo "$want") <(echo "$got") >&2 || true
+  exit 1
+fi
+echo "check-generate: $(echo "$want" | wc -l) AMX instructions verified"

@@ -70,6 +70,7 @@ func genGemm() {
 	for T := 1; T <= 12; T++ {
 		tileZ(T)
 	}
+	gemmAMX()
 	for T := 1; T <= 2; T++ {
 		tileY(T, false)
 	}

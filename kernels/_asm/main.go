@@ -115,7 +115,32 @@ func postPass(path string) error {
 			return fmt.Errorf("%s: function %s: VPDPBUSD form the VEX rewrite cannot encode: %q", path, fn, ln)
 		}
 	}
-	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+	return os.WriteFile(path, []byte(strings.Join(joinRaw(lines), "\n")), 0o644)
+}
+
+// joinRaw puts each raw instruction (raw: a comment naming it, then one BYTE line per
+// byte) on one line, its mnemonic as the line's comment, and drops the blank line avo
+// writes before a comment.
+func joinRaw(lines []string) []string {
+	var out []string
+	for i := 0; i < len(lines); i++ {
+		ln := lines[i]
+		tag := strings.Index(ln, "// "+rawTag)
+		if tag < 0 {
+			out = append(out, ln)
+			continue
+		}
+		if n := len(out); n > 0 && strings.TrimSpace(out[n-1]) == "" {
+			out = out[:n-1]
+		}
+		var bs []string
+		for i+1 < len(lines) && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "BYTE ") {
+			i++
+			bs = append(bs, strings.TrimSpace(lines[i]))
+		}
+		out = append(out, ln[:tag]+strings.Join(bs, "; ")+" // "+ln[tag+3+len(rawTag):])
+	}
+	return out
 }
 
 // ymmClass reports whether function fn is AVX2-class (AVX2 or AVX-VNNI in its name: it must

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Argument block offsets: kernels.amxArgs.
+const (
+	xB, xX, xXStride, xSums, xSegQ, xNSeg, xLastQ, xSumsSeg, xCfg, xTwo = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72
+)
+
+// The AMX instructions, which the Go assembler does not know, as raw bytes (VEX.128.0F38.W0;
+// checked against gcc 12's encodings by disassembly; scripts/check-generate.sh compares
+// objdump's disassembly of the built object with the mnemonics in the comments). Their register operands are physical: avo's allocator cannot see into
+// raw bytes, so the AMX kernel uses physical general registers only.
+
+// amxPP are the VEX pp fields (the mandatory prefixes) of the AMX instructions used.
+const (
+	ppNone, pp66, ppF3, ppF2 = 0, 1, 2, 3
+)
+
+// raw emits the bytes of one instruction, after a comment giving its mnemonic (the post-pass
+// joins them into one line: joinRaw).
+func raw(mnemonic string, bs []byte) {
+	Comment(rawTag + mnemonic)
+	for _, b := range bs {
+		Instruction(&ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(b)}})
+	}
+}
+
+// rawTag starts the comment before an instruction's raw bytes.
+const rawTag = "raw: "
+
+// vex3 is the three-byte VEX prefix for map 0F38, W0, L0 with the given inverted-register
+// extension bits (r, x, b: bit 3 of ModRM.reg, SIB.index, ModRM.rm/SIB.base), vvvv and pp.
+func vex3(r, x, b, vvvv, pp int) []byte {
+	return []byte{0xC4, byte((^r&1)<<7 | (^x&1)<<6 | (^b&1)<<5 | 0x02), byte((^vvvv&15)<<3 | pp)}
+}
+
+// amxSib encodes opcode op (0F38 map, pp) with tile t in ModRM.reg and the memory operand
+// [base + index*1 + disp] (a SIB form: tileloadd and tilestored take only that).
+func amxSib(op byte, pp, t int, base, index Physical, disp int) []byte {
+	bi, ii := int(base.PhysicalIndex()), int(index.PhysicalIndex())
+	if ii == 4 {
+		panic("amx: rsp cannot be an index")
+	}
+	out := append(vex3(0, ii>>3, bi>>3, 0, pp), op)
+	mod := 0
+	switch {
+	case disp == 0 && bi&7 != 5:
+	case disp >= -128 && disp <= 127:
+		mod = 1
+	default:
+		mod = 2
+	}
+	out = append(out, byte(mod<<6|(t&7)<<3|4), byte((ii&7)<<3|bi&7))
+	switch mod {
+	case 1:
+		out = append(out, byte(int8(disp)))
+	case 2:
+		out = append(out, byte(disp), byte(disp>>8), byte(disp>>16), byte(disp>>24))
+	}
+	return out
+}
+
+// gpNames are the general registers' names as objdump's Intel syntax spells them (the
+// instructions' comments are compared with its disassembly: scripts/check-generate.sh).
+var gpNames = [16]string{"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
+
+// sibText is [base+index*1+disp] as objdump prints it.
+func sibText(base, index Physical, disp int) string {
+	s := "[" + gpNames[base.PhysicalIndex()] + "+" + gpNames[index.PhysicalIndex()] + "*1"
+	if disp != 0 {
+		s += fmt.Sprintf("+0x%x", disp)
+	}
+	return s + "]"
+}
+
+// tileLoad: tileloadd tmm t, [base + stride*1 + disp] (row i of the tile from base + disp + i*stride).
+func tileLoad(t int, base, stride Physical, disp int) {
+	raw(fmt.Sprintf("tileloadd tmm%d,%s", t, sibText(base, stride, disp)), amxSib(0x4B, ppF2, t, base, stride, disp))
+}
+
+// tileStore: tilestored [base + stride*1 + disp], tmm t.
+func tileStore(t int, base, stride Physical, disp int) {
+	raw(fmt.Sprintf("tilestored %s,tmm%d", sibText(base, stride, disp), t), amxSib(0x4B, ppF3, t, base, stride, disp))
+}
+
+// tileZero: tilezero tmm t.
+func tileZero(t int) {
+	raw(fmt.Sprintf("tilezero tmm%d", t), append(vex3(0, 0, 0, 0, ppF2), 0x49, byte(0xC0|t<<3)))
+}
+
+// tdpbsud: tmm d += tmm a (signed bytes) . tmm b (unsigned bytes, VNNI pairs of 4).
+func tdpbsud(d, a, b int) {
+	raw(fmt.Sprintf("tdpbsud tmm%d,tmm%d,tmm%d", d, a, b), append(vex3(0, 0, 0, b, ppF3), 0x5E, byte(0xC0|d<<3|a)))
+}
+
+// ldtilecfg loads the 64-byte tile configuration at [base] (base not rsp, rbp, r12, r13).
+func ldtilecfg(base Physical) {
+	bi := int(base.PhysicalIndex())
+	if bi&7 == 4 || bi&7 == 5 {
+		panic("amx: ldtilecfg base needs a SIB or displacement")
+	}
+	raw(fmt.Sprintf("ldtilecfg [%s]", gpNames[bi]), append(vex3(0, 0, bi>>3, 0, ppNone), 0x49, byte(bi&7)))
+}
+
+// tileRelease returns the tiles to their initial state (so that the thread's context
+// switches stop saving them).
+func tileRelease() { raw("tilerelease", append(vex3(0, 0, 0, 0, ppNone), 0x49, 0xC0)) }
+
+// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8 (gemmAMXTiles): for up to 32 tokens and
+// one unpacked row block, Sums[j][t][r] = the sum over segment j's quads q and i < 4 of
+// X[t][4q+i] (signed) times B[q][r][i] (unsigned): the same sums as the zmm micro-kernels',
+// from the activations as they are (no transpose). A 64-input step is one tdpbsud per
+// sixteen tokens and sixteen rows: tiles 0-1 hold tokens 0-15's sums of rows 0-15 and 16-31,
+// tiles 2-3 tokens 16-31's; tile 4 (5) the step's activations of tokens 0-15 (16-31), tiles
+// 6 and 7 the step's unpacked weights of rows 0-15 and 16-31 (B's 128-byte quads are
+// exactly two tiles' VNNI rows, 64 bytes each, 128 apart). Segments must be multiples of 16
+// quads; the configuration at Cfg gives the token tiles T rows (amxConfig), and Two says
+// whether tokens 16-31 exist. Where one tile product takes sixteen 64-byte rows of each
+// operand, the zmm micro-kernel needs 64 vpdpbusd.
+func gemmAMX() {
+	name := "gemmAMX"
+	TEXT(name, NOSPLIT, "func(a *byte)")
+	Pragma("noescape")
+	Doc(name+" is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs); gemmGeneric is its reference.",
+		"It needs the tile permission (amxPermit) and AMX-INT8.")
+	Instruction(&ir.Instruction{Opcode: "PCALIGN", Operands: []Op{U8(64)}})
+	// Physical registers only (see raw).
+	a, b, x, x1, xs, sums, nseg, cnt, bstride, cfg := RDI, RSI, RDX, R12, R8, R9, R10, R11, RCX, RAX
+	Load(Param("a"), a)
+	MOVQ(Mem{Base: a, Disp: xCfg}, cfg)
+	ldtilecfg(cfg)
+	MOVQ(Mem{Base: a, Disp: xB}, b)
+	MOVQ(Mem{Base: a, Disp: xX}, x)
+	MOVQ(Mem{Base: a, Disp: xXStride}, xs)
+	MOVQ(Mem{Base: a, Disp: xSums}, sums)
+	MOVQ(Mem{Base: a, Disp: xNSeg}, nseg)
+	MOVQ(U32(128), bstride)
+	// x1: token 16's activations
+	MOVQ(xs, x1)
+	SHLQ(U8(4), x1)
+	ADDQ(x, x1)
+	Label(name + "_seg")
+	MOVQ(Mem{Base: a, Disp: xSegQ}, cnt)
+	CMPQ(nseg, U8(1))
+	CMOVQEQ(Mem{Base: a, Disp: xLastQ}, cnt)
+	CMPQ(Mem{Base: a, Disp: xTwo}, U8(0))
+	JNE(LabelRef(name + "_two"))
+	for _, two := range []bool{false, true} {
+		sfx := "_one"
+		if two {
+			sfx = "_two"
+			Label(name + sfx)
+		}
+		tileZero(0)
+		tileZero(1)
+		if two {
+			tileZero(2)
+			tileZero(3)
+		}
+		Label(name + sfx + "_step")
+		tileLoad(6, b, bstride, 0)
+		tileLoad(7, b, bstride, 64)
+		tileLoad(4, x, xs, 0)
+		tdpbsud(0, 4, 6)
+		tdpbsud(1, 4, 7)
+		if two {
+			tileLoad(5, x1, xs, 0)
+			tdpbsud(2, 5, 6)
+			tdpbsud(3, 5, 7)
+			ADDQ(U8(64), x1)
+		}
+		ADDQ(U32(16*128), b)
+		ADDQ(U8(64), x)
+		SUBQ(U8(16), cnt)
+		JNZ(LabelRef(name + sfx + "_step"))
+		tileStore(0, sums, bstride, 0)
+		tileStore(1, sums, bstride, 64)
+		if two {
+			tileStore(2, sums, bstride, 16*128)
+			tileStore(3, sums, bstride, 16*128+64)
+		}
+		if !two {
+			JMP(LabelRef(name + "_next"))
+		}
+	}
+	Label(name + "_next")
+	ADDQ(Mem{Base: a, Disp: xSumsSeg}, sums)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
+	tileRelease()
+	RET()
+}

@@ -1,0 +1,119 @@
+package kernels
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// AMX (Advanced Matrix Extensions: AMX-TILE and AMX-INT8, on Sapphire Rapids and later
+// Xeons) runs the zmm path's prefill GEMM: each unpacked row block is multiplied by 32
+// tokens at a time as 16x64-byte tiles (gemmAMX), where the zmm micro-kernel does one
+// vpdpbusd per 16 rows, token and quad. The GEMV kernels stay on vpdpbusd: four i2s tokens
+// through tiles (the unpacked weights stored, then loaded as tiles) ran no faster than the
+// zmm kernel cache-resident (19 GB/s both, a C prototype on a 2-vCPU Xeon guest), since
+// there each weight byte is used by only a few tokens.
+//
+// Linux gives a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
+// without it the first tile instruction is fatal. The request is made once, at start, on a
+// CPU that has AMX-TILE and AMX-INT8, unless BITD_DISABLE_AMX=1.
+
+// amxTileT is the most tokens one gemmAMX call takes (two 16-row token tiles).
+const amxTileT = 32
+
+var (
+	amxState string // why AMX cannot run here ("" when it can), fixed at start
+	amxOff   atomic.Bool
+)
+
+func init() {
+	amxState = amxDetect()
+}
+
+func amxDetect() string {
+	if !hasAsm {
+		return "built without assembly"
+	}
+	if !cpuid.CPU.Supports(cpuid.AMXTILE, cpuid.AMXINT8) {
+		return "CPU lacks AMX-TILE/AMX-INT8"
+	}
+	if envBool("BITD_DISABLE_AMX") {
+		return "disabled (BITD_DISABLE_AMX=1)"
+	}
+	if err := amxPermit(); err != nil {
+		return "the OS refused the tile state: " + err.Error()
+	}
+	return ""
+}
+
+// AMXReason says why the AMX GEMM cannot run here ("" when it can): the CPU, the OS's
+// permission, a kill switch, or the AVX-512 path (whose unpacked row blocks it multiplies)
+// being off.
+func AMXReason() string {
+	if amxState != "" {
+		return amxState
+	}
+	if amxOff.Load() {
+		return "disabled (test hook)"
+	}
+	if r := isaReason(ISAAVX512); r != "" {
+		return "the AVX-512 path cannot run: " + r
+	}
+	return ""
+}
+
+// DisableAMX switches the AMX GEMM off until restore is called (tests, benchmarks).
+func DisableAMX() (restore func()) {
+	old := amxOff.Swap(true)
+	return func() { amxOff.Store(old) }
+}
+
+// amxFor reports whether the GEMM of l runs on AMX: the path has it, and every segment is
+// whole 64-input tile steps.
+func (k *simdKernel) amxFor(l *Layer) bool {
+	if k.ops.amx == nil || AMXReason() != "" {
+		return false
+	}
+	ly := l.Layout
+	return ly.Kp%64 == 0 && l.SegLen%64 == 0
+}
+
+// amxArgs: the AMX GEMM micro-kernel (gemmAMX), T <= 32 tokens x one unpacked row block:
+// Sums[j][t][r] = sum over segment j's quads q and i < 4 of B[q][r][i] * X[t][4q+i], the
+// activations as quantized (signed), the weights unpacked (unsigned).
+type amxArgs struct {
+	B       unsafe.Pointer // unpacked row block at quad 0 ([Kp/4][32][4] bytes)
+	X       unsafe.Pointer // token 0's activations at input 0
+	XStride int            // bytes between tokens in X
+	Sums    unsafe.Pointer // int32 [NSeg][T][32]
+	SegQ    int            // quads per segment but the last (multiples of 16)
+	NSeg    int
+	LastQ   int            // quads in the last segment
+	SumsSeg int            // bytes between segments in Sums (T*128)
+	Cfg     unsafe.Pointer // the tile configuration for T (amxConfig)
+	Two     int            // 1 if T > 16
+}
+
+// amxConfig writes the 64-byte tile configuration of gemmAMX for T tokens to c: palette 1;
+// tiles 0-3 (sums) and 4-5 (activations) of tokens 0-15 and 16-31, as many rows as tokens,
+// 64 bytes a row; tiles 6-7 (weights) 16 rows of 64 bytes. Unused tiles stay zero.
+func amxConfig(c *[64]byte, T int) {
+	*c = [64]byte{}
+	c[0] = 1
+	set := func(tile, rows int) {
+		if rows > 0 {
+			c[16+2*tile] = 64
+			c[48+tile] = byte(rows)
+		}
+	}
+	t0, t1 := min(T, 16), max(T-16, 0)
+	for _, tile := range []int{0, 1, 4} {
+		set(tile, t0)
+	}
+	for _, tile := range []int{2, 3, 5} {
+		set(tile, t1)
+	}
+	set(6, 16)
+	set(7, 16)
+}

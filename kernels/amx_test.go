@@ -1,0 +1,108 @@
+//go:build !noasm
+
+package kernels
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"bitgo/quantcfg"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// TestAMXSelected: on Linux on a CPU with AMX-TILE and AMX-INT8, the tile state was granted
+// and the AMX GEMM can run, unless BITD_DISABLE_AMX switched it off.
+func TestAMXSelected(t *testing.T) {
+	if runtime.GOOS != "linux" || !cpuid.CPU.Supports(cpuid.AMXTILE, cpuid.AMXINT8) {
+		t.Skip("no AMX-INT8 here")
+	}
+	if envBool("BITD_DISABLE_AMX") {
+		if AMXReason() == "" {
+			t.Fatal("BITD_DISABLE_AMX=1, yet the AMX GEMM is on")
+		}
+		return
+	}
+	if r := AMXReason(); r != "" && isaReason(ISAAVX512) == "" {
+		t.Fatalf("this CPU has AMX-INT8, yet the AMX GEMM cannot run: %s", r)
+	}
+	restore := DisableAMX()
+	if AMXReason() == "" {
+		t.Error("DisableAMX left the AMX GEMM on")
+	}
+	restore()
+}
+
+// TestAMXGemm: the zmm path's GEMM of every integer format runs on AMX where every segment
+// is whole 64-input steps (one segment; groups of 64 and 128 inputs) and on the zmm
+// micro-kernel otherwise (groups of 32, a padded K not a multiple of 64; i2s has neither), and both give the
+// reference's outputs bit for bit: 64 to 130 tokens, so that a call's last token group has 1,
+// 15, 16, 17, 31 or 32 tokens (one token tile or two), over one and several row blocks.
+func TestAMXGemm(t *testing.T) {
+	if r := AMXReason(); r != "" {
+		t.Skipf("AMX: %s", r)
+	}
+	rng := rand.New(rand.NewPCG(11, 64))
+	ns := []int{64, 65, 79, 80, 81, 95, 96, 130}
+	if testing.Short() {
+		ns = []int{65, 81, 96}
+	}
+	shapes := [][2]int{{70, 256}, {33, 1088}, {40, 300}}
+	for _, k := range asmKernels() {
+		if k.isa != ISAAVX512 || k.ops.amx == nil {
+			continue
+		}
+		amx, zmm := 0, 0
+		eachShape(t, k.Name(), k, k.format, rng, shapes, 1<<30, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			p := k.plan(tl.Layer, n)
+			ly := tl.Layer.Layout
+			if wantAMX := ly.Kp%64 == 0 && tl.Layer.SegLen%64 == 0; p.amx != wantAMX {
+				t.Fatalf("%s: Kp %d, segments of %d: AMX %v, want %v", what, ly.Kp, tl.Layer.SegLen, p.amx, wantAMX)
+			}
+			if p.amx {
+				amx++
+			} else {
+				zmm++
+			}
+			checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
+		})
+		// (i2s pads K to 128 and groups activations by 128: always AMX.)
+		if amx == 0 || zmm == 0 && k.format != quantcfg.I2S {
+			t.Errorf("%s: %d cases on AMX, %d on the zmm micro-kernel: both should run", k.Name(), amx, zmm)
+		}
+	}
+}
+
+// TestAMXConfig: the tile configuration of gemmAMX for T tokens.
+func TestAMXConfig(t *testing.T) {
+	for _, c := range []struct {
+		T           int
+		rows        [8]byte
+		colsUnused0 bool
+	}{
+		{1, [8]byte{1, 1, 0, 0, 1, 0, 16, 16}, true},
+		{16, [8]byte{16, 16, 0, 0, 16, 0, 16, 16}, true},
+		{17, [8]byte{16, 16, 1, 1, 16, 1, 16, 16}, false},
+		{32, [8]byte{16, 16, 16, 16, 16, 16, 16, 16}, false},
+	} {
+		var cfg [64]byte
+		amxConfig(&cfg, c.T)
+		if cfg[0] != 1 {
+			t.Errorf("T=%d: palette %d", c.T, cfg[0])
+		}
+		for tile := 0; tile < 16; tile++ {
+			rows, cols := cfg[48+tile], int(cfg[16+2*tile])|int(cfg[17+2*tile])<<8
+			want, wantCols := byte(0), 0
+			if tile < 8 {
+				want = c.rows[tile]
+			}
+			if want > 0 {
+				wantCols = 64
+			}
+			if rows != want || cols != wantCols {
+				t.Errorf("T=%d tile %d: %d rows of %d bytes, want %d of %d", c.T, tile, rows, cols, want, wantCols)
+			}
+		}
+	}
+}
