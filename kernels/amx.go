@@ -117,3 +117,16 @@ func amxConfig(c *[64]byte, T int) {
 	set(6, 16)
 	set(7, 16)
 }
+
+// AMXPeakOps runs the AMX-INT8 peak loop (four independent tdpbsud on full tiles) for iters
+// iterations and returns the int8 operations it performed (multiply and add counted
+// separately); 0 where AMX cannot run or iters < 1.
+func AMXPeakOps(iters int) float64 {
+	if iters < 1 || AMXReason() != "" {
+		return 0
+	}
+	var cfg [64]byte
+	amxConfig(&cfg, 32) // every tile full
+	amxPeak(&cfg, iters)
+	return float64(iters) * 4 * 16 * 16 * 64 * 2
+}

@@ -106,3 +106,19 @@ func TestAMXConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestAMXPeakOps: the peak loop runs and counts 4 tile products an iteration.
+func TestAMXPeakOps(t *testing.T) {
+	if r := AMXReason(); r != "" {
+		if AMXPeakOps(10) != 0 {
+			t.Fatal("AMXPeakOps counted operations where AMX cannot run")
+		}
+		t.Skipf("AMX: %s", r)
+	}
+	if got, want := AMXPeakOps(10), 10.0*4*16*16*64*2; got != want {
+		t.Fatalf("AMXPeakOps(10) = %v, want %v", got, want)
+	}
+	if AMXPeakOps(0) != 0 {
+		t.Fatal("AMXPeakOps(0) counted operations")
+	}
+}

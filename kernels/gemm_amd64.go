@@ -70,6 +70,12 @@ func tileT12AVX512(a *byte)
 //go:noescape
 func gemmAMX(a *byte)
 
+// amxPeakLoop runs n iterations of four independent tdpbsud on full tiles (the AMX-INT8 peak
+// of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxPeakConfig's.
+//
+//go:noescape
+func amxPeakLoop(cfg *byte, n int)
+
 // tileT1AVX2 is the GEMM micro-kernel for 1 token(s) (see gemmArgs); tileGeneric is its reference.
 //
 //go:noescape

@@ -1176,6 +1176,31 @@ gemmAMX_next:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
 	RET
 
+// func amxPeakLoop(cfg *byte, n int)
+TEXT ·amxPeakLoop(SB), NOSPLIT, $0-16
+	PCALIGN $0x40
+	MOVQ    cfg+0(FP), AX
+	MOVQ    n+8(FP), CX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // ldtilecfg [rax]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // tilezero tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // tilezero tmm3
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xe0 // tilezero tmm4
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xe8 // tilezero tmm5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xf0 // tilezero tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xf8 // tilezero tmm7
+
+amxPeakLoop_loop:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud tmm0,tmm4,tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcc // tdpbsud tmm1,tmm4,tmm7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xd5 // tdpbsud tmm2,tmm5,tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xdd // tdpbsud tmm3,tmm5,tmm7
+	DECQ CX
+	JNZ  amxPeakLoop_loop
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
+	RET
+
 // func tileT1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT1AVX2(SB), NOSPLIT, $0-8

@@ -1271,6 +1271,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			g.Epi, g.EY = unsafe.Pointer(epi), unsafe.Pointer(&y[0])
 		}
 	}
+	if p.amx {
+		k.runAMX(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
+		return
+	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
 		rows := min(RowBlock, ly.M-m0)
@@ -1281,22 +1285,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Bias = unsafe.Pointer(&lp.bias[m0])
 		}
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
-		if p.gemm && ly.Chunked() {
-			// The row block's stream lies in one piece per chunk: unpack each where it is to its
-			// place in B (32 bytes per input), a tl2 blob's tail with the last (tl1: Kp1 = 0).
-			nc := ly.Chunks()
-			for c := 0; c < nc; c++ {
-				_, sc := ly.ChunkSpan(c)
-				off, _ := ly.Piece(rb, c)
-				ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&bmat[RowBlock*ly.ChunkK0(c)]), sc, 0
-				if c == nc-1 {
-					ua.N2 = ly.Kp1 / 4
-				}
-				k.ops.unpack(argp(ua))
-			}
-		} else if p.gemm {
-			ua.W = w
-			k.ops.unpack(argp(ua))
+		if p.gemm {
+			k.unpackRB(l, rb, ua, bmat)
 		}
 		for t0 := 0; t0 < n; t0 += tile {
 			T := min(tile, n-t0)
@@ -1304,17 +1294,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
 			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-			if p.amx {
-				am := &tb.am
-				*am = amxArgs{B: unsafe.Pointer(&bmat[0]), X: unsafe.Add(xbase, t0*ly.Kp), XStride: ly.Kp,
-					Sums: mm.Sums, SegQ: mm.SegQ, NSeg: mm.NSeg, LastQ: mm.LastQ, SumsSeg: T * RowBlock * 4,
-					Cfg: unsafe.Pointer(&tb.cfg)}
-				if T > 16 {
-					am.Two = 1
-				}
-				amxConfig(&tb.cfg, T)
-				k.ops.amx(argp(am))
-			} else if p.gemm {
+			if p.gemm {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X, mm.XQ = unsafe.Add(xbase, t0*ly.Kp), 4*T
 				mm.SumsSeg = T * RowBlock * 4
@@ -1338,6 +1318,78 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 				}
 			}
 			k.ops.epi(argp(epi))
+		}
+	}
+}
+
+// unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
+// per-layer fields set.
+func (k *simdKernel) unpackRB(l *Layer, rb int, ua *unpackArgs, dst []byte) {
+	ly := l.Layout
+	ua.B = unsafe.Pointer(&dst[0])
+	if !ly.Chunked() {
+		ua.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		k.ops.unpack(argp(ua))
+		return
+	}
+	// The row block's stream lies in one piece per chunk: unpack each where it is to its
+	// place in B (32 bytes per input), a tl2 blob's tail with the last (tl1: Kp1 = 0).
+	nc := ly.Chunks()
+	for c := 0; c < nc; c++ {
+		_, sc := ly.ChunkSpan(c)
+		off, _ := ly.Piece(rb, c)
+		ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&dst[RowBlock*ly.ChunkK0(c)]), sc, 0
+		if c == nc-1 {
+			ua.N2 = ly.Kp1 / 4
+		}
+		k.ops.unpack(argp(ua))
+	}
+}
+
+// amxUnpackBytes bounds the unpacked row blocks runAMX keeps at once (RowBlock*Kp bytes
+// each, at least one).
+var amxUnpackBytes = 1 << 20
+
+// runAMX is Run's GEMM on AMX (p.amx): it unpacks up to amxUnpackBytes of row blocks, then
+// runs each group of up to 32 tokens over all of them before the next group, so that a
+// group's activations (32 x Kp bytes) stay in L2 while the row blocks go by, where a
+// row block at a time would take every token's activations from L3 once per row block.
+func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, sums []int32, epi *epiArgs) {
+	ly, n := l.Layout, a.N
+	rbBytes := RowBlock * ly.Kp
+	per := min(max(amxUnpackBytes/rbBytes, 1), rb1-rb0)
+	var bmat []byte
+	tb.b, bmat = aligned(tb.b, per*rbBytes)
+	ua, am, mm := &tb.ua, &tb.am, &tb.mm
+	for g0 := rb0; g0 < rb1; g0 += per {
+		g1 := min(g0+per, rb1)
+		for rb := g0; rb < g1; rb++ {
+			k.unpackRB(l, rb, ua, bmat[(rb-g0)*rbBytes:])
+		}
+		for t0 := 0; t0 < n; t0 += p.xTile {
+			T := min(p.xTile, n-t0)
+			*am = amxArgs{X: unsafe.Pointer(&a.Q[t0*ly.Kp]), XStride: ly.Kp, Sums: unsafe.Pointer(&sums[0]),
+				SegQ: mm.SegQ, NSeg: mm.NSeg, LastQ: mm.LastQ, SumsSeg: T * RowBlock * 4, Cfg: unsafe.Pointer(&tb.cfg)}
+			if T > 16 {
+				am.Two = 1
+			}
+			amxConfig(&tb.cfg, T)
+			epi.NTok = T
+			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+			for rb := g0; rb < g1; rb++ {
+				m0 := rb * RowBlock
+				am.B = unsafe.Pointer(&bmat[(rb-g0)*rbBytes])
+				k.ops.amx(argp(am))
+				epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
+				epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
+				epi.Bias = nil
+				if lp.bias != nil {
+					epi.Bias = unsafe.Pointer(&lp.bias[m0])
+				}
+				epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+				k.ops.epi(argp(epi))
+			}
 		}
 	}
 }

@@ -197,6 +197,7 @@ func TestArgOffsets(t *testing.T) {
 	var e epiArgs
 	var f floatArgs
 	var la lutArgs
+	var am amxArgs
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -238,6 +239,11 @@ func TestArgOffsets(t *testing.T) {
 		{"lut.BN", unsafe.Offsetof(la.BN), 80}, {"lut.BPer", unsafe.Offsetof(la.BPer), 88},
 		{"lut.Next", unsafe.Offsetof(la.Next), 96}, {"lut.PF", unsafe.Offsetof(la.PF), 104},
 		{"lut.BDone", unsafe.Offsetof(la.BDone), 112}, {"lut.Turn", unsafe.Offsetof(la.Turn), 120},
+		{"amx.B", unsafe.Offsetof(am.B), 0}, {"amx.X", unsafe.Offsetof(am.X), 8},
+		{"amx.XStride", unsafe.Offsetof(am.XStride), 16}, {"amx.Sums", unsafe.Offsetof(am.Sums), 24},
+		{"amx.SegQ", unsafe.Offsetof(am.SegQ), 32}, {"amx.NSeg", unsafe.Offsetof(am.NSeg), 40},
+		{"amx.LastQ", unsafe.Offsetof(am.LastQ), 48}, {"amx.SumsSeg", unsafe.Offsetof(am.SumsSeg), 56},
+		{"amx.Cfg", unsafe.Offsetof(am.Cfg), 64}, {"amx.Two", unsafe.Offsetof(am.Two), 72},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
@@ -651,7 +657,8 @@ func int1AtLimit(t *testing.T, kern *simdKernel, maxK int) {
 	}
 }
 
-// TestSIMDGemmLargeN: the prefill path with many, ragged token counts.
+// TestSIMDGemmLargeN: the prefill path with many, ragged token counts, on AMX where it runs
+// (the zmm path, K and groups multiples of 64) and with AMX off.
 func TestSIMDGemmLargeN(t *testing.T) {
 	ks := asmKernels()
 	if len(ks) == 0 {
@@ -666,8 +673,13 @@ func TestSIMDGemmLargeN(t *testing.T) {
 	if testing.Short() {
 		settings = 2
 	}
-	for _, k := range ks {
-		checkShapes(t, k.Name(), k, rng, [][2]int{{70, 300}, {33, 1100}}, settings, ns, false)
+	for _, amx := range []bool{true, false} { // the zmm GEMM on AMX where it runs, and without
+		if !amx {
+			defer DisableAMX()()
+		}
+		for _, k := range ks {
+			checkShapes(t, fmt.Sprintf("%s (amx %v)", k.Name(), amx), k, rng, [][2]int{{70, 300}, {33, 1100}, {40, 256}}, settings, ns, false)
+		}
 	}
 }
 

@@ -34,3 +34,22 @@ func kernelsInfo() infoSection {
 	}
 	return infoSection{Name: "kernels", Value: choices, Text: text}
 }
+
+func init() { registerInfo(21, amxInfo) }
+
+// amxState is the info section "amx": whether the integer formats' prefill GEMM runs on
+// AMX-INT8 tiles, and if not, why.
+type amxState struct {
+	GEMM   bool   `json:"gemm"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func amxInfo() infoSection {
+	r := kernels.AMXReason()
+	v := amxState{GEMM: r == "", Reason: r}
+	line := "prefill GEMM of the integer formats on AMX-INT8 tiles (where K and the groups are multiples of 64)"
+	if r != "" {
+		line = "no AMX prefill GEMM: " + r
+	}
+	return infoSection{Name: "amx", Value: v, Text: []string{line}}
+}

@@ -198,3 +198,30 @@ func gemmAMX() {
 	tileRelease()
 	RET()
 }
+
+// amxPeak is the AMX-INT8 peak loop: n iterations of four independent tdpbsud on full
+// 16x16x64 tiles (the configuration at Cfg: amxPeakConfig), no memory traffic.
+func amxPeak() {
+	name := "amxPeakLoop"
+	TEXT(name, NOSPLIT, "func(cfg *byte, n int)")
+	Pragma("noescape")
+	Doc(name+" runs n iterations of four independent tdpbsud on full tiles (the AMX-INT8 peak",
+		"of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxPeakConfig's.")
+	Instruction(&ir.Instruction{Opcode: "PCALIGN", Operands: []Op{U8(64)}})
+	cfg, n := RAX, RCX
+	Load(Param("cfg"), cfg)
+	Load(Param("n"), n)
+	ldtilecfg(cfg)
+	for t := 0; t < 8; t++ {
+		tileZero(t)
+	}
+	Label(name + "_loop")
+	tdpbsud(0, 4, 6)
+	tdpbsud(1, 4, 7)
+	tdpbsud(2, 5, 6)
+	tdpbsud(3, 5, 7)
+	DECQ(n)
+	JNZ(LabelRef(name + "_loop"))
+	tileRelease()
+	RET()
+}

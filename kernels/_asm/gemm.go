@@ -71,6 +71,7 @@ func genGemm() {
 		tileZ(T)
 	}
 	gemmAMX()
+	amxPeak()
 	for T := 1; T <= 2; T++ {
 		tileY(T, false)
 	}

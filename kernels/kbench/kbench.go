@@ -278,6 +278,24 @@ func Int8Peak(p *Pool, d time.Duration) float64 {
 	return best
 }
 
+// AMXPeak is Int8Peak for the AMX-INT8 peak loop (kernels.AMXPeakOps); 0 where AMX cannot
+// run.
+func AMXPeak(p *Pool, d time.Duration) float64 {
+	const iters = 1 << 14
+	if kernels.AMXReason() != "" {
+		return 0
+	}
+	var best float64
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		t0 := time.Now()
+		var ops atomic.Int64
+		p.Run(func(int) { ops.Add(int64(kernels.AMXPeakOps(iters))) })
+		best = max(best, float64(ops.Load())/time.Since(t0).Seconds())
+	}
+	return best
+}
+
 // RandomBlob fills blob (the layout of format f) with valid random codes: i2s codes 0..2,
 // tl1 indices 0..8, tl2 blocks of random ternary weights, any byte for int2/int1/int8, and
 // random finite values for bf16/f32. It is fast (no packing) so benchmarks can fill
