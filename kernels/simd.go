@@ -868,17 +868,23 @@ func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *
 	epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 	epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
 	for rb := rb0; rb < rb1; rb++ {
-		m0 := rb * RowBlock
 		epi.Sums = unsafe.Pointer(&sums[(rb-sb)*T*RowBlock])
-		epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
-		epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
-		epi.Bias = nil
-		if lp.bias != nil {
-			epi.Bias = unsafe.Pointer(&lp.bias[m0])
-		}
-		epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-		k.ops.epi(argp(epi))
+		k.epiRB(epi, ly, lp, rb, t0, out)
 	}
+}
+
+// epiRB runs the epilogue (its sums, tokens and their corrections set) on row block rb for
+// tokens from t0: the row block's mask, scales, bias and outputs.
+func (k *simdKernel) epiRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
+	m0 := rb * RowBlock
+	epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
+	epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
+	epi.Bias = nil
+	if lp.bias != nil {
+		epi.Bias = unsafe.Pointer(&lp.bias[m0])
+	}
+	epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+	k.ops.epi(argp(epi))
 }
 
 // sweepLUT adds the int32 sums of the token groups gs (consecutive tokens, in order) over
@@ -1378,17 +1384,9 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
 			for rb := g0; rb < g1; rb++ {
-				m0 := rb * RowBlock
 				am.B = unsafe.Pointer(&bmat[(rb-g0)*rbBytes])
 				k.ops.amx(argp(am))
-				epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
-				epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
-				epi.Bias = nil
-				if lp.bias != nil {
-					epi.Bias = unsafe.Pointer(&lp.bias[m0])
-				}
-				epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-				k.ops.epi(argp(epi))
+				k.epiRB(epi, ly, lp, rb, t0, out)
 			}
 		}
 	}

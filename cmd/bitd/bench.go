@@ -132,26 +132,21 @@ type benchEnv struct {
 }
 
 // int8Peak is the int8 peak of a pool of t threads in Gops (0 without a peak loop).
-func (e *benchEnv) int8Peak(t int) float64 {
-	if v, ok := e.peakBy[t]; ok {
-		return v
-	}
-	p := kbench.NewPool(t)
-	v := kbench.Int8Peak(p, 300*time.Millisecond) / 1e9
-	p.Close()
-	e.peakBy[t] = v
-	return v
-}
+func (e *benchEnv) int8Peak(t int) float64 { return peakOnce(e.peakBy, t, kbench.Int8Peak) }
 
 // amxPeak is the AMX-INT8 peak of a pool of t threads in Gops (0 where AMX cannot run).
-func (e *benchEnv) amxPeak(t int) float64 {
-	if v, ok := e.amxBy[t]; ok {
+func (e *benchEnv) amxPeak(t int) float64 { return peakOnce(e.amxBy, t, kbench.AMXPeak) }
+
+// peakOnce measures a peak (operations per second) on a pool of t threads once, keeping it in
+// cache, and returns it in Gops.
+func peakOnce(cache map[int]float64, t int, measure func(*kbench.Pool, time.Duration) float64) float64 {
+	if v, ok := cache[t]; ok {
 		return v
 	}
 	p := kbench.NewPool(t)
-	v := kbench.AMXPeak(p, 300*time.Millisecond) / 1e9
+	v := measure(p, 300*time.Millisecond) / 1e9
 	p.Close()
-	e.amxBy[t] = v
+	cache[t] = v
 	return v
 }
 

@@ -263,16 +263,21 @@ func cpuTime() time.Duration {
 // separately) with every worker running the peak loop of kernels.Int8PeakPath; it returns
 // the total over the pool, 0 where no path runs.
 func Int8Peak(p *Pool, d time.Duration) float64 {
-	const iters = 1 << 18
 	if _, ok := kernels.Int8PeakPath(); !ok {
 		return 0
 	}
+	return peakRate(p, d, func() float64 { return kernels.Int8PeakOps(1 << 18) })
+}
+
+// peakRate is the best rate (operations per second, over the pool) of rounds of run on every
+// worker for d; run returns the operations it performed.
+func peakRate(p *Pool, d time.Duration, run func() float64) float64 {
 	var best float64
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		t0 := time.Now()
 		var ops atomic.Int64
-		p.Run(func(int) { ops.Add(int64(kernels.Int8PeakOps(iters))) })
+		p.Run(func(int) { ops.Add(int64(run())) })
 		best = max(best, float64(ops.Load())/time.Since(t0).Seconds())
 	}
 	return best
@@ -281,19 +286,10 @@ func Int8Peak(p *Pool, d time.Duration) float64 {
 // AMXPeak is Int8Peak for the AMX-INT8 peak loop (kernels.AMXPeakOps); 0 where AMX cannot
 // run.
 func AMXPeak(p *Pool, d time.Duration) float64 {
-	const iters = 1 << 14
 	if kernels.AMXReason() != "" {
 		return 0
 	}
-	var best float64
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		t0 := time.Now()
-		var ops atomic.Int64
-		p.Run(func(int) { ops.Add(int64(kernels.AMXPeakOps(iters))) })
-		best = max(best, float64(ops.Load())/time.Since(t0).Seconds())
-	}
-	return best
+	return peakRate(p, d, func() float64 { return kernels.AMXPeakOps(1 << 14) })
 }
 
 // RandomBlob fills blob (the layout of format f) with valid random codes: i2s codes 0..2,
