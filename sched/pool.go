@@ -156,12 +156,14 @@ func New(cfg Config) (*Pool, error) {
 // leaves that thread wedged with whatever mask it had; so no worker may
 // ever live there. If this goroutine finds itself on the main thread, it
 // keeps it locked while a new goroutine (which then cannot run there)
-// starts fn and locks its own thread, then lets the main thread go.
+// starts fn and locks its own thread, then lets the main thread go. On
+// any other thread it stays locked into fn (whose lock nests): unlocking
+// first would let the scheduler move the goroutine, main thread included,
+// before fn locks again (a worker was once found on the main thread so).
 func offMainThread(fn func()) {
 	runtime.LockOSThread()
 	if unix.Gettid() != unix.Getpid() {
-		runtime.UnlockOSThread()
-		fn() // locks again, for good
+		fn() // locks again (nested), for good
 		return
 	}
 	locked := make(chan struct{})
