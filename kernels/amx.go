@@ -91,8 +91,7 @@ type amxArgs struct {
 	NSeg    int
 	LastQ   int            // quads in the last segment
 	SumsSeg int            // bytes between segments in Sums (T*128)
-	Cfg     unsafe.Pointer // the tile configuration for T (amxConfig)
-	Two     int            // 1 if T > 16
+	Cfg     unsafe.Pointer // the tile configuration for T (amxConfig; tile 2 has rows if T > 16)
 }
 
 // amxConfig writes the 64-byte tile configuration of gemmAMX for T tokens to c: palette 1;

@@ -64,14 +64,14 @@ func tileT11AVX512(a *byte)
 //go:noescape
 func tileT12AVX512(a *byte)
 
-// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs); gemmGeneric is its reference.
-// It needs the tile permission (amxPermit) and AMX-INT8.
+// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs): the sums of tileGeneric,
+// from the activations untransposed. It needs the tile permission (amxPermit) and AMX-INT8.
 //
 //go:noescape
 func gemmAMX(a *byte)
 
 // amxPeakLoop runs n iterations of four independent tdpbsud on full tiles (the AMX-INT8 peak
-// of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxPeakConfig's.
+// of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxConfig's for 32 tokens.
 //
 //go:noescape
 func amxPeakLoop(cfg *byte, n int)

@@ -1125,7 +1125,7 @@ gemmAMX_seg:
 	MOVQ    32(DI), R11
 	CMPQ    R10, $0x01
 	CMOVQEQ 48(DI), R11
-	CMPQ    72(DI), $0x00
+	CMPB    50(AX), $0x00
 	JNE     gemmAMX_two
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero tmm1

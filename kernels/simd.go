@@ -1197,8 +1197,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 	sums := tb.sums[:p.nseg*tile*RowBlock]
 	var bmat []byte
-	tiles := k.ops.tile // the micro-kernels by token count, tile16 in place of tile[2] where it serves
-	if p.gemm {
+	tiles := k.ops.tile   // the micro-kernels by token count, tile16 in place of tile[2] where it serves
+	if p.gemm && !p.amx { // (runAMX unpacks several row blocks)
 		tb.b, bmat = aligned(tb.b, RowBlock*ly.Kp)
 	}
 	xbase := unsafe.Pointer(&a.Q[0])
@@ -1230,7 +1230,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		if k.ops.tile16 != nil && mm.ChunkQ >= tile16MinQ {
 			tiles[2] = k.ops.tile16
 		}
-		*ua = unpackArgs{B: unsafe.Pointer(&bmat[0])}
+		*ua = unpackArgs{} // (B: unpackRB)
 		switch k.format {
 		case quantcfg.I2S:
 			ua.N, ua.N2 = ly.Kp/128, ly.Kp/128*128
@@ -1376,9 +1376,6 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			T := min(p.xTile, n-t0)
 			*am = amxArgs{X: unsafe.Pointer(&a.Q[t0*ly.Kp]), XStride: ly.Kp, Sums: unsafe.Pointer(&sums[0]),
 				SegQ: mm.SegQ, NSeg: mm.NSeg, LastQ: mm.LastQ, SumsSeg: T * RowBlock * 4, Cfg: unsafe.Pointer(&tb.cfg)}
-			if T > 16 {
-				am.Two = 1
-			}
 			amxConfig(&tb.cfg, T)
 			epi.NTok = T
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])

@@ -11,17 +11,18 @@ import (
 
 // Argument block offsets: kernels.amxArgs.
 const (
-	xB, xX, xXStride, xSums, xSegQ, xNSeg, xLastQ, xSumsSeg, xCfg, xTwo = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72
+	xB, xX, xXStride, xSums, xSegQ, xNSeg, xLastQ, xSumsSeg, xCfg = 0, 8, 16, 24, 32, 40, 48, 56, 64
 )
 
 // The AMX instructions, which the Go assembler does not know, as raw bytes (VEX.128.0F38.W0;
 // checked against gcc 12's encodings by disassembly; scripts/check-generate.sh compares
-// objdump's disassembly of the built object with the mnemonics in the comments). Their register operands are physical: avo's allocator cannot see into
-// raw bytes, so the AMX kernel uses physical general registers only.
+// objdump's disassembly of the built object with the mnemonics in the comments). Their
+// register operands are physical: avo's allocator cannot see into raw bytes, so the AMX
+// functions use physical general registers only.
 
-// amxPP are the VEX pp fields (the mandatory prefixes) of the AMX instructions used.
+// The VEX pp fields (the mandatory prefixes) of the AMX instructions used.
 const (
-	ppNone, pp66, ppF3, ppF2 = 0, 1, 2, 3
+	ppNone, ppF3, ppF2 = 0, 2, 3
 )
 
 // raw emits the bytes of one instruction, after a comment giving its mnemonic (the post-pass
@@ -114,7 +115,7 @@ func ldtilecfg(base Physical) {
 // switches stop saving them).
 func tileRelease() { raw("tilerelease", append(vex3(0, 0, 0, 0, ppNone), 0x49, 0xC0)) }
 
-// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8 (gemmAMXTiles): for up to 32 tokens and
+// gemmAMX is the prefill GEMM micro-kernel on AMX-INT8: for up to 32 tokens and
 // one unpacked row block, Sums[j][t][r] = the sum over segment j's quads q and i < 4 of
 // X[t][4q+i] (signed) times B[q][r][i] (unsigned): the same sums as the zmm micro-kernels',
 // from the activations as they are (no transpose). A 64-input step is one tdpbsud per
@@ -122,16 +123,13 @@ func tileRelease() { raw("tilerelease", append(vex3(0, 0, 0, 0, ppNone), 0x49, 0
 // tiles 2-3 tokens 16-31's; tile 4 (5) the step's activations of tokens 0-15 (16-31), tiles
 // 6 and 7 the step's unpacked weights of rows 0-15 and 16-31 (B's 128-byte quads are
 // exactly two tiles' VNNI rows, 64 bytes each, 128 apart). Segments must be multiples of 16
-// quads; the configuration at Cfg gives the token tiles T rows (amxConfig), and Two says
-// whether tokens 16-31 exist. Where one tile product takes sixteen 64-byte rows of each
+// quads; the configuration at Cfg gives the token tiles T rows (amxConfig), and tokens 16-31
+// exist where it gives tile 2 any. Where one tile product takes sixteen 64-byte rows of each
 // operand, the zmm micro-kernel needs 64 vpdpbusd.
 func gemmAMX() {
 	name := "gemmAMX"
-	TEXT(name, NOSPLIT, "func(a *byte)")
-	Pragma("noescape")
-	Doc(name+" is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs); gemmGeneric is its reference.",
-		"It needs the tile permission (amxPermit) and AMX-INT8.")
-	Instruction(&ir.Instruction{Opcode: "PCALIGN", Operands: []Op{U8(64)}})
+	header(name, NOSPLIT, "func(a *byte)", name+" is the prefill GEMM micro-kernel on AMX-INT8 (see amxArgs): the sums of tileGeneric,",
+		"from the activations untransposed. It needs the tile permission (amxPermit) and AMX-INT8.")
 	// Physical registers only (see raw).
 	a, b, x, x1, xs, sums, nseg, cnt, bstride, cfg := RDI, RSI, RDX, R12, R8, R9, R10, R11, RCX, RAX
 	Load(Param("a"), a)
@@ -151,7 +149,7 @@ func gemmAMX() {
 	MOVQ(Mem{Base: a, Disp: xSegQ}, cnt)
 	CMPQ(nseg, U8(1))
 	CMOVQEQ(Mem{Base: a, Disp: xLastQ}, cnt)
-	CMPQ(Mem{Base: a, Disp: xTwo}, U8(0))
+	CMPB(Mem{Base: cfg, Disp: 48 + 2}, U8(0)) // tile 2's rows: tokens 16-31
 	JNE(LabelRef(name + "_two"))
 	for _, two := range []bool{false, true} {
 		sfx := "_one"
@@ -200,14 +198,11 @@ func gemmAMX() {
 }
 
 // amxPeak is the AMX-INT8 peak loop: n iterations of four independent tdpbsud on full
-// 16x16x64 tiles (the configuration at Cfg: amxPeakConfig), no memory traffic.
+// 16x16x64 tiles (the configuration at cfg: amxConfig's for 32 tokens), no memory traffic.
 func amxPeak() {
 	name := "amxPeakLoop"
-	TEXT(name, NOSPLIT, "func(cfg *byte, n int)")
-	Pragma("noescape")
-	Doc(name+" runs n iterations of four independent tdpbsud on full tiles (the AMX-INT8 peak",
-		"of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxPeakConfig's.")
-	Instruction(&ir.Instruction{Opcode: "PCALIGN", Operands: []Op{U8(64)}})
+	header(name, NOSPLIT, "func(cfg *byte, n int)", name+" runs n iterations of four independent tdpbsud on full tiles (the AMX-INT8 peak",
+		"of one core: 4 x 16 x 16 x 64 multiply-adds an iteration); cfg is amxConfig's for 32 tokens.")
 	cfg, n := RAX, RCX
 	Load(Param("cfg"), cfg)
 	Load(Param("n"), n)

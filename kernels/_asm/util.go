@@ -68,7 +68,14 @@ func fn(name string, doc ...string) GPVirtual { return fnAttr(name, NOSPLIT, doc
 // fnAttr is fn with the given TEXT attributes (0 for functions whose frame is too big for
 // NOSPLIT: the assembler then adds the stack check).
 func fnAttr(name string, attr attr.Attribute, doc ...string) GPVirtual {
-	TEXT(name, attr, "func(a *byte)")
+	header(name, attr, "func(a *byte)", doc...)
+	return Load(Param("a"), GP64()).(GPVirtual)
+}
+
+// header starts function name of signature sig (noescape, documented by doc) on a 64-byte
+// line.
+func header(name string, attr attr.Attribute, sig string, doc ...string) {
+	TEXT(name, attr, sig)
 	Pragma("noescape")
 	Doc(doc...)
 	// Every function starts a 64-byte line (the linker aligns a function holding a PCALIGN to
@@ -77,7 +84,6 @@ func fnAttr(name string, attr attr.Attribute, doc ...string) GPVirtual {
 	// the others. (On a 2-vCPU Xeon guest with a 480 MiB L3, builds differing only in code
 	// placement read DRAM up to 10% apart in the one-token i2s GEMV at K = 2560.)
 	Instruction(&ir.Instruction{Opcode: "PCALIGN", Operands: []Op{U8(64)}})
-	return Load(Param("a"), GP64()).(GPVirtual)
 }
 
 // ld loads the 8-byte field at off of the block at a into a new register.
