@@ -907,6 +907,19 @@ func gemvI2SZ(T int) {
 // Emerald Rapids Xeon, where the vpdpbusd and loads alone take 20; per-half variable shifts
 // (8 vpsrlvq) had been 10% slower than the shift and masks. The prefetch distance (PF, PF7)
 // and Acc come from the driver, which runs a long K in parts (gemvParts).
+//
+// What holds four tokens back from DRAM (2-vCPU Xeon guest, 480 MiB L3; the kernel called
+// row block by row block over 1 GiB, K = 4096, one thread): it reads 10.5-11.6 GB/s where it
+// runs 18-19 from L1 or L2 and one token 16. The prefetch distances do not move it (L1 0.5-4
+// KiB ahead, L2 1-64 KiB or none: 10.4-11.4 GB/s), and without software prefetch it reads
+// 5.4. Taking work out did little: no vgf2p8affineqb 10.9, no activation loads 10.7, neither
+// 12.5, vpaddd for vpdpbusd 10.6, the weights as two 64-byte loads and four vshufi64x2 11.9,
+// loaded one block ahead 9.9; no placement of the block loop (its first byte at 0-62 mod
+// 64, or a 2-28-byte nop inside it) read more than 11.7. Cut to its two loads, four
+// prefetches and 32 vpdpbusd it read 17.2-17.8, but one vpdpbusd or two zeroing vpxord more
+// a block took it to 12-14, and moving that loop by 4 bytes to 12.3: the memory stream
+// stalls on the prefetch instructions (the profile's samples), and how much it overlaps
+// with the arithmetic turns on the front end's view of the loop, not on the vector pipes.
 func gemvI2SRowZ(T int) {
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
