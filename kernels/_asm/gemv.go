@@ -917,9 +917,10 @@ func gemvI2SZ(T int) {
 // loaded one block ahead 9.9; no placement of the block loop (its first byte at 0-62 mod
 // 64, or a 2-28-byte nop inside it) read more than 11.7. Cut to its two loads, four
 // prefetches and 32 vpdpbusd it read 17.2-17.8, but one vpdpbusd or two zeroing vpxord more
-// a block took it to 12-14, and moving that loop by 4 bytes to 12.3: the memory stream
-// stalls on the prefetch instructions (the profile's samples), and how much it overlaps
-// with the arithmetic turns on the front end's view of the loop, not on the vector pipes.
+// a block took it to 12-14, and moving that loop by 4 bytes to 12.3. The profile's samples
+// sit on the prefetch instructions and the first weight load: the stream stalls there, and
+// how far it overlaps the arithmetic turned on the loop's instructions and their placement
+// more than on the vector pipes' load (why, this guest's missing counters do not tell).
 func gemvI2SRowZ(T int) {
 	name := gemvName("I2S", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
