@@ -874,8 +874,15 @@ func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *
 }
 
 // epiRB runs the epilogue (its sums, tokens and their corrections set) on row block rb for
-// tokens from t0: the row block's mask, scales, bias and outputs.
+// tokens from t0 (setRB).
 func (k *simdKernel) epiRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
+	setRB(epi, ly, lp, rb, t0, out)
+	k.ops.epi(argp(epi))
+}
+
+// setRB sets the epilogue's row block fields for row block rb and tokens from t0: its mask,
+// scales, bias and outputs.
+func setRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
 	m0 := rb * RowBlock
 	epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
 	epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
@@ -884,7 +891,6 @@ func (k *simdKernel) epiRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, o
 		epi.Bias = unsafe.Pointer(&lp.bias[m0])
 	}
 	epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-	k.ops.epi(argp(epi))
 }
 
 // sweepLUT adds the int32 sums of the token groups gs (consecutive tokens, in order) over
@@ -1282,14 +1288,6 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		return
 	}
 	for rb := rb0; rb < rb1; rb++ {
-		m0 := rb * RowBlock
-		rows := min(RowBlock, ly.M-m0)
-		epi.Mask = 1<<rows - 1
-		epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
-		epi.Bias = nil
-		if lp.bias != nil {
-			epi.Bias = unsafe.Pointer(&lp.bias[m0])
-		}
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm {
 			k.unpackRB(l, rb, ua, bmat)
@@ -1299,7 +1297,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			epi.NTok = T
 			epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 			epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
-			epi.Out = unsafe.Pointer(&out[t0*ly.M+m0])
+			setRB(epi, ly, lp, rb, t0, out) // (the fused GEMV kernels read it too)
 			if p.gemm {
 				mm.B = unsafe.Pointer(&bmat[0])
 				mm.X, mm.XQ = unsafe.Add(xbase, t0*ly.Kp), 4*T
