@@ -18,3 +18,49 @@ func FromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // RoundBF16 rounds a float32 to the nearest bfloat16 value, as a float32.
 func RoundBF16(f float32) float32 { return FromBF16(BF16(f)) }
+
+// Assembly versions of DecodeBF16 and EncodeBF16 (16 values at a time), set by the amd64
+// build for the CPU's best path; nil otherwise.
+var (
+	bf16DecAsm func(x *byte, n int, dst *float32)
+	bf16EncAsm func(x *float32, n int, dst *byte)
+)
+
+// DecodeBF16 widens the len(dst) little-endian bfloat16 values in src (2*len(dst) bytes)
+// to float32, exactly.
+func DecodeBF16(dst []float32, src []byte) {
+	src = src[:2*len(dst)]
+	n := 0
+	if bf16DecAsm != nil && !purego.Load() && len(dst) >= 16 {
+		n = len(dst) &^ 15
+		bf16DecAsm(&src[0], n, &dst[0])
+	}
+	decodeBF16Generic(dst[n:], src[2*n:])
+}
+
+// decodeBF16Generic is DecodeBF16 in Go, the reference of the assembly.
+func decodeBF16Generic(dst []float32, src []byte) {
+	for i := range dst {
+		dst[i] = FromBF16(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+	}
+}
+
+// EncodeBF16 rounds src to bfloat16 (BF16: to nearest even, a NaN quieted) into dst as
+// little-endian values (2*len(src) bytes).
+func EncodeBF16(dst []byte, src []float32) {
+	dst = dst[:2*len(src)]
+	n := 0
+	if bf16EncAsm != nil && !purego.Load() && len(src) >= 16 {
+		n = len(src) &^ 15
+		bf16EncAsm(&src[0], n, &dst[0])
+	}
+	encodeBF16Generic(dst[2*n:], src[n:])
+}
+
+// encodeBF16Generic is EncodeBF16 in Go, the reference of the assembly.
+func encodeBF16Generic(dst []byte, src []float32) {
+	for i, v := range src {
+		h := BF16(v)
+		dst[2*i], dst[2*i+1] = byte(h), byte(h>>8)
+	}
+}

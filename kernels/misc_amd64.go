@@ -22,6 +22,30 @@ func nonFiniteF32AVX512(x *float32, n int) int
 //go:noescape
 func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
 
+// bf16ToF32AVX512 widens the n bfloat16 values at x (little-endian) to float32 at dst (n a multiple of
+// 16); decodeBF16Generic is its reference.
+//
+//go:noescape
+func bf16ToF32AVX512(x *byte, n int, dst *float32)
+
+// f32ToBF16AVX512 rounds the n float32 values at x to bfloat16 at dst (little-endian; n a multiple of
+// 16), to nearest even, a NaN quieted; BF16 is its reference.
+//
+//go:noescape
+func f32ToBF16AVX512(x *float32, n int, dst *byte)
+
+// bf16ToF32AVX2 widens the n bfloat16 values at x (little-endian) to float32 at dst (n a multiple of
+// 16); decodeBF16Generic is its reference.
+//
+//go:noescape
+func bf16ToF32AVX2(x *byte, n int, dst *float32)
+
+// f32ToBF16AVX2 rounds the n float32 values at x to bfloat16 at dst (little-endian; n a multiple of
+// 16), to nearest even, a NaN quieted; BF16 is its reference.
+//
+//go:noescape
+func f32ToBF16AVX2(x *float32, n int, dst *byte)
+
 // readBytesAVX512 reads n bytes at p (n a multiple of 256) and returns a checksum, so the loads
 // are not optimized away; readBytesGeneric is its reference.
 //

@@ -88,6 +88,150 @@ quant_done:
 	VZEROUPPER
 	RET
 
+// func bf16ToF32AVX512(x *byte, n int, dst *float32)
+// Requires: AVX, AVX512F
+TEXT ·bf16ToF32AVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), AX
+	MOVQ n+8(FP), CX
+	MOVQ dst+16(FP), DX
+	SHRQ $0x04, CX
+	JZ   bf16ToF32AVX512_done
+
+bf16ToF32AVX512_l:
+	VPMOVZXWD (AX), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVDQU32 Z0, (DX)
+	ADDQ      $0x20, AX
+	ADDQ      $0x40, DX
+	DECQ      CX
+	JNZ       bf16ToF32AVX512_l
+
+bf16ToF32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX512(x *float32, n int, dst *byte)
+// Requires: AVX, AVX512F
+TEXT ·f32ToBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	MOVL         $0x00000001, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00007fff, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x7fffffff, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x7f800000, BX
+	VPBROADCASTD BX, Z3
+	MOVL         $0x00007fc0, BX
+	VPBROADCASTD BX, Z4
+	SHRQ         $0x04, CX
+	JZ           f32ToBF16AVX512_done
+
+f32ToBF16AVX512_l:
+	VMOVDQU32 (AX), Z5
+	VPSRLD    $0x10, Z5, Z6
+	VPADDD    Z1, Z5, Z7
+	VPANDD    Z0, Z6, Z8
+	VPADDD    Z8, Z7, Z7
+	VPSRLD    $0x10, Z7, Z7
+	VPANDD    Z2, Z5, Z8
+	VPCMPGTD  Z3, Z8, K1
+	VPORD     Z4, Z6, K1, Z7
+	VPMOVDW   Z7, (DX)
+	ADDQ      $0x40, AX
+	ADDQ      $0x20, DX
+	DECQ      CX
+	JNZ       f32ToBF16AVX512_l
+
+f32ToBF16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func bf16ToF32AVX2(x *byte, n int, dst *float32)
+// Requires: AVX, AVX2
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), AX
+	MOVQ n+8(FP), CX
+	MOVQ dst+16(FP), DX
+	SHRQ $0x04, CX
+	JZ   bf16ToF32AVX2_done
+
+bf16ToF32AVX2_l:
+	VPMOVZXWD (AX), Y0
+	VPMOVZXWD 16(AX), Y1
+	VPSLLD    $0x10, Y0, Y0
+	VPSLLD    $0x10, Y1, Y1
+	VMOVDQU   Y0, (DX)
+	VMOVDQU   Y1, 32(DX)
+	ADDQ      $0x20, AX
+	ADDQ      $0x40, DX
+	DECQ      CX
+	JNZ       bf16ToF32AVX2_l
+
+bf16ToF32AVX2_done:
+	VZEROUPPER
+	RET
+
+// func f32ToBF16AVX2(x *float32, n int, dst *byte)
+// Requires: AVX, AVX2, SSE2
+TEXT ·f32ToBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	MOVL         $0x00000001, BX
+	MOVD         BX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00007fff, BX
+	MOVD         BX, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x7fffffff, BX
+	MOVD         BX, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x7f800000, BX
+	MOVD         BX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x00007fc0, BX
+	MOVD         BX, X4
+	VPBROADCASTD X4, Y4
+	SHRQ         $0x04, CX
+	JZ           f32ToBF16AVX2_done
+
+f32ToBF16AVX2_l:
+	VMOVDQU   (AX), Y5
+	VPSRLD    $0x10, Y5, Y6
+	VPADDD    Y1, Y5, Y7
+	VPAND     Y0, Y6, Y8
+	VPADDD    Y8, Y7, Y7
+	VPSRLD    $0x10, Y7, Y7
+	VPAND     Y2, Y5, Y8
+	VPCMPGTD  Y3, Y8, Y8
+	VPOR      Y4, Y6, Y6
+	VPBLENDVB Y8, Y6, Y7, Y7
+	VMOVDQA   Y7, Y9
+	VMOVDQU   32(AX), Y5
+	VPSRLD    $0x10, Y5, Y6
+	VPADDD    Y1, Y5, Y7
+	VPAND     Y0, Y6, Y8
+	VPADDD    Y8, Y7, Y7
+	VPSRLD    $0x10, Y7, Y7
+	VPAND     Y2, Y5, Y8
+	VPCMPGTD  Y3, Y8, Y8
+	VPOR      Y4, Y6, Y6
+	VPBLENDVB Y8, Y6, Y7, Y7
+	VPACKUSDW Y7, Y9, Y7
+	VPERMQ    $0xd8, Y7, Y7
+	VMOVDQU   Y7, (DX)
+	ADDQ      $0x40, AX
+	ADDQ      $0x20, DX
+	DECQ      CX
+	JNZ       f32ToBF16AVX2_l
+
+f32ToBF16AVX2_done:
+	VZEROUPPER
+	RET
+
 // func readBytesAVX512(p *byte, n int) uint64
 // Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·readBytesAVX512(SB), NOSPLIT, $0-24

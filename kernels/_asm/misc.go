@@ -12,6 +12,7 @@ import (
 // the int8 peak loops (AVX-512 VNNI, AVX2).
 func genMisc() {
 	genActHelpers()
+	genBF16Conv()
 	for _, z := range []bool{true, false} {
 		name := "readBytesAVX2"
 		if z {
@@ -547,6 +548,119 @@ func genActHelpers() {
 		Label("quant_done")
 		VZEROUPPER()
 		RET()
+	}
+}
+
+// genBF16Conv writes the engine's conversions of activations and outputs between bfloat16
+// (the wire's dtype) and float32, 16 values an iteration (n a multiple of 16; the Go callers
+// do the tail), on zmm and on ymm: widening is a shift; narrowing rounds to nearest even
+// with integer adds, as BF16 does (vcvtneps2bf16 would flush denormal inputs to zero), and
+// a NaN becomes its top half with the quiet bit set.
+func genBF16Conv() {
+	for _, z := range []bool{true, false} {
+		isa := "AVX2"
+		if z {
+			isa = "AVX512"
+		}
+		{
+			name := "bf16ToF32" + isa
+			TEXT(name, NOSPLIT, "func(x *byte, n int, dst *float32)")
+			Pragma("noescape")
+			Doc(name+" widens the n bfloat16 values at x (little-endian) to float32 at dst (n a multiple of",
+				"16); decodeBF16Generic is its reference.")
+			x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+			p := newPool(z)
+			v, u := p.get(), p.get()
+			SHRQ(U8(4), n)
+			JZ(LabelRef(name + "_done"))
+			Label(name + "_l")
+			if z {
+				VPMOVZXWD(at(x, 0), v)
+				VPSLLD(U8(16), v, v)
+				VMOVDQU32(v, at(d, 0))
+			} else {
+				VPMOVZXWD(at(x, 0), v)
+				VPMOVZXWD(at(x, 16), u)
+				VPSLLD(U8(16), v, v)
+				VPSLLD(U8(16), u, u)
+				VMOVDQU(v, at(d, 0))
+				VMOVDQU(u, at(d, 32))
+			}
+			ADDQ(U8(32), x)
+			ADDQ(U8(64), d)
+			DECQ(n)
+			JNZ(LabelRef(name + "_l"))
+			Label(name + "_done")
+			VZEROUPPER()
+			RET()
+		}
+		{
+			name := "f32ToBF16" + isa
+			TEXT(name, NOSPLIT, "func(x *float32, n int, dst *byte)")
+			Pragma("noescape")
+			Doc(name+" rounds the n float32 values at x to bfloat16 at dst (little-endian; n a multiple of",
+				"16), to nearest even, a NaN quieted; BF16 is its reference.")
+			x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+			p := newPool(z)
+			one, half, abs, inf, quiet := p.get(), p.get(), p.get(), p.get(), p.get()
+			bcastDword(one, 1)
+			bcastDword(half, 0x7fff)
+			bcastDword(abs, 0x7fffffff)
+			bcastDword(inf, 0x7f800000)
+			bcastDword(quiet, 0x7fc0)
+			b, t, r, m := p.get(), p.get(), p.get(), p.get()
+			// round sets r to the rounded top halves of the 32-bit lanes at x+off (NaN lanes: the
+			// top half | 0x7fc0), in the low words of its dwords.
+			round := func(off int) {
+				if z {
+					VMOVDQU32(at(x, off), b)
+				} else {
+					VMOVDQU(at(x, off), b)
+				}
+				VPSRLD(U8(16), b, t)
+				VPADDD(half, b, r)
+				if z {
+					VPANDD(one, t, m)
+				} else {
+					VPAND(one, t, m)
+				}
+				VPADDD(m, r, r)
+				VPSRLD(U8(16), r, r)
+				if z {
+					VPANDD(abs, b, m)
+					VPCMPGTD(inf, m, K1) // |b| > inf: a NaN
+					VPORD(quiet, t, K1, r)
+				} else {
+					VPAND(abs, b, m)
+					VPCMPGTD(inf, m, m)
+					VPOR(quiet, t, t)
+					VPBLENDVB(m, t, r, r)
+				}
+			}
+			SHRQ(U8(4), n)
+			JZ(LabelRef(name + "_done"))
+			Label(name + "_l")
+			if z {
+				round(0)
+				VPMOVDW(r, at(d, 0))
+			} else {
+				lo := p.get()
+				round(0)
+				VMOVDQA(r, lo)
+				round(32)
+				VPACKUSDW(r, lo, r) // per lane: four words of lo, four of r
+				VPERMQ(U8(0xD8), r, r)
+				VMOVDQU(r, at(d, 0))
+				p.put(lo)
+			}
+			ADDQ(U8(64), x)
+			ADDQ(U8(32), d)
+			DECQ(n)
+			JNZ(LabelRef(name + "_l"))
+			Label(name + "_done")
+			VZEROUPPER()
+			RET()
+		}
 	}
 }
 
