@@ -130,6 +130,31 @@ type callCtx struct {
 	acts kernels.Acts
 	x    []float32
 	out  []float32
+	// A Forward's conversions (decode, encode): its dtype, wire buffers and widths, and the
+	// two as method values made once, so that splitting them over the runner allocates
+	// nothing.
+	dt       quantcfg.DType
+	wx, wout []byte
+	in, o    int
+	dec, enc func(w, lo, hi int)
+}
+
+func newCallCtx() *callCtx {
+	c := new(callCtx)
+	c.dec, c.enc = c.decode, c.encode
+	return c
+}
+
+// decode widens tokens [lo, hi) of the wire input into x.
+func (c *callCtx) decode(_, lo, hi int) {
+	s := c.dt.Size()
+	decode(c.dt, c.wx[lo*c.in*s:hi*c.in*s], c.x[lo*c.in:hi*c.in])
+}
+
+// encode writes tokens [lo, hi) of out to the wire output.
+func (c *callCtx) encode(_, lo, hi int) {
+	s := c.dt.Size()
+	encode(c.dt, c.out[lo*c.o:hi*c.o], c.wout[lo*c.o*s:hi*c.o*s])
 }
 
 // New returns an engine.
@@ -149,7 +174,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.runner = goRunner{n}
 	}
-	e.ctxPool.New = func() any { return new(callCtx) }
+	e.ctxPool.New = func() any { return newCallCtx() }
 	return e, nil
 }
 
@@ -396,13 +421,40 @@ func (e *Engine) Forward(id ID, x []byte, dt quantcfg.DType, n int, out []byte) 
 	}
 	c := e.ctxPool.Get().(*callCtx)
 	defer e.ctxPool.Put(c)
+	c.dt, c.wx, c.wout, c.in, c.o = dt, x, out, spec.In, spec.Out
+	defer func() { c.wx, c.wout = nil, nil }() // (the pool must not keep the caller's buffers)
 	c.x = resize(c.x, n*spec.In)
-	decode(dt, x, c.x)
+	if err := e.parallel(n, spec.In, c.dec); err != nil {
+		return e.fail(l, n, fmt.Errorf("layer %s: %w: decoding the input: %v", spec.Name, ErrInternal, err))
+	}
 	c.out = resize(c.out, n*spec.Out)
-	if err := e.run(l, c, n); err != nil {
+	if err := e.run(l, c, c.x, n, c.out); err != nil {
 		return err
 	}
-	encode(dt, c.out, out)
+	if err := e.parallel(n, spec.Out, c.enc); err != nil {
+		return e.fail(l, n, fmt.Errorf("layer %s: %w: encoding the output: %v", spec.Name, ErrInternal, err))
+	}
+	return nil
+}
+
+// parallelMin is the fewest values a conversion (decode, encode) splits over the runner's
+// workers: below it one thread converts them in less time than a fork/join takes.
+const parallelMin = 1 << 16
+
+// parallel runs fn(w, lo, hi) over the n tokens of per values each: over the runner's
+// workers in ranges of tokens where there are parallelMin values or more, else on this
+// goroutine. A panic (or the runner's failure) comes back as an error.
+func (e *Engine) parallel(n, per int, fn func(w, lo, hi int)) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	if n < 2 || n*per < parallelMin || e.runner.Threads() < 2 {
+		fn(0, 0, n)
+		return nil
+	}
+	e.runner.Split("convert", n, fn)
 	return nil
 }
 
@@ -424,18 +476,13 @@ func (e *Engine) ForwardF32(id ID, x []float32, n int, out []float32) error {
 	}
 	c := e.ctxPool.Get().(*callCtx)
 	defer e.ctxPool.Put(c)
-	c.x = append(c.x[:0], x...)
-	c.out = resize(c.out, n*spec.Out)
-	if err := e.run(l, c, n); err != nil {
-		return err
-	}
-	copy(out, c.out)
-	return nil
+	return e.run(l, c, x, n, out) // (Quantize reads x before a kernel writes out: they may be one buffer)
 }
 
-func (e *Engine) run(l *layer, c *callCtx, n int) error {
+// run runs layer l on the n tokens x into out with c's buffers.
+func (e *Engine) run(l *layer, c *callCtx, x []float32, n int, out []float32) error {
 	start := time.Now()
-	if err := l.k.Quantize(c.x, n, &c.acts); err != nil {
+	if err := l.k.Quantize(x, n, &c.acts); err != nil {
 		return e.fail(l, n, err)
 	}
 	kern, err := l.kernelFor(n)
@@ -443,7 +490,7 @@ func (e *Engine) run(l *layer, c *callCtx, n int) error {
 		return e.fail(l, n, err)
 	}
 	kern.Prepare(l.k, &c.acts)
-	if err := e.split(kern, l.k, &c.acts, c.out); err != nil {
+	if err := e.split(kern, l.k, &c.acts, out); err != nil {
 		return e.fail(l, n, fmt.Errorf("layer %s: %w: kernel %s: %v", l.k.Spec.Name, ErrInternal, kern.Name(), err))
 	}
 	d := time.Since(start)
@@ -567,9 +614,7 @@ func decode(dt quantcfg.DType, x []byte, dst []float32) {
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), x)
 		return
 	}
-	for i := range dst {
-		dst[i] = kernels.FromBF16(uint16(x[2*i]) | uint16(x[2*i+1])<<8)
-	}
+	kernels.DecodeBF16(dst, x)
 }
 
 // encode writes src into out in dtype dt (bf16: rounded to nearest even).
@@ -578,10 +623,7 @@ func encode(dt quantcfg.DType, src []float32, out []byte) {
 		copy(out, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 		return
 	}
-	for i, v := range src {
-		h := kernels.BF16(v)
-		out[2*i], out[2*i+1] = byte(h), byte(h>>8)
-	}
+	kernels.EncodeBF16(out, src)
 }
 
 // goRunner is the default Runner: an equal static split over goroutines.

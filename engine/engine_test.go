@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"bitgo/kernels"
 	"bitgo/quantcfg"
+	"bitgo/sched"
 )
 
 func randLayer(rng *rand.Rand, name string, f quantcfg.Format, m, k int, bias bool) Spec {
@@ -389,6 +391,81 @@ func TestLUTCallsSplitOnce(t *testing.T) {
 		}
 		if len(r.log) != 1 || r.log[0] != wantLog {
 			t.Errorf("%s: runner calls %q, want [%q]", f, r.log, wantLog)
+		}
+	}
+}
+
+// classRunner is the daemon's runner counting the splits of one class.
+type classRunner struct {
+	sched.Runner
+	class string
+	n     *atomic.Int64
+}
+
+func (r classRunner) Split(class string, blocks int, fn func(worker, lo, hi int)) {
+	if class == r.class {
+		r.n.Add(1)
+	}
+	r.Runner.Split(class, blocks, fn)
+}
+
+// TestForwardLargeConversions: a call large enough to split its bf16 conversions over the
+// workers (parallelMin values in and out) returns the reference's outputs bit for bit, and
+// ForwardF32 may take one buffer as input and output.
+func TestForwardLargeConversions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	pool, err := sched.New(sched.Config{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var splits atomic.Int64
+	e, err := New(Config{Runner: classRunner{sched.Runner{Pool: pool}, "convert", &splits}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const n, m, k = 80, 900, 1000 // n*m and n*k > parallelMin
+	for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.BF16} {
+		s := randLayer(rng, string(f), f, m, k, true)
+		id, err := e.Register(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, n*k)
+		xh := make([]byte, 2*n*k+1)[1:] // unaligned, as shared memory may be
+		for i := range x {
+			h := kernels.BF16(float32(rng.NormFloat64()))
+			binary.LittleEndian.PutUint16(xh[2*i:], h)
+			x[i] = kernels.FromBF16(h)
+		}
+		want := reference(t, s, x, n)
+		before := splits.Load()
+		outH := make([]byte, 2*n*m+1)[1:]
+		if err := e.Forward(id, xh, quantcfg.DTypeBF16, n, outH); err != nil {
+			t.Fatal(err)
+		}
+		if got := splits.Load() - before; got != 2 {
+			t.Errorf("%s: %d conversions split over the workers, want 2 (decode, encode)", f, got)
+		}
+		for i := range want {
+			if got := binary.LittleEndian.Uint16(outH[2*i:]); got != kernels.BF16(want[i]) {
+				t.Fatalf("%s: out[%d] = %#x, want %#x", f, i, got, kernels.BF16(want[i]))
+			}
+		}
+		sq := randLayer(rng, string(f)+"-square", f, k, k, false)
+		id, err = e.Register(sq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = reference(t, sq, x, n)
+		buf := append([]float32(nil), x...)
+		if err := e.ForwardF32(id, buf, n, buf); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(buf[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: ForwardF32 in place: out[%d] = %v, want %v", f, i, buf[i], want[i])
+			}
 		}
 	}
 }
