@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sync/atomic"
 
 	"bitgo/quantcfg"
 )
@@ -29,6 +31,9 @@ type Acts struct {
 	parts partSums
 	// call is RunSplit's call in flight (its functions and class names, made once).
 	call *splitCall
+	// quant is QuantizeActsSplit's call in flight, and tmax its tokens' max |x| (ActPerTensor).
+	quant quantJob
+	tmax  []float32
 }
 
 // partSums are the int32 sums of a Parted call's workers: worker w's at buf[w*stride:],
@@ -56,8 +61,20 @@ const actEps = float32(1e-5)
 
 // QuantizeActs prepares x (n tokens of k float32 values, row-major) for a layer with layout
 // l and act mode mode, reusing a's buffers. Non-finite values are refused with ErrNonFinite
-// naming the token and the input.
+// naming the token and the input (a's contents are then undefined).
 func QuantizeActs(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts) error {
+	return QuantizeActsSplit(l, mode, x, n, a, nil)
+}
+
+// quantParallelMin is the fewest values QuantizeActsSplit splits over a runner's workers:
+// below it one thread quantizes them in less time than a fork/join takes.
+const quantParallelMin = 1 << 16
+
+// QuantizeActsSplit is QuantizeActs with the tokens split over split's workers (class
+// "quantize") where there are quantParallelMin values or more; split nil runs them on this
+// goroutine. Each value is read twice, once for the scale and once to round it: the finite
+// check rides on the first pass (absMaxFinite).
+func QuantizeActsSplit(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts, split Splitter) error {
 	k := l.K
 	if n < 1 {
 		return fmt.Errorf("%w: %d tokens: need at least 1", ErrShape, n)
@@ -65,48 +82,116 @@ func QuantizeActs(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts) 
 	if len(x) != n*k {
 		return fmt.Errorf("%w: activations have %d values, want %d tokens x %d inputs = %d", ErrShape, len(x), n, k, n*k)
 	}
-	if i := firstNonFinite(x); i >= 0 {
-		return fmt.Errorf("%w: activation of token %d, input %d is %v", ErrNonFinite, i/k, i%k, x[i])
-	}
-	a.N, a.K, a.Kp, a.Mode = n, k, l.Kp, mode
 	if l.Format.IsFloat() {
+		if i := firstNonFinite(x); i >= 0 {
+			return nonFinite(x, k, i)
+		}
+		a.N, a.K, a.Kp, a.Mode = n, k, l.Kp, mode
 		a.F = append(a.F[:0], x...)
 		a.Q, a.XS = a.Q[:0], a.XS[:0]
 		return nil
 	}
-	a.F = a.F[:0]
-	a.Q = resize(a.Q, n*l.Kp)
-	clear(a.Q)
+	j := &a.quant
+	j.x, j.k, j.kp, j.ng, j.g, j.perTensor, j.maxOnly = x, k, l.Kp, 1, k, false, false
+	j.bad.Store(false)
+	defer func() { j.x = nil }() // (a must not keep the caller's activations)
 	switch mode.Kind {
 	case quantcfg.ActPerTensor:
+		j.perTensor = true
 		a.XS = resize(a.XS, 1)
-		a.XS[0] = actScale(absMax(x))
-		for t := 0; t < n; t++ {
-			quantizeRun(x[t*k:(t+1)*k], a.XS[0], a.Q[t*l.Kp:])
-		}
 	case quantcfg.ActPerGroup:
-		g := mode.Group
-		ng := (k + g - 1) / g
-		a.XS = resize(a.XS, n*ng)
-		for t := 0; t < n; t++ {
-			for j := 0; j < ng; j++ {
-				run := x[t*k+j*g : t*k+min((j+1)*g, k)]
-				s := actScale(absMax(run))
-				a.XS[t*ng+j] = s
-				quantizeRun(run, s, a.Q[t*l.Kp+j*g:])
-			}
-		}
+		j.g = mode.Group
+		j.ng = (k + j.g - 1) / j.g
+		a.XS = resize(a.XS, n*j.ng)
 	case quantcfg.ActPerToken:
 		a.XS = resize(a.XS, n)
-		for t := 0; t < n; t++ {
-			row := x[t*k : (t+1)*k]
-			a.XS[t] = actScale(absMax(row))
-			quantizeRun(row, a.XS[t], a.Q[t*l.Kp:])
-		}
 	default:
+		if i := firstNonFinite(x); i >= 0 {
+			return nonFinite(x, k, i)
+		}
 		return fmt.Errorf("%w: act mode %q cannot quantize activations for format %s", ErrShape, mode, l.Format)
 	}
+	a.N, a.K, a.Kp, a.Mode = n, k, l.Kp, mode
+	a.F = a.F[:0]
+	a.Q = resize(a.Q, n*l.Kp)
+	if j.fn == nil {
+		j.fn = a.quantRows
+	}
+	if j.perTensor { // the scale of all tokens first
+		a.tmax = resize(a.tmax, n)
+		j.maxOnly = true
+		a.quantSplit(split, n)
+		j.maxOnly = false
+		if !j.bad.Load() {
+			a.XS[0] = actScale(slices.Max(a.tmax))
+		}
+	}
+	if !j.bad.Load() {
+		a.quantSplit(split, n)
+	}
+	if j.bad.Load() {
+		i := firstNonFinite(x)
+		return nonFinite(x, k, i)
+	}
 	return nil
+}
+
+func nonFinite(x []float32, k, i int) error {
+	return fmt.Errorf("%w: activation of token %d, input %d is %v", ErrNonFinite, i/k, i%k, x[i])
+}
+
+// quantJob is QuantizeActsSplit's call in flight: its activations and layout, runs (ng per
+// token of g values), and what its ranges (quantRows) do.
+type quantJob struct {
+	x                  []float32
+	k, kp, ng, g       int
+	perTensor, maxOnly bool // one scale for all tokens; the pass that finds each token's max
+	bad                atomic.Bool
+	fn                 func(w, lo, hi int) // a.quantRows, made once
+}
+
+// quantSplit runs a.quant.fn over the n tokens: on split's workers where there is enough.
+func (a *Acts) quantSplit(split Splitter, n int) {
+	if split == nil || n < 2 || n*a.quant.k < quantParallelMin {
+		a.quant.fn(0, 0, n)
+		return
+	}
+	split("quantize", n, false, a.quant.fn)
+}
+
+// quantRows quantizes tokens [lo, hi) (or, with maxOnly, sets each one's max |x| in tmax),
+// zeroing their padding; a non-finite value sets bad and stops the range.
+func (a *Acts) quantRows(_, lo, hi int) {
+	j := &a.quant
+	for t := lo; t < hi; t++ {
+		row, q := j.x[t*j.k:(t+1)*j.k], a.Q[t*j.kp:(t+1)*j.kp]
+		if j.maxOnly {
+			m, ok := absMaxFinite(row)
+			if !ok {
+				j.bad.Store(true)
+				return
+			}
+			a.tmax[t] = m
+			continue
+		}
+		for r := 0; r < j.ng; r++ {
+			run := row[r*j.g : min((r+1)*j.g, j.k)]
+			var s float32
+			if j.perTensor {
+				s = a.XS[0]
+			} else {
+				m, ok := absMaxFinite(run)
+				if !ok {
+					j.bad.Store(true)
+					return
+				}
+				s = actScale(m)
+				a.XS[t*j.ng+r] = s
+			}
+			quantizeRun(run, s, q[r*j.g:])
+		}
+		clear(q[j.k:])
+	}
 }
 
 func absMax(x []float32) float32 {

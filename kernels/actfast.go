@@ -8,6 +8,7 @@ import "math"
 // AVX-512; nil otherwise.
 var (
 	absMaxAsm    func(x *float32, n int) float32
+	absBitsAsm   func(x *float32, n int) uint32
 	nonFiniteAsm func(x *float32, n int) int
 	quantizeAsm  func(x *float32, n int, xs float32, dst *int8)
 )
@@ -59,4 +60,20 @@ func quantizeFast(x []float32, xs float32, dst []int8) bool {
 		dst[n+i] = QuantizeAct(v, xs)
 	}
 	return true
+}
+
+// absMaxFinite returns max |x| and true, or false when x holds a NaN or an infinity: the
+// finite check and the maximum in one pass, over the values' bits with the sign cleared
+// (finite non-negative floats order as their bits do).
+func absMaxFinite(x []float32) (float32, bool) {
+	var m uint32
+	n := 0
+	if actAsm() && len(x) >= 16 {
+		n = len(x) &^ 15
+		m = absBitsAsm(&x[0], n)
+	}
+	for _, v := range x[n:] {
+		m = max(m, math.Float32bits(v)&0x7fffffff)
+	}
+	return math.Float32frombits(m), m < 0x7f800000
 }

@@ -105,8 +105,11 @@ func Epilogue(acc int32, ws, xs float32) float32 {
 }
 
 // Quantize prepares activations for this layer (see QuantizeActs).
-func (l *Layer) Quantize(x []float32, n int, a *Acts) error {
-	if err := QuantizeActs(l.Layout, l.Spec.Act, x, n, a); err != nil {
+func (l *Layer) Quantize(x []float32, n int, a *Acts) error { return l.QuantizeSplit(x, n, a, nil) }
+
+// QuantizeSplit is Quantize with the tokens split over split's workers (QuantizeActsSplit).
+func (l *Layer) QuantizeSplit(x []float32, n int, a *Acts, split Splitter) error {
+	if err := QuantizeActsSplit(l.Layout, l.Spec.Act, x, n, a, split); err != nil {
 		return fmt.Errorf("layer %s: %w", l.Spec.Name, err)
 	}
 	return nil

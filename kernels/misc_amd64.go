@@ -10,6 +10,13 @@ package kernels
 //go:noescape
 func absMaxF32AVX512(x *float32, n int) float32
 
+// absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple
+// of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,
+// in one pass; absMaxFinite is its reference.
+//
+//go:noescape
+func absBitsMaxAVX512(x *float32, n int) uint32
+
 // nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an
 // infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.
 //

@@ -35,6 +35,38 @@ absmax_done:
 	VZEROUPPER
 	RET
 
+// func absBitsMaxAVX512(x *float32, n int) uint32
+// Requires: AVX, AVX2, AVX512F
+TEXT ·absBitsMaxAVX512(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7fffffff, DX
+	VPBROADCASTD DX, Z0
+	VPXORD       Z1, Z1, Z1
+	SHRQ         $0x04, CX
+	JZ           absbits_done
+
+absbits_l:
+	VPANDD  (AX), Z0, Z2
+	VPMAXUD Z2, Z1, Z1
+	ADDQ    $0x40, AX
+	DECQ    CX
+	JNZ     absbits_l
+
+absbits_done:
+	VEXTRACTI64X4 $0x01, Z1, Y2
+	VPMAXUD       Y2, Y1, Y1
+	VEXTRACTI128  $0x01, Y1, X2
+	VPMAXUD       X2, X1, X1
+	VPSHUFD       $0x4e, X1, X2
+	VPMAXUD       X2, X1, X1
+	VPSHUFD       $0xb1, X1, X2
+	VPMAXUD       X2, X1, X1
+	VMOVD         X1, AX
+	MOVL          AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
 // func nonFiniteF32AVX512(x *float32, n int) int
 // Requires: AVX, AVX512F
 TEXT ·nonFiniteF32AVX512(SB), NOSPLIT, $0-24

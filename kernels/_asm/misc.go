@@ -496,6 +496,40 @@ func genActHelpers() {
 		RET()
 	}
 	{
+		TEXT("absBitsMaxAVX512", NOSPLIT, "func(x *float32, n int) uint32")
+		Pragma("noescape")
+		Doc("absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple",
+			"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
+			"in one pass; absMaxFinite is its reference.")
+		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+		p := newPool(true)
+		m, acc, v := p.get(), p.get(), p.get()
+		bcastDword(m, 0x7fffffff)
+		VPXORD(acc, acc, acc)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("absbits_done"))
+		Label("absbits_l")
+		VPANDD(at(x, 0), m, v)
+		VPMAXUD(v, acc, acc)
+		ADDQ(U8(64), x)
+		DECQ(n)
+		JNZ(LabelRef("absbits_l"))
+		Label("absbits_done")
+		VEXTRACTI64X4(U8(1), acc, v.AsY())
+		VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
+		VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
+		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+		VPSHUFD(U8(0x4E), acc.AsX(), v.AsX())
+		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+		VPSHUFD(U8(0xB1), acc.AsX(), v.AsX())
+		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+		r := GP32()
+		VMOVD(acc.AsX(), r)
+		Store(r, ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	{
 		TEXT("nonFiniteF32AVX512", NOSPLIT, "func(x *float32, n int) int")
 		Pragma("noescape")
 		Doc("nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an",
