@@ -110,7 +110,8 @@ type Engine struct {
 	weightBytes         atomic.Int64
 
 	ctxPool sync.Pool
-	arena   *paged.Arena // owned blobs of a huge page or more
+	splitFn kernels.Splitter // e.splitter, made once
+	arena   *paged.Arena     // owned blobs of a huge page or more
 }
 
 type layer struct {
@@ -175,6 +176,7 @@ func New(cfg Config) (*Engine, error) {
 		e.runner = goRunner{n}
 	}
 	e.ctxPool.New = func() any { return newCallCtx() }
+	e.splitFn = e.splitter
 	return e, nil
 }
 
@@ -482,7 +484,7 @@ func (e *Engine) ForwardF32(id ID, x []float32, n int, out []float32) error {
 // run runs layer l on the n tokens x into out with c's buffers.
 func (e *Engine) run(l *layer, c *callCtx, x []float32, n int, out []float32) error {
 	start := time.Now()
-	if err := l.k.Quantize(x, n, &c.acts); err != nil {
+	if err := e.quantize(l, c, x, n); err != nil {
 		return e.fail(l, n, err)
 	}
 	kern, err := l.kernelFor(n)
@@ -520,6 +522,17 @@ func (e *Engine) runDevice(l *layer, dt quantcfg.DType, x []byte, n int, out []b
 	return nil
 }
 
+// quantize quantizes the call's activations, its tokens split over the runner where the
+// call is large; a panic comes back as an error.
+func (e *Engine) quantize(l *layer, c *callCtx, x []float32, n int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("layer %s: %w: quantizing the input: %v", l.k.Spec.Name, ErrInternal, r)
+		}
+	}()
+	return l.k.QuantizeSplit(x, n, &c.acts, e.splitFn)
+}
+
 // split runs the kernel over every row block on the runner, turning a panic (in a kernel,
 // or the runner's own failure) into an error: one bad call must not take the daemon down.
 func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, out []float32) (err error) {
@@ -529,7 +542,7 @@ func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, o
 			e.log.Error("engine: kernel failed", "layer", l.Spec.Name, "kernel", kern.Name(), "panic", r)
 		}
 	}()
-	kernels.RunSplit(kern, l, a, out, e.runner.Threads(), e.splitter)
+	kernels.RunSplit(kern, l, a, out, e.runner.Threads(), e.splitFn)
 	return nil
 }
 
