@@ -464,71 +464,13 @@ func genLUTBuilders() {
 // absMax, the finite check and the rounding to int8; n is a multiple of 16 (the Go callers
 // do the tail).
 func genActHelpers() {
-	{
-		TEXT("absMaxF32AVX512", NOSPLIT, "func(x *float32, n int) float32")
-		Pragma("noescape")
-		Doc("absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its",
-			"reference.")
-		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-		p := newPool(true)
-		m, acc, v := p.get(), p.get(), p.get()
-		bcastDword(m, 0x7fffffff)
-		VPXORD(acc, acc, acc)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("absmax_done"))
-		Label("absmax_l")
-		VANDPS(at(x, 0), m, v)
-		VMAXPS(v, acc, acc)
-		ADDQ(U8(64), x)
-		DECQ(n)
-		JNZ(LabelRef("absmax_l"))
-		Label("absmax_done")
-		VEXTRACTF64X4(U8(1), acc, v.AsY())
-		VMAXPS(v.AsY(), acc.AsY(), acc.AsY())
-		VEXTRACTF128(U8(1), acc.AsY(), v.AsX())
-		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
-		VPERMILPS(U8(0x4E), acc.AsX(), v.AsX())
-		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
-		VPERMILPS(U8(0xB1), acc.AsX(), v.AsX())
-		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
-		Store(acc.AsX(), ReturnIndex(0))
-		VZEROUPPER()
-		RET()
-	}
-	{
-		TEXT("absBitsMaxAVX512", NOSPLIT, "func(x *float32, n int) uint32")
-		Pragma("noescape")
-		Doc("absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple",
-			"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
-			"in one pass; absMaxFinite is its reference.")
-		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-		p := newPool(true)
-		m, acc, v := p.get(), p.get(), p.get()
-		bcastDword(m, 0x7fffffff)
-		VPXORD(acc, acc, acc)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("absbits_done"))
-		Label("absbits_l")
-		VPANDD(at(x, 0), m, v)
-		VPMAXUD(v, acc, acc)
-		ADDQ(U8(64), x)
-		DECQ(n)
-		JNZ(LabelRef("absbits_l"))
-		Label("absbits_done")
-		VEXTRACTI64X4(U8(1), acc, v.AsY())
-		VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
-		VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
-		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		VPSHUFD(U8(0x4E), acc.AsX(), v.AsX())
-		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		VPSHUFD(U8(0xB1), acc.AsX(), v.AsX())
-		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		r := GP32()
-		VMOVD(acc.AsX(), r)
-		Store(r, ReturnIndex(0))
-		VZEROUPPER()
-		RET()
-	}
+	absMaxLoop("absMaxF32AVX512", "absmax", false,
+		"absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its",
+		"reference.")
+	absMaxLoop("absBitsMaxAVX512", "absbits", true,
+		"absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple",
+		"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
+		"in one pass; absMaxFinite is its reference.")
 	{
 		TEXT("nonFiniteF32AVX512", NOSPLIT, "func(x *float32, n int) int")
 		Pragma("noescape")
@@ -583,6 +525,64 @@ func genActHelpers() {
 		VZEROUPPER()
 		RET()
 	}
+}
+
+// absMaxLoop writes name(x *float32, n int): the largest |x[i]| of n values (n a multiple
+// of 16), the sign bits cleared, compared as floats (vmaxps, returning a float32) or, with
+// bits, as unsigned integers (vpmaxud, returning the bits: a NaN or an infinity is then the
+// largest).
+func absMaxLoop(name, label string, bits bool, doc ...string) {
+	ret := "float32"
+	if bits {
+		ret = "uint32"
+	}
+	TEXT(name, NOSPLIT, "func(x *float32, n int) "+ret)
+	Pragma("noescape")
+	Doc(doc...)
+	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+	p := newPool(true)
+	m, acc, v := p.get(), p.get(), p.get()
+	bcastDword(m, 0x7fffffff)
+	VPXORD(acc, acc, acc)
+	SHRQ(U8(4), n)
+	JZ(LabelRef(label + "_done"))
+	Label(label + "_l")
+	if bits {
+		VPANDD(at(x, 0), m, v)
+		VPMAXUD(v, acc, acc)
+	} else {
+		VANDPS(at(x, 0), m, v)
+		VMAXPS(v, acc, acc)
+	}
+	ADDQ(U8(64), x)
+	DECQ(n)
+	JNZ(LabelRef(label + "_l"))
+	Label(label + "_done")
+	if bits {
+		VEXTRACTI64X4(U8(1), acc, v.AsY())
+		VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
+		VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
+		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+		for _, sh := range []uint8{0x4E, 0xB1} {
+			VPSHUFD(U8(sh), acc.AsX(), v.AsX())
+			VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+		}
+		r := GP32()
+		VMOVD(acc.AsX(), r)
+		Store(r, ReturnIndex(0))
+	} else {
+		VEXTRACTF64X4(U8(1), acc, v.AsY())
+		VMAXPS(v.AsY(), acc.AsY(), acc.AsY())
+		VEXTRACTF128(U8(1), acc.AsY(), v.AsX())
+		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		for _, sh := range []uint8{0x4E, 0xB1} {
+			VPERMILPS(U8(sh), acc.AsX(), v.AsX())
+			VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
+		}
+		Store(acc.AsX(), ReturnIndex(0))
+	}
+	VZEROUPPER()
+	RET()
 }
 
 // genBF16Conv writes the engine's conversions of activations and outputs between bfloat16
