@@ -106,9 +106,6 @@ func QuantizeActsSplit(l Layout, mode quantcfg.ActMode, x []float32, n int, a *A
 	case quantcfg.ActPerToken:
 		a.XS = resize(a.XS, n)
 	default:
-		if i := firstNonFinite(x); i >= 0 {
-			return nonFinite(x, k, i)
-		}
 		return fmt.Errorf("%w: act mode %q cannot quantize activations for format %s", ErrShape, mode, l.Format)
 	}
 	a.N, a.K, a.Kp, a.Mode = n, k, l.Kp, mode
@@ -194,19 +191,9 @@ func (a *Acts) quantRows(_, lo, hi int) {
 	}
 }
 
+// absMax is max |x| over finite values (absMaxFinite's pass).
 func absMax(x []float32) float32 {
-	if m, ok := absMaxFast(x); ok {
-		return m
-	}
-	var m float32
-	for _, v := range x {
-		if v < 0 {
-			v = -v
-		}
-		if v > m {
-			m = v
-		}
-	}
+	m, _ := absMaxFinite(x)
 	return m
 }
 

@@ -7,26 +7,12 @@ import "math"
 // otherwise cost as much as a GEMV at K = 14336. Set by the amd64 build when the CPU has
 // AVX-512; nil otherwise.
 var (
-	absMaxAsm    func(x *float32, n int) float32
 	absBitsAsm   func(x *float32, n int) uint32
 	nonFiniteAsm func(x *float32, n int) int
 	quantizeAsm  func(x *float32, n int, xs float32, dst *int8)
 )
 
-func actAsm() bool { return absMaxAsm != nil && !purego.Load() }
-
-// absMaxFast returns max |x| and true when the assembly ran (x must be finite).
-func absMaxFast(x []float32) (float32, bool) {
-	if !actAsm() || len(x) < 16 {
-		return 0, false
-	}
-	n := len(x) &^ 15
-	m := absMaxAsm(&x[0], n)
-	for _, v := range x[n:] {
-		m = max(m, float32(math.Abs(float64(v))))
-	}
-	return m, true
-}
+func actAsm() bool { return absBitsAsm != nil && !purego.Load() }
 
 // firstNonFinite returns the index of the first NaN or infinity in x, or -1.
 func firstNonFinite(x []float32) int {

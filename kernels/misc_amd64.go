@@ -4,12 +4,6 @@
 
 package kernels
 
-// absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its
-// reference.
-//
-//go:noescape
-func absMaxF32AVX512(x *float32, n int) float32
-
 // absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple
 // of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,
 // in one pass; absMaxFinite is its reference.

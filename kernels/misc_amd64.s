@@ -4,37 +4,6 @@
 
 #include "textflag.h"
 
-// func absMaxF32AVX512(x *float32, n int) float32
-// Requires: AVX, AVX512DQ, AVX512F, SSE
-TEXT ·absMaxF32AVX512(SB), NOSPLIT, $0-20
-	MOVQ         x+0(FP), AX
-	MOVQ         n+8(FP), CX
-	MOVL         $0x7fffffff, DX
-	VPBROADCASTD DX, Z0
-	VPXORD       Z1, Z1, Z1
-	SHRQ         $0x04, CX
-	JZ           absmax_done
-
-absmax_l:
-	VANDPS (AX), Z0, Z2
-	VMAXPS Z2, Z1, Z1
-	ADDQ   $0x40, AX
-	DECQ   CX
-	JNZ    absmax_l
-
-absmax_done:
-	VEXTRACTF64X4 $0x01, Z1, Y2
-	VMAXPS        Y2, Y1, Y1
-	VEXTRACTF128  $0x01, Y1, X2
-	VMAXPS        X2, X1, X1
-	VPERMILPS     $0x4e, X1, X2
-	VMAXPS        X2, X1, X1
-	VPERMILPS     $0xb1, X1, X2
-	VMAXPS        X2, X1, X1
-	MOVSS         X1, ret+16(FP)
-	VZEROUPPER
-	RET
-
 // func absBitsMaxAVX512(x *float32, n int) uint32
 // Requires: AVX, AVX2, AVX512F
 TEXT ·absBitsMaxAVX512(SB), NOSPLIT, $0-20

@@ -24,8 +24,7 @@ func init() {
 		lutBuilders[tabTL1M] = lutBuildTL1MAVX512
 	}
 	if cpu.avx512 {
-		absMaxAsm, nonFiniteAsm, quantizeAsm = absMaxF32AVX512, nonFiniteF32AVX512, quantizeF32AVX512
-		absBitsAsm = absBitsMaxAVX512
+		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
 	} else if cpu.avx2 {
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2

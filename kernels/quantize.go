@@ -145,10 +145,8 @@ func abs32(x float32) float32 {
 }
 
 func checkFinite(what string, v []float32) error {
-	for i, x := range v {
-		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return fmt.Errorf("%w: %s %d is %v", ErrNonFinite, what, i, x)
-		}
+	if i := firstNonFinite(v); i >= 0 {
+		return fmt.Errorf("%w: %s %d is %v", ErrNonFinite, what, i, v[i])
 	}
 	return nil
 }

@@ -461,13 +461,11 @@ func genLUTBuilders() {
 }
 
 // genActHelpers writes AVX-512 versions of the activation quantizer's loops (act.go):
-// absMax, the finite check and the rounding to int8; n is a multiple of 16 (the Go callers
+// the absmax with the finite check in one pass, the finite check alone (which finds the
+// first bad value) and the rounding to int8; n is a multiple of 16 (the Go callers
 // do the tail).
 func genActHelpers() {
-	absMaxLoop("absMaxF32AVX512", "absmax", false,
-		"absMaxF32AVX512 returns max |x[i]| over n finite values (n a multiple of 16); absMax is its",
-		"reference.")
-	absMaxLoop("absBitsMaxAVX512", "absbits", true,
+	absBitsMax(
 		"absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple",
 		"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
 		"in one pass; absMaxFinite is its reference.")
@@ -527,16 +525,11 @@ func genActHelpers() {
 	}
 }
 
-// absMaxLoop writes name(x *float32, n int): the largest |x[i]| of n values (n a multiple
-// of 16), the sign bits cleared, compared as floats (vmaxps, returning a float32) or, with
-// bits, as unsigned integers (vpmaxud, returning the bits: a NaN or an infinity is then the
-// largest).
-func absMaxLoop(name, label string, bits bool, doc ...string) {
-	ret := "float32"
-	if bits {
-		ret = "uint32"
-	}
-	TEXT(name, NOSPLIT, "func(x *float32, n int) "+ret)
+// absBitsMax writes absBitsMaxAVX512(x *float32, n int) uint32: the largest of n values'
+// bits with the sign bits cleared (n a multiple of 16), compared as unsigned integers, so a
+// NaN or an infinity is the largest (the finite check and the absmax of act.go in one pass).
+func absBitsMax(doc ...string) {
+	TEXT("absBitsMaxAVX512", NOSPLIT, "func(x *float32, n int) uint32")
 	Pragma("noescape")
 	Doc(doc...)
 	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
@@ -545,42 +538,25 @@ func absMaxLoop(name, label string, bits bool, doc ...string) {
 	bcastDword(m, 0x7fffffff)
 	VPXORD(acc, acc, acc)
 	SHRQ(U8(4), n)
-	JZ(LabelRef(label + "_done"))
-	Label(label + "_l")
-	if bits {
-		VPANDD(at(x, 0), m, v)
-		VPMAXUD(v, acc, acc)
-	} else {
-		VANDPS(at(x, 0), m, v)
-		VMAXPS(v, acc, acc)
-	}
+	JZ(LabelRef("absbits_done"))
+	Label("absbits_l")
+	VPANDD(at(x, 0), m, v)
+	VPMAXUD(v, acc, acc)
 	ADDQ(U8(64), x)
 	DECQ(n)
-	JNZ(LabelRef(label + "_l"))
-	Label(label + "_done")
-	if bits {
-		VEXTRACTI64X4(U8(1), acc, v.AsY())
-		VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
-		VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
+	JNZ(LabelRef("absbits_l"))
+	Label("absbits_done")
+	VEXTRACTI64X4(U8(1), acc, v.AsY())
+	VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
+	VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
+	VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+	for _, sh := range []uint8{0x4E, 0xB1} {
+		VPSHUFD(U8(sh), acc.AsX(), v.AsX())
 		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		for _, sh := range []uint8{0x4E, 0xB1} {
-			VPSHUFD(U8(sh), acc.AsX(), v.AsX())
-			VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		}
-		r := GP32()
-		VMOVD(acc.AsX(), r)
-		Store(r, ReturnIndex(0))
-	} else {
-		VEXTRACTF64X4(U8(1), acc, v.AsY())
-		VMAXPS(v.AsY(), acc.AsY(), acc.AsY())
-		VEXTRACTF128(U8(1), acc.AsY(), v.AsX())
-		VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
-		for _, sh := range []uint8{0x4E, 0xB1} {
-			VPERMILPS(U8(sh), acc.AsX(), v.AsX())
-			VMAXPS(v.AsX(), acc.AsX(), acc.AsX())
-		}
-		Store(acc.AsX(), ReturnIndex(0))
 	}
+	r := GP32()
+	VMOVD(acc.AsX(), r)
+	Store(r, ReturnIndex(0))
 	VZEROUPPER()
 	RET()
 }
