@@ -439,24 +439,22 @@ func (e *Engine) Forward(id ID, x []byte, dt quantcfg.DType, n int, out []byte) 
 	return nil
 }
 
-// parallelMin is the fewest values a conversion (decode, encode) splits over the runner's
-// workers: below it one thread converts them in less time than a fork/join takes.
-const parallelMin = 1 << 16
+// parallel runs fn(w, lo, hi) over the n tokens of per values each, split over the
+// runner's workers where the call is large (kernels.SplitTokens); a panic comes back as an
+// error.
+func (e *Engine) parallel(n, per int, fn func(w, lo, hi int)) error {
+	return guard(func() { kernels.SplitTokens(e.splitFn, "convert", n, per, fn) })
+}
 
-// parallel runs fn(w, lo, hi) over the n tokens of per values each: over the runner's
-// workers in ranges of tokens where there are parallelMin values or more, else on this
-// goroutine. A panic (or the runner's failure) comes back as an error.
-func (e *Engine) parallel(n, per int, fn func(w, lo, hi int)) (err error) {
+// guard runs fn, turning a panic (in a kernel, or the runner's own failure) into an error:
+// one bad call must not take the daemon down.
+func guard(fn func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	if n < 2 || n*per < parallelMin || e.runner.Threads() < 2 {
-		fn(0, 0, n)
-		return nil
-	}
-	e.runner.Split("convert", n, fn)
+	fn()
 	return nil
 }
 
@@ -524,26 +522,22 @@ func (e *Engine) runDevice(l *layer, dt quantcfg.DType, x []byte, n int, out []b
 
 // quantize quantizes the call's activations, its tokens split over the runner where the
 // call is large; a panic comes back as an error.
-func (e *Engine) quantize(l *layer, c *callCtx, x []float32, n int) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("layer %s: %w: quantizing the input: %v", l.k.Spec.Name, ErrInternal, r)
-		}
-	}()
-	return l.k.QuantizeSplit(x, n, &c.acts, e.splitFn)
+func (e *Engine) quantize(l *layer, c *callCtx, x []float32, n int) error {
+	var qerr error // the quantizer's own error (bad input), passed through as it is
+	if err := guard(func() { qerr = l.k.QuantizeSplit(x, n, &c.acts, e.splitFn) }); err != nil {
+		return fmt.Errorf("layer %s: %w: quantizing the input: %v", l.k.Spec.Name, ErrInternal, err)
+	}
+	return qerr
 }
 
 // split runs the kernel over every row block on the runner, turning a panic (in a kernel,
 // or the runner's own failure) into an error: one bad call must not take the daemon down.
-func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, out []float32) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-			e.log.Error("engine: kernel failed", "layer", l.Spec.Name, "kernel", kern.Name(), "panic", r)
-		}
-	}()
-	kernels.RunSplit(kern, l, a, out, e.runner.Threads(), e.splitFn)
-	return nil
+func (e *Engine) split(kern kernels.Kernel, l *kernels.Layer, a *kernels.Acts, out []float32) error {
+	err := guard(func() { kernels.RunSplit(kern, l, a, out, e.runner.Threads(), e.splitFn) })
+	if err != nil {
+		e.log.Error("engine: kernel failed", "layer", l.Spec.Name, "kernel", kern.Name(), "panic", err)
+	}
+	return err
 }
 
 // onceRunner is a Runner that can also split without stealing (sched.Runner).

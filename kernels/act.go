@@ -66,13 +66,8 @@ func QuantizeActs(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts) 
 	return QuantizeActsSplit(l, mode, x, n, a, nil)
 }
 
-// quantParallelMin is the fewest values QuantizeActsSplit splits over a runner's workers:
-// below it one thread quantizes them in less time than a fork/join takes.
-const quantParallelMin = 1 << 16
-
 // QuantizeActsSplit is QuantizeActs with the tokens split over split's workers (class
-// "quantize") where there are quantParallelMin values or more; split nil runs them on this
-// goroutine. Each value is read twice, once for the scale and once to round it: the finite
+// "quantize") as SplitTokens does. Each value is read twice, once for the scale and once to round it: the finite
 // check rides on the first pass (absMaxFinite).
 func QuantizeActsSplit(l Layout, mode quantcfg.ActMode, x []float32, n int, a *Acts, split Splitter) error {
 	k := l.K
@@ -147,13 +142,25 @@ type quantJob struct {
 	fn                 func(w, lo, hi int) // a.quantRows, made once
 }
 
-// quantSplit runs a.quant.fn over the n tokens: on split's workers where there is enough.
+// quantSplit runs a.quant.fn over the n tokens (SplitTokens).
 func (a *Acts) quantSplit(split Splitter, n int) {
-	if split == nil || n < 2 || n*a.quant.k < quantParallelMin {
-		a.quant.fn(0, 0, n)
+	SplitTokens(split, "quantize", n, a.quant.k, a.quant.fn)
+}
+
+// ParallelMin is the fewest values a pass over a call's tokens (quantizing its activations,
+// converting them or its outputs) splits over a runner's workers: below it one thread does
+// them in less time than a fork/join takes.
+const ParallelMin = 1 << 16
+
+// SplitTokens runs fn over n tokens of per values each: through split (class, ranges of
+// tokens) where split is not nil, n >= 2 and there are ParallelMin values or more, else as
+// fn(0, 0, n) on this goroutine.
+func SplitTokens(split Splitter, class string, n, per int, fn func(w, lo, hi int)) {
+	if split == nil || n < 2 || n*per < ParallelMin {
+		fn(0, 0, n)
 		return
 	}
-	split("quantize", n, false, a.quant.fn)
+	split(class, n, false, fn)
 }
 
 // quantRows quantizes tokens [lo, hi) (or, with maxOnly, sets each one's max |x| in tmax),

@@ -107,7 +107,7 @@ func TestQuantizeActsSplit(t *testing.T) {
 					t.Fatalf("n=%d k=%d %v split=%v: scales %v..., want %v...", c.n, c.k, mode, sp != nil, a.XS[:1], wantXS[:1])
 				}
 				wantSplits := int64(0)
-				if sp != nil && c.n >= 2 && c.n*c.k >= quantParallelMin {
+				if sp != nil && c.n >= 2 && c.n*c.k >= ParallelMin {
 					wantSplits = 1
 					if mode.Kind == quantcfg.ActPerTensor {
 						wantSplits = 2
