@@ -38,15 +38,17 @@ func TestAMXSelected(t *testing.T) {
 // is whole 64-input steps (one segment; groups of 64 and 128 inputs) and on the zmm
 // micro-kernel otherwise (groups of 32, a padded K not a multiple of 64; i2s has neither), and both give the
 // reference's outputs bit for bit: 64 to 130 tokens, so that a call's last token group has 1,
-// 15, 16, 17, 31 or 32 tokens (one token tile or two), over one and several row blocks.
+// 15, 16, 17, 31 or 32 tokens (one token tile or two), over one and several row blocks. Below
+// gemmMinN the GEMM runs only on AMX, from amxMinN tokens (the GEMV below them, and where
+// AMX cannot take the layer): 11 to 33 tokens cover each format's threshold and one less.
 func TestAMXGemm(t *testing.T) {
 	if r := AMXReason(); r != "" {
 		t.Skipf("AMX: %s", r)
 	}
 	rng := rand.New(rand.NewPCG(11, 64))
-	ns := []int{64, 65, 79, 80, 81, 95, 96, 130}
+	ns := []int{11, 12, 15, 16, 19, 20, 33, 64, 65, 79, 80, 81, 95, 96, 130}
 	if testing.Short() {
-		ns = []int{65, 81, 96}
+		ns = []int{11, 12, 15, 16, 19, 20, 65, 81, 96}
 	}
 	shapes := [][2]int{{70, 256}, {33, 1088}, {40, 300}}
 	for _, k := range asmKernels() {
@@ -57,12 +59,14 @@ func TestAMXGemm(t *testing.T) {
 		eachShape(t, k.Name(), k, k.format, rng, shapes, 1<<30, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
 			p := k.plan(tl.Layer, n)
 			ly := tl.Layer.Layout
-			if wantAMX := ly.Kp%64 == 0 && tl.Layer.SegLen%64 == 0; p.amx != wantAMX {
-				t.Fatalf("%s: Kp %d, segments of %d: AMX %v, want %v", what, ly.Kp, tl.Layer.SegLen, p.amx, wantAMX)
+			wantAMX := ly.Kp%64 == 0 && tl.Layer.SegLen%64 == 0 && n >= amxMinN(k.format)
+			if wantGemm := n >= gemmMinN || wantAMX; p.amx != wantAMX || p.gemm != wantGemm {
+				t.Fatalf("%s: Kp %d, segments of %d: GEMM %v, AMX %v, want %v, %v", what, ly.Kp, tl.Layer.SegLen, p.gemm, p.amx, wantGemm, wantAMX)
 			}
-			if p.amx {
+			switch {
+			case p.amx:
 				amx++
-			} else {
+			case p.gemm:
 				zmm++
 			}
 			checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)

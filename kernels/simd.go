@@ -23,8 +23,9 @@ import (
 //     sum(x) of each segment comes from Prepare. tl1/tl2 use per-call lookup tables of
 //     activation sums instead (vpermw, vpermb / vpshufb), swept over K in chunks whose tables stay in
 //     L1 across the row blocks (runLUT), every pass over each run of a chunk's pieces in turn.
-//   - GEMM (prefill, from gemmMinN tokens): each row block is unpacked once into a
-//     VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel multiplies.
+//   - GEMM (prefill, from gemmMinN tokens, or amxMinN where it runs on AMX): each row block
+//     is unpacked once into a VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel
+//     (or AMX tiles of 32 tokens) multiplies.
 //   - A shared epilogue turns the sums into the reference's float32 outputs (scales, bias,
 //     masked stores for a partial last row block). bf16/f32 compute in one pass (vmulps then
 //     vaddps in input order, as the reference; no FMA).
@@ -262,13 +263,34 @@ func codebookSpan(l *Layer) (lo, hi int) {
 	return lo, hi
 }
 
-// useGemm: the GEMM path runs n tokens when n is at least gemmMinN and more than the GEMV
-// tile, and the micro-kernel can take this layer's unsigned weights.
+// useGemm: the GEMM path runs n tokens when n is at least gemmMinN (amxMinN where the GEMM
+// runs on AMX) and more than the GEMV tile, and the micro-kernel can take this layer's
+// unsigned weights.
 func (k *simdKernel) useGemm(l *Layer, n int) bool {
-	if n < gemmMinN || n <= k.ops.gemvT || k.ops.unpack == nil || k.ops.tileT == 0 {
+	if n <= k.ops.gemvT || k.ops.unpack == nil || k.ops.tileT == 0 || unpackMaxU(l) > k.ops.tileMaxU {
 		return false
 	}
-	return unpackMaxU(l) <= k.ops.tileMaxU
+	if n >= gemmMinN {
+		return true
+	}
+	return n >= amxMinN(l.Spec.Format) && k.amxFor(l)
+}
+
+// amxMinN is the fewest tokens the GEMM path takes, by format, where it runs on AMX
+// (amxFor). The fused GEMV kernels pay vpdpbusd (or lookups) per token, the AMX GEMM mostly
+// its unpack, the same for 1 and 32 tokens: on a Sapphire Rapids-class Xeon (one process
+// per setting, in turn; 4096x14336 and 2560x2560, one and two threads) the AMX GEMM took
+// the GEMV's time times 1/(1.07-1.23) at 12 tokens for i2s, 1/(1.03-1.35) at 16 for tl1,
+// tl2 and int1, 0.90-1.10 at 16 and 1/(1.13-1.39) at 24 for int2 and int8, and 1/(1.3-2.4)
+// at 32 for every format; below these counts it was up to 1.8x slower.
+func amxMinN(f quantcfg.Format) int {
+	switch f {
+	case quantcfg.I2S:
+		return 12
+	case quantcfg.TL1, quantcfg.TL2, quantcfg.Int1:
+		return 16
+	}
+	return 20
 }
 
 // int16Chunk is the most steps the AVX2 kernels with int16 sums take before widening them
