@@ -278,16 +278,17 @@ func (k *simdKernel) useGemm(l *Layer, n int) bool {
 
 // amxMinN is the fewest tokens the GEMM path takes, by format, where it runs on AMX
 // (amxFor). The fused GEMV kernels pay vpdpbusd (or lookups) per token, the AMX GEMM mostly
-// its unpack, the same for 1 and 32 tokens: on a Sapphire Rapids-class Xeon (one process
-// per setting, in turn; 4096x14336 and 2560x2560, one and two threads) the AMX GEMM took
-// the GEMV's time times 1/(1.07-1.23) at 12 tokens for i2s, 1/(1.03-1.35) at 16 for tl1,
-// tl2 and int1, 0.90-1.10 at 16 and 1/(1.13-1.39) at 24 for int2 and int8, and 1/(1.3-2.4)
-// at 32 for every format; below these counts it was up to 1.8x slower.
+// its unpack, about the same for 1 and 32 tokens. On a Sapphire Rapids-class Xeon guest (one
+// `bitd bench` per setting, in turn; 4096x14336, 14336x4096 and 2560x2560, one and two
+// threads) the AMX GEMM was faster than the GEMV by 1.06-1.27x at 12 tokens for i2s (1.65-2.00x
+// at 24), 1.19-1.43x at 16 for tl1 and int1, 1.09-1.24x at 20 for tl2 (0.97-1.10x at 16),
+// 1.07-1.35x at 20 for int2 (0.97-1.03x at 16) and 1.03-1.13x at 20 for int8; at 8 tokens it
+// was up to 1.8x slower (tl2).
 func amxMinN(f quantcfg.Format) int {
 	switch f {
 	case quantcfg.I2S:
 		return 12
-	case quantcfg.TL1, quantcfg.TL2, quantcfg.Int1:
+	case quantcfg.TL1, quantcfg.Int1:
 		return 16
 	}
 	return 20
