@@ -1,6 +1,10 @@
 package kernels
 
-import "bitgo/quantcfg"
+import (
+	"sync"
+
+	"bitgo/quantcfg"
+)
 
 // The reference kernel: plain Go, the definition of every result (see the package doc).
 // It decodes each row block from the packed layout (so it also checks the layouts) and
@@ -20,12 +24,18 @@ func (refKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		return
 	}
 	ly := l.Layout
-	w := make([]int8, RowBlock*ly.Kp)
+	b := getRefBuf()
+	defer putRefBuf(b)
+	b.w = resize(b.w, RowBlock*ly.Kp)
+	w := b.w
 	segs := l.Segments()
-	var stream []byte
+	if ly.Chunked() {
+		b.stream = resize(b.stream, ly.RowBlockBytes)
+	}
 	for rb := rb0; rb < rb1; rb++ {
-		// Blobs reaching a kernel were produced by Pack or passed CheckBlob.
-		stream = ly.RowBlockData(l.Data, rb, stream)
+		// Blobs reaching a kernel were produced by Pack or passed CheckBlob. (Other than a
+		// chunk-major layout's, the stream is the blob's own bytes, never kept.)
+		stream := ly.RowBlockData(l.Data, rb, b.stream)
 		_ = decoders[ly.Format](ly, stream, w)
 		if ly.Format == quantcfg.Int2 {
 			for i, c := range w {
@@ -63,9 +73,51 @@ func (refKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 }
 
+// refBufs keeps the reference kernel's decode buffers between calls, so that a call through
+// it (the pure-Go path: noasm, BITD_PUREGO=1) allocates nothing once warm: a free list
+// rather than a sync.Pool, which a collection empties and whose per-P caches miss when a
+// worker runs on another P. Runs of one call on disjoint row ranges run concurrently: each
+// takes a buffer of its own, so the list holds as many as ran at once. Buffers above
+// refKeepBytes (a row block of a very long K) are dropped after their call.
+var refBufs struct {
+	sync.Mutex
+	free []*refBuf
+}
+
+const refKeepBytes = 8 << 20
+
+type refBuf struct {
+	w      []int8    // a row block's decoded weights
+	f      []float32 // a float row block's
+	stream []byte    // a chunk-major row block's gathered stream (RowBlockData)
+}
+
+func getRefBuf() *refBuf {
+	refBufs.Lock()
+	defer refBufs.Unlock()
+	if n := len(refBufs.free); n > 0 {
+		b := refBufs.free[n-1]
+		refBufs.free = refBufs.free[:n-1]
+		return b
+	}
+	return new(refBuf)
+}
+
+func putRefBuf(b *refBuf) {
+	if cap(b.w)+4*cap(b.f)+cap(b.stream) > refKeepBytes {
+		return
+	}
+	refBufs.Lock()
+	refBufs.free = append(refBufs.free, b)
+	refBufs.Unlock()
+}
+
 func refFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	ly := l.Layout
-	w := make([]float32, RowBlock*ly.K)
+	b := getRefBuf()
+	defer putRefBuf(b)
+	b.f = resize(b.f, RowBlock*ly.K)
+	w := b.f
 	for rb := rb0; rb < rb1; rb++ {
 		floatDecode(ly, ly.RowBlockData(l.Data, rb, nil), w)
 		for r := 0; r < RowBlock; r++ {
