@@ -4,16 +4,24 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"bitgo/quantcfg"
+
 	"github.com/klauspost/cpuid/v2"
 )
 
 // AMX (Advanced Matrix Extensions: AMX-TILE and AMX-INT8, on Sapphire Rapids and later
-// Xeons) runs the zmm path's prefill GEMM: each unpacked row block is multiplied by 32
-// tokens at a time as 16x64-byte tiles (gemmAMX), where the zmm micro-kernel does one
-// vpdpbusd per 16 rows, token and quad. The GEMV kernels stay on vpdpbusd: four i2s tokens
-// through tiles (the unpacked weights stored, then loaded as tiles) ran no faster than the
-// zmm kernel cache-resident (19 GB/s both, a C prototype on a 2-vCPU Xeon guest), since
-// there each weight byte is used by only a few tokens.
+// Xeons) runs the zmm path's GEMM: each unpacked row block is multiplied by 32 tokens at a
+// time as 16x64-byte tiles (gemmAMX), where the zmm micro-kernel does one vpdpbusd per 16
+// rows, token and quad. It takes prefill and, from amxMinN tokens (12-20 by format), small
+// batches, whose GEMV kernels pay vpdpbusd per token. Below that the GEMV kernels stay on
+// vpdpbusd: four i2s tokens through tiles (the unpacked weights stored, then loaded as
+// tiles) ran no faster than the zmm kernel cache-resident (19 GB/s both, a C prototype on a
+// 2-vCPU Xeon guest), since there each weight byte is used by only a few tokens. A later C
+// prototype with the weights as the tiles' rows (each i2s row's 32-byte pieces of two blocks
+// decoded by four vgf2p8affineqb into four 64-input tile rows, no transpose; 4-16 tokens as
+// the other operand, each decode interleaved with the previous step's tdpbusd) read 19.9
+// GB/s from L2 and 11.3 from DRAM at four tokens, 10.4 at sixteen: the 64-byte stores of the
+// decoded rows (four per 64 packed bytes) and the tile loads do not overlap the multiplies.
 //
 // Linux gives a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
 // without it the first tile instruction is fatal. The request is made once, at start, on a
@@ -77,6 +85,22 @@ func (k *simdKernel) amxFor(l *Layer) bool {
 	}
 	ly := l.Layout
 	return ly.Kp%64 == 0 && l.SegLen%64 == 0
+}
+
+// OnAMX reports whether kernel k runs layer l at n tokens on AMX tiles: the GEMM of an
+// integer format, from amxMinN tokens (gemmMinN where that is lower), where amxFor holds.
+func OnAMX(k Kernel, l *Layer, n int) bool {
+	sk, ok := k.(*simdKernel)
+	return ok && !sk.format.IsFloat() && sk.useGemm(l, n) && sk.amxFor(l)
+}
+
+// AMXMinTokens is the fewest tokens of a call that format f's GEMM takes on AMX (amxMinN),
+// or 0 for the float formats (for `bitd info`).
+func AMXMinTokens(f quantcfg.Format) int {
+	if f.IsFloat() {
+		return 0
+	}
+	return min(amxMinN(f), gemmMinN)
 }
 
 // amxArgs: the AMX GEMM micro-kernel (gemmAMX), T <= 32 tokens x one unpacked row block:

@@ -126,3 +126,42 @@ func TestAMXPeakOps(t *testing.T) {
 		t.Fatal("AMXPeakOps(0) counted operations")
 	}
 }
+
+// TestOnAMX: OnAMX and AMXMinTokens agree with the plan a call gets: an integer layer whose
+// K is whole 64-input steps runs on AMX from AMXMinTokens tokens and not one token below
+// (where AMX can run), a K padded to a multiple of 32 only never does (not even at gemmMinN,
+// where the zmm GEMM takes it), nor the float formats or the reference kernel.
+func TestOnAMX(t *testing.T) {
+	on := AMXReason() == ""
+	for _, k := range append(asmKernels(), nil) {
+		var kern Kernel = Ref()
+		f := quantcfg.I2S
+		if k != nil {
+			kern, f = k, k.format
+		}
+		minN := AMXMinTokens(f)
+		if f.IsFloat() != (minN == 0) {
+			t.Fatalf("%s: AMXMinTokens = %d", f, minN)
+		}
+		for _, in := range []int{256, 96} {
+			l, err := probeLayer(quantcfg.LayerSpec{Name: "p", Format: f, Out: 64, In: in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{minN - 1, minN, gemmMinN} {
+				if n < 1 {
+					continue
+				}
+				want := on && k != nil && k.isa == ISAAVX512 && !f.IsFloat() && n >= minN && l.Layout.Kp%64 == 0
+				if got := OnAMX(kern, l, n); got != want {
+					t.Errorf("%s K=%d n=%d: OnAMX %v, want %v", kern.Name(), in, n, got, want)
+				}
+				if k != nil && !f.IsFloat() {
+					if p := k.plan(l, n); p.amx != OnAMX(kern, l, n) {
+						t.Errorf("%s K=%d n=%d: plan's AMX %v, OnAMX %v", kern.Name(), in, n, p.amx, !p.amx)
+					}
+				}
+			}
+		}
+	}
+}

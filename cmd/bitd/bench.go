@@ -161,12 +161,13 @@ func (r *benchRecord) againstPeak(peak float64) {
 
 // peakBound reports whether a GEMV record is measured against the int8 peak as well: a
 // multiply format with two or more tokens on the kernels of the peak loop's path (zmm
-// vpdpbusd, or ymm vpmaddubsw).
+// vpdpbusd, or ymm vpmaddubsw), not on AMX tiles (impl "+amx": a batch from
+// kernels.AMXMinTokens on).
 func peakBound(f quantcfg.Format, n int, impl string) bool {
 	isa, ok := kernels.Int8PeakPath()
 	switch f {
 	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8:
-		return ok && n >= 2 && strings.HasPrefix(impl, isa.String()+"/")
+		return ok && n >= 2 && strings.HasPrefix(impl, isa.String()+"/") && !strings.HasSuffix(impl, "+amx")
 	}
 	return false
 }
@@ -670,7 +671,7 @@ func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) b
 
 // prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
 // bf16 against the int8 peak measured in the same run (issue 3's prefill target). Where the
-// integer GEMMs run on AMX (kernels.AMXReason), their impl says so ("+amx") and their peak
+// integer GEMMs run on AMX (kernels.OnAMX), their impl says so ("+amx") and their peak
 // is the AMX-INT8 peak loop's, also measured in the run; bf16 keeps the zmm path's.
 func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 	const n = 512
@@ -701,8 +702,7 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 			rec := benchRecord{Op: "gemm", Format: string(f), M: sh.M, K: sh.K, N: n, Threads: t, Impl: tm.Impl,
 				GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: tm.BytesOp}
 			peak, peakName := vnniPeak, e.machine.Int8Peak+" int8"
-			if amx && f != quantcfg.BF16 {
-				rec.Impl += "+amx"
+			if strings.HasSuffix(rec.Impl, "+amx") {
 				peak, peakName = amxPeak, "amx-int8"
 			}
 			rec.againstPeak(peak)

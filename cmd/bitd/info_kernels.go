@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 
+	"strings"
+
 	"bitgo/kernels"
+	"bitgo/quantcfg"
 )
 
 func init() { registerInfo(20, kernelsInfo) }
@@ -37,19 +40,29 @@ func kernelsInfo() infoSection {
 
 func init() { registerInfo(21, amxInfo) }
 
-// amxState is the info section "amx": whether the integer formats' prefill GEMM runs on
-// AMX-INT8 tiles, and if not, why.
+// amxState is the info section "amx": whether the integer formats' GEMM runs on AMX-INT8
+// tiles (prefill, and batches from MinTokens tokens by format), and if not, why.
 type amxState struct {
-	GEMM   bool   `json:"gemm"`
-	Reason string `json:"reason,omitempty"`
+	GEMM      bool           `json:"gemm"`
+	MinTokens map[string]int `json:"min_tokens,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
 }
 
 func amxInfo() infoSection {
 	r := kernels.AMXReason()
 	v := amxState{GEMM: r == "", Reason: r}
-	line := "prefill GEMM of the integer formats on AMX-INT8 tiles (where K and the groups are multiples of 64)"
 	if r != "" {
-		line = "no AMX prefill GEMM: " + r
+		return infoSection{Name: "amx", Value: v, Text: []string{"no AMX GEMM: " + r}}
 	}
+	v.MinTokens = map[string]int{}
+	var from []string
+	for _, fi := range quantcfg.Formats() {
+		if n := kernels.AMXMinTokens(fi.Format); n > 0 {
+			v.MinTokens[string(fi.Format)] = n
+			from = append(from, fmt.Sprintf("%s %d", fi.Format, n))
+		}
+	}
+	line := "GEMM of the integer formats on AMX-INT8 tiles (where K and the groups are multiples of 64), from " +
+		strings.Join(from, ", ") + " tokens a call"
 	return infoSection{Name: "amx", Value: v, Text: []string{line}}
 }

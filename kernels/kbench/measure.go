@@ -181,8 +181,14 @@ func newRunner(p *Pool, s *Set, n int, seed uint64, k kernels.Kernel) (*Runner, 
 	return r, nil
 }
 
-// Impl is the kernel's name.
-func (r *Runner) Impl() string { return r.k.Name() }
+// Impl is the kernel's name, with "+amx" where it runs the set's layers at N tokens on AMX
+// tiles (kernels.OnAMX).
+func (r *Runner) Impl() string {
+	if kernels.OnAMX(r.k, r.Set.Layers[0], r.N) {
+		return r.k.Name() + "+amx"
+	}
+	return r.k.Name()
+}
 
 // Call runs layer i once (Prepare, then the row blocks split over the pool).
 func (r *Runner) Call(i int) {
