@@ -88,19 +88,91 @@ func (k *simdKernel) amxFor(l *Layer) bool {
 }
 
 // OnAMX reports whether kernel k runs layer l at n tokens on AMX tiles: the GEMM of an
-// integer format, from amxMinN tokens (gemmMinN where that is lower), where amxFor holds.
+// integer format from amxMinN tokens (gemmMinN where that is lower) where amxFor holds, or
+// i2s's small-batch GEMV (amxvFor).
 func OnAMX(k Kernel, l *Layer, n int) bool {
 	sk, ok := k.(*simdKernel)
-	return ok && !sk.format.IsFloat() && sk.useGemm(l, n) && sk.amxFor(l)
+	if !ok || sk.format.IsFloat() {
+		return false
+	}
+	p := sk.plan(l, n)
+	return p.amx || p.amxv
 }
 
-// AMXMinTokens is the fewest tokens of a call that format f's GEMM takes on AMX (amxMinN),
-// or 0 for the float formats (for `bitd info`).
+// AMXMinTokens is the fewest tokens of a call that format f's layers run on AMX with
+// (amxvMinN for i2s, whose small-batch GEMV takes them, amxMinN for the others' GEMM), or 0
+// for the float formats (for `bitd info`).
 func AMXMinTokens(f quantcfg.Format) int {
-	if f.IsFloat() {
+	switch {
+	case f.IsFloat():
 		return 0
+	case f == quantcfg.I2S:
+		return amxvMinN
 	}
 	return min(amxMinN(f), gemmMinN)
+}
+
+// The small-batch i2s GEMV on AMX (gemvAMXI2S) takes amxvMinN to amxvMaxN tokens, one
+// segment (per-token or per-tensor activation scales); fewer run on the vpdpbusd GEMV, more
+// on the AMX GEMM.
+const (
+	amxvMinN = 5
+	amxvMaxN = 16
+)
+
+// amxvFor reports whether the i2s GEMV of n tokens of l runs on AMX (gemvAMXI2S).
+func (k *simdKernel) amxvFor(l *Layer, n int) bool {
+	return k.ops.amxv != nil && n >= amxvMinN && n <= amxvMaxN && l.Segments() == 1 && AMXReason() == ""
+}
+
+// amxvArgs: the small-batch i2s GEMV on AMX (gemvAMXI2S), N <= 16 tokens x one row block.
+type amxvArgs struct {
+	W       unsafe.Pointer // the row block's stream (quad 0)
+	QStride int            // bytes per row quad (Kp)
+	Pairs   int            // pairs of 128-input blocks, the last maybe of one (Odd)
+	Odd     int            // 1 where Kp/128 is odd
+	X       unsafe.Pointer // the activations: pair p, run s's 16 quads x N tokens at X + (4p+s)*BStride
+	BStride int            // 64*N
+	Sums    unsafe.Pointer // int32 [N][32]
+	N       int
+	Buf     unsafe.Pointer // 64-byte aligned, amxvBufBytes: two pairs' decoded rows, then the sums' tiles
+	Cfg     unsafe.Pointer // amxvConfig's for N
+}
+
+// amxvBufBytes is gemvAMXI2S's scratch: 2 x 8 KiB of decoded tile rows, 2 KiB of sums.
+const amxvBufBytes = 18 << 10
+
+// amxvConfig writes gemvAMXI2S's tile configuration for N tokens: tiles 0-1 (sums) and 4-7
+// (activations, runs 0-3) 16 rows of 4N bytes, tiles 2-3 (codes) 16 rows of 64.
+func amxvConfig(c *[64]byte, N int) {
+	*c = [64]byte{}
+	c[0] = 1
+	for tile := 0; tile < 8; tile++ {
+		cols := 4 * N
+		if tile == 2 || tile == 3 {
+			cols = 64
+		}
+		c[16+2*tile] = byte(cols)
+		c[48+tile] = 16
+	}
+}
+
+// amxvPermute writes token x's activations (Kp of them) in gemvAMXI2S's input order to dst
+// (roundUp(Kp, 256) bytes): per pair of blocks and run s, the run's 32 inputs of the first
+// block, then of the second (zeros past Kp).
+func amxvPermute(x []int8, dst []byte) {
+	for p0 := 0; p0 < len(dst); p0 += 256 {
+		for s := 0; s < 4; s++ {
+			for h := 0; h < 2; h++ {
+				d := dst[p0+64*s+32*h:][:32]
+				if k := p0 + 128*h + 32*s; k < len(x) {
+					copy(d, unsafe.Slice((*byte)(unsafe.Pointer(&x[k])), 32))
+				} else {
+					clear(d)
+				}
+			}
+		}
+	}
 }
 
 // amxArgs: the AMX GEMM micro-kernel (gemmAMX), T <= 32 tokens x one unpacked row block:

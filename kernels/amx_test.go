@@ -60,6 +60,9 @@ func TestAMXGemm(t *testing.T) {
 			p := k.plan(tl.Layer, n)
 			ly := tl.Layer.Layout
 			wantAMX := ly.Kp%64 == 0 && tl.Layer.SegLen%64 == 0 && n >= amxMinN(k.format)
+			if k.format == quantcfg.I2S && n <= amxvMaxN && tl.Layer.Segments() == 1 {
+				wantAMX = false // i2s's GEMV on AMX (TestAMXGemvI2S)
+			}
 			if wantGemm := n >= gemmMinN || wantAMX; p.amx != wantAMX || p.gemm != wantGemm {
 				t.Fatalf("%s: Kp %d, segments of %d: GEMM %v, AMX %v, want %v, %v", what, ly.Kp, tl.Layer.SegLen, p.gemm, p.amx, wantGemm, wantAMX)
 			}
@@ -157,11 +160,52 @@ func TestOnAMX(t *testing.T) {
 					t.Errorf("%s K=%d n=%d: OnAMX %v, want %v", kern.Name(), in, n, got, want)
 				}
 				if k != nil && !f.IsFloat() {
-					if p := k.plan(l, n); p.amx != OnAMX(kern, l, n) {
-						t.Errorf("%s K=%d n=%d: plan's AMX %v, OnAMX %v", kern.Name(), in, n, p.amx, !p.amx)
+					if p := k.plan(l, n); (p.amx || p.amxv) != OnAMX(kern, l, n) {
+						t.Errorf("%s K=%d n=%d: plan's AMX %v (GEMV %v), OnAMX %v", kern.Name(), in, n, p.amx, p.amxv, OnAMX(kern, l, n))
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestAMXGemvI2S: i2s's small-batch GEMV on AMX (gemvAMXI2S) gives the reference's outputs
+// bit for bit for every token count it takes (amxvMinN..amxvMaxN) and every i2s setting
+// (per-token and per-tensor activations; per-group ones keep the vpdpbusd GEMV), over K of
+// one block (one pair of one block), two, three (a last pair of one) and longer, a partial
+// last row block and several row blocks; one token fewer or more runs elsewhere.
+func TestAMXGemvI2S(t *testing.T) {
+	if r := AMXReason(); r != "" {
+		t.Skipf("AMX: %s", r)
+	}
+	var k *simdKernel
+	for _, kk := range asmKernels() {
+		if kk.isa == ISAAVX512 && kk.format == quantcfg.I2S {
+			k = kk
+		}
+	}
+	if k == nil || k.ops.amxv == nil {
+		t.Fatal("the zmm i2s kernel has no AMX GEMV")
+	}
+	rng := rand.New(rand.NewPCG(12, 5))
+	var ns []int
+	for n := amxvMinN - 1; n <= amxvMaxN+1; n++ {
+		ns = append(ns, n)
+	}
+	shapes := [][2]int{{33, 100}, {70, 256}, {40, 300}, {64, 1100}, {32, 2560}}
+	on := 0
+	eachShape(t, k.Name(), k, quantcfg.I2S, rng, shapes, 1<<30, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+		p := k.plan(tl.Layer, n)
+		wantV := n >= amxvMinN && n <= amxvMaxN && tl.Layer.Segments() == 1
+		if p.amxv != wantV {
+			t.Fatalf("%s: AMX GEMV %v, want %v", what, p.amxv, wantV)
+		}
+		if p.amxv {
+			on++
+		}
+		checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
+	})
+	if on == 0 {
+		t.Fatal("no case ran on the AMX GEMV")
 	}
 }

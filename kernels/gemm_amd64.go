@@ -76,6 +76,12 @@ func gemmAMX(a *byte)
 //go:noescape
 func amxPeakLoop(cfg *byte, n int)
 
+// gemvAMXI2S is the small-batch i2s GEMV on AMX-INT8 (see amxvArgs). It needs the tile
+// permission (amxPermit) and AMX-INT8.
+//
+//go:noescape
+func gemvAMXI2S(a *byte)
+
 // tileT1AVX2 is the GEMM micro-kernel for 1 token(s) (see gemmArgs); tileGeneric is its reference.
 //
 //go:noescape

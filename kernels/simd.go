@@ -95,6 +95,8 @@ type fmtOps struct {
 	fused bool
 	// amx: the AMX-INT8 GEMM micro-kernel (gemmAMX, amxArgs), where it can run (amxFor).
 	amx func(*byte)
+	// amxv: i2s's small-batch GEMV on AMX-INT8 (gemvAMXI2S, amxvArgs; amxvFor).
+	amxv func(*byte)
 }
 
 type xKind int
@@ -267,7 +269,7 @@ func codebookSpan(l *Layer) (lo, hi int) {
 // runs on AMX) and more than the GEMV tile, and the micro-kernel can take this layer's
 // unsigned weights.
 func (k *simdKernel) useGemm(l *Layer, n int) bool {
-	if n <= k.ops.gemvT || k.ops.unpack == nil || k.ops.tileT == 0 || unpackMaxU(l) > k.ops.tileMaxU {
+	if k.amxvFor(l, n) || n <= k.ops.gemvT || k.ops.unpack == nil || k.ops.tileT == 0 || unpackMaxU(l) > k.ops.tileMaxU {
 		return false
 	}
 	if n >= gemmMinN {
@@ -358,6 +360,7 @@ type plan struct {
 	xStride int  // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
 	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
 	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
+	amxv    bool // GEMV on AMX (gemvAMXI2S): activations at xOff in its order, transposed to tiles
 	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
@@ -367,7 +370,8 @@ func align64(x int) int { return (x + 63) &^ 63 }
 func (k *simdKernel) plan(l *Layer, n int) plan {
 	ly := l.Layout
 	p := plan{gemm: k.useGemm(l, n), nseg: l.Segments(), xOff: -1, xStride: ly.Kp}
-	if p.gemm {
+	p.amxv = !p.gemm && k.amxvFor(l, n)
+	if p.gemm || p.amxv {
 		p.c0 = gemmC0(l)
 	} else {
 		p.c0 = k.gemvC0(l, n)
@@ -378,6 +382,10 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	p.xsOff = off
 	off = align64(off + 4*n*p.nseg)
 	switch {
+	case p.amxv: // the tiles' activations, then the permuted rows they are transposed from
+		kp2 := roundUp(ly.Kp, 256)
+		p.xOff, p.xStride = off, 0
+		off = align64(off + 2*kp2*n)
 	case p.gemm && k.amxFor(l):
 		p.amx, p.xTile = true, min(amxTileT, n)
 	case p.gemm:
@@ -450,6 +458,15 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 			}
 			corr[t*p.nseg+j] = p.c0 * sum
 		}
+	}
+	if p.amxv {
+		kp2 := roundUp(ly.Kp, 256)
+		xt, xp := s[p.xOff:p.xOff+kp2*n], s[p.xOff+kp2*n:p.xOff+2*kp2*n]
+		for t := 0; t < n; t++ {
+			amxvPermute(a.Q[t*ly.Kp:(t+1)*ly.Kp], xp[t*kp2:(t+1)*kp2])
+		}
+		transposeTiles(words(xp), words(xt), n, kp2/4, n)
+		return
 	}
 	if p.gemm {
 		if !p.amx {
@@ -1166,11 +1183,12 @@ type threadBuf struct {
 	f      floatArgs
 	tab    [32]byte
 	am     amxArgs
-	cfg    [64]byte // am.Cfg
+	av     amxvArgs
+	cfg    [64]byte // am.Cfg, av.Cfg
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}
 	bufPool.Put(tb)
 }
 
@@ -1213,8 +1231,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		return
 	}
 	tile := min(k.ops.gemvT, n)
-	if p.gemm {
+	switch {
+	case p.gemm:
 		tile = p.xTile // Prepare's tiles of xT
+	case p.amxv:
+		tile = n
 	}
 	gemv := k.gemvFor(l)
 	var long1 func(*byte) // the one-token kernel for a long K, if l takes it
@@ -1308,6 +1329,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 	if p.amx {
 		k.runAMX(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
+		return
+	}
+	if p.amxv {
+		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
 	for rb := rb0; rb < rb1; rb++ {
@@ -1407,6 +1432,28 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 				k.epiRB(epi, ly, lp, rb, t0, out)
 			}
 		}
+	}
+}
+
+// runAMXV is Run's i2s GEMV on AMX (p.amxv): gemvAMXI2S row block by row block, each
+// followed by the epilogue.
+func (k *simdKernel) runAMXV(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, sums []int32, epi *epiArgs) {
+	ly, n := l.Layout, a.N
+	var buf []byte
+	tb.b, buf = aligned(tb.b, amxvBufBytes)
+	amxvConfig(&tb.cfg, n)
+	blocks := ly.Kp / 128
+	v := &tb.av
+	*v = amxvArgs{QStride: ly.Kp, Pairs: (blocks + 1) / 2, Odd: blocks % 2, X: unsafe.Pointer(&s[p.xOff]),
+		BStride: 64 * n, Sums: unsafe.Pointer(&sums[0]), N: n, Buf: unsafe.Pointer(&buf[0]), Cfg: unsafe.Pointer(&tb.cfg)}
+	epi.NTok = n
+	epi.Corr = unsafe.Pointer(&s[p.corrOff])
+	epi.XS = unsafe.Pointer(&s[p.xsOff])
+	for rb := rb0; rb < rb1; rb++ {
+		v.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		k.ops.amxv(argp(v))
+		setRB(epi, ly, lp, rb, 0, out)
+		k.ops.epi(argp(epi))
 	}
 }
 

@@ -198,6 +198,7 @@ func TestArgOffsets(t *testing.T) {
 	var f floatArgs
 	var la lutArgs
 	var am amxArgs
+	var av amxvArgs
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -244,6 +245,11 @@ func TestArgOffsets(t *testing.T) {
 		{"amx.SegQ", unsafe.Offsetof(am.SegQ), 32}, {"amx.NSeg", unsafe.Offsetof(am.NSeg), 40},
 		{"amx.LastQ", unsafe.Offsetof(am.LastQ), 48}, {"amx.SumsSeg", unsafe.Offsetof(am.SumsSeg), 56},
 		{"amx.Cfg", unsafe.Offsetof(am.Cfg), 64},
+		{"amxv.W", unsafe.Offsetof(av.W), 0}, {"amxv.QStride", unsafe.Offsetof(av.QStride), 8},
+		{"amxv.Pairs", unsafe.Offsetof(av.Pairs), 16}, {"amxv.Odd", unsafe.Offsetof(av.Odd), 24},
+		{"amxv.X", unsafe.Offsetof(av.X), 32}, {"amxv.BStride", unsafe.Offsetof(av.BStride), 40},
+		{"amxv.Sums", unsafe.Offsetof(av.Sums), 48}, {"amxv.N", unsafe.Offsetof(av.N), 56},
+		{"amxv.Buf", unsafe.Offsetof(av.Buf), 64}, {"amxv.Cfg", unsafe.Offsetof(av.Cfg), 72},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

@@ -220,3 +220,184 @@ func amxPeak() {
 	tileRelease()
 	RET()
 }
+
+// Argument block offsets: kernels.amxvArgs.
+const (
+	vW, vQStride, vPairs, vOdd, vX, vBStride, vSums, vN, vBuf, vCfg = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72
+)
+
+// tdpbusd: tmm d += tmm a (unsigned bytes) . tmm b (signed bytes, VNNI quads).
+func tdpbusd(d, a, b int) {
+	raw(fmt.Sprintf("tdpbusd tmm%d,tmm%d,tmm%d", d, a, b), append(vex3(0, 0, 0, b, pp66), 0x5E, byte(0xC0|d<<3|a)))
+}
+
+// pp66 is the VEX pp field of a 66 prefix.
+const pp66 = 1
+
+// gemvAMXI2S is the small-batch i2s GEMV on AMX-INT8, the weights as the tiles' rows: for
+// N <= 16 tokens and one row block, Sums[t][r] = the sum over k of code(r, k) times x_t[k].
+// A step is a pair of 128-input blocks: each row's two 32-byte pieces (one 64-byte vector)
+// give, through one vgf2p8affineqb per run s (the codes in bits 7-2s and 6-2s), a 64-byte
+// tile row of codes (run s of both blocks), so a pair is eight 16x64 tiles (rows 0-15 and
+// 16-31, runs 0-3), each decoded row stored to a buffer the tile is then loaded from; the
+// activations come as Prepare laid them out (per pair and run, 16 quads of N tokens: the
+// inputs of those tile rows in the same order). tdpbusd multiplies them into tiles 0 and 1
+// (rows 0-15 and 16-31, N columns). Each pair's decode runs between the tile products of
+// the pair before it, in two buffers, so that the stores and the multiplies overlap. A
+// last pair of one block (Kp/128 odd) decodes its rows from 32-byte loads (the other half
+// zero, against activations Prepare left zero there). The sums leave the tiles as
+// [row][token] and are gathered to [token][row].
+func gemvAMXI2S() {
+	name := "gemvAMXI2S"
+	header(name, NOSPLIT, "func(a *byte)", name+" is the small-batch i2s GEMV on AMX-INT8 (see amxvArgs). It needs the tile",
+		"permission (amxPermit) and AMX-INT8.")
+	a, w, w4, qs, q3, dec, mul, x, bs, s64, cnt, t := RDI, RSI, RDX, R8, R9, R10, R11, R12, R13, RAX, RBX, RCX
+	runs := []VecPhysical{Z28, Z29, Z30, Z31}
+	for s := 0; s < 4; s++ {
+		q := gfField(6-2*s, 2)
+		d := []uint32{uint32(q), uint32(q >> 32)}
+		VMOVDQU64(halves(fmt.Sprintf("amxvRun%d", s), d, d), runs[s])
+	}
+	Load(Param("a"), a)
+	MOVQ(at(a, vCfg), t)
+	ldtilecfg(t)
+	tileZero(0)
+	tileZero(1)
+	MOVQ(at(a, vQStride), qs)
+	LEAQ(idx(qs, qs, 2, 0), q3)
+	MOVQ(at(a, vW), w)
+	LEAQ(idx(w, qs, 4, 0), w4)
+	MOVQ(at(a, vBuf), dec)
+	LEAQ(at(dec, 8192), mul)
+	MOVQ(at(a, vX), x)
+	MOVQ(at(a, vN), bs)
+	SHLQ(U8(2), bs) // a B tile row: N tokens' dwords
+	MOVQ(U32(64), s64)
+
+	// quadAddr is row rr's piece of quad q in the current pair (plus off).
+	quadAddr := func(q, rr, off int) Mem {
+		base := w
+		if q >= 4 {
+			base = w4
+		}
+		m := Mem{Base: base, Disp: 32*rr + off}
+		switch q % 4 {
+		case 1:
+			m.Index, m.Scale = qs, 1
+		case 2:
+			m.Index, m.Scale = qs, 2
+		case 3:
+			m.Index, m.Scale = q3, 1
+		}
+		return m
+	}
+	// decodeQuad decodes quad q's four rows of the current pair into buffer dec.
+	decodeQuad := func(q int, odd bool) {
+		for rr := 0; rr < 4; rr++ {
+			VMOVDQU(quadAddr(q, rr, 0), Y0)
+			if !odd {
+				VINSERTI64X4(U8(1), quadAddr(q, rr, 128), Z0, Z0)
+			}
+			h, row := q/4, 4*(q%4)+rr
+			for s := 0; s < 4; s++ {
+				z := []VecPhysical{Z1, Z2, Z3, Z4}[s]
+				VGF2P8AFFINEQB(U8(0), runs[s], Z0, z)
+				VMOVDQU64(z, at(dec, (h*4+s)*1024+row*64))
+			}
+		}
+	}
+	loadB := func() {
+		for s := 0; s < 4; s++ {
+			tileLoad(4+s, x, bs, 0)
+			ADDQ(at(a, vBStride), x)
+		}
+	}
+	// mulQuad is tile product q of the pair in buffer mul: rows 16h..16h+15, run s.
+	mulQuad := func(q int) {
+		h, s := q/4, q%4
+		tileLoad(2+h, mul, s64, (h*4+s)*1024)
+		tdpbusd(h, 2+h, 4+s)
+	}
+	next := func() {
+		ADDQ(U32(256), w)
+		ADDQ(U32(256), w4)
+		XCHGQ(dec, mul)
+	}
+	both := func(odd bool) { // decode the current pair while multiplying the last
+		loadB()
+		for q := 0; q < 8; q++ {
+			decodeQuad(q, odd)
+			mulQuad(q)
+		}
+	}
+	mulOnly := func() {
+		loadB()
+		for q := 0; q < 8; q++ {
+			mulQuad(q)
+		}
+	}
+	MOVQ(at(a, vPairs), cnt)
+	CMPQ(cnt, U8(1))
+	JE(LabelRef(name + "_one"))
+	for q := 0; q < 8; q++ {
+		decodeQuad(q, false)
+	}
+	next()
+	SUBQ(U8(2), cnt)
+	JZ(LabelRef(name + "_last"))
+	Label(name + "_mid")
+	both(false)
+	next()
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_mid"))
+	Label(name + "_last")
+	CMPQ(at(a, vOdd), U8(0))
+	JNE(LabelRef(name + "_lastodd"))
+	both(false)
+	JMP(LabelRef(name + "_final"))
+	Label(name + "_lastodd")
+	both(true)
+	Label(name + "_final")
+	XCHGQ(dec, mul)
+	mulOnly()
+	JMP(LabelRef(name + "_store"))
+
+	Label(name + "_one")
+	CMPQ(at(a, vOdd), U8(0))
+	JNE(LabelRef(name + "_oneodd"))
+	for q := 0; q < 8; q++ {
+		decodeQuad(q, false)
+	}
+	JMP(LabelRef(name + "_onemul"))
+	Label(name + "_oneodd")
+	for q := 0; q < 8; q++ {
+		decodeQuad(q, true)
+	}
+	Label(name + "_onemul")
+	XCHGQ(dec, mul)
+	mulOnly()
+
+	// The sums: tiles 0 and 1 as [row][token] (64 bytes a row) at Buf+16384, gathered to
+	// Sums[t][r] token by token.
+	Label(name + "_store")
+	MOVQ(at(a, vBuf), dec)
+	ADDQ(U32(16384), dec)
+	tileStore(0, dec, s64, 0)
+	tileStore(1, dec, s64, 1024)
+	tileRelease()
+	MOVQ(at(a, vSums), x)
+	MOVQ(at(a, vN), cnt)
+	VMOVDQU32(dwordTable("amxvRows", []uint32{0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960}), Z5)
+	Label(name + "_tok")
+	for h := 0; h < 2; h++ {
+		KXNORW(K1, K1, K1)
+		VPGATHERDD(Mem{Base: dec, Index: Z5, Scale: 1, Disp: 1024 * h}, K1, Z0)
+		VMOVDQU32(Z0, at(x, 64*h))
+	}
+	ADDQ(U8(4), dec)
+	ADDQ(U32(128), x)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_tok"))
+	VZEROUPPER()
+	RET()
+}

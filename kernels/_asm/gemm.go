@@ -72,6 +72,7 @@ func genGemm() {
 	}
 	gemmAMX()
 	amxPeak()
+	gemvAMXI2S()
 	for T := 1; T <= 2; T++ {
 		tileY(T, false)
 	}
