@@ -99,45 +99,64 @@ func OnAMX(k Kernel, l *Layer, n int) bool {
 	return p.amx || p.amxv
 }
 
-// AMXMinTokens is the fewest tokens of a call that format f's layers run on AMX with
-// (amxvMinN for i2s, whose small-batch GEMV takes them, amxMinN for the others' GEMM), or 0
-// for the float formats (for `bitd info`).
-func AMXMinTokens(f quantcfg.Format) int {
+// AMXMinTokens is the fewest tokens of a call that format f's layers of in_features k run
+// on AMX with (amxvMinN for i2s, whose small-batch GEMV takes them, amxMinN for the others'
+// GEMM), or 0 for the float formats (for `bitd info`).
+func AMXMinTokens(f quantcfg.Format, k int) int {
 	switch {
 	case f.IsFloat():
 		return 0
 	case f == quantcfg.I2S:
-		return amxvMinN
+		return amxvMinN(roundUp(k, 128))
 	}
 	return min(amxMinN(f), gemmMinN)
 }
 
-// The small-batch i2s GEMV on AMX (gemvAMXI2S) takes amxvMinN to amxvMaxN tokens, one
+// The small-batch i2s GEMV on AMX (gemvAMXI2S) takes amxvMinN(Kp) to amxvMaxN tokens, one
 // segment (per-token or per-tensor activation scales); fewer run on the vpdpbusd GEMV, more
 // on the AMX GEMM.
-const (
-	amxvMinN = 5
-	amxvMaxN = 16
-)
+const amxvMaxN = 16
+
+// amxvMinN is the fewest tokens the AMX GEMV takes at a padded K of kp. Against the
+// vpdpbusd GEMV (a Sapphire Rapids-class Xeon guest, one `bitd bench` per build in turn, one
+// and two threads) it took 1/(1.12-1.16) of the time at four tokens on 4096x14336 (four
+// tokens then 1.22-1.23x one), 1/(1.02-1.06) on 14336x4096 and 4096x4096, 1/(0.94-1.10) at
+// three; 1/(1.28-1.53) at five and six tokens there, 1/(1.6-1.8) at 8 to 16 (the AMX GEMM's
+// time at 12 to 16). At K = 2560, where each row block's first decode and last products
+// overlap nothing for a larger share of it, 0.91-1.03 at five tokens, 0.98-1.13 at six,
+// 1.08-1.27 at eight.
+func amxvMinN(kp int) int {
+	if kp >= 4096 {
+		return 4
+	}
+	return 7
+}
 
 // amxvFor reports whether the i2s GEMV of n tokens of l runs on AMX (gemvAMXI2S).
 func (k *simdKernel) amxvFor(l *Layer, n int) bool {
-	return k.ops.amxv != nil && n >= amxvMinN && n <= amxvMaxN && l.Segments() == 1 && AMXReason() == ""
+	return k.ops.amxv != nil && n >= amxvMinN(l.Layout.Kp) && n <= amxvMaxN && l.Segments() == 1 && AMXReason() == ""
 }
 
-// amxvArgs: the small-batch i2s GEMV on AMX (gemvAMXI2S), N <= 16 tokens x one row block.
+// amxvArgs: the small-batch i2s GEMV on AMX (gemvAMXI2S), N <= 16 tokens x NRB row blocks.
 type amxvArgs struct {
-	W       unsafe.Pointer // the row block's stream (quad 0)
+	W       unsafe.Pointer // the first row block's stream (quad 0)
 	QStride int            // bytes per row quad (Kp)
 	Pairs   int            // pairs of 128-input blocks, the last maybe of one (Odd)
 	Odd     int            // 1 where Kp/128 is odd
 	X       unsafe.Pointer // the activations: pair p, run s's 16 quads x N tokens at X + (4p+s)*BStride
 	BStride int            // 64*N
-	Sums    unsafe.Pointer // int32 [N][32]
+	Sums    unsafe.Pointer // int32 [NRB][N][32]
 	N       int
 	Buf     unsafe.Pointer // 64-byte aligned, amxvBufBytes: two pairs' decoded rows, then the sums' tiles
 	Cfg     unsafe.Pointer // amxvConfig's for N
+	NRB     int            // row blocks, >= 1
+	RBBytes int            // bytes between row blocks' streams
+	I       int            // the kernel's row block counter (written by it)
 }
+
+// amxvGroup is the most row blocks one gemvAMXI2S call takes (their sums, 32 KiB at 16
+// tokens, stay in L1 for the epilogue after it).
+const amxvGroup = 16
 
 // amxvBufBytes is gemvAMXI2S's scratch: 2 x 8 KiB of decoded tile rows, 2 KiB of sums.
 const amxvBufBytes = 18 << 10

@@ -142,11 +142,11 @@ func TestOnAMX(t *testing.T) {
 		if k != nil {
 			kern, f = k, k.format
 		}
-		minN := AMXMinTokens(f)
-		if f.IsFloat() != (minN == 0) {
-			t.Fatalf("%s: AMXMinTokens = %d", f, minN)
-		}
-		for _, in := range []int{256, 96} {
+		for _, in := range []int{256, 96, 4100} {
+			minN := AMXMinTokens(f, in)
+			if f.IsFloat() != (minN == 0) {
+				t.Fatalf("%s: AMXMinTokens = %d", f, minN)
+			}
 			l, err := probeLayer(quantcfg.LayerSpec{Name: "p", Format: f, Out: 64, In: in})
 			if err != nil {
 				t.Fatal(err)
@@ -173,7 +173,8 @@ func TestOnAMX(t *testing.T) {
 // bit for bit for every token count it takes (amxvMinN..amxvMaxN) and every i2s setting
 // (per-token and per-tensor activations; per-group ones keep the vpdpbusd GEMV), over K of
 // one block (one pair of one block), two, three (a last pair of one) and longer, a partial
-// last row block and several row blocks; one token fewer or more runs elsewhere.
+// last row block, several row blocks and more than one call's group of them (amxvGroup);
+// one token fewer or more runs elsewhere.
 func TestAMXGemvI2S(t *testing.T) {
 	if r := AMXReason(); r != "" {
 		t.Skipf("AMX: %s", r)
@@ -189,14 +190,14 @@ func TestAMXGemvI2S(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(12, 5))
 	var ns []int
-	for n := amxvMinN - 1; n <= amxvMaxN+1; n++ {
+	for n := amxvMinN(4096) - 1; n <= amxvMaxN+1; n++ {
 		ns = append(ns, n)
 	}
-	shapes := [][2]int{{33, 100}, {70, 256}, {40, 300}, {64, 1100}, {32, 2560}}
+	shapes := [][2]int{{33, 100}, {70, 256}, {40, 300}, {64, 1100}, {32, 2560}, {33*amxvGroup + 5, 384}, {40, 4100}}
 	on := 0
 	eachShape(t, k.Name(), k, quantcfg.I2S, rng, shapes, 1<<30, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
 		p := k.plan(tl.Layer, n)
-		wantV := n >= amxvMinN && n <= amxvMaxN && tl.Layer.Segments() == 1
+		wantV := n >= amxvMinN(tl.Layer.Layout.Kp) && n <= amxvMaxN && tl.Layer.Segments() == 1
 		if p.amxv != wantV {
 			t.Fatalf("%s: AMX GEMV %v, want %v", what, p.amxv, wantV)
 		}

@@ -1212,18 +1212,23 @@ TEXT ·gemvAMXI2S(SB), NOSPLIT, $0-8
 	MOVQ      a+0(FP), DI
 	MOVQ      72(DI), CX
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x01 // ldtilecfg [rcx]
+	MOVQ 8(DI), R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ 56(DI), R13
+	SHLQ $0x02, R13
+	MOVQ $0x00000040, AX
+	MOVQ $0x00000000, 96(DI)
+
+gemvAMXI2S_rb:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x7b; BYTE           $0x49; BYTE           $0xc8 // tilezero tmm1
-	MOVQ           8(DI), R8
-	LEAQ           (R8)(R8*2), R9
-	MOVQ           (DI), SI
+	MOVQ           96(DI), SI
+	IMULQ          88(DI), SI
+	ADDQ           (DI), SI
 	LEAQ           (SI)(R8*4), DX
 	MOVQ           64(DI), R10
 	LEAQ           8192(R10), R11
 	MOVQ           32(DI), R12
-	MOVQ           56(DI), R13
-	SHLQ           $0x02, R13
-	MOVQ           $0x00000040, AX
 	MOVQ           16(DI), BX
 	CMPQ           BX, $0x01
 	JE             gemvAMXI2S_one
@@ -3241,9 +3246,11 @@ gemvAMXI2S_store:
 	MOVQ 64(DI), R10
 	ADDQ $0x00004000, R10
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x02 // tilestored [r10+rax*1],tmm0
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x02; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored [r10+rax*1+0x400],tmm1
-	BYTE      $0xc4; BYTE      $0xe2; BYTE      $0x78; BYTE      $0x49; BYTE      $0xc0 // tilerelease
-	MOVQ      48(DI), R12
+	BYTE      $0xc4; BYTE      $0xc2; BYTE      $0x7a; BYTE      $0x4b; BYTE      $0x8c; BYTE      $0x02; BYTE      $0x00; BYTE      $0x04; BYTE      $0x00; BYTE      $0x00 // tilestored [r10+rax*1+0x400],tmm1
+	MOVQ      96(DI), R12
+	IMULQ     56(DI), R12
+	SHLQ      $0x07, R12
+	ADDQ      48(DI), R12
 	MOVQ      56(DI), BX
 	VMOVDQU32 amxvRows<>+0(SB), Z5
 
@@ -3258,6 +3265,11 @@ gemvAMXI2S_tok:
 	ADDQ       $0x00000080, R12
 	DECQ       BX
 	JNZ        gemvAMXI2S_tok
+	INCQ       96(DI)
+	MOVQ       96(DI), BX
+	CMPQ       BX, 80(DI)
+	JNE        gemvAMXI2S_rb
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
 	VZEROUPPER
 	RET
 

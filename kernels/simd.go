@@ -1235,7 +1235,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	case p.gemm:
 		tile = p.xTile // Prepare's tiles of xT
 	case p.amxv:
-		tile = n
+		tile = n * amxvGroup // (sums of amxvGroup row blocks)
 	}
 	gemv := k.gemvFor(l)
 	var long1 func(*byte) // the one-token kernel for a long K, if l takes it
@@ -1445,15 +1445,20 @@ func (k *simdKernel) runAMXV(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 	blocks := ly.Kp / 128
 	v := &tb.av
 	*v = amxvArgs{QStride: ly.Kp, Pairs: (blocks + 1) / 2, Odd: blocks % 2, X: unsafe.Pointer(&s[p.xOff]),
-		BStride: 64 * n, Sums: unsafe.Pointer(&sums[0]), N: n, Buf: unsafe.Pointer(&buf[0]), Cfg: unsafe.Pointer(&tb.cfg)}
+		BStride: 64 * n, Sums: unsafe.Pointer(&sums[0]), N: n, Buf: unsafe.Pointer(&buf[0]), Cfg: unsafe.Pointer(&tb.cfg),
+		RBBytes: ly.RowBlockBytes}
 	epi.NTok = n
 	epi.Corr = unsafe.Pointer(&s[p.corrOff])
 	epi.XS = unsafe.Pointer(&s[p.xsOff])
-	for rb := rb0; rb < rb1; rb++ {
-		v.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+	for g0 := rb0; g0 < rb1; g0 += amxvGroup {
+		g1 := min(g0+amxvGroup, rb1)
+		v.W, v.NRB = unsafe.Pointer(&l.Data[g0*ly.RowBlockBytes]), g1-g0
 		k.ops.amxv(argp(v))
-		setRB(epi, ly, lp, rb, 0, out)
-		k.ops.epi(argp(epi))
+		for rb := g0; rb < g1; rb++ {
+			epi.Sums = unsafe.Pointer(&sums[(rb-g0)*n*RowBlock])
+			setRB(epi, ly, lp, rb, 0, out)
+			k.ops.epi(argp(epi))
+		}
 	}
 }
 

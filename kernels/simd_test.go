@@ -250,6 +250,8 @@ func TestArgOffsets(t *testing.T) {
 		{"amxv.X", unsafe.Offsetof(av.X), 32}, {"amxv.BStride", unsafe.Offsetof(av.BStride), 40},
 		{"amxv.Sums", unsafe.Offsetof(av.Sums), 48}, {"amxv.N", unsafe.Offsetof(av.N), 56},
 		{"amxv.Buf", unsafe.Offsetof(av.Buf), 64}, {"amxv.Cfg", unsafe.Offsetof(av.Cfg), 72},
+		{"amxv.NRB", unsafe.Offsetof(av.NRB), 80}, {"amxv.RBBytes", unsafe.Offsetof(av.RBBytes), 88},
+		{"amxv.I", unsafe.Offsetof(av.I), 96},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

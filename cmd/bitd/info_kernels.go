@@ -41,11 +41,13 @@ func kernelsInfo() infoSection {
 func init() { registerInfo(21, amxInfo) }
 
 // amxState is the info section "amx": whether the integer formats' GEMM runs on AMX-INT8
-// tiles (prefill, and batches from MinTokens tokens by format), and if not, why.
+// tiles (prefill, and batches from MinTokens tokens by format at K = 4096; i2s's small
+// batches from MinTokensShortK below that K), and if not, why.
 type amxState struct {
-	GEMM      bool           `json:"gemm"`
-	MinTokens map[string]int `json:"min_tokens,omitempty"`
-	Reason    string         `json:"reason,omitempty"`
+	GEMM            bool           `json:"gemm"`
+	MinTokens       map[string]int `json:"min_tokens,omitempty"`
+	MinTokensShortK map[string]int `json:"min_tokens_short_k,omitempty"`
+	Reason          string         `json:"reason,omitempty"`
 }
 
 func amxInfo() infoSection {
@@ -54,15 +56,22 @@ func amxInfo() infoSection {
 	if r != "" {
 		return infoSection{Name: "amx", Value: v, Text: []string{"no AMX GEMM: " + r}}
 	}
-	v.MinTokens = map[string]int{}
+	v.MinTokens, v.MinTokensShortK = map[string]int{}, map[string]int{}
 	var from []string
 	for _, fi := range quantcfg.Formats() {
-		if n := kernels.AMXMinTokens(fi.Format); n > 0 {
-			v.MinTokens[string(fi.Format)] = n
+		n, short := kernels.AMXMinTokens(fi.Format, 4096), kernels.AMXMinTokens(fi.Format, 2560)
+		if n == 0 {
+			continue
+		}
+		v.MinTokens[string(fi.Format)] = n
+		if short != n {
+			v.MinTokensShortK[string(fi.Format)] = short
+			from = append(from, fmt.Sprintf("%s %d (%d where K < 4096)", fi.Format, n, short))
+		} else {
 			from = append(from, fmt.Sprintf("%s %d", fi.Format, n))
 		}
 	}
-	line := "GEMM of the integer formats on AMX-INT8 tiles (where K and the groups are multiples of 64), from " +
-		strings.Join(from, ", ") + " tokens a call"
+	line := "the integer formats on AMX-INT8 tiles from " + strings.Join(from, ", ") +
+		" tokens a call (i2s's small batches on a GEMV of their own, the others' on the prefill GEMM where K and the groups are multiples of 64)"
 	return infoSection{Name: "amx", Value: v, Text: []string{line}}
 }
