@@ -234,6 +234,9 @@ func tdpbusd(d, a, b int) {
 // pp66 is the VEX pp field of a 66 prefix.
 const pp66 = 1
 
+// storeLabels names gemvAMXI2S's gather loops (one per copy of the store).
+var storeLabels []string
+
 // gemvAMXI2S is the small-batch i2s GEMV on AMX-INT8, the weights as the tiles' rows: for
 // N <= 16 tokens and NRB row blocks, Sums[rb][t][r] = the sum over k of code(r, k) times
 // x_t[k] (one tile configuration for them all: loading it and releasing the tiles cost
@@ -268,18 +271,6 @@ func gemvAMXI2S() {
 	MOVQ(at(a, vN), bs)
 	SHLQ(U8(2), bs) // a B tile row: N tokens' dwords
 	MOVQ(U32(64), s64)
-	MOVQ(U32(0), at(a, vI))
-	Label(name + "_rb")
-	tileZero(0)
-	tileZero(1)
-	MOVQ(at(a, vI), w)
-	IMULQ(at(a, vRBBytes), w)
-	ADDQ(at(a, vW), w)
-	LEAQ(idx(w, qs, 4, 0), w4)
-	MOVQ(at(a, vBuf), dec)
-	LEAQ(at(dec, 8192), mul)
-	MOVQ(at(a, vX), x)
-
 	// quadAddr is row rr's piece of quad q in the current pair (plus off).
 	quadAddr := func(q, rr, off int) Mem {
 		base := w
@@ -342,13 +333,62 @@ func gemvAMXI2S() {
 			mulQuad(q)
 		}
 	}
-	MOVQ(at(a, vPairs), cnt)
-	CMPQ(cnt, U8(1))
-	JE(LabelRef(name + "_one"))
-	for q := 0; q < 8; q++ {
-		decodeQuad(q, false)
+	// setRB points w and w4 at row block I's pair 0 (x at the activations of pair 0).
+	setRB := func() {
+		MOVQ(at(a, vI), w)
+		IMULQ(at(a, vRBBytes), w)
+		ADDQ(at(a, vW), w)
+		LEAQ(idx(w, qs, 4, 0), w4)
+		MOVQ(at(a, vX), x)
 	}
+	decodeAll := func(odd bool) {
+		for q := 0; q < 8; q++ {
+			decodeQuad(q, odd)
+		}
+	}
+	// storeRB stores row block I's sums (tiles 0 and 1, via Buf+16384 as [row][token], then
+	// gathered token by token to Sums[I][t]) and zeroes the tiles.
+	storeRB := func() {
+		MOVQ(at(a, vBuf), t)
+		ADDQ(U32(16384), t)
+		tileStore(0, t, s64, 0)
+		tileStore(1, t, s64, 1024)
+		tileZero(0)
+		tileZero(1)
+		MOVQ(at(a, vI), x)
+		IMULQ(at(a, vN), x)
+		SHLQ(U8(7), x)
+		ADDQ(at(a, vSums), x)
+		MOVQ(at(a, vN), cnt)
+		lbl := fmt.Sprintf("%s_tok%d", name, len(storeLabels))
+		storeLabels = append(storeLabels, lbl)
+		Label(lbl)
+		for h := 0; h < 2; h++ {
+			KXNORW(K1, K1, K1)
+			VPGATHERDD(Mem{Base: t, Index: Z5, Scale: 1, Disp: 1024 * h}, K1, Z0)
+			VMOVDQU32(Z0, at(x, 64*h))
+		}
+		ADDQ(U8(4), t)
+		ADDQ(U32(128), x)
+		DECQ(cnt)
+		JNZ(LabelRef(lbl))
+	}
+	VMOVDQU32(dwordTable("amxvRows", []uint32{0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960}), Z5)
+	MOVQ(at(a, vBuf), dec)
+	LEAQ(at(dec, 8192), mul)
+	MOVQ(U32(0), at(a, vI))
+	tileZero(0)
+	tileZero(1)
+	setRB()
+	CMPQ(at(a, vPairs), U8(1))
+	JE(LabelRef(name + "_one"))
+
+	// Two pairs or more: one pipeline through the row blocks, each row block's pair 0
+	// decoded while the last pair of the one before is multiplied.
+	decodeAll(false)
 	next()
+	Label(name + "_rb") // mul: pair 0 of row block I; w at its pair 1
+	MOVQ(at(a, vPairs), cnt)
 	SUBQ(U8(2), cnt)
 	JZ(LabelRef(name + "_last"))
 	Label(name + "_mid")
@@ -360,56 +400,51 @@ func gemvAMXI2S() {
 	CMPQ(at(a, vOdd), U8(0))
 	JNE(LabelRef(name + "_lastodd"))
 	both(false)
-	JMP(LabelRef(name + "_final"))
+	JMP(LabelRef(name + "_tail"))
 	Label(name + "_lastodd")
 	both(true)
-	Label(name + "_final")
+	Label(name + "_tail") // dec: the last pair of row block I, not yet multiplied
 	XCHGQ(dec, mul)
+	MOVQ(at(a, vI), cnt)
+	INCQ(cnt)
+	CMPQ(cnt, at(a, vNRB))
+	JE(LabelRef(name + "_end"))
+	// the next row block's pair 0 beside this one's last products
+	MOVQ(cnt, w)
+	IMULQ(at(a, vRBBytes), w)
+	ADDQ(at(a, vW), w)
+	LEAQ(idx(w, qs, 4, 0), w4)
+	both(false)
+	storeRB()
+	INCQ(at(a, vI))
+	MOVQ(at(a, vX), x)
+	next()
+	JMP(LabelRef(name + "_rb"))
+	Label(name + "_end")
 	mulOnly()
-	JMP(LabelRef(name + "_store"))
+	storeRB()
+	JMP(LabelRef(name + "_done"))
 
+	// One pair (K <= 256): row block by row block, its decode, then its products.
 	Label(name + "_one")
 	CMPQ(at(a, vOdd), U8(0))
 	JNE(LabelRef(name + "_oneodd"))
-	for q := 0; q < 8; q++ {
-		decodeQuad(q, false)
-	}
+	decodeAll(false)
 	JMP(LabelRef(name + "_onemul"))
 	Label(name + "_oneodd")
-	for q := 0; q < 8; q++ {
-		decodeQuad(q, true)
-	}
+	decodeAll(true)
 	Label(name + "_onemul")
 	XCHGQ(dec, mul)
 	mulOnly()
-
-	// The sums: tiles 0 and 1 as [row][token] (64 bytes a row) at Buf+16384, gathered to
-	// Sums[t][r] token by token.
-	Label(name + "_store")
-	MOVQ(at(a, vBuf), dec)
-	ADDQ(U32(16384), dec)
-	tileStore(0, dec, s64, 0)
-	tileStore(1, dec, s64, 1024)
-	MOVQ(at(a, vI), x)
-	IMULQ(at(a, vN), x)
-	SHLQ(U8(7), x)
-	ADDQ(at(a, vSums), x)
-	MOVQ(at(a, vN), cnt)
-	VMOVDQU32(dwordTable("amxvRows", []uint32{0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960}), Z5)
-	Label(name + "_tok")
-	for h := 0; h < 2; h++ {
-		KXNORW(K1, K1, K1)
-		VPGATHERDD(Mem{Base: dec, Index: Z5, Scale: 1, Disp: 1024 * h}, K1, Z0)
-		VMOVDQU32(Z0, at(x, 64*h))
-	}
-	ADDQ(U8(4), dec)
-	ADDQ(U32(128), x)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_tok"))
+	storeRB()
 	INCQ(at(a, vI))
 	MOVQ(at(a, vI), cnt)
 	CMPQ(cnt, at(a, vNRB))
-	JNE(LabelRef(name + "_rb"))
+	JE(LabelRef(name + "_done"))
+	setRB()
+	JMP(LabelRef(name + "_one"))
+
+	Label(name + "_done")
 	tileRelease()
 	VZEROUPPER()
 	RET()
