@@ -1202,7 +1202,7 @@ amxPeakLoop_loop:
 	RET
 
 // func gemvAMXI2S(a *byte)
-// Requires: AVX, AVX512F, GFNI
+// Requires: AVX, AVX512F, GFNI, MMX+
 TEXT ·gemvAMXI2S(SB), NOSPLIT, $0-8
 	PCALIGN   $0x40
 	VMOVDQU64 amxvRun0<>+0(SB), Z28
@@ -1568,6 +1568,10 @@ gemvAMXI2S_mid:
 	ADDQ 40(DI), R12
 	BYTE           $0xc4; BYTE           $0x82; BYTE           $0x7b; BYTE           $0x4b; BYTE           $0x3c; BYTE           $0x2c // tileloadd tmm7,[r12+r13*1]
 	ADDQ           40(DI), R12
+	PREFETCHT0     512(SI)
+	PREFETCHT0     576(SI)
+	PREFETCHT0     640(SI)
+	PREFETCHT0     704(SI)
 	VMOVDQU        (SI), Y0
 	VINSERTI64X4   $0x01, 128(SI), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1610,6 +1614,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 3264(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x03 // tileloadd tmm2,[r11+rax*1]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm4
+	PREFETCHT0     512(SI)(R8*1)
+	PREFETCHT0     576(SI)(R8*1)
+	PREFETCHT0     640(SI)(R8*1)
+	PREFETCHT0     704(SI)(R8*1)
 	VMOVDQU        (SI)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1652,6 +1660,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 3520(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm5
+	PREFETCHT0     512(SI)(R8*2)
+	PREFETCHT0     576(SI)(R8*2)
+	PREFETCHT0     640(SI)(R8*2)
+	PREFETCHT0     704(SI)(R8*2)
 	VMOVDQU        (SI)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1694,6 +1706,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 3776(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm6
+	PREFETCHT0     512(SI)(R9*1)
+	PREFETCHT0     576(SI)(R9*1)
+	PREFETCHT0     640(SI)(R9*1)
+	PREFETCHT0     704(SI)(R9*1)
 	VMOVDQU        (SI)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1736,6 +1752,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 4032(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0xc00]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x41; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm7
+	PREFETCHT0     512(DX)
+	PREFETCHT0     576(DX)
+	PREFETCHT0     640(DX)
+	PREFETCHT0     704(DX)
 	VMOVDQU        (DX), Y0
 	VINSERTI64X4   $0x01, 128(DX), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1778,6 +1798,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 7360(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1000]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm4
+	PREFETCHT0     512(DX)(R8*1)
+	PREFETCHT0     576(DX)(R8*1)
+	PREFETCHT0     640(DX)(R8*1)
+	PREFETCHT0     704(DX)(R8*1)
 	VMOVDQU        (DX)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1820,6 +1844,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 7616(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm5
+	PREFETCHT0     512(DX)(R8*2)
+	PREFETCHT0     576(DX)(R8*2)
+	PREFETCHT0     640(DX)(R8*2)
+	PREFETCHT0     704(DX)(R8*2)
 	VMOVDQU        (DX)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1862,6 +1890,10 @@ gemvAMXI2S_mid:
 	VMOVDQU64      Z4, 7872(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm6
+	PREFETCHT0     512(DX)(R9*1)
+	PREFETCHT0     576(DX)(R9*1)
+	PREFETCHT0     640(DX)(R9*1)
+	PREFETCHT0     704(DX)(R9*1)
 	VMOVDQU        (DX)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1921,6 +1953,10 @@ gemvAMXI2S_last:
 	ADDQ 40(DI), R12
 	BYTE           $0xc4; BYTE           $0x82; BYTE           $0x7b; BYTE           $0x4b; BYTE           $0x3c; BYTE           $0x2c // tileloadd tmm7,[r12+r13*1]
 	ADDQ           40(DI), R12
+	PREFETCHT0     512(SI)
+	PREFETCHT0     576(SI)
+	PREFETCHT0     640(SI)
+	PREFETCHT0     704(SI)
 	VMOVDQU        (SI), Y0
 	VINSERTI64X4   $0x01, 128(SI), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -1963,6 +1999,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 3264(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x03 // tileloadd tmm2,[r11+rax*1]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm4
+	PREFETCHT0     512(SI)(R8*1)
+	PREFETCHT0     576(SI)(R8*1)
+	PREFETCHT0     640(SI)(R8*1)
+	PREFETCHT0     704(SI)(R8*1)
 	VMOVDQU        (SI)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2005,6 +2045,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 3520(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm5
+	PREFETCHT0     512(SI)(R8*2)
+	PREFETCHT0     576(SI)(R8*2)
+	PREFETCHT0     640(SI)(R8*2)
+	PREFETCHT0     704(SI)(R8*2)
 	VMOVDQU        (SI)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2047,6 +2091,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 3776(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm6
+	PREFETCHT0     512(SI)(R9*1)
+	PREFETCHT0     576(SI)(R9*1)
+	PREFETCHT0     640(SI)(R9*1)
+	PREFETCHT0     704(SI)(R9*1)
 	VMOVDQU        (SI)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2089,6 +2137,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 4032(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0xc00]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x41; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm7
+	PREFETCHT0     512(DX)
+	PREFETCHT0     576(DX)
+	PREFETCHT0     640(DX)
+	PREFETCHT0     704(DX)
 	VMOVDQU        (DX), Y0
 	VINSERTI64X4   $0x01, 128(DX), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2131,6 +2183,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 7360(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1000]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm4
+	PREFETCHT0     512(DX)(R8*1)
+	PREFETCHT0     576(DX)(R8*1)
+	PREFETCHT0     640(DX)(R8*1)
+	PREFETCHT0     704(DX)(R8*1)
 	VMOVDQU        (DX)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2173,6 +2229,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 7616(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm5
+	PREFETCHT0     512(DX)(R8*2)
+	PREFETCHT0     576(DX)(R8*2)
+	PREFETCHT0     640(DX)(R8*2)
+	PREFETCHT0     704(DX)(R8*2)
 	VMOVDQU        (DX)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2215,6 +2275,10 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 7872(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm6
+	PREFETCHT0     512(DX)(R9*1)
+	PREFETCHT0     576(DX)(R9*1)
+	PREFETCHT0     640(DX)(R9*1)
+	PREFETCHT0     704(DX)(R9*1)
 	VMOVDQU        (DX)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2268,6 +2332,10 @@ gemvAMXI2S_lastodd:
 	ADDQ 40(DI), R12
 	BYTE           $0xc4; BYTE           $0x82; BYTE           $0x7b; BYTE           $0x4b; BYTE           $0x3c; BYTE           $0x2c // tileloadd tmm7,[r12+r13*1]
 	ADDQ           40(DI), R12
+	PREFETCHT0     512(SI)
+	PREFETCHT0     576(SI)
+	PREFETCHT0     640(SI)
+	PREFETCHT0     704(SI)
 	VMOVDQU        (SI), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, (R10)
@@ -2306,6 +2374,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 3264(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x03 // tileloadd tmm2,[r11+rax*1]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm4
+	PREFETCHT0     512(SI)(R8*1)
+	PREFETCHT0     576(SI)(R8*1)
+	PREFETCHT0     640(SI)(R8*1)
+	PREFETCHT0     704(SI)(R8*1)
 	VMOVDQU        (SI)(R8*1), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 256(R10)
@@ -2344,6 +2416,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 3520(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm5
+	PREFETCHT0     512(SI)(R8*2)
+	PREFETCHT0     576(SI)(R8*2)
+	PREFETCHT0     640(SI)(R8*2)
+	PREFETCHT0     704(SI)(R8*2)
 	VMOVDQU        (SI)(R8*2), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 512(R10)
@@ -2382,6 +2458,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 3776(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm6
+	PREFETCHT0     512(SI)(R9*1)
+	PREFETCHT0     576(SI)(R9*1)
+	PREFETCHT0     640(SI)(R9*1)
+	PREFETCHT0     704(SI)(R9*1)
 	VMOVDQU        (SI)(R9*1), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 768(R10)
@@ -2420,6 +2500,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 4032(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0xc00]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x41; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm7
+	PREFETCHT0     512(DX)
+	PREFETCHT0     576(DX)
+	PREFETCHT0     640(DX)
+	PREFETCHT0     704(DX)
 	VMOVDQU        (DX), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 4096(R10)
@@ -2458,6 +2542,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 7360(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1000]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm4
+	PREFETCHT0     512(DX)(R8*1)
+	PREFETCHT0     576(DX)(R8*1)
+	PREFETCHT0     640(DX)(R8*1)
+	PREFETCHT0     704(DX)(R8*1)
 	VMOVDQU        (DX)(R8*1), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 4352(R10)
@@ -2496,6 +2584,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 7616(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm5
+	PREFETCHT0     512(DX)(R8*2)
+	PREFETCHT0     576(DX)(R8*2)
+	PREFETCHT0     640(DX)(R8*2)
+	PREFETCHT0     704(DX)(R8*2)
 	VMOVDQU        (DX)(R8*2), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 4608(R10)
@@ -2534,6 +2626,10 @@ gemvAMXI2S_lastodd:
 	VMOVDQU64      Z4, 7872(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm6
+	PREFETCHT0     512(DX)(R9*1)
+	PREFETCHT0     576(DX)(R9*1)
+	PREFETCHT0     640(DX)(R9*1)
+	PREFETCHT0     704(DX)(R9*1)
 	VMOVDQU        (DX)(R9*1), Y0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
 	VMOVDQU64      Z1, 4864(R10)
@@ -2591,6 +2687,10 @@ gemvAMXI2S_tail:
 	ADDQ 40(DI), R12
 	BYTE           $0xc4; BYTE           $0x82; BYTE           $0x7b; BYTE           $0x4b; BYTE           $0x3c; BYTE           $0x2c // tileloadd tmm7,[r12+r13*1]
 	ADDQ           40(DI), R12
+	PREFETCHT0     512(SI)
+	PREFETCHT0     576(SI)
+	PREFETCHT0     640(SI)
+	PREFETCHT0     704(SI)
 	VMOVDQU        (SI), Y0
 	VINSERTI64X4   $0x01, 128(SI), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2633,6 +2733,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 3264(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x03 // tileloadd tmm2,[r11+rax*1]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm4
+	PREFETCHT0     512(SI)(R8*1)
+	PREFETCHT0     576(SI)(R8*1)
+	PREFETCHT0     640(SI)(R8*1)
+	PREFETCHT0     704(SI)(R8*1)
 	VMOVDQU        (SI)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2675,6 +2779,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 3520(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm5
+	PREFETCHT0     512(SI)(R8*2)
+	PREFETCHT0     576(SI)(R8*2)
+	PREFETCHT0     640(SI)(R8*2)
+	PREFETCHT0     704(SI)(R8*2)
 	VMOVDQU        (SI)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2717,6 +2825,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 3776(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0x800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm6
+	PREFETCHT0     512(SI)(R9*1)
+	PREFETCHT0     576(SI)(R9*1)
+	PREFETCHT0     640(SI)(R9*1)
+	PREFETCHT0     704(SI)(R9*1)
 	VMOVDQU        (SI)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(SI)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2759,6 +2871,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 4032(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x03; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tileloadd tmm2,[r11+rax*1+0xc00]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x41; BYTE           $0x5e; BYTE           $0xc2 // tdpbusd tmm0,tmm2,tmm7
+	PREFETCHT0     512(DX)
+	PREFETCHT0     576(DX)
+	PREFETCHT0     640(DX)
+	PREFETCHT0     704(DX)
 	VMOVDQU        (DX), Y0
 	VINSERTI64X4   $0x01, 128(DX), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2801,6 +2917,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 7360(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1000]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x59; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm4
+	PREFETCHT0     512(DX)(R8*1)
+	PREFETCHT0     576(DX)(R8*1)
+	PREFETCHT0     640(DX)(R8*1)
+	PREFETCHT0     704(DX)(R8*1)
 	VMOVDQU        (DX)(R8*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2843,6 +2963,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 7616(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1400]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x51; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm5
+	PREFETCHT0     512(DX)(R8*2)
+	PREFETCHT0     576(DX)(R8*2)
+	PREFETCHT0     640(DX)(R8*2)
+	PREFETCHT0     704(DX)(R8*2)
 	VMOVDQU        (DX)(R8*2), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R8*2), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
@@ -2885,6 +3009,10 @@ gemvAMXI2S_tail:
 	VMOVDQU64      Z4, 7872(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1800]
 	BYTE           $0xc4; BYTE           $0xe2; BYTE           $0x49; BYTE           $0x5e; BYTE           $0xcb // tdpbusd tmm1,tmm3,tmm6
+	PREFETCHT0     512(DX)(R9*1)
+	PREFETCHT0     576(DX)(R9*1)
+	PREFETCHT0     640(DX)(R9*1)
+	PREFETCHT0     704(DX)(R9*1)
 	VMOVDQU        (DX)(R9*1), Y0
 	VINSERTI64X4   $0x01, 128(DX)(R9*1), Z0, Z0
 	VGF2P8AFFINEQB $0x00, Z28, Z0, Z1
