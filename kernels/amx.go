@@ -119,17 +119,16 @@ const amxvMaxN = 16
 
 // amxvMinN is the fewest tokens the AMX GEMV takes at a padded K of kp. Against the
 // vpdpbusd GEMV (a Sapphire Rapids-class Xeon guest, one `bitd bench` per build in turn, one
-// and two threads) it took 1/(1.12-1.16) of the time at four tokens on 4096x14336 (four
-// tokens then 1.22-1.23x one), 1/(1.02-1.06) on 14336x4096 and 4096x4096, 1/(0.94-1.10) at
-// three; 1/(1.28-1.53) at five and six tokens there, 1/(1.6-1.8) at 8 to 16 (the AMX GEMM's
-// time at 12 to 16). At K = 2560, where each row block's first decode and last products
-// overlap nothing for a larger share of it, 0.91-1.03 at five tokens, 0.98-1.13 at six,
-// 1.08-1.27 at eight.
+// and two threads) it took 1/(1.06-1.15) of the time at three tokens on 14336x4096 and
+// 4096x4096, 1/(1.11-1.20) at four, 1/(1.35-1.57) at five and six, 1/(1.6-1.9) at 8 to 16
+// (the AMX GEMM's time at 12 to 16); at K = 2560 (2560x2560, 6912x2560), where the rows are
+// shorter against each row block's fixed costs (the sums' gathers and the epilogue), 0.81-0.92
+// at three and four tokens, 1.02-1.13 at five, 1.09-1.24 at six.
 func amxvMinN(kp int) int {
 	if kp >= 4096 {
-		return 4
+		return 3
 	}
-	return 7
+	return 5
 }
 
 // amxvFor reports whether the i2s GEMV of n tokens of l runs on AMX (gemvAMXI2S).
