@@ -2321,7 +2321,7 @@ gemvAMXI2S_last:
 	VMOVDQU64      Z4, 8128(R10)
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x1c; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1c00]
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x41; BYTE $0x5e; BYTE $0xcb // tdpbusd tmm1,tmm3,tmm7
-	JMP  gemvAMXI2S_tail
+	JMP  gemvAMXI2S_lastjoin
 
 gemvAMXI2S_lastodd:
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x2c // tileloadd tmm4,[r12+r13*1]
@@ -2669,7 +2669,7 @@ gemvAMXI2S_lastodd:
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x1c; BYTE $0x00; BYTE $0x00 // tileloadd tmm3,[r11+rax*1+0x1c00]
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x41; BYTE $0x5e; BYTE $0xcb // tdpbusd tmm1,tmm3,tmm7
 
-gemvAMXI2S_tail:
+gemvAMXI2S_lastjoin:
 	XCHGQ R10, R11
 	MOVQ  96(DI), BX
 	INCQ  BX
@@ -3458,7 +3458,7 @@ gemvAMXI2S_one:
 	VMOVDQU64      Z3, 7104(R10)
 	VGF2P8AFFINEQB $0x00, Z31, Z0, Z4
 	VMOVDQU64      Z4, 8128(R10)
-	JMP            gemvAMXI2S_onemul
+	JMP            gemvAMXI2S_onejoin
 
 gemvAMXI2S_oneodd:
 	VMOVDQU        (SI), Y0
@@ -3750,7 +3750,7 @@ gemvAMXI2S_oneodd:
 	VGF2P8AFFINEQB $0x00, Z31, Z0, Z4
 	VMOVDQU64      Z4, 8128(R10)
 
-gemvAMXI2S_onemul:
+gemvAMXI2S_onejoin:
 	XCHGQ R10, R11
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x2c // tileloadd tmm4,[r12+r13*1]
 	ADDQ 40(DI), R12

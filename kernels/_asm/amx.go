@@ -343,13 +343,28 @@ func gemvAMXI2S() {
 			mulQuad(q)
 		}
 	}
-	// setRB points w and w4 at row block I's pair 0 (x at the activations of pair 0).
-	setRB := func() {
-		MOVQ(at(a, vI), w)
+	// rbAt points w and w4 at pair 0 of the row block whose index is in w.
+	rbAt := func() {
 		IMULQ(at(a, vRBBytes), w)
 		ADDQ(at(a, vW), w)
 		LEAQ(idx(w, qs, 4, 0), w4)
+	}
+	// setRB points w and w4 at row block I's pair 0 (x at the activations of pair 0).
+	setRB := func() {
+		MOVQ(at(a, vI), w)
+		rbAt()
 		MOVQ(at(a, vX), x)
+	}
+	// byOdd emits f(false), or f(true) where the last pair has one block (Odd), as two
+	// branches joining after them.
+	byOdd := func(label string, f func(odd bool)) {
+		CMPQ(at(a, vOdd), U8(0))
+		JNE(LabelRef(label + "odd"))
+		f(false)
+		JMP(LabelRef(label + "join"))
+		Label(label + "odd")
+		f(true)
+		Label(label + "join")
 	}
 	decodeAll := func(odd bool) {
 		for q := 0; q < 8; q++ {
@@ -407,13 +422,8 @@ func gemvAMXI2S() {
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_mid"))
 	Label(name + "_last")
-	CMPQ(at(a, vOdd), U8(0))
-	JNE(LabelRef(name + "_lastodd"))
-	both(false)
-	JMP(LabelRef(name + "_tail"))
-	Label(name + "_lastodd")
-	both(true)
-	Label(name + "_tail") // dec: the last pair of row block I, not yet multiplied
+	byOdd(name+"_last", both)
+	// dec: the last pair of row block I, not yet multiplied
 	XCHGQ(dec, mul)
 	MOVQ(at(a, vI), cnt)
 	INCQ(cnt)
@@ -421,9 +431,7 @@ func gemvAMXI2S() {
 	JE(LabelRef(name + "_end"))
 	// the next row block's pair 0 beside this one's last products
 	MOVQ(cnt, w)
-	IMULQ(at(a, vRBBytes), w)
-	ADDQ(at(a, vW), w)
-	LEAQ(idx(w, qs, 4, 0), w4)
+	rbAt()
 	both(false)
 	storeRB()
 	INCQ(at(a, vI))
@@ -437,13 +445,7 @@ func gemvAMXI2S() {
 
 	// One pair (K <= 256): row block by row block, its decode, then its products.
 	Label(name + "_one")
-	CMPQ(at(a, vOdd), U8(0))
-	JNE(LabelRef(name + "_oneodd"))
-	decodeAll(false)
-	JMP(LabelRef(name + "_onemul"))
-	Label(name + "_oneodd")
-	decodeAll(true)
-	Label(name + "_onemul")
+	byOdd(name+"_one", decodeAll)
 	XCHGQ(dec, mul)
 	mulOnly()
 	storeRB()
