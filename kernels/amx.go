@@ -120,7 +120,7 @@ const amxvMaxN = 16
 // amxvMinN is the fewest tokens the AMX GEMV takes at a padded K of kp. Against the
 // vpdpbusd GEMV (a Sapphire Rapids-class Xeon guest, one `bitd bench` per build in turn, one
 // and two threads) it took 1/(1.06-1.15) of the time at three tokens on 14336x4096 and
-// 4096x4096, 1/(1.11-1.20) at four, 1/(1.35-1.57) at five and six, 1/(1.6-1.9) at 8 to 16
+// 4096x4096 (at two 1/(0.87-1.04), so two stay), 1/(1.11-1.20) at four, 1/(1.35-1.57) at five and six, 1/(1.6-1.9) at 8 to 16
 // (the AMX GEMM's time at 12 to 16); at K = 2560 (2560x2560, 6912x2560), where the rows are
 // shorter against each row block's fixed costs (the sums' gathers and the epilogue), 0.81-0.92
 // at three and four tokens, 1.02-1.13 at five, 1.09-1.24 at six.
