@@ -11,7 +11,7 @@ import (
 func BenchmarkPrepare(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8, quantcfg.BF16} {
-		for _, n := range []int{1, 512} {
+		for _, n := range []int{1, 8, 512} {
 			k := 14336
 			if n == 512 {
 				k = 4096

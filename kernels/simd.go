@@ -360,7 +360,7 @@ type plan struct {
 	xStride int  // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
 	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
 	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
-	amxv    bool // GEMV on AMX (gemvAMXI2S): activations at xOff in its order, transposed to tiles
+	amxv    bool // GEMV on AMX (gemvAMXI2S): activations at xOff in its tiles (amxvActs)
 	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
@@ -382,10 +382,10 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	p.xsOff = off
 	off = align64(off + 4*n*p.nseg)
 	switch {
-	case p.amxv: // the tiles' activations, then the permuted rows they are transposed from
+	case p.amxv: // the tiles' activations (amxvActs)
 		kp2 := roundUp(ly.Kp, 256)
 		p.xOff, p.xStride = off, 0
-		off = align64(off + 2*kp2*n)
+		off = align64(off + kp2*n)
 	case p.gemm && k.amxFor(l):
 		p.amx, p.xTile = true, min(amxTileT, n)
 	case p.gemm:
@@ -461,11 +461,7 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 	}
 	if p.amxv {
 		kp2 := roundUp(ly.Kp, 256)
-		xt, xp := s[p.xOff:p.xOff+kp2*n], s[p.xOff+kp2*n:p.xOff+2*kp2*n]
-		for t := 0; t < n; t++ {
-			amxvPermute(a.Q[t*ly.Kp:(t+1)*ly.Kp], xp[t*kp2:(t+1)*kp2])
-		}
-		transposeTiles(words(xp), words(xt), n, kp2/4, n)
+		amxvActs(a.Q, ly.Kp, n, words(s[p.xOff:p.xOff+kp2*n]))
 		return
 	}
 	if p.gemm {
