@@ -284,13 +284,14 @@ func gemvAMXI2S() {
 	MOVQ(at(a, vN), bs)
 	SHLQ(U8(2), bs) // a B tile row: N tokens' dwords
 	MOVQ(U32(64), s64)
-	// quadAddr is row rr's piece of quad q in the current pair (plus off).
-	quadAddr := func(q, rr, off int) Mem {
-		base := w
+	// quadAt is byte disp of quad q's stream in a row block whose quads 0 and 4 are at lo and
+	// hi (the quads are qs bytes apart).
+	quadAt := func(lo, hi Register, q, disp int) Mem {
+		base := lo
 		if q >= 4 {
-			base = w4
+			base = hi
 		}
-		m := Mem{Base: base, Disp: 32*rr + off}
+		m := Mem{Base: base, Disp: disp}
 		switch q % 4 {
 		case 1:
 			m.Index, m.Scale = qs, 1
@@ -301,6 +302,8 @@ func gemvAMXI2S() {
 		}
 		return m
 	}
+	// quadAddr is row rr's piece of quad q in the current pair (plus off).
+	quadAddr := func(q, rr, off int) Mem { return quadAt(w, w4, q, 32*rr+off) }
 	// decodeQuad decodes quad q's four rows of the current pair into buffer dec.
 	decodeQuad := func(q int, odd bool) {
 		for rr := 0; rr < 4; rr++ {
@@ -426,21 +429,8 @@ func gemvAMXI2S() {
 	ADDQ(at(a, vW), t)
 	LEAQ(idx(t, qs, 4, 0), cnt)
 	for q := 0; q < 8; q++ {
-		base := t
-		if q >= 4 {
-			base = cnt
-		}
 		for l := 0; l < amxvNextLines; l++ {
-			m := Mem{Base: base, Disp: 64 * l}
-			switch q % 4 {
-			case 1:
-				m.Index, m.Scale = qs, 1
-			case 2:
-				m.Index, m.Scale = qs, 2
-			case 3:
-				m.Index, m.Scale = q3, 1
-			}
-			PREFETCHT1(m)
+			PREFETCHT1(quadAt(t, cnt, q, 64*l))
 		}
 	}
 	MOVQ(at(a, vPairs), cnt)
