@@ -26,6 +26,9 @@ import (
 //   - GEMM (prefill, from gemmMinN tokens, or amxMinN where it runs on AMX): each row block
 //     is unpacked once into a VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel
 //     (or AMX tiles of 32 tokens) multiplies.
+//   - i2s's GEMV of a small batch (amxvMinN to amxvMaxN tokens, one segment) on AMX: each
+//     row's codes decoded straight into tile rows, the activations laid out to match
+//     (gemvAMXI2S, amxvActs).
 //   - A shared epilogue turns the sums into the reference's float32 outputs (scales, bias,
 //     masked stores for a partial last row block). bf16/f32 compute in one pass (vmulps then
 //     vaddps in input order, as the reference; no FMA).
@@ -285,7 +288,8 @@ func (k *simdKernel) useGemm(l *Layer, n int) bool {
 // threads) the AMX GEMM was faster than the GEMV by 1.06-1.27x at 12 tokens for i2s (1.65-2.00x
 // at 24), 1.19-1.43x at 16 for tl1 and int1, 1.09-1.24x at 20 for tl2 (0.97-1.10x at 16),
 // 1.07-1.35x at 20 for int2 (0.97-1.03x at 16) and 1.03-1.13x at 20 for int8; at 8 tokens it
-// was up to 1.8x slower (tl2).
+// was up to 1.8x slower (tl2). (i2s's batches of up to amxvMaxN tokens in one segment run on
+// its AMX GEMV instead: amxvFor.)
 func amxMinN(f quantcfg.Format) int {
 	switch f {
 	case quantcfg.I2S:
@@ -370,7 +374,7 @@ func align64(x int) int { return (x + 63) &^ 63 }
 func (k *simdKernel) plan(l *Layer, n int) plan {
 	ly := l.Layout
 	p := plan{gemm: k.useGemm(l, n), nseg: l.Segments(), xOff: -1, xStride: ly.Kp}
-	p.amxv = !p.gemm && k.amxvFor(l, n)
+	p.amxv = k.amxvFor(l, n) // (useGemm declines these)
 	if p.gemm || p.amxv {
 		p.c0 = gemmC0(l)
 	} else {
@@ -1431,8 +1435,8 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	}
 }
 
-// runAMXV is Run's i2s GEMV on AMX (p.amxv): gemvAMXI2S row block by row block, each
-// followed by the epilogue.
+// runAMXV is Run's i2s GEMV on AMX (p.amxv): gemvAMXI2S over up to amxvGroup row blocks a
+// call, then the epilogue of each.
 func (k *simdKernel) runAMXV(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, sums []int32, epi *epiArgs) {
 	ly, n := l.Layout, a.N
 	var buf []byte
