@@ -155,11 +155,15 @@ func lutGeneric(a *lutArgs, T int, kind tabKind) {
 	if !isTL2Tab(kind) {
 		nb = 0
 	}
+	unitBytes := 64 * units // a tl1 unit's two 32-byte pair tables
+	if kind == tabTL1M {
+		unitBytes = 16 * ((units + 3) / 4) // four units' reordered activations in 16 bytes
+	}
 	sums := int32At(a.Sums, a.NRB*T*RowBlock)
 	for rb := 0; rb < a.NRB; rb++ {
 		w := bytesAt(unsafe.Add(a.W, rb*a.RBBytes), 320*nb+32*units)
 		for t := 0; t < T; t++ {
-			tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), per*16*nb+64*units)
+			tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride), per*16*nb+unitBytes)
 			for r := 0; r < RowBlock; r++ {
 				var s int32
 				for b := 0; b < nb; b++ {
