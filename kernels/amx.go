@@ -16,12 +16,12 @@ import (
 // batches, whose GEMV kernels pay vpdpbusd per token. Below that the GEMV kernels stay on
 // vpdpbusd: four i2s tokens through tiles (the unpacked weights stored, then loaded as
 // tiles) ran no faster than the zmm kernel cache-resident (19 GB/s both, a C prototype on a
-// 2-vCPU Xeon guest), since there each weight byte is used by only a few tokens. A later C
-// prototype with the weights as the tiles' rows (each i2s row's 32-byte pieces of two blocks
-// decoded by four vgf2p8affineqb into four 64-input tile rows, no transpose; 4-16 tokens as
-// the other operand, each decode interleaved with the previous step's tdpbusd) read 19.9
-// GB/s from L2 and 11.3 from DRAM at four tokens, 10.4 at sixteen: the 64-byte stores of the
-// decoded rows (four per 64 packed bytes) and the tile loads do not overlap the multiplies.
+// 2-vCPU Xeon guest), since there each weight byte is used by only a few tokens. i2s's
+// batches of 3-16 tokens take a GEMV of their own on tiles instead (gemvAMXI2S): the
+// weights as the tiles' rows, each row's codes decoded straight into tile rows (no
+// transpose), each pair of blocks' decode between the products of the pair before, with
+// prefetches across row blocks; from DRAM it reads 10.7-14.9 GB/s a thread at 4-16 tokens
+// on the 8B shapes, where one token reads 15-16 on vpdpbusd.
 //
 // Linux gives a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
 // without it the first tile instruction is fatal. The request is made once, at start, on a
@@ -120,8 +120,8 @@ const amxvMaxN = 16
 // amxvMinN is the fewest tokens the AMX GEMV takes at a padded K of kp. Against the
 // vpdpbusd GEMV (a Sapphire Rapids-class Xeon guest, one `bitd bench` per build in turn, one
 // and two threads) it took 1/(1.06-1.15) of the time at three tokens on 14336x4096 and
-// 4096x4096 (at two 1/(0.87-1.04), so two stay), 1/(1.11-1.20) at four, 1/(1.35-1.57) at five and six, 1/(1.6-1.9) at 8 to 16
-// (the AMX GEMM's time at 12 to 16); at K = 2560 (2560x2560, 6912x2560), where the rows are
+// 4096x4096 (at two 1/(0.87-1.04), so two stay), 1/(1.11-1.20) at four, 1/(1.35-1.57) at
+// five and six, 1/(1.6-1.9) at 8 to 16 (the AMX GEMM's time at 12 to 16); at K = 2560 (2560x2560, 6912x2560), where the rows are
 // shorter against each row block's fixed costs (the sums' gathers and the epilogue), 0.81-0.92
 // at three and four tokens, 1.02-1.13 at five, 1.09-1.24 at six.
 func amxvMinN(kp int) int {

@@ -247,9 +247,6 @@ const amxvFar = 512
 // 14336x4096 0.94; eight lines ran 0-4% slower than four, two 2-5%.
 const amxvNextLines = 4
 
-// storeLabels names gemvAMXI2S's gather loops (one per copy of the store).
-var storeLabels []string
-
 // gemvAMXI2S is the small-batch i2s GEMV on AMX-INT8, the weights as the tiles' rows: for
 // N <= 16 tokens and NRB row blocks, Sums[rb][t][r] = the sum over k of code(r, k) times
 // x_t[k] (one tile configuration for them all: loading it and releasing the tiles cost
@@ -382,6 +379,7 @@ func gemvAMXI2S() {
 	}
 	// storeRB stores row block I's sums (tiles 0 and 1, via Buf+16384 as [row][token], then
 	// gathered token by token to Sums[I][t]) and zeroes the tiles.
+	stores := 0
 	storeRB := func() {
 		MOVQ(at(a, vBuf), t)
 		ADDQ(U32(16384), t)
@@ -394,8 +392,8 @@ func gemvAMXI2S() {
 		SHLQ(U8(7), x)
 		ADDQ(at(a, vSums), x)
 		MOVQ(at(a, vN), cnt)
-		lbl := fmt.Sprintf("%s_tok%d", name, len(storeLabels))
-		storeLabels = append(storeLabels, lbl)
+		lbl := fmt.Sprintf("%s_tok%d", name, stores) // one gather loop per copy of the store
+		stores++
 		Label(lbl)
 		for h := 0; h < 2; h++ {
 			KXNORW(K1, K1, K1)
