@@ -82,7 +82,11 @@ type Splitter func(class string, units int, once bool, fn func(w, lo, hi int))
 // RunSplit runs a prepared call of k on workers threads: its row blocks split among them
 // (class k.Name()), or, when k is Parted and takes the call in parts, the units of the
 // weights (class k.Name()+"/parts") and then the row blocks' sums and outputs
-// (k.Name()+"/finish"). A PerCall kernel's ranges are whole shares (once).
+// (k.Name()+"/finish"). A PerCall kernel's ranges are whole shares (once), and so are a
+// Finish's: each Finish call pays its own setup (the plan, a thread buffer, the epilogue's
+// fields) for a few microseconds of adds, which a stealing runner's eighths paid again and
+// again (sched.Pool, two threads, tl2 from DRAM: 2560x6912 1.019x as fast with whole
+// shares, the BitNet-2B-shaped model's decode 1.000-1.006x).
 //
 // It allocates nothing once a's first call has passed: the functions it hands the splitter
 // and the class names are kept in a (splitCall).
@@ -101,7 +105,7 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 		if units := pk.Units(l, a, workers); units > 0 {
 			c.pk = pk
 			split(c.parts, units, once, c.runUnits)
-			split(c.finish, l.Layout.RowBlocks(), false, c.runFinish)
+			split(c.finish, l.Layout.RowBlocks(), true, c.runFinish)
 			return
 		}
 	}

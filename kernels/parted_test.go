@@ -210,7 +210,7 @@ func TestUnitsDeclines(t *testing.T) {
 }
 
 // TestRunSplit: RunSplit runs a lookup-table call in parts, one range per worker (once),
-// then the outputs, and any other format by rows, letting the runner steal; the results
+// then the outputs (once too), and any other format by rows, letting the runner steal; the results
 // are the reference's. A RunUnits call by a worker the call was not prepared for panics
 // naming the kernel.
 func TestRunSplit(t *testing.T) {
@@ -244,7 +244,7 @@ func TestRunSplit(t *testing.T) {
 		checkExact(t, k.Name()+" through RunSplit", out, want, spec.Out)
 		wantLog := []string{k.Name() + " false"}
 		if k.format == quantcfg.TL2 {
-			wantLog = []string{k.Name() + "/parts true", k.Name() + "/finish false"}
+			wantLog = []string{k.Name() + "/parts true", k.Name() + "/finish true"}
 		}
 		if got := strings.Join(log, ", "); got != strings.Join(wantLog, ", ") {
 			t.Errorf("%s: splits %q, want %q", k.Name(), got, strings.Join(wantLog, ", "))
