@@ -21,7 +21,10 @@ import (
 // weights as the tiles' rows, each row's codes decoded straight into tile rows (no
 // transpose), each pair of blocks' decode between the products of the pair before, with
 // prefetches across row blocks; from DRAM it reads 10.7-14.9 GB/s a thread at 4-16 tokens
-// on the 8B shapes, where one token reads 15-16 on vpdpbusd.
+// on the 8B shapes, where one token reads 15-16 on vpdpbusd. int2's batches of 4-16 take one
+// too (gemvAMXInt2): its layout is the GEMM's tile order already, so each 64-input step is
+// looked up into a small buffer between the products of the step before (11-15 GB/s a
+// thread from DRAM at 4-16 tokens, where the vpdpbusd GEMV read 13 at four, 5.4-5.7 at 16).
 //
 // Linux gives a process the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM);
 // without it the first tile instruction is fatal. The request is made once, at start, on a
@@ -108,6 +111,8 @@ func AMXMinTokens(f quantcfg.Format, k int) int {
 		return 0
 	case f == quantcfg.I2S:
 		return amxvMinN(roundUp(k, 128))
+	case f == quantcfg.Int2 && roundUp(k, 32)%64 == 0:
+		return amxv2MinN
 	}
 	return min(amxMinN(f), gemmMinN)
 }
@@ -131,10 +136,55 @@ func amxvMinN(kp int) int {
 	return 5
 }
 
-// amxvFor reports whether the i2s GEMV of n tokens of l runs on AMX (gemvAMXI2S).
-func (k *simdKernel) amxvFor(l *Layer, n int) bool {
-	return k.ops.amxv != nil && n >= amxvMinN(l.Layout.Kp) && n <= amxvMaxN && l.Segments() == 1 && AMXReason() == ""
+// amxv2MinN is the fewest tokens int2's AMX GEMV (gemvAMXInt2) takes. Against the vpdpbusd
+// GEMV (the 2-vCPU Xeon guest, from DRAM, one `bitd bench` per build in turn; 4096x14336,
+// 14336x4096, 2560x2560, one thread / two) it took 1/(1.015, 0.93, 0.96) / 1/(1.025, 0.94,
+// 0.90) of the time at three tokens, 1/(1.10, 1.03, 1.07) / 1/(1.11, 1.07, 1.01) at four,
+// 1/(1.19, 1.12, 1.07) at five (two threads), 1/(1.28-1.41) at eight and 1/(2.06-2.37) at
+// sixteen (one thread).
+const amxv2MinN = 4
+
+// amxvFrom is the fewest tokens format f's AMX GEMV takes at a padded K of kp.
+func amxvFrom(f quantcfg.Format, kp int) int {
+	if f == quantcfg.Int2 {
+		return amxv2MinN
+	}
+	return amxvMinN(kp)
 }
+
+// amxvFor reports whether the GEMV of n tokens of l runs on AMX (gemvAMXI2S, gemvAMXInt2:
+// one segment; int2 in whole 64-input steps).
+func (k *simdKernel) amxvFor(l *Layer, n int) bool {
+	if k.ops.amxv == nil || n < amxvFrom(k.format, l.Layout.Kp) || n > amxvMaxN || l.Segments() != 1 || AMXReason() != "" {
+		return false
+	}
+	return k.format != quantcfg.Int2 || l.Layout.Kp%64 == 0
+}
+
+// amxv2Args: the small-batch int2 GEMV on AMX (gemvAMXInt2), N <= 16 tokens x NRB
+// consecutive row blocks.
+type amxv2Args struct {
+	W       unsafe.Pointer // the first row block
+	X       unsafe.Pointer // the activations as quantized ([N][XStride] int8)
+	XStride int            // Kp
+	Steps   int            // 64-input steps per row block (Kp/64)
+	Sums    unsafe.Pointer // int32 [NRB][N][32]
+	N       int
+	Buf     unsafe.Pointer // 64-byte aligned, amxv2BufBytes: two steps' decoded tile rows
+	Cfg     unsafe.Pointer // amxConfig's for N
+	NRB     int            // row blocks, >= 1
+	Tab     unsafe.Pointer // the unpacker's tables (buildInt2Tab: low codes, high codes)
+	PF      int            // how far ahead the stream is prefetched into L1 (bytes)
+}
+
+// amxv2BufBytes is gemvAMXInt2's scratch: two steps of 16 quads x 128 bytes.
+const amxv2BufBytes = 4 << 10
+
+// amxv2Ahead is how far ahead gemvAMXInt2 prefetches its stream into L1 (amxv2Args.PF).
+// From DRAM at one thread (4 and 16 tokens; 4096x14336, 14336x4096 and 2560x2560; seven
+// interleaved rounds) 512 and 2048 bytes ran within 3% of it, none 0-4% slower, 4 KiB
+// 12-23% slower.
+const amxv2Ahead = 1024
 
 // amxvArgs: the small-batch i2s GEMV on AMX (gemvAMXI2S), N <= 16 tokens x NRB row blocks.
 type amxvArgs struct {

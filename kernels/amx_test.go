@@ -205,3 +205,46 @@ func TestAMXGemvI2S(t *testing.T) {
 		t.Fatal("no case ran on the AMX GEMV")
 	}
 }
+
+// TestAMXGemvInt2: int2's small-batch GEMV on AMX (gemvAMXInt2) gives the reference's
+// outputs bit for bit for every token count it takes (amxv2MinN..amxvMaxN) and every int2
+// setting (code books, activation scales; per-group ones keep the vpdpbusd GEMV), over K of
+// one 64-input step, two, an odd number and longer, a partial last row block, several row
+// blocks and more than one call's group of them (amxvGroup); K whose padding is not a
+// multiple of 64, one token fewer or more run elsewhere.
+func TestAMXGemvInt2(t *testing.T) {
+	if r := AMXReason(); r != "" {
+		t.Skipf("AMX: %s", r)
+	}
+	var k *simdKernel
+	for _, kk := range asmKernels() {
+		if kk.isa == ISAAVX512 && kk.format == quantcfg.Int2 {
+			k = kk
+		}
+	}
+	if k == nil || k.ops.amxv == nil {
+		t.Fatal("the zmm int2 kernel has no AMX GEMV")
+	}
+	rng := rand.New(rand.NewPCG(12, 6))
+	var ns []int
+	for n := amxv2MinN - 1; n <= amxvMaxN+1; n++ {
+		ns = append(ns, n)
+	}
+	shapes := [][2]int{{33, 64}, {70, 100}, {40, 192}, {64, 1100}, {32, 2560}, {33*amxvGroup + 5, 320}, {40, 4100}, {35, 96}}
+	on := 0
+	eachShape(t, k.Name(), k, quantcfg.Int2, rng, shapes, 1<<30, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+		p := k.plan(tl.Layer, n)
+		ly := tl.Layer.Layout
+		wantV := n >= amxv2MinN && n <= amxvMaxN && tl.Layer.Segments() == 1 && ly.Kp%64 == 0
+		if p.amxv != wantV {
+			t.Fatalf("%s: AMX GEMV %v, want %v", what, p.amxv, wantV)
+		}
+		if p.amxv {
+			on++
+		}
+		checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
+	})
+	if on == 0 {
+		t.Fatal("no case ran on the AMX GEMV")
+	}
+}

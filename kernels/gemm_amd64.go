@@ -82,6 +82,12 @@ func amxPeakLoop(cfg *byte, n int)
 //go:noescape
 func gemvAMXI2S(a *byte)
 
+// gemvAMXInt2 is the small-batch int2 GEMV on AMX-INT8 (see amxv2Args). It needs the tile
+// permission (amxPermit) and AMX-INT8.
+//
+//go:noescape
+func gemvAMXInt2(a *byte)
+
 // tileT1AVX2 is the GEMM micro-kernel for 1 token(s) (see gemmArgs); tileGeneric is its reference.
 //
 //go:noescape

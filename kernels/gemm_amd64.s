@@ -3942,6 +3942,318 @@ DATA amxvRows<>+56(SB)/4, $0x00000380
 DATA amxvRows<>+60(SB)/4, $0x000003c0
 GLOBL amxvRows<>(SB), RODATA|NOPTR, $64
 
+// func gemvAMXInt2(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, GFNI, MMX+
+TEXT ·gemvAMXInt2(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	VPBROADCASTQ amxv2Hi<>+0(SB), Z29
+	MOVQ         a+0(FP), DI
+	MOVQ         72(DI), AX
+	VMOVDQU64    (AX), Y30
+	VSHUFI64X2   $0x50, Z30, Z30, Z30
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z31
+	MOVQ         56(DI), AX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // ldtilecfg [rax]
+	MOVQ (DI), SI
+	MOVQ 8(DI), R12
+	MOVQ 16(DI), R8
+	MOVQ 32(DI), CX
+	MOVQ 64(DI), DX
+	MOVQ 80(DI), R9
+	MOVQ 48(DI), R10
+	LEAQ 2048(R10), R11
+	MOVQ $0x00000080, R13
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
+	BYTE            $0xc4; BYTE            $0xe2; BYTE            $0x7b; BYTE            $0x49; BYTE            $0xc8 // tilezero tmm1
+	VBROADCASTI64X4 (SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, (R10)
+	VMOVDQU64       Z2, 64(R10)
+	VBROADCASTI64X4 32(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 128(R10)
+	VMOVDQU64       Z5, 192(R10)
+	VBROADCASTI64X4 64(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 256(R10)
+	VMOVDQU64       Z8, 320(R10)
+	VBROADCASTI64X4 96(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 384(R10)
+	VMOVDQU64       Z11, 448(R10)
+	VBROADCASTI64X4 128(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 512(R10)
+	VMOVDQU64       Z2, 576(R10)
+	VBROADCASTI64X4 160(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 640(R10)
+	VMOVDQU64       Z5, 704(R10)
+	VBROADCASTI64X4 192(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 768(R10)
+	VMOVDQU64       Z8, 832(R10)
+	VBROADCASTI64X4 224(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 896(R10)
+	VMOVDQU64       Z11, 960(R10)
+	VBROADCASTI64X4 256(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 1024(R10)
+	VMOVDQU64       Z2, 1088(R10)
+	VBROADCASTI64X4 288(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 1152(R10)
+	VMOVDQU64       Z5, 1216(R10)
+	VBROADCASTI64X4 320(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 1280(R10)
+	VMOVDQU64       Z8, 1344(R10)
+	VBROADCASTI64X4 352(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 1408(R10)
+	VMOVDQU64       Z11, 1472(R10)
+	VBROADCASTI64X4 384(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 1536(R10)
+	VMOVDQU64       Z2, 1600(R10)
+	VBROADCASTI64X4 416(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 1664(R10)
+	VMOVDQU64       Z5, 1728(R10)
+	VBROADCASTI64X4 448(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 1792(R10)
+	VMOVDQU64       Z8, 1856(R10)
+	VBROADCASTI64X4 480(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 1920(R10)
+	VMOVDQU64       Z11, 1984(R10)
+	ADDQ            $0x00000200, SI
+	XCHGQ           R10, R11
+
+gemvAMXInt2_rb:
+	MOVQ 24(DI), BX
+
+gemvAMXInt2_step:
+	CMPQ BX, $0x01
+	JNE  gemvAMXInt2_both
+	CMPQ DX, $0x01
+	JE   gemvAMXInt2_last
+
+gemvAMXInt2_both:
+	PREFETCHT0      (SI)(R9*1)
+	PREFETCHT0      64(SI)(R9*1)
+	PREFETCHT0      128(SI)(R9*1)
+	PREFETCHT0      192(SI)(R9*1)
+	PREFETCHT0      256(SI)(R9*1)
+	PREFETCHT0      320(SI)(R9*1)
+	PREFETCHT0      384(SI)(R9*1)
+	PREFETCHT0      448(SI)(R9*1)
+	VBROADCASTI64X4 (SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, (R10)
+	VMOVDQU64       Z2, 64(R10)
+	BYTE            $0xc4; BYTE            $0x82; BYTE            $0x7b; BYTE            $0x4b; BYTE            $0x24; BYTE            $0x04 // tileloadd tmm4,[r12+r8*1]
+	VBROADCASTI64X4 32(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 128(R10)
+	VMOVDQU64       Z5, 192(R10)
+	VBROADCASTI64X4 64(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 256(R10)
+	VMOVDQU64       Z8, 320(R10)
+	VBROADCASTI64X4 96(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 384(R10)
+	VMOVDQU64       Z11, 448(R10)
+	BYTE            $0xc4; BYTE            $0x82; BYTE            $0x7b; BYTE            $0x4b; BYTE            $0x34; BYTE            $0x2b // tileloadd tmm6,[r11+r13*1]
+	VBROADCASTI64X4 128(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 512(R10)
+	VMOVDQU64       Z2, 576(R10)
+	VBROADCASTI64X4 160(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 640(R10)
+	VMOVDQU64       Z5, 704(R10)
+	VBROADCASTI64X4 192(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 768(R10)
+	VMOVDQU64       Z8, 832(R10)
+	BYTE            $0xc4; BYTE            $0xe2; BYTE            $0x4a; BYTE            $0x5e; BYTE            $0xc4 // tdpbsud tmm0,tmm4,tmm6
+	VBROADCASTI64X4 224(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 896(R10)
+	VMOVDQU64       Z11, 960(R10)
+	VBROADCASTI64X4 256(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 1024(R10)
+	VMOVDQU64       Z2, 1088(R10)
+	VBROADCASTI64X4 288(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 1152(R10)
+	VMOVDQU64       Z5, 1216(R10)
+	BYTE            $0xc4; BYTE            $0x82; BYTE            $0x7b; BYTE            $0x4b; BYTE            $0x7c; BYTE            $0x2b; BYTE            $0x40 // tileloadd tmm7,[r11+r13*1+0x40]
+	VBROADCASTI64X4 320(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 1280(R10)
+	VMOVDQU64       Z8, 1344(R10)
+	VBROADCASTI64X4 352(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 1408(R10)
+	VMOVDQU64       Z11, 1472(R10)
+	VBROADCASTI64X4 384(SI), Z0
+	VPANDD          Z31, Z0, Z1
+	VGF2P8AFFINEQB  $0x00, Z29, Z0, Z2
+	VPSHUFB         Z1, Z30, Z1
+	VPSHUFB         Z2, Z30, Z2
+	VMOVDQU64       Z1, 1536(R10)
+	VMOVDQU64       Z2, 1600(R10)
+	BYTE            $0xc4; BYTE            $0xe2; BYTE            $0x42; BYTE            $0x5e; BYTE            $0xcc // tdpbsud tmm1,tmm4,tmm7
+	VBROADCASTI64X4 416(SI), Z3
+	VPANDD          Z31, Z3, Z4
+	VGF2P8AFFINEQB  $0x00, Z29, Z3, Z5
+	VPSHUFB         Z4, Z30, Z4
+	VPSHUFB         Z5, Z30, Z5
+	VMOVDQU64       Z4, 1664(R10)
+	VMOVDQU64       Z5, 1728(R10)
+	VBROADCASTI64X4 448(SI), Z6
+	VPANDD          Z31, Z6, Z7
+	VGF2P8AFFINEQB  $0x00, Z29, Z6, Z8
+	VPSHUFB         Z7, Z30, Z7
+	VPSHUFB         Z8, Z30, Z8
+	VMOVDQU64       Z7, 1792(R10)
+	VMOVDQU64       Z8, 1856(R10)
+	VBROADCASTI64X4 480(SI), Z9
+	VPANDD          Z31, Z9, Z10
+	VGF2P8AFFINEQB  $0x00, Z29, Z9, Z11
+	VPSHUFB         Z10, Z30, Z10
+	VPSHUFB         Z11, Z30, Z11
+	VMOVDQU64       Z10, 1920(R10)
+	VMOVDQU64       Z11, 1984(R10)
+	ADDQ            $0x00000200, SI
+	ADDQ            $0x40, R12
+	XCHGQ           R10, R11
+	DECQ            BX
+	JNZ             gemvAMXInt2_step
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x29 // tilestored [rcx+r13*1],tmm0
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x29; BYTE $0x40 // tilestored [rcx+r13*1+0x40],tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero tmm1
+	MOVQ 40(DI), AX
+	SHLQ $0x07, AX
+	ADDQ AX, CX
+	MOVQ 8(DI), R12
+	DECQ DX
+	JMP  gemvAMXInt2_rb
+
+gemvAMXInt2_last:
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x04 // tileloadd tmm4,[r12+r8*1]
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x2b // tileloadd tmm6,[r11+r13*1]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud tmm0,tmm4,tmm6
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x7c; BYTE $0x2b; BYTE $0x40 // tileloadd tmm7,[r11+r13*1+0x40]
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcc // tdpbsud tmm1,tmm4,tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x29 // tilestored [rcx+r13*1],tmm0
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x29; BYTE $0x40 // tilestored [rcx+r13*1+0x40],tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
+	VZEROUPPER
+	RET
+
+DATA amxv2Hi<>+0(SB)/1, $0x00
+DATA amxv2Hi<>+1(SB)/1, $0x00
+DATA amxv2Hi<>+2(SB)/1, $0x00
+DATA amxv2Hi<>+3(SB)/1, $0x00
+DATA amxv2Hi<>+4(SB)/1, $0x80
+DATA amxv2Hi<>+5(SB)/1, $0x40
+DATA amxv2Hi<>+6(SB)/1, $0x20
+DATA amxv2Hi<>+7(SB)/1, $0x10
+GLOBL amxv2Hi<>(SB), RODATA|NOPTR, $8
+
 // func tileT1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV
 TEXT ·tileT1AVX2(SB), NOSPLIT, $0-8

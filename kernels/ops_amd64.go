@@ -45,8 +45,11 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		if o.unpack != nil {
 			o.amx = gemmAMX
 		}
-		if f == quantcfg.I2S {
+		switch f {
+		case quantcfg.I2S:
 			o.amxv = gemvAMXI2S
+		case quantcfg.Int2:
+			o.amxv = gemvAMXInt2
 		}
 		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX512, tileT2AVX512, tileT3AVX512, tileT4AVX512, tileT5AVX512,
 			tileT6AVX512, tileT7AVX512, tileT8AVX512, tileT9AVX512, tileT10AVX512, tileT11AVX512, tileT12AVX512}

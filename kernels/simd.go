@@ -26,9 +26,10 @@ import (
 //   - GEMM (prefill, from gemmMinN tokens, or amxMinN where it runs on AMX): each row block
 //     is unpacked once into a VNNI-ordered byte matrix that a 32-row x 12-token micro-kernel
 //     (or AMX tiles of 32 tokens) multiplies.
-//   - i2s's GEMV of a small batch (amxvMinN to amxvMaxN tokens, one segment) on AMX: each
-//     row's codes decoded straight into tile rows, the activations laid out to match
-//     (gemvAMXI2S, amxvActs).
+//   - i2s's and int2's GEMV of a small batch (amxvMinN or amxv2MinN to amxvMaxN tokens, one
+//     segment) on AMX: i2s's rows decoded straight into tile rows, the activations laid out
+//     to match (gemvAMXI2S, amxvActs); int2's units looked up into the GEMM's VNNI tile rows
+//     step by step, the activations as they are (gemvAMXInt2).
 //   - A shared epilogue turns the sums into the reference's float32 outputs (scales, bias,
 //     masked stores for a partial last row block). bf16/f32 compute in one pass (vmulps then
 //     vaddps in input order, as the reference; no FMA).
@@ -98,7 +99,8 @@ type fmtOps struct {
 	fused bool
 	// amx: the AMX-INT8 GEMM micro-kernel (gemmAMX, amxArgs), where it can run (amxFor).
 	amx func(*byte)
-	// amxv: i2s's small-batch GEMV on AMX-INT8 (gemvAMXI2S, amxvArgs; amxvFor).
+	// amxv: the small-batch GEMV on AMX-INT8 (amxvFor): i2s's gemvAMXI2S (amxvArgs), int2's
+	// gemvAMXInt2 (amxv2Args).
 	amxv func(*byte)
 }
 
@@ -288,8 +290,8 @@ func (k *simdKernel) useGemm(l *Layer, n int) bool {
 // threads) the AMX GEMM was faster than the GEMV by 1.06-1.27x at 12 tokens for i2s (1.65-2.00x
 // at 24), 1.19-1.43x at 16 for tl1 and int1, 1.09-1.24x at 20 for tl2 (0.97-1.10x at 16),
 // 1.07-1.35x at 20 for int2 (0.97-1.03x at 16) and 1.03-1.13x at 20 for int8; at 8 tokens it
-// was up to 1.8x slower (tl2). (i2s's batches of up to amxvMaxN tokens in one segment run on
-// its AMX GEMV instead: amxvFor.)
+// was up to 1.8x slower (tl2). (i2s's and int2's batches of up to amxvMaxN tokens in one
+// segment run on their AMX GEMVs instead: amxvFor.)
 func amxMinN(f quantcfg.Format) int {
 	switch f {
 	case quantcfg.I2S:
@@ -364,7 +366,7 @@ type plan struct {
 	xStride int  // bytes between tokens (GEMV; GEMM: 0, xT's quads are 4*T apart in a tile of T)
 	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
 	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
-	amxv    bool // GEMV on AMX (gemvAMXI2S): activations at xOff in its tiles (amxvActs)
+	amxv    bool // GEMV on AMX (amxvFor): i2s's activations at xOff in its tiles (amxvActs), int2's as they are
 	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
@@ -386,6 +388,7 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	p.xsOff = off
 	off = align64(off + 4*n*p.nseg)
 	switch {
+	case p.amxv && k.format == quantcfg.Int2: // (the activations as they are)
 	case p.amxv: // the tiles' activations (amxvActs)
 		kp2 := roundUp(ly.Kp, 256)
 		p.xOff, p.xStride = off, 0
@@ -462,6 +465,9 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 			}
 			corr[t*p.nseg+j] = p.c0 * sum
 		}
+	}
+	if p.amxv && k.format == quantcfg.Int2 {
+		return
 	}
 	if p.amxv {
 		kp2 := roundUp(ly.Kp, 256)
@@ -1184,11 +1190,12 @@ type threadBuf struct {
 	tab    [32]byte
 	am     amxArgs
 	av     amxvArgs
+	av2    amxv2Args
 	cfg    [64]byte // am.Cfg, av.Cfg
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2 = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}
 	bufPool.Put(tb)
 }
 
@@ -1331,6 +1338,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runAMX(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
+	if p.amxv && k.format == quantcfg.Int2 {
+		k.runAMXV2(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
+		return
+	}
 	if p.amxv {
 		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
@@ -1447,6 +1458,32 @@ func (k *simdKernel) runAMXV(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 	*v = amxvArgs{QStride: ly.Kp, Pairs: (blocks + 1) / 2, Odd: blocks % 2, X: unsafe.Pointer(&s[p.xOff]),
 		BStride: 64 * n, Sums: unsafe.Pointer(&sums[0]), N: n, Buf: unsafe.Pointer(&buf[0]), Cfg: unsafe.Pointer(&tb.cfg),
 		RBBytes: ly.RowBlockBytes}
+	epi.NTok = n
+	epi.Corr = unsafe.Pointer(&s[p.corrOff])
+	epi.XS = unsafe.Pointer(&s[p.xsOff])
+	for g0 := rb0; g0 < rb1; g0 += amxvGroup {
+		g1 := min(g0+amxvGroup, rb1)
+		v.W, v.NRB = unsafe.Pointer(&l.Data[g0*ly.RowBlockBytes]), g1-g0
+		k.ops.amxv(argp(v))
+		for rb := g0; rb < g1; rb++ {
+			epi.Sums = unsafe.Pointer(&sums[(rb-g0)*n*RowBlock])
+			setRB(epi, ly, lp, rb, 0, out)
+			k.ops.epi(argp(epi))
+		}
+	}
+}
+
+// runAMXV2 is Run's int2 GEMV on AMX (p.amxv): gemvAMXInt2 over up to amxvGroup row blocks
+// a call, then the epilogue of each.
+func (k *simdKernel) runAMXV2(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, sums []int32, epi *epiArgs) {
+	ly, n := l.Layout, a.N
+	var buf []byte
+	tb.b, buf = aligned(tb.b, amxv2BufBytes)
+	amxConfig(&tb.cfg, n)
+	buildInt2Tab(l, tb.tab[:])
+	v := &tb.av2
+	*v = amxv2Args{X: unsafe.Pointer(&a.Q[0]), XStride: ly.Kp, Steps: ly.Kp / 64, Sums: unsafe.Pointer(&sums[0]), N: n,
+		Buf: unsafe.Pointer(&buf[0]), Cfg: unsafe.Pointer(&tb.cfg), Tab: unsafe.Pointer(&tb.tab[0]), PF: amxv2Ahead}
 	epi.NTok = n
 	epi.Corr = unsafe.Pointer(&s[p.corrOff])
 	epi.XS = unsafe.Pointer(&s[p.xsOff])

@@ -199,6 +199,7 @@ func TestArgOffsets(t *testing.T) {
 	var la lutArgs
 	var am amxArgs
 	var av amxvArgs
+	var a2 amxv2Args
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -252,6 +253,12 @@ func TestArgOffsets(t *testing.T) {
 		{"amxv.Buf", unsafe.Offsetof(av.Buf), 64}, {"amxv.Cfg", unsafe.Offsetof(av.Cfg), 72},
 		{"amxv.NRB", unsafe.Offsetof(av.NRB), 80}, {"amxv.RBBytes", unsafe.Offsetof(av.RBBytes), 88},
 		{"amxv.I", unsafe.Offsetof(av.I), 96},
+		{"amxv2.W", unsafe.Offsetof(a2.W), 0}, {"amxv2.X", unsafe.Offsetof(a2.X), 8},
+		{"amxv2.XStride", unsafe.Offsetof(a2.XStride), 16}, {"amxv2.Steps", unsafe.Offsetof(a2.Steps), 24},
+		{"amxv2.Sums", unsafe.Offsetof(a2.Sums), 32}, {"amxv2.N", unsafe.Offsetof(a2.N), 40},
+		{"amxv2.Buf", unsafe.Offsetof(a2.Buf), 48}, {"amxv2.Cfg", unsafe.Offsetof(a2.Cfg), 56},
+		{"amxv2.NRB", unsafe.Offsetof(a2.NRB), 64}, {"amxv2.Tab", unsafe.Offsetof(a2.Tab), 72},
+		{"amxv2.PF", unsafe.Offsetof(a2.PF), 80},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

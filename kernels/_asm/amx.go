@@ -479,3 +479,128 @@ func gemvAMXI2S() {
 	VZEROUPPER()
 	RET()
 }
+
+// Argument block offsets: kernels.amxv2Args.
+const (
+	nW, nX, nXStride, nSteps, nSums, nN, nBuf, nCfg, nNRB, nTab, nPF = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80
+)
+
+// gemvAMXInt2 is the small-batch int2 GEMV on AMX-INT8, the weights as the second operand:
+// for N <= 16 tokens and NRB consecutive row blocks, Sums[rb][t][r] = the sum over k of
+// X[t][k] (signed) times u(r, k), u the code book's unsigned level (Tab: the GEMM
+// unpacker's tables), the sums the AMX GEMM's (gemmAMX) makes of the same row block. int2's
+// layout is already the tiles' order: a 32-byte unit (32 rows x 4 inputs) broadcast to both
+// halves of a vector and looked up (vpshufb) by its low and its high nibbles in the tables
+// [low, low, high, high] gives the 64-byte rows of a quad for the tiles of rows 0-15 and
+// 16-31 (the GEMM's unpacked B). A step is 64 inputs, 16 units (512 bytes, one stream
+// through all the row blocks): decoded to a 2 KiB buffer, then loaded as tiles 6 and 7
+// (16 rows of 64 bytes each, the two tiles' rows interleaved) and multiplied by the tokens'
+// activations as they are (tile 4, N rows of 64 inputs, XStride apart) into tiles 0 and 1.
+// Each step's decode runs between the products of the step before, in two buffers, so the
+// stores and the multiplies overlap; the stream is prefetched PF bytes ahead into L1. At
+// each row block's end the tiles go to Sums as [token][row] (no gather) and are zeroed.
+func gemvAMXInt2() {
+	name := "gemvAMXInt2"
+	header(name, NOSPLIT, "func(a *byte)", name+" is the small-batch int2 GEMV on AMX-INT8 (see amxv2Args). It needs the tile",
+		"permission (amxPermit) and AMX-INT8.")
+	a, w, x, xs, dec, mul, s128, cnt, sums, rbs, pf, t := RDI, RSI, R12, R8, R10, R11, R13, RBX, RCX, RDX, R9, RAX
+	tab, m0f, hiGF := Z30, Z31, Z29
+	q := gfField(4, 4)
+	VPBROADCASTQ(table("amxv2Hi", []byte{byte(q), byte(q >> 8), byte(q >> 16), byte(q >> 24), byte(q >> 32), byte(q >> 40), byte(q >> 48), byte(q >> 56)}), hiGF)
+	Load(Param("a"), a)
+	MOVQ(at(a, nTab), t)
+	VMOVDQU64(at(t, 0), tab.AsY())
+	VSHUFI64X2(U8(0x50), tab, tab, tab) // [low, low, high, high]
+	MOVL(U32(0x0f0f0f0f), t.As32())
+	VPBROADCASTD(t.As32(), m0f)
+	MOVQ(at(a, nCfg), t)
+	ldtilecfg(t)
+	MOVQ(at(a, nW), w)
+	MOVQ(at(a, nX), x)
+	MOVQ(at(a, nXStride), xs)
+	MOVQ(at(a, nSums), sums)
+	MOVQ(at(a, nNRB), rbs)
+	MOVQ(at(a, nPF), pf)
+	MOVQ(at(a, nBuf), dec)
+	LEAQ(at(dec, 2048), mul)
+	MOVQ(U32(128), s128)
+	tileZero(0)
+	tileZero(1)
+	// unit u of the step at w into dec: its two 64-byte tile rows.
+	regs := [][3]VecPhysical{{Z0, Z1, Z2}, {Z3, Z4, Z5}, {Z6, Z7, Z8}, {Z9, Z10, Z11}}
+	unit := func(u int) {
+		r := regs[u%len(regs)]
+		VBROADCASTI64X4(at(w, 32*u), r[0])
+		VPANDD(m0f, r[0], r[1])
+		VGF2P8AFFINEQB(U8(0), hiGF, r[0], r[2])
+		VPSHUFB(r[1], tab, r[1])
+		VPSHUFB(r[2], tab, r[2])
+		VMOVDQU64(r[1], at(dec, 128*u))
+		VMOVDQU64(r[2], at(dec, 128*u+64))
+	}
+	// mul is the step in buffer mul times its activations at x, the tile ops spread among
+	// the units of a decode (between: nil).
+	mulOps := []func(){
+		func() { tileLoad(4, x, xs, 0) },
+		func() { tileLoad(6, mul, s128, 0) },
+		func() { tdpbsud(0, 4, 6) },
+		func() { tileLoad(7, mul, s128, 64) },
+		func() { tdpbsud(1, 4, 7) },
+	}
+	both := func() {
+		for l := 0; l < 8; l++ {
+			PREFETCHT0(Mem{Base: w, Index: pf, Scale: 1, Disp: 64 * l})
+		}
+		for u := 0; u < 16; u++ {
+			unit(u)
+			if u%3 == 0 && u/3 < len(mulOps) {
+				mulOps[u/3]()
+			}
+		}
+	}
+	mulOnly := func() {
+		for _, op := range mulOps {
+			op()
+		}
+	}
+	next := func() {
+		ADDQ(U32(512), w)
+		ADDQ(U8(64), x)
+		XCHGQ(dec, mul)
+	}
+	// step 0 of the first row block
+	for u := 0; u < 16; u++ {
+		unit(u)
+	}
+	ADDQ(U32(512), w)
+	XCHGQ(dec, mul)
+	Label(name + "_rb")
+	MOVQ(at(a, nSteps), cnt)
+	Label(name + "_step") // mul: step (Steps - cnt) of this row block; w at the stream's next step
+	CMPQ(cnt, U8(1))
+	JNE(LabelRef(name + "_both"))
+	CMPQ(rbs, U8(1))
+	JE(LabelRef(name + "_last"))
+	Label(name + "_both")
+	both()
+	next()
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	tileStore(0, sums, s128, 0)
+	tileStore(1, sums, s128, 64)
+	tileZero(0)
+	tileZero(1)
+	MOVQ(at(a, nN), t)
+	SHLQ(U8(7), t)
+	ADDQ(t, sums)
+	MOVQ(at(a, nX), x)
+	DECQ(rbs)
+	JMP(LabelRef(name + "_rb"))
+	Label(name + "_last")
+	mulOnly()
+	tileStore(0, sums, s128, 0)
+	tileStore(1, sums, s128, 64)
+	tileRelease()
+	VZEROUPPER()
+	RET()
+}

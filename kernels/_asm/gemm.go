@@ -73,6 +73,7 @@ func genGemm() {
 	gemmAMX()
 	amxPeak()
 	gemvAMXI2S()
+	gemvAMXInt2()
 	for T := 1; T <= 2; T++ {
 		tileY(T, false)
 	}
