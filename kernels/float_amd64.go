@@ -64,6 +64,11 @@ func floatBF16T11AVX512(a *byte)
 //go:noescape
 func floatBF16T12AVX512(a *byte)
 
+// floatBF16T1AVX512HW is the float GEMV/GEMM tile of one row block for 1 token(s) (see floatArgs); floatGeneric is its reference. It does not prefetch its weight stream in software (see kernels.Tuning).
+//
+//go:noescape
+func floatBF16T1AVX512HW(a *byte)
+
 // floatBF16T1AVX2 is the float GEMV of one row block for 1 token(s) (see floatArgs); floatGeneric is its reference.
 //
 //go:noescape
@@ -133,6 +138,11 @@ func floatF32T11AVX512(a *byte)
 //
 //go:noescape
 func floatF32T12AVX512(a *byte)
+
+// floatF32T1AVX512HW is the float GEMV/GEMM tile of one row block for 1 token(s) (see floatArgs); floatGeneric is its reference. It does not prefetch its weight stream in software (see kernels.Tuning).
+//
+//go:noescape
+func floatF32T1AVX512HW(a *byte)
 
 // floatF32T1AVX2 is the float GEMV of one row block for 1 token(s) (see floatArgs); floatGeneric is its reference.
 //

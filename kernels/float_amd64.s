@@ -1848,6 +1848,53 @@ floatBF16T12AVX512_nobias11:
 	VZEROUPPER
 	RET
 
+// func floatBF16T1AVX512HW(a *byte)
+// Requires: AVX, AVX512BW, AVX512F
+TEXT ·floatBF16T1AVX512HW(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z5, Z5, Z5
+
+floatBF16T1AVX512HW_k:
+	VMOVDQU64   (CX), Z3
+	VPUNPCKLWD  Z3, Z5, Z2
+	VPUNPCKHWD  Z3, Z5, Z3
+	VMULPS.BCST (DX), Z2, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST (DX), Z3, Z6
+	VADDPS      Z6, Z1, Z1
+	ADDQ        $0x40, CX
+	ADDQ        BX, DX
+	DECQ        SI
+	JNZ         floatBF16T1AVX512HW_k
+	VMOVDQU64   bfRowOrder<>+0(SB), Z2
+	VMOVDQU64   bfRowOrder<>+64(SB), Z3
+	MOVQ        56(AX), CX
+	KMOVW       CX, K1
+	SHRQ        $0x10, CX
+	KMOVW       CX, K2
+	MOVQ        32(AX), CX
+	MOVQ        40(AX), AX
+	VMOVDQA64   Z0, Z4
+	VPERMT2Q    Z1, Z2, Z4
+	VPERMT2Q    Z1, Z3, Z0
+	TESTQ       CX, CX
+	JZ          floatBF16T1AVX512HW_nobias0
+	VADDPS      (CX), Z4, Z4
+	VADDPS      64(CX), Z0, Z0
+
+floatBF16T1AVX512HW_nobias0:
+	VMOVUPS Z4, K1, (AX)
+	VMOVUPS Z0, K2, 64(AX)
+	VZEROUPPER
+	RET
+
 // func floatBF16T1AVX2(a *byte)
 // Requires: AVX, AVX2, MMX+
 TEXT ·floatBF16T1AVX2(SB), NOSPLIT, $0-8
@@ -3533,6 +3580,46 @@ floatF32T12AVX512_nobias10:
 floatF32T12AVX512_nobias11:
 	VMOVUPS Z22, K1, (DX)
 	VMOVUPS Z23, K2, 64(DX)
+	VZEROUPPER
+	RET
+
+// func floatF32T1AVX512HW(a *byte)
+// Requires: AVX, AVX512F
+TEXT ·floatF32T1AVX512HW(SB), NOSPLIT, $0-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    24(AX), SI
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+
+floatF32T1AVX512HW_k:
+	VMOVUPS     (CX), Z2
+	VMOVUPS     64(CX), Z3
+	VMULPS.BCST (DX), Z2, Z4
+	VADDPS      Z4, Z0, Z0
+	VMULPS.BCST (DX), Z3, Z6
+	VADDPS      Z6, Z1, Z1
+	SUBQ        $-128, CX
+	ADDQ        BX, DX
+	DECQ        SI
+	JNZ         floatF32T1AVX512HW_k
+	MOVQ        56(AX), CX
+	KMOVW       CX, K1
+	SHRQ        $0x10, CX
+	KMOVW       CX, K2
+	MOVQ        32(AX), CX
+	MOVQ        40(AX), AX
+	TESTQ       CX, CX
+	JZ          floatF32T1AVX512HW_nobias0
+	VADDPS      (CX), Z0, Z0
+	VADDPS      64(CX), Z1, Z1
+
+floatF32T1AVX512HW_nobias0:
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z1, K2, 64(AX)
 	VZEROUPPER
 	RET
 

@@ -71,6 +71,16 @@ func gemvI2ST1AVX512(a *byte)
 //go:noescape
 func gemvI2SLongT1AVX512(a *byte)
 
+// gemvI2ST1AVX512HW is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference. It does not prefetch its weight stream in software (see kernels.Tuning).
+//
+//go:noescape
+func gemvI2ST1AVX512HW(a *byte)
+
+// gemvI2SRowT1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2SRowT1AVX512(a *byte)
+
 // gemvInt1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
 //go:noescape

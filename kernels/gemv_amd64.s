@@ -1879,6 +1879,201 @@ gemvI2SLongT1AVX512_ahead:
 	VZEROUPPER
 	RET
 
+// func gemvI2ST1AVX512HW(a *byte)
+// Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV
+TEXT ·gemvI2ST1AVX512HW(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	MOVQ         a+0(FP), AX
+	MOVQ         8(AX), CX
+	XORQ         DX, DX
+	MOVL         $0x03030303, DX
+	VPBROADCASTD DX, Z0
+	MOVL         $0xc0c0c0c0, DX
+	VPBROADCASTD DX, Z1
+	MOVL         $0x30303030, DX
+	VPBROADCASTD DX, Z2
+	MOVL         $0x0c0c0c0c, DX
+	VPBROADCASTD DX, Z3
+	XORQ         BX, BX
+	MOVQ         24(AX), DI
+	MOVQ         (AX), SI
+
+gemvI2ST1AVX512HW_quad:
+	MOVQ SI, R8
+	XORQ DX, DX
+	MOVQ 40(AX), R9
+	MOVQ DI, R10
+
+gemvI2ST1AVX512HW_seg:
+	MOVQ    32(AX), R11
+	CMPQ    R9, $0x01
+	CMOVQEQ 48(AX), R11
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+
+gemvI2ST1AVX512HW_blk:
+	VMOVDQU64       (R8), Z12
+	VMOVDQU64       64(R8), Z13
+	VPANDD          Z1, Z12, Z15
+	VPANDD          Z1, Z13, Z16
+	VPANDD          Z2, Z12, Z17
+	VPANDD          Z2, Z13, Z18
+	VPANDD          Z3, Z12, Z19
+	VPANDD          Z3, Z13, Z20
+	VPANDD          Z0, Z12, Z21
+	VPANDD          Z0, Z13, Z22
+	VBROADCASTI64X4 (CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z15, Z4
+	VPDPBUSD        Z14, Z16, Z8
+	VBROADCASTI64X4 32(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z17, Z5
+	VPDPBUSD        Z14, Z18, Z9
+	VBROADCASTI64X4 64(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z19, Z6
+	VPDPBUSD        Z14, Z20, Z10
+	VBROADCASTI64X4 96(CX)(DX*1), Z14
+	VPDPBUSD        Z14, Z21, Z7
+	VPDPBUSD        Z14, Z22, Z11
+	SUBQ            $-128, R8
+	ADDQ            $0x00000080, DX
+	DECQ            R11
+	JNZ             gemvI2ST1AVX512HW_blk
+	VMOVDQU32       i2sGather<>+0(SB), Z23
+	VPSRAD          $0x06, Z4, Z4
+	VPSRAD          $0x04, Z5, Z5
+	VPSRAD          $0x02, Z6, Z6
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z6, Z4, Z4
+	VPADDD          Z7, Z4, Z4
+	VPSRAD          $0x06, Z8, Z8
+	VPSRAD          $0x04, Z9, Z9
+	VPSRAD          $0x02, Z10, Z10
+	VPADDD          Z9, Z8, Z8
+	VPADDD          Z10, Z8, Z8
+	VPADDD          Z11, Z8, Z8
+	VSHUFI64X2      $0x88, Z8, Z4, Z15
+	VSHUFI64X2      $0xdd, Z8, Z4, Z14
+	VPADDD          Z14, Z15, Z15
+	VPSHUFD         $0x4e, Z15, Z14
+	VPADDD          Z14, Z15, Z15
+	VPSHUFD         $0xb1, Z15, Z14
+	VPADDD          Z14, Z15, Z15
+	VPERMD          Z15, Z23, Z15
+	VMOVDQU32       X15, (R10)
+	ADDQ            $0x00000080, R10
+	DECQ            R9
+	JNZ             gemvI2ST1AVX512HW_seg
+	ADDQ            64(AX), SI
+	ADDQ            $0x10, DI
+	INCQ            BX
+	CMPQ            BX, $0x08
+	JNE             gemvI2ST1AVX512HW_quad
+	VZEROUPPER
+	RET
+
+// func gemvI2SRowT1AVX512(a *byte)
+// Requires: AVX, AVX512F, AVX512VL, AVX512VNNI, CMOV, GFNI, MMX+
+TEXT ·gemvI2SRowT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	MOVQ      8(AX), CX
+	XORQ      DX, DX
+	VMOVDQU64 i2sRuns01<>+0(SB), Z0
+	VMOVDQU64 i2sRuns23<>+0(SB), Z1
+	XORQ      BX, BX
+	MOVQ      24(AX), DI
+	MOVQ      (AX), SI
+
+gemvI2SRowT1AVX512_quad:
+	MOVQ    SI, R8
+	XORQ    DX, DX
+	MOVQ    72(AX), R11
+	CMPQ    BX, $0x07
+	CMOVQGE 80(AX), R11
+	MOVQ    96(AX), R12
+	CMPQ    BX, $0x06
+	CMOVQGE 104(AX), R12
+	MOVQ    40(AX), R9
+	MOVQ    DI, R10
+
+gemvI2SRowT1AVX512_seg:
+	MOVQ    32(AX), R13
+	CMPQ    R9, $0x01
+	CMOVQEQ 48(AX), R13
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+
+gemvI2SRowT1AVX512_blk:
+	PREFETCHT1      (R8)(R12*1)
+	PREFETCHT0      (R8)(R11*1)
+	PREFETCHT1      64(R8)(R12*1)
+	PREFETCHT0      64(R8)(R11*1)
+	VBROADCASTI64X4 (R8), Z7
+	VGF2P8AFFINEQB  $0x00, Z0, Z7, Z6
+	VGF2P8AFFINEQB  $0x00, Z1, Z7, Z7
+	VBROADCASTI64X4 32(R8), Z9
+	VGF2P8AFFINEQB  $0x00, Z0, Z9, Z8
+	VGF2P8AFFINEQB  $0x00, Z1, Z9, Z9
+	VBROADCASTI64X4 64(R8), Z11
+	VGF2P8AFFINEQB  $0x00, Z0, Z11, Z10
+	VGF2P8AFFINEQB  $0x00, Z1, Z11, Z11
+	VBROADCASTI64X4 96(R8), Z13
+	VGF2P8AFFINEQB  $0x00, Z0, Z13, Z12
+	VGF2P8AFFINEQB  $0x00, Z1, Z13, Z13
+	VMOVDQU64       (CX)(DX*1), Z14
+	VMOVDQU64       64(CX)(DX*1), Z15
+	VPDPBUSD        Z14, Z6, Z2
+	VPDPBUSD        Z15, Z7, Z2
+	VPDPBUSD        Z14, Z8, Z3
+	VPDPBUSD        Z15, Z9, Z3
+	VPDPBUSD        Z14, Z10, Z4
+	VPDPBUSD        Z15, Z11, Z4
+	VPDPBUSD        Z14, Z12, Z5
+	VPDPBUSD        Z15, Z13, Z5
+	SUBQ            $-128, R8
+	ADDQ            $0x00000080, DX
+	DECQ            R13
+	JNZ             gemvI2SRowT1AVX512_blk
+	VMOVDQU32       i2sGather<>+0(SB), Z6
+	VSHUFI64X2      $0x44, Z3, Z2, Z7
+	VSHUFI64X2      $0xee, Z3, Z2, Z8
+	VPADDD          Z8, Z7, Z2
+	VSHUFI64X2      $0x44, Z5, Z4, Z7
+	VSHUFI64X2      $0xee, Z5, Z4, Z8
+	VPADDD          Z8, Z7, Z4
+	VSHUFI64X2      $0x88, Z4, Z2, Z7
+	VSHUFI64X2      $0xdd, Z4, Z2, Z8
+	VPADDD          Z8, Z7, Z7
+	VPSHUFD         $0x4e, Z7, Z8
+	VPADDD          Z8, Z7, Z7
+	VPSHUFD         $0xb1, Z7, Z8
+	VPADDD          Z8, Z7, Z7
+	VPERMD          Z7, Z6, Z7
+	CMPQ            88(AX), $0x00
+	JE              gemvI2SRowT1AVX512_st0
+	VPADDD          (R10), X7, X7
+
+gemvI2SRowT1AVX512_st0:
+	VMOVDQU32 X7, (R10)
+	ADDQ      $0x00000080, R10
+	DECQ      R9
+	JNZ       gemvI2SRowT1AVX512_seg
+	ADDQ      64(AX), SI
+	ADDQ      $0x10, DI
+	INCQ      BX
+	CMPQ      BX, $0x08
+	JNE       gemvI2SRowT1AVX512_quad
+	VZEROUPPER
+	RET
+
 // func gemvInt1T1AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt1T1AVX512(SB), NOSPLIT, $0-8

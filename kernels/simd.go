@@ -81,6 +81,12 @@ type fmtOps struct {
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.
 	gemvLong1 func(*byte)
+	// gemvRow1: i2s, the one-token row kernel (as gemv[3] and gemv[4]: it takes parts) in
+	// place of gemvLong1 where the tuning says so (Tuning.i2sLongRow).
+	gemvRow1 func(*byte)
+	// oneHW: the one-token GEMV (i2s, K below i2sLongK) or float kernel without software
+	// prefetch, in place of gemv[1] or float[1] where the tuning says so (Tuning.hwOne).
+	oneHW func(*byte)
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
@@ -139,7 +145,9 @@ func lutTabBytes(kind tabKind, units int) int {
 }
 
 // lutOne tells whether a call of n tokens runs the exact one-token kernel fmtOps.lutOne.
-func (k *simdKernel) lutOne(n int) bool { return n == 1 && k.ops.lutOne != nil }
+func (k *simdKernel) lutOne(n int) bool {
+	return n == 1 && k.ops.lutOne != nil && !currentTuning().tl1Multiply()
+}
 
 // lutTabs is the table layout the lut kernel for T tokens reads.
 func (o *fmtOps) lutTabs(T int) tabKind {
@@ -240,9 +248,24 @@ func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
 	return &k.ops.gemv
 }
 
-// longK reports whether l's one-token calls take gemvLong1.
+// longK reports whether l's one-token calls take a long-K kernel (gemvLong1, or gemvRow1).
 func (k *simdKernel) longK(l *Layer) bool {
 	return k.ops.gemvLong1 != nil && l.Layout.Kp >= i2sLongK
+}
+
+// gemvOne returns the kernel l's one-token GEMV calls run under the current tuning, from
+// gemv (gemvFor's), and whether it takes parts of K (gemvParts).
+func (k *simdKernel) gemvOne(l *Layer, gemv *[maxGemvT + 1]func(*byte)) (func(*byte), bool) {
+	t := currentTuning()
+	switch {
+	case k.longK(l) && t.i2sLongRow() && k.ops.gemvRow1 != nil:
+		return k.ops.gemvRow1, true
+	case k.longK(l):
+		return k.ops.gemvLong1, false
+	case t.hwOne() && k.ops.oneHW != nil:
+		return k.ops.oneHW, k.ops.parts[1]
+	}
+	return gemv[1], k.ops.parts[1]
 }
 
 // i2sLongK is the shortest (padded) K for which one-token i2s calls take two row quads a
@@ -1245,10 +1268,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		tile = n * amxvGroup // (sums of amxvGroup row blocks)
 	}
 	gemv := k.gemvFor(l)
-	var long1 func(*byte) // the one-token kernel for a long K, if l takes it
-	if k.longK(l) {
-		long1 = k.ops.gemvLong1
-	}
+	one, oneParts := k.gemvOne(l, gemv)
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
 	}
@@ -1365,19 +1385,21 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			} else {
 				g.W = w
 				g.X = unsafe.Add(xbase, t0*p.xStride)
-				if ps := k.i2sPartSteps(ly, p, T); ps > 0 {
-					gemvParts(gemv[T], g, ps, ly)
+				fn, parts := gemv[T], k.ops.parts[T]
+				if T == 1 {
+					fn, parts = one, oneParts
+				}
+				if ps := k.i2sPartSteps(ly, p, T, parts); ps > 0 {
+					gemvParts(fn, g, ps, ly)
 				} else if g.Epi != nil {
 					g.EJ = 0
 					for i := range y[:T*RowBlock] {
 						y[i] = negZero
 					}
-					gemv[T](argp(g))
+					fn(argp(g))
 					continue // the kernel ran the epilogue
-				} else if T == 1 && long1 != nil {
-					long1(argp(g))
 				} else {
-					gemv[T](argp(g))
+					fn(argp(g))
 				}
 			}
 			k.ops.epi(argp(epi))
@@ -1519,11 +1541,11 @@ const gemvFarPrefetch = 32 << 10
 const i2sPartBytes = 32 << 10
 
 // i2sPartSteps returns the steps (128 inputs) per part of K for the i2s GEMV of T tokens,
-// or 0 to run the whole K in one call: only kernels that take parts (fmtOps.parts: the zmm
-// ones for T = 3 and 4; two tokens fit K = 16384 in L1), and only for one segment (a part
-// adds into its sums).
-func (k *simdKernel) i2sPartSteps(ly Layout, p plan, T int) int {
-	if !k.ops.parts[T] || p.nseg != 1 || T*ly.Kp <= i2sPartBytes {
+// or 0 to run the whole K in one call: only for kernels that take parts (takes:
+// fmtOps.parts, the zmm ones for T = 3 and 4, or gemvOne's; two tokens fit K = 16384 in
+// L1), and only for one segment (a part adds into its sums).
+func (k *simdKernel) i2sPartSteps(ly Layout, p plan, T int, takes bool) int {
+	if !takes || p.nseg != 1 || T*ly.Kp <= i2sPartBytes {
 		return 0
 	}
 	steps := ly.Kp / 128
@@ -1580,6 +1602,10 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		_, s := scratchView(a, 4*n*ly.K)
 		xt = unsafe.Pointer(&s[0])
 	}
+	one := k.ops.float[1]
+	if currentTuning().hwOne() && k.ops.oneHW != nil {
+		one = k.ops.oneHW
+	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
 		rows := min(RowBlock, ly.M-m0)
@@ -1593,7 +1619,11 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			T := min(k.ops.floatT, n-t0)
 			f.X, f.XStride = unsafe.Add(xt, 4*t0*ly.K), 4*T // Prepare's tiles (n = 1: a.F itself)
 			f.Out = unsafe.Pointer(&out[t0*ly.M+m0])
-			k.ops.float[T](argp(f))
+			if T == 1 {
+				one(argp(f))
+			} else {
+				k.ops.float[T](argp(f))
+			}
 		}
 	}
 }

@@ -77,6 +77,14 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.gemv[T] = func(p *byte) { g((*gemvArgs)(unsafe.Pointer(p)), T) }
 		}
 	}
+	if z && (f == quantcfg.I2S || f.IsFloat()) { // as the zmm kernels: the tunings' one-token variants
+		o.oneHW = o.gemv[1]
+		if f.IsFloat() {
+			o.oneHW = o.float[1]
+		} else {
+			o.gemvLong1, o.gemvRow1 = o.gemv[1], o.gemv[1]
+		}
+	}
 	if f == quantcfg.Int2 && z { // as the zmm kernels: table-free from three tokens on
 		o.gemvSeq = o.gemv
 		for T := 3; T <= o.gemvT; T++ {
@@ -1016,7 +1024,7 @@ func TestI2SParts(t *testing.T) {
 	shapes := [][2]int{{40, 8832}, {70, 20608}}
 	for _, k := range ks {
 		for _, c := range []struct{ kp, T, want int }{{8832, 3, 0}, {8832, 4, 35}, {20608, 3, 81}, {20608, 4, 54}, {20608, 2, 0}, {20608, 5, 0}} {
-			if got := k.i2sPartSteps(Layout{Kp: c.kp}, plan{nseg: 1}, c.T); got != c.want {
+			if got := k.i2sPartSteps(Layout{Kp: c.kp}, plan{nseg: 1}, c.T, k.ops.parts[c.T]); got != c.want {
 				t.Fatalf("%s, Kp %d, %d tokens: parts of %d steps, want %d", k.Name(), c.kp, c.T, got, c.want)
 			}
 		}

@@ -99,6 +99,8 @@ type benchMachine struct {
 	// Int8Peak is the int8 peak loop's path (kernels.Int8PeakPath): "avx512vnni" (zmm
 	// vpdpbusd) or "avx2" (ymm vpmaddubsw summed by vpaddw); empty without one.
 	Int8Peak string `json:"int8_peak,omitempty"`
+	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default" or "zen4".
+	Tuning   string `json:"tuning"`
 	ReadGBps struct {
 		DRAM1T  float64 `json:"dram_1t"`
 		DRAMAll float64 `json:"dram_all"`
@@ -443,7 +445,9 @@ func (e *benchEnv) measureMachine() error {
 	if isa, ok := kernels.Int8PeakPath(); ok {
 		m.Int8Peak = isa.String()
 	}
-	fmt.Fprintf(e.log, "cpu: %s (%d threads; %s)\n", m.CPU, m.Threads, strings.Join(m.Features, " "))
+	tn, _ := kernels.CurrentTuning()
+	m.Tuning = tn.String()
+	fmt.Fprintf(e.log, "cpu: %s (%d threads; %s; kernel tuning %s)\n", m.CPU, m.Threads, strings.Join(m.Features, " "), m.Tuning)
 	dram, err := kbench.Alloc(kbench.ReadBytes)
 	if err != nil {
 		return err
@@ -724,8 +728,8 @@ func prefillSuite(e *benchEnv) ([]benchRecord, error) {
 
 func printTable(w io.Writer, rep benchReport) {
 	m := rep.Machine
-	fmt.Fprintf(w, "cpu %s, %d threads\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
-		m.CPU, m.Threads, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
+	fmt.Fprintf(w, "cpu %s, %d threads, kernel tuning %s\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
+		m.CPU, m.Threads, m.Tuning, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
 	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%")
 	for _, r := range rep.Results {
 		n1, vi2s, vread, vnni := "", "", "", ""

@@ -74,3 +74,23 @@ func amxInfo() infoSection {
 		" tokens a call (i2s's small batches on a GEMV of their own, the others' on the prefill GEMM where K and the groups are multiples of 64)"
 	return infoSection{Name: "amx", Value: v, Text: []string{line}}
 }
+
+func init() { registerInfo(19, tuningInfo) }
+
+// tuningState is the info section "tuning": the kernels' tuning for this CPU
+// (kernels.Tuning), why, and what it changes against the default.
+type tuningState struct {
+	Tuning  string   `json:"tuning"`
+	Why     string   `json:"why"`
+	Changes []string `json:"changes,omitempty"`
+}
+
+func tuningInfo() infoSection {
+	t, why := kernels.CurrentTuning()
+	v := tuningState{Tuning: t.String(), Why: why, Changes: t.Changes()}
+	text := []string{fmt.Sprintf("%s (%s; BITD_TUNING=default|zen4 forces one)", v.Tuning, v.Why)}
+	for _, c := range v.Changes {
+		text = append(text, "  "+c)
+	}
+	return infoSection{Name: "tuning", Value: v, Text: text}
+}

@@ -33,6 +33,7 @@ func genFloat() {
 		for T := 1; T <= 12; T++ {
 			floatZ(T, bf)
 		}
+		hardwarePrefetch(func() { floatZNamed(1, bf, floatName(1, bf, "AVX512")+"HW") })
 		for T := 1; T <= 2; T++ {
 			floatY(T, bf)
 		}
@@ -47,9 +48,11 @@ func floatName(T int, bf bool, isa string) string {
 	return fmt.Sprintf("float%sT%d%s", f, T, isa)
 }
 
-func floatZ(T int, bf bool) {
-	name := floatName(T, bf, "AVX512")
-	a := fn(name, fmt.Sprintf("%s is the float GEMV/GEMM tile of one row block for %d token(s) (see floatArgs); floatGeneric is its reference.", name, T))
+func floatZ(T int, bf bool) { floatZNamed(T, bf, floatName(T, bf, "AVX512")) }
+
+// floatZNamed writes floatZ's kernel as function name.
+func floatZNamed(T int, bf bool, name string) {
+	a := fn(name, fmt.Sprintf("%s is the float GEMV/GEMM tile of one row block for %d token(s) (see floatArgs); floatGeneric is its reference.", name, T)+hwDoc())
 	p := newPool(true)
 	w, x, xs, k := ld(a, fW), ld(a, fX), ld(a, fXStride), ld(a, fK)
 	acc := make([][2]VecPhysical, T)

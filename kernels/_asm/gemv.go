@@ -48,10 +48,26 @@ const int8Far = 4096
 // prefetchLine is the two-level prefetch of one line of a weight stream: far into L2, near
 // into L1. Every GEMV kernel prefetches this way, at static distances (prefetchAhead) or at
 // distances its driver computes (the i2s kernels for three and four tokens, the lookup
-// kernels' pieces ahead).
+// kernels' pieces ahead). In a kernel written by hardwarePrefetch it emits nothing.
 func prefetchLine(far, near Mem) {
+	if !softPrefetch {
+		return
+	}
 	PREFETCHT1(far)
 	PREFETCHT0(near)
+}
+
+// softPrefetch is false while hardwarePrefetch writes a kernel.
+var softPrefetch = true
+
+// hardwarePrefetch writes a kernel through gen with no software prefetch of its weight
+// stream (prefetchLine emits nothing), leaving the stream to the hardware's prefetchers:
+// the variants named ...HW, which kernels.Tuning selects on CPUs where they read faster
+// (AMD Zen 4: see kernels/tuning.go).
+func hardwarePrefetch(gen func()) {
+	softPrefetch = false
+	defer func() { softPrefetch = true }()
+	gen()
 }
 
 // prefetchAhead prefetches the weight stream's line off bytes past base, prefetchFar ahead
@@ -120,6 +136,8 @@ func genGemv() {
 			gemvI2SZ(T)
 			if T == 1 {
 				gemvI2SPairZ()
+				hardwarePrefetch(func() { gemvI2SZNamed(1, "gemvI2ST1AVX512HW") })
+				gemvI2SRowZNamed(1, "gemvI2SRowT1AVX512")
 			}
 			gemvInt1Z(T)
 			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
@@ -460,7 +478,15 @@ func flat2(a [][2]VecPhysical) []VecPhysical {
 func gemvName(f string, T int, isa string) string { return fmt.Sprintf("gemv%sT%d%s", f, T, isa) }
 
 func gemvDoc(name, generic string, T int) string {
-	return fmt.Sprintf("%s is the GEMV of one row block for %d token(s) (see gemvArgs); %s is its reference.", name, T, generic)
+	return fmt.Sprintf("%s is the GEMV of one row block for %d token(s) (see gemvArgs); %s is its reference.", name, T, generic) + hwDoc()
+}
+
+// hwDoc is what a kernel's doc says of its prefetch when hardwarePrefetch writes it.
+func hwDoc() string {
+	if softPrefetch {
+		return ""
+	}
+	return " It does not prefetch its weight stream in software (see kernels.Tuning)."
 }
 
 // gemvInt2Pair (T <= 2): 64 bytes (two 4-input units) per step. A vpermb pairs the two
@@ -846,7 +872,11 @@ func gemvI2SZ(T int) {
 		gemvI2SRowZ(T)
 		return
 	}
-	name := gemvName("I2S", T, "AVX512")
+	gemvI2SZNamed(T, gemvName("I2S", T, "AVX512"))
+}
+
+// gemvI2SZNamed writes gemvI2SZ's kernel for T = 1 or 2 as function name.
+func gemvI2SZNamed(T int, name string) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
@@ -921,8 +951,13 @@ func gemvI2SZ(T int) {
 // sit on the prefetch instructions and the first weight load: the stream stalls there, and
 // how far it overlaps the arithmetic turned on the loop's instructions and their placement
 // more than on the vector pipes' load (why, this guest's missing counters do not tell).
-func gemvI2SRowZ(T int) {
-	name := gemvName("I2S", T, "AVX512")
+func gemvI2SRowZ(T int) { gemvI2SRowZNamed(T, gemvName("I2S", T, "AVX512")) }
+
+// gemvI2SRowZNamed writes gemvI2SRowZ's kernel for T tokens as function name. For one
+// token it is gemvI2SRowT1AVX512, the one-token kernel for a long K where kernels.Tuning
+// picks it (the vector pipes spare at one token, what counts is that its activations come
+// as two 64-byte loads a block, and its prefetch distances from the driver).
+func gemvI2SRowZNamed(T int, name string) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)

@@ -1,0 +1,130 @@
+package kernels
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// Tuning is a set of kernel choices that depend on the CPU's memory system and cores more
+// than on its instruction set: two CPUs with the same AVX-512 features can want different
+// prefetching, or a different kernel for the same format, to read their weights at the
+// memory's rate. Every choice gives the same results (the kernels are bit for bit the
+// reference); only their speed differs. The tuning is detected once at start and can be
+// forced with BITD_TUNING=default|zen4 (a bad value is reported and ignored).
+type Tuning int32
+
+const (
+	// TuningDefault is the kernels as measured on Intel Xeons (Emerald Rapids, and a 2-vCPU
+	// guest with a 480 MiB L3): every GEMV prefetches its weight stream in software at two
+	// levels (into L2 far ahead, into L1 near), one-token i2s on a long K takes two row
+	// quads a pass (gemvI2SLongT1AVX512), one-token tl1 looks its pair sums up.
+	TuningDefault Tuning = iota
+	// TuningZen4 is for AMD Zen 4 (family 19h with AVX-512: 32 KiB L1d, 1 MiB L2, one core
+	// reading 32-34 GB/s from DRAM in a 2-vCPU EPYC guest). There, from DRAM at one
+	// thread (the 8B shapes and 2560x2560, `bitd bench`, two rounds per build):
+	//   - the one-token bf16 and f32 GEMVs and the one-token i2s GEMV (K below i2sLongK)
+	//     read 93-103% of the roofline with no software prefetch, 67-84% with the two-level
+	//     one, which the hardware's stream prefetchers then trail: they run their ...HW
+	//     variants (two tokens and more keep the prefetch: bf16 with two tokens 85-103 with
+	//     it, 80-90 without);
+	//   - one-token i2s on a long K takes the row kernel of three and four tokens
+	//     (gemvI2SRowT1AVX512: activations as two 64-byte loads a block, the driver's
+	//     prefetch distances, parts of K beyond i2sPartBytes): 83-90% on 4096x14336, where
+	//     two quads a pass read 61-69 and one quad a pass 51-62 with or without prefetch;
+	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
+	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there).
+	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
+	// 63-75% instead of 91-95.
+	TuningZen4
+	numTunings
+)
+
+var tuningNames = [numTunings]string{"default", "zen4"}
+
+func (t Tuning) String() string {
+	if t >= 0 && t < numTunings {
+		return tuningNames[t]
+	}
+	return fmt.Sprintf("tuning(%d)", int(t))
+}
+
+// ParseTuning reads a tuning's name ("default", "zen4").
+func ParseTuning(s string) (Tuning, error) {
+	for i, n := range tuningNames {
+		if strings.EqualFold(strings.TrimSpace(s), n) {
+			return Tuning(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown kernel tuning %q (want one of %s)", s, strings.Join(tuningNames[:], ", "))
+}
+
+// hwOne: the one-token float and i2s GEMVs run their variants without software prefetch
+// (fmtOps.oneHW).
+func (t Tuning) hwOne() bool { return t == TuningZen4 }
+
+// i2sLongRow: one-token i2s on a long K runs the row kernel (fmtOps.gemvRow1) instead of
+// two row quads a pass (fmtOps.gemvLong1).
+func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
+
+// tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
+// (fmtOps.lutOne).
+func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
+
+// Changes lists what t changes against the default, for `bitd info`.
+func (t Tuning) Changes() []string {
+	var c []string
+	if t.hwOne() {
+		c = append(c, "one-token bf16, f32 and i2s (K < 8192) GEMVs without software prefetch")
+	}
+	if t.i2sLongRow() {
+		c = append(c, "one-token i2s with K >= 8192 on the row kernel of three and four tokens")
+	}
+	if t.tl1Multiply() {
+		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")
+	}
+	return c
+}
+
+var (
+	tuning    atomic.Int32
+	tuningWhy string
+)
+
+func init() {
+	t, why := detectTuning()
+	if v, ok := os.LookupEnv("BITD_TUNING"); ok && v != "" {
+		if f, err := ParseTuning(v); err != nil {
+			slog.Warn("ignoring environment variable", "name", "BITD_TUNING", "value", v, "err", err)
+		} else {
+			t, why = f, "BITD_TUNING="+v
+		}
+	}
+	tuning.Store(int32(t))
+	tuningWhy = why
+}
+
+// detectTuning picks the tuning for this CPU and says why.
+func detectTuning() (Tuning, string) {
+	c := cpuid.CPU
+	if c.VendorID == cpuid.AMD && c.Family == 0x19 && zmmCPU() {
+		return TuningZen4, "AMD family 19h with AVX-512 (Zen 4)"
+	}
+	return TuningDefault, fmt.Sprintf("%s family %xh: no measured tuning of its own", c.VendorString, c.Family)
+}
+
+// CurrentTuning is the tuning the kernels run with, and why it was chosen.
+func CurrentTuning() (Tuning, string) { return Tuning(tuning.Load()), tuningWhy }
+
+func currentTuning() Tuning { return Tuning(tuning.Load()) }
+
+// SetTuning makes the kernels run with t until restore is called (tests, benchmarks). It
+// must not change while calls run: a call's Prepare and Run read it separately.
+func SetTuning(t Tuning) (restore func()) {
+	old := tuning.Swap(int32(t))
+	return func() { tuning.Store(old) }
+}

@@ -1,0 +1,102 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+func TestParseTuning(t *testing.T) {
+	for i := Tuning(0); i < numTunings; i++ {
+		got, err := ParseTuning(" " + i.String() + " ")
+		if err != nil || got != i {
+			t.Errorf("ParseTuning(%q) = %v, %v", i.String(), got, err)
+		}
+	}
+	if _, err := ParseTuning("zen5"); err == nil {
+		t.Error("ParseTuning accepted an unknown name")
+	}
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 3 {
+		t.Errorf("Changes: default %q, zen4 %q", TuningDefault.Changes(), TuningZen4.Changes())
+	}
+}
+
+// TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
+// float kernel for bf16 and f32, the lookup or multiplying kernel for tl1) are the ones
+// that run, and every kernel of those formats gives the reference's outputs bit for bit,
+// over ragged shapes, a K just below and at i2sLongK, a long one, one beyond i2sPartBytes
+// (parts of K for the row kernel), and activation groups (segments), beside two and five
+// tokens on the same layers.
+func TestTunings(t *testing.T) {
+	var ks []*simdKernel
+	for _, k := range asmKernels() {
+		switch k.format {
+		case quantcfg.I2S, quantcfg.TL1, quantcfg.BF16, quantcfg.F32:
+			ks = append(ks, k)
+		}
+	}
+	if ISAAvailable(ISAAVX512) {
+		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.BF16} {
+			k := newSIMDKernel(ISAAVX512, f, genericOps(f, true), false)
+			k.name = "generic/" + string(f)
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no assembly kernel runs here")
+	}
+	defer SetTuning(currentTuning())
+	for tn := Tuning(0); tn < numTunings; tn++ {
+		SetTuning(tn)
+		zen4 := tn == TuningZen4
+		rng := rand.New(rand.NewPCG(uint64(tn), 77))
+		for _, k := range ks {
+			name := tn.String() + "/" + k.Name()
+			// the same kernel with each one-token function counted as it runs
+			ran := map[string]int{}
+			count := func(what string, f func(*byte)) func(*byte) {
+				if f == nil {
+					return nil
+				}
+				return func(p *byte) { ran[what]++; f(p) }
+			}
+			o := *k.ops
+			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
+			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
+			o.oneHW, o.lutOne = count("hw", o.oneHW), count("lookup", o.lutOne)
+			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
+			kk.name = k.name
+			wants := map[int]string{} // by K: which one-token kernel runs
+			switch {
+			case k.format == quantcfg.I2S && k.isa == ISAAVX512:
+				wants = map[int]string{2560: "gemv", i2sLongK - 200: "gemv", i2sLongK + 1: "long", 33000: "long"}
+				if zen4 {
+					wants = map[int]string{2560: "hw", i2sLongK - 200: "hw", i2sLongK + 1: "row", 33000: "row"}
+				}
+			case k.format.IsFloat() && k.isa == ISAAVX512:
+				wants = map[int]string{300: "float", 4100: "float"}
+				if zen4 {
+					wants = map[int]string{300: "hw", 4100: "hw"}
+				}
+			case k.format == quantcfg.TL1 && k.ops.lutOne != nil:
+				wants = map[int]string{300: "lookup", 4100: "lookup"}
+				if zen4 {
+					wants = map[int]string{300: "lut", 4100: "lut"}
+				}
+			}
+			for kp, want := range wants {
+				clear(ran)
+				checkShapes(t, name, kk, rng, [][2]int{{40, kp}}, 1, []int{1}, false)
+				if len(ran) != 1 || ran[want] == 0 {
+					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
+				}
+			}
+			shapes := [][2]int{{33, 300}, {70, 2560}, {40, i2sLongK - 200}, {33, i2sLongK + 1}, {40, 14336}, {35, 33000}}
+			if k.format != quantcfg.I2S {
+				shapes = [][2]int{{33, 300}, {70, 2560}, {40, 4100}}
+			}
+			checkShapes(t, name, kk, rng, shapes, 1<<30, []int{1, 2, 5}, false)
+		}
+	}
+}
