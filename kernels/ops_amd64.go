@@ -73,7 +73,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			// 2560x2560, at two 2-9% less for n = 7 and 8 and within the noise for 5 and
 			// 6; n = 8-63 on the 8B shapes 9-14% less at one and two threads.
 			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
-			o.gemvLong1, o.gemvRow1, o.oneHW = gemvI2SLongT1AVX512, gemvI2SRowT1AVX512, gemvI2ST1AVX512HW
+			o.gemvLong1, o.gemvRow1, o.oneTuned = gemvI2SLongT1AVX512, gemvI2SRowT1AVX512, gemvI2ST1AVX512HW
 			o.kstep = 128
 			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ
 		case quantcfg.Int8:
@@ -94,12 +94,12 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
 				floatBF16T5AVX512, floatBF16T6AVX512, floatBF16T7AVX512, floatBF16T8AVX512, floatBF16T9AVX512,
 				floatBF16T10AVX512, floatBF16T11AVX512, floatBF16T12AVX512}
-			o.floatT, o.oneHW = maxTileT, floatBF16T1AVX512HW
+			o.floatT, o.oneTuned = maxTileT, floatBF16T1AVX512HW
 		case quantcfg.F32:
 			o.float = [maxTileT + 1]func(*byte){nil, floatF32T1AVX512, floatF32T2AVX512, floatF32T3AVX512, floatF32T4AVX512,
 				floatF32T5AVX512, floatF32T6AVX512, floatF32T7AVX512, floatF32T8AVX512, floatF32T9AVX512,
 				floatF32T10AVX512, floatF32T11AVX512, floatF32T12AVX512}
-			o.floatT, o.oneHW = maxTileT, floatF32T1AVX512HW
+			o.floatT, o.oneTuned = maxTileT, floatF32T1AVX512HW
 		default:
 			return nil
 		}

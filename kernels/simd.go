@@ -84,9 +84,10 @@ type fmtOps struct {
 	// gemvRow1: i2s, the one-token row kernel (as gemv[3] and gemv[4]: it takes parts) in
 	// place of gemvLong1 where the tuning says so (Tuning.i2sLongRow).
 	gemvRow1 func(*byte)
-	// oneHW: the one-token GEMV (i2s, K below i2sLongK) or float kernel without software
-	// prefetch, in place of gemv[1] or float[1] where the tuning says so (Tuning.hwOne).
-	oneHW func(*byte)
+	// oneTuned: a one-token kernel that prefetches differently (none in software), in
+	// place of gemv[1] (i2s, K below i2sLongK) or float[1] (bf16, f32) where the tuning
+	// says so (Tuning.tunedOne).
+	oneTuned func(*byte)
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
@@ -262,8 +263,8 @@ func (k *simdKernel) gemvOne(l *Layer, gemv *[maxGemvT + 1]func(*byte)) (func(*b
 		return k.ops.gemvRow1, true
 	case k.longK(l):
 		return k.ops.gemvLong1, false
-	case t.hwOne() && k.ops.oneHW != nil:
-		return k.ops.oneHW, k.ops.parts[1]
+	case t.tunedOne() && k.ops.oneTuned != nil:
+		return k.ops.oneTuned, k.ops.parts[1]
 	}
 	return gemv[1], k.ops.parts[1]
 }
@@ -1603,8 +1604,8 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		xt = unsafe.Pointer(&s[0])
 	}
 	one := k.ops.float[1]
-	if currentTuning().hwOne() && k.ops.oneHW != nil {
-		one = k.ops.oneHW
+	if currentTuning().tunedOne() && k.ops.oneTuned != nil {
+		one = k.ops.oneTuned
 	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock

@@ -77,12 +77,12 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.gemv[T] = func(p *byte) { g((*gemvArgs)(unsafe.Pointer(p)), T) }
 		}
 	}
-	if z && (f == quantcfg.I2S || f.IsFloat()) { // as the zmm kernels: the tunings' one-token variants
-		o.oneHW = o.gemv[1]
-		if f.IsFloat() {
-			o.oneHW = o.float[1]
-		} else {
-			o.gemvLong1, o.gemvRow1 = o.gemv[1], o.gemv[1]
+	if z { // as the zmm kernels: the tunings' one-token variants
+		switch {
+		case f == quantcfg.I2S:
+			o.oneTuned, o.gemvLong1, o.gemvRow1 = o.gemv[1], o.gemv[1], o.gemv[1]
+		case f.IsFloat():
+			o.oneTuned = o.float[1]
 		}
 	}
 	if f == quantcfg.Int2 && z { // as the zmm kernels: table-free from three tokens on
@@ -792,11 +792,20 @@ func TestLUTKernelsGroupsInRuns(t *testing.T) {
 // write barrier, and the one-token tl2 kernel used to advance BX past the activations'
 // object it builds tables from, which made the garbage collector find a pointer to a free
 // object and stop `bitd bench -model` about one run in eight. The shapes have several chunks,
-// so that kernel builds the next chunk's tables inline, and the test checks it did.
+// so that kernel builds the next chunk's tables inline, and the test checks it did. Under
+// every tuning, so that the one-token variants (fmtOps.oneTuned) run too.
 func TestLUTKernelsKeepArgPointers(t *testing.T) {
 	smallParts(t)
 	rng := rand.New(rand.NewPCG(31, 31))
 	shapes := [][2]int{{33, 26 * TL2Block}, {70, 1203}, {64, 40*TL2Block + 44}}
+	defer SetTuning(currentTuning())
+	for tn := Tuning(0); tn < numTunings; tn++ {
+		SetTuning(tn)
+		testLUTKernelsKeepArgPointers(t, rng, shapes)
+	}
+}
+
+func testLUTKernelsKeepArgPointers(t *testing.T, rng *rand.Rand, shapes [][2]int) {
 	for _, k := range asmKernels() {
 		if k.ops.lut[1] == nil {
 			continue
@@ -829,7 +838,7 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 		for T := 1; T <= maxGemvT; T++ {
 			ops.lut[T] = check(T, k.ops.lut[T])
 		}
-		ops.lutOne = check(1, k.ops.lutOne)
+		ops.lutOne, ops.oneTuned = check(1, k.ops.lutOne), check(1, k.ops.oneTuned)
 		kk := *k
 		kk.ops = &ops
 		checkShapes(t, k.Name(), &kk, rng, shapes, 2, []int{1, 2, 3}, false)

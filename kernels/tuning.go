@@ -26,20 +26,23 @@ const (
 	TuningDefault Tuning = iota
 	// TuningZen4 is for AMD Zen 4 (family 19h with AVX-512: 32 KiB L1d, 1 MiB L2, one core
 	// reading 32-34 GB/s from DRAM in a 2-vCPU EPYC guest). There, from DRAM at one
-	// thread (the 8B shapes and 2560x2560, `bitd bench`, two rounds per build):
-	//   - the one-token bf16 and f32 GEMVs and the one-token i2s GEMV (K below i2sLongK)
-	//     read 93-103% of the roofline with no software prefetch, 67-84% with the two-level
-	//     one, which the hardware's stream prefetchers then trail: they run their ...HW
-	//     variants (two tokens and more keep the prefetch: bf16 with two tokens 85-103 with
-	//     it, 80-90 without);
+	// thread (the 8B shapes and 2560x2560, `bitd bench`, two or three rounds per build):
+	//   - the one-token bf16 and i2s GEMVs (i2s: K below i2sLongK) read 93-103% of the
+	//     roofline with no software prefetch, 67-84% with the two-level one, which the
+	//     hardware's stream prefetchers then trail: they run their ...HW variants (f32,
+	//     two lines an input, read 99-101% either way and takes its HW variant too; two
+	//     tokens and more keep the prefetch: bf16 with two tokens 85-103 with it, 80-90
+	//     without);
 	//   - one-token i2s on a long K takes the row kernel of three and four tokens
 	//     (gemvI2SRowT1AVX512: activations as two 64-byte loads a block, the driver's
 	//     prefetch distances, parts of K beyond i2sPartBytes): 83-90% on 4096x14336, where
 	//     two quads a pass read 61-69 and one quad a pass 51-62 with or without prefetch;
 	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
-	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there).
+	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
-	// 63-75% instead of 91-95.
+	// 63-75% instead of 91-95. (tl2 runs 31-34 GB/s from L3 there, about the memory's
+	// rate, so its lookups bound it; prefetching into L1 only, or not at all, moved it by
+	// less than builds that differ only in code placement do: 58-67% against 55-70.)
 	TuningZen4
 	numTunings
 )
@@ -63,9 +66,9 @@ func ParseTuning(s string) (Tuning, error) {
 	return 0, fmt.Errorf("unknown kernel tuning %q (want one of %s)", s, strings.Join(tuningNames[:], ", "))
 }
 
-// hwOne: the one-token float and i2s GEMVs run their variants without software prefetch
-// (fmtOps.oneHW).
-func (t Tuning) hwOne() bool { return t == TuningZen4 }
+// tunedOne: the one-token float and i2s GEMVs run their variants without software
+// prefetch (fmtOps.oneTuned).
+func (t Tuning) tunedOne() bool { return t == TuningZen4 }
 
 // i2sLongRow: one-token i2s on a long K runs the row kernel (fmtOps.gemvRow1) instead of
 // two row quads a pass (fmtOps.gemvLong1).
@@ -78,7 +81,7 @@ func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 // Changes lists what t changes against the default, for `bitd info`.
 func (t Tuning) Changes() []string {
 	var c []string
-	if t.hwOne() {
+	if t.tunedOne() {
 		c = append(c, "one-token bf16, f32 and i2s (K < 8192) GEMVs without software prefetch")
 	}
 	if t.i2sLongRow() {

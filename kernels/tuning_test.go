@@ -23,7 +23,8 @@ func TestParseTuning(t *testing.T) {
 }
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
-// float kernel for bf16 and f32, the lookup or multiplying kernel for tl1) are the ones
+// float kernel for bf16 and f32, the lookup or multiplying kernel for tl1; tl2 keeps its
+// own) are the ones
 // that run, and every kernel of those formats gives the reference's outputs bit for bit,
 // over ragged shapes, a K just below and at i2sLongK, a long one, one beyond i2sPartBytes
 // (parts of K for the row kernel), and activation groups (segments), beside two and five
@@ -32,7 +33,7 @@ func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
 		switch k.format {
-		case quantcfg.I2S, quantcfg.TL1, quantcfg.BF16, quantcfg.F32:
+		case quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
 			ks = append(ks, k)
 		}
 	}
@@ -64,7 +65,7 @@ func TestTunings(t *testing.T) {
 			o := *k.ops
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
-			o.oneHW, o.lutOne = count("hw", o.oneHW), count("lookup", o.lutOne)
+			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
 			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
 			kk.name = k.name
 			wants := map[int]string{} // by K: which one-token kernel runs
@@ -72,13 +73,15 @@ func TestTunings(t *testing.T) {
 			case k.format == quantcfg.I2S && k.isa == ISAAVX512:
 				wants = map[int]string{2560: "gemv", i2sLongK - 200: "gemv", i2sLongK + 1: "long", 33000: "long"}
 				if zen4 {
-					wants = map[int]string{2560: "hw", i2sLongK - 200: "hw", i2sLongK + 1: "row", 33000: "row"}
+					wants = map[int]string{2560: "tuned", i2sLongK - 200: "tuned", i2sLongK + 1: "row", 33000: "row"}
 				}
 			case k.format.IsFloat() && k.isa == ISAAVX512:
 				wants = map[int]string{300: "float", 4100: "float"}
 				if zen4 {
-					wants = map[int]string{300: "hw", 4100: "hw"}
+					wants = map[int]string{300: "tuned", 4100: "tuned"}
 				}
+			case k.format == quantcfg.TL2 && k.isa == ISAAVX512:
+				wants = map[int]string{300: "lut", 4100: "lut"}
 			case k.format == quantcfg.TL1 && k.ops.lutOne != nil:
 				wants = map[int]string{300: "lookup", 4100: "lookup"}
 				if zen4 {
