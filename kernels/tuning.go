@@ -128,6 +128,10 @@ func currentTuning() Tuning { return Tuning(tuning.Load()) }
 // SetTuning makes the kernels run with t until restore is called (tests, benchmarks). It
 // must not change while calls run: a call's Prepare and Run read it separately.
 func SetTuning(t Tuning) (restore func()) {
-	old := tuning.Swap(int32(t))
-	return func() { tuning.Store(old) }
+	old := SwitchTuning(t)
+	return func() { SwitchTuning(old) }
 }
+
+// SwitchTuning is SetTuning returning the tuning it replaced instead of a restore function
+// (it allocates nothing: a benchmark switches per call).
+func SwitchTuning(t Tuning) (old Tuning) { return Tuning(tuning.Swap(int32(t))) }

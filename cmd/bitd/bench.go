@@ -38,6 +38,9 @@ type benchOpts struct {
 	shapes  []kbench.Shape
 	threads []int
 	ns      []int
+	// tunings are the kernel tunings the GEMVs run under, measured in the same rounds
+	// (--tuning; nil: the current one only).
+	tunings []kernels.Tuning
 	// formatsSet and threadsSet tell whether --format and --threads were given.
 	formatsSet, threadsSet bool
 	minBytes               int
@@ -47,13 +50,15 @@ type benchOpts struct {
 
 // benchRecord is one result line; the JSON field names are the `--json` schema.
 type benchRecord struct {
-	Op          string  `json:"op"`
-	Format      string  `json:"format"`
-	M           int     `json:"m"`
-	K           int     `json:"k"`
-	N           int     `json:"n"`
-	Threads     int     `json:"threads"`
-	Impl        string  `json:"impl"`
+	Op      string `json:"op"`
+	Format  string `json:"format"`
+	M       int    `json:"m"`
+	K       int    `json:"k"`
+	N       int    `json:"n"`
+	Threads int    `json:"threads"`
+	Impl    string `json:"impl"`
+	// Tuning is the kernels' tuning the record ran under (kernels.Tuning).
+	Tuning      string  `json:"tuning,omitempty"`
 	GBps        float64 `json:"gbps"`
 	RooflinePct float64 `json:"roofline_pct"`
 	// GEMV records: the read rate roofline_pct is measured against (the machine's buffer read
@@ -83,6 +88,9 @@ type benchRecord struct {
 	// The read computes nothing: what a GEMV loses beyond it is the kernel's, not the
 	// memory's (a short call's cost to the memory system is in both).
 	VsReadPct float64 `json:"vs_read_pct,omitempty"`
+	// GEMV records, with --tuning of several tunings: the first listed tuning's time over
+	// this record's (the same format, shape, n and threads), paired round by round.
+	SpeedupVsTuning float64 `json:"speedup_vs_tuning,omitempty"`
 	// Prefill records, and GEMVs of the multiply formats (i2s, int2, int1, int8) at n >= 2 on
 	// the path of the peak loop, where the multiply-adds can bind instead of the memory:
 	// 2*m*k*n operations per call against the int8 peak measured in the same run (machine
@@ -196,6 +204,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
+	tunings := fs.String("tuning", "", "comma-separated kernel tunings to run the GEMVs under, measured in the same rounds (default: this CPU's, as bitd info shows; names: default, zen4); records carry speedup_vs_tuning, the first one's time over theirs")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth (the fastest of its read loops), then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
@@ -262,6 +271,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	}
 	if o.ns, err = intList(*ns, 1, 64); err != nil || o.ns == nil {
 		return o, fmt.Errorf("bench: --n: %v (want token counts in [1, 64], like 1,4)", err)
+	}
+	if *tunings != "" {
+		if o.model != "" {
+			return o, fmt.Errorf("bench: --tuning compares the GEMVs; --model %q runs under this CPU's tuning (set BITD_TUNING)", o.model)
+		}
+		for _, v := range strings.Split(*tunings, ",") {
+			tn, err := kernels.ParseTuning(v)
+			if err != nil {
+				return o, fmt.Errorf("bench: --tuning: %w", err)
+			}
+			o.tunings = appendNew(o.tunings, tn)
+		}
 	}
 	return o, nil
 }
@@ -587,18 +608,28 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 		// (n = 4 against n = 1) are taken round by round, so drift reaches both sides alike.
 		// A format's token counts run one after another, then the next format's, in the
 		// order above.
+		// With several tunings, each GEMV runs under each of them in the same rounds.
+		tunings, tuned := o.tunings, len(o.tunings) > 0
+		if !tuned {
+			cur, _ := kernels.CurrentTuning()
+			tunings = []kernels.Tuning{cur}
+		}
+		nt := len(tunings)
 		for _, t := range o.threads {
 			p := kbench.NewPool(t)
-			rs := make([]*kbench.Runner, 0, (len(o.ns)+1)*len(sets)) // [format][n], then [format] reads
-			for _, set := range sets {
-				for _, n := range o.ns {
-					r, err := kbench.NewRunner(p, set, n, 2)
-					if err != nil {
-						p.Close()
-						free()
-						return nil, fmt.Errorf("%s %s: %w", set.Format, sh, err)
+			rs := make([]*kbench.Runner, 0, (nt*len(o.ns)+1)*len(sets)) // [tuning][format][n], then [format] reads
+			for _, tn := range tunings {
+				for _, set := range sets {
+					for _, n := range o.ns {
+						r, err := kbench.NewRunner(p, set, n, 2)
+						if err != nil {
+							p.Close()
+							free()
+							return nil, fmt.Errorf("%s %s: %w", set.Format, sh, err)
+						}
+						r.Tuning, r.Tuned = tn, tuned
+						rs = append(rs, r)
 					}
-					rs = append(rs, r)
 				}
 			}
 			if o.reads {
@@ -612,38 +643,49 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
+			was, _ := kernels.CurrentTuning()
 			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.roofline(t, o.cache).loop}, o.rounds, o.minTime)
+			kernels.SwitchTuning(was)
 			p.Close()
-			at := func(ni, i int) kbench.Timing { return tms[i*len(o.ns)+ni] }
-			readAt := func(i int) kbench.Timing { return tms[len(sets)*len(o.ns)+i] }
-			for ni, n := range o.ns {
-				for i, set := range sets {
-					f, tm := set.Format, at(ni, i)
-					rec := timedRecord(op, set, n, t, tm)
-					rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
-					more := ""
-					if one >= 0 && n != 1 {
-						rec.TimeVsN1 = kbench.RoundRatio(tm, at(one, i))
-						more = fmt.Sprintf("  %.2fx the n=1 time", rec.TimeVsN1)
+			perTuning := len(sets) * len(o.ns)
+			atT := func(ti, ni, i int) kbench.Timing { return tms[ti*perTuning+i*len(o.ns)+ni] }
+			readAt := func(i int) kbench.Timing { return tms[nt*perTuning+i] }
+			for ti, tn := range tunings {
+				at := func(ni, i int) kbench.Timing { return atT(ti, ni, i) }
+				for ni, n := range o.ns {
+					for i, set := range sets {
+						f, tm := set.Format, at(ni, i)
+						rec := timedRecord(op, set, n, t, tm)
+						rec.Tuning = tn.String()
+						rec.SpeedupVsBF16 = kbench.RoundRatio(at(ni, bf16), tm)
+						more := ""
+						if one >= 0 && n != 1 {
+							rec.TimeVsN1 = kbench.RoundRatio(tm, at(one, i))
+							more = fmt.Sprintf("  %.2fx the n=1 time", rec.TimeVsN1)
+						}
+						if i2s >= 0 && f.IsTernary() && f != quantcfg.I2S {
+							rec.SpeedupVsI2S = kbench.RoundRatio(at(ni, i2s), tm)
+							more += fmt.Sprintf("  x%.3f vs i2s", rec.SpeedupVsI2S)
+						}
+						if o.reads {
+							rec.VsReadPct = 100 * kbench.RoundRatio(readAt(i), tm)
+							more += fmt.Sprintf("  %.0f%% of a read of the same calls", rec.VsReadPct)
+						}
+						if nt > 1 {
+							rec.SpeedupVsTuning = kbench.RoundRatio(atT(0, ni, i), tm)
+							more += fmt.Sprintf("  tuning %s: x%.3f vs %s", tn, rec.SpeedupVsTuning, tunings[0])
+						}
+						if peakBound(f, n, tm.Impl) {
+							rec.againstPeak(e.int8Peak(t))
+							more += fmt.Sprintf("  %.0f%% of the int8 peak", rec.Int8PeakPct)
+						}
+						if 2*rec.RooflineRounds < rec.Rounds {
+							more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
+						}
+						recs = append(recs, rec)
+						fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",
+							f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, rec.SpeedupVsBF16, more)
 					}
-					if i2s >= 0 && f.IsTernary() && f != quantcfg.I2S {
-						rec.SpeedupVsI2S = kbench.RoundRatio(at(ni, i2s), tm)
-						more += fmt.Sprintf("  x%.3f vs i2s", rec.SpeedupVsI2S)
-					}
-					if o.reads {
-						rec.VsReadPct = 100 * kbench.RoundRatio(readAt(i), tm)
-						more += fmt.Sprintf("  %.0f%% of a read of the same calls", rec.VsReadPct)
-					}
-					if peakBound(f, n, tm.Impl) {
-						rec.againstPeak(e.int8Peak(t))
-						more += fmt.Sprintf("  %.0f%% of the int8 peak", rec.Int8PeakPct)
-					}
-					if 2*rec.RooflineRounds < rec.Rounds {
-						more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
-					}
-					recs = append(recs, rec)
-					fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",
-						f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, rec.SpeedupVsBF16, more)
 				}
 			}
 			if o.reads {
@@ -653,7 +695,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					tm := readAt(i)
 					rec := timedRecord(op+"_read", set, 1, t, tm)
 					if one >= 0 {
-						rec.SpeedupVsBF16 = kbench.RoundRatio(at(one, bf16), tm)
+						rec.SpeedupVsBF16 = kbench.RoundRatio(atT(0, one, bf16), tm)
 					}
 					recs = append(recs, rec)
 					fmt.Fprintf(e.log, "%-5s %-10s read t=%d %7.1f GB/s %5.0f%% of %.1f %10.0f ns\n",
@@ -730,8 +772,19 @@ func printTable(w io.Writer, rep benchReport) {
 	m := rep.Machine
 	fmt.Fprintf(w, "cpu %s, %d threads, kernel tuning %s\nread bandwidth: DRAM %.1f GB/s (1 thread), %.1f GB/s (%d threads); L3-resident %.1f GB/s\n\n",
 		m.CPU, m.Threads, m.Tuning, m.ReadGBps.DRAM1T, m.ReadGBps.DRAMAll, m.Threads, m.ReadGBps.L3All)
-	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-18s %8s %6s %12s %8s %6s %6s %6s %6s\n", "op", "format", "shape", "n", "thr", "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%")
+	// With several tunings (--tuning) each GEMV's impl names its tuning, and a last column
+	// gives its speed-up over the first tuning's.
+	tunings := slices.ContainsFunc(rep.Results, func(r benchRecord) bool { return r.SpeedupVsTuning > 0 })
+	implW, head := 18, ""
+	if tunings {
+		implW, head = 26, "  vs tuning"
+	}
+	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-*s %8s %6s %12s %8s %6s %6s %6s %6s%s\n", "op", "format", "shape", "n", "thr", implW, "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%", head)
 	for _, r := range rep.Results {
+		impl, vtun := r.Impl, ""
+		if tunings && r.SpeedupVsTuning > 0 {
+			impl, vtun = r.Impl+"@"+r.Tuning, fmt.Sprintf("  %9.3f", r.SpeedupVsTuning)
+		}
 		n1, vi2s, vread, vnni := "", "", "", ""
 		if r.TimeVsN1 > 0 {
 			n1 = fmt.Sprintf("%.2f", r.TimeVsN1)
@@ -745,7 +798,10 @@ func printTable(w io.Writer, rep benchReport) {
 		if r.Int8PeakPct > 0 {
 			vnni = fmt.Sprintf("%6.1f", r.Int8PeakPct)
 		}
-		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-18s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, r.Impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni)
+		if vnni == "" && vtun != "" {
+			vnni = "      "
+		}
+		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %s%s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, vtun)
 	}
 }
 

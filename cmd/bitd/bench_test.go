@@ -26,6 +26,8 @@ func TestBenchFlags(t *testing.T) {
 		// checked before the minutes of measuring, not after them
 		{[]string{"--plot", "/nonexistent-dir/r.svg"}, "--plot /nonexistent-dir/r.svg: open /nonexistent-dir/.r.svg."},
 		{[]string{"--model", "bitnet-2b", "--plot", "r.svg"}, "--plot draws the GEMV records"},
+		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4)`},
+		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(append([]string{"bench"}, c.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
@@ -83,6 +85,9 @@ func TestBenchJSON(t *testing.T) {
 		}
 		if r["ns_per_op"].(float64) <= 0 {
 			t.Errorf("bad record %v", r)
+		}
+		if tn, _ := kernels.CurrentTuning(); r["tuning"] != nil && r["tuning"] != tn.String() || r["op"] == "gemv_cache" && r["tuning"] == nil || r["speedup_vs_tuning"] != nil {
+			t.Errorf("tuning %v, speedup_vs_tuning %v, want %s and none: %v", r["tuning"], r["speedup_vs_tuning"], tn, r)
 		}
 		if r["op"] == "gemv_cache_read" {
 			// a plain read of the format's weights in the same calls: one token, no ratios but
@@ -162,6 +167,54 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if st, err := os.Stat(plot); err != nil || st.Mode().Perm() != 0o644 {
 		t.Errorf("plot mode: %v %v", st, err)
+	}
+}
+
+// TestBenchTunings: --tuning runs every GEMV under each tuning named (once each, in the
+// order given), each record names its tuning and carries the first one's time over its
+// own, the ratios between formats and token counts stay within a tuning, and the tuning
+// the kernels run with afterwards is the one before.
+func TestBenchTunings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	before, _ := kernels.CurrentTuning()
+	var out, stderr bytes.Buffer
+	code := run([]string{"bench", "--json", "--cache", "--format", "i2s", "--shape", "64x256", "--threads", "1", "--n", "1,2", "--tuning", "zen4,default,zen4"}, &out, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if now, _ := kernels.CurrentTuning(); now != before {
+		t.Errorf("the bench left the kernels on tuning %s, was %s", now, before)
+	}
+	var rep struct {
+		Machine struct{ Tuning string }
+		Results []benchRecord
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if rep.Machine.Tuning != before.String() {
+		t.Errorf("machine tuning %q, want %q", rep.Machine.Tuning, before)
+	}
+	seen := map[string]int{}
+	for _, r := range rep.Results {
+		key := fmt.Sprintf("%s n=%d %s", r.Format, r.N, r.Tuning)
+		seen[key]++
+		if r.Tuning == "zen4" && r.SpeedupVsTuning != 1 || r.Tuning == "default" && r.SpeedupVsTuning <= 0 {
+			t.Errorf("%s: speedup_vs_tuning %v (the first tuning's time over its own)", key, r.SpeedupVsTuning)
+		}
+		if r.Format == "bf16" && r.SpeedupVsBF16 != 1 || r.N == 2 && r.TimeVsN1 <= 0 {
+			t.Errorf("%s: ratios across tunings: vs bf16 %v, vs n1 %v", key, r.SpeedupVsBF16, r.TimeVsN1)
+		}
+	}
+	if len(rep.Results) != 8 || len(seen) != 8 {
+		t.Errorf("records %v, want i2s and bf16 at n = 1 and 2 under zen4 and default, once each", seen)
+	}
+	var table bytes.Buffer
+	printTable(&table, benchReport{Results: rep.Results})
+	if !strings.Contains(table.String(), "avx512vnni/i2s@default") && kernels.ISAAvailable(kernels.ISAAVX512) || !strings.Contains(table.String(), "vs tuning") {
+		t.Errorf("the table does not name the tunings:\n%s", table.String())
 	}
 }
 

@@ -131,9 +131,14 @@ type Runner struct {
 	Pool *Pool
 	Set  *Set
 	N    int
-	k    kernels.Kernel
-	acts kernels.Acts
-	out  []float32
+	// Tuning, when Tuned, is the kernels' tuning every call of this runner switches to
+	// (kernels.SwitchTuning), so runners of several tunings can be measured in the same
+	// rounds (`bitd bench --tuning`). The caller restores the tuning afterwards.
+	Tuning kernels.Tuning
+	Tuned  bool
+	k      kernels.Kernel
+	acts   kernels.Acts
+	out    []float32
 	// The split in flight (units, fn) and the functions that run it, made once: a closure
 	// made per call would cost an allocation, and the worker a read of memory the caller
 	// has only just written.
@@ -192,6 +197,9 @@ func (r *Runner) Impl() string {
 
 // Call runs layer i once (Prepare, then the row blocks split over the pool).
 func (r *Runner) Call(i int) {
+	if r.Tuned {
+		kernels.SwitchTuning(r.Tuning)
+	}
 	l := r.Set.Layers[i%len(r.Set.Layers)]
 	r.k.Prepare(l, &r.acts)
 	kernels.RunSplit(r.k, l, &r.acts, r.out, r.Pool.Threads(), r.splitter)
