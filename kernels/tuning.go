@@ -41,8 +41,11 @@ const (
 	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95. (tl2 runs 31-34 GB/s from L3 there, about the memory's
-	// rate, so its lookups bound it; prefetching into L1 only, or not at all, moved it by
-	// less than builds that differ only in code placement do: 58-67% against 55-70.)
+	// rate, so its lookups bound it. From DRAM one token read 40-94% of the roofline with
+	// one and the same binary, depending on where the page cache put the file's pages: a
+	// drop of the page cache between runs moved it 43 -> 68 -> 49 -> 41, every other format
+	// within 2 points; smaller table chunks varied as much. Prefetching into L1 only, or not
+	// at all, moved it less than that.)
 	TuningZen4
 	numTunings
 )
