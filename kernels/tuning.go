@@ -66,8 +66,11 @@ func ParseTuning(s string) (Tuning, error) {
 			return Tuning(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown kernel tuning %q (want one of %s)", s, strings.Join(tuningNames[:], ", "))
+	return 0, fmt.Errorf("unknown kernel tuning %q (want one of %s)", s, strings.Join(TuningNames(), ", "))
 }
+
+// TuningNames lists the tunings' names, in order.
+func TuningNames() []string { return tuningNames[:] }
 
 // tunedOne: the one-token float and i2s GEMVs run their variants without software
 // prefetch (fmtOps.oneTuned).
@@ -85,10 +88,10 @@ func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, "one-token bf16, f32 and i2s (K < 8192) GEMVs without software prefetch")
+		c = append(c, fmt.Sprintf("one-token bf16, f32 and i2s (K < %d) GEMVs without software prefetch", i2sLongK))
 	}
 	if t.i2sLongRow() {
-		c = append(c, "one-token i2s with K >= 8192 on the row kernel of three and four tokens")
+		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of three and four tokens", i2sLongK))
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")

@@ -204,7 +204,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
-	tunings := fs.String("tuning", "", "comma-separated kernel tunings to run the GEMVs under, measured in the same rounds (default: this CPU's, as bitd info shows; names: default, zen4); records carry speedup_vs_tuning, the first one's time over theirs")
+	tunings := fs.String("tuning", "", "comma-separated kernel tunings to run the GEMVs under, measured in the same rounds (default: this CPU's, as bitd info shows; names: "+strings.Join(kernels.TuningNames(), ", ")+"); records carry speedup_vs_tuning, the first one's time over theirs")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth (the fastest of its read loops), then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
 		fs.PrintDefaults()
@@ -798,10 +798,7 @@ func printTable(w io.Writer, rep benchReport) {
 		if r.Int8PeakPct > 0 {
 			vnni = fmt.Sprintf("%6.1f", r.Int8PeakPct)
 		}
-		if vnni == "" && vtun != "" {
-			vnni = "      "
-		}
-		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %s%s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, vtun)
+		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %6s%s\n", r.Op, r.Format, fmt.Sprintf("%dx%d", r.M, r.K), r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, vtun)
 	}
 }
 

@@ -88,7 +88,7 @@ type tuningState struct {
 func tuningInfo() infoSection {
 	t, why := kernels.CurrentTuning()
 	v := tuningState{Tuning: t.String(), Why: why, Changes: t.Changes()}
-	text := []string{fmt.Sprintf("%s (%s; BITD_TUNING=default|zen4 forces one)", v.Tuning, v.Why)}
+	text := []string{fmt.Sprintf("%s (%s; BITD_TUNING=%s forces one)", v.Tuning, v.Why, strings.Join(kernels.TuningNames(), "|"))}
 	for _, c := range v.Changes {
 		text = append(text, "  "+c)
 	}
