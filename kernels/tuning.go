@@ -35,8 +35,13 @@ const (
 	//     without);
 	//   - one-token i2s on a long K takes the row kernel of three and four tokens
 	//     (gemvI2SRowT1AVX512: activations as two 64-byte loads a block, the driver's
-	//     prefetch distances, parts of K beyond i2sPartBytes): 83-90% on 4096x14336, where
-	//     two quads a pass read 61-69 and one quad a pass 51-62 with or without prefetch;
+	//     prefetch distances, parts of K beyond i2sPartBytes, codes taken by ands): 90-93%
+	//     on 4096x14336, where two quads a pass read 61-69 and one quad a pass 51-66 with or
+	//     without prefetch (prefetchnta 0.5-4 KiB ahead: 62-73). The one-quad kernel without
+	//     prefetch falls with K (4096x4096 to 4096x16384: 95, 91, 85, 90, 71, 64, 56), though
+	//     from L3 it still reads 36.5 GB/s at K = 14336: a DRAM stream it no longer keeps
+	//     up once activations and a quad's stream no longer share L1 (K parts of 4 and 8 KiB
+	//     for the row kernel: 64 and 82, against 83 whole at the time);
 	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
 	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read

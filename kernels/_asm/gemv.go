@@ -81,15 +81,17 @@ func prefetchAheadBy(base Register, far, off int) {
 
 // Read-only tables shared by the GEMV kernels (defined before any function).
 var (
-	pairPerm  Mem    // vpermb: dword 2r+h <- dword r of the 32-byte unit h
-	evenIdx   Mem    // vpermt2d: the even dwords of two registers
-	selHigh   Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
-	i2sGather Mem    // vpermd: dwords 0, 4, 8, 12
-	i2sRuns   [2]Mem // vgf2p8affineqb matrices: runs 0 and 1 of each byte to bits 1-0, in the low and high half; runs 2 and 3
-	int2Mask  [2]Mem // 0x03 in the low half's bytes, 0x0C in the high half's; 0x30, 0xC0
-	int2Fix   [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
-	int1Bits  Mem    // dwords of bytes 1, 2, 4, 8
-	dupBytes  Mem    // vpermb: bytes 2r and 2r+1 <- byte r
+	pairPerm   Mem    // vpermb: dword 2r+h <- dword r of the 32-byte unit h
+	evenIdx    Mem    // vpermt2d: the even dwords of two registers
+	selHigh    Mem    // 0x40 in the high 256 bits: selects vpermi2b's second table
+	i2sGather  Mem    // vpermd: dwords 0, 4, 8, 12
+	i2sRuns    [2]Mem // vgf2p8affineqb matrices: runs 0 and 1 of each byte to bits 1-0, in the low and high half; runs 2 and 3
+	int2Mask   [2]Mem // 0x03 in the low half's bytes, 0x0C in the high half's; 0x30, 0xC0
+	int2Fix    [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
+	i2sRowMask [2]Mem // runs 0 and 1 of each byte in place, in the low and high half; runs 2 and 3
+	i2sRowFix  [2]Mem // vpsravd counts of i2sRowMask's factors: 6 and 4; 2 and 0
+	int1Bits   Mem    // dwords of bytes 1, 2, 4, 8
+	dupBytes   Mem    // vpermb: bytes 2r and 2r+1 <- byte r
 )
 
 func genGemv() {
@@ -121,6 +123,8 @@ func genGemv() {
 	dupBytes = table("dupBytes", dup)
 	int2Mask = [2]Mem{halves("int2Mask0", []uint32{0x03030303}, []uint32{0x0C0C0C0C}), halves("int2Mask1", []uint32{0x30303030}, []uint32{0xC0C0C0C0})}
 	int2Fix = [2]Mem{halves("int2Fix0", []uint32{0}, []uint32{2}), halves("int2Fix1", []uint32{4}, []uint32{6})}
+	i2sRowMask = [2]Mem{halves("i2sRowMask0", []uint32{0xC0C0C0C0}, []uint32{0x30303030}), halves("i2sRowMask1", []uint32{0x0C0C0C0C}, []uint32{0x03030303})}
+	i2sRowFix = [2]Mem{halves("i2sRowFix0", []uint32{6}, []uint32{4}), halves("i2sRowFix1", []uint32{2}, []uint32{0})}
 
 	for T := 1; T <= 8; T++ {
 		if T <= 2 {
@@ -955,32 +959,56 @@ func gemvI2SRowZ(T int) { gemvI2SRowZNamed(T, gemvName("I2S", T, "AVX512")) }
 
 // gemvI2SRowZNamed writes gemvI2SRowZ's kernel for T tokens as function name. For one
 // token it is gemvI2SRowT1AVX512, the one-token kernel for a long K where kernels.Tuning
-// picks it (the vector pipes spare at one token, what counts is that its activations come
-// as two 64-byte loads a block, and its prefetch distances from the driver).
+// picks it: what counts there is that its activations come as two 64-byte loads a block,
+// and its prefetch distances from the driver.
+//
+// One token takes its codes in place instead, with a vpandd per vector (i2sRowMask: the
+// code times 64 in the low half and 16 in the high for runs 0 and 1, 4 and 1 for runs 2
+// and 3), into two sets of accumulators whose halves are divided back by vpsravd
+// (i2sRowFix) before the reduction, exact as in gemvI2SZ. On Zen 4 vgf2p8affineqb shares
+// the two vector pipes that run vpdpbusd and an and does not: with the affine form one
+// token ran 28.4 GB/s on 4096x14336 even from L3 (two sets of accumulators with it: 28.2,
+// so not vpdpbusd's latency), with the ands 36.9; from DRAM at one thread 90-93% of the
+// roofline against 85-89 (2048x8192 and 4096x10240: 88-91 against 85-87; two threads on
+// 4096x14336 94-95 against 85; `bitd bench`, 2-3 rounds of each build in turn).
 func gemvI2SRowZNamed(T int, name string) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
+	masked := T == 1
 	runs := p.getn(2)
-	VMOVDQU64(i2sRuns[0], runs[0])
-	VMOVDQU64(i2sRuns[1], runs[1])
-	// acc[t][0][r]: token t, row r of the quad (two dot products per block each).
-	acc, all := accSets(p, T, 1)
+	sets := 1
+	if masked {
+		sets = 2
+		VMOVDQU64(i2sRowMask[0], runs[0])
+		VMOVDQU64(i2sRowMask[1], runs[1])
+	} else {
+		VMOVDQU64(i2sRuns[0], runs[0])
+		VMOVDQU64(i2sRuns[1], runs[1])
+	}
+	// acc[t][0][r]: token t, row r of the quad (two dot products per block each; masked:
+	// acc[t][j][r] takes runs 2j and 2j+1, one a block).
+	acc, all := accSets(p, T, sets)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
 	xv := p.getn(2)
 	i2sQuads(name, a, T, true, func() { zeroAll(all...) }, func(w Register) {
 		for r := 0; r < 4; r++ {
 			c0, c1 := cls[2*r], cls[2*r+1]
 			VBROADCASTI64X4(at(w, 32*r), c1)
-			VGF2P8AFFINEQB(U8(0), runs[0], c1, c0)
-			VGF2P8AFFINEQB(U8(0), runs[1], c1, c1)
+			if masked {
+				VPANDD(runs[0], c1, c0)
+				VPANDD(runs[1], c1, c1)
+			} else {
+				VGF2P8AFFINEQB(U8(0), runs[0], c1, c0)
+				VGF2P8AFFINEQB(U8(0), runs[1], c1, c1)
+			}
 		}
 		for t := range acc {
 			VMOVDQU64(xs.mem(t, 0), xv[0])
 			VMOVDQU64(xs.mem(t, 64), xv[1])
 			for r := 0; r < 4; r++ {
 				for j := 0; j < 2; j++ {
-					VPDPBUSD(xv[j], cls[2*r+j], acc[t][0][r])
+					VPDPBUSD(xv[j], cls[2*r+j], acc[t][j%sets][r])
 				}
 			}
 		}
@@ -990,6 +1018,15 @@ func gemvI2SRowZNamed(T int, name string) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			s := acc[t][0]
+			if masked {
+				VMOVDQU64(i2sRowFix[0], u)
+				VMOVDQU64(i2sRowFix[1], v)
+				for r := range s {
+					VPSRAVD(u, s[r], s[r])
+					VPSRAVD(v, acc[t][1][r], acc[t][1][r])
+					VPADDD(acc[t][1][r], s[r], s[r])
+				}
+			}
 			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
 			for i := 0; i < 4; i += 2 {
 				VSHUFI64X2(U8(0x44), s[i+1], s[i], u)
