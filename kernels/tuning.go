@@ -39,9 +39,10 @@ const (
 	//     on 4096x14336, where two quads a pass read 61-69 and one quad a pass 51-66 with or
 	//     without prefetch (prefetchnta 0.5-4 KiB ahead: 62-73). The one-quad kernel without
 	//     prefetch falls with K (4096x4096 to 4096x16384: 95, 91, 85, 90, 71, 64, 56), though
-	//     from L3 it still reads 36.5 GB/s at K = 14336: a DRAM stream it no longer keeps
-	//     up once activations and a quad's stream no longer share L1 (K parts of 4 and 8 KiB
-	//     for the row kernel: 64 and 82, against 83 whole at the time);
+	//     from L3 it still reads 36.5 GB/s at K = 14336, so it is its DRAM stream that
+	//     stalls; that the activations and a quad's stream outgrow L1 together is a guess
+	//     (parts of K, 4 and 8 KiB of activations, did not help the row kernel: 64 and 82
+	//     against 83 whole, before its ands);
 	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
 	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
