@@ -141,6 +141,11 @@ func gemvInt8T3AVX512(a *byte)
 //go:noescape
 func gemvI2ST3AVX512(a *byte)
 
+// gemvI2SAndT3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2SAndT3AVX512(a *byte)
+
 // gemvInt1T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
 //go:noescape
@@ -170,6 +175,11 @@ func gemvInt8T4AVX512(a *byte)
 //
 //go:noescape
 func gemvI2ST4AVX512(a *byte)
+
+// gemvI2SAndT4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2SAndT4AVX512(a *byte)
 
 // gemvInt1T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //

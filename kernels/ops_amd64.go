@@ -74,6 +74,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			// 6; n = 8-63 on the 8B shapes 9-14% less at one and two threads.
 			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
 			o.gemvLong1, o.gemvRow1, o.oneTuned = gemvI2SLongT1AVX512, gemvI2SRowT1AVX512, gemvI2ST1AVX512HW
+			tuned := o.gemv
+			tuned[3], tuned[4] = gemvI2SAndT3AVX512, gemvI2SAndT4AVX512
+			o.gemvTuned = &tuned
 			o.kstep = 128
 			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ
 		case quantcfg.Int8:

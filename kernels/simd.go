@@ -84,6 +84,9 @@ type fmtOps struct {
 	// gemvRow1: i2s, the one-token row kernel (as gemv[3] and gemv[4]: it takes parts) in
 	// place of gemvLong1 where the tuning says so (Tuning.i2sLongRow).
 	gemvRow1 func(*byte)
+	// gemvTuned: gemv with the kernels for some token counts swapped for ones that suit
+	// the tuning (Tuning.i2sAndRows: i2s's three and four tokens), nil where none do.
+	gemvTuned *[maxGemvT + 1]func(*byte)
 	// oneTuned: a one-token kernel that prefetches differently (none in software), in
 	// place of gemv[1] (i2s, K below i2sLongK) or float[1] (bf16, f32) where the tuning
 	// says so (Tuning.tunedOne).
@@ -245,6 +248,9 @@ const int1YMaxK = 1 << 18
 func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
 	if k.format == quantcfg.Int2 && k.ops.gemvSeq[1] != nil && seqCodebook(l) {
 		return &k.ops.gemvSeq
+	}
+	if k.ops.gemvTuned != nil && currentTuning().i2sAndRows() {
+		return k.ops.gemvTuned
 	}
 	return &k.ops.gemv
 }

@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"bitgo/quantcfg"
@@ -17,18 +19,17 @@ func TestParseTuning(t *testing.T) {
 	if _, err := ParseTuning("zen5"); err == nil {
 		t.Error("ParseTuning accepted an unknown name")
 	}
-	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 3 {
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 4 {
 		t.Errorf("Changes: default %q, zen4 %q", TuningDefault.Changes(), TuningZen4.Changes())
 	}
 }
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1; tl2 keeps its
-// own) are the ones
-// that run, and every kernel of those formats gives the reference's outputs bit for bit,
-// over ragged shapes, a K just below and at i2sLongK, a long one, one beyond i2sPartBytes
-// (parts of K for the row kernel), and activation groups (segments), beside two and five
-// tokens on the same layers.
+// own) and i2s's three- and four-token kernels (gemvFor) are the ones that run, and every
+// kernel of those formats gives the reference's outputs bit for bit, over ragged shapes, a
+// K just below and at i2sLongK, a long one, one beyond i2sPartBytes (parts of K for the
+// row kernels), and activation groups (segments), at one to five tokens.
 func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
@@ -66,6 +67,12 @@ func TestTunings(t *testing.T) {
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
 			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
+			o.gemv[3], o.gemv[4] = count("gemv3", o.gemv[3]), count("gemv4", o.gemv[4])
+			if o.gemvTuned != nil {
+				tuned := *o.gemvTuned
+				tuned[3], tuned[4] = count("and3", tuned[3]), count("and4", tuned[4])
+				o.gemvTuned = &tuned
+			}
 			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
 			kk.name = k.name
 			wants := map[int]string{} // by K: which one-token kernel runs
@@ -95,11 +102,28 @@ func TestTunings(t *testing.T) {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
 				}
 			}
+			if k.format == quantcfg.I2S && k.isa == ISAAVX512 {
+				generic := strings.HasPrefix(k.name, "generic/")
+				if generic != (k.ops.gemvTuned == nil) {
+					t.Errorf("%s: tuned three- and four-token kernels %v", name, k.ops.gemvTuned != nil)
+				}
+				for _, n := range []int{3, 4} {
+					want := fmt.Sprintf("gemv%d", n)
+					if zen4 && !generic {
+						want = fmt.Sprintf("and%d", n)
+					}
+					clear(ran)
+					checkShapes(t, name, kk, rng, [][2]int{{40, 2560}}, 1, []int{n}, false)
+					if len(ran) != 1 || ran[want] == 0 {
+						t.Errorf("%s: %d tokens ran %v, want %s only", name, n, ran, want)
+					}
+				}
+			}
 			shapes := [][2]int{{33, 300}, {70, 2560}, {40, i2sLongK - 200}, {33, i2sLongK + 1}, {40, 14336}, {35, 33000}}
 			if k.format != quantcfg.I2S {
 				shapes = [][2]int{{33, 300}, {70, 2560}, {40, 4100}}
 			}
-			checkShapes(t, name, kk, rng, shapes, 1<<30, []int{1, 2, 5}, false)
+			checkShapes(t, name, kk, rng, shapes, 1<<30, []int{1, 2, 3, 4, 5}, false)
 		}
 	}
 }

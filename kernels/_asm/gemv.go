@@ -138,10 +138,13 @@ func genGemv() {
 		gemvInt8Z(T)
 		if T <= 4 {
 			gemvI2SZ(T)
+			if T >= 3 {
+				gemvI2SRowZNamed(T, gemvName("I2SAnd", T, "AVX512"), rowShifted)
+			}
 			if T == 1 {
 				gemvI2SPairZ()
 				hardwarePrefetch(func() { gemvI2SZNamed(1, "gemvI2ST1AVX512HW") })
-				gemvI2SRowZNamed(1, "gemvI2SRowT1AVX512")
+				gemvI2SRowZNamed(1, "gemvI2SRowT1AVX512", rowMasked)
 			}
 			gemvInt1Z(T)
 			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
@@ -955,14 +958,30 @@ func gemvI2SZNamed(T int, name string) {
 // sit on the prefetch instructions and the first weight load: the stream stalls there, and
 // how far it overlaps the arithmetic turned on the loop's instructions and their placement
 // more than on the vector pipes' load (why, this guest's missing counters do not tell).
-func gemvI2SRowZ(T int) { gemvI2SRowZNamed(T, gemvName("I2S", T, "AVX512")) }
+func gemvI2SRowZ(T int) { gemvI2SRowZNamed(T, gemvName("I2S", T, "AVX512"), rowAffine) }
+
+// rowDecode is how gemvI2SRowZNamed takes a row's codes from its broadcast piece.
+type rowDecode int
+
+const (
+	// rowAffine: plain codes by vgf2p8affineqb (i2sRuns), one accumulator a row.
+	rowAffine rowDecode = iota
+	// rowMasked: codes in place by a vpandd per vector (i2sRowMask), one set of
+	// accumulators for runs 0 and 1, one for runs 2 and 3 (their factors differ), divided
+	// back by i2sRowFix.
+	rowMasked
+	// rowShifted: runs 2 and 3 in place by a vpandd (i2sRowMask[1]: the code times 4 in
+	// the low half, 1 in the high), runs 0 and 1 shifted down by 4 first and masked the
+	// same way, so both share one accumulator a row, divided back by i2sRowFix[1].
+	rowShifted
+)
 
 // gemvI2SRowZNamed writes gemvI2SRowZ's kernel for T tokens as function name. For one
 // token it is gemvI2SRowT1AVX512, the one-token kernel for a long K where kernels.Tuning
 // picks it: what counts there is that its activations come as two 64-byte loads a block,
 // and its prefetch distances from the driver.
 //
-// One token takes its codes in place instead, with a vpandd per vector (i2sRowMask: the
+// One token takes its codes in place instead (rowMasked), with a vpandd per vector (i2sRowMask: the
 // code times 64 in the low half and 16 in the high for runs 0 and 1, 4 and 1 for runs 2
 // and 3), into two sets of accumulators whose halves are divided back by vpsravd
 // (i2sRowFix) before the reduction, exact as in gemvI2SZ. On Zen 4 vgf2p8affineqb shares
@@ -971,22 +990,31 @@ func gemvI2SRowZ(T int) { gemvI2SRowZNamed(T, gemvName("I2S", T, "AVX512")) }
 // so not vpdpbusd's latency), with the ands 36.9; from DRAM at one thread 90-93% of the
 // roofline against 85-89 (2048x8192 and 4096x10240: 88-91 against 85-87; two threads on
 // 4096x14336 94-95 against 85; `bitd bench`, 2-3 rounds of each build in turn).
-func gemvI2SRowZNamed(T int, name string) {
+//
+// Three and four tokens on Zen 4 run rowShifted (gemvI2SAndT3AVX512, gemvI2SAndT4AVX512,
+// which kernels.Tuning picks there): a shift and two ands a row instead of the two
+// vgf2p8affineqb, off the pipes of the 32 vpdpbusd. From L3 four tokens then ran at 90-91%
+// of the int8 peak on the 8B shapes against 76; from DRAM, three and four tokens took
+// 15-25% less time at one and two threads (8B shapes, 2560x2560, two rounds each). The
+// Xeon measurement above keeps rowAffine the default.
+func gemvI2SRowZNamed(T int, name string, dec rowDecode) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
 	xs := newTokX(a, T, gX, gXStride)
-	masked := T == 1
 	runs := p.getn(2)
 	sets := 1
-	if masked {
+	switch dec {
+	case rowMasked:
 		sets = 2
 		VMOVDQU64(i2sRowMask[0], runs[0])
 		VMOVDQU64(i2sRowMask[1], runs[1])
-	} else {
+	case rowShifted:
+		VMOVDQU64(i2sRowMask[1], runs[0])
+	default:
 		VMOVDQU64(i2sRuns[0], runs[0])
 		VMOVDQU64(i2sRuns[1], runs[1])
 	}
-	// acc[t][0][r]: token t, row r of the quad (two dot products per block each; masked:
+	// acc[t][0][r]: token t, row r of the quad (two dot products per block each; rowMasked:
 	// acc[t][j][r] takes runs 2j and 2j+1, one a block).
 	acc, all := accSets(p, T, sets)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
@@ -995,10 +1023,15 @@ func gemvI2SRowZNamed(T int, name string) {
 		for r := 0; r < 4; r++ {
 			c0, c1 := cls[2*r], cls[2*r+1]
 			VBROADCASTI64X4(at(w, 32*r), c1)
-			if masked {
+			switch dec {
+			case rowMasked:
 				VPANDD(runs[0], c1, c0)
 				VPANDD(runs[1], c1, c1)
-			} else {
+			case rowShifted:
+				VPSRLD(U8(4), c1, c0)
+				VPANDD(runs[0], c0, c0)
+				VPANDD(runs[0], c1, c1)
+			default:
 				VGF2P8AFFINEQB(U8(0), runs[0], c1, c0)
 				VGF2P8AFFINEQB(U8(0), runs[1], c1, c1)
 			}
@@ -1018,13 +1051,19 @@ func gemvI2SRowZNamed(T int, name string) {
 		VMOVDQU32(i2sGather, y)
 		for t := range acc {
 			s := acc[t][0]
-			if masked {
+			switch dec {
+			case rowMasked:
 				VMOVDQU64(i2sRowFix[0], u)
 				VMOVDQU64(i2sRowFix[1], v)
 				for r := range s {
 					VPSRAVD(u, s[r], s[r])
 					VPSRAVD(v, acc[t][1][r], acc[t][1][r])
 					VPADDD(acc[t][1][r], s[r], s[r])
+				}
+			case rowShifted:
+				VMOVDQU64(i2sRowFix[1], u)
+				for r := range s {
+					VPSRAVD(u, s[r], s[r])
 				}
 			}
 			// 128-bit lanes: s0, s1 -> [s0.0+s0.2, s0.1+s0.3, s1.0+s1.2, s1.1+s1.3]
