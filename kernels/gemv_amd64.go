@@ -111,6 +111,11 @@ func gemvInt8T2AVX512(a *byte)
 //go:noescape
 func gemvI2ST2AVX512(a *byte)
 
+// gemvI2SAndT2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2SAndT2AVX512(a *byte)
+
 // gemvInt1T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
 //
 //go:noescape

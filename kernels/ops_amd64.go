@@ -75,7 +75,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.gemv = gemv4(gemvI2ST1AVX512, gemvI2ST2AVX512, gemvI2ST3AVX512, gemvI2ST4AVX512)
 			o.gemvLong1, o.gemvRow1, o.oneTuned = gemvI2SLongT1AVX512, gemvI2SRowT1AVX512, gemvI2ST1AVX512HW
 			tuned := o.gemv
-			tuned[3], tuned[4] = gemvI2SAndT3AVX512, gemvI2SAndT4AVX512
+			tuned[2], tuned[3], tuned[4] = gemvI2SAndT2AVX512, gemvI2SAndT3AVX512, gemvI2SAndT4AVX512
 			o.gemvTuned = &tuned
 			o.kstep = 128
 			o.parts[3], o.parts[4] = true, true // gemvI2SRowZ

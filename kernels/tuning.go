@@ -48,7 +48,9 @@ const (
 	//   - three- and four-token i2s (and so five to eight, four at a time) take their codes
 	//     with a shift and ands (gemvI2SAndT3AVX512, gemvI2SAndT4AVX512): vgf2p8affineqb runs
 	//     on the pipes of vpdpbusd there. From L3 four tokens ran at 90-91% of the int8 peak
-	//     against 76, from DRAM 15-25% faster (see _asm/gemv.go, gemvI2SRowZNamed);
+	//     against 76, from DRAM 15-25% faster. Two tokens run the row kernel too
+	//     (gemvI2SAndT2AVX512): 80-85% of the roofline against 49-55 on a long K at one
+	//     thread (see _asm/gemv.go, gemvI2SRowZNamed);
 	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95. (tl2 runs 31-34 GB/s from L3 there, about the memory's
 	// rate, so its lookups bound it. From DRAM one token read 40-94% of the roofline with
@@ -90,8 +92,9 @@ func (t Tuning) tunedOne() bool { return t == TuningZen4 }
 // two row quads a pass (fmtOps.gemvLong1).
 func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
 
-// i2sAndRows: three- and four-token i2s take their codes with a shift and ands
-// (gemvI2SAndT3AVX512, gemvI2SAndT4AVX512: fmtOps.gemvTuned) instead of vgf2p8affineqb.
+// i2sAndRows: two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three- and four-token
+// i2s take their codes with a shift and ands (gemvI2SAndT3AVX512, gemvI2SAndT4AVX512), in
+// place of vgf2p8affineqb (fmtOps.gemvTuned).
 func (t Tuning) i2sAndRows() bool { return t == TuningZen4 }
 
 // tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
@@ -108,7 +111,7 @@ func (t Tuning) Changes() []string {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of three and four tokens", i2sLongK))
 	}
 	if t.i2sAndRows() {
-		c = append(c, "three- and four-token i2s GEMVs take their codes by shift and and (no vgf2p8affineqb)")
+		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")

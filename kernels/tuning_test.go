@@ -26,7 +26,7 @@ func TestParseTuning(t *testing.T) {
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1; tl2 keeps its
-// own) and i2s's three- and four-token kernels (gemvFor) are the ones that run, and every
+// own) and i2s's two- to four-token kernels (gemvFor) are the ones that run, and every
 // kernel of those formats gives the reference's outputs bit for bit, over ragged shapes, a
 // K just below and at i2sLongK, a long one, one beyond i2sPartBytes (parts of K for the
 // row kernels), and activation groups (segments), at one to five tokens.
@@ -67,10 +67,10 @@ func TestTunings(t *testing.T) {
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
 			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
-			o.gemv[3], o.gemv[4] = count("gemv3", o.gemv[3]), count("gemv4", o.gemv[4])
+			o.gemv[2], o.gemv[3], o.gemv[4] = count("gemv2", o.gemv[2]), count("gemv3", o.gemv[3]), count("gemv4", o.gemv[4])
 			if o.gemvTuned != nil {
 				tuned := *o.gemvTuned
-				tuned[3], tuned[4] = count("and3", tuned[3]), count("and4", tuned[4])
+				tuned[2], tuned[3], tuned[4] = count("and2", tuned[2]), count("and3", tuned[3]), count("and4", tuned[4])
 				o.gemvTuned = &tuned
 			}
 			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
@@ -105,9 +105,9 @@ func TestTunings(t *testing.T) {
 			if k.format == quantcfg.I2S && k.isa == ISAAVX512 {
 				generic := strings.HasPrefix(k.name, "generic/")
 				if generic != (k.ops.gemvTuned == nil) {
-					t.Errorf("%s: tuned three- and four-token kernels %v", name, k.ops.gemvTuned != nil)
+					t.Errorf("%s: tuned two- to four-token kernels %v", name, k.ops.gemvTuned != nil)
 				}
-				for _, n := range []int{3, 4} {
+				for _, n := range []int{2, 3, 4} {
 					want := fmt.Sprintf("gemv%d", n)
 					if zen4 && !generic {
 						want = fmt.Sprintf("and%d", n)

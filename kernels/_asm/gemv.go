@@ -138,7 +138,10 @@ func genGemv() {
 		gemvInt8Z(T)
 		if T <= 4 {
 			gemvI2SZ(T)
-			if T >= 3 {
+			switch {
+			case T == 2:
+				gemvI2SRowZNamed(T, gemvName("I2SAnd", T, "AVX512"), rowMasked)
+			case T >= 3:
 				gemvI2SRowZNamed(T, gemvName("I2SAnd", T, "AVX512"), rowShifted)
 			}
 			if T == 1 {
@@ -996,7 +999,12 @@ const (
 // vgf2p8affineqb, off the pipes of the 32 vpdpbusd. From L3 four tokens then ran at 90-91%
 // of the int8 peak on the 8B shapes against 76; from DRAM, three and four tokens took
 // 15-25% less time at one and two threads (8B shapes, 2560x2560, two rounds each). The
-// Xeon measurement above keeps rowAffine the default.
+// Xeon measurement above keeps rowAffine the default. Two tokens there run rowMasked
+// (gemvI2SAndT2AVX512, 16 accumulators) in place of gemvI2SZ's two, whose eight
+// broadcast loads of activations a block load Zen 4's one 64-byte load a cycle: from L3 on
+// 4096x14336 94% of the int8 peak against 79; from DRAM at one thread 80-85% of the
+// roofline against 49-55 on 4096x14336 and 2048x8192, 71-79 against 58-69 on the other
+// shapes of the bench; at two threads 95-99 against 86-95 (2560x2560: 92-93 against 92-97).
 func gemvI2SRowZNamed(T int, name string, dec rowDecode) {
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", T))
 	p := newPool(true)
