@@ -96,6 +96,11 @@ func lutTL1T1AVX512(a *byte)
 //go:noescape
 func lutTL2T1AVX512(a *byte)
 
+// lutTL2T1AVX512HW is the TL2 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
+//
+//go:noescape
+func lutTL2T1AVX512HW(a *byte)
+
 // gemvInt2T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape

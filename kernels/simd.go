@@ -88,8 +88,8 @@ type fmtOps struct {
 	// the tuning (Tuning.i2sAndRows: i2s's three and four tokens), nil where none do.
 	gemvTuned *[maxGemvT + 1]func(*byte)
 	// oneTuned: a one-token kernel that prefetches differently (none in software), in
-	// place of gemv[1] (i2s, K below i2sLongK) or float[1] (bf16, f32) where the tuning
-	// says so (Tuning.tunedOne).
+	// place of gemv[1] (i2s, K below i2sLongK), float[1] (bf16, f32) or lut[1] (tl2) where
+	// the tuning says so (Tuning.tunedOne).
 	oneTuned func(*byte)
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
@@ -1000,6 +1000,9 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
 	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
+	if a.N == 1 && k.ops.oneTuned != nil && currentTuning().tunedOne() {
+		kernel = func(lutGroup) func(*byte) { return k.ops.oneTuned }
+	}
 	if k.lutOne(a.N) {
 		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }
 	}

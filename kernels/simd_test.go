@@ -793,7 +793,8 @@ func TestLUTKernelsGroupsInRuns(t *testing.T) {
 // object it builds tables from, which made the garbage collector find a pointer to a free
 // object and stop `bitd bench -model` about one run in eight. The shapes have several chunks,
 // so that kernel builds the next chunk's tables inline, and the test checks it did. Under
-// every tuning, so that one-token tl1 runs both its lookup kernel and its multiplying one.
+// every tuning, so that one-token tl1 runs both its lookup kernel and its multiplying one,
+// and one-token tl2 its kernels with and without software prefetch.
 func TestLUTKernelsKeepArgPointers(t *testing.T) {
 	smallParts(t)
 	rng := rand.New(rand.NewPCG(31, 31))
@@ -838,7 +839,7 @@ func testLUTKernelsKeepArgPointers(t *testing.T, rng *rand.Rand, shapes [][2]int
 		for T := 1; T <= maxGemvT; T++ {
 			ops.lut[T] = check(T, k.ops.lut[T])
 		}
-		ops.lutOne = check(1, k.ops.lutOne)
+		ops.lutOne, ops.oneTuned = check(1, k.ops.lutOne), check(1, k.ops.oneTuned)
 		kk := *k
 		kk.ops = &ops
 		checkShapes(t, k.Name(), &kk, rng, shapes, 2, []int{1, 2, 3}, false)

@@ -51,13 +51,20 @@ const (
 	//     against 76, from DRAM 15-25% faster. Two tokens run the row kernel too
 	//     (gemvI2SAndT2AVX512): 80-85% of the roofline against 49-55 on a long K at one
 	//     thread (see _asm/gemv.go, gemvI2SRowZNamed);
-	// The int2, int1, int8 and tl2 kernels keep the default's prefetch: without it int2 read
-	// 63-75% instead of 91-95. (tl2 runs 31-34 GB/s from L3 there, about the memory's
-	// rate, so its lookups bound it. From DRAM one token read 40-94% of the roofline with
-	// one and the same binary, depending on where the page cache put the file's pages: a
-	// drop of the page cache between runs moved it 43 -> 68 -> 49 -> 41, every other format
-	// within 2 points; smaller table chunks varied as much. Prefetching into L1 only, or not
-	// at all, moved it less than that.)
+	//   - one-token tl2 runs its variant without software prefetch (lutTL2T1AVX512HW): 58-66%
+	//     of the roofline at one thread against 57-61 (the 8B shapes; 2560x2560 alike; three
+	//     rounds, each build in turn). Its lookups run 34 GB/s from L3, about the memory's
+	//     rate, and from DRAM it reads little more than half of that: a copy with half its
+	//     lookups taken out (49 GB/s from L3) read 92-95% without software prefetch and
+	//     69-71 with it, so it wants both less work a block (its 16 vpermw, 16 vpaddw, 10
+	//     vpmultishiftqb and the gather of triple 15 come to about 104 micro-ops on four
+	//     pipes, 28.5 cycles a block from L1) and no prefetch. Only the L2 prefetch (46-51),
+	//     table chunks of 6 or 8 blocks instead of 12, or the tables built before each chunk
+	//     instead of during the one before did not help. (One token once read 40-94%
+	//     with one and the same binary, depending on where the page cache put the file's
+	//     pages; four copies of the binary later read 57-58 alike.)
+	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
+	// 63-75% instead of 91-95.
 	TuningZen4
 	numTunings
 )
@@ -84,7 +91,7 @@ func ParseTuning(s string) (Tuning, error) {
 // TuningNames lists the tunings' names, in order.
 func TuningNames() []string { return tuningNames[:] }
 
-// tunedOne: the one-token float and i2s GEMVs run their variants without software
+// tunedOne: the one-token float, i2s and tl2 GEMVs run their variants without software
 // prefetch (fmtOps.oneTuned).
 func (t Tuning) tunedOne() bool { return t == TuningZen4 }
 
@@ -105,7 +112,7 @@ func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token bf16, f32 and i2s (K < %d) GEMVs without software prefetch", i2sLongK))
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch", i2sLongK))
 	}
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of three and four tokens", i2sLongK))

@@ -154,6 +154,9 @@ func genGemv() {
 				lutZ(T, false)
 			}
 			lutZ(T, true)
+			if T == 1 {
+				hardwarePrefetch(func() { lutZNamed(1, true, "HW") })
+			}
 		}
 	}
 	genTL1M()
@@ -1751,12 +1754,15 @@ func lutPF(name string, a, w0, pf Register) {
 // token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with
 // two or more tokens takes the row blocks in pairs first (tl2Pairs); one token stays one row
 // block at a time (pairs measured 10-25% slower cache-resident, and no faster from DRAM).
-func lutZ(T int, tl2 bool) {
+func lutZ(T int, tl2 bool) { lutZNamed(T, tl2, "") }
+
+// lutZNamed writes lutZ's kernel with suffix on its name (hardwarePrefetch's "HW").
+func lutZNamed(T int, tl2 bool, suffix string) {
 	f := "TL1"
 	if tl2 {
 		f = "TL2"
 	}
-	name := fmt.Sprintf("lut%sT%dAVX512", f, T)
+	name := fmt.Sprintf("lut%sT%dAVX512%s", f, T, suffix)
 	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
 	s := newLUTState(a, T, tl2)
 	w0, sums := ld(a, lW), ld(a, lSums)
