@@ -53,7 +53,9 @@ const (
 	//     thread (see _asm/gemv.go, gemvI2SRowZNamed);
 	//   - one-token tl2 runs its variant without software prefetch (lutTL2T1AVX512HW): 58-66%
 	//     of the roofline at one thread against 57-61 (the 8B shapes; 2560x2560 alike; three
-	//     rounds, each build in turn). Its lookups run 34 GB/s from L3, about the memory's
+	//     rounds, each build in turn); `bitd bench -tuning zen4,default`, two runs: 6-8% less
+	//     time on the 8B shapes at one thread and 5-10% at two, 2560x2560 the same at one
+	//     and 2-7% more at two (where a thread's stream jumps to its next chunk sooner). Its lookups run 34 GB/s from L3, about the memory's
 	//     rate, and from DRAM it reads little more than half of that: a copy with half its
 	//     lookups taken out (49 GB/s from L3) read 92-95% without software prefetch and
 	//     69-71 with it, so it wants both less work a block (its 16 vpermw, 16 vpaddw, 10
