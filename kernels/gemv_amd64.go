@@ -106,6 +106,11 @@ func lutTL2T1AVX512HW(a *byte)
 //go:noescape
 func gemvInt2T2AVX512(a *byte)
 
+// gemvInt2SeqT2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt2SeqGeneric is its reference.
+//
+//go:noescape
+func gemvInt2SeqT2AVX512(a *byte)
+
 // gemvInt8T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt8Generic (offset) is its reference.
 //
 //go:noescape

@@ -3316,6 +3316,154 @@ gemvInt2T2AVX512_fused:
 	VZEROUPPER
 	RET
 
+// func gemvInt2SeqT2AVX512(a *byte)
+// Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt2SeqT2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	MOVQ      (AX), CX
+	MOVQ      8(AX), DX
+	MOVQ      DX, BX
+	ADDQ      16(AX), BX
+	XORQ      SI, SI
+	VMOVDQU64 int2Mask0<>+0(SB), Z0
+	VMOVDQU64 int2Fix0<>+0(SB), Z1
+	VMOVDQU64 int2Mask1<>+0(SB), Z2
+	VMOVDQU64 int2Fix1<>+0(SB), Z3
+	MOVQ      24(AX), DI
+	MOVQ      40(AX), R8
+
+gemvInt2SeqT2AVX512_seg:
+	MOVQ    32(AX), R9
+	CMPQ    R8, $0x01
+	CMOVQEQ 48(AX), R9
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+
+gemvInt2SeqT2AVX512_step:
+	PREFETCHT1      8192(CX)
+	PREFETCHT0      2048(CX)
+	VBROADCASTI64X4 (CX), Z12
+	VPANDD          Z2, Z12, Z13
+	VPANDD          Z0, Z12, Z12
+	VPBROADCASTD    (DX)(SI*1), Z14
+	VPDPBUSD        Z14, Z12, Z4
+	VPDPBUSD        Z14, Z13, Z5
+	VPBROADCASTD    (BX)(SI*1), Z14
+	VPDPBUSD        Z14, Z12, Z8
+	VPDPBUSD        Z14, Z13, Z9
+	VBROADCASTI64X4 32(CX), Z12
+	VPANDD          Z2, Z12, Z13
+	VPANDD          Z0, Z12, Z12
+	VPBROADCASTD    4(DX)(SI*1), Z14
+	VPDPBUSD        Z14, Z12, Z6
+	VPDPBUSD        Z14, Z13, Z7
+	VPBROADCASTD    4(BX)(SI*1), Z14
+	VPDPBUSD        Z14, Z12, Z10
+	VPDPBUSD        Z14, Z13, Z11
+	ADDQ            $0x40, CX
+	ADDQ            $0x00000008, SI
+	DECQ            R9
+	JNZ             gemvInt2SeqT2AVX512_step
+	VPADDD          Z6, Z4, Z4
+	VPSRAVD         Z1, Z4, Z4
+	VMOVDQU32       Z4, (DI)
+	VPADDD          Z7, Z5, Z5
+	VPSRAVD         Z3, Z5, Z5
+	VMOVDQU32       Z5, 64(DI)
+	VPADDD          Z10, Z8, Z8
+	VPSRAVD         Z1, Z8, Z8
+	VMOVDQU32       Z8, 128(DI)
+	VPADDD          Z11, Z9, Z9
+	VPSRAVD         Z3, Z9, Z9
+	VMOVDQU32       Z9, 192(DI)
+	ADDQ            $0x00000100, DI
+	MOVQ            112(AX), R9
+	TESTQ           R9, R9
+	JZ              gemvInt2SeqT2AVX512_fused
+	SUBQ            $0x00000100, DI
+	MOVQ            120(AX), R10
+	MOVQ            64(R9), R11
+	IMULQ           R10, R11
+	ADDQ            56(R9), R11
+	MOVQ            32(R9), R12
+	VMOVDQU32       (DI), Z4
+	VPADDD.BCST     (R12)(R10*4), Z4, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          (R11), Z4, Z4
+	VMOVDQU32       64(DI), Z5
+	VPADDD.BCST     (R12)(R10*4), Z5, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          64(R11), Z5, Z5
+	ADDQ            48(R9), R12
+	VMOVDQU32       128(DI), Z6
+	VPADDD.BCST     (R12)(R10*4), Z6, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          (R11), Z6, Z6
+	VMOVDQU32       192(DI), Z7
+	VPADDD.BCST     (R12)(R10*4), Z7, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          64(R11), Z7, Z7
+	MOVQ            40(R9), R11
+	MOVQ            128(AX), R12
+	VDIVPS.BCST     (R11)(R10*4), Z4, Z4
+	VMOVUPS         (R12), Z8
+	VADDPS          Z4, Z8, Z4
+	VDIVPS.BCST     (R11)(R10*4), Z5, Z5
+	VMOVUPS         64(R12), Z8
+	VADDPS          Z5, Z8, Z5
+	ADDQ            48(R9), R11
+	VDIVPS.BCST     (R11)(R10*4), Z6, Z6
+	VMOVUPS         128(R12), Z8
+	VADDPS          Z6, Z8, Z6
+	VDIVPS.BCST     (R11)(R10*4), Z7, Z7
+	VMOVUPS         192(R12), Z8
+	VADDPS          Z7, Z8, Z7
+	CMPQ            R8, $0x01
+	JE              gemvInt2SeqT2AVX512_fused0last
+	VMOVUPS         Z4, (R12)
+	VMOVUPS         Z5, 64(R12)
+	VMOVUPS         Z6, 128(R12)
+	VMOVUPS         Z7, 192(R12)
+	JMP             gemvInt2SeqT2AVX512_fused0next
+
+gemvInt2SeqT2AVX512_fused0last:
+	MOVQ   72(R9), R11
+	TESTQ  R11, R11
+	JZ     gemvInt2SeqT2AVX512_fused0lastout
+	VADDPS (R11), Z4, Z4
+	VADDPS 64(R11), Z5, Z5
+	VADDPS (R11), Z6, Z6
+	VADDPS 64(R11), Z7, Z7
+
+gemvInt2SeqT2AVX512_fused0lastout:
+	MOVQ    96(R9), R11
+	KMOVW   R11, K1
+	SHRQ    $0x10, R11
+	KMOVW   R11, K2
+	MOVQ    80(R9), R11
+	VMOVUPS Z4, K1, (R11)
+	VMOVUPS Z5, K2, 64(R11)
+	ADDQ    88(R9), R11
+	VMOVUPS Z6, K1, (R11)
+	VMOVUPS Z7, K2, 64(R11)
+
+gemvInt2SeqT2AVX512_fused0next:
+	INCQ R10
+	MOVQ R10, 120(AX)
+
+gemvInt2SeqT2AVX512_fused:
+	DECQ R8
+	JNZ  gemvInt2SeqT2AVX512_seg
+	VZEROUPPER
+	RET
+
 // func gemvInt8T2AVX512(a *byte)
 // Requires: AVX, AVX512F, AVX512VNNI, CMOV, MMX+
 TEXT ·gemvInt8T2AVX512(SB), NOSPLIT, $0-8

@@ -84,9 +84,10 @@ type fmtOps struct {
 	// gemvRow1: i2s, the one-token row kernel (as gemv[3] and gemv[4]: it takes parts) in
 	// place of gemvLong1 where the tuning says so (Tuning.i2sLongRow).
 	gemvRow1 func(*byte)
-	// gemvTuned: gemv with the kernels for some token counts swapped for ones that suit
-	// the tuning (Tuning.i2sAndRows: i2s's three and four tokens), nil where none do.
-	gemvTuned *[maxGemvT + 1]func(*byte)
+	// gemvTuned, gemvSeqTuned: gemv and gemvSeq with the kernels for some token counts
+	// swapped for ones that suit the tuning (Tuning.fewTuned: i2s's two to four tokens,
+	// int2's two), nil where none do.
+	gemvTuned, gemvSeqTuned *[maxGemvT + 1]func(*byte)
 	// oneTuned: a one-token kernel that prefetches differently (none in software), in
 	// place of gemv[1] (i2s, K below i2sLongK), float[1] (bf16, f32) or lut[1] (tl2) where
 	// the tuning says so (Tuning.tunedOne).
@@ -246,10 +247,14 @@ const int1YMaxK = 1 << 18
 // gemvFor returns the GEMV kernels (by token count) for l: gemvSeq where l's int2 code
 // book is consecutive and the path has them.
 func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
+	tuned := currentTuning().fewTuned()
 	if k.format == quantcfg.Int2 && k.ops.gemvSeq[1] != nil && seqCodebook(l) {
+		if tuned && k.ops.gemvSeqTuned != nil {
+			return k.ops.gemvSeqTuned
+		}
 		return &k.ops.gemvSeq
 	}
-	if k.ops.gemvTuned != nil && currentTuning().i2sAndRows() {
+	if tuned && k.ops.gemvTuned != nil {
 		return k.ops.gemvTuned
 	}
 	return &k.ops.gemv

@@ -51,6 +51,10 @@ const (
 	//     against 76, from DRAM 15-25% faster. Two tokens run the row kernel too
 	//     (gemvI2SAndT2AVX512): 80-85% of the roofline against 49-55 on a long K at one
 	//     thread (see _asm/gemv.go, gemvI2SRowZNamed);
+	//   - two-token int2 of a consecutive code book runs table-free (gemvInt2SeqT2AVX512,
+	//     ands where the pair kernel's five vpermb share vpdpbusd's pipes): from L3 95% of
+	//     the int8 peak against 82, from DRAM at one thread 78-84% of the roofline against
+	//     69-73 (8B shapes, 2560x2560, 2560x6912; two rounds), at two threads the same;
 	//   - one-token tl2 runs its variant without software prefetch (lutTL2T1AVX512HW): 58-66%
 	//     of the roofline at one thread against 57-61 (the 8B shapes; 2560x2560 alike; three
 	//     rounds, each build in turn); `bitd bench -tuning zen4,default`, two runs: 6-8% less
@@ -101,10 +105,12 @@ func (t Tuning) tunedOne() bool { return t == TuningZen4 }
 // two row quads a pass (fmtOps.gemvLong1).
 func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
 
-// i2sAndRows: two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three- and four-token
-// i2s take their codes with a shift and ands (gemvI2SAndT3AVX512, gemvI2SAndT4AVX512), in
-// place of vgf2p8affineqb (fmtOps.gemvTuned).
-func (t Tuning) i2sAndRows() bool { return t == TuningZen4 }
+// fewTuned: the GEMVs of a few tokens take the tuning's kernels (fmtOps.gemvTuned,
+// gemvSeqTuned): two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three- and
+// four-token i2s take their codes with a shift and ands (gemvI2SAndT3AVX512,
+// gemvI2SAndT4AVX512) in place of vgf2p8affineqb, two-token int2 of a consecutive code book
+// runs table-free (gemvInt2SeqT2AVX512).
+func (t Tuning) fewTuned() bool { return t == TuningZen4 }
 
 // tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
 // (fmtOps.lutOne).
@@ -119,8 +125,9 @@ func (t Tuning) Changes() []string {
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of three and four tokens", i2sLongK))
 	}
-	if t.i2sAndRows() {
+	if t.fewTuned() {
 		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")
+		c = append(c, "two-token int2 GEMVs (consecutive code books) table-free, as one token and three or more")
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")

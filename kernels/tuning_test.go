@@ -19,22 +19,23 @@ func TestParseTuning(t *testing.T) {
 	if _, err := ParseTuning("zen5"); err == nil {
 		t.Error("ParseTuning accepted an unknown name")
 	}
-	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 4 {
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 5 {
 		t.Errorf("Changes: default %q, zen4 %q", TuningDefault.Changes(), TuningZen4.Changes())
 	}
 }
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with or
-// without software prefetch) and i2s's two- to four-token kernels (gemvFor) are the ones that run, and every
-// kernel of those formats gives the reference's outputs bit for bit, over ragged shapes, a
-// K just below and at i2sLongK, a long one, one beyond i2sPartBytes (parts of K for the
-// row kernels), and activation groups (segments), at one to five tokens.
+// without software prefetch), i2s's two- to four-token kernels and int2's two-token one
+// (gemvFor) are the ones that run, and every kernel of those formats gives the reference's
+// outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a long one, one
+// beyond i2sPartBytes (parts of K for the row kernels), and activation groups (segments),
+// at one to five tokens.
 func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
 		switch k.format {
-		case quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
+		case quantcfg.I2S, quantcfg.Int2, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
 			ks = append(ks, k)
 		}
 	}
@@ -67,11 +68,20 @@ func TestTunings(t *testing.T) {
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
 			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
-			o.gemv[2], o.gemv[3], o.gemv[4] = count("gemv2", o.gemv[2]), count("gemv3", o.gemv[3]), count("gemv4", o.gemv[4])
-			if o.gemvTuned != nil {
-				tuned := *o.gemvTuned
-				tuned[2], tuned[3], tuned[4] = count("and2", tuned[2]), count("and3", tuned[3]), count("and4", tuned[4])
-				o.gemvTuned = &tuned
+			// the kernels of two to four tokens, untuned and tuned (gemvFor's tables)
+			few := func(tab *[maxGemvT + 1]func(*byte), what string) {
+				for n := 2; n <= 4; n++ {
+					tab[n] = count(fmt.Sprintf("%s%d", what, n), tab[n])
+				}
+			}
+			few(&o.gemv, "gemv")
+			few(&o.gemvSeq, "gemv")
+			for _, tp := range []**[maxGemvT + 1]func(*byte){&o.gemvTuned, &o.gemvSeqTuned} {
+				if *tp != nil {
+					tuned := **tp
+					few(&tuned, "tuned")
+					*tp = &tuned
+				}
 			}
 			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
 			kk.name = k.name
@@ -105,15 +115,26 @@ func TestTunings(t *testing.T) {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
 				}
 			}
-			if k.format == quantcfg.I2S && k.isa == ISAAVX512 {
-				generic := strings.HasPrefix(k.name, "generic/")
+			var fewNs []int // token counts whose kernel the tuning swaps
+			generic := strings.HasPrefix(k.name, "generic/")
+			switch {
+			case k.isa != ISAAVX512:
+			case k.format == quantcfg.I2S:
+				fewNs = []int{2, 3, 4}
 				if generic != (k.ops.gemvTuned == nil) {
 					t.Errorf("%s: tuned two- to four-token kernels %v", name, k.ops.gemvTuned != nil)
 				}
-				for _, n := range []int{2, 3, 4} {
+			case k.format == quantcfg.Int2: // (setting 0: the default code book, consecutive)
+				fewNs = []int{2}
+				if k.ops.gemvSeqTuned == nil {
+					t.Errorf("%s: no tuned two-token kernel", name)
+				}
+			}
+			if len(fewNs) > 0 {
+				for _, n := range fewNs {
 					want := fmt.Sprintf("gemv%d", n)
 					if zen4 && !generic {
-						want = fmt.Sprintf("and%d", n)
+						want = fmt.Sprintf("tuned%d", n)
 					}
 					clear(ran)
 					checkShapes(t, name, kk, rng, [][2]int{{40, 2560}}, 1, []int{n}, false)

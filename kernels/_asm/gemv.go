@@ -132,9 +132,7 @@ func genGemv() {
 		} else {
 			gemvInt2Split(T, false)
 		}
-		if T != 2 {
-			gemvInt2Split(T, true)
-		}
+		gemvInt2Split(T, true) // (two tokens: for the zen4 tuning, kernels.Tuning)
 		gemvInt8Z(T)
 		if T <= 4 {
 			gemvI2SZ(T)
