@@ -59,16 +59,18 @@ const (
 	//     of the roofline at one thread against 57-61 (the 8B shapes; 2560x2560 alike; three
 	//     rounds, each build in turn); `bitd bench -tuning zen4,default`, two runs: 6-8% less
 	//     time on the 8B shapes at one thread and 5-10% at two, 2560x2560 the same at one
-	//     and 2-7% more at two (where a thread's stream jumps to its next chunk sooner). Its lookups run 34 GB/s from L3, about the memory's
-	//     rate, and from DRAM it reads little more than half of that: a copy with half its
-	//     lookups taken out (49 GB/s from L3) read 92-95% without software prefetch and
-	//     69-71 with it, so it wants both less work a block (its 16 vpermw, 16 vpaddw, 10
-	//     vpmultishiftqb and the gather of triple 15 come to about 104 micro-ops on four
-	//     pipes, 28.5 cycles a block from L1) and no prefetch. Only the L2 prefetch (46-51),
-	//     table chunks of 6 or 8 blocks instead of 12, or the tables built before each chunk
-	//     instead of during the one before did not help. (One token once read 40-94%
-	//     with one and the same binary, depending on where the page cache put the file's
-	//     pages; four copies of the binary later read 57-58 alike.)
+	//     and 2-7% more at two (where a thread's stream jumps to its next chunk sooner). Its
+	//     lookups run 34 GB/s from L3, about the memory's rate, and from DRAM it reads little
+	//     more than half of that: a copy with half its lookups taken out (49 GB/s from L3)
+	//     read 92-95% without software prefetch and 69-71 with it, so it wants both less
+	//     work a block (its 16 vpermw, 16 vpaddw, 10 vpmultishiftqb and the gather of triple
+	//     15 come to about 104 micro-ops on four pipes, 28.5 cycles a block from L1) and no
+	//     prefetch. Prefetching into L2 only (46-51), table chunks of 6 or 8 blocks instead
+	//     of 12, or the tables built before each chunk instead of during the one before did
+	//     not help; nor did dropping the prefetch from two to four tokens (21 against 32% of
+	//     the roofline with two). (One token once read 40-94% with one and the same binary,
+	//     depending on where the page cache put the file's pages; four copies of the binary
+	//     later read 57-58 alike.)
 	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95.
 	TuningZen4
@@ -123,7 +125,7 @@ func (t Tuning) Changes() []string {
 		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch", i2sLongK))
 	}
 	if t.i2sLongRow() {
-		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of three and four tokens", i2sLongK))
+		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens", i2sLongK))
 	}
 	if t.fewTuned() {
 		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")

@@ -985,10 +985,10 @@ const (
 // picks it: what counts there is that its activations come as two 64-byte loads a block,
 // and its prefetch distances from the driver.
 //
-// One token takes its codes in place instead (rowMasked), with a vpandd per vector (i2sRowMask: the
-// code times 64 in the low half and 16 in the high for runs 0 and 1, 4 and 1 for runs 2
-// and 3), into two sets of accumulators whose halves are divided back by vpsravd
-// (i2sRowFix) before the reduction, exact as in gemvI2SZ. On Zen 4 vgf2p8affineqb shares
+// One token takes its codes in place instead (rowMasked), with a vpandd per vector
+// (i2sRowMask: the code times 64 in the low half and 16 in the high for runs 0 and 1, 4
+// and 1 for runs 2 and 3), into two sets of accumulators whose halves are divided back by
+// vpsravd (i2sRowFix) before the reduction, exact as in gemvI2SZ. On Zen 4 vgf2p8affineqb shares
 // the two vector pipes that run vpdpbusd and an and does not: with the affine form one
 // token ran 28.4 GB/s on 4096x14336 even from L3 (two sets of accumulators with it: 28.2,
 // so not vpdpbusd's latency), with the ands 36.9; from DRAM at one thread 90-93% of the
@@ -1000,7 +1000,7 @@ const (
 // vgf2p8affineqb, off the pipes of the 32 vpdpbusd. From L3 four tokens then ran at 90-91%
 // of the int8 peak on the 8B shapes against 76; from DRAM, three and four tokens took
 // 15-25% less time at one and two threads (8B shapes, 2560x2560, two rounds each). The
-// Xeon measurement above keeps rowAffine the default. Two tokens there run rowMasked
+// Xeon measurement above keeps rowAffine the default. Two tokens on Zen 4 run rowMasked
 // (gemvI2SAndT2AVX512, 16 accumulators) in place of gemvI2SZ's two, whose eight
 // broadcast loads of activations a block load Zen 4's one 64-byte load a cycle: from L3 on
 // 4096x14336 94% of the int8 peak against 79; from DRAM at one thread 80-85% of the
@@ -1761,7 +1761,7 @@ func lutZNamed(T int, tl2 bool, suffix string) {
 		f = "TL2"
 	}
 	name := fmt.Sprintf("lut%sT%dAVX512%s", f, T, suffix)
-	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.", name, f, T))
+	a := fn(name, fmt.Sprintf("%s is the %s chunk GEMV for %d token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.%s", name, f, T, hwDoc()))
 	s := newLUTState(a, T, tl2)
 	w0, sums := ld(a, lW), ld(a, lSums)
 	pairs := tl2 && T >= 2
