@@ -62,11 +62,11 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			// the 8B shapes and 2560x2560, one and two threads, nine interleaved rounds).
 			o.gemvSeq = o.gemv
 			o.gemvSeq[1] = gemvInt2SeqT1AVX512
+			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
+				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
 			seqTuned := o.gemvSeq
 			seqTuned[2] = gemvInt2SeqT2AVX512
 			o.gemvSeqTuned = &seqTuned
-			copy(o.gemvSeq[3:], []func(*byte){gemvInt2SeqT3AVX512, gemvInt2SeqT4AVX512,
-				gemvInt2SeqT5AVX512, gemvInt2SeqT6AVX512, gemvInt2SeqT7AVX512, gemvInt2SeqT8AVX512})
 			o.kstep, o.tabKind, o.gemvT, o.fused = 8, tabInt2Z, 8, true
 		case quantcfg.I2S:
 			// More than four tokens run four at a time over each row block (the later passes

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,6 +130,18 @@ func TestTunings(t *testing.T) {
 				fewNs = []int{2}
 				if k.ops.gemvSeqTuned == nil {
 					t.Errorf("%s: no tuned two-token kernel", name)
+				}
+			}
+			// a tuned table swaps the kernels of fewNs and no others
+			for _, tabs := range [][2]*[maxGemvT + 1]func(*byte){{&k.ops.gemv, k.ops.gemvTuned}, {&k.ops.gemvSeq, k.ops.gemvSeqTuned}} {
+				if tabs[1] == nil {
+					continue
+				}
+				for n := 1; n <= maxGemvT; n++ {
+					same := reflect.ValueOf(tabs[0][n]).Pointer() == reflect.ValueOf(tabs[1][n]).Pointer()
+					if same == slices.Contains(fewNs, n) {
+						t.Errorf("%s: the tuned kernel of %d tokens is the untuned one: %v", name, n, same)
+					}
 				}
 			}
 			if len(fewNs) > 0 {
