@@ -31,10 +31,15 @@ demo: deps build
 test: deps build test-go test-race test-fuzz test-integration test-py test-py2 check-generate
 	@echo "make test: all suites passed"
 
-test-go:
+test-go: build
 	@bad="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^kernels/_asm/'))"; test -z "$$bad" || { echo "gofmt wants:"; echo "$$bad"; exit 1; }
 	$(GO) vet ./...
 	BITD_REQUIRE_OPENCL=1 $(GO) test -count=1 ./...
+# the kernels again under every kernel tuning but the one that ran above (`bitd info`)
+	info="$$($(BIN) info)"; ran="$$(awk '/^tuning/ { getline; print $$1 }' <<<"$$info")"; \
+	all="$$(sed -n 's/.*BITD_TUNING=\([a-z0-9|]*\).*/\1/p' <<<"$$info" | head -1 | tr '|' ' ')"; \
+	test -n "$$ran" && test -n "$$all" || { echo "bitd info names no kernel tunings"; exit 1; }; \
+	for t in $$all; do [ "$$t" = "$$ran" ] || BITD_TUNING=$$t $(GO) test -count=1 ./kernels || exit 1; done
 	$(GO) test -count=1 -tags noasm ./kernels/... ./engine
 
 test-race:
