@@ -274,10 +274,19 @@ func (k *simdKernel) gemvOne(l *Layer, gemv *[maxGemvT + 1]func(*byte)) (func(*b
 		return k.ops.gemvRow1, true
 	case k.longK(l):
 		return k.ops.gemvLong1, false
-	case t.tunedOne() && k.ops.oneTuned != nil:
+	case k.tunedOne() != nil:
 		return k.ops.oneTuned, k.ops.parts[1]
 	}
 	return gemv[1], k.ops.parts[1]
+}
+
+// tunedOne returns the one-token kernel the current tuning puts in place of the format's
+// own (fmtOps.oneTuned), or nil.
+func (k *simdKernel) tunedOne() func(*byte) {
+	if currentTuning().tunedOne() {
+		return k.ops.oneTuned
+	}
+	return nil
 }
 
 // i2sLongK is the shortest (padded) K for which one-token i2s calls take two row quads a
@@ -1005,8 +1014,8 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
 	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
-	if a.N == 1 && k.ops.oneTuned != nil && currentTuning().tunedOne() {
-		kernel = func(lutGroup) func(*byte) { return k.ops.oneTuned }
+	if one := k.tunedOne(); a.N == 1 && one != nil {
+		kernel = func(lutGroup) func(*byte) { return one }
 	}
 	if k.lutOne(a.N) {
 		kernel, tabs = func(lutGroup) func(*byte) { return k.ops.lutOne }, func(lutGroup) tabKind { return k.ops.oneTab }
@@ -1618,8 +1627,8 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		xt = unsafe.Pointer(&s[0])
 	}
 	one := k.ops.float[1]
-	if currentTuning().tunedOne() && k.ops.oneTuned != nil {
-		one = k.ops.oneTuned
+	if t := k.tunedOne(); t != nil {
+		one = t
 	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock

@@ -287,10 +287,10 @@ func asmKernels() []*simdKernel {
 
 // TestInt2SeqSelected: an int2 layer whose code book is consecutive levels in code order runs
 // the zmm path's table-free GEMV kernels for one token and from three on (the table one for
-// two, but under the zen4 tuning: TestTunings), the AVX-VNNI path's for one and two, and the AVX2 path's two-token kernel of long
-// int16 chunks (the one-token kernel serves every code book); any other code book the table
-// ones. (Both give the reference's results, so the tests that compare results cannot see
-// which ran.)
+// two, but under the zen4 tuning: TestTunings), the AVX-VNNI path's for one and two, and
+// the AVX2 path's two-token kernel of long int16 chunks (the one-token kernel serves every
+// code book); any other code book the table ones. (Both give the reference's results, so
+// the tests that compare results cannot see which ran.)
 func TestInt2SeqSelected(t *testing.T) {
 	ran := false
 	for _, k := range asmKernels() {
@@ -800,9 +800,9 @@ func TestLUTKernelsKeepArgPointers(t *testing.T) {
 	smallParts(t)
 	rng := rand.New(rand.NewPCG(31, 31))
 	shapes := [][2]int{{33, 26 * TL2Block}, {70, 1203}, {64, 40*TL2Block + 44}}
-	defer SetTuning(currentTuning())
+	defer SwitchTuning(currentTuning())
 	for tn := Tuning(0); tn < numTunings; tn++ {
-		SetTuning(tn)
+		SwitchTuning(tn)
 		testLUTKernelsKeepArgPointers(t, rng, shapes)
 	}
 }

@@ -169,13 +169,7 @@ func CurrentTuning() (Tuning, string) { return Tuning(tuning.Load()), tuningWhy 
 
 func currentTuning() Tuning { return Tuning(tuning.Load()) }
 
-// SetTuning makes the kernels run with t until restore is called (tests, benchmarks). It
-// must not change while calls run: a call's Prepare and Run read it separately.
-func SetTuning(t Tuning) (restore func()) {
-	old := SwitchTuning(t)
-	return func() { SwitchTuning(old) }
-}
-
-// SwitchTuning is SetTuning returning the tuning it replaced instead of a restore function
-// (it allocates nothing: a benchmark switches per call).
+// SwitchTuning makes the kernels run with t and returns the tuning it replaced (tests,
+// benchmarks; it allocates nothing: a benchmark switches per call). It must not change
+// while calls run: a call's Prepare and Run read it separately.
 func SwitchTuning(t Tuning) (old Tuning) { return Tuning(tuning.Swap(int32(t))) }

@@ -51,9 +51,9 @@ func TestTunings(t *testing.T) {
 	if len(ks) == 0 {
 		t.Skip("no assembly kernel runs here")
 	}
-	defer SetTuning(currentTuning())
+	defer SwitchTuning(currentTuning())
 	for tn := Tuning(0); tn < numTunings; tn++ {
-		SetTuning(tn)
+		SwitchTuning(tn)
 		zen4 := tn == TuningZen4
 		rng := rand.New(rand.NewPCG(uint64(tn), 77))
 		for _, k := range ks {
