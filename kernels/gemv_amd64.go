@@ -96,7 +96,7 @@ func lutTL1T1AVX512(a *byte)
 //go:noescape
 func lutTL2T1AVX512(a *byte)
 
-// lutTL2T1AVX512HW is the TL2 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference. It does not prefetch its weight stream in software (see kernels.Tuning).
+// lutTL2T1AVX512HW is the TL2 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference. It leaves its weight stream to the hardware's prefetchers but marks each line non-temporal (prefetchnta 128 bytes ahead), so that the stream leaves its tables in L1 (see kernels.Tuning).
 //
 //go:noescape
 func lutTL2T1AVX512HW(a *byte)

@@ -55,57 +55,57 @@ const (
 	//     ands where the pair kernel's five vpermb share vpdpbusd's pipes): from L3 95% of
 	//     the int8 peak against 82, from DRAM at one thread 78-84% of the roofline against
 	//     69-73 (8B shapes, 2560x2560, 2560x6912; two rounds), at two threads the same;
-	//   - one-token tl2 runs its variant without software prefetch (lutTL2T1AVX512HW): 58-66%
-	//     of the roofline at one thread against 57-61 (the 8B shapes; 2560x2560 alike; three
-	//     rounds, each build in turn); `bitd bench -tuning zen4,default`, two runs: 6-8% less
-	//     time on the 8B shapes at one thread and 5-10% at two, 2560x2560 the same at one
-	//     and 2-7% more at two (where a thread's stream jumps to its next chunk sooner). Its
-	//     lookups run 34 GB/s from L3, about the memory's rate, and from DRAM it reads little
-	//     more than half of that: a copy with half its lookups taken out (49 GB/s from L3)
-	//     read 92-95% without software prefetch and 69-71 with it. Prefetching into L2 only
-	//     (46-51), table chunks of 6 or 8 blocks instead of 12, or the tables built before
-	//     each chunk instead of during the one before did not help; nor did dropping the
-	//     prefetch from two to four tokens (21 against 32% of the roofline with two). (One
-	//     token once read 40-94% with one and the same binary, depending on where the page
-	//     cache put the file's pages; four copies of the binary later read 57-58 alike.)
-	//     What holds the one-token kernel back lies in how its vpermw read their tables,
-	//     not in its micro-ops (its 16 vpermw, 16 vpaddw, 10 vpmultishiftqb and the gather
-	//     of triple 15, 28.5 cycles a block from L1). Builds of it (most timing-only, with
-	//     wrong sums) from DRAM, the 8B shapes at one thread, two or three rounds, each
-	//     build in turn with the kernel, which read 56-67%:
+	//   - one-token tl2 runs lutTL2T1AVX512HW: no software prefetch into L2 and L1, and
+	//     each weight line marked non-temporal (prefetchnta 128 bytes ahead) so that the
+	//     stream leaves the chunk's tables in L1. From DRAM, four rounds in turn with the
+	//     build before (no prefetch at all): one thread 80-88% of the roofline against
+	//     59-66, two threads 86-97 against 76-89 (the 8B shapes and 2560x2560; one round
+	//     of each dipped lower at two threads with the host's memory rate). That build
+	//     had read 58-66% at one thread against 57-61 with the default's prefetch; its
+	//     lookups run 34 GB/s from L3, about the memory's rate. Other builds from DRAM (most
+	//     timing-only, with wrong sums; the 8B shapes at one thread, two to four rounds,
+	//     each in turn with it):
 	//       - half the 16 vpermw a block taking a table from a register instead of memory,
 	//         the instructions otherwise the same: 89-95; all 16: 92-96;
 	//       - half of them reading the table line the vpermw before them read (the same
 	//         loads and micro-ops, 8 lines a block): 90-96; reading the next block's line
 	//         instead (16 lines a block, the same 8 over a chunk): 60-65;
+	//       - every block reading the first block's 16 table lines (1 KiB of tables in
+	//         all): 79-86, and 82-95 with the next chunk's tables built between chunks
+	//         instead of during the one before (which alone moved nothing: 63-65); the
+	//         Sums of every row block in one place instead: 51-64;
 	//       - each table loaded apart from its vpermw (a load, then a register vpermw):
 	//         37-42; the next block's table lines prefetched: 46-54;
+	//       - prefetchnta of the weight lines 0 to 384 bytes ahead: 73-88 (512 to 1024
+	//         bytes: 61-70);
+	//         their loads as vmovntdqa instead: 48-63;
 	//       - two row blocks a pass, each table loaded once for both (tl2Pairs without
 	//         software prefetch): 37-39; with the second one's stream prefetched 40-48;
 	//         read as one stream, as if the layout interleaved the two row blocks' blocks,
 	//         61-71, whether each table went to a register or was folded into both vpermw;
 	//       - table chunks of 1, 4 or 6 blocks instead of 12: 41-52, 60-65, 57-64 (1 with
-	//         every vpermw's table from a register: 49-59);
-	//       - every block reading the first block's 16 table lines (1 KiB of tables in
-	//         all): 79-86, and 82-95 with the next chunk's tables built between chunks
-	//         instead of during the one before (which alone moved nothing: 63-65);
+	//         every vpermw's table from a register: 49-59); prefetching into L2 only:
+	//         46-51;
 	//       - calls over 1, 2, 3 or 6 of a chunk's blocks at a time (less of the tables
 	//         in use, the stream in strides): 47-50, 25-27, 26-29, 30-31;
 	//       - two triples' magnitude tables on one line, modelled by the 8-line build
 	//         with the three more operations a lookup the signs would then cost (vpord for
 	//         the index, vptestmw and a masked vpaddw into a second chain): 53-60.
-	//     So neither the count of table loads a byte (the interleaved pairs load as few as
-	//     the 90-96 build), nor the lines a chunk's tables span alone, nor the micro-ops
-	//     decide it; the table lines each block touches and how many stay in L1 beside the
-	//     weight stream do, in a way not pinned down here. A layout that gives tl2 the
-	//     speed-up its 1.67 bits promise would keep a block's tables in registers over many
-	//     row blocks read as one stream, at a lower cost a row block than chunks of 1 block
-	//     showed with this kernel. Decoding the codes to int8 weights for vpdpbusd is no way
-	//     out: a prototype (four rows a pass, 128 triples a row as 64 bytes of magnitudes
-	//     and 16 of signs, three vpermb digit tables, the signs by a masked vpaddb) ran
-	//     25 GB/s with its weights in L2, below the memory's rate, and 16.5-18.5 from DRAM;
-	//     its vpermb and vpdpbusd share pipes (from L2 without the vpermb 35 GB/s, without
-	//     the vpdpbusd 27, without the signs 33).
+	//     So it was neither the micro-ops (16 vpermw, 16 vpaddw, 10 vpmultishiftqb and the
+	//     gather of triple 15: 28.5 cycles a block from L1) nor the count of table loads a
+	//     byte, but table lines that the weight stream had pushed out of L1: each such miss
+	//     waits behind the stream's misses to DRAM (so from L3 nothing shows). The
+	//     interleaved pairs, which touch each table line once per 640 bytes, are the
+	//     figure that fits this least. Decoding the codes to int8 weights for vpdpbusd is
+	//     no way to the 1.15x over i2s: a prototype (four rows a pass, 128 triples a row
+	//     as 64 bytes of magnitudes and 16 of signs, three vpermb digit tables, the signs
+	//     by a masked vpaddb) ran 25 GB/s with its weights in L2, below the memory's rate,
+	//     and 16.5-18.5 from DRAM; its vpermb and vpdpbusd share pipes (from L2 without
+	//     the vpermb 35 GB/s, without the vpdpbusd 27, without the signs 33). With two to
+	//     four tokens tl2 keeps the default's prefetch: without it two tokens read 21%
+	//     against 32. (One token once read 40-94% with one and the same binary, depending
+	//     on where the page cache put the file's pages; four copies of the binary later
+	//     read 57-58 alike.)
 	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95.
 	TuningZen4
@@ -157,7 +157,7 @@ func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch", i2sLongK))
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal)", i2sLongK))
 	}
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens", i2sLongK))

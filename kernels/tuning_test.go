@@ -27,8 +27,8 @@ func TestParseTuning(t *testing.T) {
 }
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
-// float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with or
-// without software prefetch), i2s's two- to four-token kernels and int2's two-token one
+// float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with the
+// default's prefetch or Zen 4's), i2s's two- to four-token kernels and int2's two-token one
 // (gemvFor) are the ones that run, and every kernel of those formats gives the reference's
 // outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a long one, one
 // beyond i2sPartBytes (parts of K for the row kernels), and activation groups (segments),

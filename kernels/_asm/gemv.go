@@ -153,7 +153,7 @@ func genGemv() {
 			}
 			lutZ(T, true)
 			if T == 1 {
-				hardwarePrefetch(func() { lutZNamed(1, true, "HW") })
+				hardwarePrefetch(func() { nonTemporal(128, func() { lutZNamed(1, true, "HW") }) })
 			}
 		}
 	}
@@ -494,10 +494,28 @@ func gemvDoc(name, generic string, T int) string {
 
 // hwDoc is what a kernel's doc says of its prefetch when hardwarePrefetch writes it.
 func hwDoc() string {
-	if softPrefetch {
+	switch {
+	case softPrefetch:
 		return ""
+	case ntaAhead > 0:
+		return fmt.Sprintf(" It leaves its weight stream to the hardware's prefetchers but marks each line non-temporal (prefetchnta %d bytes ahead), so that the stream leaves its tables in L1 (see kernels.Tuning).", ntaAhead)
 	}
 	return " It does not prefetch its weight stream in software (see kernels.Tuning)."
+}
+
+// ntaAhead, when not 0, is how many bytes ahead of its block the one-token tl2 kernel that
+// hardwarePrefetch writes issues prefetchnta for each of the block's five lines (see
+// nonTemporal).
+var ntaAhead = 0
+
+// nonTemporal writes a kernel through gen whose weight lines are prefetched with
+// prefetchnta ahead bytes ahead of their loads (tl2Blocks). On Zen 4 the one-token tl2
+// kernel lost most of its time to its table lines, which the weight stream pushed out of
+// L1 (see kernels.Tuning); a line fetched that way goes first when its set needs room.
+func nonTemporal(ahead int, gen func()) {
+	ntaAhead = ahead
+	defer func() { ntaAhead = 0 }()
+	gen()
 }
 
 // gemvInt2Pair (T <= 2): 64 bytes (two 4-input units) per step. A vpermb pairs the two
@@ -1609,6 +1627,9 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
 		prefetchLine(at(s.pf, 64*u), at(s.w, prefetchNear+64*u))
+		if ntaAhead > 0 {
+			PREFETCHNTA(at(s.w, ntaAhead+64*u))
+		}
 	}
 	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
@@ -1748,10 +1769,11 @@ func lutPF(name string, a, w0, pf Register) {
 // lutZ: the tl1/tl2 chunk kernel (see lutArgs) on zmm: for each row block, the chunk's
 // blocks and units against the chunk's tables (which stay in L1 across the row blocks), a
 // later row block's piece prefetched (the pieces are contiguous: PF bytes ahead, continued
-// at Next past the range), the int32 sums added to Sums. With one
-// token the tl2 kernel also builds the tables lutArgs asks for between row blocks. tl2 with
-// two or more tokens takes the row blocks in pairs first (tl2Pairs); one token stays one row
-// block at a time (pairs measured 10-25% slower cache-resident, and no faster from DRAM).
+// at Next past the range), the int32 sums added to Sums. With one token the tl2 kernel also
+// builds the tables lutArgs asks for between row blocks. tl2 with two or more tokens takes
+// the row blocks in pairs first (tl2Pairs); one token stays one row block at a time (pairs
+// measured 10-25% slower cache-resident, and no faster from DRAM; on Zen 4, without
+// software prefetch, 37-39% of the roofline at one thread against 60-65).
 func lutZ(T int, tl2 bool) { lutZNamed(T, tl2, "") }
 
 // lutZNamed writes lutZ's kernel with suffix on its name (hardwarePrefetch's "HW").
