@@ -136,6 +136,11 @@ func gemvInt1T2AVX512(a *byte)
 //go:noescape
 func lutTL2T2AVX512(a *byte)
 
+// lutTL2T2AVX512NT is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference. Its pairs of row blocks prefetch the next pair into L2 only and mark their own weight lines non-temporal (prefetchnta 128 bytes ahead), so that the stream leaves the tables in L1 (see kernels.Tuning).
+//
+//go:noescape
+func lutTL2T2AVX512NT(a *byte)
+
 // gemvInt2T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape

@@ -96,6 +96,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.TL2:
 			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
 			o.oneTuned = lutTL2T1AVX512HW
+			tuned := o.lut
+			tuned[2] = lutTL2T2AVX512NT
+			o.lutTuned = &tuned
 			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block: vpermw with one and two tokens, vpermb on byte planes with three and four)
 		case quantcfg.BF16:
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,

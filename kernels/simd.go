@@ -88,6 +88,8 @@ type fmtOps struct {
 	// swapped for ones that suit the tuning (Tuning.fewTuned: i2s's two to four tokens,
 	// int2's two), nil where none do.
 	gemvTuned, gemvSeqTuned *[maxGemvT + 1]func(*byte)
+	// lutTuned: lut likewise (tl2's two tokens), nil where none is.
+	lutTuned *[maxGemvT + 1]func(*byte)
 	// oneTuned: a one-token kernel that prefetches differently (none in software), in
 	// place of gemv[1] (i2s, K below i2sLongK), float[1] (bf16, f32) or lut[1] (tl2) where
 	// the tuning says so (Tuning.tunedOne).
@@ -1013,7 +1015,11 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	}
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
-	kernel, tabs := func(g lutGroup) func(*byte) { return k.ops.lut[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
+	luts := &k.ops.lut
+	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
+		luts = k.ops.lutTuned
+	}
+	kernel, tabs := func(g lutGroup) func(*byte) { return luts[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
 	if one := k.tunedOne(); a.N == 1 && one != nil {
 		kernel = func(lutGroup) func(*byte) { return one }
 	}

@@ -840,6 +840,13 @@ func testLUTKernelsKeepArgPointers(t *testing.T, rng *rand.Rand, shapes [][2]int
 		for T := 1; T <= maxGemvT; T++ {
 			ops.lut[T] = check(T, k.ops.lut[T])
 		}
+		if k.ops.lutTuned != nil {
+			tuned := *k.ops.lutTuned
+			for T := 1; T <= maxGemvT; T++ {
+				tuned[T] = check(T, tuned[T])
+			}
+			ops.lutTuned = &tuned
+		}
 		ops.lutOne, ops.oneTuned = check(1, k.ops.lutOne), check(1, k.ops.oneTuned)
 		kk := *k
 		kk.ops = &ops

@@ -143,10 +143,11 @@ func (t Tuning) tunedOne() bool { return t == TuningZen4 }
 func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
 
 // fewTuned: the GEMVs of a few tokens take the tuning's kernels (fmtOps.gemvTuned,
-// gemvSeqTuned): two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three- and
-// four-token i2s take their codes with a shift and ands (gemvI2SAndT3AVX512,
+// gemvSeqTuned, lutTuned): two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three-
+// and four-token i2s take their codes with a shift and ands (gemvI2SAndT3AVX512,
 // gemvI2SAndT4AVX512) in place of vgf2p8affineqb, two-token int2 of a consecutive code book
-// runs table-free (gemvInt2SeqT2AVX512).
+// runs table-free (gemvInt2SeqT2AVX512), two-token tl2 marks its weight lines non-temporal
+// and prefetches the next pair of row blocks into L2 only (lutTL2T2AVX512NT).
 func (t Tuning) fewTuned() bool { return t == TuningZen4 }
 
 // tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
@@ -164,7 +165,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.fewTuned() {
 		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")
-		c = append(c, "two-token int2 GEMVs (consecutive code books) table-free, as one token and three or more")
+		c = append(c, "two-token int2 GEMVs (consecutive code books) table-free, as one token and three or more; two-token tl2 GEMVs with their weight lines marked non-temporal")
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")

@@ -28,8 +28,8 @@ func TestParseTuning(t *testing.T) {
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with the
-// default's prefetch or Zen 4's), i2s's two- to four-token kernels and int2's two-token one
-// (gemvFor) are the ones that run, and every kernel of those formats gives the reference's
+// default's prefetch or Zen 4's), i2s's two- to four-token kernels, int2's two-token one
+// (gemvFor) and tl2's (fmtOps.lutTuned) are the ones that run, and every kernel of those formats gives the reference's
 // outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a long one, one
 // beyond i2sPartBytes (parts of K for the row kernels), and activation groups (segments),
 // at one to five tokens.
@@ -78,7 +78,8 @@ func TestTunings(t *testing.T) {
 			}
 			few(&o.gemv, "gemv")
 			few(&o.gemvSeq, "gemv")
-			for _, tp := range []**[maxGemvT + 1]func(*byte){&o.gemvTuned, &o.gemvSeqTuned} {
+			few(&o.lut, "gemv")
+			for _, tp := range []**[maxGemvT + 1]func(*byte){&o.gemvTuned, &o.gemvSeqTuned, &o.lutTuned} {
 				if *tp != nil {
 					tuned := **tp
 					few(&tuned, "tuned")
@@ -131,9 +132,14 @@ func TestTunings(t *testing.T) {
 				if k.ops.gemvSeqTuned == nil {
 					t.Errorf("%s: no tuned two-token kernel", name)
 				}
+			case k.format == quantcfg.TL2:
+				fewNs = []int{2}
+				if k.ops.lutTuned == nil {
+					t.Errorf("%s: no tuned two-token kernel", name)
+				}
 			}
 			// a tuned table swaps the kernels of fewNs and no others
-			for _, tabs := range [][2]*[maxGemvT + 1]func(*byte){{&k.ops.gemv, k.ops.gemvTuned}, {&k.ops.gemvSeq, k.ops.gemvSeqTuned}} {
+			for _, tabs := range [][2]*[maxGemvT + 1]func(*byte){{&k.ops.gemv, k.ops.gemvTuned}, {&k.ops.gemvSeq, k.ops.gemvSeqTuned}, {&k.ops.lut, k.ops.lutTuned}} {
 				if tabs[1] == nil {
 					continue
 				}

@@ -152,8 +152,11 @@ func genGemv() {
 				lutZ(T, false)
 			}
 			lutZ(T, true)
-			if T == 1 {
+			switch T {
+			case 1:
 				hardwarePrefetch(func() { nonTemporal(128, func() { lutZNamed(1, true, "HW") }) })
+			case 2:
+				nonTemporal(128, func() { lutZNamed(2, true, "NT") })
 			}
 		}
 	}
@@ -495,6 +498,8 @@ func gemvDoc(name, generic string, T int) string {
 // hwDoc is what a kernel's doc says of its prefetch when hardwarePrefetch writes it.
 func hwDoc() string {
 	switch {
+	case softPrefetch && ntaAhead > 0:
+		return fmt.Sprintf(" Its pairs of row blocks prefetch the next pair into L2 only and mark their own weight lines non-temporal (prefetchnta %d bytes ahead), so that the stream leaves the tables in L1 (see kernels.Tuning).", ntaAhead)
 	case softPrefetch:
 		return ""
 	case ntaAhead > 0:
@@ -503,15 +508,17 @@ func hwDoc() string {
 	return " It does not prefetch its weight stream in software (see kernels.Tuning)."
 }
 
-// ntaAhead, when not 0, is how many bytes ahead of its block the one-token tl2 kernel that
-// hardwarePrefetch writes issues prefetchnta for each of the block's five lines (see
-// nonTemporal).
+// ntaAhead, when not 0, is how many bytes ahead of its block a tl2 kernel issues
+// prefetchnta for each of the block's five lines (see nonTemporal).
 var ntaAhead = 0
 
-// nonTemporal writes a kernel through gen whose weight lines are prefetched with
-// prefetchnta ahead bytes ahead of their loads (tl2Blocks). On Zen 4 the one-token tl2
-// kernel lost most of its time to its table lines, which the weight stream pushed out of
-// L1 (see kernels.Tuning); a line fetched that way goes first when its set needs room.
+// nonTemporal writes a tl2 kernel through gen whose weight lines are prefetched with
+// prefetchnta ahead bytes ahead of their loads: the one-token blocks (tl2Blocks) of a
+// kernel that hardwarePrefetch writes, and the pairs of row blocks (tl2Pairs), whose
+// prefetch of the next pair then goes into L2 only. On Zen 4 the tl2 kernels of one and
+// two tokens lost most of their time to table lines that the weight stream pushed out of
+// L1 (see kernels.Tuning); a line fetched with prefetchnta goes first when its set needs
+// room.
 func nonTemporal(ahead int, gen func()) {
 	ntaAhead = ahead
 	defer func() { ntaAhead = 0 }()
@@ -1627,7 +1634,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
 		prefetchLine(at(s.pf, 64*u), at(s.w, prefetchNear+64*u))
-		if ntaAhead > 0 {
+		if ntaAhead > 0 && !softPrefetch { // (two tokens: only their pairs, tl2Pairs)
 			PREFETCHNTA(at(s.w, ntaAhead+64*u))
 		}
 	}
@@ -1676,6 +1683,13 @@ func (s *lutState) tl2Pairs(name string, a, w0, sums Register) {
 	s.zero16()
 	Label(name + "_pblk")
 	for u := 0; u < 5; u++ {
+		if ntaAhead > 0 {
+			PREFETCHNTA(at(s.w, ntaAhead+64*u))
+			PREFETCHNTA(Mem{Base: s.w, Index: rb, Scale: 1, Disp: ntaAhead + 64*u})
+			PREFETCHT1(at(s.pf, 64*u))
+			PREFETCHT1(Mem{Base: s.pf, Index: rb, Scale: 1, Disp: 64 * u})
+			continue
+		}
 		PREFETCHT0(at(s.pf, 64*u))
 		PREFETCHT0(Mem{Base: s.pf, Index: rb, Scale: 1, Disp: 64 * u})
 	}
