@@ -101,11 +101,17 @@ const (
 	//     as 64 bytes of magnitudes and 16 of signs, three vpermb digit tables, the signs
 	//     by a masked vpaddb) ran 25 GB/s with its weights in L2, below the memory's rate,
 	//     and 16.5-18.5 from DRAM; its vpermb and vpdpbusd share pipes (from L2 without
-	//     the vpermb 35 GB/s, without the vpdpbusd 27, without the signs 33). With two to
-	//     four tokens tl2 keeps the default's prefetch: without it two tokens read 21%
-	//     against 32. (One token once read 40-94% with one and the same binary, depending
-	//     on where the page cache put the file's pages; four copies of the binary later
-	//     read 57-58 alike.)
+	//     the vpermb 35 GB/s, without the vpdpbusd 27, without the signs 33). (One token
+	//     once read 40-94% with one and the same binary, depending on where the page cache
+	//     put the file's pages; four copies of the binary later read 57-58 alike.)
+	//   - two-token tl2 (lutTL2T2AVX512NT, two row blocks a pass, two tokens' tables in L1)
+	//     marks its weight lines non-temporal too, and prefetches the next pair of row
+	//     blocks into L2 only: 59-67% of the roofline at one thread against 31-33, three
+	//     rounds in turn (the 8B shapes and 2560x2560). Without any prefetch it had read
+	//     21% against 32. Three and four tokens, whose kernels look up byte planes with
+	//     vpermb, gained nothing from it (28-29 against 26-29, 25-28 against 25-26), nor did
+	//     two to four tokens of i2s and two of int2 (their activations the only lines to
+	//     keep).
 	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95.
 	TuningZen4
