@@ -88,7 +88,8 @@ type fmtOps struct {
 	// swapped for ones that suit the tuning (Tuning.fewTuned: i2s's two to four tokens,
 	// int2's two), nil where none do.
 	gemvTuned, gemvSeqTuned *[maxGemvT + 1]func(*byte)
-	// lutTuned: lut likewise (tl2's two tokens), nil where none is.
+	// lutTuned: lut likewise (tl2's two tokens, which then take more tokens two at a time:
+	// lutTunedT), nil where none is.
 	lutTuned *[maxGemvT + 1]func(*byte)
 	// oneTuned: a one-token kernel that prefetches differently (none in software), in
 	// place of gemv[1] (i2s, K below i2sLongK), float[1] (bf16, f32) or lut[1] (tl2) where
@@ -789,12 +790,15 @@ const tl1Ahead = 1
 const lutChunkBytes = 24 << 10
 
 // runLUT is Run for the tl1/tl2 lookup-table kernels: the tokens in groups of up to gemvT
-// (one kernel pass each), up to lutSweepTokens of them at a time swept over the row blocks
-// chunk by chunk of K, accumulating every group's int32 sums; then the epilogue runs per
-// group and row block.
+// (one kernel pass each; lutTunedT where the tuning takes fmtOps.lutTuned), up to
+// lutSweepTokens of them at a time swept over the row blocks chunk by chunk of K,
+// accumulating every group's int32 sums; then the epilogue runs per group and row block.
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
 	tile := min(k.ops.gemvT, n)
+	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
+		tile = min(lutTunedT, n)
+	}
 	batch := min(n, max(tile, lutSweepTokens)) // tokens per sweep
 	if need := nrb * batch * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
@@ -834,6 +838,14 @@ type lutGroup struct {
 // the passes'. Runs of 64 KiB to all of a chunk's pieces measured alike here (L2 2 MiB);
 // 256 KiB leaves room for eight tokens' tables (128 KiB) in a 1 MiB L2.
 var lutSubBytes = 256 << 10
+
+// lutTunedT is the most tokens of a group (one kernel pass) where the tuning takes
+// fmtOps.lutTuned: Zen 4's two-token tl2 kernel, whose weight lines are non-temporal, reads
+// 59-67% of the roofline at one thread where the three- and four-token ones read 24-29, so
+// three tokens run as two and one, four as two and two (from DRAM at one thread, two rounds
+// in turn, the 8B shapes and 2560x2560: three tokens 38-42% against 26-27, four 31-34
+// against 24-26, eight 16-17 against 13-14).
+const lutTunedT = 2
 
 // lutSweepTokens is the most tokens one sweep takes (in groups of gemvT): their tables of a
 // chunk (16 KiB a token) are all built before the chunk's runs, so eight keep them to 128

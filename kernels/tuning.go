@@ -111,7 +111,8 @@ const (
 	//     21% against 32. Three and four tokens, whose kernels look up byte planes with
 	//     vpermb, gained nothing from it (28-29 against 26-29, 25-28 against 25-26), nor did
 	//     two to four tokens of i2s and two of int2 (their activations the only lines to
-	//     keep).
+	//     keep). So three or more tl2 tokens run in passes of two (lutTunedT): three 38-42%
+	//     against 26-28, four 32-36 against 24-26, eight 16-19 against 14-15.
 	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
 	// 63-75% instead of 91-95.
 	TuningZen4
@@ -153,7 +154,8 @@ func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
 // and four-token i2s take their codes with a shift and ands (gemvI2SAndT3AVX512,
 // gemvI2SAndT4AVX512) in place of vgf2p8affineqb, two-token int2 of a consecutive code book
 // runs table-free (gemvInt2SeqT2AVX512), two-token tl2 marks its weight lines non-temporal
-// and prefetches the next pair of row blocks into L2 only (lutTL2T2AVX512NT).
+// and prefetches the next pair of row blocks into L2 only (lutTL2T2AVX512NT), and more tl2
+// tokens run in passes of two (lutTunedT).
 func (t Tuning) fewTuned() bool { return t == TuningZen4 }
 
 // tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
@@ -171,7 +173,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.fewTuned() {
 		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")
-		c = append(c, "two-token int2 GEMVs (consecutive code books) table-free, as one token and three or more; two-token tl2 GEMVs with their weight lines marked non-temporal")
+		c = append(c, "two-token int2 GEMVs (consecutive code books) table-free, as one token and three or more; tl2 GEMVs of two or more tokens in passes of two, their weight lines marked non-temporal")
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")

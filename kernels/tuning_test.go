@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -29,10 +30,11 @@ func TestParseTuning(t *testing.T) {
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with the
 // default's prefetch or Zen 4's), i2s's two- to four-token kernels, int2's two-token one
-// (gemvFor) and tl2's (fmtOps.lutTuned) are the ones that run, and every kernel of those formats gives the reference's
-// outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a long one, one
-// beyond i2sPartBytes (parts of K for the row kernels), and activation groups (segments),
-// at one to five tokens.
+// (gemvFor) and tl2's (fmtOps.lutTuned, which under zen4 also runs three and four tokens in
+// passes of two) are the ones that run, and every kernel of those formats gives the
+// reference's outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a
+// long one, one beyond i2sPartBytes (parts of K for the row kernels), and activation groups
+// (segments), at one to five tokens.
 func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
@@ -85,6 +87,9 @@ func TestTunings(t *testing.T) {
 					few(&tuned, "tuned")
 					*tp = &tuned
 				}
+			}
+			if o.lutTuned != nil { // (tl2: the one-token pass of three tokens, lutTunedT)
+				o.lutTuned[1] = count("lut", o.lutTuned[1])
 			}
 			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
 			kk.name = k.name
@@ -160,6 +165,18 @@ func TestTunings(t *testing.T) {
 					checkShapes(t, name, kk, rng, [][2]int{{40, 2560}}, 1, []int{n}, false)
 					if len(ran) != 1 || ran[want] == 0 {
 						t.Errorf("%s: %d tokens ran %v, want %s only", name, n, ran, want)
+					}
+				}
+			}
+			if k.format == quantcfg.TL2 && k.isa == ISAAVX512 { // three and four tokens: passes of lutTunedT under zen4
+				for n, want := range map[int][]string{3: {"gemv3"}, 4: {"gemv4"}} {
+					if zen4 {
+						want = map[int][]string{3: {"lut", "tuned2"}, 4: {"tuned2"}}[n]
+					}
+					clear(ran)
+					checkShapes(t, name, kk, rng, [][2]int{{40, 2560}}, 1, []int{n}, false)
+					if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, want) {
+						t.Errorf("%s: %d tokens ran %v, want %v", name, n, ran, want)
 					}
 				}
 			}
