@@ -495,7 +495,8 @@ func gemvDoc(name, generic string, T int) string {
 	return fmt.Sprintf("%s is the GEMV of one row block for %d token(s) (see gemvArgs); %s is its reference.", name, T, generic) + hwDoc()
 }
 
-// hwDoc is what a kernel's doc says of its prefetch when hardwarePrefetch writes it.
+// hwDoc is what a kernel's doc says of its prefetch when hardwarePrefetch or nonTemporal
+// writes it.
 func hwDoc() string {
 	switch {
 	case softPrefetch && ntaAhead > 0:
@@ -1790,7 +1791,8 @@ func lutPF(name string, a, w0, pf Register) {
 // software prefetch, 37-39% of the roofline at one thread against 60-65).
 func lutZ(T int, tl2 bool) { lutZNamed(T, tl2, "") }
 
-// lutZNamed writes lutZ's kernel with suffix on its name (hardwarePrefetch's "HW").
+// lutZNamed writes lutZ's kernel with suffix on its name (hardwarePrefetch's "HW",
+// nonTemporal's "NT").
 func lutZNamed(T int, tl2 bool, suffix string) {
 	f := "TL1"
 	if tl2 {
