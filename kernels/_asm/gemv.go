@@ -1379,6 +1379,14 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	return s
 }
 
+// advancePF moves the prefetch pointer on by n with the weight stream, in kernels that
+// prefetch in software (prefetchLine emits nothing in the others).
+func (s *lutState) advancePF(n Op) {
+	if softPrefetch {
+		ADDQ(n, s.pf)
+	}
+}
+
 // tl1Consts loads tl1Units' constants.
 func (s *lutState) tl1Consts() {
 	bcastByte(s.m0f, 0x0f)
@@ -1468,7 +1476,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	unit(0)
 	unit(1)
 	ADDQ(U8(64), s.w)
-	ADDQ(U8(64), s.pf)
+	s.advancePF(U8(64))
 	ADDQ(U32(128), s.kt)
 	SUBQ(U8(2), c)
 	CMPQ(c, U8(2))
@@ -1478,7 +1486,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	JZ(LabelRef(name + "_tl1flush"))
 	unit(0)
 	ADDQ(U8(32), s.w)
-	ADDQ(U8(32), s.pf)
+	s.advancePF(U8(32))
 	ADDQ(U8(64), s.kt)
 	Label(name + "_tl1flush")
 	s.flush()
@@ -1643,7 +1651,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 		return s.acc16[t][tri%chains]
 	})
 	ADDQ(U32(320), s.w)
-	ADDQ(U32(320), s.pf)
+	s.advancePF(U32(320))
 	ADDQ(U32(1024), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
@@ -1814,7 +1822,9 @@ func lutZNamed(T int, tl2 bool, suffix string) {
 	}
 	Label(name + "_rb")
 	MOVQ(w0, s.w)
-	lutPF(name, a, w0, s.pf)
+	if softPrefetch { // (hardwarePrefetch: no pointer to keep)
+		lutPF(name, a, w0, s.pf)
+	}
 	XORQ(s.kt, s.kt)
 	zeroAll(flat2(s.acc32)...)
 	if tl2 {
