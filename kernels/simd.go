@@ -283,6 +283,15 @@ func (k *simdKernel) gemvOne(l *Layer, gemv *[maxGemvT + 1]func(*byte)) (func(*b
 	return gemv[1], k.ops.parts[1]
 }
 
+// luts returns the lookup-table kernels by token count: lutTuned where the current tuning
+// takes it (Tuning.fewTuned), else lut.
+func (k *simdKernel) luts() *[maxGemvT + 1]func(*byte) {
+	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
+		return k.ops.lutTuned
+	}
+	return &k.ops.lut
+}
+
 // tunedOne returns the one-token kernel the current tuning puts in place of the format's
 // own (fmtOps.oneTuned), or nil.
 func (k *simdKernel) tunedOne() func(*byte) {
@@ -796,7 +805,7 @@ const lutChunkBytes = 24 << 10
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
 	tile := min(k.ops.gemvT, n)
-	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
+	if k.luts() != &k.ops.lut {
 		tile = min(lutTunedT, n)
 	}
 	batch := min(n, max(tile, lutSweepTokens)) // tokens per sweep
@@ -1027,10 +1036,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	}
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
-	luts := &k.ops.lut
-	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
-		luts = k.ops.lutTuned
-	}
+	luts := k.luts()
 	kernel, tabs := func(g lutGroup) func(*byte) { return luts[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
 	if one := k.tunedOne(); a.N == 1 && one != nil {
 		kernel = func(lutGroup) func(*byte) { return one }

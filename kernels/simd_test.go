@@ -837,14 +837,15 @@ func testLUTKernelsKeepArgPointers(t *testing.T, rng *rand.Rand, shapes [][2]int
 				}
 			}
 		}
-		for T := 1; T <= maxGemvT; T++ {
-			ops.lut[T] = check(T, k.ops.lut[T])
-		}
-		if k.ops.lutTuned != nil {
-			tuned := *k.ops.lutTuned
+		checkAll := func(tab [maxGemvT + 1]func(*byte)) [maxGemvT + 1]func(*byte) {
 			for T := 1; T <= maxGemvT; T++ {
-				tuned[T] = check(T, tuned[T])
+				tab[T] = check(T, tab[T])
 			}
+			return tab
+		}
+		ops.lut = checkAll(k.ops.lut)
+		if k.ops.lutTuned != nil {
+			tuned := checkAll(*k.ops.lutTuned)
 			ops.lutTuned = &tuned
 		}
 		ops.lutOne, ops.oneTuned = check(1, k.ops.lutOne), check(1, k.ops.oneTuned)
