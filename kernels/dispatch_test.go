@@ -93,9 +93,9 @@ func TestDispatchReasons(t *testing.T) {
 	}
 }
 
-// The zmm tl2 kernels for two or more tokens use vpshldw (AVX512_VBMI2), and the i2s ones
-// for three and four tokens vgf2p8affineqb (GFNI): a CPU without either must not get the
-// AVX-512 path, and the reason names what is missing.
+// The zmm tl2 kernels for two or more tokens (and Zen 4's for one) use vpshldw
+// (AVX512_VBMI2), and the i2s ones for three and four tokens vgf2p8affineqb (GFNI): a CPU
+// without either must not get the AVX-512 path, and the reason names what is missing.
 func TestAVX512PathNeedsVBMI2AndGFNI(t *testing.T) {
 	if !ISAAvailable(ISAAVX512) {
 		t.Skip("no AVX-512 path on this CPU:", isaReason(ISAAVX512))

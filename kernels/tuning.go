@@ -104,6 +104,10 @@ const (
 	//     the vpermb 35 GB/s, without the vpdpbusd 27, without the signs 33). (One token
 	//     once read 40-94% with one and the same binary, depending on where the page cache
 	//     put the file's pages; four copies of the binary later read 57-58 alike.)
+	//     Later its blocks were cut from 52 vector operations to 47 (vpsrlw for
+	//     vpmultishiftqb, triple 15 gathered with vpshldw from five plane registers; see
+	//     onShiftPipes in _asm/gemv.go): from DRAM 2-9% more at one thread (twelve rounds
+	//     in turn), from L2 and L3 9-13% more (medians).
 	//   - two-token tl2 (lutTL2T2AVX512NT, two row blocks a pass, two tokens' tables in L1)
 	//     marks its weight lines non-temporal too, and prefetches the next pair of row
 	//     blocks into L2 only: 59-67% of the roofline at one thread against 31-33, three

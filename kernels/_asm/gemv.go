@@ -154,7 +154,9 @@ func genGemv() {
 			lutZ(T, true)
 			switch T {
 			case 1:
-				hardwarePrefetch(func() { nonTemporal(128, func() { lutZNamed(1, true, "HW") }) })
+				onShiftPipes(func() {
+					hardwarePrefetch(func() { nonTemporal(128, func() { lutZNamed(1, true, "HW") }) })
+				})
 			case 2:
 				nonTemporal(128, func() { lutZNamed(2, true, "NT") })
 			}
@@ -523,6 +525,34 @@ var ntaAhead = 0
 func nonTemporal(ahead int, gen func()) {
 	ntaAhead = ahead
 	defer func() { ntaAhead = 0 }()
+	gen()
+}
+
+// shiftPipes is true while onShiftPipes writes a kernel.
+var shiftPipes = false
+
+// onShiftPipes writes the one-token tl2 kernel through gen with fewer operations a block
+// for Zen 4 (tl2Block): the code shifts are vpsrlw instead of vpmultishiftqb, and each of
+// the five planes stays in a register of its own, so that triple 15 is gathered at the
+// end of the block with one vpsrlw and four vpshldw instead of a shift and a bit-select a
+// plane: 47 vector operations a block instead of 52.
+//
+// Zen 4 runs a zmm vpermw on its FP1 and FP2 pipes, vpmultishiftqb (like vpdpbusd) on FP0
+// and FP1, vpsrlw and vpshldw on FP2 and FP3, vpaddw and vpternlogd on any of the four, and
+// a zmm operation takes two of them for a cycle (measured: eight independent operations of
+// one kind a loop, 1 or 2 a cycle, then of two kinds, 1, 1.5 or 2). So the block is bound
+// by its count of operations rather than by one pipe: a copy of its instructions over 512
+// KB of weights in L2 ran 25.6 cycles a block instead of 29.5 (vpmultishiftqb with the new
+// gather: 26.4-27.5). In the kernel, on weights resident in L2 or L3 (go test -bench,
+// BITGO_BENCH_CACHE=1, 2560x2560 and 3072x960, six rounds in turn) the medians at one
+// thread were 9-13% higher; from DRAM (the 8B shapes and 2560x2560, twelve rounds in turn) the medians were
+// 2-9% higher at one thread and -1 to +21% at two, the i2s kernel alongside unchanged.
+// The planes are taken in address order: gathering from plane 4 down with one plane
+// register, as the kernels of more tokens do, loads the block's lines backwards, and that
+// read 10-20% less from DRAM at one thread (10 rounds).
+func onShiftPipes(gen func()) {
+	shiftPipes = true
+	defer func() { shiftPipes = false }()
 	gen()
 }
 
@@ -1317,10 +1347,11 @@ type lutState struct {
 	tabs                    []GPVirtual     // token tables
 	acc16                   [][]VecPhysical // [token][chain]: vpaddw's 2-cycle latency wants several chains
 	acc32                   [][2]VecPhysical
-	m0f, dup, wz, i0, i1, l VecPhysical // dup: dupBytes
-	off0, off1              VecPhysical // tl1Units' index offsets: words 0x1000 and 0x3020
-	top, x, l2              VecPhysical // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
-	sh5, sh10               VecPhysical // tl2: vpmultishiftqb controls, each word shifted right by 5 and 10 (shiftCtl; pairCtl with bytes)
+	m0f, dup, wz, i0, i1, l VecPhysical   // dup: dupBytes
+	off0, off1              VecPhysical   // tl1Units' index offsets: words 0x1000 and 0x3020
+	top, x, l2              VecPhysical   // tl2: the word sign bit (one token), triple 15's code being gathered, a second lookup result
+	planes                  []VecPhysical // tl2, one token, shiftPipes: the block's five planes
+	sh5, sh10               VecPhysical   // tl2: vpmultishiftqb controls, each word shifted right by 5 and 10 (shiftCtl; pairCtl with bytes)
 	// bytes: tl2 with three or four tokens looks up tabTL2B byte planes with vpermb
 	// (tl2Block). Its constants (sh0, sh5, sh10, m1f) and tl1Units' (m0f, dup, off0,
 	// off1) share four registers, each loop loading its own (tl2Consts, tl1Consts).
@@ -1367,7 +1398,10 @@ func newLUTState(a Register, T int, tl2 bool) *lutState {
 	if tl2 {
 		s.x, s.l2 = s.p.get(), s.p.get()
 	}
-	if tl2 && !s.bytes {
+	if tl2 && T == 1 && shiftPipes {
+		s.planes = append([]VecPhysical{s.wz}, s.p.getn(4)...)
+	}
+	if tl2 && !s.bytes && !shiftPipes {
 		s.sh5, s.sh10 = s.p.get(), s.p.get()
 		bcastQword(s.sh5, shiftCtl(5))
 		bcastQword(s.sh10, shiftCtl(10))
@@ -1497,8 +1531,9 @@ func (s *lutState) tl1Units(name string, n Register) {
 
 // tl2Rows is the register set of one row block's codes in tl2Block.
 type tl2Rows struct {
-	v, code, x VecPhysical // the plane, a shifted plane, triple 15's code being gathered
-	w          Mem         // the block's first byte
+	v, code, x VecPhysical   // the plane, a shifted plane, triple 15's code being gathered
+	planes     []VecPhysical // one token under onShiftPipes: each plane in a register of its own
+	w          Mem           // the block's first byte
 }
 
 // tl2Block emits one block for the row blocks of rows (one or two) and every token: per
@@ -1519,7 +1554,9 @@ type tl2Rows struct {
 // two, 2% less with three and four.
 //
 // One token takes the planes in address order and gathers with a shift and a bit-select
-// per plane (bit j lands at bit 15, the earlier ones below, then a shift by 11). More
+// per plane (bit j lands at bit 15, the earlier ones below, then a shift by 11), or, in the
+// kernel onShiftPipes writes, keeps each plane in a register of its own (tl2Rows.planes)
+// and gathers at the end of the block from plane 4 down with vpshldw. More
 // tokens take them from plane 4 down and gather with one vpshldw per plane (x = x<<1 |
 // v>>15): against the first way (tl2 from DRAM on the 8B shapes at one thread, pairs of
 // runs old/new in turn) n = 3 ran 3-11% faster and n = 4 0-21%, by the state of this
@@ -1576,6 +1613,10 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 			}
 		case i == 0:
 			return plane
+		case shiftPipes:
+			for _, rw := range rows {
+				VPSRLW(U8(5*i), rw.v, rw.code)
+			}
 		default:
 			for _, rw := range rows {
 				VPMULTISHIFTQB(rw.v, ctl[i], rw.code)
@@ -1583,22 +1624,27 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 		}
 		return code
 	}
-	one := s.T == 1
+	one := s.T == 1 && !shiftPipes
+	keep := rows[0].planes != nil // onShiftPipes: gathered at the end, from the planes' registers
 	for i := 0; i < 5; i++ {
 		j := 4 - i
-		if one {
+		if one || keep {
 			j = i
 		}
-		for _, rw := range rows {
-			m := rw.w
+		for r := range rows {
+			m := rows[r].w
 			m.Disp += 64 * j
-			VMOVDQU64(m, rw.v)
+			if keep {
+				rows[r].v = rows[r].planes[j]
+			}
+			VMOVDQU64(m, rows[r].v)
 		}
 		for f := 0; f < 3; f++ {
 			lookupAll(3*j+f, index(f))
 		}
 		for _, rw := range rows {
 			switch {
+			case keep:
 			case one && j == 0:
 				VMOVDQA64(rw.v, rw.x)
 			case one: // x = top ? v : x >> 1 (bit j of the code lands at bit 15, the earlier ones below)
@@ -1614,6 +1660,11 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	last := func(r int) VecPhysical { return rows[r].x }
 	for _, rw := range rows {
 		switch {
+		case keep: // x = x << 1 | v >> 15, from plane 4 down
+			VPSRLW(U8(15), rw.planes[4], rw.x)
+			for j := 3; j >= 0; j-- {
+				VPSHLDW(U8(1), rw.planes[j], rw.x, rw.x)
+			}
 		case one:
 			VPSRLW(U8(11), rw.x, rw.x)
 		case s.bytes: // code = x | x << 8 | 0x2000 (x < 32)
@@ -1647,7 +1698,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 			PREFETCHNTA(at(s.w, ntaAhead+64*u))
 		}
 	}
-	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
+	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0), planes: s.planes}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
 	})
 	ADDQ(U32(320), s.w)
