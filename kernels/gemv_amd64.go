@@ -10,14 +10,14 @@ package kernels
 //go:noescape
 func lutBuildTL1AVX512(x *int8, units int, dst *byte)
 
-// lutBuildTL2AVX512 writes triples tabTL2Z tables (64 bytes each) for the activations at x
-// (reading x[-1] for every triple but the first); buildLUT is its reference.
+// lutBuildTL2AVX512 writes triples tabTL2Z tables (64 bytes each) for the activations at x;
+// buildLUT is its reference.
 //
 //go:noescape
 func lutBuildTL2AVX512(x *int8, triples int, dst *byte)
 
-// lutBuildTL2BAVX512 writes triples tabTL2B tables (64 bytes each) for the activations at x
-// (reading x[-1] for every triple but the first); buildLUT is its reference.
+// lutBuildTL2BAVX512 writes triples tabTL2B tables (64 bytes each) for the activations at x;
+// buildLUT is its reference.
 //
 //go:noescape
 func lutBuildTL2BAVX512(x *int8, triples int, dst *byte)

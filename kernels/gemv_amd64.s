@@ -106,74 +106,6 @@ DATA lutC2_0<>+60(SB)/2, $0x0000
 DATA lutC2_0<>+62(SB)/2, $0x0000
 GLOBL lutC2_0<>(SB), RODATA|NOPTR, $64
 
-DATA lutP2x0<>+0(SB)/2, $0x0001
-DATA lutP2x0<>+2(SB)/2, $0x0001
-DATA lutP2x0<>+4(SB)/2, $0x0001
-DATA lutP2x0<>+6(SB)/2, $0x0001
-DATA lutP2x0<>+8(SB)/2, $0x0001
-DATA lutP2x0<>+10(SB)/2, $0x0001
-DATA lutP2x0<>+12(SB)/2, $0x0001
-DATA lutP2x0<>+14(SB)/2, $0x0001
-DATA lutP2x0<>+16(SB)/2, $0x0001
-DATA lutP2x0<>+18(SB)/2, $0x0001
-DATA lutP2x0<>+20(SB)/2, $0x0001
-DATA lutP2x0<>+22(SB)/2, $0x0001
-DATA lutP2x0<>+24(SB)/2, $0x0001
-DATA lutP2x0<>+26(SB)/2, $0x0001
-DATA lutP2x0<>+28(SB)/2, $0x0001
-DATA lutP2x0<>+30(SB)/2, $0x0001
-DATA lutP2x0<>+32(SB)/2, $0x0001
-DATA lutP2x0<>+34(SB)/2, $0x0001
-DATA lutP2x0<>+36(SB)/2, $0x0001
-DATA lutP2x0<>+38(SB)/2, $0x0001
-DATA lutP2x0<>+40(SB)/2, $0x0001
-DATA lutP2x0<>+42(SB)/2, $0x0001
-DATA lutP2x0<>+44(SB)/2, $0x0001
-DATA lutP2x0<>+46(SB)/2, $0x0001
-DATA lutP2x0<>+48(SB)/2, $0x0001
-DATA lutP2x0<>+50(SB)/2, $0x0001
-DATA lutP2x0<>+52(SB)/2, $0x0001
-DATA lutP2x0<>+54(SB)/2, $0x0001
-DATA lutP2x0<>+56(SB)/2, $0x0001
-DATA lutP2x0<>+58(SB)/2, $0x0001
-DATA lutP2x0<>+60(SB)/2, $0x0001
-DATA lutP2x0<>+62(SB)/2, $0x0001
-GLOBL lutP2x0<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2f0<>+0(SB)/2, $0x0000
-DATA lutP2f0<>+2(SB)/2, $0x0000
-DATA lutP2f0<>+4(SB)/2, $0x0000
-DATA lutP2f0<>+6(SB)/2, $0x0000
-DATA lutP2f0<>+8(SB)/2, $0x0000
-DATA lutP2f0<>+10(SB)/2, $0x0000
-DATA lutP2f0<>+12(SB)/2, $0x0000
-DATA lutP2f0<>+14(SB)/2, $0x0000
-DATA lutP2f0<>+16(SB)/2, $0x0000
-DATA lutP2f0<>+18(SB)/2, $0x0000
-DATA lutP2f0<>+20(SB)/2, $0x0000
-DATA lutP2f0<>+22(SB)/2, $0x0000
-DATA lutP2f0<>+24(SB)/2, $0x0000
-DATA lutP2f0<>+26(SB)/2, $0x0000
-DATA lutP2f0<>+28(SB)/2, $0x0000
-DATA lutP2f0<>+30(SB)/2, $0x0000
-DATA lutP2f0<>+32(SB)/2, $0x0000
-DATA lutP2f0<>+34(SB)/2, $0x0000
-DATA lutP2f0<>+36(SB)/2, $0x0000
-DATA lutP2f0<>+38(SB)/2, $0x0000
-DATA lutP2f0<>+40(SB)/2, $0x0000
-DATA lutP2f0<>+42(SB)/2, $0x0000
-DATA lutP2f0<>+44(SB)/2, $0x0000
-DATA lutP2f0<>+46(SB)/2, $0x0000
-DATA lutP2f0<>+48(SB)/2, $0x0000
-DATA lutP2f0<>+50(SB)/2, $0x0000
-DATA lutP2f0<>+52(SB)/2, $0x0000
-DATA lutP2f0<>+54(SB)/2, $0x0000
-DATA lutP2f0<>+56(SB)/2, $0x0000
-DATA lutP2f0<>+58(SB)/2, $0x0000
-DATA lutP2f0<>+60(SB)/2, $0x0000
-DATA lutP2f0<>+62(SB)/2, $0x0000
-GLOBL lutP2f0<>(SB), RODATA|NOPTR, $64
-
 DATA lutC2_1<>+0(SB)/2, $0x0000
 DATA lutC2_1<>+2(SB)/2, $0x0000
 DATA lutC2_1<>+4(SB)/2, $0x0001
@@ -207,74 +139,6 @@ DATA lutC2_1<>+58(SB)/2, $0xffff
 DATA lutC2_1<>+60(SB)/2, $0x0000
 DATA lutC2_1<>+62(SB)/2, $0x0000
 GLOBL lutC2_1<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2x1<>+0(SB)/2, $0x0002
-DATA lutP2x1<>+2(SB)/2, $0x0002
-DATA lutP2x1<>+4(SB)/2, $0x0002
-DATA lutP2x1<>+6(SB)/2, $0x0002
-DATA lutP2x1<>+8(SB)/2, $0x0002
-DATA lutP2x1<>+10(SB)/2, $0x0002
-DATA lutP2x1<>+12(SB)/2, $0x0002
-DATA lutP2x1<>+14(SB)/2, $0x0002
-DATA lutP2x1<>+16(SB)/2, $0x0002
-DATA lutP2x1<>+18(SB)/2, $0x0002
-DATA lutP2x1<>+20(SB)/2, $0x0002
-DATA lutP2x1<>+22(SB)/2, $0x0002
-DATA lutP2x1<>+24(SB)/2, $0x0002
-DATA lutP2x1<>+26(SB)/2, $0x0002
-DATA lutP2x1<>+28(SB)/2, $0x0002
-DATA lutP2x1<>+30(SB)/2, $0x0002
-DATA lutP2x1<>+32(SB)/2, $0x0002
-DATA lutP2x1<>+34(SB)/2, $0x0002
-DATA lutP2x1<>+36(SB)/2, $0x0002
-DATA lutP2x1<>+38(SB)/2, $0x0002
-DATA lutP2x1<>+40(SB)/2, $0x0002
-DATA lutP2x1<>+42(SB)/2, $0x0002
-DATA lutP2x1<>+44(SB)/2, $0x0002
-DATA lutP2x1<>+46(SB)/2, $0x0002
-DATA lutP2x1<>+48(SB)/2, $0x0002
-DATA lutP2x1<>+50(SB)/2, $0x0002
-DATA lutP2x1<>+52(SB)/2, $0x0002
-DATA lutP2x1<>+54(SB)/2, $0x0002
-DATA lutP2x1<>+56(SB)/2, $0x0002
-DATA lutP2x1<>+58(SB)/2, $0x0002
-DATA lutP2x1<>+60(SB)/2, $0x0002
-DATA lutP2x1<>+62(SB)/2, $0x0002
-GLOBL lutP2x1<>(SB), RODATA|NOPTR, $64
-
-DATA lutP2f1<>+0(SB)/2, $0x0001
-DATA lutP2f1<>+2(SB)/2, $0x0001
-DATA lutP2f1<>+4(SB)/2, $0x0001
-DATA lutP2f1<>+6(SB)/2, $0x0001
-DATA lutP2f1<>+8(SB)/2, $0x0001
-DATA lutP2f1<>+10(SB)/2, $0x0001
-DATA lutP2f1<>+12(SB)/2, $0x0001
-DATA lutP2f1<>+14(SB)/2, $0x0001
-DATA lutP2f1<>+16(SB)/2, $0x0001
-DATA lutP2f1<>+18(SB)/2, $0x0001
-DATA lutP2f1<>+20(SB)/2, $0x0001
-DATA lutP2f1<>+22(SB)/2, $0x0001
-DATA lutP2f1<>+24(SB)/2, $0x0001
-DATA lutP2f1<>+26(SB)/2, $0x0001
-DATA lutP2f1<>+28(SB)/2, $0x0001
-DATA lutP2f1<>+30(SB)/2, $0x0001
-DATA lutP2f1<>+32(SB)/2, $0x0001
-DATA lutP2f1<>+34(SB)/2, $0x0001
-DATA lutP2f1<>+36(SB)/2, $0x0001
-DATA lutP2f1<>+38(SB)/2, $0x0001
-DATA lutP2f1<>+40(SB)/2, $0x0001
-DATA lutP2f1<>+42(SB)/2, $0x0001
-DATA lutP2f1<>+44(SB)/2, $0x0001
-DATA lutP2f1<>+46(SB)/2, $0x0001
-DATA lutP2f1<>+48(SB)/2, $0x0001
-DATA lutP2f1<>+50(SB)/2, $0x0001
-DATA lutP2f1<>+52(SB)/2, $0x0001
-DATA lutP2f1<>+54(SB)/2, $0x0001
-DATA lutP2f1<>+56(SB)/2, $0x0001
-DATA lutP2f1<>+58(SB)/2, $0x0001
-DATA lutP2f1<>+60(SB)/2, $0x0001
-DATA lutP2f1<>+62(SB)/2, $0x0001
-GLOBL lutP2f1<>(SB), RODATA|NOPTR, $64
 
 DATA lutC2_2<>+0(SB)/2, $0x0000
 DATA lutC2_2<>+2(SB)/2, $0x0001
@@ -310,73 +174,137 @@ DATA lutC2_2<>+60(SB)/2, $0x0000
 DATA lutC2_2<>+62(SB)/2, $0x0000
 GLOBL lutC2_2<>(SB), RODATA|NOPTR, $64
 
-DATA lutP2x2<>+0(SB)/2, $0x0003
-DATA lutP2x2<>+2(SB)/2, $0x0003
-DATA lutP2x2<>+4(SB)/2, $0x0003
-DATA lutP2x2<>+6(SB)/2, $0x0003
-DATA lutP2x2<>+8(SB)/2, $0x0003
-DATA lutP2x2<>+10(SB)/2, $0x0003
-DATA lutP2x2<>+12(SB)/2, $0x0003
-DATA lutP2x2<>+14(SB)/2, $0x0003
-DATA lutP2x2<>+16(SB)/2, $0x0003
-DATA lutP2x2<>+18(SB)/2, $0x0003
-DATA lutP2x2<>+20(SB)/2, $0x0003
-DATA lutP2x2<>+22(SB)/2, $0x0003
-DATA lutP2x2<>+24(SB)/2, $0x0003
-DATA lutP2x2<>+26(SB)/2, $0x0003
-DATA lutP2x2<>+28(SB)/2, $0x0003
-DATA lutP2x2<>+30(SB)/2, $0x0003
-DATA lutP2x2<>+32(SB)/2, $0x0003
-DATA lutP2x2<>+34(SB)/2, $0x0003
-DATA lutP2x2<>+36(SB)/2, $0x0003
-DATA lutP2x2<>+38(SB)/2, $0x0003
-DATA lutP2x2<>+40(SB)/2, $0x0003
-DATA lutP2x2<>+42(SB)/2, $0x0003
-DATA lutP2x2<>+44(SB)/2, $0x0003
-DATA lutP2x2<>+46(SB)/2, $0x0003
-DATA lutP2x2<>+48(SB)/2, $0x0003
-DATA lutP2x2<>+50(SB)/2, $0x0003
-DATA lutP2x2<>+52(SB)/2, $0x0003
-DATA lutP2x2<>+54(SB)/2, $0x0003
-DATA lutP2x2<>+56(SB)/2, $0x0003
-DATA lutP2x2<>+58(SB)/2, $0x0003
-DATA lutP2x2<>+60(SB)/2, $0x0003
-DATA lutP2x2<>+62(SB)/2, $0x0003
-GLOBL lutP2x2<>(SB), RODATA|NOPTR, $64
+DATA lutP2_01<>+0(SB)/1, $0x00
+DATA lutP2_01<>+1(SB)/1, $0x00
+DATA lutP2_01<>+2(SB)/1, $0x00
+DATA lutP2_01<>+3(SB)/1, $0x00
+DATA lutP2_01<>+4(SB)/1, $0x00
+DATA lutP2_01<>+5(SB)/1, $0x01
+DATA lutP2_01<>+6(SB)/1, $0x00
+DATA lutP2_01<>+7(SB)/1, $0x01
+DATA lutP2_01<>+8(SB)/1, $0x00
+DATA lutP2_01<>+9(SB)/1, $0x01
+DATA lutP2_01<>+10(SB)/1, $0x01
+DATA lutP2_01<>+11(SB)/1, $0xff
+DATA lutP2_01<>+12(SB)/1, $0x01
+DATA lutP2_01<>+13(SB)/1, $0xff
+DATA lutP2_01<>+14(SB)/1, $0x01
+DATA lutP2_01<>+15(SB)/1, $0xff
+DATA lutP2_01<>+16(SB)/1, $0x01
+DATA lutP2_01<>+17(SB)/1, $0x00
+DATA lutP2_01<>+18(SB)/1, $0x01
+DATA lutP2_01<>+19(SB)/1, $0x00
+DATA lutP2_01<>+20(SB)/1, $0x01
+DATA lutP2_01<>+21(SB)/1, $0x00
+DATA lutP2_01<>+22(SB)/1, $0x01
+DATA lutP2_01<>+23(SB)/1, $0x01
+DATA lutP2_01<>+24(SB)/1, $0x01
+DATA lutP2_01<>+25(SB)/1, $0x01
+DATA lutP2_01<>+26(SB)/1, $0x01
+DATA lutP2_01<>+27(SB)/1, $0x01
+DATA lutP2_01<>+28(SB)/1, $0x00
+DATA lutP2_01<>+29(SB)/1, $0x00
+DATA lutP2_01<>+30(SB)/1, $0x00
+DATA lutP2_01<>+31(SB)/1, $0x00
+DATA lutP2_01<>+32(SB)/1, $0x00
+DATA lutP2_01<>+33(SB)/1, $0x00
+DATA lutP2_01<>+34(SB)/1, $0x00
+DATA lutP2_01<>+35(SB)/1, $0x00
+DATA lutP2_01<>+36(SB)/1, $0x00
+DATA lutP2_01<>+37(SB)/1, $0xff
+DATA lutP2_01<>+38(SB)/1, $0x00
+DATA lutP2_01<>+39(SB)/1, $0xff
+DATA lutP2_01<>+40(SB)/1, $0x00
+DATA lutP2_01<>+41(SB)/1, $0xff
+DATA lutP2_01<>+42(SB)/1, $0xff
+DATA lutP2_01<>+43(SB)/1, $0x01
+DATA lutP2_01<>+44(SB)/1, $0xff
+DATA lutP2_01<>+45(SB)/1, $0x01
+DATA lutP2_01<>+46(SB)/1, $0xff
+DATA lutP2_01<>+47(SB)/1, $0x01
+DATA lutP2_01<>+48(SB)/1, $0xff
+DATA lutP2_01<>+49(SB)/1, $0x00
+DATA lutP2_01<>+50(SB)/1, $0xff
+DATA lutP2_01<>+51(SB)/1, $0x00
+DATA lutP2_01<>+52(SB)/1, $0xff
+DATA lutP2_01<>+53(SB)/1, $0x00
+DATA lutP2_01<>+54(SB)/1, $0xff
+DATA lutP2_01<>+55(SB)/1, $0xff
+DATA lutP2_01<>+56(SB)/1, $0xff
+DATA lutP2_01<>+57(SB)/1, $0xff
+DATA lutP2_01<>+58(SB)/1, $0xff
+DATA lutP2_01<>+59(SB)/1, $0xff
+DATA lutP2_01<>+60(SB)/1, $0x00
+DATA lutP2_01<>+61(SB)/1, $0x00
+DATA lutP2_01<>+62(SB)/1, $0x00
+DATA lutP2_01<>+63(SB)/1, $0x00
+GLOBL lutP2_01<>(SB), RODATA|NOPTR, $64
 
-DATA lutP2f2<>+0(SB)/2, $0x0002
-DATA lutP2f2<>+2(SB)/2, $0x0002
-DATA lutP2f2<>+4(SB)/2, $0x0002
-DATA lutP2f2<>+6(SB)/2, $0x0002
-DATA lutP2f2<>+8(SB)/2, $0x0002
-DATA lutP2f2<>+10(SB)/2, $0x0002
-DATA lutP2f2<>+12(SB)/2, $0x0002
-DATA lutP2f2<>+14(SB)/2, $0x0002
-DATA lutP2f2<>+16(SB)/2, $0x0002
-DATA lutP2f2<>+18(SB)/2, $0x0002
-DATA lutP2f2<>+20(SB)/2, $0x0002
-DATA lutP2f2<>+22(SB)/2, $0x0002
-DATA lutP2f2<>+24(SB)/2, $0x0002
-DATA lutP2f2<>+26(SB)/2, $0x0002
-DATA lutP2f2<>+28(SB)/2, $0x0002
-DATA lutP2f2<>+30(SB)/2, $0x0002
-DATA lutP2f2<>+32(SB)/2, $0x0002
-DATA lutP2f2<>+34(SB)/2, $0x0002
-DATA lutP2f2<>+36(SB)/2, $0x0002
-DATA lutP2f2<>+38(SB)/2, $0x0002
-DATA lutP2f2<>+40(SB)/2, $0x0002
-DATA lutP2f2<>+42(SB)/2, $0x0002
-DATA lutP2f2<>+44(SB)/2, $0x0002
-DATA lutP2f2<>+46(SB)/2, $0x0002
-DATA lutP2f2<>+48(SB)/2, $0x0002
-DATA lutP2f2<>+50(SB)/2, $0x0002
-DATA lutP2f2<>+52(SB)/2, $0x0002
-DATA lutP2f2<>+54(SB)/2, $0x0002
-DATA lutP2f2<>+56(SB)/2, $0x0002
-DATA lutP2f2<>+58(SB)/2, $0x0002
-DATA lutP2f2<>+60(SB)/2, $0x0002
-DATA lutP2f2<>+62(SB)/2, $0x0002
-GLOBL lutP2f2<>(SB), RODATA|NOPTR, $64
+DATA lutP2_2e<>+0(SB)/1, $0x00
+DATA lutP2_2e<>+1(SB)/1, $0x00
+DATA lutP2_2e<>+2(SB)/1, $0xff
+DATA lutP2_2e<>+3(SB)/1, $0x01
+DATA lutP2_2e<>+4(SB)/1, $0x00
+DATA lutP2_2e<>+5(SB)/1, $0xff
+DATA lutP2_2e<>+6(SB)/1, $0xff
+DATA lutP2_2e<>+7(SB)/1, $0x00
+DATA lutP2_2e<>+8(SB)/1, $0xfe
+DATA lutP2_2e<>+9(SB)/1, $0x01
+DATA lutP2_2e<>+10(SB)/1, $0x01
+DATA lutP2_2e<>+11(SB)/1, $0xff
+DATA lutP2_2e<>+12(SB)/1, $0x00
+DATA lutP2_2e<>+13(SB)/1, $0x00
+DATA lutP2_2e<>+14(SB)/1, $0xff
+DATA lutP2_2e<>+15(SB)/1, $0x01
+DATA lutP2_2e<>+16(SB)/1, $0x00
+DATA lutP2_2e<>+17(SB)/1, $0xff
+DATA lutP2_2e<>+18(SB)/1, $0xff
+DATA lutP2_2e<>+19(SB)/1, $0x00
+DATA lutP2_2e<>+20(SB)/1, $0xfe
+DATA lutP2_2e<>+21(SB)/1, $0x01
+DATA lutP2_2e<>+22(SB)/1, $0xff
+DATA lutP2_2e<>+23(SB)/1, $0xff
+DATA lutP2_2e<>+24(SB)/1, $0xfe
+DATA lutP2_2e<>+25(SB)/1, $0x00
+DATA lutP2_2e<>+26(SB)/1, $0xfd
+DATA lutP2_2e<>+27(SB)/1, $0x01
+DATA lutP2_2e<>+28(SB)/1, $0x00
+DATA lutP2_2e<>+29(SB)/1, $0x00
+DATA lutP2_2e<>+30(SB)/1, $0x00
+DATA lutP2_2e<>+31(SB)/1, $0x00
+DATA lutP2_2e<>+32(SB)/1, $0x00
+DATA lutP2_2e<>+33(SB)/1, $0x00
+DATA lutP2_2e<>+34(SB)/1, $0x01
+DATA lutP2_2e<>+35(SB)/1, $0xff
+DATA lutP2_2e<>+36(SB)/1, $0x00
+DATA lutP2_2e<>+37(SB)/1, $0x01
+DATA lutP2_2e<>+38(SB)/1, $0x01
+DATA lutP2_2e<>+39(SB)/1, $0x00
+DATA lutP2_2e<>+40(SB)/1, $0x02
+DATA lutP2_2e<>+41(SB)/1, $0xff
+DATA lutP2_2e<>+42(SB)/1, $0xff
+DATA lutP2_2e<>+43(SB)/1, $0x01
+DATA lutP2_2e<>+44(SB)/1, $0x00
+DATA lutP2_2e<>+45(SB)/1, $0x00
+DATA lutP2_2e<>+46(SB)/1, $0x01
+DATA lutP2_2e<>+47(SB)/1, $0xff
+DATA lutP2_2e<>+48(SB)/1, $0x00
+DATA lutP2_2e<>+49(SB)/1, $0x01
+DATA lutP2_2e<>+50(SB)/1, $0x01
+DATA lutP2_2e<>+51(SB)/1, $0x00
+DATA lutP2_2e<>+52(SB)/1, $0x02
+DATA lutP2_2e<>+53(SB)/1, $0xff
+DATA lutP2_2e<>+54(SB)/1, $0x01
+DATA lutP2_2e<>+55(SB)/1, $0x01
+DATA lutP2_2e<>+56(SB)/1, $0x02
+DATA lutP2_2e<>+57(SB)/1, $0x00
+DATA lutP2_2e<>+58(SB)/1, $0x03
+DATA lutP2_2e<>+59(SB)/1, $0xff
+DATA lutP2_2e<>+60(SB)/1, $0x00
+DATA lutP2_2e<>+61(SB)/1, $0x00
+DATA lutP2_2e<>+62(SB)/1, $0x00
+DATA lutP2_2e<>+63(SB)/1, $0x00
+GLOBL lutP2_2e<>(SB), RODATA|NOPTR, $64
 
 DATA lutP1x0<>+0(SB)/2, $0x0000
 DATA lutP1x0<>+2(SB)/2, $0x0000
@@ -647,50 +575,27 @@ lut1z_done:
 	RET
 
 // func lutBuildTL2AVX512(x *int8, triples int, dst *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F
+// Requires: AVX, AVX512BW, AVX512F
 TEXT ·lutBuildTL2AVX512(SB), NOSPLIT, $0-24
 	MOVQ         x+0(FP), AX
 	MOVQ         triples+8(FP), CX
 	MOVQ         dst+16(FP), DX
-	VMOVDQU16    lutC2_0<>+0(SB), Z3
-	VMOVDQU16    lutC2_1<>+0(SB), Z4
-	VMOVDQU16    lutC2_2<>+0(SB), Z5
-	VMOVDQU16    lutP2f0<>+0(SB), Z6
-	VMOVDQU16    lutP2f1<>+0(SB), Z7
-	VMOVDQU16    lutP2f2<>+0(SB), Z8
+	VMOVDQU64    lutP2_01<>+0(SB), Z3
+	VMOVDQU64    lutP2_2e<>+0(SB), Z4
+	MOVL         $0x80808080, BX
+	VPBROADCASTD BX, Z5
+	MOVL         $0xff00ff00, BX
+	VPBROADCASTD BX, Z6
 	TESTQ        CX, CX
 	JZ           lut2z_done
-	VPBROADCASTD (AX), X0
-	VPMOVSXBW    X0, Y0
-	VINSERTI64X4 $0x01, Y0, Z0, Z0
-	VPERMW       Z0, Z6, Z1
-	VPMULLW      Z3, Z1, Z1
-	VPERMW       Z0, Z7, Z2
-	VPMULLW      Z4, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VPERMW       Z0, Z8, Z2
-	VPMULLW      Z5, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VMOVDQU16    Z1, (DX)
-	ADDQ         $0x03, AX
-	ADDQ         $0x40, DX
-	DECQ         CX
-	JZ           lut2z_done
-	VMOVDQU16    lutP2x0<>+0(SB), Z6
-	VMOVDQU16    lutP2x1<>+0(SB), Z7
-	VMOVDQU16    lutP2x2<>+0(SB), Z8
 
 lut2z_t:
-	VPBROADCASTD -1(AX), X0
-	VPMOVSXBW    X0, Y0
-	VINSERTI64X4 $0x01, Y0, Z0, Z0
-	VPERMW       Z0, Z6, Z1
-	VPMULLW      Z3, Z1, Z1
-	VPERMW       Z0, Z7, Z2
-	VPMULLW      Z4, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VPERMW       Z0, Z8, Z2
-	VPMULLW      Z5, Z2, Z2
+	VPBROADCASTW (AX), Z0
+	VPXORD       Z5, Z0, Z0
+	VPBROADCASTW 1(AX), Z2
+	VPTERNLOGD   $0x6a, Z5, Z6, Z2
+	VPMADDUBSW   Z3, Z0, Z1
+	VPMADDUBSW   Z4, Z2, Z2
 	VPADDW       Z2, Z1, Z1
 	VMOVDQU16    Z1, (DX)
 	ADDQ         $0x03, AX
@@ -703,54 +608,30 @@ lut2z_done:
 	RET
 
 // func lutBuildTL2BAVX512(x *int8, triples int, dst *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI
 TEXT ·lutBuildTL2BAVX512(SB), NOSPLIT, $0-24
 	MOVQ         x+0(FP), AX
 	MOVQ         triples+8(FP), CX
 	MOVQ         dst+16(FP), DX
-	VMOVDQU16    lutC2_0<>+0(SB), Z3
-	VMOVDQU16    lutC2_1<>+0(SB), Z4
-	VMOVDQU16    lutC2_2<>+0(SB), Z5
-	VMOVDQU16    lutP2f0<>+0(SB), Z6
-	VMOVDQU16    lutP2f1<>+0(SB), Z7
-	VMOVDQU16    lutP2f2<>+0(SB), Z8
-	VMOVDQU64    lutPlanesTL2<>+0(SB), Z9
+	VMOVDQU64    lutP2_01<>+0(SB), Z3
+	VMOVDQU64    lutP2_2e<>+0(SB), Z4
+	MOVL         $0x80808080, BX
+	VPBROADCASTD BX, Z5
+	MOVL         $0xff00ff00, BX
+	VPBROADCASTD BX, Z6
+	VMOVDQU64    lutPlanesTL2<>+0(SB), Z7
 	TESTQ        CX, CX
 	JZ           lut2b_done
-	VPBROADCASTD (AX), X0
-	VPMOVSXBW    X0, Y0
-	VINSERTI64X4 $0x01, Y0, Z0, Z0
-	VPERMW       Z0, Z6, Z1
-	VPMULLW      Z3, Z1, Z1
-	VPERMW       Z0, Z7, Z2
-	VPMULLW      Z4, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VPERMW       Z0, Z8, Z2
-	VPMULLW      Z5, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VPERMB       Z1, Z9, Z1
-	VMOVDQU16    Z1, (DX)
-	ADDQ         $0x03, AX
-	ADDQ         $0x40, DX
-	DECQ         CX
-	JZ           lut2b_done
-	VMOVDQU16    lutP2x0<>+0(SB), Z6
-	VMOVDQU16    lutP2x1<>+0(SB), Z7
-	VMOVDQU16    lutP2x2<>+0(SB), Z8
 
 lut2b_t:
-	VPBROADCASTD -1(AX), X0
-	VPMOVSXBW    X0, Y0
-	VINSERTI64X4 $0x01, Y0, Z0, Z0
-	VPERMW       Z0, Z6, Z1
-	VPMULLW      Z3, Z1, Z1
-	VPERMW       Z0, Z7, Z2
-	VPMULLW      Z4, Z2, Z2
+	VPBROADCASTW (AX), Z0
+	VPXORD       Z5, Z0, Z0
+	VPBROADCASTW 1(AX), Z2
+	VPTERNLOGD   $0x6a, Z5, Z6, Z2
+	VPMADDUBSW   Z3, Z0, Z1
+	VPMADDUBSW   Z4, Z2, Z2
 	VPADDW       Z2, Z1, Z1
-	VPERMW       Z0, Z8, Z2
-	VPMULLW      Z5, Z2, Z2
-	VPADDW       Z2, Z1, Z1
-	VPERMB       Z1, Z9, Z1
+	VPERMB       Z1, Z7, Z1
 	VMOVDQU16    Z1, (DX)
 	ADDQ         $0x03, AX
 	ADDQ         $0x40, DX
@@ -2484,7 +2365,7 @@ lutTL1T1AVX512_tl1done:
 	RET
 
 // func lutTL2T1AVX512(a *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T1AVX512(SB), NOSPLIT, $0-8
 	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
@@ -2504,12 +2385,12 @@ TEXT ·lutTL2T1AVX512(SB), NOSPLIT, $0-8
 	VPBROADCASTD CX, Z18
 	MOVQ         (AX), DI
 	MOVQ         24(AX), R8
-	VMOVDQU16    lutC2_0<>+0(SB), Z19
-	VMOVDQU16    lutC2_1<>+0(SB), Z20
-	VMOVDQU16    lutC2_2<>+0(SB), Z21
-	VMOVDQU16    lutP2x0<>+0(SB), Z22
-	VMOVDQU16    lutP2x1<>+0(SB), Z23
-	VMOVDQU16    lutP2x2<>+0(SB), Z24
+	VMOVDQU64    lutP2_01<>+0(SB), Z19
+	VMOVDQU64    lutP2_2e<>+0(SB), Z20
+	MOVL         $0x80808080, CX
+	VPBROADCASTD CX, Z21
+	MOVL         $0xff00ff00, CX
+	VPBROADCASTD CX, Z22
 
 lutTL2T1AVX512_rb:
 	MOVQ  DI, CX
@@ -2752,16 +2633,12 @@ lutTL2T1AVX512_tl1done:
 	ADDQ      72(AX), BX
 
 lutTL2T1AVX512_bper:
-	VPBROADCASTD -1(DX), X10
-	VPMOVSXBW    X10, Y10
-	VINSERTI64X4 $0x01, Y10, Z10, Z10
-	VPERMW       Z10, Z22, Z11
-	VPMULLW      Z19, Z11, Z11
-	VPERMW       Z10, Z23, Z13
-	VPMULLW      Z20, Z13, Z13
-	VPADDW       Z13, Z11, Z11
-	VPERMW       Z10, Z24, Z13
-	VPMULLW      Z21, Z13, Z13
+	VPBROADCASTW (DX), Z10
+	VPXORD       Z21, Z10, Z10
+	VPBROADCASTW 1(DX), Z13
+	VPTERNLOGD   $0x6a, Z21, Z22, Z13
+	VPMADDUBSW   Z19, Z10, Z11
+	VPMADDUBSW   Z20, Z13, Z13
 	VPADDW       Z13, Z11, Z11
 	VMOVDQU16    Z11, (BX)
 	ADDQ         $0x03, DX
@@ -2786,16 +2663,12 @@ lutTL2T1AVX512_bper_done:
 	ADDQ  72(AX), BX
 
 lutTL2T1AVX512_brest:
-	VPBROADCASTD -1(DX), X10
-	VPMOVSXBW    X10, Y10
-	VINSERTI64X4 $0x01, Y10, Z10, Z10
-	VPERMW       Z10, Z22, Z11
-	VPMULLW      Z19, Z11, Z11
-	VPERMW       Z10, Z23, Z13
-	VPMULLW      Z20, Z13, Z13
-	VPADDW       Z13, Z11, Z11
-	VPERMW       Z10, Z24, Z13
-	VPMULLW      Z21, Z13, Z13
+	VPBROADCASTW (DX), Z10
+	VPXORD       Z21, Z10, Z10
+	VPBROADCASTW 1(DX), Z13
+	VPTERNLOGD   $0x6a, Z21, Z22, Z13
+	VPMADDUBSW   Z19, Z10, Z11
+	VPMADDUBSW   Z20, Z13, Z13
 	VPADDW       Z13, Z11, Z11
 	VMOVDQU16    Z11, (BX)
 	ADDQ         $0x03, DX
@@ -2808,7 +2681,7 @@ lutTL2T1AVX512_brest_done:
 	RET
 
 // func lutTL2T1AVX512HW(a *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
+// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T1AVX512HW(SB), NOSPLIT, $0-8
 	PCALIGN      $0x40
 	MOVQ         a+0(FP), AX
@@ -2822,12 +2695,12 @@ TEXT ·lutTL2T1AVX512HW(SB), NOSPLIT, $0-8
 	VPBROADCASTD CX, Z3
 	MOVQ         (AX), SI
 	MOVQ         24(AX), DI
-	VMOVDQU16    lutC2_0<>+0(SB), Z20
-	VMOVDQU16    lutC2_1<>+0(SB), Z21
-	VMOVDQU16    lutC2_2<>+0(SB), Z22
-	VMOVDQU16    lutP2x0<>+0(SB), Z23
-	VMOVDQU16    lutP2x1<>+0(SB), Z24
-	VMOVDQU16    lutP2x2<>+0(SB), Z25
+	VMOVDQU64    lutP2_01<>+0(SB), Z20
+	VMOVDQU64    lutP2_2e<>+0(SB), Z21
+	MOVL         $0x80808080, CX
+	VPBROADCASTD CX, Z22
+	MOVL         $0xff00ff00, CX
+	VPBROADCASTD CX, Z23
 
 lutTL2T1AVX512HW_rb:
 	MOVQ   SI, CX
@@ -3041,16 +2914,12 @@ lutTL2T1AVX512HW_tl1done:
 	ADDQ      72(AX), R8
 
 lutTL2T1AVX512HW_bper:
-	VPBROADCASTD -1(DX), X10
-	VPMOVSXBW    X10, Y10
-	VINSERTI64X4 $0x01, Y10, Z10, Z10
-	VPERMW       Z10, Z23, Z11
-	VPMULLW      Z20, Z11, Z11
-	VPERMW       Z10, Z24, Z13
-	VPMULLW      Z21, Z13, Z13
-	VPADDW       Z13, Z11, Z11
-	VPERMW       Z10, Z25, Z13
-	VPMULLW      Z22, Z13, Z13
+	VPBROADCASTW (DX), Z10
+	VPXORD       Z22, Z10, Z10
+	VPBROADCASTW 1(DX), Z13
+	VPTERNLOGD   $0x6a, Z22, Z23, Z13
+	VPMADDUBSW   Z20, Z10, Z11
+	VPMADDUBSW   Z21, Z13, Z13
 	VPADDW       Z13, Z11, Z11
 	VMOVDQU16    Z11, (R8)
 	ADDQ         $0x03, DX
@@ -3075,16 +2944,12 @@ lutTL2T1AVX512HW_bper_done:
 	ADDQ  72(AX), BX
 
 lutTL2T1AVX512HW_brest:
-	VPBROADCASTD -1(DX), X10
-	VPMOVSXBW    X10, Y10
-	VINSERTI64X4 $0x01, Y10, Z10, Z10
-	VPERMW       Z10, Z23, Z11
-	VPMULLW      Z20, Z11, Z11
-	VPERMW       Z10, Z24, Z13
-	VPMULLW      Z21, Z13, Z13
-	VPADDW       Z13, Z11, Z11
-	VPERMW       Z10, Z25, Z13
-	VPMULLW      Z22, Z13, Z13
+	VPBROADCASTW (DX), Z10
+	VPXORD       Z22, Z10, Z10
+	VPBROADCASTW 1(DX), Z13
+	VPTERNLOGD   $0x6a, Z22, Z23, Z13
+	VPMADDUBSW   Z20, Z10, Z11
+	VPMADDUBSW   Z21, Z13, Z13
 	VPADDW       Z13, Z11, Z11
 	VMOVDQU16    Z11, (BX)
 	ADDQ         $0x03, DX

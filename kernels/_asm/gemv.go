@@ -1810,7 +1810,7 @@ func (s *lutState) buildTables(a Register, b *tl2Builder, name string, all bool)
 	SHLQ(U8(6), d) // 64 bytes of tables per triple
 	ADDQ(at(a, lBTab), d)
 	Label(name)
-	b.triple(at(x, -1), at(d, 0))
+	b.triple(at(x, 0), at(d, 0))
 	ADDQ(U8(3), x)
 	ADDQ(U8(64), d)
 	DECQ(n)
@@ -1864,7 +1864,7 @@ func lutZNamed(T int, tl2 bool, suffix string) {
 	pairs := tl2 && T >= 2
 	var bld *tl2Builder // one token: builds the tables lutArgs.BN asks for between row blocks
 	if tl2 && T == 1 {
-		bld = newTL2Builder(s.p, false, s.wz, s.i0, s.l)
+		bld = newTL2Builder(s.p, s.wz, s.i0, s.l)
 	}
 	if pairs {
 		s.tl2Pairs(name, a, w0, sums)
