@@ -170,7 +170,7 @@ func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal)", i2sLongK))
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK))
 	}
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens", i2sLongK))
