@@ -1644,7 +1644,7 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 		}
 		for _, rw := range rows {
 			switch {
-			case keep:
+			case keep: // (gathered after the last plane)
 			case one && j == 0:
 				VMOVDQA64(rw.v, rw.x)
 			case one: // x = top ? v : x >> 1 (bit j of the code lands at bit 15, the earlier ones below)
