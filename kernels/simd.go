@@ -283,13 +283,27 @@ func (k *simdKernel) gemvOne(l *Layer, gemv *[maxGemvT + 1]func(*byte)) (func(*b
 	return gemv[1], k.ops.parts[1]
 }
 
-// luts returns the lookup-table kernels by token count: lutTuned where the current tuning
-// takes it (Tuning.fewTuned), else lut.
-func (k *simdKernel) luts() *[maxGemvT + 1]func(*byte) {
+// luts returns the lookup-table kernels by token count and the most tokens one pass takes:
+// lutTuned and lutTunedT where the current tuning takes them (Tuning.fewTuned), else lut
+// and gemvT. Every way a call groups its tokens into passes (runLUT, RunUnits, Finish)
+// takes them from here.
+func (k *simdKernel) luts() (*[maxGemvT + 1]func(*byte), int) {
 	if k.ops.lutTuned != nil && currentTuning().fewTuned() {
-		return k.ops.lutTuned
+		return k.ops.lutTuned, lutTunedT
 	}
-	return &k.ops.lut
+	return &k.ops.lut, k.ops.gemvT
+}
+
+// lutPasses appends to gs the passes of tokens [0, n) of a call whose sums are one
+// block of n tokens' sums for nrb row blocks, pass by pass (a pass's row block rb at
+// sums[(nrb*t0 + (rb-sb)*T)*RowBlock]), and returns it.
+func (k *simdKernel) lutPasses(gs []lutGroup, n, nrb int, sums []int32) []lutGroup {
+	_, most := k.luts()
+	for t0 := 0; t0 < n; t0 += most {
+		T := min(most, n-t0)
+		gs = append(gs, lutGroup{t0, T, sums[nrb*t0*RowBlock:][:nrb*T*RowBlock]})
+	}
+	return gs
 }
 
 // tunedOne returns the one-token kernel the current tuning puts in place of the format's
@@ -804,10 +818,8 @@ const lutChunkBytes = 24 << 10
 // accumulating every group's int32 sums; then the epilogue runs per group and row block.
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
-	tile := min(k.ops.gemvT, n)
-	if k.luts() != &k.ops.lut {
-		tile = min(lutTunedT, n)
-	}
+	_, most := k.luts()
+	tile := min(most, n)
 	batch := min(n, max(tile, lutSweepTokens)) // tokens per sweep
 	if need := nrb * batch * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
@@ -932,7 +944,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
-	tb.groups = append(tb.groups[:0], lutGroup{0, a.N, sums})
+	tb.groups = k.lutPasses(tb.groups[:0], a.N, mrb, sums)
 	k.sweepLUT(l, a, tb.groups, 0, rows, tb)
 }
 
@@ -942,27 +954,30 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if rb0 >= rb1 {
 		return
 	}
-	ps, per, stride := &a.parts, a.N*RowBlock, partStride(l, a)
-	var first []int32
+	ps, stride, mrb := &a.parts, partStride(l, a), l.Layout.RowBlocks()
+	first := -1 // the first worker with sums: the others' are added into its
 	for w, used := range ps.used {
-		if !used {
-			continue
+		if used && first < 0 {
+			first = w
 		}
-		src := ps.buf[w*stride:][rb0*per : rb1*per]
-		if first == nil {
-			first = src
-			continue
-		}
-		addInt32s(first, src)
 	}
-	if first == nil {
+	if first < 0 {
 		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
 	}
 	p := k.plan(l, a.N)
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	k.lutEpilogue(l, p, s, l.simdPrep(), tb, 0, a.N, first, rb0, rb0, rb1, out)
+	tb.groups = k.lutPasses(tb.groups[:0], a.N, mrb, ps.buf[first*stride:][:stride])
+	for _, g := range tb.groups { // (RunUnits's passes: the same lutPasses)
+		lo, hi := rb0*g.T*RowBlock, rb1*g.T*RowBlock
+		for w := first + 1; w < len(ps.used); w++ {
+			if ps.used[w] {
+				addInt32s(g.sums[lo:hi], ps.buf[w*stride+mrb*g.t0*RowBlock:][lo:hi])
+			}
+		}
+		k.lutEpilogue(l, p, s, l.simdPrep(), tb, g.t0, g.T, g.sums[lo:], rb0, rb0, rb1, out)
+	}
 }
 
 // addInt32s adds src into dst (len(src) >= len(dst)).
@@ -1036,7 +1051,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 	}
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
-	luts := k.luts()
+	luts, _ := k.luts()
 	kernel, tabs := func(g lutGroup) func(*byte) { return luts[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
 	if one := k.tunedOne(); a.N == 1 && one != nil {
 		kernel = func(lutGroup) func(*byte) { return one }

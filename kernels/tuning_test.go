@@ -53,6 +53,7 @@ func TestTunings(t *testing.T) {
 	if len(ks) == 0 {
 		t.Skip("no assembly kernel runs here")
 	}
+	smallParts(t) // (runParts: any blob runs in parts)
 	defer SwitchTuning(currentTuning())
 	for tn := Tuning(0); tn < numTunings; tn++ {
 		SwitchTuning(tn)
@@ -177,6 +178,15 @@ func TestTunings(t *testing.T) {
 					checkShapes(t, name, kk, rng, [][2]int{{40, 2560}}, 1, []int{n}, false)
 					if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, want) {
 						t.Errorf("%s: %d tokens ran %v, want %v", name, n, ran, want)
+					}
+					// a call in parts of its blob (Units, RunUnits, Finish) takes the same passes
+					clear(ran)
+					var a Acts
+					eachShape(t, name, kk, k.format, rng, [][2]int{{40, 26 * TL2Block}}, 1, []int{n}, func(what string, tl testLayer, x []float32, n int, wantOut []float32) {
+						checkExact(t, what+", in parts", runParts(t, rng, namedKernel{name, kk}, &a, tl.Layer, x, n, 2, false), wantOut, tl.Spec.Out)
+					})
+					if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, want) {
+						t.Errorf("%s: %d tokens in parts ran %v, want %v", name, n, ran, want)
 					}
 				}
 			}
