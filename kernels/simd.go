@@ -294,14 +294,14 @@ func (k *simdKernel) luts() (*[maxGemvT + 1]func(*byte), int) {
 	return &k.ops.lut, k.ops.gemvT
 }
 
-// lutPasses appends to gs the passes of tokens [0, n) of a call whose sums are one
-// block of n tokens' sums for nrb row blocks, pass by pass (a pass's row block rb at
-// sums[(nrb*t0 + (rb-sb)*T)*RowBlock]), and returns it.
-func (k *simdKernel) lutPasses(gs []lutGroup, n, nrb int, sums []int32) []lutGroup {
+// lutPasses appends to gs the passes of tokens [t0, t0+n) whose sums for nrb row blocks
+// are one block, pass by pass (the pass of tokens from t, T of them: row block rb at
+// sums[(nrb*(t-t0) + (rb-sb)*T)*RowBlock]), and returns it.
+func (k *simdKernel) lutPasses(gs []lutGroup, t0, n, nrb int, sums []int32) []lutGroup {
 	_, most := k.luts()
-	for t0 := 0; t0 < n; t0 += most {
-		T := min(most, n-t0)
-		gs = append(gs, lutGroup{t0, T, sums[nrb*t0*RowBlock:][:nrb*T*RowBlock]})
+	for t := t0; t < t0+n; t += most {
+		T := min(most, t0+n-t)
+		gs = append(gs, lutGroup{t, T, sums[nrb*(t-t0)*RowBlock:][:nrb*T*RowBlock]})
 	}
 	return gs
 }
@@ -819,21 +819,15 @@ const lutChunkBytes = 24 << 10
 func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf) {
 	n, nrb := a.N, rb1-rb0
 	_, most := k.luts()
-	tile := min(most, n)
-	batch := min(n, max(tile, lutSweepTokens)) // tokens per sweep
+	batch := min(n, max(most, lutSweepTokens)) // tokens per sweep
 	if need := nrb * batch * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
 	rows := func(int) (int, int) { return rb0, rb1 }
 	for b0 := 0; b0 < n; b0 += batch {
-		gs := tb.groups[:0]
-		end := min(n, b0+batch)
-		for t0 := b0; t0 < end; t0 += tile {
-			T := min(tile, end-t0)
-			sums := tb.sums[nrb*(t0-b0)*RowBlock:][:nrb*T*RowBlock]
-			clear(sums)
-			gs = append(gs, lutGroup{t0, T, sums})
-		}
+		nb := min(batch, n-b0)
+		clear(tb.sums[:nrb*nb*RowBlock])
+		gs := k.lutPasses(tb.groups[:0], b0, nb, nrb, tb.sums)
 		tb.groups = gs
 		k.sweepLUT(l, a, gs, rb0, rows, tb)
 		for _, g := range gs {
@@ -944,7 +938,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
-	tb.groups = k.lutPasses(tb.groups[:0], a.N, mrb, sums)
+	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, sums)
 	k.sweepLUT(l, a, tb.groups, 0, rows, tb)
 }
 
@@ -968,7 +962,7 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	tb.groups = k.lutPasses(tb.groups[:0], a.N, mrb, ps.buf[first*stride:][:stride])
+	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, ps.buf[first*stride:][:stride])
 	for _, g := range tb.groups { // (RunUnits's passes: the same lutPasses)
 		lo, hi := rb0*g.T*RowBlock, rb1*g.T*RowBlock
 		for w := first + 1; w < len(ps.used); w++ {
