@@ -21,7 +21,8 @@ func epilogueGeneric(a *epiArgs) {
 				}
 			}
 		}
-		out := unsafe.Slice((*float32)(unsafe.Add(a.Out, t*a.OutStride)), RowBlock)
+		// (row by row: the last row block's rows past M are past the end of the output, so
+		// no slice of all 32 may be formed there)
 		for r := range y {
 			if a.Mask>>r&1 == 0 {
 				continue
@@ -29,7 +30,7 @@ func epilogueGeneric(a *epiArgs) {
 			if a.Bias != nil {
 				y[r] = y[r] + *(*float32)(unsafe.Add(a.Bias, 4*r))
 			}
-			out[r] = y[r]
+			*(*float32)(unsafe.Add(a.Out, t*a.OutStride+4*r)) = y[r]
 		}
 	}
 }
