@@ -1531,9 +1531,8 @@ func (s *lutState) tl1Units(name string, n Register) {
 
 // tl2Rows is the register set of one row block's codes in tl2Block.
 type tl2Rows struct {
-	v, code, x VecPhysical   // the plane, a shifted plane, triple 15's code being gathered
-	planes     []VecPhysical // one token under onShiftPipes: each plane in a register of its own
-	w          Mem           // the block's first byte
+	v, code, x VecPhysical // the plane, a shifted plane, triple 15's code being gathered
+	w          Mem         // the block's first byte
 }
 
 // tl2Block emits one block for the row blocks of rows (one or two) and every token: per
@@ -1555,7 +1554,7 @@ type tl2Rows struct {
 //
 // One token takes the planes in address order and gathers with a shift and a bit-select
 // per plane (bit j lands at bit 15, the earlier ones below, then a shift by 11), or, in the
-// kernel onShiftPipes writes, keeps each plane in a register of its own (tl2Rows.planes)
+// kernel onShiftPipes writes, keeps each plane in a register of its own (lutState.planes)
 // and gathers at the end of the block from plane 4 down with vpshldw. More
 // tokens take them from plane 4 down and gather with one vpshldw per plane (x = x<<1 |
 // v>>15): against the first way (tl2 from DRAM on the 8B shapes at one thread, pairs of
@@ -1624,8 +1623,8 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 		}
 		return code
 	}
-	one := s.T == 1 && !shiftPipes
-	keep := rows[0].planes != nil // onShiftPipes: gathered at the end, from the planes' registers
+	keep := s.planes != nil // onShiftPipes (one row block): gathered at the end, from the planes' registers
+	one := s.T == 1 && !keep
 	for i := 0; i < 5; i++ {
 		j := 4 - i
 		if one || keep {
@@ -1635,7 +1634,7 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 			m := rows[r].w
 			m.Disp += 64 * j
 			if keep {
-				rows[r].v = rows[r].planes[j]
+				rows[r].v = s.planes[j]
 			}
 			VMOVDQU64(m, rows[r].v)
 		}
@@ -1661,9 +1660,9 @@ func (s *lutState) tl2Block(rows []tl2Rows, acc func(r, t, tri int) VecPhysical)
 	for _, rw := range rows {
 		switch {
 		case keep: // x = x << 1 | v >> 15, from plane 4 down
-			VPSRLW(U8(15), rw.planes[4], rw.x)
+			VPSRLW(U8(15), s.planes[4], rw.x)
 			for j := 3; j >= 0; j-- {
-				VPSHLDW(U8(1), rw.planes[j], rw.x, rw.x)
+				VPSHLDW(U8(1), s.planes[j], rw.x, rw.x)
 			}
 		case one:
 			VPSRLW(U8(11), rw.x, rw.x)
@@ -1698,7 +1697,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 			PREFETCHNTA(at(s.w, ntaAhead+64*u))
 		}
 	}
-	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0), planes: s.planes}}, func(r, t, tri int) VecPhysical {
+	s.tl2Block([]tl2Rows{{v: s.wz, code: s.i0, x: s.x, w: at(s.w, 0)}}, func(r, t, tri int) VecPhysical {
 		return s.acc16[t][tri%chains]
 	})
 	ADDQ(U32(320), s.w)
