@@ -15,17 +15,19 @@ import (
 // Bump it whenever a format's layout in kernels changes, so old pack files are refused
 // with a clear error instead of being misread.
 //
-// kernels/3 made the tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block
-// (five planes of 5-bit codes instead of index nibbles and sign words). Every other format
-// is as in kernels/1, so a kernels/2 file without tl1 layers, and a kernels/1 file without
-// tl1 or tl2 layers, is still read.
-const PackLayout = "kernels/3"
+// kernels/4 made tl2's chunks at most 10 blocks instead of 12 (kernels.TL2Chunk); kernels/3
+// made the tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block (five planes
+// of 5-bit codes instead of index nibbles and sign words). Every other format is as in
+// kernels/1, so a kernels/3 file without tl2 layers, and a kernels/2 or kernels/1 file
+// without tl1 or tl2 layers, is still read.
+const PackLayout = "kernels/4"
 
 // changedIn names, for each older layout revision, the formats whose layout changed since
 // and the revision that changed each.
 var changedIn = map[string]map[quantcfg.Format]string{
 	"kernels/1": {quantcfg.TL2: "kernels/2", quantcfg.TL1: "kernels/3"},
-	"kernels/2": {quantcfg.TL1: "kernels/3"},
+	"kernels/2": {quantcfg.TL1: "kernels/3", quantcfg.TL2: "kernels/4"},
+	"kernels/3": {quantcfg.TL2: "kernels/4"},
 }
 
 // readableLayout reports whether a pack of layout revision name can be served, and if not
@@ -36,7 +38,7 @@ func readableLayout(name string, layers []paged.PackLayer) error {
 	}
 	changed, ok := changedIn[name]
 	if !ok {
-		return fmt.Errorf("this bitd reads %q (and kernels/2 without tl1 layers, kernels/1 without tl1 or tl2 layers)", PackLayout)
+		return fmt.Errorf("this bitd reads %q (and kernels/3 without tl2 layers, kernels/2 and kernels/1 without tl1 or tl2 layers)", PackLayout)
 	}
 	for _, l := range layers {
 		if rev, ok := changed[l.Spec.Format]; ok {

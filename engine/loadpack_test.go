@@ -220,11 +220,12 @@ func TestLoadPackErrors(t *testing.T) {
 	}
 
 	// Older revisions: read when no layer has a format whose layout changed since (kernels/2:
-	// tl2; kernels/3: tl1), refused naming the first such layer otherwise.
+	// tl2; kernels/3: tl1; kernels/4: tl2), refused naming the first such layer otherwise.
 	for _, c := range []struct {
 		rev     string
 		changed []quantcfg.Format
-	}{{"kernels/1", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}}, {"kernels/2", []quantcfg.Format{quantcfg.TL1}}} {
+	}{{"kernels/1", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}}, {"kernels/2", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}},
+		{"kernels/3", []quantcfg.Format{quantcfg.TL2}}} {
 		var keep []packedLayer
 		for _, l := range layers {
 			if !slices.Contains(c.changed, l.spec.Format) {

@@ -58,7 +58,7 @@
 //	tl1     roundup(K,4)           8*Kp                       32 rows x 4 k in 32 B (two 4-bit pair indices per row);
 //	                                                          chunk-major: chunks of <= 256 units
 //	tl2     K3=48*floor(K/48),     320*K3/48 + 8*Kp1          32 rows x 48 k in 320 B (five planes of 5-bit codes);
-//	        tail K1=K-K3 as tl1,                              chunk-major: chunks of <= 12 blocks,
+//	        tail K1=K-K3 as tl1,                              chunk-major: chunks of <= 10 blocks,
 //	        Kp1=roundup(K1,4)                                 the tl1 tail in the last
 //	int2    roundup(K,32)          8*Kp                       32 rows x 4 k in 32 B (VNNI4, 2-bit planes)
 //	int1    roundup(K,32)          4*Kp                       32 rows x 8 k in 32 B (VNNI4, 1-bit planes)

@@ -12,9 +12,18 @@ const RowBlock = 32
 // TL2Block is the number of inputs (16 triples) in one tl2 block.
 const TL2Block = 48
 
-// TL2Chunk is the most tl2 blocks in one chunk (576 inputs): a tl2 blob stores its chunks
-// one after another, each holding every row block's piece of it (see tl2.go).
-const TL2Chunk = 12
+// TL2Chunk is the most tl2 blocks in one chunk (480 inputs): a tl2 blob stores its chunks
+// one after another, each holding every row block's piece of it (see tl2.go). A chunk's
+// tables take 1 KiB of L1 a block and token, and the one-token kernel builds the next
+// chunk's beside them (two sets). With 12 (layout kernels/3) that was 24 KiB of a 32 KiB
+// L1d beside the weight stream, and on Zen 4 a 12-block chunk swept slower per byte than an
+// 11-block one of the same call (per-chunk timings of 4096x14336 at one thread: 21.4 us
+// against 17.9 for 12 and 11 blocks of 128 row blocks, 23.0 and 25.2 GB/s). Against 12, one
+// thread from DRAM (medians of 12-16 interleaved rounds in shuffled order, the 8B shapes,
+// 2560x2560 and 2560x6912): 10 read 5-12% more at one token, 5-23% at two and 1-13% at
+// four; two threads +7-15% on the 8B shapes; cache-resident within -5..+2%. 9 and 8 read
+// about as 10, 6 less than 12 (its per-chunk costs).
+const TL2Chunk = 10
 
 // TL1Chunk is the most tl1 units (4 inputs each) in one chunk of a tl1 blob (1024 inputs,
 // whose lookup tables for one token take 16 KiB of L1); see tl1.go.

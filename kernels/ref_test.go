@@ -587,25 +587,26 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 	return stream
 }
 
-// TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 12 blocks, spread evenly) one
+// TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 10 blocks, spread evenly) one
 // after another, each with every row block's piece side by side, the last piece ending with
 // the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).
 // K = 48*27 + 7: three chunks of 9 blocks and a 7-input tail; K = 48*25: 8, 8 and 9 blocks
-// without a tail; K = 47: one chunk of the tail alone.
+// without a tail; K = 48*11 + 3: 5 and 6 blocks and a 3-input tail; K = 47: one chunk of
+// the tail alone.
 func TestTL2ChunkMajor(t *testing.T) {
-	for _, c := range []struct{ k, nb, kp1 int }{{48*27 + 7, 27, 8}, {48 * 25, 25, 0}, {47, 0, 48}} {
+	for _, c := range []struct{ k, nb, kp1 int }{{48*27 + 7, 27, 8}, {48 * 25, 25, 0}, {48*11 + 3, 11, 4}, {47, 0, 48}} {
 		const m = 70
 		w, blob, l := packRandom(t, quantcfg.TL2, m, c.k, 5)
 		mrb := l.RowBlocks()
 		if mrb != 3 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 {
 			t.Fatalf("layout %+v", l)
 		}
-		nc := max(1, (c.nb+11)/12)
+		nc := max(1, (c.nb+9)/10)
 		for rb := 0; rb < mrb; rb++ {
 			stream := ownStream(l, w.Q, rb, tl2Encode)
 			for ch := 0; ch < nc; ch++ {
 				b0, b1 := ch*c.nb/nc, (ch+1)*c.nb/nc
-				if b1-b0 > 12 {
+				if b1-b0 > 10 {
 					t.Fatalf("K %d: chunk %d has %d blocks", c.k, ch, b1-b0)
 				}
 				piece := 320 * (b1 - b0)

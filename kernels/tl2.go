@@ -16,8 +16,8 @@ import (
 // Row block rb's stream is 320*(K3/48) + 8*Kp1 bytes: its tl2 blocks, then its tl1 units.
 // The blob interleaves the streams chunk-major, so that a kernel sweeping one K chunk over a
 // range of row blocks reads contiguous memory. With nb = K3/48 blocks, Mrb = Mp/32 row
-// blocks and nc = max(1, ceil(nb/12)) chunks, chunk c holds blocks b0 = c*nb/nc up to (not
-// including) (c+1)*nb/nc, bc of them (at most TL2Chunk = 12; evenly spread, so no chunk is
+// blocks and nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 = c*nb/nc up to (not
+// including) (c+1)*nb/nc, bc of them (at most TL2Chunk = 10; evenly spread, so no chunk is
 // a short straggler); the last chunk also holds the tl1 tail:
 //
 //	piece size of chunk c:     P = 320*bc (+ 8*Kp1 for the last chunk)

@@ -67,7 +67,7 @@ type PackTensor struct {
 type PackHeader struct {
 	// Model names the model (free text, e.g. the checkpoint's directory or Hub id).
 	Model string
-	// Layout names the blob layout (e.g. "kernels/3"): opaque to paged, checked by the
+	// Layout names the blob layout (e.g. "kernels/4"): opaque to paged, checked by the
 	// consumer, so that a pack written for another layout revision is refused instead of
 	// being misread.
 	Layout string

@@ -42,7 +42,7 @@ ROW_BLOCK = 32
 TL2_BLOCK = 48
 """Inputs (16 triples) in one tl2 block."""
 
-TL2_CHUNK = 12
+TL2_CHUNK = 10
 """The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
 block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
 
@@ -267,7 +267,7 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
 
 def _pieces(l: Layout):
     """(first stream byte, piece bytes) of each chunk of a chunk-major (tl1, tl2) blob. tl2:
-    max(1, ceil(nb/12)) chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1 (320
+    max(1, ceil(nb/10)) chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1 (320
     bytes each), the last also the tl1 tail; tl1: ceil(nu/256) chunks of the nu = kp/4 units
     (32 bytes each), spread the same way."""
     tl2 = l.format is Format.TL2
