@@ -63,7 +63,7 @@ type lutArgs struct {
 	// activations at BX into BTab (the next chunk's, into the other half of a double buffer),
 	// BPer of them after each row block and the rest after the last, so that the build runs
 	// while the chunk's weights stream in instead of pausing the stream between chunks. It
-	// reads BX[-1] (BX is never a row's first input). BN = 0: nothing to build.
+	// reads only the triples' own 3*BN bytes from BX. BN = 0: nothing to build.
 	BX   unsafe.Pointer
 	BTab unsafe.Pointer
 	BN   int
