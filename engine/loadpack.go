@@ -7,42 +7,24 @@ import (
 
 	"bitgo/kernels"
 	"bitgo/paged"
-	"bitgo/quantcfg"
 )
 
 // PackLayout names the blob layouts of package kernels as pack files record them
-// (paged.PackHeader.Layout): `bitd pack` writes it and LoadPack refuses any other value.
-// Bump it whenever a format's layout in kernels changes, so old pack files are refused
-// with a clear error instead of being misread.
-//
-// kernels/4 made tl2's chunks at most 10 blocks instead of 12 (kernels.TL2Chunk); kernels/3
-// made the tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block (five planes
-// of 5-bit codes instead of index nibbles and sign words). Every other format is as in
-// kernels/1, so a kernels/3 file without tl2 layers, and a kernels/2 or kernels/1 file
-// without tl1 or tl2 layers, is still read.
-const PackLayout = "kernels/4"
-
-// changedIn names, for each older layout revision, the formats whose layout changed since
-// and the revision that changed each.
-var changedIn = map[string]map[quantcfg.Format]string{
-	"kernels/1": {quantcfg.TL2: "kernels/2", quantcfg.TL1: "kernels/3"},
-	"kernels/2": {quantcfg.TL1: "kernels/3", quantcfg.TL2: "kernels/4"},
-	"kernels/3": {quantcfg.TL2: "kernels/4"},
-}
+// (paged.PackHeader.Layout): `bitd pack` writes it, and LoadPack reads it and the older
+// revisions for the formats whose layout has not changed since (kernels.ReadsLayout): a
+// kernels/3 file without tl2 layers, and a kernels/2 or kernels/1 file without tl1 or tl2
+// layers.
+const PackLayout = kernels.LayoutRevision
 
 // readableLayout reports whether a pack of layout revision name can be served, and if not
 // why (naming the first layer in the way).
 func readableLayout(name string, layers []paged.PackLayer) error {
-	if name == PackLayout {
-		return nil
-	}
-	changed, ok := changedIn[name]
-	if !ok {
-		return fmt.Errorf("this bitd reads %q (and kernels/3 without tl2 layers, kernels/2 and kernels/1 without tl1 or tl2 layers)", PackLayout)
+	if !kernels.KnownLayout(name) {
+		return kernels.ReadsLayout(name, "")
 	}
 	for _, l := range layers {
-		if rev, ok := changed[l.Spec.Format]; ok {
-			return fmt.Errorf("layer %s is %s, whose blob layout changed in %s", l.Spec.Name, l.Spec.Format, rev)
+		if err := kernels.ReadsLayout(name, l.Spec.Format); err != nil {
+			return fmt.Errorf("layer %s: %v", l.Spec.Name, err)
 		}
 	}
 	return nil

@@ -25,6 +25,47 @@ const TL2Block = 48
 // about as 10, 6 less than 12 (its per-chunk costs).
 const TL2Chunk = 10
 
+// LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
+// and packed uploads (the wire's `layout`) record them. Bump it whenever a format's layout
+// changes, and record the change in layoutChanges, so that blobs packed before are refused
+// with a clear error instead of being misread.
+//
+// kernels/4 made tl2's chunks at most 10 blocks instead of 12 (TL2Chunk); kernels/3 made the
+// tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block (five planes of 5-bit
+// codes instead of index nibbles and sign words). Every other format is as in kernels/1.
+const LayoutRevision = "kernels/4"
+
+// layoutChanges names, for each older revision, the formats whose layout changed since and
+// the revision that first changed each.
+var layoutChanges = map[string]map[quantcfg.Format]string{
+	"kernels/1": {quantcfg.TL2: "kernels/2", quantcfg.TL1: "kernels/3"},
+	"kernels/2": {quantcfg.TL1: "kernels/3", quantcfg.TL2: "kernels/4"},
+	"kernels/3": {quantcfg.TL2: "kernels/4"},
+}
+
+// KnownLayout reports whether rev is LayoutRevision or one of the revisions before it.
+func KnownLayout(rev string) bool {
+	_, old := layoutChanges[rev]
+	return rev == LayoutRevision || old
+}
+
+// ReadsLayout returns nil when a blob of format f packed in layout revision rev is a blob
+// of this package's layout, and otherwise an error saying why not (an unknown revision, or
+// the revision that changed f's layout since rev).
+func ReadsLayout(rev string, f quantcfg.Format) error {
+	if rev == LayoutRevision {
+		return nil
+	}
+	changed, ok := layoutChanges[rev]
+	if !ok {
+		return fmt.Errorf("blob layout %q is not one this build knows (it reads %s, and the formats unchanged since from kernels/1 to kernels/3)", rev, LayoutRevision)
+	}
+	if r, ok := changed[f]; ok {
+		return fmt.Errorf("%s blobs changed layout in %s, after %s (this build reads %s)", f, r, rev, LayoutRevision)
+	}
+	return nil
+}
+
 // TL1Chunk is the most tl1 units (4 inputs each) in one chunk of a tl1 blob (1024 inputs,
 // whose lookup tables for one token take 16 KiB of L1); see tl1.go.
 const TL1Chunk = 256
