@@ -306,9 +306,11 @@ func (r layerResult) info() (LayerInfo, error) {
 // Weights is what Register uploads.
 type Weights struct {
 	// Data: logical weights (see Upload.Weights for the element type per format), or
-	// with Packed, a blob in the kernels layout.
+	// with Packed, a blob in the kernels layout of revision Layout (kernels.LayoutRevision
+	// for blobs this build packs; a daemon refuses a packed tl1 or tl2 blob without it).
 	Data   []byte
 	Packed bool
+	Layout string
 	// Scales: spec.NumScales() values; Bias: spec.Out values when spec.Bias.
 	Scales []float32
 	Bias   []float32
@@ -324,6 +326,7 @@ type beginArgs struct {
 	Codebook     []int  `msgpack:"codebook,omitempty"`
 	Bias         bool   `msgpack:"bias,omitempty"`
 	Packed       bool   `msgpack:"packed,omitempty"`
+	Layout       string `msgpack:"layout,omitempty"`
 	WeightsBytes int64  `msgpack:"weights_bytes"`
 }
 
@@ -331,7 +334,7 @@ type beginArgs struct {
 // belongs to this client's session: it is freed by Free or when the client closes.
 func (c *Client) Register(spec quantcfg.LayerSpec, w Weights) (LayerInfo, error) {
 	a := beginArgs{Name: spec.Name, Format: string(spec.Format), Out: spec.Out, In: spec.In,
-		Act: spec.Act.String(), Scale: spec.Scale.String(), Bias: spec.Bias, Packed: w.Packed, WeightsBytes: int64(len(w.Data))}
+		Act: spec.Act.String(), Scale: spec.Scale.String(), Bias: spec.Bias, Packed: w.Packed, Layout: w.Layout, WeightsBytes: int64(len(w.Data))}
 	if spec.Format == quantcfg.Int2 && spec.Codebook != (quantcfg.Codebook{}) {
 		for _, v := range spec.Codebook {
 			a.Codebook = append(a.Codebook, int(v))

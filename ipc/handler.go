@@ -72,6 +72,16 @@ type PackedSizer interface {
 	PackedSize(spec quantcfg.LayerSpec) (int64, error)
 }
 
+// PackedLayouts is implemented by Handlers whose packed blobs come in revisions of a
+// layout (the begin argument `layout`), so that a blob packed in another revision is
+// refused at begin instead of being misread.
+type PackedLayouts interface {
+	// PackedLayout returns nil when a packed blob of spec's format in layout revision rev
+	// ("" when the client named none) is a blob of the layout the Handler reads, and
+	// otherwise why not.
+	PackedLayout(rev string, spec quantcfg.LayerSpec) error
+}
+
 // CallEvent is one finished slot request, for metrics.
 type CallEvent struct {
 	Op       Op

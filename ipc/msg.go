@@ -85,7 +85,8 @@ var partNames = [numParts]string{"weights", "scales", "bias"}
 type beginReq struct {
 	spec         quantcfg.LayerSpec
 	packed       bool
-	weightsBytes int64 // 0: not given
+	layout       string // packed: the blob's layout revision ("": not given)
+	weightsBytes int64  // 0: not given
 }
 
 type chunkReq struct {
@@ -368,6 +369,12 @@ func decodeBegin(a argMap) (beginReq, error) {
 	}
 	if b.packed && !given {
 		return b, fmt.Errorf("%w: argument \"weights_bytes\" is required for a packed upload", ErrBadRequest)
+	}
+	if b.layout, err = a.str("layout", maxSpellLen, false); err != nil {
+		return b, err
+	}
+	if b.layout != "" && !b.packed {
+		return b, fmt.Errorf("%w: argument \"layout\" %q is for packed uploads (\"packed\" is false)", ErrBadRequest, b.layout)
 	}
 	b.weightsBytes = int64(wb)
 	s = s.WithDefaults()

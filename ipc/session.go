@@ -360,6 +360,11 @@ func (x *session) begin(b beginReq) (*beginResult, error) {
 	var wb int64
 	if b.packed {
 		wb = b.weightsBytes
+		if pl, ok := x.h.(PackedLayouts); ok {
+			if err := pl.PackedLayout(b.layout, s); err != nil {
+				return nil, fmt.Errorf("%w: layer %s: %v", ErrInvalid, s.Name, err)
+			}
+		}
 		if ps, ok := x.h.(PackedSizer); ok {
 			want, err := ps.PackedSize(s)
 			if err != nil {

@@ -163,6 +163,23 @@ func (h *engineHandler) Stats() map[string]float64 {
 	}
 }
 
+// PackedLayout: a packed blob must be in a layout revision in which the layer's format is
+// laid out as this build lays it out (kernels.ReadsLayout). A client that names no revision
+// predates the argument, so its blobs are taken as kernels/1: its packed tl1 and tl2 blobs
+// are refused and the other formats, unchanged since, are read.
+func (h *engineHandler) PackedLayout(rev string, s quantcfg.LayerSpec) error {
+	if rev == "" {
+		if kernels.ReadsLayout("kernels/1", s.Format) != nil {
+			return fmt.Errorf("a packed %s blob must name the layout revision it was packed in (argument \"layout\"; this bitd reads %s): the client predates it: upgrade it, or send logical weights", s.Format, kernels.LayoutRevision)
+		}
+		return nil
+	}
+	if err := kernels.ReadsLayout(rev, s.Format); err != nil {
+		return fmt.Errorf("packed blob: %v: pack it with a client of this release, or send logical weights", err)
+	}
+	return nil
+}
+
 func (h *engineHandler) PackedSize(s quantcfg.LayerSpec) (int64, error) {
 	l, err := kernels.NewLayout(s.Format, s.Out, s.In)
 	if err != nil {

@@ -318,15 +318,47 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatalf("register %s %s: %v", spec.Name, spec.Format, err)
 		}
 		forward(c, got.ID, l, 3, quantcfg.DTypeF32)
-		packed, err := c.Register(spec, ipc.Weights{Data: l.blob, Packed: true, Scales: l.scales, Bias: l.bias})
+		packed, err := c.Register(spec, ipc.Weights{Data: l.blob, Packed: true, Layout: kernels.LayoutRevision, Scales: l.scales, Bias: l.bias})
 		if err == nil {
 			t.Fatalf("a second layer named %q in one session was accepted", spec.Name)
 		}
 		spec.Name += "-packed"
-		if packed, err = c.Register(spec, ipc.Weights{Data: l.blob, Packed: true, Scales: l.scales, Bias: l.bias}); err != nil {
+		if packed, err = c.Register(spec, ipc.Weights{Data: l.blob, Packed: true, Layout: kernels.LayoutRevision, Scales: l.scales, Bias: l.bias}); err != nil {
 			t.Fatalf("register packed %s: %v", spec.Format, err)
 		}
 		forward(c, packed.ID, l, 2, quantcfg.DTypeBF16)
+	}
+
+	// A packed blob names its layout revision: one whose layout of the format differs from
+	// this build's is refused at begin, as is a packed tl1 or tl2 blob that names none (an
+	// older client); formats unchanged since are read from older revisions too.
+	for _, c := range []struct {
+		format quantcfg.Format
+		layout string
+		want   string // "": accepted; else a part of the refusal
+	}{
+		{quantcfg.TL2, "", `argument "layout"`},
+		{quantcfg.TL2, "kernels/3", "tl2 blobs changed layout in kernels/4"},
+		{quantcfg.TL1, "kernels/2", "tl1 blobs changed layout in kernels/3"},
+		{quantcfg.TL1, "kernels/3", ""},
+		{quantcfg.I2S, "", ""},
+		{quantcfg.I2S, "kernels/1", ""},
+		{quantcfg.I2S, "kernels/9", `"kernels/9" is not one this build knows`},
+	} {
+		l := randomLayer(t, r, quantcfg.LayerSpec{Name: fmt.Sprintf("rev-%s-%s", c.format, c.layout), Format: c.format, Out: 40, In: 100})
+		got, err := a.Register(l.spec, ipc.Weights{Data: l.blob, Packed: true, Layout: c.layout, Scales: l.scales})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("packed %s in layout %q: %v", c.format, c.layout, err)
+		case c.want == "":
+			forward(a, got.ID, l, 1, quantcfg.DTypeF32)
+		case !errors.Is(err, ipc.ErrInvalid) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), l.spec.Name):
+			t.Errorf("packed %s in layout %q: %v (want invalid, naming the layer and %q)", c.format, c.layout, err, c.want)
+		}
+	}
+	lg := randomLayer(t, r, quantcfg.LayerSpec{Name: "rev-logical", Format: quantcfg.I2S, Out: 32, In: 128})
+	if _, err := a.Register(lg.spec, ipc.Weights{Data: lg.logical(), Layout: kernels.LayoutRevision, Scales: lg.scales}); !errors.Is(err, ipc.ErrBadRequest) {
+		t.Errorf("a layout with logical weights: %v", err)
 	}
 
 	// Bad uploads and activations get the right statuses.
