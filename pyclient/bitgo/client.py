@@ -644,6 +644,8 @@ class Client:
                                 "packed": bool(packed), "weights_bytes": nbytes}
         if name:
             args["name"] = name
+        if packed:
+            args["layout"] = reference.LAYOUT
         if act is not None:
             args["act"] = str(act)
         if scale is not None:

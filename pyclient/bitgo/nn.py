@@ -42,6 +42,10 @@ _compiler = getattr(torch, "compiler", None)
 _is_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
 
 
+_LAYOUT_UNNAMED = "kernels/3"
+"""The layout revision of BitLinear states that name none: those saved before kernels/4."""
+
+
 class BitLinear(nn.Module):
     """y = x W^T + b with W stored packed in a bitgo format (see :class:`bitgo.Format`).
 
@@ -281,13 +285,28 @@ class BitLinear(nn.Module):
 
     def get_extra_state(self):
         return {"config": self.config.to_dict(), "in_features": self.in_features,
-                "out_features": self.out_features}
+                "out_features": self.out_features, "layout": reference.LAYOUT}
 
     def set_extra_state(self, state) -> None:
+        # Runs after the buffers are loaded. ``packed`` was saved in the layout revision the
+        # state names (states before kernels/4 name none: kernels/3), and is brought to this
+        # revision's layout, or refused, by reference.relayout.
         want = self.get_extra_state()
-        if not isinstance(state, dict) or state != want:
+        saved = dict(state) if isinstance(state, dict) else state
+        rev = saved.pop("layout", _LAYOUT_UNNAMED) if isinstance(saved, dict) else None
+        want.pop("layout")
+        if saved != want:
             raise ValueError(f"BitLinear state was saved for {state!r}; this layer is {want!r} "
                              f"(make the BitLinear with the same config and shape)")
+        if rev != reference.LAYOUT:
+            try:
+                blob = reference.relayout(self.config.format, self.out_features,
+                                          self.in_features, self.packed, rev)
+            except ValueError as e:
+                raise ValueError(f"BitLinear state ({self.extra_repr()}): packed weights in "
+                                 f"layout {rev}: {e}") from None
+            with torch.no_grad():
+                self.packed.copy_(blob.reshape(self.packed.shape))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Buffers of another size (another format or shape) would be copied into ours by

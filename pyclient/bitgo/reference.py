@@ -30,7 +30,8 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
                      parse_format)
 
 __all__ = [
-    "ROW_BLOCK", "TL2_BLOCK", "Layout", "layout", "pack", "unpack", "quantize_acts",
+    "ROW_BLOCK", "TL2_BLOCK", "LAYOUT", "Layout", "layout", "pack", "unpack", "relayout",
+    "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
     "dequantize",
@@ -45,6 +46,21 @@ TL2_BLOCK = 48
 TL2_CHUNK = 10
 """The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
 block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
+
+LAYOUT = "kernels/4"
+"""The revision of these layouts (Go's ``kernels.LayoutRevision``, the pack file's
+``layout``): packed uploads name it, so that bitd refuses a blob whose revision lays its
+format out otherwise, and BitLinear states record it. kernels/4 made tl2's chunks at most 10
+blocks instead of 12; kernels/3 made the tl1 blob chunk-major; kernels/2 changed the tl2
+block."""
+
+_LAYOUT_CHANGES = {
+    "kernels/1": {Format.TL2: "kernels/2", Format.TL1: "kernels/3"},
+    "kernels/2": {Format.TL1: "kernels/3", Format.TL2: "kernels/4"},
+    "kernels/3": {Format.TL2: "kernels/4"},
+}
+"""For each older revision, the formats whose layout changed since (the first revision that
+changed each), as Go's ``kernels.ReadsLayout`` has them."""
 
 TL1_CHUNK = 256
 """The most tl1 units (4 inputs each) in a chunk: a tl1 blob is chunk-major like tl2's,
@@ -265,13 +281,13 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
     return _chunk_major(torch.cat(parts, dim=1), l)
 
 
-def _pieces(l: Layout):
+def _pieces(l: Layout, tl2_chunk: int = TL2_CHUNK):
     """(first stream byte, piece bytes) of each chunk of a chunk-major (tl1, tl2) blob. tl2:
-    max(1, ceil(nb/10)) chunks, chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1 (320
-    bytes each), the last also the tl1 tail; tl1: ceil(nu/256) chunks of the nu = kp/4 units
-    (32 bytes each), spread the same way."""
+    max(1, ceil(nb/10)) chunks (``tl2_chunk``: 12 before kernels/4), chunk c holding blocks
+    c*nb//nc .. (c+1)*nb//nc - 1 (320 bytes each), the last also the tl1 tail; tl1:
+    ceil(nu/256) chunks of the nu = kp/4 units (32 bytes each), spread the same way."""
     tl2 = l.format is Format.TL2
-    ns, most, size = (l.k3 // TL2_BLOCK, TL2_CHUNK, 320) if tl2 else (l.kp // 4, TL1_CHUNK, 32)
+    ns, most, size = (l.k3 // TL2_BLOCK, tl2_chunk, 320) if tl2 else (l.kp // 4, TL1_CHUNK, 32)
     nc = max(1, -(-ns // most))
     out = []
     for c in range(nc):
@@ -285,10 +301,10 @@ def _chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
     return torch.cat([s[:, o: o + n].reshape(-1) for o, n in _pieces(l)])
 
 
-def _streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
+def _streams(b: torch.Tensor, l: Layout, tl2_chunk: int = TL2_CHUNK) -> torch.Tensor:
     """The blob's chunk-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
     rb, parts, at = l.row_blocks, [], 0
-    for _, n in _pieces(l):
+    for _, n in _pieces(l, tl2_chunk):
         parts.append(b[at: at + rb * n].reshape(rb, n))
         at += rb * n
     return torch.cat(parts, dim=1)
@@ -474,6 +490,32 @@ def unpack(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor) -> torch
         return _dec_float(b.to(torch.int64), l)[:m].contiguous()
     w = _DECODERS[l.format](b, l)
     return w[:m, :k].to(torch.int8).contiguous()
+
+
+def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
+             from_layout: str) -> torch.Tensor:
+    """A blob packed in layout revision ``from_layout``, in this revision's layout
+    (:data:`LAYOUT`): the blob itself where the format's layout has not changed since, a tl2
+    blob of kernels/2 or kernels/3 re-chunked (its chunks held up to 12 blocks; the blocks
+    are unchanged), checked by decoding it. Any other change is a ValueError naming the
+    revisions."""
+    l = layout(fmt, m, k)
+    b = _check_blob(blob, l)
+    if from_layout == LAYOUT:
+        return b
+    if from_layout not in _LAYOUT_CHANGES:
+        raise ValueError(f"blob layout {from_layout!r} is not one this bitgo knows (it packs "
+                         f"{LAYOUT}, and reads kernels/1 to kernels/3 for the formats "
+                         f"unchanged since)")
+    changed = _LAYOUT_CHANGES[from_layout].get(l.format)
+    if changed is None:
+        return b
+    if l.format is Format.TL2 and changed == "kernels/4":
+        out = _chunk_major(_streams(b, l, 12), l)
+        unpack(l.format, m, k, out)  # a code outside the format's set: not a kernels/3 blob
+        return out
+    raise ValueError(f"{l.format.value} blobs changed layout in {changed}, after "
+                     f"{from_layout}: pack the weights again (this bitgo packs {LAYOUT})")
 
 
 def _unpack_padded(l: Layout, blob: torch.Tensor) -> torch.Tensor:

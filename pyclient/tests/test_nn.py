@@ -209,3 +209,38 @@ def test_input_requiring_grad_leaves_the_shared_views_alone():
     c = bitgo.client.default_client()
     for ent in c._views.values():
         assert not ent[0].requires_grad and not ent[1].requires_grad
+
+
+def _state_as_kernels_3(sd, m, k, fmt):
+    """A state dict as the release before kernels/4 saved it: no "layout" in the extra
+    state, and tl2's packed bytes in chunks of up to 12 blocks."""
+    old = dict(sd)
+    extra = dict(old["_extra_state"])
+    assert extra.pop("layout") == R.LAYOUT
+    old["_extra_state"] = extra
+    if fmt == "tl2":
+        lay = R.layout(fmt, m, k)
+        s = R._streams(sd["packed"], lay)
+        old["packed"] = torch.cat([s[:, o: o + n].reshape(-1) for o, n in R._pieces(lay, 12)])
+        assert not torch.equal(old["packed"], sd["packed"])
+    return old
+
+
+@pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1"])
+def test_state_dict_from_before_kernels_4(fmt):
+    """A state saved before layouts were recorded (kernels/3) loads, its tl2 blob
+    re-chunked; a tl2 state of kernels/1 is refused, naming the revisions."""
+    torch.manual_seed(4)
+    m, k = 40, 48 * 11 + 3  # tl2: one chunk in kernels/3, two now
+    a = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format=fmt))
+    assert a.state_dict()["_extra_state"]["layout"] == R.LAYOUT
+    b = bitgo.BitLinear(k, m, config=QuantConfig(format=fmt))
+    b.load_state_dict(_state_as_kernels_3(a.state_dict(), m, k, fmt))
+    assert torch.equal(b.packed, a.packed)
+    x = torch.randn(3, k)
+    assert_bits_equal(b(x), a(x))
+    if fmt == "tl2":
+        sd = a.state_dict()
+        sd["_extra_state"] = dict(sd["_extra_state"], layout="kernels/1")
+        with pytest.raises(ValueError, match="layout kernels/1: tl2 blobs changed layout in kernels/2"):
+            bitgo.BitLinear(k, m, config=QuantConfig(format=fmt)).load_state_dict(sd)

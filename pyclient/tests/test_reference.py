@@ -338,3 +338,47 @@ def test_tl1_chunk_major(k, nc):
             off = rbs * 32 * u0 + rb * piece
             assert torch.equal(blob[off: off + piece], stream[32 * u0: 32 * u0 + piece]), (rb, c)
     assert torch.equal(R.unpack("tl1", m, k, blob), w)
+
+
+def _chunked_12(blob, fmt, m, k):
+    """A blob of this revision as kernels/3 stored it: tl2 chunks of up to 12 blocks."""
+    lay = R.layout(fmt, m, k)
+    s = R._streams(blob, lay)
+    return torch.cat([s[:, o: o + n].reshape(-1) for o, n in R._pieces(lay, 12)])
+
+
+@pytest.mark.parametrize("k", [48 * 11 + 3, 48 * 21, 48 * 25, 48 * 298 + 32, 20])
+def test_relayout_tl2_from_kernels_3(k):
+    """relayout re-chunks a kernels/3 tl2 blob (chunks of up to 12 blocks) into this
+    revision's chunks of up to 10; the blocks themselves are unchanged. K = 48*11 + 3 is one
+    chunk in kernels/3 and two now, 48*21 two and three, 48*298 + 32 (Llama's 14336) 25 and
+    30; 48*25 is three either way, and 20 only a tl1 tail."""
+    g = torch.Generator().manual_seed(k)
+    m = 70
+    w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
+    new = R.pack("tl2", w)
+    old = _chunked_12(new, "tl2", m, k)
+    nb = k // 48
+    assert torch.equal(old, new) == (-(-nb // 12) == -(-nb // 10))  # differ when nc does
+    assert torch.equal(R.relayout("tl2", m, k, old, "kernels/3"), new)
+    assert torch.equal(R.relayout("tl2", m, k, old, "kernels/2"), new)
+    assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
+
+
+def test_relayout_refuses_what_it_cannot_convert():
+    w = torch.randint(-1, 2, (40, 300), generator=torch.Generator().manual_seed(3),
+                      dtype=torch.int8)
+    tl2, i2s, tl1 = R.pack("tl2", w), R.pack("i2s", w), R.pack("tl1", w)
+    with pytest.raises(ValueError, match="tl2 blobs changed layout in kernels/2, after kernels/1"):
+        R.relayout("tl2", 40, 300, tl2, "kernels/1")
+    with pytest.raises(ValueError, match="tl1 blobs changed layout in kernels/3, after kernels/2"):
+        R.relayout("tl1", 40, 300, tl1, "kernels/2")
+    with pytest.raises(ValueError, match="'kernels/9' is not one this bitgo knows"):
+        R.relayout("i2s", 40, 300, i2s, "kernels/9")
+    # formats whose layout has not changed since are read as they are
+    assert torch.equal(R.relayout("i2s", 40, 300, i2s, "kernels/1"), i2s)
+    assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
+    # a blob that does not decode after re-chunking (not a kernels/3 tl2 blob) is refused
+    bad = torch.full_like(tl2, 0xFF)
+    with pytest.raises(ValueError):
+        R.relayout("tl2", 40, 300, bad, "kernels/3")
