@@ -21,8 +21,8 @@ const TL2Block = 48
 // against 17.9 for 12 and 11 blocks of 128 row blocks, 23.0 and 25.2 GB/s). Against 12, one
 // thread from DRAM (medians of 12-16 interleaved rounds in shuffled order, the 8B shapes,
 // 2560x2560 and 2560x6912): 10 read 5-12% more at one token, 5-23% at two and 1-13% at
-// four; two threads +7-15% on the 8B shapes; cache-resident within -5..+2%. 9 and 8 read
-// about as 10, 6 less than 12 (its per-chunk costs).
+// four; two threads +15-25% on the 8B shapes (one A/B of 12 rounds, noisier); cache-resident
+// within -5..+2%. 9 and 8 read about as 10, 6 less than 12 (its per-chunk costs).
 const TL2Chunk = 10
 
 // LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
