@@ -175,8 +175,8 @@ func (l Layout) pieces(rb int, fn func(b, o, n int)) {
 func (l Layout) Chunked() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
 // chunkSteps describes the K steps a chunk-major blob's chunks are made of (tl2: blocks of
-// 48 inputs in 320 bytes, K3/48 of them, at most 12 per chunk; tl1: units of 4 inputs in 32
-// bytes, Kp/4 of them, at most 256 per chunk).
+// 48 inputs in 320 bytes, K3/48 of them, at most TL2Chunk per chunk; tl1: units of 4
+// inputs in 32 bytes, Kp/4 of them, at most TL1Chunk per chunk).
 type chunkSteps struct {
 	n      int // steps in K
 	bytes  int // bytes of one step in one row block
