@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bitgo/kernels"
+	"bitgo/paged"
+	"bitgo/quantcfg"
+)
+
+// packedLayer is a layer packed in this build's layout.
+type packedLayer struct {
+	spec quantcfg.LayerSpec
+	blob []byte
+}
+
+func newPacked(t *testing.T, r *rand.Rand, f quantcfg.Format, name string, m, k int) packedLayer {
+	t.Helper()
+	spec := quantcfg.LayerSpec{Name: name, Format: f, Out: m, In: k}.WithDefaults()
+	l, err := kernels.NewLayout(f, m, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, l.Bytes())
+	if err := kernels.Pack(f, m, k, kernels.RandomWeights(r, f, m, k, 1), blob); err != nil {
+		t.Fatal(err)
+	}
+	return packedLayer{spec, blob}
+}
+
+// chunkedBy12 is a tl2 blob as layouts kernels/2 and kernels/3 stored it: chunk-major with
+// chunks of up to 12 blocks (tl2.go's picture with 12 for TL2Chunk), written out here from
+// the row blocks' streams.
+func chunkedBy12(t *testing.T, p packedLayer) []byte {
+	t.Helper()
+	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
+	nb, mrb := l.K3/kernels.TL2Block, l.RowBlocks()
+	nc := max(1, (nb+11)/12)
+	old := make([]byte, len(p.blob))
+	var s []byte
+	for rb := range mrb {
+		s = l.RowBlockData(p.blob, rb, s)
+		for c := range nc {
+			b0, b1 := c*nb/nc, (c+1)*nb/nc
+			size := 320 * (b1 - b0)
+			if c == nc-1 {
+				size += 8 * l.Kp1
+			}
+			copy(old[mrb*320*b0+rb*size:][:size], s[320*b0:])
+		}
+	}
+	return old
+}
+
+func writeTestPack(t *testing.T, path, layout string, layers []packedLayer, tensor []byte) {
+	t.Helper()
+	w, err := paged.CreatePack(path, paged.PackOptions{Model: "m", Layout: layout, CreatedBy: "test", NoSync: true, Metadata: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		scales := make([]float32, l.spec.NumScales())
+		for i := range scales {
+			scales[i] = 0.5
+		}
+		if err := w.AddLayer(paged.PackLayer{Spec: l.spec, Scales: scales}, l.blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tensor != nil {
+		if err := w.AddTensor(paged.TensorInfo{Name: "norm", DType: paged.F32, Shape: []int64{int64(len(tensor) / 4)}}, tensor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.AddExternal(paged.TensorInfo{Name: "embed", DType: paged.BF16, Shape: []int64{8, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRepack: a kernels/3 pack file comes out in this build's layout, its tl2 blobs
+// re-chunked into exactly what packing the weights now gives and everything else copied;
+// a tl2 layer of kernels/1 is refused naming it; a current file is left alone.
+func TestRepack(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	dir := t.TempDir()
+	tl2 := newPacked(t, r, quantcfg.TL2, "blk.0.q", 70, 48*11+3) // one chunk in kernels/3, two now
+	i2s := newPacked(t, r, quantcfg.I2S, "blk.0.o", 40, 300)
+	old := tl2
+	old.blob = chunkedBy12(t, tl2)
+	if bytes.Equal(old.blob, tl2.blob) {
+		t.Fatal("the kernels/3 blob is the kernels/4 blob: the test shows nothing")
+	}
+	norm := bytes.Repeat([]byte{0, 0, 0x80, 0x3f}, 16)
+	in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
+	writeTestPack(t, in, "kernels/3", []packedLayer{old, i2s}, norm)
+
+	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
+	if code != 0 || !strings.Contains(stdout, "2 layers (1 re-chunked from kernels/3)") {
+		t.Fatalf("repack: code %d\n%s%s", code, stdout, stderr)
+	}
+	p, err := paged.OpenPack(out, paged.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Layout != kernels.LayoutRevision || p.Model != "m" || p.Metadata["k"] != "v" || p.Metadata["repacked_from_layout"] != "kernels/3" {
+		t.Errorf("header: layout %q model %q metadata %v", p.Layout, p.Model, p.Metadata)
+	}
+	for _, want := range []packedLayer{tl2, i2s} {
+		got, err := p.LayerBlob(want.spec.Name)
+		if err != nil || !bytes.Equal(got, want.blob) {
+			t.Errorf("layer %s: %v (blob as packed now: %v)", want.spec.Name, err, err == nil && bytes.Equal(got, want.blob))
+		}
+		if l, _ := p.Layer(want.spec.Name); l.Spec != want.spec || len(l.Scales) != want.spec.NumScales() || l.Scales[0] != 0.5 {
+			t.Errorf("layer %s: %+v", want.spec.Name, l)
+		}
+	}
+	if _, data, err := p.TensorData("norm"); err != nil || !bytes.Equal(data, norm) {
+		t.Errorf("tensor: %v", err)
+	}
+	if len(p.External) != 1 || p.External[0].Name != "embed" {
+		t.Errorf("external: %v", p.External)
+	}
+
+	// In place: the file is replaced by rename once the new one is complete.
+	inplace := filepath.Join(dir, "inplace.bitgo")
+	writeTestPack(t, inplace, "kernels/3", []packedLayer{old, i2s}, norm)
+	if code, _, stderr := runCmd(t, "repack", inplace, "-o", inplace); code != 0 {
+		t.Fatalf("in place: code %d: %s", code, stderr)
+	}
+	if q, err := paged.OpenPack(inplace, paged.OpenOptions{}); err != nil || q.Layout != kernels.LayoutRevision {
+		t.Errorf("in place: %v", err)
+	} else {
+		if got, _ := q.LayerBlob(tl2.spec.Name); !bytes.Equal(got, tl2.blob) {
+			t.Errorf("in place: the tl2 blob is not this layout's")
+		}
+		q.Close()
+	}
+
+	// Up to date: nothing written.
+	again := filepath.Join(dir, "again.bitgo")
+	if code, stdout, _ := runCmd(t, "repack", out, "-o", again); code != 0 || !strings.Contains(stdout, "nothing to do") {
+		t.Errorf("current file: code %d: %s", code, stdout)
+	}
+	if _, err := os.Stat(again); !os.IsNotExist(err) {
+		t.Errorf("current file: %s written (%v)", again, err)
+	}
+
+	// kernels/1's tl2 blocks were another encoding: refused, the layer named; no file left.
+	k1 := filepath.Join(dir, "k1.bitgo")
+	writeTestPack(t, k1, "kernels/1", []packedLayer{i2s, old}, nil)
+	bad := filepath.Join(dir, "bad.bitgo")
+	if code, _, stderr := runCmd(t, "repack", k1, "-o", bad); code != 1 || !strings.Contains(stderr, "layer blk.0.q: tl2 blobs changed layout in kernels/2") {
+		t.Errorf("kernels/1 tl2: code %d: %s", code, stderr)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*bad.bitgo*")); len(left) != 0 {
+		t.Errorf("a refused repack left %v", left)
+	}
+	if code, _, stderr := runCmd(t, "repack", k1); code != 2 || !strings.Contains(stderr, "-o NEW.bitgo") {
+		t.Errorf("no -o: code %d: %s", code, stderr)
+	}
+}
