@@ -3,6 +3,7 @@
 //
 //	bitd serve   run the service (unix socket + shared memory, /metrics)
 //	bitd pack    convert a checkpoint to a .bitgo pack file
+//	bitd repack  rewrite a pack file of an older blob layout in this bitd's
 //	bitd bench   measure bandwidth and the kernels on real model shapes
 //	bitd info    CPU features, core types, kernels, OpenCL devices
 //	bitd tune    autotune GPU kernels for a device
@@ -11,6 +12,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -77,4 +79,41 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
 		return false
 	}
 	return true
+}
+
+// parseInterspersed parses args with fs, flags before and after positional arguments
+// alike, and returns the positional arguments in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return pos, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+}
+
+// exitForParse is a command's exit code for a flag parsing error: 0 for -h, else 2 (the
+// FlagSet has printed the error and the usage).
+func exitForParse(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// usageFlagSet is a command's FlagSet that reports to stderr, its usage the text usage
+// followed by the flags.
+func usageFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
 }

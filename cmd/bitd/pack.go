@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -57,12 +55,7 @@ type packOptions struct {
 }
 
 func runPack(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pack", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, packUsage)
-		fs.PrintDefaults()
-	}
+	fs := usageFlagSet("pack", packUsage, stderr)
 	var o packOptions
 	var skip string
 	fs.StringVar(&o.Out, "o", "", "output pack file (required)")
@@ -78,19 +71,9 @@ func runPack(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Verify, "verify", false, "re-read the written file and check every layer against a fresh conversion")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress display: auto (a bar on a terminal, log lines otherwise), bar, log, off")
 	// Flags may come before or after MODEL_DIR.
-	var pos []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitForParse(err)
 	}
 	if len(pos) != 1 || o.Out == "" {
 		fmt.Fprintln(stderr, "bitd pack: want exactly one MODEL_DIR and -o OUT.bitgo")

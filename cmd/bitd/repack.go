@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -29,26 +27,11 @@ flags:
 `
 
 func runRepack(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("repack", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, repackUsage)
-		fs.PrintDefaults()
-	}
+	fs := usageFlagSet("repack", repackUsage, stderr)
 	out := fs.String("o", "", "output pack file (required)")
-	var pos []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return exitForParse(err)
 	}
 	if len(pos) != 1 || *out == "" {
 		fmt.Fprintln(stderr, "bitd repack: want exactly one OLD.bitgo and -o NEW.bitgo")

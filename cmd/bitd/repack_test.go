@@ -13,13 +13,13 @@ import (
 	"bitgo/quantcfg"
 )
 
-// packedLayer is a layer packed in this build's layout.
-type packedLayer struct {
+// repackLayer is a layer and its blob in this build's layout.
+type repackLayer struct {
 	spec quantcfg.LayerSpec
 	blob []byte
 }
 
-func newPacked(t *testing.T, r *rand.Rand, f quantcfg.Format, name string, m, k int) packedLayer {
+func newPacked(t *testing.T, r *rand.Rand, f quantcfg.Format, name string, m, k int) repackLayer {
 	t.Helper()
 	spec := quantcfg.LayerSpec{Name: name, Format: f, Out: m, In: k}.WithDefaults()
 	l, err := kernels.NewLayout(f, m, k)
@@ -30,13 +30,13 @@ func newPacked(t *testing.T, r *rand.Rand, f quantcfg.Format, name string, m, k 
 	if err := kernels.Pack(f, m, k, kernels.RandomWeights(r, f, m, k, 1), blob); err != nil {
 		t.Fatal(err)
 	}
-	return packedLayer{spec, blob}
+	return repackLayer{spec, blob}
 }
 
 // chunkedBy12 is a tl2 blob as layouts kernels/2 and kernels/3 stored it: chunk-major with
 // chunks of up to 12 blocks (tl2.go's picture with 12 for TL2Chunk), written out here from
 // the row blocks' streams.
-func chunkedBy12(t *testing.T, p packedLayer) []byte {
+func chunkedBy12(t *testing.T, p repackLayer) []byte {
 	t.Helper()
 	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
 	nb, mrb := l.K3/kernels.TL2Block, l.RowBlocks()
@@ -57,7 +57,7 @@ func chunkedBy12(t *testing.T, p packedLayer) []byte {
 	return old
 }
 
-func writeTestPack(t *testing.T, path, layout string, layers []packedLayer, tensor []byte) {
+func writeTestPack(t *testing.T, path, layout string, layers []repackLayer, tensor []byte) {
 	t.Helper()
 	w, err := paged.CreatePack(path, paged.PackOptions{Model: "m", Layout: layout, CreatedBy: "test", NoSync: true, Metadata: map[string]string{"k": "v"}})
 	if err != nil {
@@ -100,7 +100,7 @@ func TestRepack(t *testing.T) {
 	}
 	norm := bytes.Repeat([]byte{0, 0, 0x80, 0x3f}, 16)
 	in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
-	writeTestPack(t, in, "kernels/3", []packedLayer{old, i2s}, norm)
+	writeTestPack(t, in, "kernels/3", []repackLayer{old, i2s}, norm)
 
 	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
 	if code != 0 || !strings.Contains(stdout, "2 layers (1 re-chunked from kernels/3)") {
@@ -114,7 +114,7 @@ func TestRepack(t *testing.T) {
 	if p.Layout != kernels.LayoutRevision || p.Model != "m" || p.Metadata["k"] != "v" || p.Metadata["repacked_from_layout"] != "kernels/3" {
 		t.Errorf("header: layout %q model %q metadata %v", p.Layout, p.Model, p.Metadata)
 	}
-	for _, want := range []packedLayer{tl2, i2s} {
+	for _, want := range []repackLayer{tl2, i2s} {
 		got, err := p.LayerBlob(want.spec.Name)
 		if err != nil || !bytes.Equal(got, want.blob) {
 			t.Errorf("layer %s: %v (blob as packed now: %v)", want.spec.Name, err, err == nil && bytes.Equal(got, want.blob))
@@ -132,7 +132,7 @@ func TestRepack(t *testing.T) {
 
 	// In place: the file is replaced by rename once the new one is complete.
 	inplace := filepath.Join(dir, "inplace.bitgo")
-	writeTestPack(t, inplace, "kernels/3", []packedLayer{old, i2s}, norm)
+	writeTestPack(t, inplace, "kernels/3", []repackLayer{old, i2s}, norm)
 	if code, _, stderr := runCmd(t, "repack", inplace, "-o", inplace); code != 0 {
 		t.Fatalf("in place: code %d: %s", code, stderr)
 	}
@@ -156,7 +156,7 @@ func TestRepack(t *testing.T) {
 
 	// kernels/1's tl2 blocks were another encoding: refused, the layer named; no file left.
 	k1 := filepath.Join(dir, "k1.bitgo")
-	writeTestPack(t, k1, "kernels/1", []packedLayer{i2s, old}, nil)
+	writeTestPack(t, k1, "kernels/1", []repackLayer{i2s, old}, nil)
 	bad := filepath.Join(dir, "bad.bitgo")
 	if code, _, stderr := runCmd(t, "repack", k1, "-o", bad); code != 1 || !strings.Contains(stderr, "layer blk.0.q: tl2 blobs changed layout in kernels/2") {
 		t.Errorf("kernels/1 tl2: code %d: %s", code, stderr)

@@ -117,12 +117,7 @@ func (f sizeFlag) Set(s string) error {
 func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (serveConfig, []string, error) {
 	cfg := defaultServeConfig()
 	warns := cfg.applyEnv(lookupEnv)
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, serveUsage)
-		fs.PrintDefaults()
-	}
+	fs := usageFlagSet("serve", serveUsage, stderr)
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket path clients dial")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "threads computing each call (0 = every core)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "cpu, or xe2:N to run int2 and ternary layers on that Intel GPU (env BITD_DEVICE)")
@@ -140,17 +135,14 @@ func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stder
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long SIGTERM waits for calls in flight")
 	// Arguments that are not flags are more pack files, so `--pack a.bitgo b.bitgo`
 	// works; flags may follow them.
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return cfg, warns, err
+	}
+	for _, p := range pos {
+		if err := packFlag.Set(p); err != nil {
 			return cfg, warns, err
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if err := packFlag.Set(fs.Arg(0)); err != nil {
-			return cfg, warns, err
-		}
-		rest = fs.Args()[1:]
 	}
 	return cfg, warns, cfg.Validate()
 }
