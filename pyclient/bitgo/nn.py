@@ -298,7 +298,7 @@ class BitLinear(nn.Module):
         if saved != want:
             raise ValueError(f"BitLinear state was saved for {state!r}; this layer is {want!r} "
                              f"(make the BitLinear with the same config and shape)")
-        if rev != reference.LAYOUT:
+        if rev != reference.LAYOUT and getattr(self, "_packed_in_state", True):
             try:
                 blob = reference.relayout(self.config.format, self.out_features,
                                           self.in_features, self.packed, rev)
@@ -317,7 +317,12 @@ class BitLinear(nn.Module):
                 raise ValueError(f"{key}: saved with shape {tuple(state_dict[key].shape)}, this "
                                  f"layer has {tuple(self._buffers[name].shape)} "
                                  f"({self.extra_repr()})")
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        # set_extra_state converts ``packed`` only when this state replaced it.
+        self._packed_in_state = prefix + "packed" in state_dict
+        try:
+            super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        finally:
+            del self._packed_in_state
         self._weights_changed()
 
     def _apply(self, fn, *args, **kwargs):

@@ -240,6 +240,13 @@ def test_state_dict_from_before_kernels_4(fmt):
     x = torch.randn(3, k)
     assert_bits_equal(b(x), a(x))
     if fmt == "tl2":
+        # Without "packed" in the state (strict=False), the layer's own blob is left alone.
+        partial = _state_as_kernels_3(a.state_dict(), m, k, fmt)
+        del partial["packed"]
+        c = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format=fmt))
+        own = c.packed.clone()
+        c.load_state_dict(partial, strict=False)
+        assert torch.equal(c.packed, own)
         sd = a.state_dict()
         sd["_extra_state"] = dict(sd["_extra_state"], layout="kernels/1")
         with pytest.raises(ValueError, match="layout kernels/1: tl2 blobs changed layout in kernels/2"):
