@@ -94,3 +94,12 @@ func tuningInfo() infoSection {
 	}
 	return infoSection{Name: "tuning", Value: v, Text: text}
 }
+
+func init() { registerInfo(18, layoutInfo) }
+
+// layoutInfo is the info section "blob_layout": the revision of the packed layouts this
+// bitd reads and writes (kernels.LayoutRevision), which pack files and packed uploads name.
+func layoutInfo() infoSection {
+	return infoSection{Name: "blob_layout", Value: kernels.LayoutRevision, Text: []string{
+		kernels.LayoutRevision + " (pack files and packed uploads name it; older revisions are read for the formats unchanged since, and `bitd repack` rewrites a tl2 pack file of kernels/2 or kernels/3)"}}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"bitgo/kernels"
 )
 
 func TestUnknownCommand(t *testing.T) {
@@ -26,12 +28,16 @@ func TestInfoJSON(t *testing.T) {
 		CPU     cpuInfo        `json:"cpu"`
 		Formats []formatInfo   `json:"formats"`
 		Kernels []kernelChoice `json:"kernels"`
+		Layout  string         `json:"blob_layout"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if len(v.Formats) != 8 || v.Formats[2].Name != "tl2" || v.Formats[2].Bits < 1.66 || v.Formats[2].Bits > 1.67 {
 		t.Fatalf("formats: %+v", v.Formats)
+	}
+	if v.Layout != kernels.LayoutRevision {
+		t.Fatalf("blob_layout %q, want %q", v.Layout, kernels.LayoutRevision)
 	}
 	if len(v.Kernels) != 16 || v.CPU.Arch == "" {
 		t.Fatalf("kernels %d, cpu %+v", len(v.Kernels), v.CPU)

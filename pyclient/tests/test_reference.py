@@ -382,3 +382,15 @@ def test_relayout_refuses_what_it_cannot_convert():
     bad = torch.full_like(tl2, 0xFF)
     with pytest.raises(ValueError):
         R.relayout("tl2", 40, 300, bad, "kernels/3")
+
+
+def test_layout_is_bitds():
+    """reference.LAYOUT names the revision bitd packs (`bitd info --json`: blob_layout), so
+    that a Go layout change without its Python twin fails here, whatever format it touches."""
+    import json
+    import subprocess
+
+    from bitgo.daemon import find_bitd
+    info = json.loads(subprocess.run([find_bitd(), "info", "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert info["blob_layout"] == R.LAYOUT
