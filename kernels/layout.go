@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"slices"
 
 	"bitgo/quantcfg"
 )
@@ -26,42 +27,57 @@ const TL2Block = 48
 const TL2Chunk = 10
 
 // LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
-// and packed uploads (the wire's `layout`) record them. Bump it whenever a format's layout
-// changes, and record the change in layoutChanges, so that blobs packed before are refused
-// with a clear error instead of being misread.
-//
-// kernels/4 made tl2's chunks at most 10 blocks instead of 12 (TL2Chunk); kernels/3 made the
-// tl1 blob chunk-major (like tl2's); kernels/2 changed the tl2 block (five planes of 5-bit
-// codes instead of index nibbles and sign words). Every other format is as in kernels/1.
+// and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
+// whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
+// packed before are refused with a clear error instead of being misread.
 const LayoutRevision = "kernels/4"
 
-// layoutChanges names, for each older revision, the formats whose layout changed since and
-// the revision that first changed each.
-var layoutChanges = map[string]map[quantcfg.Format]string{
-	"kernels/1": {quantcfg.TL2: "kernels/2", quantcfg.TL1: "kernels/3"},
-	"kernels/2": {quantcfg.TL1: "kernels/3", quantcfg.TL2: "kernels/4"},
-	"kernels/3": {quantcfg.TL2: "kernels/4"},
+// layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
+// it changed; every other format is as in kernels/1.
+var layoutHistory = []layoutRev{
+	{"kernels/1", nil},
+	{"kernels/2", []quantcfg.Format{quantcfg.TL2}}, // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
+	{"kernels/3", []quantcfg.Format{quantcfg.TL1}}, // the tl1 blob chunk-major, like tl2's
+	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
 }
 
-// KnownLayout reports whether rev is LayoutRevision or one of the revisions before it.
-func KnownLayout(rev string) bool {
-	_, old := layoutChanges[rev]
-	return rev == LayoutRevision || old
+// KnownLayout reports whether rev is one of layoutHistory's revisions.
+func KnownLayout(rev string) bool { return layoutIndex(rev) >= 0 }
+
+type layoutRev struct {
+	rev     string
+	changed []quantcfg.Format
+}
+
+func layoutIndex(rev string) int {
+	return slices.IndexFunc(layoutHistory, func(h layoutRev) bool { return h.rev == rev })
+}
+
+// layoutChange returns the first revision after rev that changed f's layout, "" when none
+// did, and false when rev is not a known revision.
+func layoutChange(rev string, f quantcfg.Format) (string, bool) {
+	i := layoutIndex(rev)
+	if i < 0 {
+		return "", false
+	}
+	for _, h := range layoutHistory[i+1:] {
+		if slices.Contains(h.changed, f) {
+			return h.rev, true
+		}
+	}
+	return "", true
 }
 
 // ReadsLayout returns nil when a blob of format f packed in layout revision rev is a blob
 // of this package's layout, and otherwise an error saying why not (an unknown revision, or
 // the revision that changed f's layout since rev).
 func ReadsLayout(rev string, f quantcfg.Format) error {
-	if rev == LayoutRevision {
-		return nil
-	}
-	changed, ok := layoutChanges[rev]
-	if !ok {
-		return fmt.Errorf("blob layout %q is not one this build knows (it reads %s, and the formats unchanged since from kernels/1 to kernels/3)", rev, LayoutRevision)
-	}
-	if r, ok := changed[f]; ok {
-		return fmt.Errorf("%s blobs changed layout in %s, after %s (this build reads %s)", f, r, rev, LayoutRevision)
+	changed, known := layoutChange(rev, f)
+	switch {
+	case !known:
+		return fmt.Errorf("blob layout %q is not one this build knows (it reads %s, and from %s on the formats unchanged since)", rev, LayoutRevision, layoutHistory[0].rev)
+	case changed != "":
+		return fmt.Errorf("%s blobs changed layout in %s, after %s (this build reads %s)", f, changed, rev, LayoutRevision)
 	}
 	return nil
 }

@@ -19,8 +19,8 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	if err == nil {
 		return blob, nil
 	}
-	if f != quantcfg.TL2 || (rev != "kernels/2" && rev != "kernels/3") {
-		return nil, err
+	if changed, _ := layoutChange(rev, f); f != quantcfg.TL2 || changed != "kernels/4" {
+		return nil, err // (tl2 of kernels/1 first changed in kernels/2: another encoding)
 	}
 	l, err := NewLayout(f, m, k)
 	if err != nil {

@@ -23,6 +23,31 @@ func chunkedBefore(t *testing.T, l Layout, blob []byte) []byte {
 	return old
 }
 
+// TestLayoutRevision: LayoutRevision is the newest revision of the history, and the history
+// answers as its comments say.
+func TestLayoutRevision(t *testing.T) {
+	if last := layoutHistory[len(layoutHistory)-1].rev; LayoutRevision != last {
+		t.Fatalf("LayoutRevision %s, the history's last %s", LayoutRevision, last)
+	}
+	for _, c := range []struct {
+		rev  string
+		f    quantcfg.Format
+		want string // "": read as it is
+	}{
+		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
+		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"},
+		{LayoutRevision, quantcfg.TL2, ""},
+	} {
+		err := ReadsLayout(c.rev, c.f)
+		if (c.want == "") != (err == nil) || c.want != "" && !strings.Contains(err.Error(), "changed layout in "+c.want) {
+			t.Errorf("%s %s: %v, want a change in %q", c.rev, c.f, err, c.want)
+		}
+	}
+	if KnownLayout("kernels/0") || !KnownLayout("kernels/1") || ReadsLayout("kernels/0", quantcfg.I2S) == nil {
+		t.Error("kernels/0 is known")
+	}
+}
+
 // TestRelayout: a kernels/3 (or kernels/2) tl2 blob comes back as this build packs the same
 // weights; formats unchanged since a revision come back as they are; the rest is refused.
 // K = 48*11 + 3 is one chunk in kernels/3 and two now, 48*298 + 32 (14336) 25 and 30,

@@ -745,8 +745,9 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 	}
 }
 
-// tl2Ahead is how many row blocks (pieces of a chunk, 3200 bytes each on 4096x14336; 3840 when chunks had 12 blocks, as in the measurements below) ahead
-// the one-token tl2 kernel prefetches. Prefetching further fills L1 with weights the kernel
+// tl2Ahead is how many row blocks (pieces of a chunk, 3200 bytes each on 4096x14336;
+// 3840 when chunks had 12 blocks, as in the measurements below) ahead the one-token tl2
+// kernel prefetches. Prefetching further fills L1 with weights the kernel
 // will not read for a while, at the expense of the chunk's tables: cache-resident (when
 // compute, not memory, is the limit) 3 ran 3-5% faster than 4, with 1 and 2 threads; from
 // DRAM 3 and 4 are within 1.3% (3 ahead in all four cases of the 8B shapes and 1 and 2

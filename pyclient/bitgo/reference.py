@@ -47,20 +47,22 @@ TL2_CHUNK = 10
 """The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
 block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
 
-LAYOUT = "kernels/4"
+_LAYOUT_HISTORY = (
+    ("kernels/1", ()),
+    ("kernels/2", (Format.TL2,)),  # the tl2 block: five planes of 5-bit codes
+    ("kernels/3", (Format.TL1,)),  # the tl1 blob chunk-major, like tl2's
+    ("kernels/4", (Format.TL2,)),  # tl2's chunks at most 10 blocks instead of 12
+)
+"""The layout revisions, oldest first, each with the formats whose layout it changed (Go's
+``kernels.layoutHistory``)."""
+
+LAYOUT = _LAYOUT_HISTORY[-1][0]
 """The revision of these layouts (Go's ``kernels.LayoutRevision``, the pack file's
 ``layout``): packed uploads name it, so that bitd refuses a blob whose revision lays its
-format out otherwise, and BitLinear states record it. kernels/4 made tl2's chunks at most 10
-blocks instead of 12; kernels/3 made the tl1 blob chunk-major; kernels/2 changed the tl2
-block."""
+format out otherwise, and BitLinear states record it."""
 
-_LAYOUT_CHANGES = {
-    "kernels/1": {Format.TL2: "kernels/2", Format.TL1: "kernels/3"},
-    "kernels/2": {Format.TL1: "kernels/3", Format.TL2: "kernels/4"},
-    "kernels/3": {Format.TL2: "kernels/4"},
-}
-"""For each older revision, the formats whose layout changed since (the first revision that
-changed each), as Go's ``kernels.ReadsLayout`` has them."""
+_TL2_CHUNK_BEFORE = 12
+"""TL2_CHUNK in layouts kernels/2 and kernels/3."""
 
 TL1_CHUNK = 256
 """The most tl1 units (4 inputs each) in a chunk: a tl1 blob is chunk-major like tl2's,
@@ -501,17 +503,16 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
-    if from_layout == LAYOUT:
-        return b
-    if from_layout not in _LAYOUT_CHANGES:
+    revs = [r for r, _ in _LAYOUT_HISTORY]
+    if from_layout not in revs:
         raise ValueError(f"blob layout {from_layout!r} is not one this bitgo knows (it packs "
-                         f"{LAYOUT}, and reads kernels/1 to kernels/3 for the formats "
-                         f"unchanged since)")
-    changed = _LAYOUT_CHANGES[from_layout].get(l.format)
+                         f"{LAYOUT}, and reads from {revs[0]} on the formats unchanged since)")
+    changed = next((r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:]
+                    if l.format in fs), None)
     if changed is None:
         return b
     if l.format is Format.TL2 and changed == "kernels/4":
-        out = _chunk_major(_streams(b, l, 12), l)
+        out = _chunk_major(_streams(b, l, _TL2_CHUNK_BEFORE), l)
         unpack(l.format, m, k, out)  # a code outside the format's set: not a kernels/3 blob
         return out
     raise ValueError(f"{l.format.value} blobs changed layout in {changed}, after "

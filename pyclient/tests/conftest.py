@@ -85,3 +85,12 @@ def assert_bits_equal(a: torch.Tensor, b: torch.Tensor, what: str = "") -> None:
 def torch_at_least(major: int, minor: int) -> bool:
     v = torch.__version__.split("+")[0].split(".")
     return (int(v[0]), int(v[1])) >= (major, minor)
+
+
+def chunked_as_kernels_3(blob, fmt, m, k):
+    """A tl2 blob of this revision as kernels/3 stored it: chunks of up to 12 blocks."""
+    from bitgo import reference as R
+    lay = R.layout(fmt, m, k)
+    s = R._streams(blob, lay)
+    return torch.cat([s[:, o: o + n].reshape(-1)
+                      for o, n in R._pieces(lay, R._TL2_CHUNK_BEFORE)])

@@ -9,7 +9,7 @@ from torch import nn
 import bitgo
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import DTYPES, FORMATS, assert_bits_equal
+from conftest import DTYPES, FORMATS, assert_bits_equal, chunked_as_kernels_3
 
 CONFIGS = [QuantConfig(format=f) for f in FORMATS] + [
     QuantConfig(format="i2s", act="per-group:128", scale="row"),
@@ -219,9 +219,7 @@ def _state_as_kernels_3(sd, m, k, fmt):
     assert extra.pop("layout") == R.LAYOUT
     old["_extra_state"] = extra
     if fmt == "tl2":
-        lay = R.layout(fmt, m, k)
-        s = R._streams(sd["packed"], lay)
-        old["packed"] = torch.cat([s[:, o: o + n].reshape(-1) for o, n in R._pieces(lay, 12)])
+        old["packed"] = chunked_as_kernels_3(sd["packed"], fmt, m, k)
         assert not torch.equal(old["packed"], sd["packed"])
     return old
 

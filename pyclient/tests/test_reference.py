@@ -8,7 +8,7 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import FORMATS, assert_bits_equal
+from conftest import FORMATS, assert_bits_equal, chunked_as_kernels_3
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -340,13 +340,6 @@ def test_tl1_chunk_major(k, nc):
     assert torch.equal(R.unpack("tl1", m, k, blob), w)
 
 
-def _chunked_12(blob, fmt, m, k):
-    """A blob of this revision as kernels/3 stored it: tl2 chunks of up to 12 blocks."""
-    lay = R.layout(fmt, m, k)
-    s = R._streams(blob, lay)
-    return torch.cat([s[:, o: o + n].reshape(-1) for o, n in R._pieces(lay, 12)])
-
-
 @pytest.mark.parametrize("k", [48 * 11 + 3, 48 * 21, 48 * 25, 48 * 298 + 32, 20])
 def test_relayout_tl2_from_kernels_3(k):
     """relayout re-chunks a kernels/3 tl2 blob (chunks of up to 12 blocks) into this
@@ -357,7 +350,7 @@ def test_relayout_tl2_from_kernels_3(k):
     m = 70
     w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
     new = R.pack("tl2", w)
-    old = _chunked_12(new, "tl2", m, k)
+    old = chunked_as_kernels_3(new, "tl2", m, k)
     nb = k // 48
     assert torch.equal(old, new) == (-(-nb // 12) == -(-nb // 10))  # differ when nc does
     assert torch.equal(R.relayout("tl2", m, k, old, "kernels/3"), new)
