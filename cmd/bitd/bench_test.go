@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"bitgo/kernels"
+	"bitgo/kernels/kbench"
+	"bitgo/quantcfg"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -272,5 +274,39 @@ func TestBenchModelJSON(t *testing.T) {
 	var stderr2 bytes.Buffer
 	if code := run([]string{"bench", "--model", "gpt5"}, &bytes.Buffer{}, &stderr2); code != 2 || !strings.Contains(stderr2.String(), "known models: bitnet-2b") {
 		t.Fatalf("unknown model: exit %d, %q", code, stderr2.String())
+	}
+}
+
+// TestBenchTinyShape: a shape whose blob is a few bytes is measured in a bounded rotation
+// (it once took millions of matrices and minutes before the first call), and its records
+// and the table say that it was partly cache-resident.
+func TestBenchTinyShape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	var out, stderr bytes.Buffer
+	if code := run([]string{"bench", "--json", "--format", "tl2", "--shape", "3x3", "--threads", "1", "--n", "1"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d records, want bf16 and tl2: %+v", len(rep.Results), rep.Results)
+	}
+	for _, r := range rep.Results {
+		ly, err := kernels.NewLayout(quantcfg.Format(r.Format), 3, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.PartlyCached || r.WorkingSetBytes != kbench.MaxSetLayers*ly.Bytes() || !(r.NsPerOp > 0) {
+			t.Errorf("%s 3x3: partly_cached %v, working set %d (want %d), %.0f ns", r.Format, r.PartlyCached, r.WorkingSetBytes, kbench.MaxSetLayers*ly.Bytes(), r.NsPerOp)
+		}
+	}
+	var table bytes.Buffer
+	printTable(&table, rep)
+	if !strings.Contains(table.String(), "3x3*") || !strings.Contains(table.String(), "* the shape's blob is too small") {
+		t.Errorf("the table does not mark the partly cached shape:\n%s", table.String())
 	}
 }

@@ -280,3 +280,25 @@ func TestReadRunnerReadsTheBlob(t *testing.T) {
 		p.Close()
 	}
 }
+
+// TestSetBounded: a rotation stops at MaxSetLayers layers (a tiny shape would take millions
+// to reach a DRAM working set) and says it fell short; a blob large enough gets exactly the
+// layers it needs.
+func TestSetBounded(t *testing.T) {
+	s, err := NewSet(quantcfg.TL2, Shape{M: 3, K: 3}, SetBytes, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	if len(s.Layers) != MaxSetLayers || !s.Short() || s.WorkingSet() != MaxSetLayers*s.Layers[0].Layout.Bytes() {
+		t.Errorf("tl2 3x3 for %d bytes: %d layers, %d bytes, short %v; want %d layers, short", SetBytes, len(s.Layers), s.WorkingSet(), s.Short(), MaxSetLayers)
+	}
+	s2, err := NewSet(quantcfg.I2S, Shape{M: 64, K: 256}, 64<<10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Free()
+	if per := s2.Layers[0].Layout.Bytes(); len(s2.Layers) != (64<<10+per-1)/per || s2.Short() {
+		t.Errorf("i2s 64x256 for 64 KiB: %d layers of %d bytes, short %v", len(s2.Layers), per, s2.Short())
+	}
+}

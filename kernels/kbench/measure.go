@@ -13,22 +13,36 @@ import (
 )
 
 // Set is a rotation of distinct layers of one format and shape, together at least a given
-// size, carved from one Mem.
+// size (at most MaxSetLayers of them), carved from one Mem.
 type Set struct {
 	Format quantcfg.Format
 	Shape  Shape
 	Layers []*kernels.Layer
 	mem    *Mem
+	want   int // NewSet's minBytes
 }
+
+// MaxSetLayers bounds a rotation's layers. A tiny shape would otherwise take millions of
+// them to reach SetBytes (a 3x3 tl2 blob is 32 bytes: 16.8 million layers, each with its
+// Go structures, which took minutes and gigabytes before the first call); its set then
+// stays below the size asked for (Short), and its calls partly find their weights in cache.
+// Every blob of at least SetBytes/MaxSetLayers (32 KiB) still gets its full rotation: a
+// 2560x2560 tl2 blob is 1.4 MB.
+const MaxSetLayers = 1 << 14
 
 // WorkingSet is the bytes of weights the rotation touches.
 func (s *Set) WorkingSet() int { return len(s.Layers) * s.Layers[0].Layout.Bytes() }
+
+// Short tells whether the rotation is smaller than NewSet was asked for: its shape's blob
+// is below minBytes/MaxSetLayers.
+func (s *Set) Short() bool { return s.WorkingSet() < s.want }
 
 // Free releases the weights.
 func (s *Set) Free() { s.mem.Free() }
 
 // NewSet makes enough layers of format f and shape sh to total at least minBytes (at least
-// one), with random valid weights, default settings and random positive scales.
+// one, at most MaxSetLayers), with random valid weights, default settings and random
+// positive scales.
 func NewSet(f quantcfg.Format, sh Shape, minBytes int, seed uint64) (*Set, error) {
 	spec := quantcfg.LayerSpec{Name: fmt.Sprintf("bench_%s_%s", f, sh), Format: f, Out: sh.M, In: sh.K}.WithDefaults()
 	if err := spec.Validate(); err != nil {
@@ -39,7 +53,7 @@ func NewSet(f quantcfg.Format, sh Shape, minBytes int, seed uint64) (*Set, error
 		return nil, err
 	}
 	per := ly.Bytes()
-	count := max(1, (minBytes+per-1)/per)
+	count := min(MaxSetLayers, max(1, (minBytes+per-1)/per))
 	mem, err := Alloc(count * per)
 	if err != nil {
 		return nil, err
@@ -51,7 +65,7 @@ func NewSet(f quantcfg.Format, sh Shape, minBytes int, seed uint64) (*Set, error
 	for i := range scales {
 		scales[i] = float32(0.01 + rng.Float64())
 	}
-	s := &Set{Format: f, Shape: sh, mem: mem}
+	s := &Set{Format: f, Shape: sh, mem: mem, want: minBytes}
 	for i := 0; i < count; i++ {
 		blob := mem.B[i*per : (i+1)*per]
 		if i > 0 {
