@@ -106,6 +106,18 @@ func TestWriteSafetensorsRefuses(t *testing.T) {
 			t.Errorf("a refused file was written")
 		}
 	}
+	// A directory as the path is refused before anything is written beside it.
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ok := []STEntry{{TensorInfo{"a", U8, []int64{1}}, []byte{1}}}
+	if err := WriteSafetensors(sub, ok, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), sub+": invalid argument: is a directory") {
+		t.Errorf("a directory as the path: error %v", err)
+	}
+	if _, err := CreatePack(sub, PackOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pack "+sub+": invalid argument: is a directory") {
+		t.Errorf("CreatePack of a directory: error %v", err)
+	}
 	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
 	}

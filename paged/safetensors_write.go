@@ -61,9 +61,9 @@ func WriteSafetensors(path string, tensors []STEntry, metadata map[string]string
 	for len(hdr)%8 != 0 {
 		hdr = append(hdr, ' ')
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := createBeside(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
