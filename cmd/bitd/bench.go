@@ -78,6 +78,9 @@ type benchRecord struct {
 	// within kbench.MaxSetLayers matrices, so working_set_bytes is below it and the calls
 	// partly find their weights in cache (the text table marks the shape with *).
 	PartlyCached bool `json:"partly_cached,omitempty"`
+	// gemv_cache records: the matrix is larger than the L3 (machine l3_bytes), so the cache
+	// variant reads it from DRAM (the text table marks the shape with +).
+	BeyondL3 bool `json:"beyond_l3,omitempty"`
 	// GEMV records with n > 1 (when n = 1 is measured too): the time per call over the same
 	// format's at n = 1, paired round by round (issue 8's small-batch target is <= 1.3 at n = 4).
 	TimeVsN1 float64 `json:"time_vs_n1,omitempty"`
@@ -112,7 +115,9 @@ type benchMachine struct {
 	// vpdpbusd) or "avx2" (ymm vpmaddubsw summed by vpaddw); empty without one.
 	Int8Peak string `json:"int8_peak,omitempty"`
 	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default" or "zen4".
-	Tuning   string `json:"tuning"`
+	Tuning string `json:"tuning"`
+	// L3Bytes is the L3 the CPU reports (omitted where it reports none).
+	L3Bytes  int `json:"l3_bytes,omitempty"`
 	ReadGBps struct {
 		DRAM1T  float64 `json:"dram_1t"`
 		DRAMAll float64 `json:"dram_all"`
@@ -467,7 +472,7 @@ func writePlot(f *os.File, path, svg string) error {
 // and all), and L3-resident read bandwidth.
 func (e *benchEnv) measureMachine() error {
 	m := &e.machine
-	m.CPU, m.Features, m.Threads = kernels.CPUName(), kernels.CPUFeatures(), runtime.NumCPU()
+	m.CPU, m.Features, m.Threads, m.L3Bytes = kernels.CPUName(), kernels.CPUFeatures(), runtime.NumCPU(), kbench.L3Bytes
 	if m.Features == nil {
 		m.Features = []string{}
 	}
@@ -724,6 +729,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) benchRecord {
 	return benchRecord{Op: op, Format: string(set.Format), M: set.Shape.M, K: set.Shape.K, N: n, Threads: threads, Impl: tm.Impl,
 		GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet(), PartlyCached: set.Short(),
+		BeyondL3:    strings.HasPrefix(op, "gemv_cache") && !kbench.FitsL3(set.WorkingSet()),
 		RooflinePct: tm.RoofPct, RooflineGBps: tm.ReadBps / 1e9, RooflineRounds: tm.RoofRounds, Rounds: len(tm.Rounds)}
 }
 
@@ -792,11 +798,14 @@ func printTable(w io.Writer, rep benchReport) {
 		implW, head = 26, "  vs tuning"
 	}
 	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-*s %8s %6s %12s %8s %6s %6s %6s %6s%s\n", "op", "format", "shape", "n", "thr", implW, "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%", head)
-	cached := false
+	cached, beyond := false, false
 	for _, r := range rep.Results {
 		shape := fmt.Sprintf("%dx%d", r.M, r.K)
 		if r.PartlyCached {
 			shape, cached = shape+"*", true
+		}
+		if r.BeyondL3 {
+			shape, beyond = shape+"+", true
 		}
 		impl, vtun := r.Impl, ""
 		if tunings && r.SpeedupVsTuning > 0 {
@@ -817,8 +826,14 @@ func printTable(w io.Writer, rep benchReport) {
 		}
 		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %6s%s\n", r.Op, r.Format, shape, r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, vtun)
 	}
+	if cached || beyond {
+		fmt.Fprintln(w)
+	}
 	if cached {
-		fmt.Fprintf(w, "\n* the shape's blob is too small for a DRAM working set within %d matrices: its rates are partly cache-resident\n", kbench.MaxSetLayers)
+		fmt.Fprintf(w, "* the shape's blob is too small for a DRAM working set within %d matrices: its rates are partly cache-resident\n", kbench.MaxSetLayers)
+	}
+	if beyond {
+		fmt.Fprintf(w, "+ the matrix is larger than the L3 (%s): its cache variant reads DRAM\n", l3Text(m.L3Bytes))
 	}
 }
 
@@ -909,4 +924,12 @@ func niceStep(max float64) float64 {
 		}
 	}
 	return s * 10
+}
+
+// l3Text names an L3 size for the table ("32 MiB", or that the CPU reports none).
+func l3Text(n int) string {
+	if n == 0 {
+		return "none reported; 16 MiB assumed"
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
 }

@@ -311,3 +311,41 @@ func TestBenchTinyShape(t *testing.T) {
 		t.Errorf("the table does not mark the partly cached shape:\n%s", table.String())
 	}
 }
+
+// TestBenchBeyondL3: a cache variant's record of a matrix larger than the L3 says that it
+// read DRAM, in the JSON and in the table; one that fits, and DRAM records, do not.
+func TestBenchBeyondL3(t *testing.T) {
+	big, err := kbench.NewSet(quantcfg.BF16, kbench.Shape{M: 4096, K: 14336}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Free()
+	if kbench.FitsL3(big.WorkingSet()) {
+		t.Skipf("the L3 (%d bytes) holds a %d-byte matrix", kbench.L3Bytes, big.WorkingSet())
+	}
+	small, err := kbench.NewSet(quantcfg.I2S, kbench.Shape{M: 64, K: 256}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Free()
+	tm := kbench.Timing{Impl: "test", NsPerOp: 1}
+	if r := timedRecord("gemv_cache", small, 1, 1, tm); r.BeyondL3 {
+		t.Error("a 64x256 i2s matrix is marked beyond the L3")
+	}
+	if r := timedRecord("gemv", big, 1, 1, tm); r.BeyondL3 {
+		t.Error("a DRAM record is marked beyond the L3")
+	}
+	rec := timedRecord("gemv_cache", big, 1, 1, tm)
+	if !rec.BeyondL3 {
+		t.Fatalf("a %d-byte matrix's cache variant is not marked beyond the L3 (%d bytes)", big.WorkingSet(), kbench.L3Bytes)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil || !strings.Contains(string(b), `"beyond_l3":true`) {
+		t.Errorf("JSON %s (%v) lacks beyond_l3", b, err)
+	}
+	var table bytes.Buffer
+	printTable(&table, benchReport{Machine: benchMachine{L3Bytes: kbench.L3Bytes}, Results: []benchRecord{rec}})
+	if !strings.Contains(table.String(), "4096x14336+") || !strings.Contains(table.String(), "+ the matrix is larger than the L3") {
+		t.Errorf("the table does not mark the matrix beyond the L3:\n%s", table.String())
+	}
+}

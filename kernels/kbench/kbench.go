@@ -202,6 +202,18 @@ var (
 	ReadBytes = max(1<<30, 4*cpuid.CPU.Cache.L3)
 )
 
+// L3Bytes is the L3 the CPU reports (0 where it reports none).
+var L3Bytes = max(0, cpuid.CPU.Cache.L3)
+
+// FitsL3 tells whether n bytes can stay in the L3 (16 MiB, the L3-resident read buffer's
+// size, where the CPU reports no L3): a cache-resident measurement of more reads DRAM.
+func FitsL3(n int) bool {
+	if L3Bytes == 0 {
+		return n <= 16<<20
+	}
+	return n <= L3Bytes
+}
+
 // ReadBandwidth reads buf with the pool's workers (each its contiguous share) reps times
 // with each of kernels.ReadLoops in turn, and returns the best rate in bytes per second
 // (the least disturbed trial: on a shared machine other processes only ever slow it down)
