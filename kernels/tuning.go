@@ -166,6 +166,16 @@ func (t Tuning) fewTuned() bool { return t == TuningZen4 }
 // (fmtOps.lutOne).
 func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
 
+// Idle tells why t changes nothing that runs ("" when it does): every choice it makes is
+// an AVX-512 kernel's (the zmm path's fmtOps), so with the AVX-512 kernels switched off
+// (BITD_DISABLE_AVX512, BITD_PUREGO) the kernels that run are the default's.
+func (t Tuning) Idle() string {
+	if t == TuningDefault || ISAAvailable(ISAAVX512) {
+		return ""
+	}
+	return "not in effect: its kernels are AVX-512's, and " + isaReason(ISAAVX512)
+}
+
 // Changes lists what t changes against the default, for `bitd info`.
 func (t Tuning) Changes() []string {
 	var c []string

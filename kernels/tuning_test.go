@@ -198,3 +198,21 @@ func TestTunings(t *testing.T) {
 		}
 	}
 }
+
+// TestTuningIdle: a tuning whose kernels (AVX-512's) are switched off says so, naming why;
+// the default never does.
+func TestTuningIdle(t *testing.T) {
+	if why := TuningDefault.Idle(); why != "" {
+		t.Errorf("default tuning idle: %q", why)
+	}
+	if ISAAvailable(ISAAVX512) {
+		if why := TuningZen4.Idle(); why != "" {
+			t.Errorf("zen4 with AVX-512 in use: idle %q", why)
+		}
+	}
+	restore := DisableAVX512()
+	defer restore()
+	if why := TuningZen4.Idle(); !strings.Contains(why, "not in effect") || !strings.Contains(why, isaReason(ISAAVX512)) {
+		t.Errorf("zen4 with AVX-512 off: idle %q, want it to name %q", why, isaReason(ISAAVX512))
+	}
+}

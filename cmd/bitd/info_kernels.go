@@ -83,12 +83,17 @@ type tuningState struct {
 	Tuning  string   `json:"tuning"`
 	Why     string   `json:"why"`
 	Changes []string `json:"changes,omitempty"`
+	// Idle says why the tuning's changes reach no kernel that runs (kernels.Tuning.Idle).
+	Idle string `json:"idle,omitempty"`
 }
 
 func tuningInfo() infoSection {
 	t, why := kernels.CurrentTuning()
-	v := tuningState{Tuning: t.String(), Why: why, Changes: t.Changes()}
+	v := tuningState{Tuning: t.String(), Why: why, Changes: t.Changes(), Idle: t.Idle()}
 	text := []string{fmt.Sprintf("%s (%s; BITD_TUNING=%s forces one)", v.Tuning, v.Why, strings.Join(kernels.TuningNames(), "|"))}
+	if v.Idle != "" {
+		text = append(text, "  "+v.Idle)
+	}
 	for _, c := range v.Changes {
 		text = append(text, "  "+c)
 	}
