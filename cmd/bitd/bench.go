@@ -237,6 +237,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		if o.plot != "" {
 			return o, fmt.Errorf("bench: --plot draws the GEMV records; --model %q has none", o.model)
 		}
+		// The model bench takes formats, threads, quick and json; a GEMV flag beside it
+		// would be ignored without a word.
+		var unused []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "shape", "n", "cache", "reads", "prefill":
+				unused = append(unused, "--"+f.Name)
+			}
+		})
+		if len(unused) > 0 {
+			return o, fmt.Errorf("bench: %s set the GEMV benchmarks; --model %q measures the model's own layers (it takes --format, --threads, --quick and --json)", strings.Join(unused, ", "), o.model)
+		}
 	}
 	o.formatsSet, o.threadsSet = *formats != "", *threads != ""
 	if *formats != "" {

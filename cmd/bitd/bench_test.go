@@ -31,6 +31,8 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--plot", os.TempDir()}, "--plot " + os.TempDir() + ": is a directory"},
 		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4)`},
 		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
+		{[]string{"--model", "bitnet-2b", "--shape", "5x5", "--cache"}, `bench: --cache, --shape set the GEMV benchmarks; --model "bitnet-2b" measures`},
+		{[]string{"--model", "bitnet-2b", "--n", "4"}, "bench: --n set the GEMV benchmarks"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(append([]string{"bench"}, c.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
