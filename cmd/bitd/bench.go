@@ -622,6 +622,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			set, err := kbench.NewSet(f, sh, o.minBytes, 1)
 			if err != nil {
 				free()
+				if errors.Is(err, kbench.ErrMemory) && len(sets) > 0 {
+					err = fmt.Errorf("%w (a shape's formats are in memory together, %d before this one: measure fewer at a time with --format)", err, len(sets))
+				}
 				return nil, fmt.Errorf("%s %s: %w", f, sh, err)
 			}
 			sets = append(sets, set)

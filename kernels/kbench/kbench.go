@@ -10,9 +10,11 @@
 package kbench
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -55,9 +57,33 @@ type Mem struct {
 	raw []byte
 }
 
-// Alloc maps n bytes (2 MiB aligned, MADV_HUGEPAGE, every page touched).
+// ErrMemory: an allocation is larger than the memory the system has available.
+var ErrMemory = errors.New("not enough memory")
+
+// memAvailable is the kernel's estimate of the memory available to new allocations
+// without swapping (MemAvailable in /proc/meminfo), and whether it could be read.
+func memAvailable() (int, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(ln, "MemAvailable:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// Alloc maps n bytes (2 MiB aligned, MADV_HUGEPAGE, every page touched). More than the
+// system has available is refused (ErrMemory) before a page is touched: touching them
+// would swap, or end the process by the kernel's OOM killer.
 func Alloc(n int) (*Mem, error) {
 	const huge = 2 << 20
+	if avail, ok := memAvailable(); ok && n > avail {
+		return nil, fmt.Errorf("kbench: %d MiB wanted, %d MiB available (MemAvailable): %w", n>>20, avail>>20, ErrMemory)
+	}
 	raw, err := unix.Mmap(-1, 0, n+huge, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 	if err != nil {
 		return nil, fmt.Errorf("kbench: mapping %d bytes: %w", n, err)

@@ -1,9 +1,11 @@
 package kbench
 
 import (
+	"errors"
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -301,4 +303,29 @@ func TestSetBounded(t *testing.T) {
 	if per := s2.Layers[0].Layout.Bytes(); len(s2.Layers) != (64<<10+per-1)/per || s2.Short() {
 		t.Errorf("i2s 64x256 for 64 KiB: %d layers of %d bytes, short %v", len(s2.Layers), per, s2.Short())
 	}
+}
+
+// TestAllocBeyondMemory: an allocation larger than the memory available is refused with
+// ErrMemory, naming both sizes, before any page is touched.
+func TestAllocBeyondMemory(t *testing.T) {
+	avail, ok := memAvailable()
+	if !ok {
+		t.Skip("no MemAvailable in /proc/meminfo")
+	}
+	if avail <= 0 {
+		t.Fatalf("MemAvailable %d", avail)
+	}
+	m, err := Alloc(avail + 1<<30)
+	if err == nil {
+		m.Free()
+		t.Fatalf("Alloc of %d bytes with %d available succeeded", avail+1<<30, avail)
+	}
+	if !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), "MiB available") {
+		t.Errorf("error %v, want ErrMemory naming the sizes", err)
+	}
+	small, err := Alloc(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small.Free()
 }
