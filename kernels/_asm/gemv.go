@@ -1229,6 +1229,16 @@ func gemvInt8Z(T int) {
 // 64-byte tables a step (8 bytes per input, from L2 at K = 14336), and took 0.94-1.02: not
 // worth a new int1 layout. A mask-register form (kmovq, a zero-masked vmovdqu8 of the
 // activations, vpdpbusd) is 2 operations per 64 weights, as now.
+//
+// On Zen 4 (a 2-vCPU EPYC guest) one token is bound by the vector pipes, not the memory: it
+// reads 22-24 GB/s from L2 and L3 against one core's 33 from DRAM. There one zmm vpdpbusd
+// issues a cycle, and vpandd beside it costs nothing, but vpermb and the broadcasts take
+// the multiplies' pipes (loops of independent chains in C: vpdpbusd with vpandd 1.0 cycles
+// a pair, with vpermb 1.6, with vpshufb 1.6). A ymm form without them (each 32-byte unit
+// against its four activations as vpdpbusd's embedded broadcast, 16 vpandd and 16 vpdpbusd
+// a step; bit for bit the reference) ran 0.88-0.91x of this kernel from cache at one
+// thread, 0.81-0.88x at two: its step took 9.6 cycles from L1, 7.95 without the ands and
+// broadcasts, so those cost it what vpermb costs this one.
 func gemvInt1Z(T int) {
 	name := gemvName("Int1", T, "AVX512")
 	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, permuted)", T))
