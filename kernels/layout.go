@@ -97,6 +97,9 @@ type Layout struct {
 	// format but tl1 and tl2, whose streams are interleaved chunk by chunk (RowBlockData
 	// gathers one).
 	RowBlockBytes int
+	// tl2Chunk is the most tl2 blocks a chunk holds when it is not TL2Chunk: the layout of an
+	// older revision, which Relayout reads (0 for this revision's).
+	tl2Chunk int
 }
 
 // NewLayout returns the layout of a layer. It checks the shape against quantcfg's limits.
@@ -202,7 +205,11 @@ type chunkSteps struct {
 
 func (l Layout) steps() chunkSteps {
 	if l.Format == quantcfg.TL2 {
-		return chunkSteps{l.K3 / TL2Block, 320, TL2Block, TL2Chunk}
+		most := TL2Chunk
+		if l.tl2Chunk > 0 {
+			most = l.tl2Chunk
+		}
+		return chunkSteps{l.K3 / TL2Block, 320, TL2Block, most}
 	}
 	return chunkSteps{l.Kp / 4, 32, 4, TL1Chunk}
 }

@@ -29,29 +29,16 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	if len(blob) != l.Bytes() {
 		return nil, fmt.Errorf("%w: %s %dx%d blob has %d bytes, want %d", ErrShape, f, m, k, len(blob), l.Bytes())
 	}
+	before := l
+	before.tl2Chunk = tl2ChunkBefore // the same streams, chunked as kernels/2 and kernels/3 did
 	out := make([]byte, len(blob))
-	stream := make([]byte, l.RowBlockBytes)
+	var stream []byte
 	for rb := range l.RowBlocks() {
-		tl2PiecesWith(l, tl2ChunkBefore, rb, func(b, o, n int) { copy(stream[o:o+n], blob[b:b+n]) })
+		stream = before.RowBlockData(blob, rb, stream)
 		l.SetRowBlockData(out, rb, stream)
 	}
 	if err := CheckBlob(l, out); err != nil {
 		return nil, fmt.Errorf("tl2 blob of %s, re-chunked: %w", rev, err)
 	}
 	return out, nil
-}
-
-// tl2PiecesWith is Layout.pieces for a tl2 blob whose chunks hold at most most blocks:
-// fn(blob offset, stream offset, bytes) for row block rb's piece of each chunk in turn.
-func tl2PiecesWith(l Layout, most, rb int, fn func(b, o, n int)) {
-	ns, mrb := l.K3/TL2Block, l.RowBlocks()
-	nc := max(1, (ns+most-1)/most)
-	for c := 0; c < nc; c++ {
-		s0 := c * ns / nc
-		size := 320 * ((c+1)*ns/nc - s0)
-		if c == nc-1 {
-			size += 8 * l.Kp1
-		}
-		fn(mrb*320*s0+rb*size, 320*s0, size)
-	}
 }

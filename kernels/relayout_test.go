@@ -3,7 +3,6 @@ package kernels
 import (
 	"bytes"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 
@@ -14,11 +13,13 @@ import (
 // to 12 blocks.
 func chunkedBefore(t *testing.T, l Layout, blob []byte) []byte {
 	t.Helper()
+	before := l
+	before.tl2Chunk = tl2ChunkBefore
 	old := make([]byte, len(blob))
 	var s []byte
 	for rb := range l.RowBlocks() {
 		s = l.RowBlockData(blob, rb, s)
-		tl2PiecesWith(l, tl2ChunkBefore, rb, func(b, o, n int) { copy(old[b:b+n], s[o:o+n]) })
+		before.SetRowBlockData(old, rb, s)
 	}
 	return old
 }
@@ -56,17 +57,17 @@ func TestRelayout(t *testing.T) {
 	for _, k := range []int{48*11 + 3, 48 * 21, 48 * 25, 48*298 + 32, 20} {
 		const m = 70
 		_, blob, l := packRandom(t, quantcfg.TL2, m, k, 9)
-		// tl2PiecesWith with TL2Chunk is Layout.pieces.
-		for rb := range l.RowBlocks() {
-			var a, b [][3]int
-			tl2PiecesWith(l, TL2Chunk, rb, func(x, o, n int) { a = append(a, [3]int{x, o, n}) })
-			l.pieces(rb, func(x, o, n int) { b = append(b, [3]int{x, o, n}) })
-			if !slices.Equal(a, b) {
-				t.Fatalf("K %d rb %d: pieces %v, Layout's %v", k, rb, a, b)
-			}
+		// the kernels/3 layout has chunks of up to 12 blocks, this one of up to 10
+		nb := k / 48
+		before := l
+		before.tl2Chunk = tl2ChunkBefore
+		if got, want := before.Chunks(), max(1, (nb+11)/12); got != want {
+			t.Fatalf("K %d: kernels/3 layout of %d chunks, want %d", k, got, want)
+		}
+		if got, want := l.Chunks(), max(1, (nb+9)/10); got != want {
+			t.Fatalf("K %d: %d chunks, want %d", k, got, want)
 		}
 		old := chunkedBefore(t, l, blob)
-		nb := k / 48
 		if same := (nb+11)/12 == (nb+9)/10; bytes.Equal(old, blob) != same {
 			t.Errorf("K %d: kernels/3 and kernels/4 blobs equal: %v, want %v", k, !same, same)
 		}
