@@ -51,7 +51,7 @@ func CreatePack(path string, opts PackOptions) (*PackWriter, error) {
 	if opts.Align < 4096 || opts.Align > 1<<30 || opts.Align&(opts.Align-1) != 0 {
 		return nil, fmt.Errorf("%w: pack %s: alignment %d is not a power of two in [4096, 2^30]", ErrInvalid, path, opts.Align)
 	}
-	f, err := createBeside(path)
+	f, err := CreateBeside(path)
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", path, err)
 	}
@@ -323,10 +323,10 @@ func (w *PackWriter) Abort() {
 	}
 }
 
-// createBeside creates the temporary file a writer fills and at last renames to path, in
-// path's directory. A path naming a directory is refused here, before the writing, instead
-// of by the rename after it.
-func createBeside(path string) (*os.File, error) {
+// CreateBeside creates the temporary file a writer fills and at last renames to path, in
+// path's directory. A path naming a directory is refused here (ErrInvalid), before the
+// writing, instead of by the rename after it.
+func CreateBeside(path string) (*os.File, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("%w: is a directory", ErrInvalid)
 	}

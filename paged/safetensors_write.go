@@ -61,7 +61,7 @@ func WriteSafetensors(path string, tensors []STEntry, metadata map[string]string
 	for len(hdr)%8 != 0 {
 		hdr = append(hdr, ' ')
 	}
-	tmp, err := createBeside(path)
+	tmp, err := CreateBeside(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -18,6 +17,7 @@ import (
 
 	"bitgo/kernels"
 	"bitgo/kernels/kbench"
+	"bitgo/paged"
 	"bitgo/quantcfg"
 )
 
@@ -364,11 +364,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// picture as it was.
 	var plot *os.File
 	if o.plot != "" {
-		if fi, err := os.Stat(o.plot); err == nil && fi.IsDir() {
-			fmt.Fprintf(stderr, "bench: --plot %s: is a directory (want the SVG file's path)\n", o.plot)
-			return 2
-		}
-		if plot, err = os.CreateTemp(filepath.Dir(o.plot), "."+filepath.Base(o.plot)+".*"); err != nil {
+		if plot, err = paged.CreateBeside(o.plot); err != nil {
 			fmt.Fprintf(stderr, "bench: --plot %s: %v\n", o.plot, err)
 			return 2
 		}

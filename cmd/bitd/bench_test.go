@@ -28,7 +28,7 @@ func TestBenchFlags(t *testing.T) {
 		// checked before the minutes of measuring, not after them
 		{[]string{"--plot", "/nonexistent-dir/r.svg"}, "--plot /nonexistent-dir/r.svg: open /nonexistent-dir/.r.svg."},
 		{[]string{"--model", "bitnet-2b", "--plot", "r.svg"}, "--plot draws the GEMV records"},
-		{[]string{"--plot", os.TempDir()}, "--plot " + os.TempDir() + ": is a directory"},
+		{[]string{"--plot", os.TempDir()}, "--plot " + os.TempDir() + ": invalid argument: is a directory"},
 		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4)`},
 		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
 		{[]string{"--model", "bitnet-2b", "--shape", "5x5", "--cache"}, `bench: --cache, --shape set the GEMV benchmarks; --model "bitnet-2b" measures`},
