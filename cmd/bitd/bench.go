@@ -495,7 +495,7 @@ func (e *benchEnv) measureMachine() error {
 		return err
 	}
 	e.dram = dram
-	l3, err := kbench.Alloc(16 << 20)
+	l3, err := kbench.Alloc(kbench.L3ReadBytes)
 	if err != nil {
 		return err
 	}
@@ -940,7 +940,7 @@ func niceStep(max float64) float64 {
 // l3Text names an L3 size for the table ("32 MiB", or that the CPU reports none).
 func l3Text(n int) string {
 	if n == 0 {
-		return "none reported; 16 MiB assumed"
+		return fmt.Sprintf("none reported; %d MiB assumed", kbench.L3ReadBytes>>20)
 	}
 	return fmt.Sprintf("%d MiB", n>>20)
 }

@@ -231,11 +231,14 @@ var (
 // L3Bytes is the L3 the CPU reports (0 where it reports none).
 var L3Bytes = max(0, cpuid.CPU.Cache.L3)
 
-// FitsL3 tells whether n bytes can stay in the L3 (16 MiB, the L3-resident read buffer's
-// size, where the CPU reports no L3): a cache-resident measurement of more reads DRAM.
+// L3ReadBytes is the size of the L3-resident read buffer (the cache-resident roofline).
+const L3ReadBytes = 16 << 20
+
+// FitsL3 tells whether n bytes can stay in the L3 (L3ReadBytes where the CPU reports no
+// L3): a cache-resident measurement of more reads DRAM.
 func FitsL3(n int) bool {
 	if L3Bytes == 0 {
-		return n <= 16<<20
+		return n <= L3ReadBytes
 	}
 	return n <= L3Bytes
 }
