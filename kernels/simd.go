@@ -830,7 +830,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		clear(tb.sums[:nrb*nb*RowBlock])
 		gs := k.lutPasses(tb.groups[:0], b0, nb, nrb, tb.sums)
 		tb.groups = gs
-		k.sweepLUT(l, a, gs, rb0, rows, tb)
+		k.sweepLUT(l, a, lp.chunks, gs, rb0, rows, tb)
 		for _, g := range gs {
 			k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
 		}
@@ -940,7 +940,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	defer tb.release()
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
 	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, sums)
-	k.sweepLUT(l, a, tb.groups, 0, rows, tb)
+	k.sweepLUT(l, a, l.simdPrep().chunks, tb.groups, 0, rows, tb)
 }
 
 // Finish adds the other workers' sums of row blocks [rb0, rb1) into the first's and runs
@@ -1021,11 +1021,11 @@ func setRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
 // pieces must be consecutive (a row range names every chunk, a range of units some
 // consecutive ones). With several groups each chunk's tables are built for every token
 // first, then every group runs over each run of lutSubBytes of the chunk's pieces in turn.
-func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
+func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
 	ly := l.Layout
 	la := &tb.la
 	data := unsafe.Pointer(&l.Data[0])
-	nc := ly.Chunks()
+	nc := len(cs)
 	tok0, ntok := gs[0].t0, 0 // the sweep's tokens: tok0..tok0+ntok-1
 	for _, g := range gs {
 		ntok += g.T
@@ -1041,8 +1041,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		if lo >= hi {
 			return piece{}, false
 		}
-		off, size := ly.Piece(lo, c)
-		return piece{lo, hi, off, size}, true
+		return piece{lo, hi, cs[c].off + lo*cs[c].size, cs[c].size}, true
 	}
 	// kernel and tabs are group g's kernel and table layout; pf is how far ahead a kernel
 	// on tables of kind prefetches, given the bytes between row blocks.
@@ -1146,7 +1145,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 			if !ok {
 				continue
 			}
-			b0, bc := ly.ChunkSpan(c)
+			b0, bc := cs[c].s0, cs[c].sc
 			part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
 			if c == nc-1 {
 				part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
@@ -1163,7 +1162,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 					tables(g0, Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab(g0)*bc:], per)
 				}
 				if _, ok := pieceOf(c + 1); ok {
-					nb0, nbc := ly.ChunkSpan(c + 1)
+					nb0, nbc := cs[c+1].s0, cs[c+1].sc
 					bx, btab = xAt(g0.t0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
 				}
 			} else {
@@ -1213,9 +1212,9 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, gs []lutGroup, sb int, rows fun
 		if !ok {
 			continue
 		}
-		_, uc := ly.ChunkSpan(c)
+		uc := cs[c].sc
 		for _, g := range gs {
-			tables(g, Layout{Kp: 4 * uc}, ly.ChunkK0(c), lbuf, tabStride)
+			tables(g, Layout{Kp: 4 * uc}, 4*cs[c].s0, lbuf, tabStride)
 		}
 		runs(c, pc, func(lo, nrb, off int, next unsafe.Pointer) {
 			for _, g := range gs {
@@ -1427,7 +1426,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	for rb := rb0; rb < rb1; rb++ {
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm {
-			k.unpackRB(l, rb, ua, bmat)
+			k.unpackRB(l, lp.chunks, rb, ua, bmat)
 		}
 		for t0 := 0; t0 < n; t0 += tile {
 			T := min(tile, n-t0)
@@ -1467,7 +1466,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
 // per-layer fields set.
-func (k *simdKernel) unpackRB(l *Layer, rb int, ua *unpackArgs, dst []byte) {
+func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs, dst []byte) {
 	ly := l.Layout
 	ua.B = unsafe.Pointer(&dst[0])
 	if !ly.Chunked() {
@@ -1477,12 +1476,10 @@ func (k *simdKernel) unpackRB(l *Layer, rb int, ua *unpackArgs, dst []byte) {
 	}
 	// The row block's stream lies in one piece per chunk: unpack each where it is to its
 	// place in B (32 bytes per input), a tl2 blob's tail with the last (tl1: Kp1 = 0).
-	nc := ly.Chunks()
-	for c := 0; c < nc; c++ {
-		_, sc := ly.ChunkSpan(c)
-		off, _ := ly.Piece(rb, c)
-		ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[off]), unsafe.Pointer(&dst[RowBlock*ly.ChunkK0(c)]), sc, 0
-		if c == nc-1 {
+	in := ly.steps().inputs
+	for c, cp := range cs {
+		ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[cp.off+rb*cp.size]), unsafe.Pointer(&dst[RowBlock*in*cp.s0]), cp.sc, 0
+		if c == len(cs)-1 {
 			ua.N2 = ly.Kp1 / 4
 		}
 		k.ops.unpack(argp(ua))
@@ -1507,7 +1504,7 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	for g0 := rb0; g0 < rb1; g0 += per {
 		g1 := min(g0+per, rb1)
 		for rb := g0; rb < g1; rb++ {
-			k.unpackRB(l, rb, ua, bmat[(rb-g0)*rbBytes:])
+			k.unpackRB(l, lp.chunks, rb, ua, bmat[(rb-g0)*rbBytes:])
 		}
 		for t0 := 0; t0 < n; t0 += p.xTile {
 			T := min(p.xTile, n-t0)
