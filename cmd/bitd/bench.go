@@ -197,6 +197,22 @@ type suite func(e *benchEnv) ([]benchRecord, error)
 
 var errUsage = errors.New("usage")
 
+// The rounds of a GEMV bench (--rounds): each round times every runner of a shape in turn
+// for at least minTime, and a record's time is the median over the rounds.
+const (
+	benchRounds    = 7
+	quickRounds    = 5
+	minBenchRounds = 3 // (a median of fewer is one round's figure)
+	maxBenchRounds = 99
+)
+
+// given reports whether flag name was given on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
 func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -213,6 +229,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
 	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
+	rounds := fs.Int("rounds", 0, fmt.Sprintf("rounds per GEMV, in [%d, %d], the medians taken over them: more rounds hold steadier on a shared machine (default %d, %d with --quick)", minBenchRounds, maxBenchRounds, benchRounds, quickRounds))
 	tunings := fs.String("tuning", "", "comma-separated kernel tunings to run the GEMVs under, measured in the same rounds (default: this CPU's, as bitd info shows; names: "+strings.Join(kernels.TuningNames(), ", ")+"); records carry speedup_vs_tuning, the first one's time over theirs")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: bitd bench [flags]\n\nMeasures this machine's read bandwidth (the fastest of its read loops), then each format's GEMV on real-model shapes\nover distinct weight matrices totalling >= 512 MiB and twice the L3 (so DRAM is measured); a shape's formats\nare measured round by round in turn, so their ratios hold on a drifting machine.\n\nflags:")
@@ -221,12 +238,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	if !parseFlags(fs, args, stderr) {
 		return o, errUsage
 	}
-	o.minBytes, o.rounds, o.minTime = kbench.SetBytes, 7, 50*time.Millisecond
+	o.minBytes, o.rounds, o.minTime = kbench.SetBytes, benchRounds, 50*time.Millisecond
 	if o.cache {
 		o.minBytes = 0
 	}
 	if o.quick {
-		o.rounds, o.minTime = 5, 30*time.Millisecond
+		o.rounds, o.minTime = quickRounds, 30*time.Millisecond
 		o.formats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL2, quantcfg.Int2, quantcfg.BF16}
 		o.shapes = []kbench.Shape{{M: 2560, K: 2560}, {M: 4096, K: 14336}}
 	}
@@ -242,7 +259,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		var unused []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "shape", "n", "cache", "reads", "prefill":
+			case "shape", "n", "cache", "reads", "prefill", "rounds":
 				unused = append(unused, "--"+f.Name)
 			}
 		})
@@ -289,6 +306,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		if all > 1 {
 			o.threads = append(o.threads, all)
 		}
+	}
+	if given(fs, "rounds") {
+		if *rounds < minBenchRounds || *rounds > maxBenchRounds {
+			return o, fmt.Errorf("bench: --rounds %d: want %d to %d rounds", *rounds, minBenchRounds, maxBenchRounds)
+		}
+		o.rounds = *rounds // (with --quick too: then it may take longer than 40 s)
 	}
 	if o.ns, err = intList(*ns, 1, 64); err != nil || o.ns == nil {
 		return o, fmt.Errorf("bench: --n: %v (want token counts in [1, 64], like 1,4)", err)

@@ -33,6 +33,10 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
 		{[]string{"--model", "bitnet-2b", "--shape", "5x5", "--cache"}, `bench: --cache, --shape set the GEMV benchmarks; --model "bitnet-2b" measures`},
 		{[]string{"--model", "bitnet-2b", "--n", "4"}, "bench: --n set the GEMV benchmarks"},
+		{[]string{"--rounds", "2"}, "bench: --rounds 2: want 3 to 99 rounds"},
+		{[]string{"--rounds", "0", "--quick"}, "bench: --rounds 0: want 3 to 99 rounds"},
+		{[]string{"--rounds", "x"}, `invalid value "x" for flag -rounds`},
+		{[]string{"--model", "bitnet-2b", "--rounds", "9"}, "bench: --rounds set the GEMV benchmarks"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(append([]string{"bench"}, c.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
@@ -282,13 +286,14 @@ func TestBenchModelJSON(t *testing.T) {
 
 // TestBenchTinyShape: a shape whose blob is a few bytes is measured in a bounded rotation
 // (it once took millions of matrices and minutes before the first call), and its records
-// and the table say that it was partly cache-resident.
+// and the table say that it was partly cache-resident. It also runs --rounds 3: its records
+// say 3 rounds.
 func TestBenchTinyShape(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures bandwidth over 1 GiB")
 	}
 	var out, stderr bytes.Buffer
-	if code := run([]string{"bench", "--json", "--format", "tl2", "--shape", "3x3", "--threads", "1", "--n", "1"}, &out, &stderr); code != 0 {
+	if code := run([]string{"bench", "--json", "--format", "tl2", "--shape", "3x3", "--threads", "1", "--n", "1", "--rounds", "3"}, &out, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var rep benchReport
@@ -305,6 +310,9 @@ func TestBenchTinyShape(t *testing.T) {
 		}
 		if !r.PartlyCached || r.WorkingSetBytes != kbench.MaxSetLayers*ly.Bytes() || !(r.NsPerOp > 0) {
 			t.Errorf("%s 3x3: partly_cached %v, working set %d (want %d), %.0f ns", r.Format, r.PartlyCached, r.WorkingSetBytes, kbench.MaxSetLayers*ly.Bytes(), r.NsPerOp)
+		}
+		if r.Rounds != 3 { // (--rounds)
+			t.Errorf("%s 3x3: %d rounds, want 3", r.Format, r.Rounds)
 		}
 	}
 	var table bytes.Buffer
