@@ -1021,6 +1021,7 @@ func setRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
 // pieces must be consecutive (a row range names every chunk, a range of units some
 // consecutive ones). With several groups each chunk's tables are built for every token
 // first, then every group runs over each run of lutSubBytes of the chunk's pieces in turn.
+// cs is the layer's chunk list (layerPrep.chunks).
 func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
 	ly := l.Layout
 	la := &tb.la
@@ -1214,7 +1215,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 		}
 		uc := cs[c].sc
 		for _, g := range gs {
-			tables(g, Layout{Kp: 4 * uc}, 4*cs[c].s0, lbuf, tabStride)
+			tables(g, Layout{Kp: 4 * uc}, 4*cs[c].s0, lbuf, tabStride) // (a tl1 unit: 4 inputs)
 		}
 		runs(c, pc, func(lo, nrb, off int, next unsafe.Pointer) {
 			for _, g := range gs {
