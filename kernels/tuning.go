@@ -42,7 +42,10 @@ const (
 	//     from L3 it still reads 36.5 GB/s at K = 14336, so it is its DRAM stream that
 	//     stalls; that the activations and a quad's stream outgrow L1 together is a guess
 	//     (parts of K, 4 and 8 KiB of activations, did not help the row kernel: 64 and 82
-	//     against 83 whole, before its ands);
+	//     against 83 whole, before its ands). Four chains of a vpaddd a block that nothing
+	//     reads (rowPad in _asm/gemv.go) then took it from 86.7-89.2% to 90.8-96.1% at one
+	//     thread on 4096x14336 and 2048x8192, measured in one process against the kernel
+	//     without them, though from L2 and L3 they slow it by 12-14%;
 	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
 	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	//   - three- and four-token i2s (and so five to eight, four at a time) take their codes
@@ -183,7 +186,7 @@ func (t Tuning) Changes() []string {
 		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK))
 	}
 	if t.i2sLongRow() {
-		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens", i2sLongK))
+		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens, its block with idle vpaddd chains (faster from DRAM there)", i2sLongK))
 	}
 	if t.fewTuned() {
 		c = append(c, "two- to four-token i2s GEMVs on the row kernel, codes taken by shift and and (no vgf2p8affineqb)")

@@ -1036,6 +1036,21 @@ const (
 	rowShifted
 )
 
+// rowPad is how many chains of one vpaddd a block, which nothing reads, the one-token row
+// kernel (gemvI2SRowT1AVX512, which only the zen4 tuning runs) carries beside its work. On
+// Zen 4 they make its weight stream from DRAM faster, for a reason not found (stop 62 saw the
+// same in C: three chains, +3-9%); from L2 and L3 they cost what they take (512x14336 and
+// 2048x8192 cache-resident: 37-38 -> 32 GB/s, 0.86-0.88x). Two builds of one source differed
+// by as much as this when run from two byte copies of one binary, so it was measured within
+// one process: `bitd bench -format i2s -n 1 -rounds 21` over tunings whose row kernels had 0
+// to 6 chains, paired by round, with each order of the runners once. Against none, one
+// thread: 4096x14336 +3.8-8.0% (one chain +3.8, two +8.0, three +5.2 and +6.2, four +6.5 and
+// +7.3, six +6.6), 2048x8192 +0.2-8.0% (four +3.8 and +8.0, six +0.2); two threads +0.7-6.2%
+// but four -1.4 once (the slow memory state); 14336x4096, whose one-token calls run another
+// kernel, moved 0.972-1.019 meanwhile. With four, one thread read 90.8-96.1% of the roofline
+// on those two shapes against 86.7-89.2.
+const rowPad = 4
+
 // gemvI2SRowZNamed writes gemvI2SRowZ's kernel for T tokens as function name. For one
 // token it is gemvI2SRowT1AVX512, the one-token kernel for a long K where kernels.Tuning
 // picks it: what counts there is that its activations come as two 64-byte loads a block,
@@ -1084,7 +1099,15 @@ func gemvI2SRowZNamed(T int, name string, dec rowDecode) {
 	acc, all := accSets(p, T, sets)
 	cls := p.getn(8) // cls[2r+j]: row r, runs 2j and 2j+1
 	xv := p.getn(2)
+	var pad []VecPhysical // (one token: rowPad's chains)
+	if T == 1 {
+		pad = p.getn(rowPad)
+		zeroAll(pad...)
+	}
 	i2sQuads(name, a, T, true, func() { zeroAll(all...) }, func(w Register) {
+		for _, d := range pad {
+			VPADDD(d, d, d)
+		}
 		for r := 0; r < 4; r++ {
 			c0, c1 := cls[2*r], cls[2*r+1]
 			VBROADCASTI64X4(at(w, 32*r), c1)
