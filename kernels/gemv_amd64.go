@@ -40,6 +40,14 @@ func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 //go:noescape
 func sumInt8AVX2(x *int8, n int) int32
 
+// expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as
+// gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs
+// 0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;
+// expandInt1Generic is its reference.
+//
+//go:noescape
+func expandInt1AVX512(x *int8, n int, dst *byte)
+
 // permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order
 // 0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.
 //
@@ -85,6 +93,11 @@ func gemvI2SRowT1AVX512(a *byte)
 //
 //go:noescape
 func gemvInt1T1AVX512(a *byte)
+
+// gemvInt1XT1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, expanded) is its reference.
+//
+//go:noescape
+func gemvInt1XT1AVX512(a *byte)
 
 // lutTL1T1AVX512 is the TL1 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //

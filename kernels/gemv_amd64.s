@@ -4,6 +4,42 @@
 
 #include "textflag.h"
 
+DATA int1Expand0<>+0(SB)/4, $0x00000000
+DATA int1Expand0<>+4(SB)/4, $0x00000000
+DATA int1Expand0<>+8(SB)/4, $0x00000000
+DATA int1Expand0<>+12(SB)/4, $0x00000000
+DATA int1Expand0<>+16(SB)/4, $0x00000000
+DATA int1Expand0<>+20(SB)/4, $0x00000000
+DATA int1Expand0<>+24(SB)/4, $0x00000000
+DATA int1Expand0<>+28(SB)/4, $0x00000000
+DATA int1Expand0<>+32(SB)/4, $0x00000002
+DATA int1Expand0<>+36(SB)/4, $0x00000002
+DATA int1Expand0<>+40(SB)/4, $0x00000002
+DATA int1Expand0<>+44(SB)/4, $0x00000002
+DATA int1Expand0<>+48(SB)/4, $0x00000002
+DATA int1Expand0<>+52(SB)/4, $0x00000002
+DATA int1Expand0<>+56(SB)/4, $0x00000002
+DATA int1Expand0<>+60(SB)/4, $0x00000002
+GLOBL int1Expand0<>(SB), RODATA|NOPTR, $64
+
+DATA int1Expand1<>+0(SB)/4, $0x00000001
+DATA int1Expand1<>+4(SB)/4, $0x00000001
+DATA int1Expand1<>+8(SB)/4, $0x00000001
+DATA int1Expand1<>+12(SB)/4, $0x00000001
+DATA int1Expand1<>+16(SB)/4, $0x00000001
+DATA int1Expand1<>+20(SB)/4, $0x00000001
+DATA int1Expand1<>+24(SB)/4, $0x00000001
+DATA int1Expand1<>+28(SB)/4, $0x00000001
+DATA int1Expand1<>+32(SB)/4, $0x00000003
+DATA int1Expand1<>+36(SB)/4, $0x00000003
+DATA int1Expand1<>+40(SB)/4, $0x00000003
+DATA int1Expand1<>+44(SB)/4, $0x00000003
+DATA int1Expand1<>+48(SB)/4, $0x00000003
+DATA int1Expand1<>+52(SB)/4, $0x00000003
+DATA int1Expand1<>+56(SB)/4, $0x00000003
+DATA int1Expand1<>+60(SB)/4, $0x00000003
+GLOBL int1Expand1<>(SB), RODATA|NOPTR, $64
+
 DATA lutC1_0<>+0(SB)/2, $0xffff
 DATA lutC1_0<>+2(SB)/2, $0xffff
 DATA lutC1_0<>+4(SB)/2, $0xffff
@@ -752,6 +788,32 @@ sum8_done:
 	SHLQ         $0x07, CX
 	SUBQ         CX, AX
 	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func expandInt1AVX512(x *int8, n int, dst *byte)
+// Requires: AVX, AVX512F
+TEXT ·expandInt1AVX512(SB), NOSPLIT, $0-24
+	MOVQ      x+0(FP), AX
+	MOVQ      n+8(FP), CX
+	MOVQ      dst+16(FP), DX
+	VMOVDQU32 int1Expand0<>+0(SB), Z0
+	VMOVDQU32 int1Expand1<>+0(SB), Z1
+	SHRQ      $0x04, CX
+	JZ        exp1_done
+
+exp1_l:
+	VBROADCASTI32X4 (AX), Z2
+	VPERMD          Z2, Z0, Z3
+	VMOVDQU64       Z3, (DX)
+	VPERMD          Z2, Z1, Z3
+	VMOVDQU64       Z3, 64(DX)
+	ADDQ            $0x10, AX
+	SUBQ            $-128, DX
+	DECQ            CX
+	JNZ             exp1_l
+
+exp1_done:
 	VZEROUPPER
 	RET
 
@@ -2234,6 +2296,188 @@ gemvInt1T1AVX512_fused0next:
 gemvInt1T1AVX512_fused:
 	DECQ DI
 	JNZ  gemvInt1T1AVX512_seg
+	VZEROUPPER
+	RET
+
+// func gemvInt1XT1AVX512(a *byte)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
+TEXT ·gemvInt1XT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	MOVQ         a+0(FP), AX
+	MOVQ         (AX), CX
+	XORQ         DX, DX
+	MOVQ         8(AX), BX
+	VPBROADCASTD int1Bits<>+0(SB), Z16
+	VPSLLD       $0x04, Z16, Z20
+	VPBROADCASTD int1Bits<>+4(SB), Z17
+	VPSLLD       $0x04, Z17, Z21
+	VPBROADCASTD int1Bits<>+8(SB), Z18
+	VPSLLD       $0x04, Z18, Z22
+	VPBROADCASTD int1Bits<>+12(SB), Z19
+	VPSLLD       $0x04, Z19, Z23
+	MOVQ         24(AX), SI
+	MOVQ         40(AX), DI
+
+gemvInt1XT1AVX512_seg:
+	MOVQ    32(AX), R8
+	CMPQ    DI, $0x01
+	CMOVQEQ 48(AX), R8
+	SHRQ    $0x01, R8
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+	VPXORD  Z12, Z12, Z12
+	VPXORD  Z13, Z13, Z13
+	VPXORD  Z14, Z14, Z14
+	VPXORD  Z15, Z15, Z15
+
+gemvInt1XT1AVX512_step:
+	PREFETCHT1    8192(CX)
+	PREFETCHT0    2048(CX)
+	VMOVDQU64     (CX), Z24
+	VMOVDQU64     (BX)(DX*1), Z27
+	VMOVDQU64     64(BX)(DX*1), Z28
+	VPANDD        Z16, Z24, Z25
+	VPANDD        Z20, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z0
+	VPDPBUSD      Z28, Z26, Z4
+	VPANDD        Z17, Z24, Z25
+	VPANDD        Z21, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z1
+	VPDPBUSD      Z28, Z26, Z5
+	VPANDD        Z18, Z24, Z25
+	VPANDD        Z22, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z2
+	VPDPBUSD      Z28, Z26, Z6
+	VPANDD        Z19, Z24, Z25
+	VPANDD        Z23, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z3
+	VPDPBUSD      Z28, Z26, Z7
+	ADDQ          $0x40, CX
+	SUBQ          $-128, DX
+	PREFETCHT1    8192(CX)
+	PREFETCHT0    2048(CX)
+	VMOVDQU64     (CX), Z24
+	VMOVDQU64     (BX)(DX*1), Z27
+	VMOVDQU64     64(BX)(DX*1), Z28
+	VPANDD        Z16, Z24, Z25
+	VPANDD        Z20, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z8
+	VPDPBUSD      Z28, Z26, Z12
+	VPANDD        Z17, Z24, Z25
+	VPANDD        Z21, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z9
+	VPDPBUSD      Z28, Z26, Z13
+	VPANDD        Z18, Z24, Z25
+	VPANDD        Z22, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z10
+	VPDPBUSD      Z28, Z26, Z14
+	VPANDD        Z19, Z24, Z25
+	VPANDD        Z23, Z24, Z26
+	VPDPBUSD      Z27, Z25, Z11
+	VPDPBUSD      Z28, Z26, Z15
+	ADDQ          $0x40, CX
+	SUBQ          $-128, DX
+	DECQ          R8
+	JNZ           gemvInt1XT1AVX512_step
+	VPADDD        Z8, Z0, Z0
+	VPADDD        Z12, Z4, Z4
+	VPSRAD        $0x04, Z4, Z4
+	VPADDD        Z4, Z0, Z0
+	VEXTRACTI64X4 $0x01, Z0, Y25
+	VPADDD        Y25, Y0, Y0
+	VMOVDQU32     Y0, (SI)
+	VPADDD        Z9, Z1, Z1
+	VPADDD        Z13, Z5, Z5
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z1, Z1
+	VPSRAD        $0x01, Z1, Z1
+	VEXTRACTI64X4 $0x01, Z1, Y25
+	VPADDD        Y25, Y1, Y1
+	VMOVDQU32     Y1, 32(SI)
+	VPADDD        Z10, Z2, Z2
+	VPADDD        Z14, Z6, Z6
+	VPSRAD        $0x04, Z6, Z6
+	VPADDD        Z6, Z2, Z2
+	VPSRAD        $0x02, Z2, Z2
+	VEXTRACTI64X4 $0x01, Z2, Y25
+	VPADDD        Y25, Y2, Y2
+	VMOVDQU32     Y2, 64(SI)
+	VPADDD        Z11, Z3, Z3
+	VPADDD        Z15, Z7, Z7
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z3, Z3
+	VPSRAD        $0x03, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y25
+	VPADDD        Y25, Y3, Y3
+	VMOVDQU32     Y3, 96(SI)
+	ADDQ          $0x00000080, SI
+	MOVQ          112(AX), R8
+	TESTQ         R8, R8
+	JZ            gemvInt1XT1AVX512_fused
+	SUBQ          $0x00000080, SI
+	MOVQ          120(AX), R9
+	MOVQ          64(R8), R10
+	IMULQ         R9, R10
+	ADDQ          56(R8), R10
+	MOVQ          32(R8), R11
+	VPBROADCASTD  (R11)(R9*4), Z2
+	VMOVDQU32     (SI), Z0
+	VPSLLD        $0x01, Z0, Z0
+	VPSUBD        Z0, Z2, Z0
+	VCVTDQ2PS     Z0, Z0
+	VMULPS        (R10), Z0, Z0
+	VMOVDQU32     64(SI), Z1
+	VPSLLD        $0x01, Z1, Z1
+	VPSUBD        Z1, Z2, Z1
+	VCVTDQ2PS     Z1, Z1
+	VMULPS        64(R10), Z1, Z1
+	MOVQ          40(R8), R10
+	MOVQ          128(AX), R11
+	VDIVPS.BCST   (R10)(R9*4), Z0, Z0
+	VMOVUPS       (R11), Z2
+	VADDPS        Z0, Z2, Z0
+	VDIVPS.BCST   (R10)(R9*4), Z1, Z1
+	VMOVUPS       64(R11), Z2
+	VADDPS        Z1, Z2, Z1
+	CMPQ          DI, $0x01
+	JE            gemvInt1XT1AVX512_fused0last
+	VMOVUPS       Z0, (R11)
+	VMOVUPS       Z1, 64(R11)
+	JMP           gemvInt1XT1AVX512_fused0next
+
+gemvInt1XT1AVX512_fused0last:
+	MOVQ   72(R8), R10
+	TESTQ  R10, R10
+	JZ     gemvInt1XT1AVX512_fused0lastout
+	VADDPS (R10), Z0, Z0
+	VADDPS 64(R10), Z1, Z1
+
+gemvInt1XT1AVX512_fused0lastout:
+	MOVQ    96(R8), R10
+	KMOVW   R10, K1
+	SHRQ    $0x10, R10
+	KMOVW   R10, K2
+	MOVQ    80(R8), R8
+	VMOVUPS Z0, K1, (R8)
+	VMOVUPS Z1, K2, 64(R8)
+
+gemvInt1XT1AVX512_fused0next:
+	INCQ R9
+	MOVQ R9, 120(AX)
+
+gemvInt1XT1AVX512_fused:
+	DECQ DI
+	JNZ  gemvInt1XT1AVX512_seg
 	VZEROUPPER
 	RET
 

@@ -91,6 +91,25 @@ func TestPrepareHelpers(t *testing.T) {
 			if !bytes.Equal(got[:kp], want) || got[kp] != 0x5a {
 				t.Errorf("permInt1(%d) differs from permInt1Generic (or wrote past its end)", kp)
 			}
+			// expanded: per 16 inputs, dwords 0, 2, 1, 3 eight times each
+			want, got = make([]byte, 8*kp), make([]byte, 8*kp+1)
+			expandInt1Generic(x, want)
+			for g := 0; g < kp; g += 16 {
+				for i, src := range []int{0, 2, 1, 3} {
+					for c := 0; c < 8; c++ {
+						for b := 0; b < 4; b++ {
+							if o := 8*g + 32*i + 4*c + b; want[o] != byte(x[g+4*src+b]) {
+								t.Fatalf("expandInt1Generic(%d): byte %d = %d, want input %d's %d", kp, o, want[o], g+4*src+b, x[g+4*src+b])
+							}
+						}
+					}
+				}
+			}
+			got[8*kp] = 0x5a
+			expandInt1(x, got[:8*kp])
+			if !bytes.Equal(got[:8*kp], want) || got[8*kp] != 0x5a {
+				t.Errorf("expandInt1(%d) differs from expandInt1Generic (or wrote past its end)", kp)
+			}
 		}
 		k := kp
 		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL1M, tabTL2Z, tabTL2Y, tabTL2B} {

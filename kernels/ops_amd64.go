@@ -25,6 +25,7 @@ func init() {
 	}
 	if cpu.avx512 {
 		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
+		expandInt1Fast = expandInt1AVX512
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
 	} else if cpu.avx2 {
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2
@@ -89,6 +90,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int1:
 			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
 			o.kstep, o.xKind, o.gemvMaxK, o.fused = 16, xInt1Perm, int1ZMaxK, true
+			o.oneTuned = gemvInt1XT1AVX512 // (activations expanded: plan.expand)
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)
 			o.kstep, o.tabKind = 4, tabTL1M              // sums of u = w+1 times x (lutTL1MZ): not exact

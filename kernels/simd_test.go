@@ -44,7 +44,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		if z {
 			o.kstep, o.xKind = 16, xInt1Perm
 		}
-		g = func(a *gemvArgs, T int) { gemvInt1Generic(a, T, o.kstep, z) }
+		g = func(a *gemvArgs, T int) { gemvInt1Generic(a, T, o.kstep, z, false) }
 	case quantcfg.Int8:
 		o.kstep = 4
 		if !z {
@@ -83,6 +83,8 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.oneTuned, o.gemvLong1, o.gemvRow1 = o.gemv[1], o.gemv[1], o.gemv[1]
 		case f.IsFloat():
 			o.oneTuned = o.float[1]
+		case f == quantcfg.Int1:
+			o.oneTuned = func(p *byte) { gemvInt1Generic((*gemvArgs)(unsafe.Pointer(p)), 1, o.kstep, false, true) }
 		}
 	}
 	if f == quantcfg.Int2 && z { // as the zmm kernels: table-free from three tokens on

@@ -22,7 +22,7 @@ func TestParseTuning(t *testing.T) {
 	if _, err := ParseTuning("zen5"); err == nil {
 		t.Error("ParseTuning accepted an unknown name")
 	}
-	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 5 {
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 6 {
 		t.Errorf("Changes: default %q, zen4 %q", TuningDefault.Changes(), TuningZen4.Changes())
 	}
 }
@@ -39,12 +39,12 @@ func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
 		switch k.format {
-		case quantcfg.I2S, quantcfg.Int2, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
+		case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
 			ks = append(ks, k)
 		}
 	}
 	if ISAAvailable(ISAAVX512) {
-		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.BF16} {
+		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.Int1, quantcfg.BF16} {
 			k := newSIMDKernel(ISAAVX512, f, genericOps(f, true), false)
 			k.name = "generic/" + string(f)
 			ks = append(ks, k)
@@ -105,6 +105,11 @@ func TestTunings(t *testing.T) {
 				wants = map[int]string{300: "float", 4100: "float"}
 				if zen4 {
 					wants = map[int]string{300: "tuned", 4100: "tuned"}
+				}
+			case k.format == quantcfg.Int1 && k.isa == ISAAVX512:
+				wants = map[int]string{300: "gemv", 2560: "gemv", 4100: "gemv"}
+				if zen4 { // (the expanded activations up to int1ExpandBytes)
+					wants = map[int]string{300: "tuned", 2560: "tuned", 2561: "gemv", 4100: "gemv"}
 				}
 			case k.format == quantcfg.TL2 && k.isa == ISAAVX512:
 				wants = map[int]string{300: "lut", 4100: "lut"}

@@ -148,6 +148,9 @@ func genGemv() {
 				gemvI2SRowZNamed(1, "gemvI2SRowT1AVX512", rowMasked)
 			}
 			gemvInt1Z(T)
+			if T == 1 {
+				gemvInt1XZ()
+			}
 			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
 				lutZ(T, false)
 			}
@@ -1225,6 +1228,64 @@ func gemvInt8Z(T int) {
 			}
 		}
 		ADDQ(U32(128*T), sums)
+	})
+	VZEROUPPER()
+	RET()
+}
+
+// gemvInt1XZ (one token, for the zen4 tuning: kernels.Tuning) is gemvInt1Z's one-token step
+// without its vpermb and broadcasts, which take the pipes of vpdpbusd on Zen 4: the 64
+// bytes are masked as they lie (dword r8 of unit h: row group r8 of unit h's eight inputs)
+// and multiply activation vectors that each thread expands once per call (expandInt1, 128
+// bytes per 16 inputs): in the first, the dword of unit h's inputs 0-3 fills the eight
+// dwords of half h, in the second that of its inputs 4-7. A step is three loads, 8 vpandd
+// and 8 vpdpbusd, the chains as gemvInt1Z's with one token (a lane sums the same inputs
+// there, so the same int1ZMaxK holds); the halves' sums are added at the end. In C, the
+// two steps' loops from L1 and L2 took 8.0-8.2 cycles a step against 8.8-9.0; from cache the
+// kernel reads 6-10% more than gemvInt1Z at one thread. From DRAM it gains only where the
+// expanded activations stay near L1 (kernels.int1ExpandBytes: K up to 2560).
+func gemvInt1XZ() {
+	name := "gemvInt1XT1AVX512"
+	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, expanded)", 1))
+	p := newPool(true)
+	w, kx := ld(a, gW), GP64()
+	XORQ(kx, kx)
+	x := tokenPtrs(a, 1, gX, gXStride)[0]
+	acc, all := accSets(p, 1, 4) // acc[0][2c+h][j]: step copy c, low (h = 0) or high planes of group j
+	masks := p.getn(8)           // bit j of the low nibbles, then of the high nibbles
+	for j := 0; j < 4; j++ {
+		VPBROADCASTD(int1Bits.Offset(4*j), masks[j])
+		VPSLLD(U8(4), masks[j], masks[4+j])
+	}
+	wv, lo, hi, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get()
+	segLoop(name, a, 2, &fuseEpi{T: 1, A: -2, regs: all}, func() { zeroAll(all...) }, func(c int) {
+		prefetchAhead(w, 0)
+		VMOVDQU64(at(w, 0), wv)
+		VMOVDQU64(idx(x, kx, 1, 0), xl)
+		VMOVDQU64(idx(x, kx, 1, 64), xh)
+		for j := 0; j < 4; j++ {
+			VPANDD(masks[j], wv, lo)
+			VPANDD(masks[4+j], wv, hi)
+			VPDPBUSD(xl, lo, acc[0][2*c][j])
+			VPDPBUSD(xh, hi, acc[0][2*c+1][j])
+		}
+		ADDQ(U8(64), w)
+		SUBQ(I8(-128), kx)
+	}, func(sums Register) {
+		r := &acc[0][0]
+		for j := 0; j < 4; j++ {
+			VPADDD(acc[0][2][j], r[j], r[j]) // the second copy's chains into the first's
+			VPADDD(acc[0][3][j], acc[0][1][j], acc[0][1][j])
+			VPSRAD(U8(4), acc[0][1][j], acc[0][1][j]) // the high planes weigh 2^(j+4)
+			VPADDD(acc[0][1][j], r[j], r[j])
+			if j > 0 {
+				VPSRAD(U8(j), r[j], r[j])
+			}
+			VEXTRACTI64X4(U8(1), r[j], lo.AsY()) // unit 1's half onto unit 0's: rows 8j..8j+7
+			VPADDD(lo.AsY(), r[j].AsY(), r[j].AsY())
+			VMOVDQU32(r[j].AsY(), at(sums, 32*j))
+		}
+		ADDQ(U32(128), sums)
 	})
 	VZEROUPPER()
 	RET()

@@ -235,6 +235,16 @@ func bytePlanes(name string, group int) Mem {
 // first triple), lutBuildTL2BAVX512 the same as tabTL2B byte
 // planes (a vpermb more per triple), and the AVX2 builders the ymm layouts.
 func genLUTBuilders() {
+	var int1Expand [2]Mem // expandInt1AVX512's vpermd indexes: dword 0 eight times, then dword 2; 1, then 3
+	for i := range int1Expand {
+		var ix []uint32
+		for h := 0; h < 2; h++ {
+			for r := 0; r < 8; r++ {
+				ix = append(ix, uint32(2*h+i))
+			}
+		}
+		int1Expand[i] = dwordTable(fmt.Sprintf("int1Expand%d", i), ix)
+	}
 	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
 	var t1 [2]Mem
 	for i := range t1 {
@@ -436,6 +446,35 @@ func genLUTBuilders() {
 		SHLQ(U8(7), n)
 		SUBQ(n, r)
 		Store(r.As32(), ReturnIndex(0))
+		VZEROUPPER()
+		RET()
+	}
+	// the int1 activations expanded for gemvInt1XT1AVX512
+	{
+		TEXT("expandInt1AVX512", NOSPLIT, "func(x *int8, n int, dst *byte)")
+		Pragma("noescape")
+		Doc("expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as",
+			"gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs",
+			"0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;",
+			"expandInt1Generic is its reference.")
+		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+		p := newPool(true)
+		il, ih, v, t := p.get(), p.get(), p.get(), p.get()
+		VMOVDQU32(int1Expand[0], il)
+		VMOVDQU32(int1Expand[1], ih)
+		SHRQ(U8(4), n)
+		JZ(LabelRef("exp1_done"))
+		Label("exp1_l")
+		VBROADCASTI32X4(at(x, 0), v)
+		VPERMD(v, il, t)
+		VMOVDQU64(t, at(d, 0))
+		VPERMD(v, ih, t)
+		VMOVDQU64(t, at(d, 64))
+		ADDQ(U8(16), x)
+		SUBQ(I8(-128), d)
+		DECQ(n)
+		JNZ(LabelRef("exp1_l"))
+		Label("exp1_done")
 		VZEROUPPER()
 		RET()
 	}
