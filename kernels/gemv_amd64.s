@@ -800,9 +800,9 @@ TEXT ·expandInt1AVX512(SB), NOSPLIT, $0-24
 	VMOVDQU32 int1Expand0<>+0(SB), Z0
 	VMOVDQU32 int1Expand1<>+0(SB), Z1
 	SHRQ      $0x04, CX
-	JZ        exp1_done
+	JZ        expandInt1AVX512_done
 
-exp1_l:
+expandInt1AVX512_step:
 	VBROADCASTI32X4 (AX), Z2
 	VPERMD          Z2, Z0, Z3
 	VMOVDQU64       Z3, (DX)
@@ -811,9 +811,9 @@ exp1_l:
 	ADDQ            $0x10, AX
 	SUBQ            $-128, DX
 	DECQ            CX
-	JNZ             exp1_l
+	JNZ             expandInt1AVX512_step
 
-exp1_done:
+expandInt1AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -824,17 +824,17 @@ TEXT ·permInt1AVX2(SB), NOSPLIT, $0-24
 	MOVQ n+8(FP), CX
 	MOVQ dst+16(FP), DX
 	SHRQ $0x05, CX
-	JZ   perm1_done
+	JZ   permInt1AVX2_done
 
-perm1_l:
+permInt1AVX2_step:
 	VPSHUFD $0xd8, (AX), Y0
 	VMOVDQU Y0, (DX)
 	ADDQ    $0x20, AX
 	ADDQ    $0x20, DX
 	DECQ    CX
-	JNZ     perm1_l
+	JNZ     permInt1AVX2_step
 
-perm1_done:
+permInt1AVX2_done:
 	VZEROUPPER
 	RET
 

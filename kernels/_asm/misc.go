@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math/bits"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -449,55 +450,35 @@ func genLUTBuilders() {
 		VZEROUPPER()
 		RET()
 	}
-	// the int1 activations expanded for gemvInt1XT1AVX512
+	// the int1 activations expanded for gemvInt1XT1AVX512, and permuted for the other zmm kernels
 	{
-		TEXT("expandInt1AVX512", NOSPLIT, "func(x *int8, n int, dst *byte)")
-		Pragma("noescape")
-		Doc("expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as",
+		p := newPool(true)
+		il, ih, v, t := p.get(), p.get(), p.get(), p.get()
+		actStream("expandInt1AVX512", 16, func() {
+			VMOVDQU32(int1Expand[0], il)
+			VMOVDQU32(int1Expand[1], ih)
+		}, func(x, d Register) {
+			VBROADCASTI32X4(at(x, 0), v)
+			VPERMD(v, il, t)
+			VMOVDQU64(t, at(d, 0))
+			VPERMD(v, ih, t)
+			VMOVDQU64(t, at(d, 64))
+			ADDQ(U8(16), x)
+			SUBQ(I8(-128), d)
+		}, "expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as",
 			"gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs",
 			"0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;",
 			"expandInt1Generic is its reference.")
-		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
-		p := newPool(true)
-		il, ih, v, t := p.get(), p.get(), p.get(), p.get()
-		VMOVDQU32(int1Expand[0], il)
-		VMOVDQU32(int1Expand[1], ih)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("exp1_done"))
-		Label("exp1_l")
-		VBROADCASTI32X4(at(x, 0), v)
-		VPERMD(v, il, t)
-		VMOVDQU64(t, at(d, 0))
-		VPERMD(v, ih, t)
-		VMOVDQU64(t, at(d, 64))
-		ADDQ(U8(16), x)
-		SUBQ(I8(-128), d)
-		DECQ(n)
-		JNZ(LabelRef("exp1_l"))
-		Label("exp1_done")
-		VZEROUPPER()
-		RET()
 	}
-	// the int1 activation order
 	{
-		TEXT("permInt1AVX2", NOSPLIT, "func(x *int8, n int, dst *byte)")
-		Pragma("noescape")
-		Doc("permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order",
-			"0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.")
-		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
 		v := newPool(false).get()
-		SHRQ(U8(5), n)
-		JZ(LabelRef("perm1_done"))
-		Label("perm1_l")
-		VPSHUFD(U8(0xd8), at(x, 0), v) // dwords 0, 2, 1, 3 of each lane
-		VMOVDQU(v, at(d, 0))
-		ADDQ(U8(32), x)
-		ADDQ(U8(32), d)
-		DECQ(n)
-		JNZ(LabelRef("perm1_l"))
-		Label("perm1_done")
-		VZEROUPPER()
-		RET()
+		actStream("permInt1AVX2", 32, nil, func(x, d Register) {
+			VPSHUFD(U8(0xd8), at(x, 0), v) // dwords 0, 2, 1, 3 of each lane
+			VMOVDQU(v, at(d, 0))
+			ADDQ(U8(32), x)
+			ADDQ(U8(32), d)
+		}, "permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order",
+			"0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.")
 	}
 }
 
@@ -797,6 +778,28 @@ func foldChecksum(z bool, acc []VecPhysical) {
 	r := GP64()
 	VMOVQ(acc[0].AsX(), r)
 	Store(r, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// actStream writes name, a func(x *int8, n int, dst *byte) over the n activations at x in
+// steps of step (a power of two; n a multiple of it): setup (if any) once, then step once
+// per step, which advances x and d itself.
+func actStream(name string, step int, setup func(), body func(x, d Register), doc ...string) {
+	TEXT(name, NOSPLIT, "func(x *int8, n int, dst *byte)")
+	Pragma("noescape")
+	Doc(doc...)
+	x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+	if setup != nil {
+		setup()
+	}
+	SHRQ(U8(bits.TrailingZeros(uint(step))), n)
+	JZ(LabelRef(name + "_done"))
+	Label(name + "_step")
+	body(x, d)
+	DECQ(n)
+	JNZ(LabelRef(name + "_step"))
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }
