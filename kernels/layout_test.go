@@ -35,9 +35,9 @@ func TestChunkPieces(t *testing.T) {
 				t.Fatalf("%s %dx%d: %d chunks, Chunks() = %d", c.f, c.m, c.k, len(cs), ly.Chunks())
 			}
 			for ci, cp := range cs {
-				s0, sc := ly.ChunkSpan(ci)
-				if cp.s0 != s0 || cp.sc != sc {
-					t.Errorf("%s %dx%d chunk %d: steps %d+%d, ChunkSpan %d+%d", c.f, c.m, c.k, ci, cp.s0, cp.sc, s0, sc)
+				_, sc := ly.ChunkSpan(ci)
+				if k0 := ly.ChunkK0(ci); cp.k0 != k0 || cp.sc != sc {
+					t.Errorf("%s %dx%d chunk %d: input %d, %d steps; ChunkK0 %d, ChunkSpan %d steps", c.f, c.m, c.k, ci, cp.k0, cp.sc, k0, sc)
 				}
 				for rb := range ly.RowBlocks() {
 					off, size := ly.Piece(rb, ci)

@@ -23,14 +23,15 @@ type layerPrep struct {
 }
 
 // chunkPiece is one chunk of a chunk-major blob (tl1, tl2) as a sweep reads it: its first
-// K step and its steps (Layout.ChunkSpan), and row block 0's piece of it: the blob offset
+// input (Layout.ChunkK0) and its steps (tl2 blocks, tl1 units: Layout.ChunkSpan), and row
+// block 0's piece of it: the blob offset
 // and the size, which is also the bytes between row blocks (Layout.Piece). Row block rb's
 // piece starts at off + rb*size. Made once per layer: a sweep asks for every chunk's, and
 // working them out anew in each call (Layout's methods: divisions, copies of the Layout,
 // five times a chunk) took 120-190 ns a chunk, now about 50 (the Go side of a one-token
 // tl2 call on 64x14336 from cache, its kernel calls removed: 30 chunks, 5.0-6.6 us a call
 // against 2.6).
-type chunkPiece struct{ s0, sc, off, size int }
+type chunkPiece struct{ k0, sc, off, size int }
 
 // chunkPieces lists ly's chunks (nil unless ly is chunk-major).
 func chunkPieces(ly Layout) []chunkPiece {
@@ -39,9 +40,9 @@ func chunkPieces(ly Layout) []chunkPiece {
 	}
 	cs := make([]chunkPiece, ly.Chunks())
 	for c := range cs {
-		s0, sc := ly.ChunkSpan(c)
+		_, sc := ly.ChunkSpan(c)
 		off, size := ly.Piece(0, c)
-		cs[c] = chunkPiece{s0, sc, off, size}
+		cs[c] = chunkPiece{ly.ChunkK0(c), sc, off, size}
 	}
 	return cs
 }

@@ -1192,7 +1192,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 			if !ok {
 				continue
 			}
-			b0, bc := cs[c].s0, cs[c].sc
+			k0, bc := cs[c].k0, cs[c].sc
 			part := Layout{K3: TL2Block * bc} // the chunk as a layout of its own
 			if c == nc-1 {
 				part.Kp1 = ly.Kp1 // the last chunk's pieces end with the tl1 tail
@@ -1204,17 +1204,17 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 			if inline {
 				buf = lbuf[c%2*per:]
 				if first {
-					tables(g0, part, TL2Block*b0, buf, per)
+					tables(g0, part, k0, buf, per)
 				} else if units > 0 { // the kernel built the triples' tables, the tail's are left
-					tables(g0, Layout{Kp1: part.Kp1}, TL2Block*(b0+bc), buf[blkTab(g0)*bc:], per)
+					tables(g0, Layout{Kp1: part.Kp1}, k0+part.K3, buf[blkTab(g0)*bc:], per)
 				}
 				if _, ok := pieceOf(c + 1); ok {
-					nb0, nbc := cs[c+1].s0, cs[c+1].sc
-					bx, btab = xAt(g0.t0, TL2Block*nb0)[:TL2Block*nbc], lbuf[(c+1)%2*per:]
+					next := cs[c+1]
+					bx, btab = xAt(g0.t0, next.k0)[:TL2Block*next.sc], lbuf[(c+1)%2*per:]
 				}
 			} else {
 				for _, g := range gs {
-					tables(g, part, TL2Block*b0, buf, per)
+					tables(g, part, k0, buf, per)
 				}
 			}
 			first = false
@@ -1261,7 +1261,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 		}
 		uc := cs[c].sc
 		for _, g := range gs {
-			tables(g, Layout{Kp: 4 * uc}, 4*cs[c].s0, lbuf, tabStride) // (a tl1 unit: 4 inputs)
+			tables(g, Layout{Kp: 4 * uc}, cs[c].k0, lbuf, tabStride)
 		}
 		runs(c, pc, func(lo, nrb, off int, next unsafe.Pointer) {
 			for _, g := range gs {
@@ -1533,9 +1533,8 @@ func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs,
 	}
 	// The row block's stream lies in one piece per chunk: unpack each where it is to its
 	// place in B (32 bytes per input), a tl2 blob's tail with the last (tl1: Kp1 = 0).
-	in := ly.steps().inputs
 	for c, cp := range cs {
-		ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[cp.off+rb*cp.size]), unsafe.Pointer(&dst[RowBlock*in*cp.s0]), cp.sc, 0
+		ua.W, ua.B, ua.N, ua.N2 = unsafe.Pointer(&l.Data[cp.off+rb*cp.size]), unsafe.Pointer(&dst[RowBlock*cp.k0]), cp.sc, 0
 		if c == len(cs)-1 {
 			ua.N2 = ly.Kp1 / 4
 		}
