@@ -66,8 +66,9 @@ type Parted interface {
 
 // PerCall is implemented by kernels whose Run (and RunUnits) calls cost something of their
 // own beyond their rows' work: tl1 and tl2 build the lookup tables of every chunk a call
-// sweeps, so a runner that steals, cutting a worker's share into ever smaller pieces, would
-// have them built again for each piece. RunSplit gives each worker one range of theirs.
+// sweeps, and one-token int1 on Zen 4 expands its activations, so a runner that steals,
+// cutting a worker's share into ever smaller pieces, would have them built again for each
+// piece. RunSplit gives each worker one range of theirs.
 type PerCall interface {
 	PerCall(l *Layer, n int) bool
 }

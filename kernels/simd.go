@@ -248,6 +248,12 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 // 55 KB do not fit L1 either, and its gain was the smallest.
 const int1ExpandBytes = 20 << 10
 
+// int1Expands reports whether a call of n tokens on l runs int1's one-token kernel of the
+// tuning on activations that each Run expands (plan.expand).
+func (k *simdKernel) int1Expands(l *Layer, n int) bool {
+	return k.ops.xKind == xInt1Perm && n == 1 && k.tunedOne() != nil && 8*l.Layout.Kp <= int1ExpandBytes
+}
+
 // int1ZMaxK is the longest K of the int1 zmm GEMV kernels: with one or two tokens the chain
 // of a high plane adds 128 x (int8 activation) for every four inputs, at most 2^14 x K/4,
 // within int32 up to K = 2^19. Longer layers (int1 takes K up to quantcfg.MaxDim) run
@@ -483,7 +489,7 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	case p.gemm:
 		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
-	case k.ops.xKind == xInt1Perm && n == 1 && k.tunedOne() != nil && 8*ly.Kp <= int1ExpandBytes: // (Run expands them)
+	case k.int1Expands(l, n): // (Run expands them)
 		p.xStride, p.expand = 8*ly.Kp, true
 	case k.ops.xKind == xInt1Perm:
 		p.xOff = off
@@ -915,9 +921,10 @@ const lutTunedT = 2
 // ran no faster than a sweep per group (the lookups are the bound there).
 const lutSweepTokens = 8
 
-// PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT).
+// PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
+// one-token int1 on the tuning's kernel expands its activations in each (int1Expands).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
-	return k.ops.lut[1] != nil && !k.useGemm(l, n)
+	return k.ops.lut[1] != nil && !k.useGemm(l, n) || k.int1Expands(l, n)
 }
 
 // A call in parts (Parted) pays a second fork/join and the adds of the workers' sums (M x n

@@ -128,6 +128,21 @@ func TestTunings(t *testing.T) {
 				if len(ran) != 1 || ran[want] == 0 {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
 				}
+				if k.format == quantcfg.Int1 { // its expanded activations are a per-call cost: no stealing
+					spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 40, In: kp}.WithDefaults()
+					w := Weights{Q: make([]int8, 40*kp)}
+					for i := range w.Q {
+						w.Q[i] = 1
+					}
+					scales := make([]float32, spec.NumScales())
+					for i := range scales {
+						scales[i] = 1
+					}
+					l := packLayer(t, spec, w, scales, nil)
+					if got := kk.PerCall(l, 1); got != (want == "tuned") || kk.PerCall(l, 2) {
+						t.Errorf("%s: K %d: PerCall %v for one token (%v for two), want %v", name, kp, got, kk.PerCall(l, 2), want == "tuned")
+					}
+				}
 			}
 			var fewNs []int // token counts whose kernel the tuning swaps
 			generic := strings.HasPrefix(k.name, "generic/")
