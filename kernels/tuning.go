@@ -188,10 +188,8 @@ func (t Tuning) Idle() string {
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK))
-	}
-	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token int1 with K <= %d on activations each thread expands per call (no vpermb or broadcasts a step)", int1ExpandBytes/8))
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK),
+			fmt.Sprintf("one-token int1 with K <= %d on activations each thread expands per call (no vpermb or broadcasts a step)", int1ExpandBytes/8))
 	}
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens, its block with idle vpaddd chains (faster from DRAM there)", i2sLongK))
