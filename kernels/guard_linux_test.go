@@ -74,7 +74,7 @@ func TestKernelsStayInsideTheLayer(t *testing.T) {
 		eachShape(t, k.name, k.Kernel, k.f, rng, shapes, 2, []int{1, 3, 8, 11}, func(what string, tl testLayer, x []float32, n int, want []float32) {
 			for _, atEnd := range []bool{true, false} {
 				l := *tl.Layer
-				l.Prepared = nil
+				l.prep = nil
 				l.Data = guarded(t, len(tl.Data), atEnd)
 				copy(l.Data, tl.Data)
 				l.Scales, l.Bias = guardedFloats(t, tl.Scales, atEnd), guardedFloats(t, tl.Bias, atEnd)

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"bitgo/quantcfg"
 )
@@ -21,9 +22,10 @@ type Layer struct {
 	SegLen int
 	// Levels maps int2 codes to int8 levels (the codebook); for other formats unused.
 	Levels [4]int8
-	// Prepared holds per-layer data that kernels derive once (row sums and the like),
-	// keyed by kernel name; see Kernel.
-	Prepared map[string]any
+	// prep is the SIMD kernels' per-layer data (a *layerPrep), built on first use and
+	// read without a lock after that (simdPrep). A copy of a Layer shares it until the
+	// copy's prep is set to nil.
+	prep unsafe.Pointer
 }
 
 // NewLayer checks a packed layer and returns it. The blob's codes are not decoded here

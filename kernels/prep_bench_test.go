@@ -38,3 +38,18 @@ func BenchmarkPrepare(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLayerPrep is the per-layer data's lookup (simdPrep), which every Prepare and
+// every Run of every worker makes, from all CPUs at once.
+func BenchmarkLayerPrep(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	tl := newTestLayer(b, rng, quantcfg.LayerSpec{Format: quantcfg.TL2, Out: 64, In: 2560})
+	tl.simdPrep()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if tl.simdPrep() == nil {
+				b.Error("no layer data")
+			}
+		}
+	})
+}

@@ -38,8 +38,8 @@ import (
 // scales, activation layouts (transposed for the GEMM and float tiles), int2's code-book
 // tables; Run reads them and may run concurrently on disjoint row-block ranges (each Run
 // builds the tl1/tl2 tables of the chunks it sweeps itself, in its own buffer). Per-layer
-// data (scales laid out per row block, padded bias) is built once and kept in
-// Layer.Prepared.
+// data (scales laid out per row block, padded bias, a chunk-major blob's chunks) is built
+// once and kept in the Layer (simdPrep).
 
 const (
 	maxGemvT = 8  // tokens per GEMV call
