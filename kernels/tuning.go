@@ -126,7 +126,20 @@ const (
 	//     keep). So three or more tl2 tokens run in passes of two (lutTunedT): three 38-42%
 	//     against 26-28, four 32-36 against 24-26, eight 16-19 against 14-15.
 	// The int2, int1 and int8 kernels keep the default's prefetch: without it int2 read
-	// 63-75% instead of 91-95.
+	// 63-75% instead of 91-95 (the table-free one-token kernel later, in one process
+	// against itself with the prefetch: 0.59-0.89x at one thread, 0.67-0.86x at two). For
+	// one-token int2 (in one process, `bitd bench -tuning` against scratch tunings, 11-21
+	// rounds, each order once, the 8B shapes and 2560x2560):
+	//   - prefetching 16-32 KiB ahead into L2 instead of 8: within +-4% at one thread, 1-2%
+	//     slower at two; 4 KiB ahead, or 4 KiB into L1, 0.72-0.82x;
+	//   - each step's two 32-byte units in one 64-byte load instead of two vbroadcasti64x4
+	//     (which takes a shuffle pipe on Zen 4 besides the load), the activations' dwords
+	//     per half by vpbroadcastq and vpermd: a C copy of the loop 15-20% faster from L1,
+	//     the kernel 1.10-1.12x from L3, but from DRAM at one thread 0.88-1.04x (four idle
+	//     vpaddd chains, rowPad's, as well: 0.94-0.95x). As with int1's expanded
+	//     activations on a long K, a block that is faster from cache does not make the
+	//     one-thread DRAM stream faster here; from L2 the one-token int2 and i2s kernels
+	//     already read 30 and 33 GB/s, about DRAM's rate.
 	TuningZen4
 	numTunings
 )
