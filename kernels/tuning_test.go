@@ -129,16 +129,7 @@ func TestTunings(t *testing.T) {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
 				}
 				if k.format == quantcfg.Int1 { // its expanded activations are a per-call cost: no stealing
-					spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 40, In: kp}.WithDefaults()
-					w := Weights{Q: make([]int8, 40*kp)}
-					for i := range w.Q {
-						w.Q[i] = 1
-					}
-					scales := make([]float32, spec.NumScales())
-					for i := range scales {
-						scales[i] = 1
-					}
-					l := packLayer(t, spec, w, scales, nil)
+					l := newTestLayer(t, rng, quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 40, In: kp}).Layer
 					if got := kk.PerCall(l, 1); got != (want == "tuned") || kk.PerCall(l, 2) {
 						t.Errorf("%s: K %d: PerCall %v for one token (%v for two), want %v", name, kp, got, kk.PerCall(l, 2), want == "tuned")
 					}
