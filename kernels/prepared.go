@@ -14,6 +14,7 @@ type layerPrep struct {
 	wsRB, wsSeg int          // floats between row blocks and between segments in ws
 	bias        []float32    // Mp floats, nil without bias
 	chunks      []chunkPiece // a chunk-major blob's chunks (nil for the other formats)
+	site        *oneSite     // the one-token kernel choice of l's format and shape (oneSiteFor; nil: none)
 }
 
 // chunkPiece is one chunk of a chunk-major blob (tl1, tl2) as a sweep reads it: its first
@@ -60,7 +61,7 @@ func (l *Layer) simdPrep() *layerPrep {
 
 func buildPrep(l *Layer) *layerPrep {
 	ly := l.Layout
-	p := &layerPrep{chunks: chunkPieces(ly)}
+	p := &layerPrep{chunks: chunkPieces(ly), site: oneSiteFor(l)}
 	if l.Bias != nil {
 		p.bias = make([]float32, ly.Mp)
 		copy(p.bias, l.Bias)

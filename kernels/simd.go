@@ -326,6 +326,22 @@ func (k *simdKernel) lutPasses(gs []lutGroup, t0, n, nrb int, sums []int32) []lu
 	return gs
 }
 
+// oneKernel returns the kernel a piece of a one-token call runs in place of own, the
+// format's: fmtOps.oneTuned where the tuning takes it, and under an adaptive tuning the
+// one lp's site keeps (then with its oneRun, to be done when the piece is).
+func (k *simdKernel) oneKernel(lp *layerPrep, own func(*byte)) (func(*byte), oneRun) {
+	t, hw := currentTuning(), k.ops.oneTuned
+	switch {
+	case hw == nil:
+		return own, oneRun{}
+	case t.Adaptive() && lp.site != nil:
+		return lp.site.pick(hw, own, t.tunedOne())
+	case t.tunedOne():
+		return hw, oneRun{}
+	}
+	return own, oneRun{}
+}
+
 // tunedOne returns the one-token kernel the current tuning puts in place of the format's
 // own (fmtOps.oneTuned), or nil.
 func (k *simdKernel) tunedOne() func(*byte) {
@@ -877,6 +893,10 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		tb.sums = make([]int32, need)
 	}
 	rows := func(int) (int, int) { return rb0, rb1 }
+	var run oneRun
+	if n == 1 {
+		tb.one, run = k.oneKernel(lp, k.ops.lut[1])
+	}
 	for b0 := 0; b0 < n; b0 += batch {
 		nb := min(batch, n-b0)
 		clear(tb.sums[:nrb*nb*RowBlock])
@@ -887,6 +907,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 			k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
 		}
 	}
+	run.done(nrb * (l.Layout.Bytes() / l.Layout.RowBlocks()))
 }
 
 // lutGroup is one pass of a lookup-table kernel in a sweep: tokens t0..t0+T-1 (T <= gemvT)
@@ -993,7 +1014,14 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	defer tb.release()
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
 	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, sums)
-	k.sweepLUT(l, a, l.simdPrep().chunks, tb.groups, 0, rows, tb)
+	lp := l.simdPrep()
+	var run oneRun
+	if a.N == 1 {
+		tb.one, run = k.oneKernel(lp, k.ops.lut[1])
+	}
+	k.sweepLUT(l, a, lp.chunks, tb.groups, 0, rows, tb)
+	ly := l.Layout
+	run.done((u1 - u0) * (ly.Bytes() / (ly.Chunks() * mrb)))
 }
 
 // Finish adds the other workers' sums of row blocks [rb0, rb1) into the first's and runs
@@ -1101,7 +1129,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 	// on tables of kind prefetches, given the bytes between row blocks.
 	luts, _ := k.luts()
 	kernel, tabs := func(g lutGroup) func(*byte) { return luts[g.T] }, func(g lutGroup) tabKind { return k.ops.lutTabs(g.T) }
-	if one := k.tunedOne(); a.N == 1 && one != nil {
+	if one := tb.one; a.N == 1 && one != nil {
 		kernel = func(lutGroup) func(*byte) { return one }
 	}
 	if k.lutOne(a.N) {
@@ -1326,11 +1354,13 @@ type threadBuf struct {
 	am     amxArgs
 	av     amxvArgs
 	av2    amxv2Args
-	cfg    [64]byte // am.Cfg, av.Cfg
+	cfg    [64]byte    // am.Cfg, av.Cfg
+	one    func(*byte) // tl2: the one-token kernel of a sweep (oneKernel), nil for lut[1]
 }
 
 func (tb *threadBuf) release() {
 	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2 = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}
+	tb.one = nil
 	bufPool.Put(tb)
 }
 
@@ -1381,6 +1411,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 	gemv := k.gemvFor(l)
 	one, oneParts := k.gemvOne(l, p, gemv)
+	var run oneRun // (the pieces of a one-token i2s call on a short K: oneKernel)
+	if n == 1 && lp.site != nil && !p.gemm && !p.amxv {
+		one, run = k.oneKernel(lp, gemv[1])
+	}
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
 	}
@@ -1526,6 +1560,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			k.ops.epi(argp(epi))
 		}
 	}
+	run.done((rb1 - rb0) * ly.RowBlockBytes)
 }
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
@@ -1720,9 +1755,12 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		_, s := scratchView(a, 4*n*ly.K)
 		xt = unsafe.Pointer(&s[0])
 	}
-	one := k.ops.float[1]
+	one, run := k.ops.float[1], oneRun{}
 	if t := k.tunedOne(); t != nil {
 		one = t
+	}
+	if n == 1 {
+		one, run = k.oneKernel(lp, k.ops.float[1])
 	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
@@ -1744,4 +1782,5 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 			}
 		}
 	}
+	run.done((rb1 - rb0) * ly.RowBlockBytes)
 }

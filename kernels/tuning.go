@@ -15,7 +15,8 @@ import (
 // prefetching, or a different kernel for the same format, to read their weights at the
 // memory's rate. Every choice gives the same results (the kernels are bit for bit the
 // reference); only their speed differs. The tuning is detected once at start and can be
-// forced with BITD_TUNING=default|zen4 (a bad value is reported and ignored).
+// forced with BITD_TUNING=default|zen4, either with "+adapt" (TuningAdapt; a bad value
+// is reported and ignored).
 type Tuning int32
 
 const (
@@ -144,35 +145,73 @@ const (
 	numTunings
 )
 
+// TuningAdapt marks a tuning adaptive (its name then ends in "+adapt"): its one-token
+// GEMVs that have a kernel of each kind of prefetch (i2s below i2sLongK, tl2, bf16, f32 on
+// the AVX-512 path) choose between the two as they run, starting from the tuning's choice
+// (see oneSite). Zen 4 runs zen4+adapt. There the zen4 kernels, which leave the weight
+// stream to the hardware's prefetchers, read 93-103% of the roofline on a quiet host, but
+// with a busy neighbour in the L3 and memory (the cache-resident i2s canary at 22-33 GB/s
+// instead of 39-50) the default's read up to 1.3x faster on some shapes. `bitd bench
+// -tuning zen4,zen4+adapt,default` (i2s, tl2, bf16; 4096x14336, 14336x4096, 2560x2560,
+// 6912x2560; one and two threads; 9 rounds), on such a host: zen4+adapt over zen4
+// 0.96-1.24x, and where the default was 1.09-1.30x faster than zen4 it was 1.09-1.24x; on
+// a quiet one (11 rounds, the first shape) 0.99-1.01x.
+const TuningAdapt Tuning = 1 << 8
+
+const adaptSuffix = "+adapt"
+
 var tuningNames = [numTunings]string{"default", "zen4"}
 
+// base is t without TuningAdapt: the kernel set it starts from.
+func (t Tuning) base() Tuning { return t &^ TuningAdapt }
+
+// Adaptive reports whether t carries TuningAdapt.
+func (t Tuning) Adaptive() bool { return t&TuningAdapt != 0 }
+
 func (t Tuning) String() string {
-	if t >= 0 && t < numTunings {
-		return tuningNames[t]
+	b := t.base()
+	if b < 0 || b >= numTunings {
+		return fmt.Sprintf("tuning(%d)", int(t))
 	}
-	return fmt.Sprintf("tuning(%d)", int(t))
+	if t.Adaptive() {
+		return tuningNames[b] + adaptSuffix
+	}
+	return tuningNames[b]
 }
 
-// ParseTuning reads a tuning's name ("default", "zen4").
+// ParseTuning reads a tuning's name ("default", "zen4", either with "+adapt").
 func ParseTuning(s string) (Tuning, error) {
+	name, flag := strings.TrimSpace(s), Tuning(0)
+	if len(name) > len(adaptSuffix) && strings.EqualFold(name[len(name)-len(adaptSuffix):], adaptSuffix) {
+		name, flag = name[:len(name)-len(adaptSuffix)], TuningAdapt
+	}
 	for i, n := range tuningNames {
-		if strings.EqualFold(strings.TrimSpace(s), n) {
-			return Tuning(i), nil
+		if strings.EqualFold(name, n) {
+			return Tuning(i) | flag, nil
 		}
 	}
 	return 0, fmt.Errorf("unknown kernel tuning %q (want one of %s)", s, strings.Join(TuningNames(), ", "))
 }
 
-// TuningNames lists the tunings' names, in order.
-func TuningNames() []string { return tuningNames[:] }
+// TuningNames lists the tunings' names, in order, each then with "+adapt".
+func TuningNames() []string {
+	var ns []string
+	for _, n := range tuningNames {
+		ns = append(ns, n)
+	}
+	for _, n := range tuningNames {
+		ns = append(ns, n+adaptSuffix)
+	}
+	return ns
+}
 
 // tunedOne: the one-token float, i2s and tl2 GEMVs run their variants without software
 // prefetch (fmtOps.oneTuned).
-func (t Tuning) tunedOne() bool { return t == TuningZen4 }
+func (t Tuning) tunedOne() bool { return t.base() == TuningZen4 }
 
 // i2sLongRow: one-token i2s on a long K runs the row kernel (fmtOps.gemvRow1) instead of
 // two row quads a pass (fmtOps.gemvLong1).
-func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
+func (t Tuning) i2sLongRow() bool { return t.base() == TuningZen4 }
 
 // fewTuned: the GEMVs of a few tokens take the tuning's kernels (fmtOps.gemvTuned,
 // gemvSeqTuned, lutTuned): two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three-
@@ -181,17 +220,17 @@ func (t Tuning) i2sLongRow() bool { return t == TuningZen4 }
 // runs table-free (gemvInt2SeqT2AVX512), two-token tl2 marks its weight lines non-temporal
 // and prefetches the next pair of row blocks into L2 only (lutTL2T2AVX512NT), and more tl2
 // tokens run in passes of two (lutTunedT).
-func (t Tuning) fewTuned() bool { return t == TuningZen4 }
+func (t Tuning) fewTuned() bool { return t.base() == TuningZen4 }
 
 // tl1Multiply: one-token tl1 runs the multiplying kernel (lut[1]) instead of the lookup one
 // (fmtOps.lutOne).
-func (t Tuning) tl1Multiply() bool { return t == TuningZen4 }
+func (t Tuning) tl1Multiply() bool { return t.base() == TuningZen4 }
 
 // Idle tells why t changes nothing that runs ("" when it does): every choice it makes is
 // an AVX-512 kernel's (the zmm path's fmtOps), so with the AVX-512 kernels switched off
 // (BITD_DISABLE_AVX512, BITD_PUREGO) the kernels that run are the default's.
 func (t Tuning) Idle() string {
-	if t == TuningDefault || ISAAvailable(ISAAVX512) {
+	if t.base() == TuningDefault && !t.Adaptive() || ISAAvailable(ISAAVX512) {
 		return ""
 	}
 	return "not in effect: its kernels are AVX-512's, and " + isaReason(ISAAVX512)
@@ -213,6 +252,9 @@ func (t Tuning) Changes() []string {
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")
+	}
+	if t.Adaptive() {
+		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %d-%dth piece runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax))
 	}
 	return c
 }
@@ -239,7 +281,7 @@ func init() {
 func detectTuning() (Tuning, string) {
 	c := cpuid.CPU
 	if c.VendorID == cpuid.AMD && c.Family == 0x19 && zmmCPU() {
-		return TuningZen4, "AMD family 19h with AVX-512 (Zen 4)"
+		return TuningZen4 | TuningAdapt, "AMD family 19h with AVX-512 (Zen 4), adaptive: a shared host changes which prefetch reads faster"
 	}
 	return TuningDefault, fmt.Sprintf("%s family %xh: no measured tuning of its own", c.VendorString, c.Family)
 }

@@ -13,17 +13,30 @@ import (
 )
 
 func TestParseTuning(t *testing.T) {
-	for i := Tuning(0); i < numTunings; i++ {
-		got, err := ParseTuning(" " + i.String() + " ")
-		if err != nil || got != i {
-			t.Errorf("ParseTuning(%q) = %v, %v", i.String(), got, err)
+	var names []string
+	for _, flag := range []Tuning{0, TuningAdapt} {
+		for i := Tuning(0); i < numTunings; i++ {
+			tn := i | flag
+			got, err := ParseTuning(" " + strings.ToUpper(tn.String()) + " ")
+			if err != nil || got != tn || tn.Adaptive() != (flag != 0) || tn.base() != i {
+				t.Errorf("ParseTuning(%q) = %v, %v", tn.String(), got, err)
+			}
+			names = append(names, tn.String())
 		}
 	}
-	if _, err := ParseTuning("zen5"); err == nil {
-		t.Error("ParseTuning accepted an unknown name")
+	if !slices.Equal(TuningNames(), names) || !slices.Contains(names, "zen4+adapt") {
+		t.Errorf("TuningNames() = %q, want %q", TuningNames(), names)
 	}
-	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 6 {
-		t.Errorf("Changes: default %q, zen4 %q", TuningDefault.Changes(), TuningZen4.Changes())
+	for _, bad := range []string{"zen5", "+adapt", "zen4+adapt+adapt", "zen4+", "adapt"} {
+		if tn, err := ParseTuning(bad); err == nil {
+			t.Errorf("ParseTuning(%q) = %v, want an error", bad, tn)
+		}
+	}
+	if s := (numTunings | TuningAdapt).String(); !strings.HasPrefix(s, "tuning(") {
+		t.Errorf("an unknown tuning prints as %q", s)
+	}
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 6 || len((TuningZen4|TuningAdapt).Changes()) != 7 || len((TuningDefault|TuningAdapt).Changes()) != 1 {
+		t.Errorf("Changes: default %q, zen4 %q, zen4+adapt %q", TuningDefault.Changes(), TuningZen4.Changes(), (TuningZen4 | TuningAdapt).Changes())
 	}
 }
 
@@ -223,6 +236,9 @@ func TestTuningIdle(t *testing.T) {
 	}
 	restore := DisableAVX512()
 	defer restore()
+	if why := (TuningDefault | TuningAdapt).Idle(); !strings.Contains(why, "not in effect") {
+		t.Errorf("default+adapt with AVX-512 off: idle %q (its kernel pairs are AVX-512's)", why)
+	}
 	if why := TuningZen4.Idle(); !strings.Contains(why, "not in effect") || !strings.Contains(why, isaReason(ISAAVX512)) {
 		t.Errorf("zen4 with AVX-512 off: idle %q, want it to name %q", why, isaReason(ISAAVX512))
 	}

@@ -1,0 +1,194 @@
+package kernels
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"bitgo/quantcfg"
+)
+
+// One-token GEMVs that have two kernels differing only in how they prefetch their weight
+// stream (fmtOps.oneTuned, which leaves it to the hardware's prefetchers, and the format's
+// own, which prefetches in software into L2 and L1) choose between the two as they run
+// under an adaptive tuning (TuningAdapt): i2s below i2sLongK, tl2, bf16 and f32.
+//
+// Which of the two reads faster depends on what else uses the caches and the memory, and
+// on a shared host that changes while a model serves. On the Zen 4 guest the tuning's
+// kernels read 93-103% of the roofline where the host was quiet and the default's 67-84;
+// with a neighbour busy in the shared L3 the order turned for some shapes (in two such
+// runs of the issue's bench, one-token i2s 14336x4096 at one thread 45-60% against the
+// default's 57-71, tl2 42-59 against 52-53).
+//
+// Each worker's piece of such a call times itself (two clock reads a piece, tens of
+// nanoseconds against tens of microseconds) and keeps a moving average of the time per
+// KiB of weights for the kernel it ran, shared by the layers of one format and shape (a
+// model's layers of a shape run alike, and a shape's calls come often enough for the
+// averages to follow the host; the sites live as long as the process, one per format and
+// shape). Every adaptProbe-th piece runs the other kernel (up to every adaptProbeMax-th
+// while it loses); a kernel is kept while the other's average is not adaptMargin below its
+// own.
+type oneSite struct {
+	pieces atomic.Uint64
+	// since counts the pieces since the last probe; every is the pieces between probes,
+	// adaptProbe doubling up to adaptProbeMax while probes lose by adaptLose.
+	since, every atomic.Uint32
+	// hw is the kernel the site's pieces run: 1 oneTuned, 0 the format's own; -1 before
+	// its first piece, which takes the tuning's choice.
+	hw atomic.Int32
+	// rate is the moving averages of ns per KiB, by kernel as hw (float64 bits; 0 before
+	// a kernel's first piece).
+	rate     [2]atomic.Uint64
+	switches atomic.Uint64
+}
+
+const (
+	// adaptProbe: every adaptProbe-th piece of a site runs the kernel it does not keep,
+	// and every adaptProbeMax-th while those pieces take adaptLose more time a KiB than
+	// the kept kernel's average (so that a kernel much slower on a quiet host costs its
+	// site about 0.1-0.5% of its time, and is taken within a few hundred pieces when it
+	// turns faster).
+	adaptProbe, adaptProbeMax = 16, 128
+	adaptLose                 = 0.10
+	// adaptMargin: the other kernel's average must be this fraction below the kept one's
+	// for the site to switch to it.
+	adaptMargin = 0.03
+)
+
+type siteKey struct {
+	f    quantcfg.Format
+	m, k int
+}
+
+var oneSites sync.Map // siteKey -> *oneSite
+
+// oneSiteFor returns the site of l's format and shape, nil for a format with no kernel
+// pair.
+func oneSiteFor(l *Layer) *oneSite {
+	switch f := l.Spec.Format; {
+	case f == quantcfg.I2S && l.Layout.Kp < i2sLongK, f == quantcfg.TL2, f.IsFloat():
+	default:
+		return nil
+	}
+	key := siteKey{l.Spec.Format, l.Layout.M, l.Layout.K}
+	if s, ok := oneSites.Load(key); ok {
+		return s.(*oneSite)
+	}
+	v, _ := oneSites.LoadOrStore(key, newOneSite())
+	return v.(*oneSite)
+}
+
+func newOneSite() *oneSite {
+	s := new(oneSite)
+	s.hw.Store(-1)
+	s.every.Store(adaptProbe)
+	return s
+}
+
+// oneRun is one piece's choice, to be timed (site nil: not timed).
+type oneRun struct {
+	site  *oneSite
+	hw    int32
+	probe bool
+	t0    time.Time
+}
+
+// pick returns the kernel a piece runs, hw (oneTuned) or own, and its oneRun; start is
+// the tuning's choice (true: hw), taken by a site's first piece.
+func (s *oneSite) pick(hw, own func(*byte), start bool) (func(*byte), oneRun) {
+	cur := s.hw.Load()
+	if cur < 0 {
+		c := int32(0)
+		if start {
+			c = 1
+		}
+		s.hw.CompareAndSwap(-1, c)
+		cur = s.hw.Load()
+	}
+	r := oneRun{site: s, hw: cur}
+	s.pieces.Add(1)
+	if s.since.Add(1) >= s.every.Load() {
+		s.since.Store(0)
+		r.hw, r.probe = 1-cur, true
+	}
+	r.t0 = time.Now()
+	if r.hw == 1 {
+		return hw, r
+	}
+	return own, r
+}
+
+// done records the piece's time over its bytes of weights (oneSite.record).
+func (r oneRun) done(bytes int) {
+	if r.site != nil && bytes > 0 {
+		r.site.record(r.hw, r.probe, float64(time.Since(r.t0).Nanoseconds())*1024/float64(bytes))
+	}
+}
+
+// record adds a piece's ns per KiB on kernel hw (a probe's, or the kept kernel's) to
+// its average, sets how often the site probes, and switches the site's kernel where the
+// other's average is adaptMargin below the kept one's.
+func (s *oneSite) record(hw int32, probe bool, x float64) {
+	a := 1.0 / 8
+	if probe {
+		a = 1.0 / 2
+		if kept := math.Float64frombits(s.rate[1-hw].Load()); kept > 0 && x > kept*(1+adaptLose) {
+			s.every.Store(min(2*s.every.Load(), adaptProbeMax))
+		} else {
+			s.every.Store(adaptProbe)
+		}
+	}
+	if old := math.Float64frombits(s.rate[hw].Load()); old != 0 {
+		x = old + a*(x-old)
+	}
+	s.rate[hw].Store(math.Float64bits(x))
+	cur := s.hw.Load()
+	if cur < 0 {
+		return
+	}
+	kept, other := math.Float64frombits(s.rate[cur].Load()), math.Float64frombits(s.rate[1-cur].Load())
+	if kept > 0 && other > 0 && other < kept*(1-adaptMargin) && s.hw.CompareAndSwap(cur, 1-cur) {
+		s.switches.Add(1)
+	}
+}
+
+// AdaptChoice is one site's state: its format and shape, the kernel it keeps, its
+// averages and how often it switched.
+type AdaptChoice struct {
+	Format   string  `json:"format"`
+	M        int     `json:"m"`
+	K        int     `json:"k"`
+	Kernel   string  `json:"kernel"` // "hardware-prefetch" or "software-prefetch"; "" before the first piece
+	HWNsKiB  float64 `json:"hw_ns_per_kib"`
+	SWNsKiB  float64 `json:"sw_ns_per_kib"`
+	Pieces   uint64  `json:"pieces"`
+	Switches uint64  `json:"switches"`
+}
+
+// AdaptChoices lists the states of the sites that ran pieces, by format and shape.
+func AdaptChoices() []AdaptChoice {
+	var cs []AdaptChoice
+	oneSites.Range(func(k, v any) bool {
+		key, s := k.(siteKey), v.(*oneSite)
+		if s.pieces.Load() == 0 {
+			return true
+		}
+		c := AdaptChoice{Format: string(key.f), M: key.m, K: key.k, Pieces: s.pieces.Load(), Switches: s.switches.Load(),
+			HWNsKiB: math.Float64frombits(s.rate[1].Load()), SWNsKiB: math.Float64frombits(s.rate[0].Load())}
+		switch s.hw.Load() {
+		case 1:
+			c.Kernel = "hardware-prefetch"
+		case 0:
+			c.Kernel = "software-prefetch"
+		}
+		cs = append(cs, c)
+		return true
+	})
+	slices.SortFunc(cs, func(a, b AdaptChoice) int {
+		return cmp.Or(cmp.Compare(a.Format, b.Format), cmp.Compare(a.M, b.M), cmp.Compare(a.K, b.K))
+	})
+	return cs
+}

@@ -1,0 +1,221 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"bitgo/quantcfg"
+)
+
+// resetSites forgets every site's choice and averages, before the test and after it.
+func resetSites(t *testing.T) {
+	oneSites.Clear()
+	t.Cleanup(oneSites.Clear)
+}
+
+// TestOneSitePolicy drives a site with made-up times: it starts on the tuning's choice,
+// probes the other kernel every adaptProbe pieces and less often (down to every
+// adaptProbeMax-th) while the probes lose by adaptLose, switches once the other's average
+// is adaptMargin below, switches back when a probe's good time was a fluke, and probes
+// every adaptProbe pieces again once the probes stop losing.
+func TestOneSitePolicy(t *testing.T) {
+	var ranHW bool
+	hwFn, ownFn := func(*byte) { ranHW = true }, func(*byte) { ranHW = false }
+	isHW := func(f func(*byte)) bool { f(nil); return ranHW }
+	// run drives n pieces, each taking ns per KiB by kernel, and returns the pieces that
+	// ran the kernel the site did not keep (probes) and how far apart they came.
+	run := func(s *oneSite, start bool, n int, hwNs, ownNs float64) (probes []int) {
+		for i := 0; i < n; i++ {
+			f, r := s.pick(hwFn, ownFn, start)
+			if r.probe {
+				probes = append(probes, i)
+			}
+			if isHW(f) != (r.hw == 1) {
+				t.Fatalf("piece %d: pick returned the other kernel than it records (hw %d)", i, r.hw)
+			}
+			x := ownNs
+			if r.hw == 1 {
+				x = hwNs
+			}
+			s.record(r.hw, r.probe, x)
+		}
+		return probes
+	}
+	for _, start := range []bool{true, false} {
+		s := newOneSite()
+		if f, _ := s.pick(hwFn, ownFn, start); isHW(f) != start || s.hw.Load() != b2i(start) {
+			t.Fatalf("start %v: the first piece ran hw %v", start, isHW(f))
+		}
+	}
+
+	s := newOneSite()
+	// hw much faster: the probes of own lose and back off to every adaptProbeMax-th piece
+	probes := run(s, true, 2000, 40, 60)
+	if s.hw.Load() != 1 || s.switches.Load() != 0 {
+		t.Fatalf("hw 40 ns/KiB against 60: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
+	}
+	if len(probes) < 4 || probes[0] != adaptProbe-1 || probes[len(probes)-1]-probes[len(probes)-2] != adaptProbeMax {
+		t.Fatalf("probes at %v, want the first after %d pieces and the last ones %d apart", probes, adaptProbe, adaptProbeMax)
+	}
+	if got := math.Float64frombits(s.rate[0].Load()); math.Abs(got-60) > 1e-9 {
+		t.Fatalf("own's average %v, want 60", got)
+	}
+	// own turns faster: the next probe finds it and the site switches within a few probes
+	probes = run(s, true, 3*adaptProbeMax, 40, 30)
+	if s.hw.Load() != 0 || s.switches.Load() != 1 {
+		t.Fatalf("own 30 ns/KiB against 40: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
+	}
+	if len(probes) == 0 || probes[0] >= adaptProbeMax {
+		t.Fatalf("probes at %v after own turned faster", probes)
+	}
+	// now hw is probed, loses by 25%, and the probes back off again
+	probes = run(s, true, 2000, 40, 30)
+	if s.hw.Load() != 0 || s.every.Load() != adaptProbeMax {
+		t.Fatalf("kept hw %d, probing every %d pieces, want own and %d", s.hw.Load(), s.every.Load(), adaptProbeMax)
+	}
+	// within adaptMargin of each other: no switch either way
+	before := s.switches.Load()
+	run(s, true, 1000, 30.5, 30)
+	if s.switches.Load() != before {
+		t.Fatalf("kernels 1.7%% apart: %d switches", s.switches.Load()-before)
+	}
+	if s.every.Load() != adaptProbe {
+		t.Fatalf("probes not losing: every %d pieces, want %d", s.every.Load(), adaptProbe)
+	}
+
+	// a probe that was a fluke: the site switches on it, then back as the kept samples come
+	s = newOneSite()
+	run(s, true, 200, 40, 60)
+	s.since.Store(s.every.Load()) // the next piece probes
+	_, r := s.pick(hwFn, ownFn, true)
+	if !r.probe || r.hw != 0 {
+		t.Fatalf("forced probe: %+v", r)
+	}
+	s.record(r.hw, r.probe, 1) // own at 1 ns/KiB once: its average (60+1)/2 < 40
+	if s.hw.Load() != 0 {
+		t.Fatal("no switch on a probe 40x faster")
+	}
+	run(s, true, 10, 40, 60)
+	if s.hw.Load() != 1 || s.switches.Load() != 2 {
+		t.Fatalf("after the fluke: kept hw %d after %d switches, want hw again after 2", s.hw.Load(), s.switches.Load())
+	}
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestAdaptiveKernels: under an adaptive tuning the one-token GEMVs with two kernels (i2s
+// below i2sLongK, tl2, bf16, f32, on the AVX-512 path) start on the tuning's choice, run the
+// other one in their probes, and give the reference's outputs bit for bit from both, in
+// row ranges and (tl2) in parts of a call; the one-token GEMVs with no pair (i2s on a long K,
+// int1) run the tuning's kernel alone and keep no site.
+func TestAdaptiveKernels(t *testing.T) {
+	var ks []*simdKernel
+	for _, k := range asmKernels() {
+		if k.isa == ISAAVX512 && k.ops.oneTuned != nil {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no AVX-512 kernel runs here")
+	}
+	smallParts(t)
+	resetSites(t)
+	defer SwitchTuning(currentTuning())
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, tn := range []Tuning{TuningZen4 | TuningAdapt, TuningDefault | TuningAdapt} {
+		SwitchTuning(tn)
+		for _, k := range ks {
+			name := tn.String() + "/" + k.Name()
+			ran := map[string]int{}
+			count := func(what string, f func(*byte)) func(*byte) {
+				if f == nil {
+					return nil
+				}
+				return func(p *byte) { ran[what]++; f(p) }
+			}
+			o := *k.ops
+			own := "own"
+			o.gemv[1], o.float[1], o.lut[1] = count(own, o.gemv[1]), count(own, o.float[1]), count(own, o.lut[1])
+			o.gemvLong1, o.gemvRow1, o.oneTuned = count("long", o.gemvLong1), count("long", o.gemvRow1), count("tuned", o.oneTuned)
+			if o.gemvTuned != nil { // (i2s under zen4: gemvFor's table)
+				tuned := *o.gemvTuned
+				tuned[1] = count(own, tuned[1])
+				o.gemvTuned = &tuned
+			}
+			kk := newSIMDKernel(k.isa, k.format, &o, k.int8vnni)
+			kk.name = k.name
+			first := own
+			if tn.tunedOne() {
+				first = "tuned"
+			}
+			shape := [2]int{37, 2560}
+			if k.format == quantcfg.TL2 {
+				shape = [2]int{37, 26 * TL2Block}
+			}
+			switch k.format {
+			case quantcfg.Int1:
+				// no pair: the tuning's kernel only, and no site
+				eachShape(t, name, kk, k.format, rng, [][2]int{shape}, 1, []int{1}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+					for range 2 * adaptProbe {
+						checkExact(t, what, runSplit(t, kk, tl.Layer, x, 1), want, tl.Spec.Out)
+					}
+					if tl.Layer.simdPrep().site != nil {
+						t.Errorf("%s: a site for a format with one kernel", what)
+					}
+				})
+				if ran[own] > 0 && ran["tuned"] > 0 {
+					t.Errorf("%s: ran %v, want one of the two kernels", name, ran)
+				}
+				continue
+			}
+			oneSites.Clear()
+			eachShape(t, name, kk, k.format, rng, [][2]int{shape}, 1, []int{1}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+				clear(ran)
+				checkExact(t, what, runSplit(t, kk, tl.Layer, x, 1), want, tl.Spec.Out)
+				if len(ran) != 1 || ran[first] == 0 {
+					t.Errorf("%s: the first call ran %v, want %s (the tuning's)", what, ran, first)
+				}
+				for range 2 * adaptProbe {
+					checkExact(t, what, runSplit(t, kk, tl.Layer, x, 1), want, tl.Spec.Out)
+				}
+				if ran[own] == 0 || ran["tuned"] == 0 || ran["long"] != 0 {
+					t.Errorf("%s: %d calls ran %v, want both kernels", what, 2*adaptProbe+1, ran)
+				}
+				s := tl.Layer.simdPrep().site
+				if s == nil || s.pieces.Load() == 0 || s.rate[0].Load() == 0 || s.rate[1].Load() == 0 {
+					t.Fatalf("%s: site %+v, want pieces and both kernels' averages", what, s)
+				}
+				if k.format == quantcfg.TL2 { // in parts of the call (Units, RunUnits, Finish)
+					clear(ran)
+					var a Acts
+					for range 2 * adaptProbe {
+						checkExact(t, what+", in parts", runParts(t, rng, namedKernel{name, kk}, &a, tl.Layer, x, 1, 2, false), want, tl.Spec.Out)
+					}
+					if ran[own] == 0 || ran["tuned"] == 0 {
+						t.Errorf("%s: in parts ran %v, want both kernels", what, ran)
+					}
+				}
+			})
+			if k.format == quantcfg.I2S { // a long K: the long kernels alone, no site
+				clear(ran)
+				eachShape(t, name, kk, k.format, rng, [][2]int{{37, i2sLongK + 1}}, 1, []int{1}, func(what string, tl testLayer, x []float32, n int, want []float32) {
+					for range 2 * adaptProbe {
+						checkExact(t, what, runSplit(t, kk, tl.Layer, x, 1), want, tl.Spec.Out)
+					}
+					if tl.Layer.simdPrep().site != nil {
+						t.Errorf("%s: a site for a long K", what)
+					}
+				})
+				if len(ran) != 1 || ran["long"] == 0 {
+					t.Errorf("%s: a long K ran %v, want the long-K kernel only", name, ran)
+				}
+			}
+		}
+	}
+}
