@@ -114,7 +114,8 @@ type benchMachine struct {
 	// Int8Peak is the int8 peak loop's path (kernels.Int8PeakPath): "avx512vnni" (zmm
 	// vpdpbusd) or "avx2" (ymm vpmaddubsw summed by vpaddw); empty without one.
 	Int8Peak string `json:"int8_peak,omitempty"`
-	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default" or "zen4".
+	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default" or "zen4", either
+	// with "+adapt".
 	Tuning string `json:"tuning"`
 	// L3Bytes is the L3 the CPU reports (omitted where it reports none).
 	L3Bytes  int `json:"l3_bytes,omitempty"`
@@ -135,6 +136,9 @@ type benchMachine struct {
 type benchReport struct {
 	Machine benchMachine  `json:"machine"`
 	Results []benchRecord `json:"results"`
+	// Adaptive is where the adaptive tuning's one-token GEMVs ended (kernels.AdaptChoices),
+	// for the shapes they ran in this run under a "+adapt" tuning.
+	Adaptive []kernels.AdaptChoice `json:"adaptive,omitempty"`
 }
 
 // benchEnv is the state shared by the suites: options, machine figures, where to log.
@@ -463,7 +467,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	rep := benchReport{Machine: e.machine, Results: results}
+	rep := benchReport{Machine: e.machine, Results: results, Adaptive: kernels.AdaptChoices()}
 	code := 0
 	if o.json {
 		enc := json.NewEncoder(stdout)
@@ -868,6 +872,13 @@ func printTable(w io.Writer, rep benchReport) {
 	}
 	if beyond {
 		fmt.Fprintf(w, "+ the matrix is larger than the L3 (%s): its cache variant reads DRAM\n", l3Text(m.L3Bytes))
+	}
+	if len(rep.Adaptive) > 0 {
+		fmt.Fprintln(w, "\nadaptive one-token kernels at the end (ns per KiB of weights, moving averages):")
+		for _, c := range rep.Adaptive {
+			fmt.Fprintf(w, "  %-5s %6s  %-17s  hardware prefetch %6.1f  software %6.1f  %d pieces, %d switches\n",
+				c.Format, fmt.Sprintf("%dx%d", c.M, c.K), c.Kernel, c.HWNsKiB, c.SWNsKiB, c.Pieces, c.Switches)
+		}
 	}
 }
 

@@ -165,6 +165,22 @@ func TestBenchJSON(t *testing.T) {
 	if len(reads) != 3 {
 		t.Errorf("reads of %v, want i2s, tl2 and bf16", reads)
 	}
+	// Under an adaptive tuning the one-token GEMVs of i2s, tl2 and bf16 chose their kernels.
+	if tn, _ := kernels.CurrentTuning(); tn.Adaptive() && tn.Idle() == "" {
+		ran := map[string]bool{}
+		ad, _ := rep["adaptive"].([]any)
+		for _, c := range ad {
+			c := c.(map[string]any)
+			if c["m"].(float64) == 64 && c["k"].(float64) == 256 && c["pieces"].(float64) > 0 && c["kernel"] != "" {
+				ran[c["format"].(string)] = true
+			}
+		}
+		if !ran["i2s"] || !ran["tl2"] || !ran["bf16"] {
+			t.Errorf("adaptive %v, want the choices of i2s, tl2 and bf16 on 64x256", rep["adaptive"])
+		}
+	} else if rep["adaptive"] != nil {
+		t.Errorf("adaptive %v under %s", rep["adaptive"], tn)
+	}
 	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Errorf("plot: %v", err)
 	} else if n, bar := bytes.Count(b, []byte("<title>i2s 64x256 ")), fmt.Sprintf("<title>i2s 64x256 %.1f GB/s</title>", i2sGBps); n != 1 || !bytes.Contains(b, []byte(bar)) {

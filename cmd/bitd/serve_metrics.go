@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"bitgo/engine"
 	"bitgo/ipc"
+	"bitgo/kernels"
 )
 
 // serveMetrics are bitd serve's Prometheus metrics, registered on an injected registry.
@@ -80,7 +83,44 @@ func newServeMetrics(reg prometheus.Registerer, e *engine.Engine, shared int) *s
 		Name: "bitd_engine_threads",
 		Help: "Threads computing each call.",
 	}, func() float64 { return float64(e.Threads()) })
+	reg.MustRegister(adaptCollector{})
 	return m
+}
+
+// adaptCollector reports the adaptive tuning's one-token kernel choices
+// (kernels.AdaptChoices), one series per format and shape that ran.
+type adaptCollector struct{}
+
+var (
+	adaptHWDesc = prometheus.NewDesc("bitd_kernel_adaptive_hardware_prefetch",
+		"1 where the one-token GEMVs of a format and shape run the kernel that leaves prefetching to the hardware, 0 where they run the one that prefetches in software (adaptive tunings).",
+		[]string{"format", "shape"}, nil)
+	adaptRateDesc = prometheus.NewDesc("bitd_kernel_adaptive_seconds_per_kib",
+		"Moving average of the time per KiB of weights of each of the two one-token kernels of a format and shape (adaptive tunings).",
+		[]string{"format", "shape", "prefetch"}, nil)
+	adaptSwitchDesc = prometheus.NewDesc("bitd_kernel_adaptive_switches_total",
+		"Times the one-token GEMVs of a format and shape switched kernel (adaptive tunings).",
+		[]string{"format", "shape"}, nil)
+)
+
+func (adaptCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- adaptHWDesc
+	ch <- adaptRateDesc
+	ch <- adaptSwitchDesc
+}
+
+func (adaptCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range kernels.AdaptChoices() {
+		shape := fmt.Sprintf("%dx%d", c.M, c.K)
+		hw := 0.0
+		if c.Kernel == "hardware-prefetch" {
+			hw = 1
+		}
+		ch <- prometheus.MustNewConstMetric(adaptHWDesc, prometheus.GaugeValue, hw, c.Format, shape)
+		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.HWNsKiB*1e-9, c.Format, shape, "hardware")
+		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.SWNsKiB*1e-9, c.Format, shape, "software")
+		ch <- prometheus.MustNewConstMetric(adaptSwitchDesc, prometheus.CounterValue, float64(c.Switches), c.Format, shape)
+	}
 }
 
 // Call records one finished request (ipc.Observer).

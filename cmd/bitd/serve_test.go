@@ -391,6 +391,16 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// Under an adaptive tuning the one-token i2s forwards above ran a kernel pair's site.
+	if tn, _ := kernels.CurrentTuning(); tn.Adaptive() && tn.Idle() == "" {
+		shape := fmt.Sprintf(`shape="%dx%d"`, shared.spec.Out, shared.spec.In)
+		for _, want := range []string{`bitd_kernel_adaptive_hardware_prefetch{format="i2s",` + shape + "}", `bitd_kernel_adaptive_switches_total{format="i2s",` + shape + "}",
+			`bitd_kernel_adaptive_seconds_per_kib{format="i2s",prefetch="hardware",` + shape + "}"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
 	if problems, err := testutil.CollectAndLint(reg); err != nil || len(problems) > 0 {
 		t.Fatalf("metrics lint: %v %+v", err, problems)
 	}
