@@ -37,7 +37,7 @@ test-go: build
 	BITD_REQUIRE_OPENCL=1 $(GO) test -count=1 ./...
 # the kernels again under every kernel tuning but the one that ran above (`bitd info`)
 	info="$$($(BIN) info)"; ran="$$(awk '/^tuning/ { getline; print $$1 }' <<<"$$info")"; \
-	all="$$(sed -n 's/.*BITD_TUNING=\([a-z0-9|]*\).*/\1/p' <<<"$$info" | head -1 | tr '|' ' ')"; \
+	all="$$(sed -n 's/.*BITD_TUNING=\([a-z0-9|+]*\).*/\1/p' <<<"$$info" | head -1 | tr '|' ' ')"; \
 	test -n "$$ran" && test -n "$$all" || { echo "bitd info names no kernel tunings"; exit 1; }; \
 	for t in $$all; do [ "$$t" = "$$ran" ] || BITD_TUNING=$$t $(GO) test -count=1 ./kernels || exit 1; done
 	$(GO) test -count=1 -tags noasm ./kernels/... ./engine

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
+	_ "unsafe" // (go:linkname)
 
 	"bitgo/quantcfg"
 )
@@ -23,9 +23,9 @@ import (
 // runs of the bench, one-token i2s 14336x4096 at one thread 45-60% against the
 // default's 57-71, tl2 42-59 against 52-53).
 //
-// Each worker's piece of such a call times itself (two clock reads a piece, tens of
-// nanoseconds against tens of microseconds) and keeps a moving average of the time per
-// KiB of weights for the kernel it ran, shared by the layers of one format and shape (a
+// The workers' pieces of such calls time themselves, one in adaptSample (and every
+// probe), and keep a moving average of the time per KiB of weights for the kernel they
+// ran, shared by the layers of one format and shape (a
 // model's layers of a shape run alike, and a shape's calls come often enough for the
 // averages to follow the host; the sites live as long as the process, one per format and
 // shape). Every adaptProbe-th piece runs the other kernel (up to every adaptProbeMax-th
@@ -56,7 +56,17 @@ const (
 	// adaptMargin: the other kernel's average must be this fraction below the kept one's
 	// for the site to switch to it.
 	adaptMargin = 0.03
+	// adaptSample: every adaptSample-th piece of the kept kernel is timed. Two clock reads
+	// take about 50 ns here (runtime.nanotime; time.Now and time.Since 80-110), 2% of a
+	// piece of adaptMinBytes from DRAM.
+	adaptSample = 4
 )
+
+// adaptMinBytes is the least weights a piece must read to count: smaller pieces (the
+// stealing scheduler's last ones, small layers) run the kept kernel untimed, as their
+// clock reads would cost more and their time tells of the fork and the caches more than
+// of the stream (a variable for tests).
+var adaptMinBytes = 64 << 10
 
 type siteKey struct {
 	f    quantcfg.Format
@@ -88,17 +98,21 @@ func newOneSite() *oneSite {
 	return s
 }
 
-// oneRun is one piece's choice, to be timed (site nil: not timed).
+// oneRun is one piece's choice: its kernel, and the start of its timing (site nil: not
+// timed).
 type oneRun struct {
 	site  *oneSite
 	hw    int32
 	probe bool
-	t0    time.Time
+	bytes int
+	t0    int64
 }
 
-// pick returns the kernel a piece runs, hw (oneTuned) or own, and its oneRun; start is
-// the tuning's choice (true: hw), taken by a site's first piece.
-func (s *oneSite) pick(hw, own func(*byte), start bool) (func(*byte), oneRun) {
+// pick returns the kernel a piece of bytes of weights runs, hw (oneTuned) or own, and its
+// oneRun; start is the tuning's choice (true: hw), which a site's first piece takes. A piece
+// of less than adaptMinBytes runs the kept kernel and is neither timed nor counted; of the
+// others, every adaptSample-th is timed, and the probes (every every-th).
+func (s *oneSite) pick(hw, own func(*byte), start bool, bytes int) (func(*byte), oneRun) {
 	cur := s.hw.Load()
 	if cur < 0 {
 		c := int32(0)
@@ -108,31 +122,38 @@ func (s *oneSite) pick(hw, own func(*byte), start bool) (func(*byte), oneRun) {
 		s.hw.CompareAndSwap(-1, c)
 		cur = s.hw.Load()
 	}
-	r := oneRun{site: s, hw: cur}
-	s.pieces.Add(1)
-	if s.since.Add(1) >= s.every.Load() {
-		s.since.Store(0)
-		r.hw, r.probe = 1-cur, true
+	r := oneRun{hw: cur, bytes: bytes}
+	if bytes >= adaptMinBytes {
+		n := s.pieces.Add(1)
+		if s.since.Add(1) >= s.every.Load() {
+			s.since.Store(0)
+			r.hw, r.probe = 1-cur, true
+		}
+		if r.probe || n%adaptSample == 0 {
+			r.site, r.t0 = s, nanotime()
+		}
 	}
-	r.t0 = time.Now()
 	if r.hw == 1 {
 		return hw, r
 	}
 	return own, r
 }
 
-// done records the piece's time over its bytes of weights (oneSite.record).
-func (r oneRun) done(bytes int) {
-	if r.site != nil && bytes > 0 {
-		r.site.record(r.hw, r.probe, float64(time.Since(r.t0).Nanoseconds())*1024/float64(bytes))
+// done records a timed piece's time over its bytes of weights (oneSite.record).
+func (r oneRun) done() {
+	if r.site != nil {
+		r.site.record(r.hw, r.probe, float64(nanotime()-r.t0)*1024/float64(r.bytes))
 	}
 }
+
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
 
 // record adds a piece's ns per KiB on kernel hw (a probe's, or the kept kernel's) to
 // its average, sets how often the site probes, and switches the site's kernel where the
 // other's average is adaptMargin below the kept one's.
 func (s *oneSite) record(hw int32, probe bool, x float64) {
-	a := 1.0 / 8
+	a := 1.0 / 4
 	if probe {
 		a = 1.0 / 2
 		if kept := math.Float64frombits(s.rate[1-hw].Load()); kept > 0 && x > kept*(1+adaptLose) {

@@ -27,24 +27,29 @@ func TestOneSitePolicy(t *testing.T) {
 	// ran the kernel the site did not keep (probes) and how far apart they came.
 	run := func(s *oneSite, start bool, n int, hwNs, ownNs float64) (probes []int) {
 		for i := 0; i < n; i++ {
-			f, r := s.pick(hwFn, ownFn, start)
+			f, r := s.pick(hwFn, ownFn, start, adaptMinBytes)
 			if r.probe {
 				probes = append(probes, i)
 			}
 			if isHW(f) != (r.hw == 1) {
 				t.Fatalf("piece %d: pick returned the other kernel than it records (hw %d)", i, r.hw)
 			}
+			if (r.site != nil) != (r.probe || s.pieces.Load()%adaptSample == 0) {
+				t.Fatalf("piece %d (%d counted): timed %v, probe %v", i, s.pieces.Load(), r.site != nil, r.probe)
+			}
 			x := ownNs
 			if r.hw == 1 {
 				x = hwNs
 			}
-			s.record(r.hw, r.probe, x)
+			if r.site != nil {
+				s.record(r.hw, r.probe, x)
+			}
 		}
 		return probes
 	}
 	for _, start := range []bool{true, false} {
 		s := newOneSite()
-		if f, _ := s.pick(hwFn, ownFn, start); isHW(f) != start || s.hw.Load() != b2i(start) {
+		if f, _ := s.pick(hwFn, ownFn, start, 0); isHW(f) != start || s.hw.Load() != b2i(start) {
 			t.Fatalf("start %v: the first piece ran hw %v", start, isHW(f))
 		}
 	}
@@ -87,8 +92,12 @@ func TestOneSitePolicy(t *testing.T) {
 	// a probe that was a fluke: the site switches on it, then back as the kept samples come
 	s = newOneSite()
 	run(s, true, 200, 40, 60)
-	s.since.Store(s.every.Load()) // the next piece probes
-	_, r := s.pick(hwFn, ownFn, true)
+	s.since.Store(s.every.Load()) // the next piece of adaptMinBytes probes; a smaller one neither probes nor counts
+	pieces := s.pieces.Load()
+	if f, r := s.pick(hwFn, ownFn, true, adaptMinBytes-1); r.probe || r.site != nil || !isHW(f) || s.pieces.Load() != pieces {
+		t.Fatalf("a piece under adaptMinBytes: probe %v, timed %v, hw %v, counted %d", r.probe, r.site != nil, isHW(f), s.pieces.Load()-pieces)
+	}
+	_, r := s.pick(hwFn, ownFn, true, adaptMinBytes)
 	if !r.probe || r.hw != 0 {
 		t.Fatalf("forced probe: %+v", r)
 	}
@@ -96,7 +105,7 @@ func TestOneSitePolicy(t *testing.T) {
 	if s.hw.Load() != 0 {
 		t.Fatal("no switch on a probe 40x faster")
 	}
-	run(s, true, 10, 40, 60)
+	run(s, true, 4*adaptSample, 40, 60)
 	if s.hw.Load() != 1 || s.switches.Load() != 2 {
 		t.Fatalf("after the fluke: kept hw %d after %d switches, want hw again after 2", s.hw.Load(), s.switches.Load())
 	}
@@ -126,6 +135,8 @@ func TestAdaptiveKernels(t *testing.T) {
 	}
 	smallParts(t)
 	resetSites(t)
+	defer func(b int) { adaptMinBytes = b }(adaptMinBytes)
+	adaptMinBytes = 0 // (every piece counts)
 	defer SwitchTuning(currentTuning())
 	rng := rand.New(rand.NewPCG(5, 5))
 	for _, tn := range []Tuning{TuningZen4 | TuningAdapt, TuningDefault | TuningAdapt} {

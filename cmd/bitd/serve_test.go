@@ -391,9 +391,24 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	// Under an adaptive tuning the one-token i2s forwards above ran a kernel pair's site.
+	// Under an adaptive tuning one-token i2s forwards of a layer whose pieces are not too
+	// small to time run a kernel pair's site, which /metrics shows.
 	if tn, _ := kernels.CurrentTuning(); tn.Adaptive() && tn.Idle() == "" {
-		shape := fmt.Sprintf(`shape="%dx%d"`, shared.spec.Out, shared.spec.In)
+		big := randomLayer(t, r, quantcfg.LayerSpec{Name: "adapt", Format: quantcfg.I2S, Out: 2560, In: 2560})
+		got, err := a.Register(big.spec, ipc.Weights{Data: big.blob, Packed: true, Layout: kernels.LayoutRevision, Scales: big.scales})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			forward(a, got.ID, big, 1, quantcfg.DTypeF32)
+		}
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		shape := `shape="2560x2560"`
 		for _, want := range []string{`bitd_kernel_adaptive_hardware_prefetch{format="i2s",` + shape + "}", `bitd_kernel_adaptive_switches_total{format="i2s",` + shape + "}",
 			`bitd_kernel_adaptive_seconds_per_kib{format="i2s",prefetch="hardware",` + shape + "}"} {
 			if !strings.Contains(string(body), want) {
