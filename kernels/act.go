@@ -31,6 +31,9 @@ type Acts struct {
 	parts partSums
 	// call is RunSplit's call in flight (its functions and class names, made once).
 	call *splitCall
+	// workers is the workers RunSplit splits the call over (0: a caller of Run itself);
+	// the adaptive kernel choice keeps its timings apart by it (oneSite).
+	workers int
 	// quant is QuantizeActsSplit's call in flight, and tmax its tokens' max |x| (ActPerTensor).
 	quant quantJob
 	tmax  []float32

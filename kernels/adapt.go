@@ -32,6 +32,17 @@ import (
 // while it loses); a kernel is kept while the other's average is not adaptMargin below its
 // own.
 type oneSite struct {
+	// by is the site's state by the workers of the calls (1, 2, 3, 4 or more): a piece's
+	// time depends on how many others stream beside it, and a daemon's calls keep one
+	// count where a benchmark changes it from trial to trial.
+	by [adaptWorkers]adaptState
+}
+
+// adaptWorkers bounds the worker counts a site keeps apart.
+const adaptWorkers = 4
+
+// adaptState is a site's choice and timings for one worker count.
+type adaptState struct {
 	pieces atomic.Uint64
 	// since counts the pieces since the last probe; every is the pieces between probes,
 	// adaptProbe doubling up to adaptProbeMax while probes lose by adaptLose.
@@ -56,6 +67,12 @@ const (
 	// adaptMargin: the other kernel's average must be this fraction below the kept one's
 	// for the site to switch to it.
 	adaptMargin = 0.03
+	// adaptClip bounds a sample to [average/adaptClip, average*adaptClip] before it is
+	// averaged: a piece whose thread lost its core for a while (3x its time) moved the
+	// kept kernel's average past the other's, and a far slower kernel then ran until its
+	// own samples moved it back (tl2 4096x14336 at one thread, with a neighbour streaming
+	// the L3: 0.74x the zen4 kernels' time); a real change takes a few samples more.
+	adaptClip = 1.25
 	// adaptSample: every adaptSample-th piece of the kept kernel is timed. Two clock reads
 	// take about 50 ns here (runtime.nanotime; time.Now and time.Since 80-110), 2% of a
 	// piece of adaptMinBytes from DRAM.
@@ -93,15 +110,20 @@ func oneSiteFor(l *Layer) *oneSite {
 
 func newOneSite() *oneSite {
 	s := new(oneSite)
-	s.hw.Store(-1)
-	s.every.Store(adaptProbe)
+	for i := range s.by {
+		s.by[i].hw.Store(-1)
+		s.by[i].every.Store(adaptProbe)
+	}
 	return s
 }
+
+// at is the state for calls over workers workers (0: a Run without RunSplit, as one).
+func (s *oneSite) at(workers int) *adaptState { return &s.by[min(max(workers, 1), adaptWorkers)-1] }
 
 // oneRun is one piece's choice: its kernel, and the start of its timing (site nil: not
 // timed).
 type oneRun struct {
-	site  *oneSite
+	site  *adaptState
 	hw    int32
 	probe bool
 	bytes int
@@ -112,7 +134,7 @@ type oneRun struct {
 // oneRun; start is the tuning's choice (true: hw), which a site's first piece takes. A piece
 // of less than adaptMinBytes runs the kept kernel and is neither timed nor counted; of the
 // others, every adaptSample-th is timed, and the probes (every every-th).
-func (s *oneSite) pick(hw, own func(*byte), start bool, bytes int) (func(*byte), oneRun) {
+func (s *adaptState) pick(hw, own func(*byte), start bool, bytes int) (func(*byte), oneRun) {
 	cur := s.hw.Load()
 	if cur < 0 {
 		c := int32(0)
@@ -150,9 +172,9 @@ func (r oneRun) done() {
 func nanotime() int64
 
 // record adds a piece's ns per KiB on kernel hw (a probe's, or the kept kernel's) to
-// its average, sets how often the site probes, and switches the site's kernel where the
-// other's average is adaptMargin below the kept one's.
-func (s *oneSite) record(hw int32, probe bool, x float64) {
+// its average, within adaptClip of it, sets how often the site probes, and switches the
+// site's kernel where the other's average is adaptMargin below the kept one's.
+func (s *adaptState) record(hw int32, probe bool, x float64) {
 	a := 1.0 / 4
 	if probe {
 		a = 1.0 / 2
@@ -163,7 +185,7 @@ func (s *oneSite) record(hw int32, probe bool, x float64) {
 		}
 	}
 	if old := math.Float64frombits(s.rate[hw].Load()); old != 0 {
-		x = old + a*(x-old)
+		x = old + a*(min(max(x, old/adaptClip), old*adaptClip)-old)
 	}
 	s.rate[hw].Store(math.Float64bits(x))
 	cur := s.hw.Load()
@@ -176,40 +198,42 @@ func (s *oneSite) record(hw int32, probe bool, x float64) {
 	}
 }
 
-// AdaptChoice is one site's state: its format and shape, the kernel it keeps, its
-// averages and how often it switched.
+// AdaptChoice is one site's state for one worker count: its format and shape, the kernel
+// it keeps, its averages and how often it switched.
 type AdaptChoice struct {
-	Format   string  `json:"format"`
-	M        int     `json:"m"`
-	K        int     `json:"k"`
-	Kernel   string  `json:"kernel"` // "hardware-prefetch" or "software-prefetch"; "" before the first piece
+	Format string `json:"format"`
+	M      int    `json:"m"`
+	K      int    `json:"k"`
+	// Threads is the workers of the calls (adaptWorkers: that many or more).
+	Threads  int     `json:"threads"`
+	Kernel   string  `json:"kernel"` // "hardware-prefetch" or "software-prefetch"
 	HWNsKiB  float64 `json:"hw_ns_per_kib"`
 	SWNsKiB  float64 `json:"sw_ns_per_kib"`
 	Pieces   uint64  `json:"pieces"`
 	Switches uint64  `json:"switches"`
 }
 
-// AdaptChoices lists the states of the sites that ran pieces, by format and shape.
+// AdaptChoices lists the states that counted pieces, by format, shape and worker count.
 func AdaptChoices() []AdaptChoice {
 	var cs []AdaptChoice
 	oneSites.Range(func(k, v any) bool {
-		key, s := k.(siteKey), v.(*oneSite)
-		if s.pieces.Load() == 0 {
-			return true
+		key := k.(siteKey)
+		for i := range v.(*oneSite).by {
+			s := &v.(*oneSite).by[i]
+			if s.pieces.Load() == 0 {
+				continue
+			}
+			c := AdaptChoice{Format: string(key.f), M: key.m, K: key.k, Threads: i + 1, Pieces: s.pieces.Load(), Switches: s.switches.Load(),
+				HWNsKiB: math.Float64frombits(s.rate[1].Load()), SWNsKiB: math.Float64frombits(s.rate[0].Load()), Kernel: "software-prefetch"}
+			if s.hw.Load() == 1 {
+				c.Kernel = "hardware-prefetch"
+			}
+			cs = append(cs, c)
 		}
-		c := AdaptChoice{Format: string(key.f), M: key.m, K: key.k, Pieces: s.pieces.Load(), Switches: s.switches.Load(),
-			HWNsKiB: math.Float64frombits(s.rate[1].Load()), SWNsKiB: math.Float64frombits(s.rate[0].Load())}
-		switch s.hw.Load() {
-		case 1:
-			c.Kernel = "hardware-prefetch"
-		case 0:
-			c.Kernel = "software-prefetch"
-		}
-		cs = append(cs, c)
 		return true
 	})
 	slices.SortFunc(cs, func(a, b AdaptChoice) int {
-		return cmp.Or(cmp.Compare(a.Format, b.Format), cmp.Compare(a.M, b.M), cmp.Compare(a.K, b.K))
+		return cmp.Or(cmp.Compare(a.Format, b.Format), cmp.Compare(a.M, b.M), cmp.Compare(a.K, b.K), cmp.Compare(a.Threads, b.Threads))
 	})
 	return cs
 }

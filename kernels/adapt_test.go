@@ -25,7 +25,7 @@ func TestOneSitePolicy(t *testing.T) {
 	isHW := func(f func(*byte)) bool { f(nil); return ranHW }
 	// run drives n pieces, each taking ns per KiB by kernel, and returns the pieces that
 	// ran the kernel the site did not keep (probes) and how far apart they came.
-	run := func(s *oneSite, start bool, n int, hwNs, ownNs float64) (probes []int) {
+	run := func(s *adaptState, start bool, n int, hwNs, ownNs float64) (probes []int) {
 		for i := 0; i < n; i++ {
 			f, r := s.pick(hwFn, ownFn, start, adaptMinBytes)
 			if r.probe {
@@ -48,13 +48,17 @@ func TestOneSitePolicy(t *testing.T) {
 		return probes
 	}
 	for _, start := range []bool{true, false} {
-		s := newOneSite()
+		s := newOneSite().at(1)
 		if f, _ := s.pick(hwFn, ownFn, start, 0); isHW(f) != start || s.hw.Load() != b2i(start) {
 			t.Fatalf("start %v: the first piece ran hw %v", start, isHW(f))
 		}
 	}
 
-	s := newOneSite()
+	site := newOneSite()
+	if site.at(0) != site.at(1) || site.at(2) == site.at(1) || site.at(9) != site.at(adaptWorkers) {
+		t.Fatal("a site's states by worker count: Run alone is one worker, four and more share one")
+	}
+	s := site.at(2)
 	// hw much faster: the probes of own lose and back off to every adaptProbeMax-th piece
 	probes := run(s, true, 2000, 40, 60)
 	if s.hw.Load() != 1 || s.switches.Load() != 0 {
@@ -89,8 +93,9 @@ func TestOneSitePolicy(t *testing.T) {
 		t.Fatalf("probes not losing: every %d pieces, want %d", s.every.Load(), adaptProbe)
 	}
 
-	// a probe that was a fluke: the site switches on it, then back as the kept samples come
-	s = newOneSite()
+	// outliers: one probe 40x faster and one kept piece 3x slower switch nothing (each is
+	// clipped to adaptClip of its average), while the same times for good do
+	s = newOneSite().at(1)
 	run(s, true, 200, 40, 60)
 	s.since.Store(s.every.Load()) // the next piece of adaptMinBytes probes; a smaller one neither probes nor counts
 	pieces := s.pieces.Load()
@@ -101,13 +106,14 @@ func TestOneSitePolicy(t *testing.T) {
 	if !r.probe || r.hw != 0 {
 		t.Fatalf("forced probe: %+v", r)
 	}
-	s.record(r.hw, r.probe, 1) // own at 1 ns/KiB once: its average (60+1)/2 < 40
-	if s.hw.Load() != 0 {
-		t.Fatal("no switch on a probe 40x faster")
+	s.record(r.hw, r.probe, 1) // own at 1 ns/KiB once
+	s.record(1, false, 3*40)   // hw at 120 once
+	if s.hw.Load() != 1 || s.switches.Load() != 0 {
+		t.Fatalf("after one outlier each way: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
 	}
-	run(s, true, 4*adaptSample, 40, 60)
-	if s.hw.Load() != 1 || s.switches.Load() != 2 {
-		t.Fatalf("after the fluke: kept hw %d after %d switches, want hw again after 2", s.hw.Load(), s.switches.Load())
+	run(s, true, 40*adaptSample, 120, 60) // hw slower for good: the site moves to own
+	if s.hw.Load() != 0 || s.switches.Load() != 1 {
+		t.Fatalf("hw at 120 ns/KiB for good against 60: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
 	}
 }
 
@@ -198,9 +204,32 @@ func TestAdaptiveKernels(t *testing.T) {
 				if ran[own] == 0 || ran["tuned"] == 0 || ran["long"] != 0 {
 					t.Errorf("%s: %d calls ran %v, want both kernels", what, 2*adaptProbe+1, ran)
 				}
-				s := tl.Layer.simdPrep().site
-				if s == nil || s.pieces.Load() == 0 || s.rate[0].Load() == 0 || s.rate[1].Load() == 0 {
+				site := tl.Layer.simdPrep().site
+				if site == nil {
+					t.Fatalf("%s: no site", what)
+				}
+				if s := site.at(1); s.pieces.Load() == 0 || s.rate[0].Load() == 0 || s.rate[1].Load() == 0 {
 					t.Fatalf("%s: site %+v, want pieces and both kernels' averages", what, s)
+				}
+				// calls split over two workers keep their own state
+				if s := site.at(2); s.pieces.Load() != 0 {
+					t.Fatalf("%s: pieces of two-worker calls before any ran", what)
+				}
+				var a Acts
+				if err := tl.Layer.Quantize(x, 1, &a); err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float32, tl.Spec.Out)
+				for range 2 * adaptProbe {
+					kk.Prepare(tl.Layer, &a)
+					RunSplit(kk, tl.Layer, &a, out, 2, func(_ string, units int, _ bool, fn func(w, lo, hi int)) {
+						fn(0, 0, units/2)
+						fn(1, units/2, units)
+					})
+					checkExact(t, what+", two workers", out, want, tl.Spec.Out)
+				}
+				if s := site.at(2); s.pieces.Load() == 0 || s.hw.Load() < 0 {
+					t.Fatalf("%s: two-worker calls kept no state (%+v)", what, s)
 				}
 				if k.format == quantcfg.TL2 { // in parts of the call (Units, RunUnits, Finish)
 					clear(ran)

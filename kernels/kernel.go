@@ -98,6 +98,7 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 		a.call = c
 	}
 	c.k, c.l, c.a, c.out = k, l, a, out
+	a.workers = workers
 	defer c.clear()
 	pc, ok := k.(PerCall)
 	once := ok && pc.PerCall(l, a.N)

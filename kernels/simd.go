@@ -329,13 +329,13 @@ func (k *simdKernel) lutPasses(gs []lutGroup, t0, n, nrb int, sums []int32) []lu
 // oneKernel returns the kernel a piece of a one-token call (bytes of weights) runs in place
 // of own, the format's: fmtOps.oneTuned where the tuning takes it, and under an adaptive
 // tuning the one lp's site picks (then with its oneRun, to be done when the piece is).
-func (k *simdKernel) oneKernel(lp *layerPrep, own func(*byte), bytes int) (func(*byte), oneRun) {
+func (k *simdKernel) oneKernel(lp *layerPrep, a *Acts, own func(*byte), bytes int) (func(*byte), oneRun) {
 	t, hw := currentTuning(), k.ops.oneTuned
 	switch {
 	case hw == nil:
 		return own, oneRun{}
 	case t.Adaptive() && lp.site != nil:
-		return lp.site.pick(hw, own, t.tunedOne(), bytes)
+		return lp.site.at(a.workers).pick(hw, own, t.tunedOne(), bytes)
 	case t.tunedOne():
 		return hw, oneRun{}
 	}
@@ -895,7 +895,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	rows := func(int) (int, int) { return rb0, rb1 }
 	var run oneRun
 	if n == 1 {
-		tb.one, run = k.oneKernel(lp, k.ops.lut[1], nrb*(l.Layout.Bytes()/l.Layout.RowBlocks()))
+		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], nrb*(l.Layout.Bytes()/l.Layout.RowBlocks()))
 	}
 	for b0 := 0; b0 < n; b0 += batch {
 		nb := min(batch, n-b0)
@@ -1017,7 +1017,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	lp, ly := l.simdPrep(), l.Layout
 	var run oneRun
 	if a.N == 1 {
-		tb.one, run = k.oneKernel(lp, k.ops.lut[1], (u1-u0)*(ly.Bytes()/(ly.Chunks()*mrb)))
+		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], (u1-u0)*(ly.Bytes()/(ly.Chunks()*mrb)))
 	}
 	k.sweepLUT(l, a, lp.chunks, tb.groups, 0, rows, tb)
 	run.done()
@@ -1412,7 +1412,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	one, oneParts := k.gemvOne(l, p, gemv)
 	var run oneRun // (the pieces of a one-token i2s call on a short K: oneKernel)
 	if n == 1 && lp.site != nil && !p.gemm && !p.amxv {
-		one, run = k.oneKernel(lp, gemv[1], (rb1-rb0)*ly.RowBlockBytes)
+		one, run = k.oneKernel(lp, a, gemv[1], (rb1-rb0)*ly.RowBlockBytes)
 	}
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
@@ -1759,7 +1759,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		one = t
 	}
 	if n == 1 {
-		one, run = k.oneKernel(lp, k.ops.float[1], (rb1-rb0)*ly.RowBlockBytes)
+		one, run = k.oneKernel(lp, a, k.ops.float[1], (rb1-rb0)*ly.RowBlockBytes)
 	}
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock

@@ -876,8 +876,8 @@ func printTable(w io.Writer, rep benchReport) {
 	if len(rep.Adaptive) > 0 {
 		fmt.Fprintln(w, "\nadaptive one-token kernels at the end (ns per KiB of weights, moving averages):")
 		for _, c := range rep.Adaptive {
-			fmt.Fprintf(w, "  %-5s %6s  %-17s  hardware prefetch %6.1f  software %6.1f  %d pieces, %d switches\n",
-				c.Format, fmt.Sprintf("%dx%d", c.M, c.K), c.Kernel, c.HWNsKiB, c.SWNsKiB, c.Pieces, c.Switches)
+			fmt.Fprintf(w, "  %-5s %11s  %d thread(s)  %-17s  hardware prefetch %6.1f  software %6.1f  %d pieces, %d switches\n",
+				c.Format, fmt.Sprintf("%dx%d", c.M, c.K), c.Threads, c.Kernel, c.HWNsKiB, c.SWNsKiB, c.Pieces, c.Switches)
 		}
 	}
 }

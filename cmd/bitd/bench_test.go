@@ -65,7 +65,7 @@ func TestBenchAdaptive(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 		if !asJSON {
-			if !regexp.MustCompile(`(?m)^  i2s +2560x2560  (hardware|software)-prefetch +hardware prefetch +[0-9.]+ +software +[0-9.]+ +[0-9]+ pieces, [0-9]+ switches$`).Match(out.Bytes()) {
+			if !regexp.MustCompile(`(?m)^  i2s +2560x2560  1 thread\(s\)  (hardware|software)-prefetch +hardware prefetch +[0-9.]+ +software +[0-9.]+ +[0-9]+ pieces, [0-9]+ switches$`).Match(out.Bytes()) {
 				t.Errorf("the table lists no adaptive choice of i2s 2560x2560:\n%s", out.String())
 			}
 			continue
@@ -78,7 +78,7 @@ func TestBenchAdaptive(t *testing.T) {
 		}
 		ran := map[string]bool{}
 		for _, c := range rep.Adaptive {
-			if c.M == 2560 && c.K == 2560 && c.Pieces > 0 && c.Kernel != "" && c.HWNsKiB+c.SWNsKiB > 0 {
+			if c.M == 2560 && c.K == 2560 && c.Threads == 1 && c.Pieces > 0 && c.Kernel != "" && c.HWNsKiB+c.SWNsKiB > 0 {
 				ran[c.Format] = true
 			}
 		}

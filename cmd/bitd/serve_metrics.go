@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -88,19 +89,20 @@ func newServeMetrics(reg prometheus.Registerer, e *engine.Engine, shared int) *s
 }
 
 // adaptCollector reports the adaptive tuning's one-token kernel choices
-// (kernels.AdaptChoices), one series per format and shape that ran.
+// (kernels.AdaptChoices), one series per format, shape and thread count that ran ("4":
+// four or more).
 type adaptCollector struct{}
 
 var (
 	adaptHWDesc = prometheus.NewDesc("bitd_kernel_adaptive_hardware_prefetch",
 		"1 where the one-token GEMVs of a format and shape run the kernel that leaves prefetching to the hardware, 0 where they run the one that prefetches in software (adaptive tunings).",
-		[]string{"format", "shape"}, nil)
+		[]string{"format", "shape", "threads"}, nil)
 	adaptRateDesc = prometheus.NewDesc("bitd_kernel_adaptive_seconds_per_kib",
 		"Moving average of the time per KiB of weights of each of the two one-token kernels of a format and shape (adaptive tunings).",
-		[]string{"format", "shape", "prefetch"}, nil)
+		[]string{"format", "shape", "threads", "prefetch"}, nil)
 	adaptSwitchDesc = prometheus.NewDesc("bitd_kernel_adaptive_switches_total",
 		"Times the one-token GEMVs of a format and shape switched kernel (adaptive tunings).",
-		[]string{"format", "shape"}, nil)
+		[]string{"format", "shape", "threads"}, nil)
 )
 
 func (adaptCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -111,15 +113,15 @@ func (adaptCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (adaptCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range kernels.AdaptChoices() {
-		shape := fmt.Sprintf("%dx%d", c.M, c.K)
+		shape, threads := fmt.Sprintf("%dx%d", c.M, c.K), strconv.Itoa(c.Threads)
 		hw := 0.0
 		if c.Kernel == "hardware-prefetch" {
 			hw = 1
 		}
-		ch <- prometheus.MustNewConstMetric(adaptHWDesc, prometheus.GaugeValue, hw, c.Format, shape)
-		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.HWNsKiB*1e-9, c.Format, shape, "hardware")
-		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.SWNsKiB*1e-9, c.Format, shape, "software")
-		ch <- prometheus.MustNewConstMetric(adaptSwitchDesc, prometheus.CounterValue, float64(c.Switches), c.Format, shape)
+		ch <- prometheus.MustNewConstMetric(adaptHWDesc, prometheus.GaugeValue, hw, c.Format, shape, threads)
+		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.HWNsKiB*1e-9, c.Format, shape, threads, "hardware")
+		ch <- prometheus.MustNewConstMetric(adaptRateDesc, prometheus.GaugeValue, c.SWNsKiB*1e-9, c.Format, shape, threads, "software")
+		ch <- prometheus.MustNewConstMetric(adaptSwitchDesc, prometheus.CounterValue, float64(c.Switches), c.Format, shape, threads)
 	}
 }
 

@@ -408,7 +408,11 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		shape := `shape="2560x2560"`
+		st, err := a.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape := fmt.Sprintf(`shape="2560x2560",threads="%d"`, min(int(st.Engine["threads"]), 4))
 		for _, want := range []string{`bitd_kernel_adaptive_hardware_prefetch{format="i2s",` + shape + "}", `bitd_kernel_adaptive_switches_total{format="i2s",` + shape + "}",
 			`bitd_kernel_adaptive_seconds_per_kib{format="i2s",prefetch="hardware",` + shape + "}"} {
 			if !strings.Contains(string(body), want) {
