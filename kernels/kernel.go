@@ -143,4 +143,7 @@ func (c *splitCall) named(name string) {
 }
 
 // clear drops the call's references (the layer and the output may be freed after it).
-func (c *splitCall) clear() { c.k, c.pk, c.l, c.a, c.out = nil, nil, nil, nil, nil }
+func (c *splitCall) clear() {
+	c.a.workers = 0 // (a later Run of its own is one worker's)
+	c.k, c.pk, c.l, c.a, c.out = nil, nil, nil, nil, nil
+}

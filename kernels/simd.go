@@ -1354,7 +1354,7 @@ type threadBuf struct {
 	av     amxvArgs
 	av2    amxv2Args
 	cfg    [64]byte    // am.Cfg, av.Cfg
-	one    func(*byte) // tl2: the one-token kernel of a sweep (oneKernel), nil for lut[1]
+	one    func(*byte) // tl2: the one-token kernel of a sweep (oneKernel; nil: luts()'s)
 }
 
 func (tb *threadBuf) release() {
