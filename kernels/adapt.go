@@ -45,7 +45,7 @@ const adaptWorkers = 4
 type adaptState struct {
 	pieces atomic.Uint64
 	// since counts the pieces since the last probe; every is the pieces between probes,
-	// adaptProbe doubling up to adaptProbeMax while probes lose by adaptLose.
+	// adaptProbe doubling up to adaptProbeMax while the probes do not win.
 	since, every atomic.Uint32
 	// hw is the kernel the site's pieces run: 1 oneTuned, 0 the format's own; -1 before
 	// its first piece, which takes the tuning's choice.
@@ -57,13 +57,14 @@ type adaptState struct {
 }
 
 const (
-	// adaptProbe: every adaptProbe-th piece of a site runs the kernel it does not keep,
-	// and every adaptProbeMax-th while those pieces take adaptLose more time a KiB than
-	// the kept kernel's average (so that a kernel much slower on a quiet host costs its
-	// site about 0.1-0.5% of its time, and is taken within a few hundred pieces when it
-	// turns faster).
+	// adaptProbe: a site runs the kernel it does not keep every adaptProbe-th piece after
+	// a probe that won (took adaptMargin less time a KiB than the kept kernel's average),
+	// twice as far apart after each that did not, up to every adaptProbeMax-th. With two
+	// workers a probe's piece holds up the whole call, and the two kernels' pieces ran
+	// within 10% of each other where their calls did not (tl2 on BitNet 2B's shapes): the
+	// probes that backed off only when they lost by 10% cost tl2's decode through the
+	// engine 5-8%. A kernel that turns faster is taken within a few hundred pieces.
 	adaptProbe, adaptProbeMax = 16, 128
-	adaptLose                 = 0.10
 	// adaptMargin: the other kernel's average must be this fraction below the kept one's
 	// for the site to switch to it.
 	adaptMargin = 0.03
@@ -178,10 +179,10 @@ func (s *adaptState) record(hw int32, probe bool, x float64) {
 	a := 1.0 / 4
 	if probe {
 		a = 1.0 / 2
-		if kept := math.Float64frombits(s.rate[1-hw].Load()); kept > 0 && x > kept*(1+adaptLose) {
-			s.every.Store(min(2*s.every.Load(), adaptProbeMax))
-		} else {
+		if kept := math.Float64frombits(s.rate[1-hw].Load()); kept > 0 && x < kept*(1-adaptMargin) {
 			s.every.Store(adaptProbe)
+		} else {
+			s.every.Store(min(2*s.every.Load(), adaptProbeMax))
 		}
 	}
 	if old := math.Float64frombits(s.rate[hw].Load()); old != 0 {

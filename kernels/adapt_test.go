@@ -16,9 +16,9 @@ func resetSites(t *testing.T) {
 
 // TestOneSitePolicy drives a site with made-up times: it starts on the tuning's choice,
 // probes the other kernel every adaptProbe pieces and less often (down to every
-// adaptProbeMax-th) while the probes lose by adaptLose, switches once the other's average
-// is adaptMargin below, switches back when a probe's good time was a fluke, and probes
-// every adaptProbe pieces again once the probes stop losing.
+// adaptProbeMax-th) while the probes do not win, every adaptProbe pieces again after one
+// that does, switches once the other's average is adaptMargin below, and does not switch
+// on one outlier either way; pieces under adaptMinBytes neither count nor are timed.
 func TestOneSitePolicy(t *testing.T) {
 	var ranHW bool
 	hwFn, ownFn := func(*byte) { ranHW = true }, func(*byte) { ranHW = false }
@@ -89,8 +89,18 @@ func TestOneSitePolicy(t *testing.T) {
 	if s.switches.Load() != before {
 		t.Fatalf("kernels 1.7%% apart: %d switches", s.switches.Load()-before)
 	}
+	if s.every.Load() != adaptProbeMax {
+		t.Fatalf("probes not winning: every %d pieces, want %d", s.every.Load(), adaptProbeMax)
+	}
+	// a probe that wins brings the next ones close
+	s.since.Store(s.every.Load())
+	if _, r := s.pick(hwFn, ownFn, true, adaptMinBytes); !r.probe || r.hw != 1 {
+		t.Fatalf("forced probe: %+v", r)
+	} else {
+		s.record(r.hw, r.probe, 25)
+	}
 	if s.every.Load() != adaptProbe {
-		t.Fatalf("probes not losing: every %d pieces, want %d", s.every.Load(), adaptProbe)
+		t.Fatalf("after a winning probe: every %d pieces, want %d", s.every.Load(), adaptProbe)
 	}
 
 	// outliers: one probe 40x faster and one kept piece 3x slower switch nothing (each is

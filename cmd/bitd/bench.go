@@ -424,9 +424,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(struct {
-				Machine benchMachine  `json:"machine"`
-				Results []modelRecord `json:"results"`
-			}{e.machine, recs}); err != nil {
+				Machine  benchMachine          `json:"machine"`
+				Results  []modelRecord         `json:"results"`
+				Adaptive []kernels.AdaptChoice `json:"adaptive,omitempty"`
+			}{e.machine, recs, kernels.AdaptChoices()}); err != nil {
 				fmt.Fprintln(stderr, "bench:", err)
 				return 1
 			}
@@ -443,6 +444,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		for _, r := range recs {
 			fmt.Fprintf(stdout, "%-10s %-6s %3d %12.1f %14.1f %9s %9s\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.PrefillTokS, ratio(r.SpeedupVsBF16), ratio(r.PrefillSpeedupVsBF16))
 		}
+		printAdaptive(stdout, kernels.AdaptChoices())
 		return 0
 	}
 	suites := []suite{gemvSuite}
@@ -873,12 +875,19 @@ func printTable(w io.Writer, rep benchReport) {
 	if beyond {
 		fmt.Fprintf(w, "+ the matrix is larger than the L3 (%s): its cache variant reads DRAM\n", l3Text(m.L3Bytes))
 	}
-	if len(rep.Adaptive) > 0 {
-		fmt.Fprintln(w, "\nadaptive one-token kernels at the end (ns per KiB of weights, moving averages):")
-		for _, c := range rep.Adaptive {
-			fmt.Fprintf(w, "  %-5s %11s  %d thread(s)  %-17s  hardware prefetch %6.1f  software %6.1f  %d pieces, %d switches\n",
-				c.Format, fmt.Sprintf("%dx%d", c.M, c.K), c.Threads, c.Kernel, c.HWNsKiB, c.SWNsKiB, c.Pieces, c.Switches)
-		}
+	printAdaptive(w, rep.Adaptive)
+}
+
+// printAdaptive lists where the adaptive tuning's one-token kernel choices ended (nothing
+// when none ran).
+func printAdaptive(w io.Writer, cs []kernels.AdaptChoice) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nadaptive one-token kernels at the end (ns per KiB of weights, moving averages):")
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-5s %11s  %d thread(s)  %-17s  hardware prefetch %6.1f  software %6.1f  %d pieces, %d switches\n",
+			c.Format, fmt.Sprintf("%dx%d", c.M, c.K), c.Threads, c.Kernel, c.HWNsKiB, c.SWNsKiB, c.Pieces, c.Switches)
 	}
 }
 
