@@ -60,10 +60,13 @@ const (
 	// adaptProbe: a site runs the kernel it does not keep every adaptProbe-th piece after
 	// a probe that won (took adaptMargin less time a KiB than the kept kernel's average),
 	// twice as far apart after each that did not, up to every adaptProbeMax-th. With two
-	// workers a probe's piece holds up the whole call, and the two kernels' pieces ran
-	// within 10% of each other where their calls did not (tl2 on BitNet 2B's shapes): the
-	// probes that backed off only when they lost by 10% cost tl2's decode through the
-	// engine 5-8%. A kernel that turns faster is taken within a few hundred pieces.
+	// workers a probe's piece holds up the whole call, and the two kernels' pieces can run
+	// within 10% of each other where their calls do not (tl2 2560x2560 at two threads:
+	// pieces 70 and 71 ns/KiB, calls 0.92x): probes that backed off only when they lost by
+	// 10% kept coming every 16th piece there (BitNet 2B's tl2 decode through the engine,
+	// unpaired runs: 3-8% below zen4's; with this rule, three runs in turn alike, medians
+	// 68.7 and 68.8 tokens/s). A kernel that turns faster is taken within a few hundred
+	// pieces.
 	adaptProbe, adaptProbeMax = 16, 128
 	// adaptMargin: the other kernel's average must be this fraction below the kept one's
 	// for the site to switch to it.

@@ -153,9 +153,11 @@ const (
 // with a busy neighbour in the L3 and memory (the cache-resident i2s canary at 22-33 GB/s
 // instead of 39-50) the default's read up to 1.3x faster on some shapes. `bitd bench
 // -tuning zen4,zen4+adapt,default` (i2s, tl2, bf16; 4096x14336, 14336x4096, 2560x2560,
-// 6912x2560; one and two threads; 9 rounds), on such a host: zen4+adapt over zen4
-// 0.96-1.24x, and where the default was 1.09-1.30x faster than zen4 it was 1.09-1.24x; on
-// a quiet one (11 rounds, the first shape) 0.99-1.01x.
+// 6912x2560; one and two threads), on such a host with the first version of the choice (9
+// rounds): zen4+adapt over zen4 0.96-1.24x, and where the default was 1.09-1.30x faster
+// than zen4 it was 1.05-1.24x; on a quiet host, as it is now (the issue's bench, 15
+// rounds, the 8B shapes and 2560x2560): 0.98-1.02x, as the kernels that do not adapt
+// (int2: 0.97-1.02x).
 const TuningAdapt Tuning = 1 << 8
 
 const adaptSuffix = "+adapt"
