@@ -160,12 +160,7 @@ func TestAdaptiveKernels(t *testing.T) {
 		for _, k := range ks {
 			name := tn.String() + "/" + k.Name()
 			ran := map[string]int{}
-			count := func(what string, f func(*byte)) func(*byte) {
-				if f == nil {
-					return nil
-				}
-				return func(p *byte) { ran[what]++; f(p) }
-			}
+			count := counter(ran)
 			o := *k.ops
 			own := "own"
 			o.gemv[1], o.float[1], o.lut[1] = count(own, o.gemv[1]), count(own, o.float[1]), count(own, o.lut[1])

@@ -76,12 +76,7 @@ func TestTunings(t *testing.T) {
 			name := tn.String() + "/" + k.Name()
 			// the same kernel with each one-token function counted as it runs
 			ran := map[string]int{}
-			count := func(what string, f func(*byte)) func(*byte) {
-				if f == nil {
-					return nil
-				}
-				return func(p *byte) { ran[what]++; f(p) }
-			}
+			count := counter(ran)
 			o := *k.ops
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
@@ -220,6 +215,17 @@ func TestTunings(t *testing.T) {
 			}
 			checkShapes(t, name, kk, rng, shapes, 1<<30, []int{1, 2, 3, 4, 5}, false)
 		}
+	}
+}
+
+// counter returns a function that wraps a kernel f to count its calls under what in ran
+// (nil stays nil).
+func counter(ran map[string]int) func(what string, f func(*byte)) func(*byte) {
+	return func(what string, f func(*byte)) func(*byte) {
+		if f == nil {
+			return nil
+		}
+		return func(p *byte) { ran[what]++; f(p) }
 	}
 }
 

@@ -379,15 +379,10 @@ func TestServeEndToEnd(t *testing.T) {
 	forward(a, li.ID, shared, 1, quantcfg.DTypeF32)
 
 	// /metrics serves the daemon's metrics, and they pass promlint.
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := getMetrics(t, metricsAddr)
 	for _, want := range []string{`bitd_ipc_call_duration_seconds_bucket{format="i2s",op="forward"`, `bitd_ipc_errors_total{code="non_finite",op="forward"} 1`,
 		"bitd_ipc_sessions 2", `bitd_engine_weight_read_bytes_total{format="i2s"}`, "bitd_engine_shared_layers 1"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -402,12 +397,7 @@ func TestServeEndToEnd(t *testing.T) {
 		for range 4 {
 			forward(a, got.ID, big, 1, quantcfg.DTypeF32)
 		}
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body := getMetrics(t, metricsAddr)
 		st, err := a.Stats()
 		if err != nil {
 			t.Fatal(err)
@@ -415,7 +405,7 @@ func TestServeEndToEnd(t *testing.T) {
 		shape := fmt.Sprintf(`shape="2560x2560",threads="%d"`, min(int(st.Engine["threads"]), 4))
 		for _, want := range []string{`bitd_kernel_adaptive_hardware_prefetch{format="i2s",` + shape + "}", `bitd_kernel_adaptive_switches_total{format="i2s",` + shape + "}",
 			`bitd_kernel_adaptive_seconds_per_kib{format="i2s",prefetch="hardware",` + shape + "}"} {
-			if !strings.Contains(string(body), want) {
+			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
@@ -468,4 +458,19 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// getMetrics returns what the daemon's /metrics at addr serves.
+func getMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
