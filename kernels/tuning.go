@@ -242,7 +242,11 @@ func (t Tuning) Idle() string {
 func (t Tuning) Changes() []string {
 	var c []string
 	if t.tunedOne() {
-		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK),
+		start := ""
+		if t.Adaptive() {
+			start = " start"
+		}
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs%s without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK, start),
 			fmt.Sprintf("one-token int1 with K <= %d on activations each thread expands per call (no vpermb or broadcasts a step)", int1ExpandBytes/8))
 	}
 	if t.i2sLongRow() {
@@ -256,7 +260,7 @@ func (t Tuning) Changes() []string {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")
 	}
 	if t.Adaptive() {
-		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %d-%dth piece runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax))
+		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))
 	}
 	return c
 }
