@@ -25,12 +25,11 @@ import (
 //
 // The workers' pieces of such calls time themselves, one in adaptSample (and every
 // probe), and keep a moving average of the time per KiB of weights for the kernel they
-// ran, shared by the layers of one format and shape (a
-// model's layers of a shape run alike, and a shape's calls come often enough for the
-// averages to follow the host; the sites live as long as the process, one per format and
-// shape). Every adaptProbe-th piece runs the other kernel (up to every adaptProbeMax-th
-// while it loses); a kernel is kept while the other's average is not adaptMargin below its
-// own.
+// ran, shared by the layers of one format and shape: a model's layers of a shape run
+// alike, and a shape's calls come often enough for the averages to follow the host. The
+// sites live as long as the process, one per format and shape. Every adaptProbe-th piece
+// runs the other kernel (up to every adaptProbeMax-th while it does not win); a kernel is
+// kept while the other's average is not adaptMargin below its own.
 type oneSite struct {
 	// by is the site's state by the workers of the calls (1, 2, 3, 4 or more): a piece's
 	// time depends on how many others stream beside it, and a daemon's calls keep one
