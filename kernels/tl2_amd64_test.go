@@ -141,3 +141,105 @@ func TestLUTTL2AVX2(t *testing.T) {
 		}
 	}
 }
+
+// TestLUTTL2AVX512 holds the zmm tl2 chunk kernels (one to four tokens, with and without
+// software prefetch) to lutGeneric on random codes and tables, and on the extremes of their
+// int16 chains: every code the same magnitude and sign against entries of +-381 (the other
+// sign for every other token) over a chunk's most blocks (TL2Chunk) and over 23, enough
+// for several flushes of the kernels' own counts, with one to three row blocks (the pair
+// kernels take row blocks two at a time).
+func TestLUTTL2AVX512(t *testing.T) {
+	if !ISAAvailable(ISAAVX512) {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(23, 23))
+	type tcase struct {
+		nb, units, nrb, mag int
+		neg                 bool
+		ext                 int16 // every entry of magnitude 1..13 +-ext when nonzero
+	}
+	var cases []tcase
+	for _, nb := range []int{1, 5, TL2Chunk, 23} {
+		for _, units := range []int{0, 3} {
+			cases = append(cases, tcase{nb: nb, units: units, nrb: 3, mag: -1})
+		}
+	}
+	for _, nb := range []int{TL2Chunk, 23} {
+		for _, ext := range []int16{381, -381} {
+			for _, neg := range []bool{false, true} {
+				for _, mag := range []int{1, 13} {
+					cases = append(cases, tcase{nb: nb, nrb: 3, mag: mag, neg: neg, ext: ext})
+				}
+			}
+		}
+	}
+	kernels := []struct {
+		name string
+		fn   func(*byte)
+		T    int
+		kind tabKind
+	}{
+		{"lutTL2T1AVX512", lutTL2T1AVX512, 1, tabTL2Z}, {"lutTL2T1AVX512HW", lutTL2T1AVX512HW, 1, tabTL2Z},
+		{"lutTL2T2AVX512", lutTL2T2AVX512, 2, tabTL2Z}, {"lutTL2T2AVX512NT", lutTL2T2AVX512NT, 2, tabTL2Z},
+		{"lutTL2T3AVX512", lutTL2T3AVX512, 3, tabTL2B}, {"lutTL2T4AVX512", lutTL2T4AVX512, 4, tabTL2B},
+	}
+	for _, k := range kernels {
+		for _, c := range cases {
+			rbBytes := 320*c.nb + 32*c.units
+			w := make([]byte, 0, c.nrb*rbBytes+1)
+			for rb := 0; rb < c.nrb; rb++ {
+				w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
+			}
+			w = append(w, 0)
+			per := 64*16*c.nb + 64*c.units + 64 // a token's tables, and a gap
+			tab := make([]byte, per*k.T+1)
+			for tok := 0; tok < k.T; tok++ {
+				tt := tab[per*tok:]
+				for tr := 0; tr < 16*c.nb; tr++ {
+					d := tt[64*tr:][:64]
+					for m := 1; m < 14; m++ {
+						e := int16(rng.IntN(763) - 381)
+						if c.ext != 0 {
+							e = c.ext * int16(1-2*(tok%2))
+						}
+						for _, ce := range [2]struct {
+							code int
+							v    int16
+						}{{m, e}, {16 + m, -e}} {
+							if k.kind == tabTL2B {
+								d[ce.code], d[32+ce.code] = byte(ce.v), byte(uint16(ce.v)>>8)
+							} else {
+								d[2*ce.code], d[2*ce.code+1] = byte(ce.v), byte(uint16(ce.v)>>8)
+							}
+						}
+					}
+				}
+				for u := 0; u < c.units; u++ {
+					for h := 0; h < 2; h++ {
+						for i := 0; i < 9; i++ {
+							e := int16(rng.IntN(509) - 254)
+							o := 64*16*c.nb + 64*u + 32*h + i
+							tt[o], tt[o+16] = byte(e), byte(uint16(e)>>8)
+						}
+					}
+				}
+			}
+			got, want := make([]int32, c.nrb*k.T*RowBlock), make([]int32, c.nrb*k.T*RowBlock)
+			for i := range got {
+				got[i] = int32(rng.IntN(1000))
+				want[i] = got[i]
+			}
+			a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
+				Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
+			k.fn(argp(&a))
+			a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
+			lutGeneric(&a, k.T, k.kind)
+			for i := range want {
+				if got[i] != want[i] {
+					rb, tok, r := i/(k.T*RowBlock), i/RowBlock%k.T, i%RowBlock
+					t.Fatalf("%s, %+v: row block %d token %d row %d: %d, want %d", k.name, c, rb, tok, r, got[i], want[i])
+				}
+			}
+		}
+	}
+}
