@@ -1531,10 +1531,23 @@ func (s *lutState) tl2Consts() {
 	bcastWord(s.m1f, 0x1f1f)
 }
 
-// flush adds the int16 sums into the int32 accumulators (rows 0-15, 16-31) and clears them.
-func (s *lutState) flush() {
+// flush adds the int16 sums into the int32 accumulators (rows 0-15, 16-31). With paired,
+// chains 2i+1 are first added into chains 2i in int16, halving the widening, which the
+// caller's flush count must allow (tl2Blocks with one token's four chains: a pair of chains
+// takes at most 10 blocks of 8 lookups of |entry| <= 381). The chains are left as they are:
+// every loop that flushes zeroes them as it starts its next run.
+func (s *lutState) flush(paired bool) {
 	for t := 0; t < s.T; t++ {
-		for _, c := range s.acc16[t] {
+		cs := s.acc16[t]
+		if paired {
+			var firsts []VecPhysical
+			for i := 0; i+1 < len(cs); i += 2 {
+				VPADDW(cs[i+1], cs[i], cs[i])
+				firsts = append(firsts, cs[i])
+			}
+			cs = firsts
+		}
+		for _, c := range cs {
 			VPMOVSXWD(c.AsY(), s.l)
 			VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
 			VEXTRACTI64X4(U8(1), c, s.l.AsY())
@@ -1542,7 +1555,6 @@ func (s *lutState) flush() {
 			VPADDD(s.l, s.acc32[t][1], s.acc32[t][1])
 		}
 	}
-	s.zero16()
 }
 
 func (s *lutState) zero16() {
@@ -1617,7 +1629,7 @@ func (s *lutState) tl1Units(name string, n Register) {
 	s.advancePF(U8(32))
 	ADDQ(U8(64), s.kt)
 	Label(name + "_tl1flush")
-	s.flush()
+	s.flush(false)
 	TESTQ(n, n)
 	JNZ(LabelRef(name + "_tl1chunk"))
 	Label(done)
@@ -1782,7 +1794,12 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	}
 	Label(name + "_chunk")
 	chains := len(s.acc16[0])
-	c := takeChunk(n, tl2Flush(16/chains))
+	paired := chains == 4 // (one token: see flush)
+	most := tl2Flush(16 / chains)
+	if paired {
+		most = tl2Flush(2 * 16 / chains)
+	}
+	c := takeChunk(n, most)
 	s.zero16()
 	Label(name + "_blk")
 	for u := 0; u < 5; u++ {
@@ -1799,7 +1816,7 @@ func (s *lutState) tl2Blocks(name string, n Register) {
 	ADDQ(U32(1024), s.kt)
 	DECQ(c)
 	JNZ(LabelRef(name + "_blk"))
-	s.flush()
+	s.flush(paired)
 	TESTQ(n, n)
 	JNZ(LabelRef(name + "_chunk"))
 	Label(name + "_tl2done")
@@ -1970,7 +1987,10 @@ func lutZNamed(T int, tl2 bool, suffix string) {
 		lutPF(name, a, w0, s.pf)
 	}
 	XORQ(s.kt, s.kt)
-	zeroAll(flat2(s.acc32)...)
+	for t := 0; t < T; t++ { // the row block's sums so far, to which the chains are flushed
+		VMOVDQU32(at(sums, 128*t), s.acc32[t][0])
+		VMOVDQU32(at(sums, 128*t+64), s.acc32[t][1])
+	}
 	if tl2 {
 		nb := ld(a, lBlocks)
 		s.tl2Blocks(name, nb)
@@ -1978,8 +1998,6 @@ func lutZNamed(T int, tl2 bool, suffix string) {
 	n := ld(a, lUnits)
 	s.tl1Units(name, n)
 	for t := 0; t < T; t++ {
-		VPADDD(at(sums, 128*t), s.acc32[t][0], s.acc32[t][0])
-		VPADDD(at(sums, 128*t+64), s.acc32[t][1], s.acc32[t][1])
 		VMOVDQU32(s.acc32[t][0], at(sums, 128*t))
 		VMOVDQU32(s.acc32[t][1], at(sums, 128*t+64))
 	}
