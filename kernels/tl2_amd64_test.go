@@ -243,3 +243,72 @@ func TestLUTTL2AVX512(t *testing.T) {
 		}
 	}
 }
+
+// TestLUTTL1Extremes holds the tl1 chunk kernels that sum int16 lookups (zmm one token,
+// AVX2 one and two tokens) to lutGeneric where their chains run widest: every unit's two
+// pair codes one sum of two equal weights (+-(x0 + x1)) against entries of +-254, the
+// other sign for the second token, over enough units for several flushes (the chains take
+// 32 units each between flushes), and on random units and tables.
+func TestLUTTL1Extremes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 24))
+	kernels := []struct {
+		name string
+		fn   func(*byte)
+		T    int
+		kind tabKind
+		isa  ISA
+	}{
+		{"lutTL1T1AVX512", lutTL1T1AVX512, 1, tabTL1Z, ISAAVX512},
+		{"lutTL1T1AVX2", lutTL1T1AVX2, 1, tabTL1Y, ISAAVX2}, {"lutTL1T2AVX2", lutTL1T2AVX2, 2, tabTL1Y, ISAAVX2},
+	}
+	for _, k := range kernels {
+		if !ISAAvailable(k.isa) {
+			continue
+		}
+		for _, units := range []int{1, 7, 64, 200, 333} {
+			for _, ext := range []int16{0, 254, -254} {
+				const nrb = 3
+				code := byte(rng.IntN(9)) // the same pair code for every pair when ext != 0
+				w := make([]byte, nrb*32*units+1)
+				for i := range w[:nrb*32*units] {
+					w[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
+					if ext != 0 {
+						w[i] = code | code<<4
+					}
+				}
+				per := 64*units + 64
+				tab := make([]byte, per*k.T+1)
+				for tok := 0; tok < k.T; tok++ {
+					for u := 0; u < units; u++ {
+						for h := 0; h < 2; h++ {
+							for i := 0; i < 9; i++ {
+								e := int16(rng.IntN(509) - 254)
+								if ext != 0 {
+									e = ext * int16(1-2*tok)
+								}
+								o := per*tok + 64*u + 32*h + i
+								tab[o], tab[o+16] = byte(e), byte(uint16(e)>>8)
+							}
+						}
+					}
+				}
+				got, want := make([]int32, nrb*k.T*RowBlock), make([]int32, nrb*k.T*RowBlock)
+				for i := range got {
+					got[i] = int32(rng.IntN(1000))
+					want[i] = got[i]
+				}
+				a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: 32 * units, NRB: nrb, Sums: unsafe.Pointer(&got[0]),
+					Tab: unsafe.Pointer(&tab[0]), TabStride: per, Units: units}
+				k.fn(argp(&a))
+				a.Sums, a.NRB = unsafe.Pointer(&want[0]), nrb
+				lutGeneric(&a, k.T, k.kind)
+				for i := range want {
+					if got[i] != want[i] {
+						rb, tok, r := i/(k.T*RowBlock), i/RowBlock%k.T, i%RowBlock
+						t.Fatalf("%s, %d units, entries %d: row block %d token %d row %d: %d, want %d", k.name, units, ext, rb, tok, r, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
