@@ -956,7 +956,15 @@ func (k *simdKernel) PerCall(l *Layer, n int) bool {
 // runs) 1.107 -> 1.148, 2560x6912 (154 KB) 1.063 -> 1.105, 2048x8192 (117 KB) 1.011 ->
 // 1.088, 4096x4096 (219 KB) 1.052 -> 1.085; but 14336x4096 (766 KB) 1.137 -> 1.104,
 // 6912x2560 (369 KB) 1.103 -> 1.029, 8192x2048 (437 KB) 1.066 -> 1.017, and 2560x2560
-// (1.4 MB in all) 1.057 -> 1.007; tl1 the same way, or neutral).
+// (1.4 MB in all) 1.057 -> 1.007; tl1 the same way, or neutral). What a jump costs: two
+// threads on the Zen 4 guest reading 12 MB per call from a DRAM rotation with plain loads
+// and the hardware's prefetch, each its half of every one of nc chunks, against its
+// contiguous half (five rounds in turn, medians): no difference where the memory ran at 31
+// GB/s, and at 45-51 GB/s 47.4 GB/s for nc = 9 (683 KB runs), 44.6 for 30 (205 KB), 40.1
+// for 60 and 33.5 for 120 against 49.1: about 1 us per jump and thread. The 2560x2560
+// blobs (113-128 KB runs at two threads, six chunks) stay row-split all the same: in parts
+// they ran 0.5-2% faster in the fast memory state (15 paired rounds in either order),
+// within the noise.
 var (
 	partMinBytes = 2 << 20
 	partMaxRun   = 320 << 10
