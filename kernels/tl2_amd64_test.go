@@ -63,183 +63,155 @@ func TestUnpackTL2(t *testing.T) {
 	}
 }
 
+// lutCase is one chunk a lookup-kernel test runs: nrb row blocks of nb tl2 blocks and units
+// tl1 units, with codes as randTL2RowBlock makes them (every triple of magnitude mag and
+// sign neg when mag >= 0; tl1 units all pair code unitCode when that is >= 0), and table
+// entries random, or +-ext (of the other sign for every other token) when ext != 0.
+type lutCase struct {
+	nb, units, nrb, mag int
+	neg                 bool
+	unitCode            int
+	ext                 int16
+}
+
+// lutKernel is a lookup kernel under test: T tokens, tables in layout kind.
+type lutKernel struct {
+	name string
+	fn   func(*byte)
+	T    int
+	kind tabKind
+}
+
+// checkLUT runs k on a chunk of case c and holds its sums (added to random ones) to
+// lutGeneric's.
+func checkLUT(t *testing.T, rng *rand.Rand, k lutKernel, c lutCase) {
+	t.Helper()
+	rbBytes := 320*c.nb + 32*c.units
+	w := make([]byte, 0, c.nrb*rbBytes+1)
+	for rb := 0; rb < c.nrb; rb++ {
+		w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
+		if c.unitCode >= 0 {
+			for i := len(w) - 32*c.units; i < len(w); i++ {
+				w[i] = byte(c.unitCode | c.unitCode<<4)
+			}
+		}
+	}
+	w = append(w, 0)
+	tripleBytes := 64 // tabTL2Z, tabTL2B: 32 words; tabTL2Y: 16 (magnitudes, signed by the kernel)
+	if k.kind == tabTL2Y {
+		tripleBytes = 32
+	}
+	tail := tripleBytes * 16 * c.nb
+	per := tail + 64*c.units + 64 // a token's tables, and a gap
+	tab := make([]byte, per*k.T+1)
+	entry := func(tok int, bound int) int16 {
+		if c.ext != 0 {
+			return c.ext * int16(1-2*(tok%2))
+		}
+		return int16(rng.IntN(2*bound+1) - bound)
+	}
+	for tok := 0; tok < k.T; tok++ {
+		tt := tab[per*tok:]
+		for tr := 0; tr < 16*c.nb; tr++ {
+			d := tt[tripleBytes*tr:][:tripleBytes]
+			for m := 1; m < 14; m++ {
+				e := entry(tok, 381)
+				switch k.kind {
+				case tabTL2Y:
+					d[m], d[16+m] = byte(e), byte(uint16(e)>>8)
+				case tabTL2B:
+					d[m], d[32+m] = byte(e), byte(uint16(e)>>8)
+					d[16+m], d[48+m] = byte(-e), byte(uint16(-e)>>8)
+				default:
+					d[2*m], d[2*m+1] = byte(e), byte(uint16(e)>>8)
+					d[32+2*m], d[33+2*m] = byte(-e), byte(uint16(-e)>>8)
+				}
+			}
+		}
+		for u := 0; u < c.units; u++ {
+			for h := 0; h < 2; h++ {
+				for i := 0; i < 9; i++ {
+					e := entry(tok, 254)
+					o := tail + 64*u + 32*h + i
+					tt[o], tt[o+16] = byte(e), byte(uint16(e)>>8)
+				}
+			}
+		}
+	}
+	got, want := make([]int32, c.nrb*k.T*RowBlock), make([]int32, c.nrb*k.T*RowBlock)
+	for i := range got {
+		got[i] = int32(rng.IntN(1000))
+		want[i] = got[i]
+	}
+	a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
+		Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
+	k.fn(argp(&a))
+	a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
+	lutGeneric(&a, k.T, k.kind)
+	for i := range want {
+		if got[i] != want[i] {
+			rb, tok, r := i/(k.T*RowBlock), i/RowBlock%k.T, i%RowBlock
+			t.Fatalf("%s, %+v: row block %d token %d row %d: %d, want %d", k.name, c, rb, tok, r, got[i], want[i])
+		}
+	}
+}
+
+// tl2Cases are random chunks of nbs blocks with and without a tl1 tail (nrb 3), and
+// chunks of extNBs blocks at the extremes of the int16 chains: every code the same
+// magnitude and sign against entries of +-381.
+func tl2Cases(nbs, extNBs []int, nrb int) []lutCase {
+	var cases []lutCase
+	for _, nb := range nbs {
+		for _, units := range []int{0, 3} {
+			cases = append(cases, lutCase{nb: nb, units: units, nrb: 3, mag: -1, unitCode: -1})
+		}
+	}
+	for _, nb := range extNBs {
+		for _, ext := range []int16{381, -381} {
+			for _, neg := range []bool{false, true} {
+				for _, mag := range []int{1, 13} {
+					cases = append(cases, lutCase{nb: nb, nrb: nrb, mag: mag, neg: neg, unitCode: -1, ext: ext})
+				}
+			}
+		}
+	}
+	return cases
+}
+
 // TestLUTTL2AVX2 holds lutTL2T1AVX2 and lutTL2T2AVX2 to lutGeneric (ymm tables) on random
-// codes and tables, and on the extremes of the int16 sums: every code the same magnitude and
-// sign against tables of +-381 (the second token's of the other sign) over enough blocks for
-// several flushes, with several row blocks.
+// codes and tables, and on the extremes of the int16 sums over enough blocks for several
+// flushes, with several row blocks.
 func TestLUTTL2AVX2(t *testing.T) {
 	if !ISAAvailable(ISAAVX2) {
 		t.Skip("no AVX2")
 	}
 	rng := rand.New(rand.NewPCG(22, 22))
-	type tcase struct {
-		nb, units, nrb, mag int
-		neg                 bool
-		ext                 int16 // table entries all +-ext when nonzero
-	}
-	var cases []tcase
-	for _, nb := range []int{1, 4, 5, 6, 11, 48} {
-		for _, units := range []int{0, 3} {
-			cases = append(cases, tcase{nb: nb, units: units, nrb: 3, mag: -1})
-		}
-	}
-	for _, ext := range []int16{381, -381} {
-		for _, neg := range []bool{false, true} {
-			for _, mag := range []int{1, 13} {
-				cases = append(cases, tcase{nb: 23, units: 0, nrb: 2, mag: mag, neg: neg, ext: ext})
-			}
-		}
-	}
-	cases = append(cases, tcase{nb: 0, units: 5, nrb: 2, mag: -1})
-	kernels := []func(*byte){nil, lutTL2T1AVX2, lutTL2T2AVX2}
-	for T := 1; T <= 2; T++ {
+	cases := append(tl2Cases([]int{1, 4, 5, 6, 11, 48}, []int{23}, 2), lutCase{nb: 0, units: 5, nrb: 2, mag: -1, unitCode: -1})
+	for _, k := range []lutKernel{{"lutTL2T1AVX2", lutTL2T1AVX2, 1, tabTL2Y}, {"lutTL2T2AVX2", lutTL2T2AVX2, 2, tabTL2Y}} {
 		for _, c := range cases {
-			rbBytes := 320*c.nb + 32*c.units
-			w := make([]byte, 0, c.nrb*rbBytes+1)
-			for rb := 0; rb < c.nrb; rb++ {
-				w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
-			}
-			w = append(w, 0)
-			per := 512*c.nb + 64*c.units + 64 // a token's tables, and a gap
-			tab := make([]byte, per*T+1)
-			for tok := 0; tok < T; tok++ {
-				tt := tab[per*tok:]
-				for tr := 0; tr < 16*c.nb; tr++ {
-					for m := 1; m < 14; m++ {
-						e := int16(rng.IntN(763) - 381)
-						if c.ext != 0 {
-							e = c.ext * int16(1-2*tok)
-						}
-						tt[32*tr+m], tt[32*tr+16+m] = byte(e), byte(uint16(e)>>8)
-					}
-				}
-				for u := 0; u < c.units; u++ {
-					for h := 0; h < 2; h++ {
-						for i := 0; i < 9; i++ {
-							e := int16(rng.IntN(509) - 254)
-							tt[512*c.nb+64*u+32*h+i], tt[512*c.nb+64*u+32*h+16+i] = byte(e), byte(uint16(e)>>8)
-						}
-					}
-				}
-			}
-			got, want := make([]int32, c.nrb*T*RowBlock), make([]int32, c.nrb*T*RowBlock)
-			for i := range got {
-				got[i] = int32(rng.IntN(1000))
-				want[i] = got[i]
-			}
-			a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
-				Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
-			kernels[T](argp(&a))
-			a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
-			lutGeneric(&a, T, tabTL2Y)
-			for i := range want {
-				if got[i] != want[i] {
-					rb, tok, r := i/(T*RowBlock), i/RowBlock%T, i%RowBlock
-					t.Fatalf("%d token(s), %+v: row block %d token %d row %d: %d, want %d", T, c, rb, tok, r, got[i], want[i])
-				}
-			}
+			checkLUT(t, rng, k, c)
 		}
 	}
 }
 
 // TestLUTTL2AVX512 holds the zmm tl2 chunk kernels (one to four tokens, with and without
-// software prefetch) to lutGeneric on random codes and tables, and on the extremes of their
-// int16 chains: every code the same magnitude and sign against entries of +-381 (the other
-// sign for every other token) over a chunk's most blocks (TL2Chunk) and over 23, enough
-// for several flushes of the kernels' own counts, with one to three row blocks (the pair
-// kernels take row blocks two at a time).
+// software prefetch) to lutGeneric on random codes and tables, and at the extremes of
+// their int16 chains over a chunk's most blocks (TL2Chunk) and over 23, enough for several
+// flushes of the kernels' own counts, with three row blocks (the pair kernels take row
+// blocks two at a time).
 func TestLUTTL2AVX512(t *testing.T) {
 	if !ISAAvailable(ISAAVX512) {
 		t.Skip("no AVX-512")
 	}
 	rng := rand.New(rand.NewPCG(23, 23))
-	type tcase struct {
-		nb, units, nrb, mag int
-		neg                 bool
-		ext                 int16 // every entry of magnitude 1..13 +-ext when nonzero
-	}
-	var cases []tcase
-	for _, nb := range []int{1, 5, TL2Chunk, 23} {
-		for _, units := range []int{0, 3} {
-			cases = append(cases, tcase{nb: nb, units: units, nrb: 3, mag: -1})
-		}
-	}
-	for _, nb := range []int{TL2Chunk, 23} {
-		for _, ext := range []int16{381, -381} {
-			for _, neg := range []bool{false, true} {
-				for _, mag := range []int{1, 13} {
-					cases = append(cases, tcase{nb: nb, nrb: 3, mag: mag, neg: neg, ext: ext})
-				}
-			}
-		}
-	}
-	kernels := []struct {
-		name string
-		fn   func(*byte)
-		T    int
-		kind tabKind
-	}{
+	ks := []lutKernel{
 		{"lutTL2T1AVX512", lutTL2T1AVX512, 1, tabTL2Z}, {"lutTL2T1AVX512HW", lutTL2T1AVX512HW, 1, tabTL2Z},
 		{"lutTL2T2AVX512", lutTL2T2AVX512, 2, tabTL2Z}, {"lutTL2T2AVX512NT", lutTL2T2AVX512NT, 2, tabTL2Z},
 		{"lutTL2T3AVX512", lutTL2T3AVX512, 3, tabTL2B}, {"lutTL2T4AVX512", lutTL2T4AVX512, 4, tabTL2B},
 	}
-	for _, k := range kernels {
-		for _, c := range cases {
-			rbBytes := 320*c.nb + 32*c.units
-			w := make([]byte, 0, c.nrb*rbBytes+1)
-			for rb := 0; rb < c.nrb; rb++ {
-				w = append(w, randTL2RowBlock(rng, c.nb, c.units, c.mag, c.neg)...)
-			}
-			w = append(w, 0)
-			per := 64*16*c.nb + 64*c.units + 64 // a token's tables, and a gap
-			tab := make([]byte, per*k.T+1)
-			for tok := 0; tok < k.T; tok++ {
-				tt := tab[per*tok:]
-				for tr := 0; tr < 16*c.nb; tr++ {
-					d := tt[64*tr:][:64]
-					for m := 1; m < 14; m++ {
-						e := int16(rng.IntN(763) - 381)
-						if c.ext != 0 {
-							e = c.ext * int16(1-2*(tok%2))
-						}
-						for _, ce := range [2]struct {
-							code int
-							v    int16
-						}{{m, e}, {16 + m, -e}} {
-							if k.kind == tabTL2B {
-								d[ce.code], d[32+ce.code] = byte(ce.v), byte(uint16(ce.v)>>8)
-							} else {
-								d[2*ce.code], d[2*ce.code+1] = byte(ce.v), byte(uint16(ce.v)>>8)
-							}
-						}
-					}
-				}
-				for u := 0; u < c.units; u++ {
-					for h := 0; h < 2; h++ {
-						for i := 0; i < 9; i++ {
-							e := int16(rng.IntN(509) - 254)
-							o := 64*16*c.nb + 64*u + 32*h + i
-							tt[o], tt[o+16] = byte(e), byte(uint16(e)>>8)
-						}
-					}
-				}
-			}
-			got, want := make([]int32, c.nrb*k.T*RowBlock), make([]int32, c.nrb*k.T*RowBlock)
-			for i := range got {
-				got[i] = int32(rng.IntN(1000))
-				want[i] = got[i]
-			}
-			a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: rbBytes, NRB: c.nrb, Sums: unsafe.Pointer(&got[0]),
-				Tab: unsafe.Pointer(&tab[0]), TabStride: per, Blocks: c.nb, Units: c.units}
-			k.fn(argp(&a))
-			a.Sums, a.NRB = unsafe.Pointer(&want[0]), c.nrb // the kernel counts NRB down
-			lutGeneric(&a, k.T, k.kind)
-			for i := range want {
-				if got[i] != want[i] {
-					rb, tok, r := i/(k.T*RowBlock), i/RowBlock%k.T, i%RowBlock
-					t.Fatalf("%s, %+v: row block %d token %d row %d: %d, want %d", k.name, c, rb, tok, r, got[i], want[i])
-				}
-			}
+	for _, k := range ks {
+		for _, c := range tl2Cases([]int{1, 5, TL2Chunk, 23}, []int{TL2Chunk, 23}, 3) {
+			checkLUT(t, rng, k, c)
 		}
 	}
 }
@@ -251,63 +223,21 @@ func TestLUTTL2AVX512(t *testing.T) {
 // 32 units each between flushes), and on random units and tables.
 func TestLUTTL1Extremes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 24))
-	kernels := []struct {
-		name string
-		fn   func(*byte)
-		T    int
-		kind tabKind
-		isa  ISA
-	}{
-		{"lutTL1T1AVX512", lutTL1T1AVX512, 1, tabTL1Z, ISAAVX512},
-		{"lutTL1T1AVX2", lutTL1T1AVX2, 1, tabTL1Y, ISAAVX2}, {"lutTL1T2AVX2", lutTL1T2AVX2, 2, tabTL1Y, ISAAVX2},
+	var ks []lutKernel
+	if ISAAvailable(ISAAVX512) {
+		ks = append(ks, lutKernel{"lutTL1T1AVX512", lutTL1T1AVX512, 1, tabTL1Z})
 	}
-	for _, k := range kernels {
-		if !ISAAvailable(k.isa) {
-			continue
-		}
+	if ISAAvailable(ISAAVX2) {
+		ks = append(ks, lutKernel{"lutTL1T1AVX2", lutTL1T1AVX2, 1, tabTL1Y}, lutKernel{"lutTL1T2AVX2", lutTL1T2AVX2, 2, tabTL1Y})
+	}
+	for _, k := range ks {
 		for _, units := range []int{1, 7, 64, 200, 333} {
 			for _, ext := range []int16{0, 254, -254} {
-				const nrb = 3
-				code := byte(rng.IntN(9)) // the same pair code for every pair when ext != 0
-				w := make([]byte, nrb*32*units+1)
-				for i := range w[:nrb*32*units] {
-					w[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
-					if ext != 0 {
-						w[i] = code | code<<4
-					}
+				c := lutCase{units: units, nrb: 3, mag: -1, unitCode: -1, ext: ext}
+				if ext != 0 {
+					c.unitCode = rng.IntN(9)
 				}
-				per := 64*units + 64
-				tab := make([]byte, per*k.T+1)
-				for tok := 0; tok < k.T; tok++ {
-					for u := 0; u < units; u++ {
-						for h := 0; h < 2; h++ {
-							for i := 0; i < 9; i++ {
-								e := int16(rng.IntN(509) - 254)
-								if ext != 0 {
-									e = ext * int16(1-2*tok)
-								}
-								o := per*tok + 64*u + 32*h + i
-								tab[o], tab[o+16] = byte(e), byte(uint16(e)>>8)
-							}
-						}
-					}
-				}
-				got, want := make([]int32, nrb*k.T*RowBlock), make([]int32, nrb*k.T*RowBlock)
-				for i := range got {
-					got[i] = int32(rng.IntN(1000))
-					want[i] = got[i]
-				}
-				a := lutArgs{W: unsafe.Pointer(&w[0]), RBBytes: 32 * units, NRB: nrb, Sums: unsafe.Pointer(&got[0]),
-					Tab: unsafe.Pointer(&tab[0]), TabStride: per, Units: units}
-				k.fn(argp(&a))
-				a.Sums, a.NRB = unsafe.Pointer(&want[0]), nrb
-				lutGeneric(&a, k.T, k.kind)
-				for i := range want {
-					if got[i] != want[i] {
-						rb, tok, r := i/(k.T*RowBlock), i/RowBlock%k.T, i%RowBlock
-						t.Fatalf("%s, %d units, entries %d: row block %d token %d row %d: %d, want %d", k.name, units, ext, rb, tok, r, got[i], want[i])
-					}
-				}
+				checkLUT(t, rng, k, c)
 			}
 		}
 	}
