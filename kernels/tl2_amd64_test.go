@@ -219,8 +219,8 @@ func TestLUTTL2AVX512(t *testing.T) {
 // TestLUTTL1Extremes holds the tl1 chunk kernels that sum int16 lookups (zmm one token,
 // AVX2 one and two tokens) to lutGeneric where their chains run widest: every unit's two
 // pair codes one sum of two equal weights (+-(x0 + x1)) against entries of +-254, the
-// other sign for the second token, over enough units for several flushes (the chains take
-// 32 units each between flushes), and on random units and tables.
+// other sign for the second token, over enough units for several of the kernels' flushes
+// (333 units: a flush every 32 units a chain), and on random units and tables.
 func TestLUTTL1Extremes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 24))
 	var ks []lutKernel
