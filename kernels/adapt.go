@@ -28,8 +28,9 @@ import (
 // ran, shared by the layers of one format and shape: a model's layers of a shape run
 // alike, and a shape's calls come often enough for the averages to follow the host. The
 // sites live as long as the process, one per format and shape. Every adaptProbe-th piece
-// runs the other kernel (up to every adaptProbeMax-th while it does not win); a kernel is
-// kept while the other's average is not adaptMargin below its own.
+// runs the other kernel (up to every adaptProbeMax-th while it does not win, and at least
+// one every adaptProbeGap); a kernel is kept while the other's average is not adaptMargin
+// below its own.
 type oneSite struct {
 	// by is the site's state by the workers of the calls (1, 2, 3, 4 or more): a piece's
 	// time depends on how many others stream beside it, and a daemon's calls keep one
@@ -46,6 +47,20 @@ type adaptState struct {
 	// since counts the pieces since the last probe; every is the pieces between probes,
 	// adaptProbe doubling up to adaptProbeMax while the probes do not win.
 	since, every atomic.Uint32
+	// probed is when the last probe started (runtime.nanotime; the site's creation before
+	// its first): a timed piece adaptProbeGap after it probes, however few pieces came.
+	probed atomic.Int64
+	// won is the last probe's ns per KiB if it won (float64 bits; 0 if it did not): two
+	// probes in a row that beat the kept kernel's average by adaptMargin switch the site,
+	// the other kernel's average then theirs. An average that a slow spell of the host
+	// left high would otherwise come down by at most a tenth a probe (adaptClip) once the
+	// spell is over: the hardware-prefetch bf16 kernel of 4096x14336 at one thread (one
+	// 117 MB piece a call, about ten calls a round) kept an average of 54.7 ns/KiB from
+	// such a spell where it read at 35.9 in the same rounds under the zen4 tuning, and the
+	// site ran the slower kernel through most of a 15-round bench: 0.74x the zen4 tuning's
+	// speed. One fast probe (a piece whose weights the other worker's prefetches had
+	// already brought in) still switches nothing.
+	won atomic.Uint64
 	// hw is the kernel the site's pieces run: 1 oneTuned, 0 the format's own; -1 before
 	// its first piece, which takes the tuning's choice.
 	hw atomic.Int32
@@ -70,17 +85,24 @@ const (
 	// adaptMargin: the other kernel's average must be this fraction below the kept one's
 	// for the site to switch to it.
 	adaptMargin = 0.03
-	// adaptClip bounds a sample to [average/adaptClip, average*adaptClip] before it is
-	// averaged: a piece whose thread lost its core for a while (3x its time) moved the
-	// kept kernel's average past the other's, and a far slower kernel then ran until its
-	// own samples moved it back (tl2 4096x14336 at one thread, with a neighbour streaming
-	// the L3: 0.74x the zen4 kernels' time); a real change takes a few samples more.
+	// adaptClip bounds a sample to at most average*adaptClip before it is averaged: a
+	// piece whose thread lost its core for a while (3x its time) moved the kept kernel's
+	// average past the other's, and a far slower kernel then ran until its own samples
+	// moved it back (tl2 4096x14336 at one thread, with a neighbour streaming the L3: 0.74x
+	// the zen4 kernels' time); a real change takes a few samples more (but see
+	// adaptState.won).
 	adaptClip = 1.25
 	// adaptSample: every adaptSample-th piece of the kept kernel is timed. Two clock reads
 	// take about 50 ns here (runtime.nanotime; time.Now and time.Since 80-110), 2% of a
 	// piece of adaptMinBytes from DRAM.
 	adaptSample = 4
 )
+
+// adaptProbeGap is the longest time between probes (ns; a variable for tests): a site of
+// few, long pieces (a bf16 layer of 100 MB) would otherwise probe every adaptProbeMax-th
+// piece, seconds apart. A probe of a 4 ms piece every 200 ms that loses by 30% costs 0.6%
+// of the time.
+var adaptProbeGap int64 = 200e6
 
 // adaptMinBytes is the least weights a piece must read to count: smaller pieces (the
 // stealing scheduler's last ones, small layers) run the kept kernel untimed, as their
@@ -113,9 +135,11 @@ func oneSiteFor(l *Layer) *oneSite {
 
 func newOneSite() *oneSite {
 	s := new(oneSite)
+	now := nanotime()
 	for i := range s.by {
 		s.by[i].hw.Store(-1)
 		s.by[i].every.Store(adaptProbe)
+		s.by[i].probed.Store(now)
 	}
 	return s
 }
@@ -136,7 +160,8 @@ type oneRun struct {
 // pick returns the kernel a piece of bytes of weights runs, hw (oneTuned) or own, and its
 // oneRun; start is the tuning's choice (true: hw), which a site's first piece takes. A piece
 // of less than adaptMinBytes runs the kept kernel and is neither timed nor counted; of the
-// others, every adaptSample-th is timed, and the probes (every every-th).
+// others, every adaptSample-th is timed, and the probes (every every-th, or a timed piece
+// adaptProbeGap after the last probe).
 func (s *adaptState) pick(hw, own func(*byte), start bool, bytes int) (func(*byte), oneRun) {
 	cur := s.hw.Load()
 	if cur < 0 {
@@ -150,12 +175,17 @@ func (s *adaptState) pick(hw, own func(*byte), start bool, bytes int) (func(*byt
 	r := oneRun{hw: cur, bytes: bytes}
 	if bytes >= adaptMinBytes {
 		n := s.pieces.Add(1)
-		if s.since.Add(1) >= s.every.Load() {
-			s.since.Store(0)
-			r.hw, r.probe = 1-cur, true
-		}
-		if r.probe || n%adaptSample == 0 {
+		probe := s.since.Add(1) >= s.every.Load()
+		if probe || n%adaptSample == 0 {
 			r.site, r.t0 = s, nanotime()
+			if last := s.probed.Load(); !probe && r.t0-last >= adaptProbeGap {
+				probe = s.probed.CompareAndSwap(last, r.t0) // (one piece, where two workers time theirs at once)
+			}
+		}
+		if probe {
+			s.since.Store(0)
+			s.probed.Store(r.t0)
+			r.hw, r.probe = 1-cur, true
 		}
 	}
 	if r.hw == 1 {
@@ -175,22 +205,30 @@ func (r oneRun) done() {
 func nanotime() int64
 
 // record adds a piece's ns per KiB on kernel hw (a probe's, or the kept kernel's) to
-// its average, within adaptClip of it, sets how often the site probes, and switches the
-// site's kernel where the other's average is adaptMargin below the kept one's.
+// its average (clipped to within adaptClip of it; two winning probes in a row replace it:
+// won), sets how often the site probes, and switches the site's kernel where the other's
+// average is adaptMargin below the kept one's.
 func (s *adaptState) record(hw int32, probe bool, x float64) {
 	a := 1.0 / 4
 	if probe {
 		a = 1.0 / 2
+	}
+	avg := x
+	if old := math.Float64frombits(s.rate[hw].Load()); old != 0 {
+		avg = old + a*(min(max(x, old/adaptClip), old*adaptClip)-old)
+	}
+	if probe {
 		if kept := math.Float64frombits(s.rate[1-hw].Load()); kept > 0 && x < kept*(1-adaptMargin) {
 			s.every.Store(adaptProbe)
+			if prev := math.Float64frombits(s.won.Swap(math.Float64bits(x))); prev != 0 {
+				avg = min(avg, (prev+x)/2) // the second win in a row
+			}
 		} else {
 			s.every.Store(min(2*s.every.Load(), adaptProbeMax))
+			s.won.Store(0)
 		}
 	}
-	if old := math.Float64frombits(s.rate[hw].Load()); old != 0 {
-		x = old + a*(min(max(x, old/adaptClip), old*adaptClip)-old)
-	}
-	s.rate[hw].Store(math.Float64bits(x))
+	s.rate[hw].Store(math.Float64bits(avg))
 	cur := s.hw.Load()
 	if cur < 0 {
 		return
@@ -198,6 +236,7 @@ func (s *adaptState) record(hw int32, probe bool, x float64) {
 	kept, other := math.Float64frombits(s.rate[cur].Load()), math.Float64frombits(s.rate[1-cur].Load())
 	if kept > 0 && other > 0 && other < kept*(1-adaptMargin) && s.hw.CompareAndSwap(cur, 1-cur) {
 		s.switches.Add(1)
+		s.won.Store(0) // (the probes now run the other kernel)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"bitgo/quantcfg"
 )
@@ -17,9 +18,14 @@ func resetSites(t *testing.T) {
 // TestOneSitePolicy drives a site with made-up times: it starts on the tuning's choice,
 // probes the other kernel every adaptProbe pieces and less often (down to every
 // adaptProbeMax-th) while the probes do not win, every adaptProbe pieces again after one
-// that does, switches once the other's average is adaptMargin below, and does not switch
-// on one outlier either way; pieces under adaptMinBytes neither count nor are timed.
+// that does, and a timed piece adaptProbeGap after the last probe; it switches once the
+// other's average is adaptMargin below, or after two probes in a row that beat the kept
+// average (where a slow spell left the other's average 1.67x high), and does not switch on
+// one outlier either way; pieces under adaptMinBytes neither count nor are timed.
 func TestOneSitePolicy(t *testing.T) {
+	gap := adaptProbeGap
+	adaptProbeGap = math.MaxInt64 / 2 // (no probe by time but where the test asks for one)
+	t.Cleanup(func() { adaptProbeGap = gap })
 	var ranHW bool
 	hwFn, ownFn := func(*byte) { ranHW = true }, func(*byte) { ranHW = false }
 	isHW := func(f func(*byte)) bool { f(nil); return ranHW }
@@ -124,6 +130,55 @@ func TestOneSitePolicy(t *testing.T) {
 	run(s, true, 40*adaptSample, 120, 60) // hw slower for good: the site moves to own
 	if s.hw.Load() != 0 || s.switches.Load() != 1 {
 		t.Fatalf("hw at 120 ns/KiB for good against 60: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
+	}
+
+	// a slow spell over: own kept at 46 ns/KiB, hw's average left at 60 where it now runs
+	// at 36; the second winning probe in a row takes the site back to hw (the clipped
+	// averages alone would take three)
+	s = newOneSite().at(1)
+	run(s, false, adaptProbe-1, 0, 46)
+	s.record(1, true, 60)
+	s.every.Store(adaptProbe)
+	probes = run(s, false, 2*adaptProbe, 36, 46)
+	if len(probes) != 2 || s.hw.Load() != 1 || s.switches.Load() != 1 {
+		t.Fatalf("hw at 36 ns/KiB, its average at 60, own at 46: after probes %v kept hw %d after %d switches", probes, s.hw.Load(), s.switches.Load())
+	}
+
+	// wins that are not in a row switch nothing
+	s = newOneSite().at(1)
+	run(s, false, adaptProbe-1, 0, 46)
+	for _, x := range []float64{60, 36, 50, 36} {
+		s.record(1, true, x)
+	}
+	if s.hw.Load() != 0 || s.switches.Load() != 0 {
+		t.Fatalf("hw probes at 60, 36, 50, 36 ns/KiB against own at 46: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
+	}
+
+	// few, long pieces: a timed piece adaptProbeGap after the last probe probes, however
+	// far every has backed off; an untimed one does not
+	adaptProbeGap = 1e6
+	s = newOneSite().at(1)
+	run(s, true, 4*adaptProbeMax, 40, 60)
+	if s.every.Load() != adaptProbeMax {
+		t.Fatalf("probes not winning: every %d pieces, want %d", s.every.Load(), adaptProbeMax)
+	}
+	s.since.Store(0)
+	s.probed.Store(nanotime() - 2*adaptProbeGap)
+	var timed, byTime int
+	for i := 0; i < adaptSample; i++ {
+		_, r := s.pick(hwFn, ownFn, true, adaptMinBytes)
+		if r.site != nil {
+			timed++
+		}
+		if r.probe {
+			byTime++
+			if r.site == nil || r.hw != 0 || s.since.Load() != 0 {
+				t.Fatalf("probe by time: %+v, since %d", r, s.since.Load())
+			}
+		}
+	}
+	if timed != 1 || byTime != 1 {
+		t.Fatalf("%d pieces %v after the last probe: %d timed, %d probes, want 1 and 1", adaptSample, time.Duration(2*adaptProbeGap), timed, byTime)
 	}
 }
 
