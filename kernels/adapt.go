@@ -28,9 +28,8 @@ import (
 // ran, shared by the layers of one format and shape: a model's layers of a shape run
 // alike, and a shape's calls come often enough for the averages to follow the host. The
 // sites live as long as the process, one per format and shape. Every adaptProbe-th piece
-// runs the other kernel (up to every adaptProbeMax-th while it does not win, and at least
-// one every adaptProbeGap); a kernel is kept while the other's average is not adaptMargin
-// below its own.
+// runs the other kernel (up to every adaptProbeMax-th while it does not win); a kernel is
+// kept while the other's average is not adaptMargin below its own.
 type oneSite struct {
 	// by is the site's state by the workers of the calls (1, 2, 3, 4 or more): a piece's
 	// time depends on how many others stream beside it, and a daemon's calls keep one
@@ -47,9 +46,6 @@ type adaptState struct {
 	// since counts the pieces since the last probe; every is the pieces between probes,
 	// adaptProbe doubling up to adaptProbeMax while the probes do not win.
 	since, every atomic.Uint32
-	// probed is when the last probe started (runtime.nanotime; the site's creation before
-	// its first): a timed piece adaptProbeGap after it probes, however few pieces came.
-	probed atomic.Int64
 	// won is the last probe's ns per KiB if it won (float64 bits; 0 if it did not): two
 	// probes in a row that beat the kept kernel's average by adaptMargin switch the site,
 	// the other kernel's average then theirs. An average that a slow spell of the host
@@ -59,7 +55,11 @@ type adaptState struct {
 	// such a spell where it read at 35.9 in the same rounds under the zen4 tuning, and the
 	// site ran the slower kernel through most of a 15-round bench: 0.74x the zen4 tuning's
 	// speed. One fast probe (a piece whose weights the other worker's prefetches had
-	// already brought in) still switches nothing.
+	// already brought in) still switches nothing. Such a site of few, long pieces still
+	// waits for its next probe, up to adaptProbeMax pieces: a probe at least every 200 ms
+	// as well cost the bf16 trials of two runs of the bench 2.5-2.7% (medians of
+	// six shapes and thread counts, against 1.00 in the runs before), as the time between
+	// a site's calls (the other trials, a model's other layers) set it off at most calls.
 	won atomic.Uint64
 	// hw is the kernel the site's pieces run: 1 oneTuned, 0 the format's own; -1 before
 	// its first piece, which takes the tuning's choice.
@@ -98,12 +98,6 @@ const (
 	adaptSample = 4
 )
 
-// adaptProbeGap is the longest time between probes (ns; a variable for tests): a site of
-// few, long pieces (a bf16 layer of 100 MB) would otherwise probe every adaptProbeMax-th
-// piece, seconds apart. A probe of a 4 ms piece every 200 ms that loses by 30% costs 0.6%
-// of the time.
-var adaptProbeGap int64 = 200e6
-
 // adaptMinBytes is the least weights a piece must read to count: smaller pieces (the
 // stealing scheduler's last ones, small layers) run the kept kernel untimed, as their
 // clock reads would cost more and their time tells of the fork and the caches more than
@@ -135,11 +129,9 @@ func oneSiteFor(l *Layer) *oneSite {
 
 func newOneSite() *oneSite {
 	s := new(oneSite)
-	now := nanotime()
 	for i := range s.by {
 		s.by[i].hw.Store(-1)
 		s.by[i].every.Store(adaptProbe)
-		s.by[i].probed.Store(now)
 	}
 	return s
 }
@@ -160,8 +152,7 @@ type oneRun struct {
 // pick returns the kernel a piece of bytes of weights runs, hw (oneTuned) or own, and its
 // oneRun; start is the tuning's choice (true: hw), which a site's first piece takes. A piece
 // of less than adaptMinBytes runs the kept kernel and is neither timed nor counted; of the
-// others, every adaptSample-th is timed, and the probes (every every-th, or a timed piece
-// adaptProbeGap after the last probe).
+// others, every adaptSample-th is timed, and the probes (every every-th).
 func (s *adaptState) pick(hw, own func(*byte), start bool, bytes int) (func(*byte), oneRun) {
 	cur := s.hw.Load()
 	if cur < 0 {
@@ -175,17 +166,12 @@ func (s *adaptState) pick(hw, own func(*byte), start bool, bytes int) (func(*byt
 	r := oneRun{hw: cur, bytes: bytes}
 	if bytes >= adaptMinBytes {
 		n := s.pieces.Add(1)
-		probe := s.since.Add(1) >= s.every.Load()
-		if probe || n%adaptSample == 0 {
-			r.site, r.t0 = s, nanotime()
-			if last := s.probed.Load(); !probe && r.t0-last >= adaptProbeGap {
-				probe = s.probed.CompareAndSwap(last, r.t0) // (one piece, where two workers time theirs at once)
-			}
-		}
-		if probe {
+		if s.since.Add(1) >= s.every.Load() {
 			s.since.Store(0)
-			s.probed.Store(r.t0)
 			r.hw, r.probe = 1-cur, true
+		}
+		if r.probe || n%adaptSample == 0 {
+			r.site, r.t0 = s, nanotime()
 		}
 	}
 	if r.hw == 1 {

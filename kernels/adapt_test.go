@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"bitgo/quantcfg"
 )
@@ -18,14 +17,11 @@ func resetSites(t *testing.T) {
 // TestOneSitePolicy drives a site with made-up times: it starts on the tuning's choice,
 // probes the other kernel every adaptProbe pieces and less often (down to every
 // adaptProbeMax-th) while the probes do not win, every adaptProbe pieces again after one
-// that does, and a timed piece adaptProbeGap after the last probe; it switches once the
-// other's average is adaptMargin below, or after two probes in a row that beat the kept
-// average (where a slow spell left the other's average 1.67x high), and does not switch on
-// one outlier either way; pieces under adaptMinBytes neither count nor are timed.
+// that does; it switches once the other's average is adaptMargin below, or after two
+// probes in a row that beat the kept average (where a slow spell left the other's average
+// 1.67x high), and does not switch on one outlier either way; pieces under adaptMinBytes
+// neither count nor are timed.
 func TestOneSitePolicy(t *testing.T) {
-	gap := adaptProbeGap
-	adaptProbeGap = math.MaxInt64 / 2 // (no probe by time but where the test asks for one)
-	t.Cleanup(func() { adaptProbeGap = gap })
 	var ranHW bool
 	hwFn, ownFn := func(*byte) { ranHW = true }, func(*byte) { ranHW = false }
 	isHW := func(f func(*byte)) bool { f(nil); return ranHW }
@@ -152,33 +148,6 @@ func TestOneSitePolicy(t *testing.T) {
 	}
 	if s.hw.Load() != 0 || s.switches.Load() != 0 {
 		t.Fatalf("hw probes at 60, 36, 50, 36 ns/KiB against own at 46: kept hw %d after %d switches", s.hw.Load(), s.switches.Load())
-	}
-
-	// few, long pieces: a timed piece adaptProbeGap after the last probe probes, however
-	// far every has backed off; an untimed one does not
-	adaptProbeGap = 1e6
-	s = newOneSite().at(1)
-	run(s, true, 4*adaptProbeMax, 40, 60)
-	if s.every.Load() != adaptProbeMax {
-		t.Fatalf("probes not winning: every %d pieces, want %d", s.every.Load(), adaptProbeMax)
-	}
-	s.since.Store(0)
-	s.probed.Store(nanotime() - 2*adaptProbeGap)
-	var timed, byTime int
-	for i := 0; i < adaptSample; i++ {
-		_, r := s.pick(hwFn, ownFn, true, adaptMinBytes)
-		if r.site != nil {
-			timed++
-		}
-		if r.probe {
-			byTime++
-			if r.site == nil || r.hw != 0 || s.since.Load() != 0 {
-				t.Fatalf("probe by time: %+v, since %d", r, s.since.Load())
-			}
-		}
-	}
-	if timed != 1 || byTime != 1 {
-		t.Fatalf("%d pieces %v after the last probe: %d timed, %d probes, want 1 and 1", adaptSample, time.Duration(2*adaptProbeGap), timed, byTime)
 	}
 }
 

@@ -260,7 +260,7 @@ func (t Tuning) Changes() []string {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")
 	}
 	if t.Adaptive() {
-		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel, and one at least every %d ms (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10, adaptProbeGap/1e6))
+		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))
 	}
 	return c
 }
