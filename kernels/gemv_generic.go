@@ -134,6 +134,24 @@ func planeEntry(d []byte, i, plane int) int32 {
 	return int32(int16(uint16(d[i]) | uint16(d[plane+i])<<8))
 }
 
+// putPlane writes planeEntry i.
+func putPlane(d []byte, i, plane int, v int16) { d[i], d[plane+i] = byte(v), byte(uint16(v)>>8) }
+
+// putTL2Entry writes the sum s of magnitude v (0..15) into a tl2 triple's table d in layout
+// kind, and its negation (entry 16 + v) where the layout holds it (tl2Entry reads them).
+func putTL2Entry(kind tabKind, d []byte, v int, s int16) {
+	switch kind {
+	case tabTL2Z:
+		putI16(d[2*v:], s)
+		putI16(d[32+2*v:], -s)
+	case tabTL2B:
+		putPlane(d, v, 32, s)
+		putPlane(d, 16+v, 32, -s)
+	default: // tabTL2Y: magnitudes only
+		putPlane(d, v, 16, s)
+	}
+}
+
 // tl1Table reads entry i of pair h (0, 1) of a unit's 64-byte table.
 func tl1Table(d []byte, h, i int) int32 { return planeEntry(d[32*h:], i, 16) }
 

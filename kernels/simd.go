@@ -774,7 +774,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 				k := k0 + 4*u + 2*h
 				for i := 0; i < 16; i++ {
 					v := tl1Sum(i, x[k], x[k+1])
-					d[32*h+i], d[32*h+16+i] = byte(v), byte(uint16(v)>>8)
+					putPlane(d[32*h:], i, 16, v)
 				}
 			}
 		}
@@ -796,17 +796,7 @@ func buildLUT(kind tabKind, ly Layout, x []int8, dst []byte) {
 		for t := 0; t < nt; t++ {
 			d := dst[per*t : per*t+per]
 			for v := 0; v < 16; v++ {
-				s := tl2Sum(v, x[3*t], x[3*t+1], x[3*t+2])
-				switch kind {
-				case tabTL2Z:
-					putI16(d[2*v:], s)
-					putI16(d[32+2*v:], -s)
-				case tabTL2B:
-					d[v], d[32+v] = byte(s), byte(uint16(s)>>8)
-					d[16+v], d[48+v] = byte(-s), byte(uint16(-s)>>8)
-				default:
-					d[v], d[16+v] = byte(s), byte(uint16(s)>>8)
-				}
+				putTL2Entry(kind, d, v, tl2Sum(v, x[3*t], x[3*t+1], x[3*t+2]))
 			}
 		}
 		tl1(ly.K3, ly.Kp1/4, dst[per*nt:])

@@ -97,11 +97,8 @@ func checkLUT(t *testing.T, rng *rand.Rand, k lutKernel, c lutCase) {
 		}
 	}
 	w = append(w, 0)
-	tripleBytes := 64 // tabTL2Z, tabTL2B: 32 words; tabTL2Y: 16 (magnitudes, signed by the kernel)
-	if k.kind == tabTL2Y {
-		tripleBytes = 32
-	}
-	tail := tripleBytes * 16 * c.nb
+	per3 := tripleBytes(k.kind)
+	tail := per3 * 16 * c.nb
 	per := tail + 64*c.units + 64 // a token's tables, and a gap
 	tab := make([]byte, per*k.T+1)
 	entry := func(tok int, bound int) int16 {
@@ -113,27 +110,14 @@ func checkLUT(t *testing.T, rng *rand.Rand, k lutKernel, c lutCase) {
 	for tok := 0; tok < k.T; tok++ {
 		tt := tab[per*tok:]
 		for tr := 0; tr < 16*c.nb; tr++ {
-			d := tt[tripleBytes*tr:][:tripleBytes]
 			for m := 1; m < 14; m++ {
-				e := entry(tok, 381)
-				switch k.kind {
-				case tabTL2Y:
-					d[m], d[16+m] = byte(e), byte(uint16(e)>>8)
-				case tabTL2B:
-					d[m], d[32+m] = byte(e), byte(uint16(e)>>8)
-					d[16+m], d[48+m] = byte(-e), byte(uint16(-e)>>8)
-				default:
-					d[2*m], d[2*m+1] = byte(e), byte(uint16(e)>>8)
-					d[32+2*m], d[33+2*m] = byte(-e), byte(uint16(-e)>>8)
-				}
+				putTL2Entry(k.kind, tt[per3*tr:][:per3], m, entry(tok, 381))
 			}
 		}
 		for u := 0; u < c.units; u++ {
 			for h := 0; h < 2; h++ {
 				for i := 0; i < 9; i++ {
-					e := entry(tok, 254)
-					o := tail + 64*u + 32*h + i
-					tt[o], tt[o+16] = byte(e), byte(uint16(e)>>8)
+					putPlane(tt[tail+64*u+32*h:], i, 16, entry(tok, 254))
 				}
 			}
 		}

@@ -1538,16 +1538,13 @@ func (s *lutState) tl2Consts() {
 // every loop that flushes zeroes them as it starts its next run.
 func (s *lutState) flush(paired bool) {
 	for t := 0; t < s.T; t++ {
-		cs := s.acc16[t]
-		if paired {
-			var firsts []VecPhysical
-			for i := 0; i+1 < len(cs); i += 2 {
-				VPADDW(cs[i+1], cs[i], cs[i])
-				firsts = append(firsts, cs[i])
+		for i, c := range s.acc16[t] {
+			if paired {
+				if i%2 == 1 {
+					continue
+				}
+				VPADDW(s.acc16[t][i+1], c, c)
 			}
-			cs = firsts
-		}
-		for _, c := range cs {
 			VPMOVSXWD(c.AsY(), s.l)
 			VPADDD(s.l, s.acc32[t][0], s.acc32[t][0])
 			VEXTRACTI64X4(U8(1), c, s.l.AsY())
