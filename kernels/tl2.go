@@ -35,6 +35,18 @@ import (
 // Triple t of block b covers inputs 48b+3t .. 48b+3t+2. A word's low five bits are a code as
 // they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
 // above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
+//
+// Measured and not adopted: panels of 16 row blocks stored block-major (panel, then block,
+// then row block), which lets a one-token kernel hold a block's 16 tables in registers for
+// every row block of the panel. The tables are built for all of K per call, 2 KiB apart a
+// block; each row block keeps its int16 sums in memory, widened to int32 every 5 blocks.
+// A prototype was bit for bit the reference. Its rate over the one-token kernel on this
+// layout (Zen 4 guest, DRAM, one thread, 9 rounds in turn):
+//   - K = 14304: 1.20x; K = 6912: 1.14x;
+//   - K = 4080: 0.97x; K = 2544: 0.93x.
+// With 32 row blocks a panel, K = 4080 read 1.03x and K = 14304 1.08x. Adopting it
+// would touch every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python
+// reference and the layout revision, for one-token decode on long K only.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
