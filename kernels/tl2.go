@@ -41,10 +41,11 @@ import (
 // every row block of the panel. The tables are built for all of K per call, 2 KiB apart a
 // block; each row block keeps its int16 sums in memory, widened to int32 every 5 blocks.
 // A prototype was bit for bit the reference. Its rate over the one-token kernel on this
-// layout (Zen 4 guest, DRAM, one thread, 9 rounds in turn):
-//   - K = 14304: 1.20x; K = 6912: 1.14x;
-//   - K = 4080: 0.97x; K = 2544: 0.93x.
-// With 32 row blocks a panel, K = 4080 read 1.03x and K = 14304 1.08x. Adopting it
+// layout (Zen 4 guest, DRAM, one thread, 7-9 rounds in turn, several runs):
+//   - K = 14304: 1.15-1.22x; K = 6912: 1.14x;
+//   - K = 4080: 0.91-0.99x; K = 2544: 0.89-0.94x.
+// With 64 row blocks a panel, K = 3552 and K = 4080 read 1.03x; with 32, K = 14304 read
+// 1.08x. From L3 it ran at 0.90-0.99x, so what it gains is the memory stream's. Adopting it
 // would touch every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python
 // reference and the layout revision, for one-token decode on long K only.
 
