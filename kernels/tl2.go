@@ -36,18 +36,27 @@ import (
 // they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
 // above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
 //
-// Measured and not adopted: panels of 16 row blocks stored block-major (panel, then block,
+// Measured and not adopted: panels of row blocks stored block-major (panel, then block,
 // then row block), which lets a one-token kernel hold a block's 16 tables in registers for
 // every row block of the panel. The tables are built for all of K per call, 2 KiB apart a
 // block; each row block keeps its int16 sums in memory, widened to int32 every 5 blocks.
 // A prototype was bit for bit the reference. Its rate over the one-token kernel on this
 // layout (Zen 4 guest, DRAM, one thread, 7-9 rounds in turn, several runs):
-//   - K = 14304: 1.15-1.22x; K = 6912: 1.14x;
-//   - K = 4080: 0.91-0.99x; K = 2544: 0.89-0.94x.
-// With 64 row blocks a panel, K = 3552 and K = 4080 read 1.03x; with 32, K = 14304 read
-// 1.08x. From L3 it ran at 0.90-0.99x, so what it gains is the memory stream's. Adopting it
-// would touch every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python
-// reference and the layout revision, for one-token decode on long K only.
+//
+//	K       row blocks a panel   rate
+//	14304   16                   1.15-1.22x
+//	14304   32                   1.08x
+//	6912    16, 32               1.05-1.14x, 1.12x
+//	4080    16                   0.91-0.99x
+//	4080    32, 64               1.03x
+//	3552    16, 64               0.88-0.96x, 1.03x
+//	2544    16                   0.89-0.94x
+//	2544    40, 80               1.01x, 0.99x
+//
+// So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
+// short. From L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would
+// touch every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference
+// and the layout revision, for one-token decode on long K.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
