@@ -54,9 +54,11 @@ import (
 //	2544    40, 80               1.01x, 0.99x
 //
 // So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
-// short. From L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would
-// touch every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference
-// and the layout revision, for one-token decode on long K.
+// short. At two threads (each its half of the panels, 16 row blocks a panel) it ran at
+// 0.97-1.06x, and from L3 at one thread at 0.90-0.99x: the gain is one thread's memory
+// stream. Adopting it would touch every tl2 kernel (AVX2, two to four tokens, the GEMM,
+// Xe2), the Python reference and the layout revision, for one-token decode on long K at
+// one thread.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
