@@ -54,11 +54,13 @@ import (
 //	2544    40, 80               1.01x, 0.99x
 //
 // So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
-// short. At two threads (each its half of the panels, 16 row blocks a panel) it ran at
-// 0.97-1.06x, and from L3 at one thread at 0.90-0.99x: the gain is one thread's memory
-// stream. Adopting it would touch every tl2 kernel (AVX2, two to four tokens, the GEMM,
-// Xe2), the Python reference and the layout revision, for one-token decode on long K at
-// one thread.
+// short. Two copies of the tables, consecutive panels alternating between them, took the
+// 16-row-block panels to 1.07-1.19x on K = 2544, 4080 and 14304 (tables built once; why
+// one copy loses on a short K is not known). At two threads (each its half of the panels,
+// 16 row blocks a panel, one copy) it ran at 0.97-1.06x, and from L3 at one thread at
+// 0.90-0.99x: the gain is one thread's memory stream. Adopting it would touch every tl2
+// kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and the layout
+// revision, for one-token decode at one thread.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
