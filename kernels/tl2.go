@@ -57,10 +57,11 @@ import (
 // short. Two copies of the tables, consecutive panels alternating between them, took the
 // 16-row-block panels to 1.07-1.19x on K = 2544, 4080 and 14304 (tables built once; why
 // one copy loses on a short K is not known). At two threads (each its half of the panels,
-// 16 row blocks a panel, one copy) it ran at 0.97-1.06x, and from L3 at one thread at
-// 0.90-0.99x: the gain is one thread's memory stream. Adopting it would touch every tl2
-// kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and the layout
-// revision, for one-token decode at one thread.
+// 16 row blocks a panel, one or two copies, five runs) K = 14304 read 1.19-1.24x where the
+// memory ran faster than one core's rate and 1.00-1.05x where it did not; K = 4080 read
+// 1.03-1.16x, K = 2544 0.96-1.31x. From L3 it ran at 0.90-0.99x: the gain is the memory
+// stream's. Adopting it would touch every tl2 kernel (AVX2, two to four tokens, the GEMM,
+// Xe2), the Python reference and the layout revision.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
