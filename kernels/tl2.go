@@ -41,7 +41,8 @@ import (
 // every row block of the panel. The tables are built for all of K per call, 2 KiB apart a
 // block; each row block keeps its int16 sums in memory, widened to int32 every 5 blocks.
 // A prototype was bit for bit the reference. Its rate over the one-token kernel on this
-// layout (Zen 4 guest, DRAM, one thread, 7-9 rounds in turn, several runs):
+// layout, with one copy of the tables (Zen 4 guest, DRAM, one thread, 7-9 rounds in turn,
+// several runs):
 //
 //	K       row blocks a panel   rate
 //	14304   16                   1.15-1.22x
