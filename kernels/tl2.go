@@ -55,9 +55,10 @@ import (
 //	2544    40, 80               1.01x, 0.99x
 //
 // So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
-// short. Two copies of the tables, consecutive panels alternating between them, took the
-// 16-row-block panels to 1.07-1.19x on K = 2544, 4080 and 14304 (tables built once; why
-// one copy loses on a short K is not known). At two threads (each its half of the panels,
+// short. Two copies of the tables, one after the other and consecutive panels alternating
+// between them, took the 16-row-block panels to 1.05-1.19x on K = 2544, 4080 and 14304
+// (tables built once; two runs). Why one copy loses on a short K is not known; the second
+// copy in the 1 KiB gaps of the first gained less (0.97x, 1.01x, 1.14x). At two threads (each its half of the panels,
 // 16 row blocks a panel, one or two copies, five runs) K = 14304 read 1.19-1.24x where the
 // memory ran faster than one core's rate and 1.00-1.05x where it did not; K = 4080 read
 // 1.03-1.16x, K = 2544 0.96-1.31x. From L3 it ran at 0.90-0.99x: the gain is the memory
