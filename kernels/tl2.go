@@ -57,13 +57,17 @@ import (
 // So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
 // short. Two copies of the tables, one after the other and consecutive panels alternating
 // between them, took the 16-row-block panels to 1.05-1.19x on K = 2544, 4080 and 14304
-// (tables built once; two runs). Why one copy loses on a short K is not known; the second
-// copy in the 1 KiB gaps of the first gained less (0.97x, 1.01x, 1.14x). At two threads (each its half of the panels,
-// 16 row blocks a panel, one or two copies, five runs) K = 14304 read 1.19-1.24x where the
-// memory ran faster than one core's rate and 1.00-1.05x where it did not; K = 4080 read
-// 1.03-1.16x, K = 2544 0.96-1.31x. From L3 it ran at 0.90-0.99x: the gain is the memory
-// stream's. Adopting it would touch every tl2 kernel (AVX2, two to four tokens, the GEMM,
-// Xe2), the Python reference and the layout revision.
+// (tables built once; two runs). With both copies built on every call by a builder that
+// writes each table twice (1.0 us at K = 2544, 7.4 at 14304) they read 1.01x, 1.09x and
+// 1.15x, and 1.14x on K = 6912. Why one copy loses on a short K is not known; the second
+// copy in the 1 KiB gaps of the first gained less (0.97x, 1.01x, 1.14x).
+//
+// At two threads (each its half of the panels, 16 row blocks a panel, one or two copies,
+// five runs) K = 14304 read 1.19-1.24x where the memory ran faster than one core's rate
+// and 1.00-1.05x where it did not; K = 4080 read 1.03-1.16x, K = 2544 0.96-1.31x. From L3
+// it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch every tl2
+// kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and the layout
+// revision.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
