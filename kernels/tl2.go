@@ -62,10 +62,11 @@ import (
 // 1.15x, and 1.14x on K = 6912. Why one copy loses on a short K is not known; the second
 // copy in the 1 KiB gaps of the first gained less (0.97x, 1.01x, 1.14x).
 //
-// At two threads (each its half of the panels, 16 row blocks a panel, one or two copies,
-// five runs) K = 14304 read 1.19-1.24x where the memory ran faster than one core's rate
-// and 1.00-1.05x where it did not; K = 4080 read 1.03-1.16x, K = 2544 0.96-1.31x. From L3
-// it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch every tl2
+// At two threads (each its half of the panels, 16 row blocks a panel, two copies rebuilt
+// by each thread every call, two runs) K = 2544 read 1.17-1.18x, 4080 1.09-1.17x, 14304
+// 1.13-1.16x and 6912 0.99-1.04x; with tables built once K = 14304 had read 1.19-1.24x
+// where the memory ran faster than one core's rate and 1.00-1.05x where it did not. From
+// L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch every tl2
 // kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and the layout
 // revision.
 
