@@ -36,39 +36,21 @@ import (
 // they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
 // above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
 //
-// Measured and not adopted: panels of row blocks stored block-major (panel, then block,
-// then row block), which lets a one-token kernel hold a block's 16 tables in registers for
-// every row block of the panel. The tables are built for all of K per call, 2 KiB apart a
-// block; each row block keeps its int16 sums in memory, widened to int32 every 5 blocks.
-// A prototype was bit for bit the reference. Its rate over the one-token kernel on this
-// layout, with one copy of the tables (Zen 4 guest, DRAM, one thread, 7-9 rounds in turn,
-// several runs):
-//
-//	K       row blocks a panel   rate
-//	14304   16                   1.15-1.22x
-//	14304   32                   1.08x
-//	6912    16, 32               1.05-1.14x, 1.12x
-//	4080    16                   0.91-0.99x
-//	4080    32, 64               1.03x
-//	3552    16, 64               0.88-0.96x, 1.03x
-//	2544    16                   0.89-0.94x
-//	2544    40, 80               1.01x, 0.99x
-//
-// So panels of about 1-2 MB of weights gain where K is long and lose nothing where it is
-// short. Two copies of the tables, one after the other and consecutive panels alternating
-// between them, took the 16-row-block panels to 1.05-1.19x on K = 2544, 4080 and 14304
-// (tables built once; two runs). With both copies built on every call by a builder that
-// writes each table twice (1.0 us at K = 2544, 7.4 at 14304) they read 1.01x, 1.09x and
-// 1.15x, and 1.14x on K = 6912. Why one copy loses on a short K is not known; the second
-// copy in the 1 KiB gaps of the first gained less (0.97x, 1.01x, 1.14x).
-//
-// At two threads (each its half of the panels, 16 row blocks a panel, two copies rebuilt
-// by each thread every call, two runs) K = 2544 read 1.17-1.18x, 4080 1.09-1.17x, 14304
-// 1.13-1.16x and 6912 0.99-1.04x; with tables built once K = 14304 had read 1.19-1.24x
-// where the memory ran faster than one core's rate and 1.00-1.05x where it did not. From
-// L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch every tl2
-// kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and the layout
-// revision.
+// Measured and not adopted: panels of 16 row blocks stored block-major (panel, then block,
+// then row block), so that a one-token kernel holds a block's 16 tables in registers for
+// every row block of the panel. Tables of all of K are built per call, 2 KiB apart a
+// block, in two copies that consecutive panels alternate between (with one copy the
+// panels ran 0.88-1.01x on K of 2544-4080, for no reason found; the second copy in the
+// first's gaps gained less); each row block keeps int16 sums in memory, widened every 5
+// blocks. A prototype was bit for bit the reference; its rate over the one-token kernel on
+// this layout, tables rebuilt every call (Zen 4 guest, DRAM, 7 rounds in turn), on K =
+// 2544, 4080, 14304 and 6912:
+//   - one thread: 1.01x, 1.09x, 1.15x, 1.14x;
+//   - two threads (each its half of the panels, two runs): 1.17-1.18x, 1.09-1.17x,
+//     1.13-1.16x, 0.99-1.04x.
+// From L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch
+// every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and
+// the layout revision.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
