@@ -81,7 +81,7 @@ func TestOneSitePolicy(t *testing.T) {
 		t.Fatalf("probes at %v after own turned faster", probes)
 	}
 	// now hw is probed, loses by 25%, and the probes back off again
-	probes = run(s, true, 2000, 40, 30)
+	run(s, true, 2000, 40, 30)
 	if s.hw.Load() != 0 || s.every.Load() != adaptProbeMax {
 		t.Fatalf("kept hw %d, probing every %d pieces, want own and %d", s.hw.Load(), s.every.Load(), adaptProbeMax)
 	}
