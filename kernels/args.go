@@ -50,6 +50,22 @@ type gemvArgs struct {
 // w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
 // chunks of K in order over the same row blocks, so each chunk's tables stay in L1 while
 // every row block uses them.
+// panelArgs: the tl2 GEMV of T tokens (part of the function) over NRB row blocks of one
+// panel of a panel-major blob (tl2PanelT<T>AVX512): Sums[i][t][r] += the exact sum over
+// Blocks tl2 blocks of w[r][k]*x[t][k] for row block i of the call, from the tables at Tab
+// (token t's at Tab + t*TabStride; block b's 16 tabTL2Z tables 2048*b further with one
+// token, 1024*b with more).
+type panelArgs struct {
+	W         unsafe.Pointer // the first row block's first block
+	NRB       int            // row blocks (their blocks 320 bytes apart)
+	BStride   int            // bytes between a row block's consecutive blocks
+	Blocks    int            // tl2 blocks (0: none)
+	Tab       unsafe.Pointer // token 0's tables of the first block
+	TabStride int            // bytes between tokens' tables
+	Sums      unsafe.Pointer // int32 [NRB][T][32], added to
+	Acc       unsafe.Pointer // int16 [NRB][T][32], scratch: the sums of up to 5 blocks
+}
+
 type lutArgs struct {
 	W         unsafe.Pointer // the chunk in the first row block
 	RBBytes   int            // bytes between row blocks

@@ -24,7 +24,7 @@ func TestAsmStoresNoPointers(t *testing.T) {
 		{"gemv", reflect.TypeFor[gemvArgs]()}, {"lutTL", reflect.TypeFor[lutArgs]()},
 		{"unpack", reflect.TypeFor[unpackArgs]()}, {"tile", reflect.TypeFor[gemmArgs]()},
 		{"epilogue", reflect.TypeFor[epiArgs]()}, {"float", reflect.TypeFor[floatArgs]()},
-		{"gemmAMX", reflect.TypeFor[amxArgs]()},
+		{"gemmAMX", reflect.TypeFor[amxArgs]()}, {"tl2Panel", reflect.TypeFor[panelArgs]()},
 	}
 	files, err := filepath.Glob("*_amd64.s")
 	if err != nil || len(files) == 0 {

@@ -314,6 +314,33 @@ func lutTL1MT3AVX512(a *byte)
 //go:noescape
 func lutTL1MT4AVX512(a *byte)
 
+// tl2PanelT1AVX512 is the tl2 GEMV of 1 token(s) over the row blocks of one panel (see panelArgs); tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT1AVX512(a *byte)
+
+// tl2PanelT2AVX512 is the tl2 GEMV of 2 token(s) over the row blocks of one panel (see panelArgs); tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT2AVX512(a *byte)
+
+// tl2PanelT3AVX512 is the tl2 GEMV of 3 token(s) over the row blocks of one panel (see panelArgs); tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT3AVX512(a *byte)
+
+// tl2PanelT4AVX512 is the tl2 GEMV of 4 token(s) over the row blocks of one panel (see panelArgs); tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT4AVX512(a *byte)
+
+// tl2PanelBuildAVX512 writes the tabTL2Z tables of blocks tl2 blocks of the activations at x
+// for tl2PanelT1AVX512: block b's at dst + 2048*b and dst + second + 2048*b; buildLUT is its
+// reference (of each copy of a block).
+//
+//go:noescape
+func tl2PanelBuildAVX512(x *int8, blocks int, dst *byte, second int)
+
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -438,3 +465,13 @@ func lutTL1T2AVX2(a *byte)
 //
 //go:noescape
 func lutTL2T2AVX2(a *byte)
+
+// tl2PanelT1AVX2 is the tl2 GEMV of 1 token(s) over the row blocks of one panel (see panelArgs), AVX2; tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT1AVX2(a *byte)
+
+// tl2PanelT2AVX2 is the tl2 GEMV of 2 token(s) over the row blocks of one panel (see panelArgs), AVX2; tl2PanelGeneric is its reference.
+//
+//go:noescape
+func tl2PanelT2AVX2(a *byte)

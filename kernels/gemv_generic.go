@@ -220,3 +220,25 @@ func lutGeneric(a *lutArgs, T int, kind tabKind) {
 		buildLUT(tabTL2Z, Layout{K3: 3 * a.BN}, x, bytesAt(a.BTab, 64*a.BN))
 	}
 }
+
+// tl2PanelGeneric is the panel kernels' reference (see panelArgs) for T tokens, tables in
+// layout kind, tabBlock bytes a block.
+func tl2PanelGeneric(a *panelArgs, T int, kind tabKind, tabBlock int) {
+	sums := int32At(a.Sums, a.NRB*T*RowBlock)
+	per := tripleBytes(kind)
+	for i := 0; i < a.NRB; i++ {
+		for t := 0; t < T; t++ {
+			for b := 0; b < a.Blocks; b++ {
+				p := bytesAt(unsafe.Add(a.W, b*a.BStride+320*i), 320)
+				tab := bytesAt(unsafe.Add(a.Tab, t*a.TabStride+tabBlock*b), 16*per)
+				for r := 0; r < RowBlock; r++ {
+					var s int32
+					for tr := 0; tr < 16; tr++ {
+						s += tl2Entry(kind, tab[per*tr:], tl2Code(p, tr, r))
+					}
+					sums[(i*T+t)*RowBlock+r] += s
+				}
+			}
+		}
+	}
+}

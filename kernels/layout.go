@@ -13,10 +13,13 @@ const RowBlock = 32
 // TL2Block is the number of inputs (16 triples) in one tl2 block.
 const TL2Block = 48
 
-// TL2Chunk is the most tl2 blocks in one chunk (480 inputs): a tl2 blob stores its chunks
-// one after another, each holding every row block's piece of it (see tl2.go). A chunk's
-// tables take 1 KiB of L1 a block and token, and the one-token kernel builds the next
-// chunk's beside them (two sets). With 12 (layout kernels/3) that was 24 KiB of a 32 KiB
+// TL2Chunk is the most tl2 blocks in one chunk (480 inputs) of a tl2 sweep of two or more
+// tokens: the kernels build a chunk's tables and run every row block of the range over
+// them (see tl2.go). Until layout kernels/5 the blob itself stored its chunks one after
+// another, each holding every row block's piece of it, and the one-token kernel swept it
+// chunk by chunk too. A chunk's tables take 1 KiB of L1 a block and token, and the
+// one-token kernel built the next chunk's beside them (two sets). With 12 (layout
+// kernels/3) that was 24 KiB of a 32 KiB
 // L1d beside the weight stream, and on Zen 4 a 12-block chunk swept slower per byte than an
 // 11-block one of the same call (per-chunk timings of 4096x14336 at one thread: 21.4 us
 // against 17.9 for 12 and 11 blocks of 128 row blocks, 23.0 and 25.2 GB/s). Against 12, one
@@ -26,11 +29,24 @@ const TL2Block = 48
 // within -5..+2%. 9 and 8 read about as 10, 6 less than 12 (its per-chunk costs).
 const TL2Chunk = 10
 
+// TL2Panel is the most row blocks in one panel of a panel-major tl2 blob (see tl2.go): the
+// blob stores its panels one after another, and within a panel block after block, each
+// holding every row block's 320 bytes of it side by side.
+const TL2Panel = 16
+
+// A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 4080)
+// and TL2PanelMinRowBlocks row blocks (M > 4064: eight panels or more), and chunk-major
+// otherwise (see tl2.go for the measurements behind the rule).
+const (
+	TL2PanelMinBlocks    = 85
+	TL2PanelMinRowBlocks = 128
+)
+
 // LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
 // and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
 // whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
 // packed before are refused with a clear error instead of being misread.
-const LayoutRevision = "kernels/4"
+const LayoutRevision = "kernels/5"
 
 // layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
 // it changed; every other format is as in kernels/1.
@@ -39,6 +55,7 @@ var layoutHistory = []layoutRev{
 	{"kernels/2", []quantcfg.Format{quantcfg.TL2}}, // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
 	{"kernels/3", []quantcfg.Format{quantcfg.TL1}}, // the tl1 blob chunk-major, like tl2's
 	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
+	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block (TL2Panel)
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -94,12 +111,16 @@ type Layout struct {
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
 	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
-	// format but tl1 and tl2, whose streams are interleaved chunk by chunk (RowBlockData
-	// gathers one).
+	// format but tl1 and tl2, whose streams are interleaved chunk by chunk (tl1) or block
+	// by block within panels (tl2; RowBlockData gathers one).
 	RowBlockBytes int
-	// tl2Chunk is the most tl2 blocks a chunk holds when it is not TL2Chunk: the layout of an
-	// older revision, which Relayout reads (0 for this revision's).
+	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
+	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4), which Relayout
+	// reads (0: this revision's blob).
 	tl2Chunk int
+	// paneled: a tl2 blob of this revision's panel-major shapes (TL2PanelMinBlocks,
+	// TL2PanelMinRowBlocks).
+	paneled bool
 }
 
 // NewLayout returns the layout of a layer. It checks the shape against quantcfg's limits.
@@ -127,6 +148,7 @@ func NewLayout(f quantcfg.Format, m, k int) (Layout, error) {
 		l.Kp1 = roundUp(k-l.K3, 4)
 		l.Kp = l.K3 + l.Kp1
 		l.RowBlockBytes = 320*(l.K3/TL2Block) + 8*l.Kp1
+		l.paneled = l.K3/TL2Block >= TL2PanelMinBlocks && l.RowBlocks() >= TL2PanelMinRowBlocks
 	case quantcfg.Int2:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 8 * l.Kp
@@ -153,10 +175,10 @@ func (l Layout) RowBlocks() int { return l.Mp / RowBlock }
 func (l Layout) Bytes() int { return l.RowBlocks() * l.RowBlockBytes }
 
 // RowBlockData returns row block rb's stream: the blob's own bytes for every format but
-// the chunk-major ones (tl1, tl2), whose stream is gathered from its chunk pieces into
-// scratch (grown if short).
+// the interleaved ones (tl1, tl2), whose stream is gathered from its pieces into scratch
+// (grown if short).
 func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
-	if !l.Chunked() {
+	if !l.interleaved() {
 		return blob[rb*l.RowBlockBytes : (rb+1)*l.RowBlockBytes]
 	}
 	if cap(scratch) < l.RowBlockBytes {
@@ -170,16 +192,28 @@ func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
 // SetRowBlockData stores row block rb's stream (RowBlockBytes bytes) in the blob; for every
 // format but tl1 and tl2 a stream that RowBlockData returned is already in place.
 func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
-	if !l.Chunked() {
+	if !l.interleaved() {
 		copy(blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], stream) // a no-op when in place
 		return
 	}
 	l.pieces(rb, func(b, o, n int) { copy(blob[b:b+n], stream[o:o+n]) })
 }
 
-// pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of a
-// chunk-major blob, one per chunk (tl2: the last also holds the tl1 tail).
+// pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of an
+// interleaved blob: one per chunk of a chunk-major one (tl2 of an older revision: the last
+// also holds the tl1 tail), one per block and then the tail of a panel-major one.
 func (l Layout) pieces(rb int, fn func(b, o, n int)) {
+	if l.Paneled() {
+		nb := l.K3 / TL2Block
+		off, stride := l.BlockAt(rb, 0)
+		for b := range nb {
+			fn(off+b*stride, 320*b, 320)
+		}
+		if l.Kp1 > 0 {
+			fn(l.TailAt(rb), 320*nb, 8*l.Kp1)
+		}
+		return
+	}
 	sb := l.steps().bytes
 	for c := 0; c < l.Chunks(); c++ {
 		s0, _ := l.ChunkSpan(c)
@@ -188,14 +222,50 @@ func (l Layout) pieces(rb int, fn func(b, o, n int)) {
 	}
 }
 
-// Chunked reports whether the blob is chunk-major (tl1, tl2): it stores K chunk by chunk,
-// each chunk holding every row block's piece of it side by side, so that a kernel sweeping
-// one chunk over a range of row blocks reads one contiguous stream.
-func (l Layout) Chunked() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
+// Chunked reports whether the blob is chunk-major (tl1, and tl2 but where it is
+// panel-major): it stores K chunk by chunk, each chunk holding every row block's piece of
+// it side by side, so that a kernel sweeping one chunk over a range of row blocks reads one
+// contiguous stream.
+func (l Layout) Chunked() bool {
+	return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 && !l.Paneled()
+}
 
-// chunkSteps describes the K steps a chunk-major blob's chunks are made of (tl2: blocks of
-// 48 inputs in 320 bytes, K3/48 of them, at most TL2Chunk per chunk; tl1: units of 4
-// inputs in 32 bytes, Kp/4 of them, at most TL1Chunk per chunk).
+// Paneled reports whether the blob is panel-major (tl2 of K >= 4080 and M > 4064): panels
+// of up to TL2Panel row blocks one after another, each storing its row blocks' tl2 blocks
+// block by block (the row blocks' 320 bytes of block b side by side), then their tl1 tails
+// side by side.
+func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.tl2Chunk == 0 && l.paneled }
+
+func (l Layout) interleaved() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
+
+// Panels is the number of panels of a panel-major blob: ceil(RowBlocks/TL2Panel).
+func (l Layout) Panels() int { return (l.RowBlocks() + TL2Panel - 1) / TL2Panel }
+
+// Panel returns panel p's first row block and its row blocks (TL2Panel but in a short last
+// panel).
+func (l Layout) Panel(p int) (rb0, g int) {
+	rb0 = p * TL2Panel
+	return rb0, min(TL2Panel, l.RowBlocks()-rb0)
+}
+
+// BlockAt returns the blob offset of row block rb's tl2 block b in a panel-major blob and
+// the bytes between its consecutive blocks (320 per row block of its panel; the panel's
+// row blocks' blocks lie 320 bytes apart).
+func (l Layout) BlockAt(rb, b int) (off, stride int) {
+	rb0, g := l.Panel(rb / TL2Panel)
+	return rb0*l.RowBlockBytes + 320*(b*g+rb-rb0), 320 * g
+}
+
+// TailAt returns the blob offset of row block rb's tl1 tail (8*Kp1 bytes) in a panel-major
+// blob: after its panel's blocks, the panel's row blocks' tails side by side.
+func (l Layout) TailAt(rb int) int {
+	rb0, g := l.Panel(rb / TL2Panel)
+	return rb0*l.RowBlockBytes + 320*(l.K3/TL2Block)*g + 8*l.Kp1*(rb-rb0)
+}
+
+// chunkSteps describes the K steps a chunk-major blob's chunks, or a tl2 sweep's, are made
+// of (tl2: blocks of 48 inputs in 320 bytes, K3/48 of them, at most TL2Chunk per chunk;
+// tl1: units of 4 inputs in 32 bytes, Kp/4 of them, at most TL1Chunk per chunk).
 type chunkSteps struct {
 	n      int // steps in K
 	bytes  int // bytes of one step in one row block
@@ -220,8 +290,8 @@ func (l Layout) ChunkK0(c int) int {
 	return l.steps().inputs * s0
 }
 
-// Chunks is the number of chunks of a chunk-major blob: ceil(steps/most), at least one (a
-// tl2 K below 48 is one chunk of the tl1 tail alone).
+// Chunks is the number of chunks of a chunk-major blob, or of a tl2 sweep: ceil(steps/most),
+// at least one (a tl2 K below 48 is one chunk of the tl1 tail alone).
 func (l Layout) Chunks() int {
 	st := l.steps()
 	return max(1, (st.n+st.most-1)/st.most)
@@ -236,7 +306,8 @@ func (l Layout) ChunkSpan(c int) (s0, sc int) {
 	return s0, (c+1)*ns/nc - s0
 }
 
-// Piece returns the blob offset of row block rb's piece of chunk c and the piece's size,
+// Piece returns the blob offset of row block rb's piece of chunk c of a chunk-major blob
+// (Chunked) and the piece's size,
 // which is also the bytes between consecutive row blocks' pieces: 320 bytes per tl2 block or
 // 32 per tl1 unit of the chunk, and for a tl2 blob's last chunk the 8*Kp1 bytes of the tl1
 // tail after them.

@@ -97,11 +97,12 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.lutOne, o.oneTab = lutTL1T1AVX512, tabTL1Z // (see tl1MAhead)
 		case quantcfg.TL2:
 			o.lut = gemv4(lutTL2T1AVX512, lutTL2T2AVX512, lutTL2T3AVX512, lutTL2T4AVX512)
-			o.oneTuned = lutTL2T1AVX512HW
+			o.oneTuned = lutTL2T1AVX512HW // (chunk-major blobs)
 			tuned := o.lut
 			tuned[2] = lutTL2T2AVX512NT
 			o.lutTuned = &tuned
 			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block: vpermw with one and two tokens, vpermb on byte planes with three and four)
+			o.panel, o.panelTab, o.panelBuild = gemv4(tl2PanelT1AVX512, tl2PanelT2AVX512, tl2PanelT3AVX512, tl2PanelT4AVX512), tabTL2Z, tl2PanelBuildAVX512
 		case quantcfg.BF16:
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
 				floatBF16T5AVX512, floatBF16T6AVX512, floatBF16T7AVX512, floatBF16T8AVX512, floatBF16T9AVX512,
@@ -168,6 +169,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
 		case quantcfg.TL2:
 			o.lut, o.tabKind, o.exact = gemv4(lutTL2T1AVX2, lutTL2T2AVX2, nil, nil), tabTL2Y, true
+			o.panel, o.panelTab = gemv4(tl2PanelT1AVX2, tl2PanelT2AVX2, nil, nil), tabTL2Y
 		case quantcfg.BF16:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
 		case quantcfg.F32:

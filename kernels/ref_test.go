@@ -587,6 +587,51 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 	return stream
 }
 
+// TestTL2PanelMajor: a tl2 blob of K >= 4080 and M > 4064 stores panels of 16 row blocks
+// one after another, each block after block with its row blocks' 320 bytes of the block
+// side by side, then their tl1 tails side by side (the offsets of tl2.go's picture,
+// computed here independently of Layout). 130 row blocks: eight panels of 16 and one of 2.
+// K = 48*88 + 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. One row block or
+// one block fewer is chunk-major.
+func TestTL2PanelMajor(t *testing.T) {
+	for _, c := range []struct{ k, nb, kp1 int }{{48*88 + 7, 88, 8}, {48 * 85, 85, 0}} {
+		const m = 130*32 - 5
+		w, blob, l := packRandom(t, quantcfg.TL2, m, c.k, 5)
+		mrb, s := l.RowBlocks(), 320*c.nb+8*c.kp1
+		if mrb != 130 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 || len(blob) != mrb*s || !l.Paneled() || l.Chunked() {
+			t.Fatalf("layout %+v, %d bytes", l, len(blob))
+		}
+		for rb := 0; rb < mrb; rb++ {
+			stream := ownStream(l, w.Q, rb, tl2Encode)
+			p, i := rb/16, rb%16
+			g := min(16, mrb-16*p)
+			base := 16 * p * s
+			for b := 0; b < c.nb; b++ {
+				off := base + 320*(b*g+i)
+				if !bytes.Equal(blob[off:off+320], stream[320*b:320*b+320]) {
+					t.Fatalf("K %d: row block %d's block %d is not at %d", c.k, rb, b, off)
+				}
+			}
+			off := base + 320*c.nb*g + 8*c.kp1*i
+			if !bytes.Equal(blob[off:off+8*c.kp1], stream[320*c.nb:]) {
+				t.Fatalf("K %d: row block %d's tail is not at %d", c.k, rb, off)
+			}
+			if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
+				t.Fatalf("K %d: RowBlockData(%d) differs from the stream", c.k, rb)
+			}
+		}
+	}
+	for _, c := range [][2]int{{4064, 4080}, {4065, 4079}, {4065, 4080}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}} {
+		l, err := NewLayout(quantcfg.TL2, c[0], c[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := c[0] > 4064 && c[1] >= 4080; l.Paneled() != want || l.Chunked() == want {
+			t.Errorf("%dx%d: panel-major %v, chunk-major %v; want panel-major %v", c[0], c[1], l.Paneled(), l.Chunked(), want)
+		}
+	}
+}
+
 // TestTL2ChunkMajor: a tl2 blob stores its chunks (at most 10 blocks, spread evenly) one
 // after another, each with every row block's piece side by side, the last piece ending with
 // the tl1 tail (the offsets of tl2.go's picture, computed here independently of Layout).

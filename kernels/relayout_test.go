@@ -9,12 +9,13 @@ import (
 	"bitgo/quantcfg"
 )
 
-// chunkedBefore returns blob (this build's tl2 layout) as kernels/3 stored it: chunks of up
-// to 12 blocks.
-func chunkedBefore(t *testing.T, l Layout, blob []byte) []byte {
+// chunkedBefore returns blob (this build's tl2 layout) as the chunk-major revisions
+// before kernels/5 stored it: chunks of up to chunk blocks (12 in kernels/2 and kernels/3,
+// 10 in kernels/4).
+func chunkedBefore(t *testing.T, l Layout, blob []byte, chunk int) []byte {
 	t.Helper()
 	before := l
-	before.tl2Chunk = tl2ChunkBefore
+	before.tl2Chunk = chunk
 	old := make([]byte, len(blob))
 	var s []byte
 	for rb := range l.RowBlocks() {
@@ -36,7 +37,7 @@ func TestLayoutRevision(t *testing.T) {
 		want string // "": read as it is
 	}{
 		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
-		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"},
+		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"}, {"kernels/4", quantcfg.TL2, "kernels/5"},
 		{LayoutRevision, quantcfg.TL2, ""},
 	} {
 		err := ReadsLayout(c.rev, c.f)
@@ -49,36 +50,41 @@ func TestLayoutRevision(t *testing.T) {
 	}
 }
 
-// TestRelayout: a kernels/3 (or kernels/2) tl2 blob comes back as this build packs the same
-// weights; formats unchanged since a revision come back as they are; the rest is refused.
-// K = 48*11 + 3 is one chunk in kernels/3 and two now, 48*298 + 32 (14336) 25 and 30,
-// 48*25 three either way.
+// TestRelayout: a chunk-major tl2 blob of kernels/2 to kernels/4 comes back as this build
+// packs the same weights (chunk-major in chunks of up to 10 blocks, or panel-major);
+// formats unchanged since a revision come back as they are; the rest is refused. M = 70
+// with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21, 48*25, 48*298 +
+// 32 (14336: 25 and 30 chunks) and 20 (the tail alone); 4100 x 4100 is panel-major now.
 func TestRelayout(t *testing.T) {
-	for _, k := range []int{48*11 + 3, 48 * 21, 48 * 25, 48*298 + 32, 20} {
-		const m = 70
+	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4100, 4100}} {
+		m, k := c[0], c[1]
 		_, blob, l := packRandom(t, quantcfg.TL2, m, k, 9)
-		// the kernels/3 layout has chunks of up to 12 blocks, this one of up to 10
 		nb := k / 48
-		before := l
-		before.tl2Chunk = tl2ChunkBefore
-		if got, want := before.Chunks(), max(1, (nb+11)/12); got != want {
-			t.Fatalf("K %d: kernels/3 layout of %d chunks, want %d", k, got, want)
+		if l.Paneled() != (m == 4100) {
+			t.Fatalf("%dx%d: panel-major %v", m, k, l.Paneled())
 		}
-		if got, want := l.Chunks(), max(1, (nb+9)/10); got != want {
-			t.Fatalf("K %d: %d chunks, want %d", k, got, want)
-		}
-		old := chunkedBefore(t, l, blob)
-		if same := (nb+11)/12 == (nb+9)/10; bytes.Equal(old, blob) != same {
-			t.Errorf("K %d: kernels/3 and kernels/4 blobs equal: %v, want %v", k, !same, same)
-		}
-		for _, rev := range []string{"kernels/3", "kernels/2"} {
-			got, err := Relayout(rev, quantcfg.TL2, m, k, old)
-			if err != nil || !bytes.Equal(got, blob) {
-				t.Fatalf("K %d from %s: %v (equal %v)", k, rev, err, bytes.Equal(got, blob))
+		for _, c := range []struct {
+			revs  []string
+			chunk int
+		}{{[]string{"kernels/2", "kernels/3"}, 12}, {[]string{"kernels/4"}, 10}} {
+			before := l
+			before.tl2Chunk = c.chunk
+			if got, want := before.Chunks(), max(1, (nb+c.chunk-1)/c.chunk); got != want || before.Paneled() {
+				t.Fatalf("%dx%d: chunks of %d: %d chunks, want %d (panel-major %v)", m, k, c.chunk, got, want, before.Paneled())
+			}
+			old := chunkedBefore(t, l, blob, c.chunk)
+			if l.Paneled() && bytes.Equal(old, blob) {
+				t.Errorf("%dx%d: the chunk-major blob (%d) equals the panel-major one", m, k, c.chunk)
+			}
+			for _, rev := range c.revs {
+				got, err := Relayout(rev, quantcfg.TL2, m, k, old)
+				if err != nil || !bytes.Equal(got, blob) {
+					t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, rev, err, bytes.Equal(got, blob))
+				}
 			}
 		}
 		if got, err := Relayout(LayoutRevision, quantcfg.TL2, m, k, blob); err != nil || &got[0] != &blob[0] {
-			t.Errorf("K %d from %s: %v (want the blob itself)", k, LayoutRevision, err)
+			t.Errorf("%dx%d from %s: %v (want the blob itself)", m, k, LayoutRevision, err)
 		}
 	}
 	_, i2s, _ := packRandom(t, quantcfg.I2S, 40, 300, 3)
@@ -96,7 +102,8 @@ func TestRelayout(t *testing.T) {
 		{"kernels/2", quantcfg.TL1, tl2, "tl1 blobs changed layout in kernels/3, after kernels/2"},
 		{"kernels/9", quantcfg.I2S, i2s, `"kernels/9" is not one this build knows`},
 		{"kernels/3", quantcfg.TL2, tl2[1:], "blob has"},
-		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "re-chunked"},
+		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/5"},
+		{"kernels/4", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/5"},
 	} {
 		_, err := Relayout(c.rev, c.f, 40, 300, c.blob)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

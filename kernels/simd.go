@@ -98,6 +98,13 @@ type fmtOps struct {
 	// lutBuilds: lut[1] builds tl2 tables as it goes (lutArgs.BN), so runLUT hands it the
 	// next chunk's to build.
 	lutBuilds bool
+	// panel, panelTab: tl2, the kernels over a panel (panelArgs) by token count, in place of
+	// lut's (which run the tl1 tails), and their tables' layout; panelBuild: the builder of
+	// the one-token kernel's tables in spaced copies (tl2PanelBuildAVX512's arguments), nil
+	// where one token's tables are as the others'.
+	panel      [maxGemvT + 1]func(*byte)
+	panelTab   tabKind
+	panelBuild func(x *int8, blocks int, dst *byte, second int)
 	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
 	// into parts (gemvParts).
 	parts [maxGemvT + 1]bool
@@ -226,6 +233,9 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	}
 	if k.ops.gemvMaxK > 0 && l.Layout.Kp > k.ops.gemvMaxK && !k.useGemm(l, n) {
 		return false, fmt.Sprintf("GEMV with K = %d: the kernels' int32 sums hold K <= %d", l.Layout.K, k.ops.gemvMaxK)
+	}
+	if l.Layout.Paneled() && k.ops.panel[1] == nil && !k.useGemm(l, n) {
+		return false, "panel-major tl2 blob (no panel kernels)"
 	}
 	if k.format == quantcfg.Int2 {
 		lo, hi := codebookSpan(l)
@@ -884,7 +894,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	}
 	rows := func(int) (int, int) { return rb0, rb1 }
 	var run oneRun
-	if n == 1 {
+	if n == 1 && !l.Layout.Paneled() { // (a panel-major blob's one token runs the panel kernel)
 		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], nrb*(l.Layout.Bytes()/l.Layout.RowBlocks()))
 	}
 	for b0 := 0; b0 < n; b0 += batch {
@@ -968,7 +978,9 @@ func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * wo
 // stream (Parted).
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
-	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun {
+	// (A panel-major tl2 blob gives each worker of a row split its own contiguous stream
+	// already: RowGranule.)
+	if workers < 2 || !ly.Chunked() || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun {
 		return 0
 	}
 	ps := &a.parts
@@ -1051,6 +1063,112 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		}
 		k.lutEpilogue(l, p, s, l.simdPrep(), tb, g.t0, g.T, g.sums[lo:], rb0, rb0, rb1, out)
 	}
+}
+
+// sweepPanels runs a tl2 sweep of the token groups gs over row blocks [lo, hi) with the
+// panel kernels: every group's tables of all of K built by this thread first, then panel by
+// panel, each run of up to lutSubBytes of the panel's row blocks' blocks by every group in
+// turn (the later groups find the run in L2), block by block; then the panel's tl1 tails
+// (if any) by tail(group, tables, tables' stride, r0, r1).
+//
+// One token's tables are built in copies, 2 KiB a block (tl2PanelBuildAVX512), which
+// consecutive panels take in turn (panelCopies). The weights stream in blob order, where
+// a chunk-major blob's one-token sweep read them chunk by chunk: all of K's tables, 596
+// KiB a copy at K = 14336, come from L2 and L3 once a panel, the weights once.
+func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb, lo, hi int, tb *threadBuf, tables func(g lutGroup, part Layout, k0 int, buf []byte, stride int), tail func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int)) {
+	ly := l.Layout
+	nb := ly.K3 / TL2Block
+	tok0, ntok := gs[0].t0, 0
+	for _, g := range gs {
+		ntok += g.T
+	}
+	// A group's tables (panelTab): one token's 2 KiB a block, in copies when it is the
+	// sweep's only group, where panelBuild writes them; otherwise a token's 16 triples'
+	// a block, one token's after another (per bytes apart). Then every token's tail
+	// tables.
+	type gtab struct{ off, per, block, copies int }
+	var gtArr [lutSweepTokens]gtab
+	gt := gtArr[:len(gs)]
+	size, spaced := 0, func(g lutGroup) bool { return g.T == 1 && k.ops.panelBuild != nil }
+	for i, g := range gs {
+		blk := 16 * tripleBytes(k.ops.panelTab)
+		t := gtab{off: size, per: blk * nb, block: blk, copies: 1}
+		if spaced(g) {
+			t.block = 2048
+			if len(gs) == 1 {
+				t.copies = panelCopies
+			}
+			t.per = 2048 * nb * t.copies
+		}
+		gt[i] = t
+		size += t.per * g.T
+	}
+	tailStride := align64(16 * ly.Kp1)
+	var buf []byte
+	tb.lut, buf = aligned(tb.lut, size+tailStride*ntok)
+	tails := buf[size:]
+	for i, g := range gs {
+		for t := g.t0; t < g.t0+g.T; t++ {
+			x := a.Q[t*ly.Kp:]
+			dst := buf[gt[i].off+(t-g.t0)*gt[i].per:]
+			if spaced(g) {
+				k.ops.panelBuild(&x[0], nb, &dst[0], 2048*nb*(gt[i].copies-1)) // (one copy: written twice in place)
+			} else {
+				buildTables(k.ops.panelTab, Layout{K3: ly.K3}, x, dst)
+			}
+		}
+		if ly.Kp1 > 0 {
+			tables(g, Layout{Kp1: ly.Kp1}, ly.K3, tails, tailStride)
+		}
+	}
+	if need := TL2Panel * ntok * RowBlock; cap(tb.acc) < need {
+		tb.acc = make([]int16, need)
+	}
+	pa := &tb.pa
+	data := unsafe.Pointer(&l.Data[0])
+	for r0 := lo; r0 < hi; {
+		r1 := min(hi, (r0/TL2Panel+1)*TL2Panel)
+		off, stride := ly.BlockAt(r0, 0)
+		run := nb // blocks a run
+		if len(gs) > 1 {
+			run = max(tl2PanelFlush, lutSubBytes/(320*(r1-r0))/tl2PanelFlush*tl2PanelFlush)
+		}
+		for b0 := 0; b0 < nb; b0 += run {
+			for i, g := range gs {
+				t := gt[i]
+				tab := unsafe.Pointer(&buf[t.off+r0/TL2Panel%t.copies*t.block*nb])
+				*pa = panelArgs{W: unsafe.Add(data, off+stride*b0), NRB: r1 - r0, BStride: stride, Blocks: min(run, nb-b0),
+					Tab: unsafe.Add(tab, t.block*b0), TabStride: t.per, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]), Acc: unsafe.Pointer(&tb.acc[0])}
+				k.ops.panel[g.T](argp(pa))
+			}
+		}
+		if ly.Kp1 > 0 {
+			for _, g := range gs {
+				tail(g, unsafe.Pointer(&tails[(g.t0-tok0)*tailStride]), tailStride, r0, r1)
+			}
+		}
+		r0 = r1
+	}
+}
+
+// tl2PanelFlush is the most blocks the panel kernels add up in int16 (kernels/_asm).
+const tl2PanelFlush = 5
+
+// panelCopies is how many copies of its tables a one-token sweep builds, which consecutive
+// panels take in turn. Measured from DRAM at one thread (tl2 per token over i2s, two runs,
+// copies 1 / 2 / 4): 2560x6912 1.04-1.08 / 1.15-1.26 / 1.14-1.17, 4096x14336 1.16-1.19 /
+// 1.17-1.19 / 1.13-1.14; 14336x4096 2 and 5 copies alike (1.15-1.16). Why one copy loses
+// where K is short was not found (not the tables' spacing, 1-4 KiB, nor their build, and
+// building them again before each panel was slower still); more copies than two only
+// helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.)
+const panelCopies = 2
+
+// RowGranule: a tl2 blob's panels (Granular).
+func (k *simdKernel) RowGranule(l *Layer) int {
+	if l.Layout.Paneled() && k.ops.panel[1] != nil {
+		return TL2Panel
+	}
+	return 1
 }
 
 // addInt32s adds src into dst (len(src) >= len(dst)).
@@ -1193,6 +1311,16 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 		for t := g.t0; t < g.t0+g.T; t++ {
 			buildTables(tabs(g), part, xAt(t, k0), buf[(t-tok0)*stride:])
 		}
+	}
+	if ly.Paneled() {
+		lo, hi := rows(0)
+		k.sweepPanels(l, a, gs, sb, lo, hi, tb, tables, func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int) {
+			*la = lutArgs{W: unsafe.Add(data, ly.TailAt(r0)), RBBytes: 8 * ly.Kp1, NRB: r1 - r0, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]),
+				Tab: tab, TabStride: stride, Units: ly.Kp1 / 4}
+			la.PF, la.Turn = pf(g, la.RBBytes)
+			kernel(g)(argp(la))
+		})
+		return
 	}
 	var lbuf []byte
 	if k.format == quantcfg.TL2 {
@@ -1338,7 +1466,10 @@ type threadBuf struct {
 	sums   []int32
 	groups []lutGroup // runLUT's token groups
 	lut    []byte     // tl2: one chunk's tables, built by this thread
-	x      []byte     // int1, one token: the activations expanded by this thread (plan.expand)
+	stream []byte     // tl2: a row block's stream gathered for the GEMM's unpack (unpackRB)
+	acc    []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
+	pa     panelArgs
+	x      []byte // int1, one token: the activations expanded by this thread (plan.expand)
 	b      []byte
 	g      gemvArgs
 	mm     gemmArgs
@@ -1356,7 +1487,7 @@ type threadBuf struct {
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2 = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
 	tb.one = nil
 	bufPool.Put(tb)
 }
@@ -1521,7 +1652,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	for rb := rb0; rb < rb1; rb++ {
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm {
-			k.unpackRB(l, lp.chunks, rb, ua, bmat)
+			k.unpackRB(l, lp.chunks, rb, ua, bmat, tb)
 		}
 		for t0 := 0; t0 < n; t0 += tile {
 			T := min(tile, n-t0)
@@ -1562,9 +1693,17 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
 // per-layer fields set.
-func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs, dst []byte) {
+func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs, dst []byte, tb *threadBuf) {
 	ly := l.Layout
 	ua.B = unsafe.Pointer(&dst[0])
+	if ly.Paneled() {
+		// Gathered first (RowBlockData: a copy of 320 bytes a block), then unpacked as one
+		// stream: the copy is a small part of the row block's GEMM.
+		tb.stream = ly.RowBlockData(l.Data, rb, tb.stream)
+		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[0]), ly.K3/TL2Block, ly.Kp1/4
+		k.ops.unpack(argp(ua))
+		return
+	}
 	if !ly.Chunked() {
 		ua.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		k.ops.unpack(argp(ua))
@@ -1599,7 +1738,7 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	for g0 := rb0; g0 < rb1; g0 += per {
 		g1 := min(g0+per, rb1)
 		for rb := g0; rb < g1; rb++ {
-			k.unpackRB(l, lp.chunks, rb, ua, bmat[(rb-g0)*rbBytes:])
+			k.unpackRB(l, lp.chunks, rb, ua, bmat[(rb-g0)*rbBytes:], tb)
 		}
 		for t0 := 0; t0 < n; t0 += p.xTile {
 			T := min(p.xTile, n-t0)

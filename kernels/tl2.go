@@ -13,17 +13,30 @@ import (
 //
 // Block-fitting split: inputs [0, K3) with K3 = 48*floor(K/48) are stored as tl2 blocks of 16
 // triples; the remainder [K3, K) is stored as tl1 (see tl1.go), padded to Kp1 = roundup(K-K3, 4).
-// Row block rb's stream is 320*(K3/48) + 8*Kp1 bytes: its tl2 blocks, then its tl1 units.
-// The blob interleaves the streams chunk-major, so that a kernel sweeping one K chunk over a
-// range of row blocks reads contiguous memory. With nb = K3/48 blocks, Mrb = Mp/32 row
-// blocks and nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 = c*nb/nc up to (not
-// including) (c+1)*nb/nc, bc of them (at most TL2Chunk = 10; evenly spread, so no chunk is
-// a short straggler); the last chunk also holds the tl1 tail:
+// Row block rb's stream is S = 320*(K3/48) + 8*Kp1 bytes: its tl2 blocks, then its tl1 units.
+// With nb = K3/48 blocks and Mrb = Mp/32 row blocks, the blob interleaves the streams one of
+// two ways, by shape (Layout.Paneled, Layout.Chunked):
+//
+// Panel-major, where nb >= 85 and Mrb >= 128 (K >= 4080, M > 4064): panels of up to
+// TL2Panel = 16 row blocks one after another, so that a kernel holding a block's tables
+// reads the panel's row blocks' 320 bytes of the block one after another, and a worker's
+// whole panels are one stretch of memory. Panel p holds row blocks 16p.. (g of them, 16 but
+// in a short last panel) and starts at byte 16*p*S:
+//
+//	row block 16p+i's block b:    16*p*S + 320*(b*g + i)
+//	row block 16p+i's tl1 tail:   16*p*S + 320*nb*g + 8*Kp1*i
+//
+// Chunk-major, the other shapes: a kernel sweeping one K chunk over a range of row blocks
+// reads contiguous memory. With nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 =
+// c*nb/nc up to (not including) (c+1)*nb/nc, bc of them (at most TL2Chunk = 10; evenly
+// spread, so no chunk is a short straggler); the last chunk also holds the tl1 tail:
 //
 //	piece size of chunk c:     P = 320*bc (+ 8*Kp1 for the last chunk)
 //	row block rb's piece:      at Mrb*320*b0 + rb*P: its blocks b0..b0+bc-1 (then its tail)
 //
-// (Layout.Piece computes these offsets, Layout.RowBlockData gathers a row block's stream.)
+// (Layout.BlockAt, TailAt and Piece compute these offsets, Layout.RowBlockData gathers a row
+// block's stream.)
+//
 // tl2 block b (inputs 48b..48b+47) of a row block, 320 bytes, five planes of 32 words:
 //
 //	bytes [64j, 64j+64), j = 0..4: little-endian uint16, word r (row r):
@@ -36,21 +49,20 @@ import (
 // they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
 // above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
 //
-// Measured and not adopted: panels of 16 row blocks stored block-major (panel, then block,
-// then row block), so that a one-token kernel holds a block's 16 tables in registers for
-// every row block of the panel. Tables of all of K are built per call, 2 KiB apart a
-// block, in two copies that consecutive panels alternate between (with one copy the
-// panels ran 0.88-1.01x on K of 2544-4080, for no reason found; the second copy in the
-// first's gaps gained less); each row block keeps int16 sums in memory, widened every 5
-// blocks. A prototype was bit for bit the reference; its rate over the one-token kernel on
-// this layout, tables rebuilt every call (Zen 4 guest, DRAM, 7 rounds in turn), on K =
-// 2544, 4080, 14304 and 6912:
-//   - one thread: 1.01x, 1.09x, 1.15x, 1.14x;
-//   - two threads (each its half of the panels, two runs): 1.17-1.18x, 1.09-1.17x,
-//     1.13-1.16x, 0.99-1.04x.
-// From L3 it ran at 0.90-0.99x: the gain is the memory stream's. Adopting it would touch
-// every tl2 kernel (AVX2, two to four tokens, the GEMM, Xe2), the Python reference and
-// the layout revision.
+// Why the rule (layout kernels/5): tl2 per token over i2s from DRAM on the Zen 4 guest
+// (`bitd bench`, zen4+adapt, three runs of this layout's build and the chunk-major one's in
+// turn, 7 rounds each; median of the runs' ratios, new against old):
+//   - one token, one thread: 4096x14336 1.15-1.21 against 1.06-1.11 (+8.8%), 4096x4096
+//     1.13-1.19 against 1.05-1.18 (+4.4%), 14336x4096 1.15-1.16 against 1.08-1.24 (-0.6%);
+//   - one token, two threads: -1% to +3%; two tokens: -2% to -7%; four: -5% to +7%.
+// The shapes left chunk-major lost (earlier versions of the panel kernels, one thread unless
+// said): K = 2560 (2560x2560 and 6912x2560) 2-5% at one token, for no reason found (more
+// table copies, software prefetch, tables built before each panel: none reached the
+// chunk-major kernel); 2560x6912, five panels, gained 10% at one thread but lost 9% at two,
+// whose whole-panel split is 3 and 2. Two workers sharing a panel each stream the other's
+// half of every block past their caches (2560x2560 at two threads split 40/40 row blocks:
+// 0.39-0.43x), so a call splits by whole panels (RowGranule). With AVX2 the panel kernels
+// ran as fast as the chunk-major ones (one, two and four tokens).
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -222,6 +223,131 @@ func TestLUTTL1Extremes(t *testing.T) {
 					c.unitCode = rng.IntN(9)
 				}
 				checkLUT(t, rng, k, c)
+			}
+		}
+	}
+}
+
+// TestTL2Panel holds tl2PanelT1AVX512 to tl2PanelT4AVX512, tl2PanelT1AVX2 and
+// tl2PanelT2AVX2 to tl2PanelGeneric: random codes and tables on part or all of a panel,
+// and the extremes of the int16 sums (every code of one magnitude and sign against entries
+// of +-381, of the other sign for every other token) over enough blocks for several
+// widenings, the last group of blocks of every size from one to five.
+func TestTL2Panel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 23))
+	type pcase struct {
+		nb, nrb, g, mag int
+		neg             bool
+		ext             int16
+	}
+	var cases []pcase
+	for _, nb := range []int{1, 2, 4, 5, 6, 11, 23} {
+		cases = append(cases, pcase{nb, 3, 3, -1, false, 0}, pcase{nb, 5, 16, -1, false, 0}, pcase{nb, 16, 16, -1, false, 0})
+	}
+	for _, nb := range []int{20, 21, 22, 23, 24} {
+		for _, ext := range []int16{381, -381} {
+			for _, neg := range []bool{false, true} {
+				cases = append(cases, pcase{nb, 2, 4, 13, neg, ext}, pcase{nb, 2, 4, 1, neg, ext})
+			}
+		}
+	}
+	type pk struct {
+		name     string
+		fn       func(*byte)
+		T        int
+		isa      ISA
+		kind     tabKind
+		tabBlock int
+	}
+	for _, k := range []pk{
+		{"tl2PanelT1AVX512", tl2PanelT1AVX512, 1, ISAAVX512, tabTL2Z, 2048}, {"tl2PanelT2AVX512", tl2PanelT2AVX512, 2, ISAAVX512, tabTL2Z, 1024},
+		{"tl2PanelT3AVX512", tl2PanelT3AVX512, 3, ISAAVX512, tabTL2Z, 1024}, {"tl2PanelT4AVX512", tl2PanelT4AVX512, 4, ISAAVX512, tabTL2Z, 1024},
+		{"tl2PanelT1AVX2", tl2PanelT1AVX2, 1, ISAAVX2, tabTL2Y, 512}, {"tl2PanelT2AVX2", tl2PanelT2AVX2, 2, ISAAVX2, tabTL2Y, 512},
+	} {
+		if !ISAAvailable(k.isa) {
+			t.Logf("%s: no %s", k.name, k.isa)
+			continue
+		}
+		T, fn, tabBlock, per := k.T, k.fn, k.tabBlock, tripleBytes(k.kind)
+		for _, c := range cases {
+			// the panel: g row blocks' blocks side by side, block after block; the call
+			// takes nrb of them from row block 1 on (or 0 where nrb = g)
+			first := min(1, c.g-c.nrb)
+			w := make([]byte, 320*c.nb*c.g+1)
+			for rb := 0; rb < c.g; rb++ {
+				s := randTL2RowBlock(rng, c.nb, 0, c.mag, c.neg)
+				for b := 0; b < c.nb; b++ {
+					copy(w[320*(b*c.g+rb):][:320], s[320*b:])
+				}
+			}
+			tabStride := tabBlock*c.nb + 64 // a token's tables, and a gap
+			tab := make([]byte, tabStride*T)
+			for tok := 0; tok < T; tok++ {
+				for b := 0; b < c.nb; b++ {
+					for tr := 0; tr < 16; tr++ {
+						for m := 1; m < 14; m++ {
+							e := c.ext * int16(1-2*(tok%2))
+							if e == 0 {
+								e = int16(rng.IntN(763) - 381)
+							}
+							putTL2Entry(k.kind, tab[tok*tabStride+tabBlock*b+per*tr:][:per], m, e)
+						}
+					}
+				}
+			}
+			got, want := make([]int32, c.nrb*T*RowBlock), make([]int32, c.nrb*T*RowBlock)
+			for i := range got {
+				got[i] = int32(rng.IntN(1000))
+				want[i] = got[i]
+			}
+			acc := make([]int16, c.nrb*T*RowBlock)
+			a := panelArgs{W: unsafe.Pointer(&w[320*first]), NRB: c.nrb, BStride: 320 * c.g, Blocks: c.nb, Tab: unsafe.Pointer(&tab[0]),
+				TabStride: tabStride, Sums: unsafe.Pointer(&got[0]), Acc: unsafe.Pointer(&acc[0])}
+			fn(argp(&a))
+			a.Sums = unsafe.Pointer(&want[0])
+			tl2PanelGeneric(&a, T, k.kind, tabBlock)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s, %+v: row block %d token %d row %d: %d, want %d", k.name, c, i/(T*RowBlock), i/RowBlock%T, i%RowBlock, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestTL2PanelBuildAVX512: tl2PanelBuildAVX512 writes each block's tables where the panel
+// kernel reads them, in both copies, as buildLUT does, and nothing between.
+func TestTL2PanelBuildAVX512(t *testing.T) {
+	if !ISAAvailable(ISAAVX512) {
+		t.Skip("no AVX-512 VNNI")
+	}
+	rng := rand.New(rand.NewPCG(24, 24))
+	for _, nb := range []int{1, 3, 30} {
+		x := make([]int8, 48*nb)
+		for i := range x {
+			x[i] = int8(rng.IntN(256) - 128)
+			if i%7 == 0 {
+				x[i] = []int8{127, -128, -127}[i%3]
+			}
+		}
+		second := 2048*nb + 64
+		buf := make([]byte, second+2048*nb)
+		for i := range buf {
+			buf[i] = 0xa5
+		}
+		tl2PanelBuildAVX512(&x[0], nb, &buf[0], second)
+		want := make([]byte, 1024)
+		for b := 0; b < nb; b++ {
+			buildLUT(tabTL2Z, Layout{K3: TL2Block}, x[48*b:], want)
+			for _, o := range []int{2048 * b, second + 2048*b} {
+				if !bytes.Equal(buf[o:o+1024], want) {
+					t.Fatalf("%d blocks: block %d's tables at %d differ from buildLUT's", nb, b, o)
+				}
+				for i := o + 1024; i < o+2048 && i < len(buf); i++ {
+					if buf[i] != 0xa5 {
+						t.Fatalf("%d blocks: byte %d (after block %d's tables) written", nb, i, b)
+					}
+				}
 			}
 		}
 	}

@@ -166,7 +166,14 @@ func genGemv() {
 		}
 	}
 	genTL1M()
+	for T := 1; T <= 4; T++ {
+		genTL2Panel(T)
+	}
+	genTL2PanelBuild()
 	genGemvAVX2()
+	for T := 1; T <= 2; T++ {
+		genTL2PanelY(T)
+	}
 }
 
 // bitFields returns a table of vgf2p8affineqb matrices (gfField) that take the 2-bit field

@@ -746,18 +746,47 @@ func (s *lutY) tl1Units(name string, n Register) {
 // bit 7 of a byte, which drives vpblendvb); plane 4's words, or 1, sign it. Flushed every
 // 5 blocks: 80 entries of at most 381 per int16 sum.
 func (s *lutY) tl2Blocks(name string, n Register) {
-	w, y := s.p.getn(2), s.p.getn(2)
-	t15, m1f := s.p.get(), s.p.get()
-	c0, c1 := s.lo, s.hi
-	VMOVDQU(m1fY, m1f)
+	r := s.tl2Regs()
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_tl2done"))
 	Label(name + "_chunk")
 	c := takeChunk(n, tl2Flush(16))
 	zeroAll(s.allAcc16()...)
 	Label(name + "_blk")
+	s.tl2Block(r, func(j int) { PREFETCHT0(at(s.pf, 64*j)) })
+	ADDQ(U32(320), s.w)
+	ADDQ(U32(320), s.pf)
+	s.nextTabs(512)
+	DECQ(c)
+	JNZ(LabelRef(name + "_blk"))
+	s.flush(true)
+	TESTQ(n, n)
+	JNZ(LabelRef(name + "_chunk"))
+	Label(name + "_tl2done")
+	s.p.put(r.w...)
+	s.p.put(r.y...)
+	s.p.put(r.t15, r.m1f)
+}
+
+// tl2YRegs are tl2Block's registers (tl2Regs takes them from the pool, m1f loaded).
+type tl2YRegs struct {
+	w, y     []VecPhysical
+	t15, m1f VecPhysical
+}
+
+func (s *lutY) tl2Regs() tl2YRegs {
+	r := tl2YRegs{w: s.p.getn(2), y: s.p.getn(2), t15: s.p.get(), m1f: s.p.get()}
+	VMOVDQU(m1fY, r.m1f)
+	return r
+}
+
+// tl2Block adds the tl2 block at s.w to the int16 sums (tables at s.tabs), calling pf(j)
+// before plane j's loads.
+func (s *lutY) tl2Block(r tl2YRegs, pf func(j int)) {
+	w, y, t15, m1f := r.w, r.y, r.t15, r.m1f
+	c0, c1 := s.lo, s.hi
 	for j := 0; j < 5; j++ {
-		PREFETCHT0(at(s.pf, 64*j))
+		pf(j)
 		VMOVDQU(at(s.w, 64*j), w[0])
 		VMOVDQU(at(s.w, 64*j+32), w[1])
 		for f := 0; f < 3; f++ {
@@ -796,18 +825,6 @@ func (s *lutY) tl2Blocks(name string, n Register) {
 	for t := range s.tabs {
 		s.addSigned(t, t15, 32*15, y)
 	}
-	ADDQ(U32(320), s.w)
-	ADDQ(U32(320), s.pf)
-	s.nextTabs(512)
-	DECQ(c)
-	JNZ(LabelRef(name + "_blk"))
-	s.flush(true)
-	TESTQ(n, n)
-	JNZ(LabelRef(name + "_chunk"))
-	Label(name + "_tl2done")
-	s.p.put(w...)
-	s.p.put(y...)
-	s.p.put(t15, m1f)
 }
 
 // lutYFn: the tl1/tl2 chunk kernel (see lutArgs) for T (1 or 2) tokens, AVX2.

@@ -390,19 +390,18 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 		if err != nil {
 			panic(err) // a valid shape by construction
 		}
-		// each chunk's pieces: random whole blocks, the last chunk's ending with a tl1 tail
-		for c := 0; c < ly.Chunks(); c++ {
-			_, bc := ly.ChunkSpan(c)
-			for rb := 0; rb < ly.RowBlocks(); rb++ {
-				off, size := ly.Piece(rb, c)
-				piece := blob[off : off+size]
-				for b := 0; b < bc; b++ {
-					copy(piece[320*b:320*b+320], blocks[320*rng.IntN(nb):])
-				}
-				for i := 320 * bc; i < size; i++ {
-					piece[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
-				}
+		// every row block's stream: random whole blocks, then random tl1 tail units, stored
+		// where the layout puts them
+		stream := make([]byte, ly.RowBlockBytes)
+		for rb := 0; rb < ly.RowBlocks(); rb++ {
+			nb3 := ly.K3 / kernels.TL2Block
+			for b := 0; b < nb3; b++ {
+				copy(stream[320*b:320*b+320], blocks[320*rng.IntN(nb):])
 			}
+			for i := 320 * nb3; i < len(stream); i++ {
+				stream[i] = byte(rng.IntN(9) | rng.IntN(9)<<4)
+			}
+			ly.SetRowBlockData(blob, rb, stream)
 		}
 	}
 }

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Argument block offsets: kernels.panelArgs.
+const (
+	pW, pNRB, pBStride, pBlocks, pTab, pTabStride, pSums, pAcc = 0, 8, 16, 24, 32, 40, 48, 56
+)
+
+// tl2PanelFlush is how many blocks a row's int16 sum takes before it is widened: 16
+// entries of |e| <= 381 a block, at most 32767.
+const tl2PanelFlush = 5
+
+// panelAheadT1 is how far ahead the panel kernels of two or more tokens prefetch their
+// weights into L2 (prefetcht1). Their tables are read from L1, which the weights' lines
+// would evict; one token's are in registers, and it leaves the weights to the hardware's
+// prefetchers. Measured (Zen 4 guest, DRAM, one thread, 2560x2560 and 4096x14336, two
+// tokens / four tokens, GB/s): none 10.2, 14.9 / 7.1, 9.1; prefetcht0 2 KiB ahead 11.2,
+// 15.6 / 7.0, 9.2; 8 KiB 11.3, 14.3 / 7.8, 8.8; prefetcht1 8 KiB 18.8, 19.2 / 9.7,
+// 10.5, the chunk-major layout's kernels 16.5, 20.5 / 9.8, 10.5 in the same run. With one
+// token any software prefetch was slower: prefetcht1 4, 8 and 16 KiB ahead 0.82-0.85x,
+// 0.81-0.86x and 0.78-0.82x on 2560x2560 against none.
+const panelAheadT1 = 8192
+
+// panelTabBlock is the bytes between consecutive blocks' tables of a token in the panel
+// kernel for T tokens: one token's are spaced 2 KiB a block (tl2PanelBuildAVX512), more
+// tokens' lie 1 KiB a block as lutBuildTL2AVX512 writes them.
+func panelTabBlock(T int) int {
+	if T == 1 {
+		return 2048
+	}
+	return 1024
+}
+
+// genTL2Panel writes tl2PanelT<T>AVX512, the tl2 GEMV of T tokens over row blocks of one
+// panel of the panel-major blob (see kernels.panelArgs): block by block, every row block
+// of the panel in turn, whose 320 bytes of the block follow one another, so the weights
+// stream in order. With one token the block's 16 triple tables (tabTL2Z) are loaded into
+// registers once and serve every row block; with more, each lookup reads its table from
+// memory (L1 after the block's first row block). A row block's int16 sums over up to
+// tl2PanelFlush blocks wait in Acc between blocks, then are widened into Sums.
+//
+// Each plane of the block stays in a register of its own, and triple 15's code is gathered
+// after the last, from plane 4 down (x = x<<1 | plane>>15), one vpshldw a plane.
+func genTL2Panel(T int) {
+	name := fmt.Sprintf("tl2PanelT%dAVX512", T)
+	a := fn(name, fmt.Sprintf("%s is the tl2 GEMV of %d token(s) over the row blocks of one panel (see panelArgs); tl2PanelGeneric is its reference.", name, T))
+	p := newPool(true)
+	var tabs []VecPhysical // one token: the block's tables
+	if T == 1 {
+		tabs = p.getn(16)
+	}
+	nch := 4 // int16 chains a token
+	// (Two row blocks an iteration, each table of two or three tokens loaded into a
+	// register once for both, ran slower: tl2 per token over i2s from DRAM at one thread,
+	// two runs, 4096x14336 and 14336x4096, two tokens 0.86-0.93 against 0.94-0.98, three
+	// 0.86-0.90 against 0.90-0.93.)
+	if T > 1 {
+		nch = 2
+	}
+	planes := p.getn(5)
+	c, x := p.get(), p.get()
+	chains := make([][]VecPhysical, T) // [token][chain]
+	for t := range chains {
+		chains[t] = p.getn(nch)
+	}
+	d := p.getn(2)
+	w0, nb := ld(a, pW), ld(a, pBlocks)
+	tp := make([]GPVirtual, T) // token t's tables of the block
+	for t := range tp {
+		tp[t] = ld(a, pTab)
+		if t > 0 {
+			ts := ld(a, pTabStride)
+			if t > 1 {
+				IMUL3Q(U8(t), ts, ts)
+			}
+			ADDQ(ts, tp[t])
+		}
+	}
+	w, sp, ap, n, g := GP64(), GP64(), GP64(), GP64(), GP64()
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_end"))
+
+	// block emits one block over the panel's row blocks: load adds a row block's int16
+	// sums so far from Acc, widen adds the block's into Sums (else they go to Acc).
+	block := func(lbl string, load, widen bool) {
+		for t := range tabs {
+			VMOVDQU64(at(tp[0], 64*t), tabs[t])
+		}
+		MOVQ(w0, w)
+		MOVQ(at(a, pSums), sp)
+		MOVQ(at(a, pAcc), ap)
+		MOVQ(at(a, pNRB), n)
+		Label(lbl)
+		if T > 1 { // (see panelAheadT1)
+			for j := 0; j < 5; j++ {
+				PREFETCHT1(at(w, panelAheadT1+64*j))
+			}
+		}
+		k := 0
+		look := func(tri int, idx VecPhysical) {
+			for t := 0; t < T; t++ {
+				ch := chains[t][tri%nch]
+				var tab Op = at(tp[t], 64*tri)
+				if T == 1 {
+					tab = tabs[tri]
+				}
+				if tri < nch {
+					VPERMW(tab, idx, ch)
+					continue
+				}
+				r := d[k%2]
+				k++
+				VPERMW(tab, idx, r)
+				VPADDW(r, ch, ch)
+			}
+		}
+		for j := 0; j < 5; j++ {
+			v := planes[j]
+			VMOVDQU64(at(w, 64*j), v)
+			look(3*j, v)
+			VPSRLW(U8(5), v, c)
+			look(3*j+1, c)
+			VPSRLW(U8(10), v, c)
+			look(3*j+2, c)
+		}
+		VPSRLW(U8(15), planes[4], x)
+		for j := 3; j >= 0; j-- {
+			VPSHLDW(U8(1), planes[j], x, x)
+		}
+		look(15, x)
+		for t := 0; t < T; t++ {
+			ch := chains[t]
+			for h := nch / 2; h >= 1; h /= 2 {
+				for i := 0; i < h; i++ {
+					VPADDW(ch[i+h], ch[i], ch[i])
+				}
+			}
+			if load {
+				VPADDW(at(ap, 64*t), ch[0], ch[0])
+			}
+			if !widen {
+				VMOVDQU64(ch[0], at(ap, 64*t))
+				continue
+			}
+			l, l2 := d[0], d[1] // (the lookups' registers are free here)
+			VPMOVSXWD(ch[0].AsY(), l)
+			VPADDD(at(sp, 128*t), l, l)
+			VMOVDQU32(l, at(sp, 128*t))
+			VEXTRACTI64X4(U8(1), ch[0], l2.AsY())
+			VPMOVSXWD(l2.AsY(), l2)
+			VPADDD(at(sp, 128*t+64), l2, l2)
+			VMOVDQU32(l2, at(sp, 128*t+64))
+		}
+		ADDQ(U32(320), w)
+		ADDQ(U32(64*T), ap)
+		ADDQ(U32(128*T), sp)
+		DECQ(n)
+		JNZ(LabelRef(lbl))
+		ADDQ(at(a, pBStride), w0)
+		for t := range tp {
+			ADDQ(U32(panelTabBlock(T)), tp[t])
+		}
+	}
+
+	panelGroups(name, nb, g, block)
+	Label(name + "_end")
+	VZEROUPPER()
+	RET()
+}
+
+// genTL2PanelBuild writes tl2PanelBuildAVX512(x, blocks, dst, second): the tabTL2Z tables
+// of blocks tl2 blocks of activations from x, block b's 16 (1 KiB) at dst + 2048*b and
+// again at dst + second + 2048*b (two copies that consecutive panels take in turn).
+func genTL2PanelBuild() {
+	TEXT("tl2PanelBuildAVX512", NOSPLIT, "func(x *int8, blocks int, dst *byte, second int)")
+	Pragma("noescape")
+	Doc("tl2PanelBuildAVX512 writes the tabTL2Z tables of blocks tl2 blocks of the activations at x",
+		"for tl2PanelT1AVX512: block b's at dst + 2048*b and dst + second + 2048*b; buildLUT is its",
+		"reference (of each copy of a block).")
+	x, n := Load(Param("x"), GP64()), Load(Param("blocks"), GP64())
+	d, d2 := Load(Param("dst"), GP64()), Load(Param("second"), GP64())
+	ADDQ(d, d2)
+	p := newPool(true)
+	b := newTL2Builder(p, p.get(), p.get(), p.get())
+	TESTQ(n, n)
+	JZ(LabelRef("tl2pb_done"))
+	Label("tl2pb_blk")
+	for t := 0; t < 16; t++ {
+		b.triple(at(x, 3*t), at(d, 64*t))
+		VMOVDQU16(b.acc, at(d2, 64*t))
+	}
+	ADDQ(U8(48), x)
+	ADDQ(U32(2048), d)
+	ADDQ(U32(2048), d2)
+	DECQ(n)
+	JNZ(LabelRef("tl2pb_blk"))
+	Label("tl2pb_done")
+	VZEROUPPER()
+	RET()
+}
+
+// genTL2PanelY writes tl2PanelT<T>AVX2, genTL2Panel's kernel on ymm for one or two tokens:
+// the tables are tabTL2Y (512 bytes a block, token t's at Tab + t*TabStride), looked up
+// as the chunk kernels do (lutY.tl2Block).
+func genTL2PanelY(T int) {
+	name := fmt.Sprintf("tl2PanelT%dAVX2", T)
+	a := fn(name, fmt.Sprintf("%s is the tl2 GEMV of %d token(s) over the row blocks of one panel (see panelArgs), AVX2; tl2PanelGeneric is its reference.", name, T))
+	s := &lutY{p: newPool(false), T: T}
+	s.w = GP64()
+	s.acc16 = make([][2]VecPhysical, T)
+	for t := range s.acc16 {
+		copy(s.acc16[t][:], s.p.getn(2))
+	}
+	s.lo, s.hi, s.l, s.h = s.p.get(), s.p.get(), s.p.get(), s.p.get()
+	r := s.tl2Regs()
+	w0, nb := ld(a, pW), ld(a, pBlocks)
+	tp := make([]GPVirtual, T) // token t's tables of the block
+	for t := range tp {
+		tp[t] = ld(a, pTab)
+		if t > 0 {
+			ADDQ(at(a, pTabStride), tp[t])
+		}
+	}
+	s.tabs = tp
+	sp, ap, n, g := GP64(), GP64(), GP64(), GP64()
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_end"))
+	block := func(lbl string, load, widen bool) {
+		MOVQ(w0, s.w)
+		MOVQ(at(a, pSums), sp)
+		MOVQ(at(a, pAcc), ap)
+		MOVQ(at(a, pNRB), n)
+		Label(lbl)
+		if load {
+			for t := 0; t < T; t++ {
+				VMOVDQU(at(ap, 64*t), s.acc16[t][0])
+				VMOVDQU(at(ap, 64*t+32), s.acc16[t][1])
+			}
+		} else {
+			zeroAll(s.allAcc16()...)
+		}
+		s.tl2Block(r, func(j int) { PREFETCHT1(at(s.w, panelAheadT1+64*j)) })
+		for t := 0; t < T; t++ {
+			if !widen {
+				VMOVDQU(s.acc16[t][0], at(ap, 64*t))
+				VMOVDQU(s.acc16[t][1], at(ap, 64*t+32))
+				continue
+			}
+			for i, c := range s.acc16[t] { // rows 16i..16i+15
+				for half := 0; half < 2; half++ {
+					if half == 0 {
+						VPMOVSXWD(c.AsX(), s.l)
+					} else {
+						VEXTRACTI128(U8(1), c, s.l.AsX())
+						VPMOVSXWD(s.l.AsX(), s.l)
+					}
+					m := at(sp, 128*t+32*(2*i+half))
+					VPADDD(m, s.l, s.l)
+					VMOVDQU(s.l, m)
+				}
+			}
+		}
+		ADDQ(U32(320), s.w)
+		ADDQ(U32(64*T), ap)
+		ADDQ(U32(128*T), sp)
+		DECQ(n)
+		JNZ(LabelRef(lbl))
+		ADDQ(at(a, pBStride), w0)
+		for t := range tp {
+			ADDQ(U32(512), tp[t])
+		}
+	}
+	panelGroups(name, nb, g, block)
+	Label(name + "_end")
+	VZEROUPPER()
+	RET()
+}
+
+// panelGroups emits the panel kernels' loop over nb (a register, counted down) blocks in
+// groups of up to tl2PanelFlush: block(label, load, widen) emits one block, load when an
+// earlier block of the group left its int16 sums in Acc, widen at the group's last block.
+func panelGroups(name string, nb, g Register, block func(lbl string, load, widen bool)) {
+	Label(name + "_grp")
+	MOVQ(nb, g) // g = min(nb, tl2PanelFlush) blocks in this group
+	CMPQ(g, U8(tl2PanelFlush))
+	JLE(LabelRef(name + "_g"))
+	MOVQ(U32(tl2PanelFlush), g)
+	Label(name + "_g")
+	SUBQ(g, nb)
+	CMPQ(g, U8(1))
+	JNE(LabelRef(name + "_first"))
+	block(name+"_only", false, true)
+	JMP(LabelRef(name + "_next"))
+	Label(name + "_first")
+	block(name+"_rb0", false, false)
+	DECQ(g)
+	Label(name + "_mid")
+	CMPQ(g, U8(1))
+	JE(LabelRef(name + "_last"))
+	block(name+"_rb1", true, false)
+	DECQ(g)
+	JMP(LabelRef(name + "_mid"))
+	Label(name + "_last")
+	block(name+"_rb2", true, true)
+	Label(name + "_next")
+	TESTQ(nb, nb)
+	JNZ(LabelRef(name + "_grp"))
+}
