@@ -51,7 +51,8 @@ class Format(_DocEnum):
     """A weight format. The value is the name configs, flags and the wire use.
 
     Every layout pads M (output rows) up to Mp = a multiple of 32 and stores each block of 32
-    rows (a row block) as one contiguous byte stream; K (inputs) is padded per format to Kp.
+    rows (a row block) as one byte stream, contiguous but in tl1 and tl2 (whose blobs
+    interleave the streams); K (inputs) is padded per format to Kp.
     Padding weights hold 0 (ternary, int8, floats), code 0 (int2) or +1 (int1). Scales and
     biases are separate float32 tensors, never in the blob. Each member's docstring gives its
     byte layout (the pictures in Go's kernels/<format>.go).
@@ -64,8 +65,9 @@ class Format(_DocEnum):
     holds the codes of inputs k, k+32, k+64, k+96 (k = 128b + j) in bits 7-6, 5-4, 3-2, 1-0."""
     TL1 = "tl1", """Ternary weight pairs as 4-bit indices 3*w0 + w1 + 4 (0..8) into a 9-entry table.
 
-    Kp = roundup(K, 4); row block = 8*Kp bytes. The blob is [Mp/32][Kp/4 units][32 rows] bytes:
-    byte r of unit u: bits 3-0 = index of inputs (4u, 4u+1), bits 7-4 = index of (4u+2, 4u+3)."""
+    Kp = roundup(K, 4); row block = 8*Kp bytes, [Kp/4 units][32 rows]: byte r of unit u: bits
+    3-0 = index of inputs (4u, 4u+1), bits 7-4 = index of (4u+2, 4u+3). The blob is
+    chunk-major: ceil(Kp/1024) chunks of units spread evenly, each every row block's piece."""
     TL2 = "tl2", """Ternary weight triples as 5-bit codes |v| + 16*(v < 0), v = 9*w0 + 3*w1 + w2.
 
     v is in [-13, 13], so codes are 0..13 and 16..29 (16, a negative zero, reads as 0).
@@ -73,7 +75,12 @@ class Format(_DocEnum):
     Kp1 = roundup(K-K3, 4); row block = 320*K3/48 + 8*Kp1 bytes: its tl2 blocks, then tl1 units.
     A 320-byte block is five planes: bytes 64j..64j+63 are 32 little-endian uint16 words, word r
     (row r) = codes of triples 3j, 3j+1, 3j+2 in bits 0-4, 5-9, 10-14 and bit j of triple 15's
-    code in bit 15."""
+    code in bit 15. With nb = K3/48 blocks and Mp/32 row blocks, a blob of nb >= 85 (K >= 4080)
+    and Mp/32 >= 128 (M > 4064) is panel-major: panels of 16 row blocks (the last may hold
+    fewer), each holding block 0 of its row blocks in turn, then block 1, ..., then their tl1
+    units. Any other is chunk-major: max(1, ceil(nb/10)) chunks of blocks spread evenly, each
+    holding every row block's piece in turn; a row block's piece of the last chunk ends with
+    its tl1 units."""
     INT2 = "int2", """2-bit codes c (0..3) meaning codebook[c], VNNI4-interleaved.
 
     Kp = roundup(K, 32); row block = 8*Kp bytes: [Kp/4 units][32 B], byte p = 4*r8 + k4 of unit

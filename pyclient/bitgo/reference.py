@@ -30,7 +30,8 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
                      parse_format)
 
 __all__ = [
-    "ROW_BLOCK", "TL2_BLOCK", "LAYOUT", "Layout", "layout", "pack", "unpack", "relayout",
+    "ROW_BLOCK", "TL2_BLOCK", "TL2_CHUNK", "TL2_PANEL", "TL2_PANEL_MIN_BLOCKS",
+    "TL2_PANEL_MIN_ROW_BLOCKS", "LAYOUT", "Layout", "layout", "pack", "unpack", "relayout",
     "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
@@ -44,14 +45,28 @@ TL2_BLOCK = 48
 """Inputs (16 triples) in one tl2 block."""
 
 TL2_CHUNK = 10
-"""The most tl2 blocks in a chunk: the blob stores chunk after chunk, each with every row
-block's piece side by side, the last piece ending with the tl1 tail (kernels/tl2.go)."""
+"""The most tl2 blocks in a chunk of a chunk-major tl2 blob (every tl2 blob but the
+panel-major ones, :data:`TL2_PANEL_MIN_BLOCKS`): the blob stores chunk after chunk, each with
+every row block's piece side by side, the last piece ending with the tl1 tail
+(kernels/tl2.go)."""
+
+TL2_PANEL = 16
+"""Row blocks in a panel of a panel-major tl2 blob: the blob stores panel after panel (the
+last may hold fewer), each with every row block's block 0 side by side, then block 1, and so
+on, then every row block's tl1 tail (kernels/tl2.go)."""
+
+TL2_PANEL_MIN_BLOCKS = 85
+TL2_PANEL_MIN_ROW_BLOCKS = 128
+"""A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 4080)
+and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 4064), and chunk-major otherwise (Go's
+``kernels.TL2PanelMinBlocks`` and ``TL2PanelMinRowBlocks``)."""
 
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
     ("kernels/2", (Format.TL2,)),  # the tl2 block: five planes of 5-bit codes
     ("kernels/3", (Format.TL1,)),  # the tl1 blob chunk-major, like tl2's
     ("kernels/4", (Format.TL2,)),  # tl2's chunks at most 10 blocks instead of 12
+    ("kernels/5", (Format.TL2,)),  # tl2 blobs of K >= 4080 and M > 4064 panel-major
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -61,12 +76,13 @@ LAYOUT = _LAYOUT_HISTORY[-1][0]
 ``layout``): packed uploads name it, so that bitd refuses a blob whose revision lays its
 format out otherwise, and BitLinear states record it."""
 
-_TL2_CHUNK_BEFORE = 12
-"""TL2_CHUNK in layouts kernels/2 and kernels/3."""
+_TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10}
+"""The most tl2 blocks in a chunk of the revisions before kernels/5, whose tl2 blobs were all
+chunk-major (:func:`relayout` reads them)."""
 
 TL1_CHUNK = 256
-"""The most tl1 units (4 inputs each) in a chunk: a tl1 blob is chunk-major like tl2's,
-without a tail (kernels/tl1.go)."""
+"""The most tl1 units (4 inputs each) in a chunk: a tl1 blob stores chunk after chunk, each
+with every row block's piece side by side (kernels/tl1.go)."""
 
 _EPS = torch.tensor(1e-5, dtype=torch.float32)  # BitNet's clamp(min=1e-5), as a float32
 _EPS_NP = np.float32(1e-5)
@@ -97,6 +113,14 @@ class Layout:
     @property
     def nbytes(self) -> int:
         return self.row_blocks * self.row_block_bytes
+
+    @property
+    def paneled(self) -> bool:
+        """Whether the blob is panel-major (Go's ``Layout.Paneled``): tl2 of at least
+        :data:`TL2_PANEL_MIN_BLOCKS` blocks and :data:`TL2_PANEL_MIN_ROW_BLOCKS` row blocks;
+        every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
+        return (self.format is Format.TL2 and self.k3 // TL2_BLOCK >= TL2_PANEL_MIN_BLOCKS
+                and self.row_blocks >= TL2_PANEL_MIN_ROW_BLOCKS)
 
 
 def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
@@ -280,14 +304,57 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
         parts.append(_bytes_le(words, 2).reshape(rb, nb * 320).to(torch.int64))
     if l.kp1:
         parts.append(_tl1_units(w[:, l.k3: l.k3 + l.kp1], rb).to(torch.int64))
-    return _chunk_major(torch.cat(parts, dim=1), l)
+    return _tl2_order(torch.cat(parts, dim=1), l)
+
+
+def _tl2_order(s: torch.Tensor, l: Layout) -> torch.Tensor:
+    """tl2 row-block streams [rb, row_block_bytes] -> the blob (flat): panel-major where
+    ``l.paneled``, chunk-major (chunks of up to :data:`TL2_CHUNK` blocks) otherwise."""
+    return _panel_major(s, l) if l.paneled else _chunk_major(s, l)
+
+
+def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    """The inverse of :func:`_tl2_order`: the tl2 blob (flat) -> row-block streams."""
+    return _panel_streams(b, l) if l.paneled else _streams(b, l)
+
+
+def _panel_runs(l: Layout):
+    """(first row block, row blocks per panel, panels) of a tl2 blob's runs of equal panels:
+    the full panels, then the short last one."""
+    rb = l.row_blocks
+    full = rb // TL2_PANEL * TL2_PANEL
+    return [r for r in ((0, TL2_PANEL, rb // TL2_PANEL), (full, rb - full, 1)) if r[1] * r[2]]
+
+
+def _panel_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
+    """tl2 row-block streams [rb, row_block_bytes] -> the blob's panel-major order (flat): in
+    a panel of g row blocks, local row block i's block b at 320*(b*g + i), its tail at
+    320*nb*g + 8*kp1*i."""
+    nb, out = l.k3 // TL2_BLOCK, []
+    for r0, g, n in _panel_runs(l):
+        p = s[r0: r0 + g * n].reshape(n, g, l.row_block_bytes)
+        blocks = p[..., : 320 * nb].reshape(n, g, nb, 320).transpose(1, 2).reshape(n, -1)
+        out.append(torch.cat([blocks, p[..., 320 * nb:].reshape(n, -1)], dim=1).reshape(-1))
+    return torch.cat(out)
+
+
+def _panel_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    """The tl2 blob's panel-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
+    nb, out = l.k3 // TL2_BLOCK, []
+    for r0, g, n in _panel_runs(l):
+        p = b[r0 * l.row_block_bytes: (r0 + g * n) * l.row_block_bytes].reshape(n, -1)
+        blocks = p[:, : 320 * nb * g].reshape(n, nb, g, 320).transpose(1, 2).reshape(n, g, -1)
+        tails = p[:, 320 * nb * g:].reshape(n, g, -1)
+        out.append(torch.cat([blocks, tails], dim=2).reshape(g * n, l.row_block_bytes))
+    return torch.cat(out)
 
 
 def _pieces(l: Layout, tl2_chunk: int = TL2_CHUNK):
-    """(first stream byte, piece bytes) of each chunk of a chunk-major (tl1, tl2) blob. tl2:
-    max(1, ceil(nb/10)) chunks (``tl2_chunk``: 12 before kernels/4), chunk c holding blocks
-    c*nb//nc .. (c+1)*nb//nc - 1 (320 bytes each), the last also the tl1 tail; tl1:
-    ceil(nu/256) chunks of the nu = kp/4 units (32 bytes each), spread the same way."""
+    """(first stream byte, piece bytes) of each chunk of a chunk-major blob (tl1, and tl2
+    but the panel-major shapes). tl2: max(1, ceil(nb/tl2_chunk)) chunks (``tl2_chunk``: 12
+    before kernels/4, :data:`_TL2_CHUNK_OF`), chunk c holding blocks c*nb//nc ..
+    (c+1)*nb//nc - 1 (320 bytes each), the last also the tl1 tail; tl1: ceil(nu/256) chunks
+    of the nu = kp/4 units (32 bytes each), spread the same way."""
     tl2 = l.format is Format.TL2
     ns, most, size = (l.k3 // TL2_BLOCK, tl2_chunk, 320) if tl2 else (l.kp // 4, TL1_CHUNK, 32)
     nc = max(1, -(-ns // most))
@@ -410,7 +477,7 @@ def _dec_tl1(b: torch.Tensor, l: Layout) -> torch.Tensor:
 
 def _dec_tl2(b: torch.Tensor, l: Layout) -> torch.Tensor:
     rb, nb = l.row_blocks, l.k3 // TL2_BLOCK
-    b = _streams(b.reshape(-1), l)
+    b = _tl2_streams(b.reshape(-1), l)
     parts = []
     if nb:
         words = _from_le(b[:, : 320 * nb].reshape(rb, nb, 5, ROW_BLOCK, 2), 2)  # rb, blk, j, r
@@ -497,25 +564,26 @@ def unpack(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor) -> torch
 def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
              from_layout: str) -> torch.Tensor:
     """A blob packed in layout revision ``from_layout``, in this revision's layout
-    (:data:`LAYOUT`): the blob itself where the format's layout has not changed since, a tl2
-    blob of kernels/2 or kernels/3 re-chunked (its chunks held up to 12 blocks; the blocks
-    are unchanged), checked by decoding it. Any other change is a ValueError naming the
-    revisions."""
+    (:data:`LAYOUT`): the blob itself where the format's layout has not changed since; a tl2
+    blob of kernels/2, kernels/3 (chunk-major, chunks of up to 12 blocks) or kernels/4
+    (chunk-major, up to 10) laid out as this revision lays out its shape (its row-block
+    streams are unchanged): panel-major where :attr:`Layout.paneled`, else chunk-major with
+    chunks of up to 10 (a kernels/4 blob of such a shape comes back byte for byte), checked
+    by decoding it. Any other change is a ValueError naming the revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     revs = [r for r, _ in _LAYOUT_HISTORY]
     if from_layout not in revs:
         raise ValueError(f"blob layout {from_layout!r} is not one this bitgo knows (it packs "
                          f"{LAYOUT}, and reads from {revs[0]} on the formats unchanged since)")
-    changed = next((r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:]
-                    if l.format in fs), None)
-    if changed is None:
+    changes = [r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:] if l.format in fs]
+    if not changes:
         return b
-    if l.format is Format.TL2 and changed == "kernels/4":
-        out = _chunk_major(_streams(b, l, _TL2_CHUNK_BEFORE), l)
-        unpack(l.format, m, k, out)  # a code outside the format's set: not a kernels/3 blob
+    if l.format is Format.TL2 and set(changes) <= {"kernels/4", "kernels/5"}:
+        out = _tl2_order(_streams(b, l, _TL2_CHUNK_OF[from_layout]), l)
+        unpack(l.format, m, k, out)  # a code outside the format's set: not such a blob
         return out
-    raise ValueError(f"{l.format.value} blobs changed layout in {changed}, after "
+    raise ValueError(f"{l.format.value} blobs changed layout in {changes[0]}, after "
                      f"{from_layout}: pack the weights again (this bitgo packs {LAYOUT})")
 
 

@@ -87,10 +87,46 @@ def torch_at_least(major: int, minor: int) -> bool:
     return (int(v[0]), int(v[1])) >= (major, minor)
 
 
-def chunked_as_kernels_3(blob, fmt, m, k):
-    """A tl2 blob of this revision as kernels/3 stored it: chunks of up to 12 blocks."""
+TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10, "kernels/5": 10}
+"""The most blocks in a chunk of a chunk-major tl2 blob, by layout revision: every tl2 blob
+before kernels/5, and in kernels/5 those of fewer than 85 blocks (K < 4080) or 128 row blocks
+(M <= 4064)."""
+
+
+def tl2_streams(w):
+    """The row-block streams [Mrb, S] of tl2 logical weights [M, K], each packed on its own:
+    a one-row-block blob is its stream (in every revision)."""
     from bitgo import reference as R
-    lay = R.layout(fmt, m, k)
-    s = R._streams(blob, lay)
-    return torch.cat([s[:, o: o + n].reshape(-1)
-                      for o, n in R._pieces(lay, R._TL2_CHUNK_BEFORE)])
+    m, k = w.shape
+    rows = torch.zeros((-(-m // 32) * 32, k), dtype=torch.int8)
+    rows[:m] = w
+    return torch.stack([R.pack("tl2", rows[r: r + 32]) for r in range(0, rows.shape[0], 32)])
+
+
+def tl2_chunk_major(s, k, most):
+    """tl2 row-block streams [Mrb, S] laid out chunk-major: max(1, ceil(nb/most)) chunks of
+    blocks spread evenly, each chunk every row block's piece in turn, the last piece ending
+    with the tl1 tail."""
+    nb = k // 48
+    nc = max(1, -(-nb // most))
+    ends = [320 * ((c + 1) * nb // nc) for c in range(nc - 1)] + [s.shape[1]]
+    return torch.cat([s[:, 320 * (c * nb // nc): e].reshape(-1) for c, e in enumerate(ends)])
+
+
+def tl2_panel_major(s, k):
+    """tl2 row-block streams [Mrb, S] laid out panel-major: panels of 16 row blocks (the last
+    may hold fewer), each its row blocks' block 0 in turn, then block 1, ..., then their tl1
+    tails in turn."""
+    nb, out = k // 48, []
+    for r0 in range(0, s.shape[0], 16):
+        p = s[r0: r0 + 16]
+        out += [p[:, : 320 * nb].reshape(p.shape[0], nb, 320).transpose(0, 1).reshape(-1),
+                p[:, 320 * nb:].reshape(-1)]
+    return torch.cat(out)
+
+
+def tl2_as_revision(blob, m, k, rev):
+    """A tl2 blob of this revision as ``rev`` (kernels/2 to kernels/4) stored it: chunk-major,
+    with chunks of up to TL2_CHUNK_OF[rev] blocks."""
+    from bitgo import reference as R
+    return tl2_chunk_major(tl2_streams(R.unpack("tl2", m, k, blob)), k, TL2_CHUNK_OF[rev])

@@ -537,11 +537,11 @@ def test_forked_child_can_start_its_own_daemon():
 
 def test_packed_blobs_name_their_layout(client, monkeypatch):
     """Packed uploads name reference.LAYOUT; bitd refuses a blob whose revision lays its
-    format out otherwise (a kernels/3 tl2 blob), and reads the formats unchanged since."""
+    format out otherwise (a kernels/4 tl2 blob), and reads the formats unchanged since."""
     tl2 = _layer(QuantConfig(format="tl2"), seed=5)
     i2s = _layer(QuantConfig(format="i2s"), seed=5)
-    monkeypatch.setattr(R, "LAYOUT", "kernels/3")
-    with pytest.raises(RequestError, match="tl2 blobs changed layout in kernels/4") as e:
+    monkeypatch.setattr(R, "LAYOUT", "kernels/4")
+    with pytest.raises(RequestError, match="tl2 blobs changed layout in kernels/5") as e:
         _register(client, tl2)
     assert e.value.status == 8  # invalid
     info = _register(client, i2s)

@@ -9,7 +9,7 @@ from torch import nn
 import bitgo
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import DTYPES, FORMATS, assert_bits_equal, chunked_as_kernels_3
+from conftest import DTYPES, FORMATS, assert_bits_equal, tl2_as_revision
 
 CONFIGS = [QuantConfig(format=f) for f in FORMATS] + [
     QuantConfig(format="i2s", act="per-group:128", scale="row"),
@@ -211,35 +211,42 @@ def test_input_requiring_grad_leaves_the_shared_views_alone():
         assert not ent[0].requires_grad and not ent[1].requires_grad
 
 
-def _state_as_kernels_3(sd, m, k, fmt):
-    """A state dict as the release before kernels/4 saved it: no "layout" in the extra
-    state, and tl2's packed bytes in chunks of up to 12 blocks."""
+def _state_as(sd, m, k, fmt, rev):
+    """A state dict as a release of layout ``rev`` saved it: tl2's packed bytes chunk-major
+    (chunks of up to 12 blocks in kernels/3, 10 in kernels/4: the bytes of this revision but
+    for the panel-major shapes), and the extra state's "layout" ``rev``, or none before
+    kernels/4."""
     old = dict(sd)
     extra = dict(old["_extra_state"])
     assert extra.pop("layout") == R.LAYOUT
+    if rev != "kernels/3":
+        extra["layout"] = rev
     old["_extra_state"] = extra
     if fmt == "tl2":
-        old["packed"] = chunked_as_kernels_3(sd["packed"], fmt, m, k)
-        assert not torch.equal(old["packed"], sd["packed"])
+        old["packed"] = tl2_as_revision(sd["packed"], m, k, rev).reshape(sd["packed"].shape)
+        paneled = R.layout(fmt, m, k).paneled
+        assert torch.equal(old["packed"], sd["packed"]) == (rev == "kernels/4" and not paneled)
     return old
 
 
+@pytest.mark.parametrize("rev", ["kernels/3", "kernels/4"])
 @pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1"])
-def test_state_dict_from_before_kernels_4(fmt):
-    """A state saved before layouts were recorded (kernels/3) loads, its tl2 blob
-    re-chunked; a tl2 state of kernels/1 is refused, naming the revisions."""
+def test_state_dict_of_earlier_layouts(fmt, rev):
+    """A state saved in kernels/4, or before layouts were recorded (kernels/3), loads, its tl2
+    blob laid out anew (a kernels/4 blob of this shape, chunk-major still, as it was); a tl2
+    state of kernels/1 is refused, naming the revisions."""
     torch.manual_seed(4)
-    m, k = 40, 48 * 11 + 3  # tl2: one chunk in kernels/3, two now
+    m, k = 40, 48 * 11 + 3  # tl2: one chunk in kernels/3, two in kernels/4 and now
     a = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format=fmt))
     assert a.state_dict()["_extra_state"]["layout"] == R.LAYOUT
     b = bitgo.BitLinear(k, m, config=QuantConfig(format=fmt))
-    b.load_state_dict(_state_as_kernels_3(a.state_dict(), m, k, fmt))
+    b.load_state_dict(_state_as(a.state_dict(), m, k, fmt, rev))
     assert torch.equal(b.packed, a.packed)
     x = torch.randn(3, k)
     assert_bits_equal(b(x), a(x))
     if fmt == "tl2":
         # Without "packed" in the state (strict=False), the layer's own blob is left alone.
-        partial = _state_as_kernels_3(a.state_dict(), m, k, fmt)
+        partial = _state_as(a.state_dict(), m, k, fmt, rev)
         del partial["packed"]
         c = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format=fmt))
         own = c.packed.clone()
@@ -249,3 +256,20 @@ def test_state_dict_from_before_kernels_4(fmt):
         sd["_extra_state"] = dict(sd["_extra_state"], layout="kernels/1")
         with pytest.raises(ValueError, match="layout kernels/1: tl2 blobs changed layout in kernels/2"):
             bitgo.BitLinear(k, m, config=QuantConfig(format=fmt)).load_state_dict(sd)
+
+
+def test_state_dict_of_kernels_4_panel_major():
+    """A tl2 state of kernels/4 of a panel-major shape (4155 x 4231: 130 row blocks of 88
+    blocks and a tail) loads laid out panel-major, and bitd computes on it what the reference
+    does."""
+    torch.manual_seed(5)
+    m, k = 130 * 32 - 5, 48 * 88 + 7
+    assert R.layout("tl2", m, k).paneled
+    a = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format="tl2"))
+    b = bitgo.BitLinear(k, m, config=QuantConfig(format="tl2"))
+    b.load_state_dict(_state_as(a.state_dict(), m, k, "tl2", "kernels/4"))
+    assert torch.equal(b.packed, a.packed)
+    x = torch.randn(3, k)
+    y = b(x)
+    assert_bits_equal(y, a(x))
+    assert_bits_equal(y, R.linear(b, x))

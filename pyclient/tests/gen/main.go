@@ -111,6 +111,11 @@ var shapes = [][2]int{
 // (171, 171 and 172 units) and four tl2 chunks (42 blocks) with a 38-input tail.
 var chunkedShape = [2]int{35, 2054}
 
+// panelShape is tl2's second case, a panel-major blob (at least 85 blocks and 128 row
+// blocks): M = 4100 is 129 row blocks, eight panels of 16 and one of a single row block; K =
+// 4100 is 85 blocks and a 20-input tail.
+var panelShape = [2]int{4100, 4100}
+
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
 // randLogical: random logical weights; float weights are not rounded to bfloat16 (the
@@ -191,6 +196,9 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 				sh := shapes[si%len(shapes)]
 				if sti == 0 && rep == 0 && (f == quantcfg.TL1 || f == quantcfg.TL2) {
 					sh = chunkedShape
+				}
+				if sti == 0 && rep == 1 && f == quantcfg.TL2 {
+					sh = panelShape
 				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
