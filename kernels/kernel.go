@@ -46,10 +46,11 @@ func Select(l *Layer, n int) (Kernel, error) {
 }
 
 // Parted is implemented by kernels that can also run a call in parts of the weights' stream
-// instead of ranges of rows. The lookup-table formats' blobs are chunk-major (chunk c of row
-// block rb, unit c*RowBlocks()+rb, is the blob's own order), so a range of units is one
-// stretch of memory, where a range of rows is a stretch in every chunk: with two threads on
-// the 8B shapes, tl2 reads closer to the memory's rate that way. Each worker adds into
+// instead of ranges of rows. A chunk-major blob (tl1, and tl2 but the panel-major shapes)
+// stores chunk c of row block rb, unit c*RowBlocks()+rb, in the blob's own order, so a
+// range of units is one stretch of memory, where a range of rows is a stretch in every
+// chunk: with two threads on the 8B shapes, tl2 read closer to the memory's rate that way
+// (before those shapes were panel-major, whose whole panels are one stretch: Granular). Each worker adds into
 // int32 sums of its own, and Finish adds them up per row block. RunSplit drives it.
 type Parted interface {
 	Kernel

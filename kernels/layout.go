@@ -13,13 +13,10 @@ const RowBlock = 32
 // TL2Block is the number of inputs (16 triples) in one tl2 block.
 const TL2Block = 48
 
-// TL2Chunk is the most tl2 blocks in one chunk (480 inputs) of a tl2 sweep of two or more
-// tokens: the kernels build a chunk's tables and run every row block of the range over
-// them (see tl2.go). Until layout kernels/5 the blob itself stored its chunks one after
-// another, each holding every row block's piece of it, and the one-token kernel swept it
-// chunk by chunk too. A chunk's tables take 1 KiB of L1 a block and token, and the
-// one-token kernel built the next chunk's beside them (two sets). With 12 (layout
-// kernels/3) that was 24 KiB of a 32 KiB
+// TL2Chunk is the most tl2 blocks in one chunk (480 inputs): a chunk-major tl2 blob stores
+// its chunks one after another, each holding every row block's piece of it (see tl2.go). A
+// chunk's tables take 1 KiB of L1 a block and token, and the one-token kernel builds the
+// next chunk's beside them (two sets). With 12 (layout kernels/3) that was 24 KiB of a 32 KiB
 // L1d beside the weight stream, and on Zen 4 a 12-block chunk swept slower per byte than an
 // 11-block one of the same call (per-chunk timings of 4096x14336 at one thread: 21.4 us
 // against 17.9 for 12 and 11 blocks of 128 row blocks, 23.0 and 25.2 GB/s). Against 12, one
@@ -111,8 +108,8 @@ type Layout struct {
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
 	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
-	// format but tl1 and tl2, whose streams are interleaved chunk by chunk (tl1) or block
-	// by block within panels (tl2; RowBlockData gathers one).
+	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
+	// block within panels (panel-major tl2; RowBlockData gathers one).
 	RowBlockBytes int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
 	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4), which Relayout
@@ -200,8 +197,8 @@ func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 }
 
 // pieces calls fn(blob offset, stream offset, bytes) for each piece of row block rb of an
-// interleaved blob: one per chunk of a chunk-major one (tl2 of an older revision: the last
-// also holds the tl1 tail), one per block and then the tail of a panel-major one.
+// interleaved blob: one per chunk of a chunk-major one (tl2: the last also holds the tl1
+// tail), one per block and then the tail of a panel-major one.
 func (l Layout) pieces(rb int, fn func(b, o, n int)) {
 	if l.Paneled() {
 		nb := l.K3 / TL2Block
@@ -238,9 +235,6 @@ func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.tl2Chunk =
 
 func (l Layout) interleaved() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
-// Panels is the number of panels of a panel-major blob: ceil(RowBlocks/TL2Panel).
-func (l Layout) Panels() int { return (l.RowBlocks() + TL2Panel - 1) / TL2Panel }
-
 // Panel returns panel p's first row block and its row blocks (TL2Panel but in a short last
 // panel).
 func (l Layout) Panel(p int) (rb0, g int) {
@@ -263,9 +257,9 @@ func (l Layout) TailAt(rb int) int {
 	return rb0*l.RowBlockBytes + 320*(l.K3/TL2Block)*g + 8*l.Kp1*(rb-rb0)
 }
 
-// chunkSteps describes the K steps a chunk-major blob's chunks, or a tl2 sweep's, are made
-// of (tl2: blocks of 48 inputs in 320 bytes, K3/48 of them, at most TL2Chunk per chunk;
-// tl1: units of 4 inputs in 32 bytes, Kp/4 of them, at most TL1Chunk per chunk).
+// chunkSteps describes the K steps a chunk-major blob's chunks are made of (tl2: blocks of
+// 48 inputs in 320 bytes, K3/48 of them, at most TL2Chunk per chunk; tl1: units of 4
+// inputs in 32 bytes, Kp/4 of them, at most TL1Chunk per chunk).
 type chunkSteps struct {
 	n      int // steps in K
 	bytes  int // bytes of one step in one row block
@@ -290,8 +284,8 @@ func (l Layout) ChunkK0(c int) int {
 	return l.steps().inputs * s0
 }
 
-// Chunks is the number of chunks of a chunk-major blob, or of a tl2 sweep: ceil(steps/most),
-// at least one (a tl2 K below 48 is one chunk of the tl1 tail alone).
+// Chunks is the number of chunks of a chunk-major blob: ceil(steps/most), at least one (a
+// tl2 K below 48 is one chunk of the tl1 tail alone).
 func (l Layout) Chunks() int {
 	st := l.steps()
 	return max(1, (st.n+st.most-1)/st.most)

@@ -158,15 +158,7 @@ func genTL2Panel(T int) {
 			VPADDD(at(sp, 128*t+64), l2, l2)
 			VMOVDQU32(l2, at(sp, 128*t+64))
 		}
-		ADDQ(U32(320), w)
-		ADDQ(U32(64*T), ap)
-		ADDQ(U32(128*T), sp)
-		DECQ(n)
-		JNZ(LabelRef(lbl))
-		ADDQ(at(a, pBStride), w0)
-		for t := range tp {
-			ADDQ(U32(panelTabBlock(T)), tp[t])
-		}
+		panelNext(lbl, a, panelRegs{w, ap, sp, n, w0}, tp, panelTabBlock(T))
 	}
 
 	panelGroups(name, nb, g, block)
@@ -267,20 +259,33 @@ func genTL2PanelY(T int) {
 				}
 			}
 		}
-		ADDQ(U32(320), s.w)
-		ADDQ(U32(64*T), ap)
-		ADDQ(U32(128*T), sp)
-		DECQ(n)
-		JNZ(LabelRef(lbl))
-		ADDQ(at(a, pBStride), w0)
-		for t := range tp {
-			ADDQ(U32(512), tp[t])
-		}
+		panelNext(lbl, a, panelRegs{s.w, ap, sp, n, w0}, tp, 512)
 	}
 	panelGroups(name, nb, g, block)
 	Label(name + "_end")
 	VZEROUPPER()
 	RET()
+}
+
+// panelRegs are a panel kernel's pointers: the row block's block (w), its int16 sums (ap)
+// and int32 sums (sp), the row blocks left in the block (n), and the first row block's
+// block (w0).
+type panelRegs struct{ w, ap, sp, n, w0 Register }
+
+// panelNext ends a panel kernel's row block: w, ap and sp move to the next row block (T =
+// len(tp) tokens' sums), and after the block's last row block (back to lbl until then) w0
+// to the next block and every token's tables tabBlock bytes on.
+func panelNext(lbl string, a Register, r panelRegs, tp []GPVirtual, tabBlock int) {
+	T := len(tp)
+	ADDQ(U32(320), r.w)
+	ADDQ(U32(64*T), r.ap)
+	ADDQ(U32(128*T), r.sp)
+	DECQ(r.n)
+	JNZ(LabelRef(lbl))
+	ADDQ(at(a, pBStride), r.w0)
+	for _, t := range tp {
+		ADDQ(U32(tabBlock), t)
+	}
 }
 
 // panelGroups emits the panel kernels' loop over nb (a register, counted down) blocks in
