@@ -25,7 +25,11 @@ const tl2PanelFlush = 5
 // 15.6 / 7.0, 9.2; 8 KiB 11.3, 14.3 / 7.8, 8.8; prefetcht1 8 KiB 18.8, 19.2 / 9.7,
 // 10.5, the chunk-major layout's kernels 16.5, 20.5 / 9.8, 10.5 in the same run. With one
 // token any software prefetch was slower: prefetcht1 4, 8 and 16 KiB ahead 0.82-0.85x,
-// 0.81-0.86x and 0.78-0.82x on 2560x2560 against none.
+// 0.81-0.86x and 0.78-0.82x on 2560x2560 against none. Against 8 KiB (tl2 per token over
+// i2s at one thread, 4096x14336, 14336x4096 and 4096x4096, two and four tokens, two or
+// three runs in turn): 4 KiB 0.86-0.99x, 16 KiB 0.95-1.00x; a prefetchnta 640 or 1280
+// bytes ahead besides, marking the lines non-temporal as the chunk kernels' NT variants
+// do, 0.95-1.05x (medians; the noise).
 const panelAheadT1 = 8192
 
 // panelTabBlock is the bytes between consecutive blocks' tables of a token in the panel
