@@ -45,11 +45,6 @@ type gemvArgs struct {
 	EY  unsafe.Pointer
 }
 
-// lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens
-// (T is part of the function): Sums[rb][t][r] += the exact sum over the chunk's inputs of
-// w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
-// chunks of K in order over the same row blocks, so each chunk's tables stay in L1 while
-// every row block uses them.
 // panelArgs: the tl2 GEMV of T tokens (part of the function) over NRB row blocks of one
 // panel of a panel-major blob (tl2PanelT<T>AVX512): Sums[i][t][r] += the exact sum over
 // Blocks tl2 blocks of w[r][k]*x[t][k] for row block i of the call, from the tables at Tab
@@ -66,6 +61,11 @@ type panelArgs struct {
 	Acc       unsafe.Pointer // int16 [NRB][T][32], scratch: the sums of up to 5 blocks
 }
 
+// lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens
+// (T is part of the function): Sums[rb][t][r] += the exact sum over the chunk's inputs of
+// w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
+// chunks of K in order over the same row blocks, so each chunk's tables stay in L1 while
+// every row block uses them.
 type lutArgs struct {
 	W         unsafe.Pointer // the chunk in the first row block
 	RBBytes   int            // bytes between row blocks

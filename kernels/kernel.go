@@ -50,8 +50,9 @@ func Select(l *Layer, n int) (Kernel, error) {
 // stores chunk c of row block rb, unit c*RowBlocks()+rb, in the blob's own order, so a
 // range of units is one stretch of memory, where a range of rows is a stretch in every
 // chunk: with two threads on the 8B shapes, tl2 read closer to the memory's rate that way
-// (before those shapes were panel-major, whose whole panels are one stretch: Granular). Each worker adds into
-// int32 sums of its own, and Finish adds them up per row block. RunSplit drives it.
+// (before those shapes were panel-major, whose whole panels are one stretch: Granular).
+// Each worker adds into int32 sums of its own, and Finish adds them up per row block.
+// RunSplit drives it.
 type Parted interface {
 	Kernel
 	// Units prepares a call for workers threads, after Prepare, and returns how many units

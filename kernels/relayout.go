@@ -6,10 +6,9 @@ import (
 	"bitgo/quantcfg"
 )
 
-// tl2ChunkBefore is the most blocks of a tl2 blob's chunks in the chunk-major layouts
-// before kernels/5, by the revision that first changed tl2 after the blob's: 12 in
-// kernels/2 and kernels/3, 10 in kernels/4.
-var tl2ChunkBefore = map[string]int{"kernels/4": 12, "kernels/5": 10}
+// tl2ChunkOf is the most blocks of a chunk in the tl2 blobs of the revisions before
+// kernels/5 that Relayout reads, all chunk-major (kernels/1 encoded tl2 otherwise).
+var tl2ChunkOf = map[string]int{"kernels/2": 12, "kernels/3": 12, "kernels/4": 10}
 
 // Relayout returns a packed m x k blob of format f, packed in layout revision rev, in this
 // build's layout (LayoutRevision): the blob itself where f's layout has not changed since
@@ -22,10 +21,9 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	if err == nil {
 		return blob, nil
 	}
-	changed, _ := layoutChange(rev, f)
-	chunk := tl2ChunkBefore[changed]
+	chunk := tl2ChunkOf[rev]
 	if f != quantcfg.TL2 || chunk == 0 {
-		return nil, err // (tl2 of kernels/1 first changed in kernels/2: another encoding)
+		return nil, err
 	}
 	l, err := NewLayout(f, m, k)
 	if err != nil {

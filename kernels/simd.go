@@ -1315,10 +1315,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 	if ly.Paneled() {
 		lo, hi := rows(0)
 		k.sweepPanels(l, a, gs, sb, lo, hi, tb, tables, func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int) {
-			*la = lutArgs{W: unsafe.Add(data, ly.TailAt(r0)), RBBytes: 8 * ly.Kp1, NRB: r1 - r0, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]),
-				Tab: tab, TabStride: stride, Units: ly.Kp1 / 4}
-			la.PF, la.Turn = pf(g, la.RBBytes)
-			kernel(g)(argp(la))
+			call(g, tab, stride, r0, r1-r0, ly.TailAt(r0), 8*ly.Kp1, 0, ly.Kp1/4, nil, nil, nil)
 		})
 		return
 	}
