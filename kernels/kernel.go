@@ -50,8 +50,10 @@ func Select(l *Layer, n int) (Kernel, error) {
 // stores chunk c of row block rb, unit c*RowBlocks()+rb, in the blob's own order, so a
 // range of units is one stretch of memory, where a range of rows is a stretch in every
 // chunk: with two threads on the 8B shapes, tl2 read closer to the memory's rate that way
-// (before those shapes were panel-major, whose whole panels are one stretch: Granular).
-// Each worker adds into int32 sums of its own, and Finish adds them up per row block.
+// (before those shapes were panel-major, whose whole panels are one stretch: Granular). A
+// panel-major blob runs in parts where its panels would not share out evenly, its blocks
+// the units. Each worker adds into int32 sums of its own, and Finish adds them up per row
+// block.
 // RunSplit drives it.
 type Parted interface {
 	Kernel

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,9 +12,11 @@ import (
 
 // TestTL2PanelGEMV: panel-major tl2 layers give the reference's results bit for bit
 // through every tuning's tl2 kernels, for one to eight tokens (several token groups, one
-// token alone), in row ranges that start and end inside panels (runSplit), and split among
-// workers by whole panels (RunSplit, RowGranule): 4100 x 4100 (eight panels and one row
-// block, a 20-input tl1 tail) and 4096 x 4080 (eight whole panels, no tail).
+// token alone), in row ranges that start and end inside panels (runSplit), and through
+// RunSplit over 2, 3 and 16 workers: by whole panels (RowGranule) where they share out
+// evenly, else in parts (Units): 4100 x 4100 (eight panels and one row block, a 20-input
+// tl1 tail; in parts on two workers) and 4096 x 4080 (eight whole panels, no tail; by rows
+// on two).
 func TestTL2PanelGEMV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 41))
 	shapes := [][2]int{{4100, 4100}, {4096, 4080}}
@@ -38,8 +41,17 @@ func TestTL2PanelGEMV(t *testing.T) {
 					t.Fatalf("%s: row granule %d, want %d", what, g, TL2Panel)
 				}
 				checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
-				for _, workers := range []int{2, 3} {
-					checkExact(t, fmt.Sprintf("%s, %d workers", what, workers), runPanelSplit(t, k, tl.Layer, x, n, workers), want, tl.Spec.Out)
+				for _, workers := range []int{2, 3, 16} {
+					what := fmt.Sprintf("%s, %d workers", what, workers)
+					out, parted := runPanelSplit(t, what, k, tl.Layer, x, n, workers)
+					checkExact(t, what, out, want, tl.Spec.Out)
+					wantParts := n <= k.ops.gemvT && panelSplitLoss(tl.Layout, workers) > panelPartLoss
+					if parted != wantParts {
+						t.Errorf("%s: in parts %t, want %t", what, parted, wantParts)
+					}
+					if workers == 2 && parted != (wantParts && tl.Spec.Out == 4100) || workers == 16 && parted != (n <= k.ops.gemvT) {
+						t.Errorf("%s: in parts %t", what, parted)
+					}
 				}
 				ran++
 			})
@@ -67,29 +79,34 @@ func TestTL2PanelGEMV(t *testing.T) {
 	}
 }
 
-// runPanelSplit runs a call of k through RunSplit over workers goroutines, the splitter
-// checking that its units are the layer's panels.
-func runPanelSplit(t *testing.T, k *simdKernel, l *Layer, x []float32, n, workers int) []float32 {
+// runPanelSplit runs a call of k through RunSplit over workers goroutines (even ranges),
+// the splitter checking that its units are the layer's panels, or its units in parts
+// (panelUnits) and then its row blocks; parted tells which.
+func runPanelSplit(t *testing.T, what string, k *simdKernel, l *Layer, x []float32, n, workers int) (out []float32, parted bool) {
 	t.Helper()
 	var a Acts
 	if err := l.Quantize(x, n, &a); err != nil {
 		t.Fatal(err)
 	}
 	k.Prepare(l, &a)
-	out := make([]float32, n*l.Layout.M)
+	out = make([]float32, n*l.Layout.M)
 	mrb := l.Layout.RowBlocks()
+	_, inParts := panelUnits(l.Layout)
 	var bad []string
-	split := func(_ string, units int, _ bool, fn func(w, lo, hi int)) {
-		if want := (mrb + TL2Panel - 1) / TL2Panel; units != want {
-			bad = append(bad, fmt.Sprintf("%d units for %d row blocks, want %d panels", units, mrb, want))
+	split := func(class string, units int, _ bool, fn func(w, lo, hi int)) {
+		want := (mrb + TL2Panel - 1) / TL2Panel
+		switch {
+		case strings.HasSuffix(class, "/parts"):
+			want, parted = inParts, true
+		case strings.HasSuffix(class, "/finish"):
+			want = mrb
+		}
+		if units != want {
+			bad = append(bad, fmt.Sprintf("%s: split %q of %d units, want %d", what, class, units, want))
 		}
 		var wg sync.WaitGroup
 		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fn(w, units*w/workers, units*(w+1)/workers)
-			}()
+			wg.Go(func() { fn(w, units*w/workers, units*(w+1)/workers) })
 		}
 		wg.Wait()
 	}
@@ -97,5 +114,89 @@ func runPanelSplit(t *testing.T, k *simdKernel, l *Layer, x []float32, n, worker
 	for _, b := range bad {
 		t.Error(b)
 	}
-	return out
+	return out, parted
+}
+
+// TestTL2PanelParts: a panel-major call in parts (every call, panelPartLoss 0) gives the
+// reference's results for any cut of its units among the workers (runParts: ranges within
+// a panel, across panels, its tails alone, single units), by the tl2 assembly kernels and
+// the generic twin, with and without a tl1 tail; panelUnits and unitSegs agree with the
+// blob's offsets.
+func TestTL2PanelParts(t *testing.T) {
+	old := panelPartLoss
+	panelPartLoss = 0
+	t.Cleanup(func() { panelPartLoss = old })
+	rng := rand.New(rand.NewPCG(43, 43))
+	shapes := [][2]int{{4100, 4100}, {4096, 4080}}
+	ns := []int{1, 2, 3, 4}
+	if raceEnabled {
+		shapes, ns = shapes[:1], []int{1, 2}
+	}
+	ks := []namedKernel{{"generic/tl2", newSIMDKernel(ISAAVX512, quantcfg.TL2, genericOps(quantcfg.TL2, true), false)}}
+	for _, k := range asmKernels() {
+		if k.format == quantcfg.TL2 {
+			ks = append(ks, namedKernel{k.Name(), k})
+		}
+	}
+	for _, k := range ks {
+		var a Acts
+		eachShape(t, k.name, k.simdKernel, k.format, rng, shapes, 1, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			if n > k.ops.gemvT {
+				return
+			}
+			for _, workers := range []int{2, 5} {
+				for _, conc := range []bool{false, true} {
+					what := fmt.Sprintf("%s, %d workers (concurrent: %t)", what, workers, conc)
+					checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, tl.Spec.Out)
+				}
+			}
+		})
+	}
+	// The segments of unit ranges: a panel's blocks, its tails, and the next panel's.
+	for _, sh := range [][2]int{{4100, 4100}, {4096, 4080}} {
+		ly, err := NewLayout(quantcfg.TL2, sh[0], sh[1])
+		if err != nil || !ly.Paneled() {
+			t.Fatalf("%dx%d: %v, panel-major %t", sh[0], sh[1], err, ly.Paneled())
+		}
+		per, units := panelUnits(ly)
+		nb := ly.K3 / TL2Block
+		if wantPer := nb + min(ly.Kp1, 1); per != wantPer || units != (ly.RowBlocks()+TL2Panel-1)/TL2Panel*per {
+			t.Errorf("%dx%d: panelUnits %d, %d", sh[0], sh[1], per, units)
+		}
+		// every unit's bytes, in order, are the blob's
+		at := 0
+		for u := 0; u < units; u++ {
+			sg := unitSegs(ly, u, u+1, nil)
+			if len(sg) != 1 {
+				t.Fatalf("%dx%d: unit %d: %d segments", sh[0], sh[1], u, len(sg))
+			}
+			s := sg[0]
+			var off, size int
+			if s.b0 < s.b1 {
+				var stride int
+				off, stride = ly.BlockAt(s.r0, s.b0)
+				size = stride * (s.b1 - s.b0)
+			} else {
+				off, size = ly.TailAt(s.r0), 8*ly.Kp1*(s.r1-s.r0)
+			}
+			if off != at || s.tail == (s.b0 < s.b1) {
+				t.Fatalf("%dx%d: unit %d at %d (%+v), want %d", sh[0], sh[1], u, off, s, at)
+			}
+			at += size
+		}
+		if at != ly.Bytes() {
+			t.Errorf("%dx%d: the units cover %d bytes of %d", sh[0], sh[1], at, ly.Bytes())
+		}
+	}
+	// (4096 x 4080: 85 blocks a panel, no tails) blocks 3.. of panel 0, all of 1 and 2,
+	// block 0 of 3
+	ly, err := NewLayout(quantcfg.TL2, 4096, 4080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := unitSegs(ly, 3, 3*85+1, nil)
+	want := []panelSeg{{0, 16, 3, 85, false}, {16, 32, 0, 85, false}, {32, 48, 0, 85, false}, {48, 64, 0, 1, false}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("4096x4080: unitSegs(3, 256) = %v, want %v", got, want)
+	}
 }

@@ -51,8 +51,12 @@ func runParts(t *testing.T, rng *rand.Rand, k namedKernel, a *Acts, l *Layer, x 
 	}
 	k.Prepare(l, a)
 	units := k.Units(l, a, workers)
-	if want := l.Layout.Chunks() * l.Layout.RowBlocks(); units != want {
-		t.Fatalf("%s: Units = %d for %d chunks of %d row blocks", k.name, units, l.Layout.Chunks(), l.Layout.RowBlocks())
+	want := l.Layout.Chunks() * l.Layout.RowBlocks()
+	if l.Layout.Paneled() {
+		_, want = panelUnits(l.Layout)
+	}
+	if units != want {
+		t.Fatalf("%s: Units = %d, want %d", k.name, units, want)
 	}
 	idle := rng.IntN(workers)
 	ranges := make([][][2]int, workers)

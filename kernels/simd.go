@@ -894,7 +894,11 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	}
 	rows := func(int) (int, int) { return rb0, rb1 }
 	var run oneRun
-	if n == 1 && !l.Layout.Paneled() { // (a panel-major blob's one token runs the panel kernel)
+	var segs []panelSeg
+	if l.Layout.Paneled() { // (whose one token runs the panel kernel)
+		tb.segs = rowSegs(l.Layout, rb0, rb1, tb.segs[:0])
+		segs = tb.segs
+	} else if n == 1 {
 		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], nrb*(l.Layout.Bytes()/l.Layout.RowBlocks()))
 	}
 	for b0 := 0; b0 < n; b0 += batch {
@@ -902,7 +906,7 @@ func (k *simdKernel) runLUT(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 		clear(tb.sums[:nrb*nb*RowBlock])
 		gs := k.lutPasses(tb.groups[:0], b0, nb, nrb, tb.sums)
 		tb.groups = gs
-		k.sweepLUT(l, a, lp.chunks, gs, rb0, rows, tb)
+		k.sweepLUT(l, a, lp.chunks, gs, rb0, rows, segs, tb)
 		for _, g := range gs {
 			k.lutEpilogue(l, p, s, lp, tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
 		}
@@ -973,14 +977,25 @@ var (
 // partRun is the bytes a row split over workers streams per chunk before it jumps.
 func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * workers) }
 
-// Units runs a tl1/tl2 GEMV of up to gemvT tokens on a blob of at least partMinBytes, at
-// least one chunk per worker and row-split runs of at most partMaxRun in parts of its
-// stream (Parted).
+// Units runs a tl1/tl2 GEMV of up to gemvT tokens in parts of its stream (Parted): on a
+// chunk-major blob of at least partMinBytes, at least one chunk per worker and row-split
+// runs of at most partMaxRun; on a panel-major one whose panels share out among the
+// workers unevenly (panelPartLoss).
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
-	// (A panel-major tl2 blob gives each worker of a row split its own contiguous stream
-	// already: RowGranule.)
-	if workers < 2 || !ly.Chunked() || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun {
+	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT {
+		return 0
+	}
+	units := ly.Chunks() * ly.RowBlocks()
+	switch {
+	case ly.Paneled():
+		// A row split by whole panels gives each worker a contiguous stream already
+		// (RowGranule), unless the panels do not share out evenly.
+		if k.ops.panel[1] == nil || panelSplitLoss(ly, workers) <= panelPartLoss {
+			return 0
+		}
+		_, units = panelUnits(ly)
+	case !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
 		return 0
 	}
 	ps := &a.parts
@@ -993,23 +1008,48 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	}
 	ps.used = ps.used[:workers]
 	clear(ps.used)
-	return ly.Chunks() * ly.RowBlocks()
+	return units
 }
+
+// panelSplitLoss is how much longer than an even share of a panel-major blob the largest
+// range of a row split by whole panels over workers is (ranges of equal numbers of panels).
+func panelSplitLoss(ly Layout, workers int) float64 {
+	mrb := ly.RowBlocks()
+	np := (mrb + TL2Panel - 1) / TL2Panel
+	most := min(mrb, (np+workers-1)/workers*TL2Panel)
+	return float64(most*workers) / float64(mrb)
+}
+
+// panelPartLoss is the most panelSplitLoss a panel-major blob's call splits by rows with:
+// beyond it the call runs in parts (Units), each worker one stretch of the blob as even as
+// its blocks allow, where whole panels would leave workers idle or short (more workers
+// than panels: 8 panels on 16; 28 on 8). A call in parts pays a second fork/join and the
+// workers' sums added up: on the Zen 4 guest at two threads, parts against rows on the
+// evenly shared 4096x4096 and 14336x4096 (one process, 15 rounds in turn, one and two
+// tokens) ran 0.95 and 0.92-0.96x cache-resident; from DRAM, with 4096x14336 too,
+// 0.94-1.00x in one run, 1.01-1.02x in another (one token, 15 and 21 rounds). The 8B
+// shapes' panels share out within 4% on two workers (37 on 2: 1.027), so they split by
+// rows there.
+var panelPartLoss = 1.10
 
 // partStride is the int32s of one worker's sums in a Parted call: every row block's, for
 // every token.
 func partStride(l *Layer, a *Acts) int { return l.Layout.RowBlocks() * a.N * RowBlock }
 
-// RunUnits sweeps units [u0, u1) (chunk c's pieces of row blocks [u0-c*RowBlocks(),
-// u1-c*RowBlocks()), clipped) into worker w's sums.
+// RunUnits sweeps units [u0, u1) into worker w's sums: of a chunk-major blob, chunk c's
+// pieces of row blocks [u0-c*RowBlocks(), u1-c*RowBlocks()), clipped; of a panel-major
+// one, blocks and tails of its panels (panelUnits).
 func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	ps := &a.parts
 	if w < 0 || w >= len(ps.used) {
 		panic(fmt.Sprintf("kernels: %s: RunUnits by worker %d of a call prepared for %d", k.Name(), w, len(ps.used)))
 	}
-	mrb := l.Layout.RowBlocks()
-	if u0 < 0 || u1 > l.Layout.Chunks()*mrb {
-		panic(fmt.Sprintf("kernels: %s: RunUnits of units [%d, %d) of %d", k.Name(), u0, u1, l.Layout.Chunks()*mrb))
+	mrb, units := l.Layout.RowBlocks(), l.Layout.Chunks()*l.Layout.RowBlocks()
+	if l.Layout.Paneled() {
+		_, units = panelUnits(l.Layout)
+	}
+	if u0 < 0 || u1 > units {
+		panic(fmt.Sprintf("kernels: %s: RunUnits of units [%d, %d) of %d", k.Name(), u0, u1, units))
 	}
 	if u0 >= u1 {
 		return
@@ -1026,10 +1066,14 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, sums)
 	lp, ly := l.simdPrep(), l.Layout
 	var run oneRun
-	if a.N == 1 {
+	var segs []panelSeg
+	if ly.Paneled() {
+		tb.segs = unitSegs(ly, u0, u1, tb.segs[:0])
+		segs = tb.segs
+	} else if a.N == 1 {
 		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], (u1-u0)*(ly.Bytes()/(ly.Chunks()*mrb)))
 	}
-	k.sweepLUT(l, a, lp.chunks, tb.groups, 0, rows, tb)
+	k.sweepLUT(l, a, lp.chunks, tb.groups, 0, rows, segs, tb)
 	run.done()
 }
 
@@ -1065,17 +1109,67 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	}
 }
 
-// sweepPanels runs a tl2 sweep of the token groups gs over row blocks [lo, hi) with the
-// panel kernels: every group's tables of all of K built by this thread first, then panel by
-// panel, each run of up to lutSubBytes of the panel's row blocks' blocks by every group in
-// turn (the later groups find the run in L2), block by block; then the panel's tl1 tails
-// (if any) by tail(group, tables, tables' stride, r0, r1).
+// panelSeg is one panel's part of a sweep of a panel-major blob: the panel's row blocks
+// [r0, r1) over its blocks [b0, b1), and their tl1 tails if tail.
+type panelSeg struct {
+	r0, r1, b0, b1 int
+	tail           bool
+}
+
+// rowSegs appends to segs the segments of a row split's range: row blocks [lo, hi), every
+// block and tail of each panel they cut.
+func rowSegs(ly Layout, lo, hi int, segs []panelSeg) []panelSeg {
+	nb := ly.K3 / TL2Block
+	for r0 := lo; r0 < hi; {
+		r1 := min(hi, (r0/TL2Panel+1)*TL2Panel)
+		segs = append(segs, panelSeg{r0, r1, 0, nb, ly.Kp1 > 0})
+		r0 = r1
+	}
+	return segs
+}
+
+// panelUnits returns the units of a panel-major blob in a call in parts (Parted), per
+// panel and in all: a panel's blocks one unit each (its row blocks' 320 bytes), then its
+// tails (if K has a tl1 tail) one more, so that unit u is panel u/per's (u%per)th, in the
+// blob's order.
+func panelUnits(ly Layout) (per, units int) {
+	per = ly.K3 / TL2Block
+	if ly.Kp1 > 0 {
+		per++
+	}
+	return per, (ly.RowBlocks() + TL2Panel - 1) / TL2Panel * per
+}
+
+// unitSegs appends to segs the segments of units [u0, u1) (panelUnits): every row block of
+// each panel they cut, over the panel's blocks among them (and its tails if among them).
+func unitSegs(ly Layout, u0, u1 int, segs []panelSeg) []panelSeg {
+	per, _ := panelUnits(ly)
+	nb := ly.K3 / TL2Block
+	for u := u0; u < u1; {
+		p, j := u/per, u%per
+		e := min(u1-p*per, per) // the panel's units [j, e)
+		rb0, g := ly.Panel(p)
+		segs = append(segs, panelSeg{rb0, rb0 + g, min(j, nb), min(e, nb), e > nb})
+		u = (p + 1) * per
+	}
+	return segs
+}
+
+// sweepPanels runs a tl2 sweep of the token groups gs over the segments segs (in the
+// blob's order) with the panel kernels: every group's tables of the blocks the segments
+// take built by this thread first, then segment by segment, each run of up to lutSubBytes
+// of its row blocks' blocks by every group in turn (the later groups find the run in L2),
+// block by block; then the segment's tl1 tails (if it has them) by tail(group, tables,
+// tables' stride, r0, r1).
 //
 // One token's tables are built in copies, 2 KiB a block (tl2PanelBuildAVX512), which
 // consecutive panels take in turn (panelCopies). The weights stream in blob order, where
 // a chunk-major blob's one-token sweep read them chunk by chunk: all of K's tables, 596
 // KiB a copy at K = 14336, come from L2 and L3 once a panel, the weights once.
-func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb, lo, hi int, tb *threadBuf, tables func(g lutGroup, part Layout, k0 int, buf []byte, stride int), tail func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int)) {
+func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs []panelSeg, tb *threadBuf, tables func(g lutGroup, part Layout, k0 int, buf []byte, stride int), tail func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int)) {
+	if len(segs) == 0 {
+		return
+	}
 	ly := l.Layout
 	nb := ly.K3 / TL2Block
 	tok0, ntok := gs[0].t0, 0
@@ -1107,17 +1201,39 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb, lo, hi in
 	var buf []byte
 	tb.lut, buf = aligned(tb.lut, size+tailStride*ntok)
 	tails := buf[size:]
+	// The blocks whose tables the segments take: all but the first and the last segment
+	// take all of them; a call in parts may start within a panel and end within the next,
+	// its blocks then two ranges.
+	spans := [2][2]int{{segs[0].b0, segs[0].b1}}
+	if len(segs) > 2 {
+		spans[0] = [2]int{0, nb}
+	} else if last := segs[len(segs)-1]; len(segs) == 2 {
+		if last.b1 >= spans[0][0] && last.b0 <= spans[0][1] {
+			spans[0] = [2]int{min(spans[0][0], last.b0), max(spans[0][1], last.b1)}
+		} else {
+			spans[1] = [2]int{last.b0, last.b1}
+		}
+	}
+	withTails := false
+	for _, sg := range segs {
+		withTails = withTails || sg.tail
+	}
 	for i, g := range gs {
 		for t := g.t0; t < g.t0+g.T; t++ {
 			x := a.Q[t*ly.Kp:]
 			dst := buf[gt[i].off+(t-g.t0)*gt[i].per:]
-			if spaced(g) {
-				k.ops.panelBuild(&x[0], nb, &dst[0], 2048*nb*(gt[i].copies-1)) // (one copy: written twice in place)
-			} else {
-				buildTables(k.ops.panelTab, Layout{K3: ly.K3}, x, dst)
+			for _, sp := range spans {
+				b0, n := sp[0], sp[1]-sp[0]
+				switch {
+				case n <= 0:
+				case spaced(g):
+					k.ops.panelBuild(&x[TL2Block*b0], n, &dst[2048*b0], 2048*nb*(gt[i].copies-1)) // (one copy: written twice in place)
+				default:
+					buildTables(k.ops.panelTab, Layout{K3: TL2Block * n}, x[TL2Block*b0:], dst[gt[i].block*b0:])
+				}
 			}
 		}
-		if ly.Kp1 > 0 {
+		if withTails {
 			tables(g, Layout{Kp1: ly.Kp1}, ly.K3, tails, tailStride)
 		}
 	}
@@ -1126,28 +1242,27 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb, lo, hi in
 	}
 	pa := &tb.pa
 	data := unsafe.Pointer(&l.Data[0])
-	for r0 := lo; r0 < hi; {
-		r1 := min(hi, (r0/TL2Panel+1)*TL2Panel)
+	for _, sg := range segs {
+		r0, r1 := sg.r0, sg.r1
 		off, stride := ly.BlockAt(r0, 0)
 		run := nb // blocks a run
 		if len(gs) > 1 {
 			run = max(tl2PanelFlush, lutSubBytes/(320*(r1-r0))/tl2PanelFlush*tl2PanelFlush)
 		}
-		for b0 := 0; b0 < nb; b0 += run {
+		for b0 := sg.b0; b0 < sg.b1; b0 += run {
 			for i, g := range gs {
 				t := gt[i]
 				tab := unsafe.Pointer(&buf[t.off+r0/TL2Panel%t.copies*t.block*nb])
-				*pa = panelArgs{W: unsafe.Add(data, off+stride*b0), NRB: r1 - r0, BStride: stride, Blocks: min(run, nb-b0),
+				*pa = panelArgs{W: unsafe.Add(data, off+stride*b0), NRB: r1 - r0, BStride: stride, Blocks: min(run, sg.b1-b0),
 					Tab: unsafe.Add(tab, t.block*b0), TabStride: t.per, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]), Acc: unsafe.Pointer(&tb.acc[0])}
 				k.ops.panel[g.T](argp(pa))
 			}
 		}
-		if ly.Kp1 > 0 {
+		if sg.tail {
 			for _, g := range gs {
 				tail(g, unsafe.Pointer(&tails[(g.t0-tok0)*tailStride]), tailStride, r0, r1)
 			}
 		}
-		r0 = r1
 	}
 }
 
@@ -1217,8 +1332,9 @@ func setRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
 // pieces must be consecutive (a row range names every chunk, a range of units some
 // consecutive ones). With several groups each chunk's tables are built for every token
 // first, then every group runs over each run of lutSubBytes of the chunk's pieces in turn.
-// cs is the layer's chunk list (layerPrep.chunks).
-func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup, sb int, rows func(c int) (lo, hi int), tb *threadBuf) {
+// cs is the layer's chunk list (layerPrep.chunks). A panel-major blob is swept by segments
+// instead (segs, sweepPanels; rows is not called).
+func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup, sb int, rows func(c int) (lo, hi int), segs []panelSeg, tb *threadBuf) {
 	ly := l.Layout
 	la := &tb.la
 	data := unsafe.Pointer(&l.Data[0])
@@ -1313,8 +1429,7 @@ func (k *simdKernel) sweepLUT(l *Layer, a *Acts, cs []chunkPiece, gs []lutGroup,
 		}
 	}
 	if ly.Paneled() {
-		lo, hi := rows(0)
-		k.sweepPanels(l, a, gs, sb, lo, hi, tb, tables, func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int) {
+		k.sweepPanels(l, a, gs, sb, segs, tb, tables, func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int) {
 			call(g, tab, stride, r0, r1-r0, ly.TailAt(r0), 8*ly.Kp1, 0, ly.Kp1/4, nil, nil, nil)
 		})
 		return
@@ -1465,6 +1580,7 @@ type threadBuf struct {
 	lut    []byte     // tl2: one chunk's tables, built by this thread
 	stream []byte     // tl2: a row block's stream gathered for the GEMM's unpack (unpackRB)
 	acc    []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
+	segs   []panelSeg // tl2: a panel-major sweep's segments
 	pa     panelArgs
 	x      []byte // int1, one token: the activations expanded by this thread (plan.expand)
 	b      []byte

@@ -61,8 +61,9 @@ import (
 // chunk-major kernel); 2560x6912, five panels, gained 10% at one thread but lost 9% at two,
 // whose whole-panel split is 3 and 2. Two workers sharing a panel each stream the other's
 // half of every block past their caches (2560x2560 at two threads split 40/40 row blocks:
-// 0.39-0.43x), so a call splits by whole panels (RowGranule). With AVX2 the panel kernels
-// ran as fast as the chunk-major ones (one, two and four tokens).
+// 0.39-0.43x), so a call splits by whole panels (RowGranule), or, where those would not
+// share out evenly (more workers than panels), in parts of K: its blocks (panelUnits). With
+// AVX2 the panel kernels ran as fast as the chunk-major ones (one, two and four tokens).
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
