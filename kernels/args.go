@@ -122,10 +122,12 @@ type gemmArgs struct {
 	ChunkQ  int            // tileT2AVX2x16: quads per int16 chunk (int16Chunk)
 }
 
-// epiArgs: the integer epilogue for one row block and NTok tokens: for each token t,
-// acc_j = A*Sums[j][t][r] + Corr[t][j] (int32, wrapping), p_j = (float32(acc_j)*WS[j][r]) /
-// XS[t][j], y = p_0 + p_1 + ... left to right, y += Bias[r] when Bias != nil, and
-// Out[t][r] = y for the rows set in Mask.
+// epiArgs: the integer epilogue for NRB row blocks (0 is one) and NTok tokens: for each row
+// block i, token t and row r, acc_j = A*Sums[j][t][r] + Corr[t][j] (int32, wrapping), p_j =
+// (float32(acc_j)*WS[j][r]) / XS[t][j], y = p_0 + p_1 + ... left to right, y += Bias[r] when
+// Bias != nil, and Out[t][r] = y, every row of all but the last row block, the rows set in
+// Mask of the last; Sums, WS, Bias and Out then move on by SumsRB, WSRB, 128 and 128 bytes.
+// (The fused GEMV kernels read one row block's fields, up to Mask.)
 type epiArgs struct {
 	Sums       unsafe.Pointer // int32 [NSeg][NTok][32]
 	NTok       int
@@ -139,7 +141,10 @@ type epiArgs struct {
 	Bias       unsafe.Pointer // float32 [32] or nil
 	Out        unsafe.Pointer // float32, token 0 row 0 of the block
 	OutStride  int            // bytes between tokens in Out
-	Mask       int            // rows of the block to store (bit r = row r)
+	Mask       int            // rows of the (last) block to store (bit r = row r)
+	NRB        int            // row blocks (0: one)
+	SumsRB     int            // bytes between row blocks' Sums
+	WSRB       int            // bytes between row blocks' WS
 }
 
 // floatArgs: bf16/f32 GEMV (and GEMM tile) over one row block for T tokens: for each token t

@@ -15,3 +15,15 @@ func epilogueAVX512(a *byte)
 //
 //go:noescape
 func epilogueAVX2(a *byte)
+
+// epilogueRowsAVX512 is the integer epilogue of NRB row blocks of one segment (NSeg 1) for NTok
+// tokens (see epiArgs); epilogueGeneric is its reference.
+//
+//go:noescape
+func epilogueRowsAVX512(a *byte)
+
+// epilogueRowsAVX2 is the integer epilogue of NRB row blocks of one segment (NSeg 1) for NTok
+// tokens (see epiArgs); epilogueGeneric is its reference.
+//
+//go:noescape
+func epilogueRowsAVX2(a *byte)

@@ -236,3 +236,162 @@ epilogueAVX2_store:
 	JNZ        epilogueAVX2_tok
 	VZEROUPPER
 	RET
+
+// func epilogueRowsAVX512(a *byte)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·epilogueRowsAVX512(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	MOVQ         a+0(FP), AX
+	MOVQ         104(AX), CX
+	MOVQ         (AX), DX
+	MOVQ         56(AX), BX
+	MOVQ         72(AX), SI
+	MOVQ         80(AX), DI
+	VPBROADCASTD 24(AX), Z0
+
+epilogueRowsAVX512_rb:
+	MOVQ    96(AX), R8
+	MOVQ    $0xffffffff, R9
+	CMPQ    CX, $0x01
+	CMOVQGT R9, R8
+	KMOVW   R8, K1
+	SHRQ    $0x10, R8
+	KMOVW   R8, K2
+	MOVQ    8(AX), R8
+	MOVQ    32(AX), R9
+	MOVQ    40(AX), R10
+	MOVQ    DI, R11
+	MOVQ    DX, R12
+
+epilogueRowsAVX512_tok:
+	VMOVDQU32    (R12), Z1
+	VPMULLD      Z0, Z1, Z1
+	VMOVDQU32    64(R12), Z2
+	VPMULLD      Z0, Z2, Z2
+	VPBROADCASTD (R9), Z3
+	VPADDD       Z3, Z1, Z1
+	VPADDD       Z3, Z2, Z2
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       (BX), Z1, Z1
+	VCVTDQ2PS    Z2, Z2
+	VMULPS       64(BX), Z2, Z2
+	VBROADCASTSS (R10), Z3
+	VDIVPS       Z3, Z1, Z1
+	VDIVPS       Z3, Z2, Z2
+	TESTQ        SI, SI
+	JZ           epilogueRowsAVX512_store
+	VADDPS       (SI), Z1, Z1
+	VADDPS       64(SI), Z2, Z2
+
+epilogueRowsAVX512_store:
+	VMOVUPS Z1, K1, (R11)
+	VMOVUPS Z2, K2, 64(R11)
+	ADDQ    $0x80, R12
+	ADDQ    48(AX), R9
+	ADDQ    48(AX), R10
+	ADDQ    88(AX), R11
+	DECQ    R8
+	JNZ     epilogueRowsAVX512_tok
+	ADDQ    112(AX), DX
+	ADDQ    120(AX), BX
+	ADDQ    $0x80, DI
+	TESTQ   SI, SI
+	JZ      epilogueRowsAVX512_nobias
+	ADDQ    $0x80, SI
+
+epilogueRowsAVX512_nobias:
+	DECQ CX
+	JG   epilogueRowsAVX512_rb
+	VZEROUPPER
+	RET
+
+// func epilogueRowsAVX2(a *byte)
+// Requires: AVX, AVX2, CMOV
+TEXT ·epilogueRowsAVX2(SB), NOSPLIT, $0-8
+	PCALIGN      $0x40
+	MOVQ         a+0(FP), AX
+	MOVQ         104(AX), CX
+	MOVQ         (AX), DX
+	MOVQ         56(AX), BX
+	MOVQ         72(AX), SI
+	MOVQ         80(AX), DI
+	VPBROADCASTD 24(AX), Y0
+
+epilogueRowsAVX2_rb:
+	MOVQ         96(AX), R8
+	MOVQ         $0xffffffff, R9
+	CMPQ         CX, $0x01
+	CMOVQGT      R9, R8
+	VMOVQ        R8, X1
+	VPBROADCASTD X1, Y1
+	VPAND        epiRowBits<>+0(SB), Y1, Y2
+	VPCMPEQD     epiRowBits<>+0(SB), Y2, Y2
+	VPAND        epiRowBits<>+32(SB), Y1, Y3
+	VPCMPEQD     epiRowBits<>+32(SB), Y3, Y3
+	VPAND        epiRowBits<>+64(SB), Y1, Y4
+	VPCMPEQD     epiRowBits<>+64(SB), Y4, Y4
+	VPAND        epiRowBits<>+96(SB), Y1, Y5
+	VPCMPEQD     epiRowBits<>+96(SB), Y5, Y5
+	MOVQ         8(AX), R8
+	MOVQ         32(AX), R9
+	MOVQ         40(AX), R10
+	MOVQ         DI, R11
+	MOVQ         DX, R12
+
+epilogueRowsAVX2_tok:
+	VMOVDQU      (R12), Y6
+	VPMULLD      Y0, Y6, Y6
+	VMOVDQU      32(R12), Y7
+	VPMULLD      Y0, Y7, Y7
+	VMOVDQU      64(R12), Y8
+	VPMULLD      Y0, Y8, Y8
+	VMOVDQU      96(R12), Y9
+	VPMULLD      Y0, Y9, Y9
+	VPBROADCASTD (R9), Y10
+	VPADDD       Y10, Y6, Y6
+	VPADDD       Y10, Y7, Y7
+	VPADDD       Y10, Y8, Y8
+	VPADDD       Y10, Y9, Y9
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       (BX), Y6, Y6
+	VCVTDQ2PS    Y7, Y7
+	VMULPS       32(BX), Y7, Y7
+	VCVTDQ2PS    Y8, Y8
+	VMULPS       64(BX), Y8, Y8
+	VCVTDQ2PS    Y9, Y9
+	VMULPS       96(BX), Y9, Y9
+	VBROADCASTSS (R10), Y10
+	VDIVPS       Y10, Y6, Y6
+	VDIVPS       Y10, Y7, Y7
+	VDIVPS       Y10, Y8, Y8
+	VDIVPS       Y10, Y9, Y9
+	TESTQ        SI, SI
+	JZ           epilogueRowsAVX2_store
+	VADDPS       (SI), Y6, Y6
+	VADDPS       32(SI), Y7, Y7
+	VADDPS       64(SI), Y8, Y8
+	VADDPS       96(SI), Y9, Y9
+
+epilogueRowsAVX2_store:
+	VMASKMOVPS Y6, Y2, (R11)
+	VMASKMOVPS Y7, Y3, 32(R11)
+	VMASKMOVPS Y8, Y4, 64(R11)
+	VMASKMOVPS Y9, Y5, 96(R11)
+	ADDQ       $0x80, R12
+	ADDQ       48(AX), R9
+	ADDQ       48(AX), R10
+	ADDQ       88(AX), R11
+	DECQ       R8
+	JNZ        epilogueRowsAVX2_tok
+	ADDQ       112(AX), DX
+	ADDQ       120(AX), BX
+	ADDQ       $0x80, DI
+	TESTQ      SI, SI
+	JZ         epilogueRowsAVX2_nobias
+	ADDQ       $0x80, SI
+
+epilogueRowsAVX2_nobias:
+	DECQ CX
+	JG   epilogueRowsAVX2_rb
+	VZEROUPPER
+	RET

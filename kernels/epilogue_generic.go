@@ -4,6 +4,24 @@ import "unsafe"
 
 // epilogueGeneric is the integer epilogue of epilogue_amd64.s (see epiArgs).
 func epilogueGeneric(a *epiArgs) {
+	e, n := *a, max(1, a.NRB)
+	for i := range n {
+		if i > 0 { // (moved on only to a row block that is there: no pointer past the objects)
+			e.Sums, e.WS, e.Out = unsafe.Add(e.Sums, a.SumsRB), unsafe.Add(e.WS, a.WSRB), unsafe.Add(e.Out, 4*RowBlock)
+			if e.Bias != nil {
+				e.Bias = unsafe.Add(e.Bias, 4*RowBlock)
+			}
+		}
+		e.Mask = 1<<RowBlock - 1
+		if i == n-1 {
+			e.Mask = a.Mask
+		}
+		epilogueRB(&e)
+	}
+}
+
+// epilogueRB is epilogueGeneric's row block: a's first.
+func epilogueRB(a *epiArgs) {
 	sums := int32At(a.Sums, a.NSeg*a.NTok*RowBlock)
 	for t := 0; t < a.NTok; t++ {
 		var y [RowBlock]float32

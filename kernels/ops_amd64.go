@@ -42,7 +42,7 @@ var kernelFormats = []quantcfg.Format{quantcfg.I2S, quantcfg.TL1, quantcfg.TL2, 
 func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 	switch isa {
 	case ISAAVX512:
-		o := &fmtOps{epi: epilogueAVX512, tileMaxU: 255, gemvMaxU: 255, gemvT: 4, tileT: maxTileT, unpack: unpackers[f]}
+		o := &fmtOps{epi: epilogueAVX512, epiRows: epilogueRowsAVX512, tileMaxU: 255, gemvMaxU: 255, gemvT: 4, tileT: maxTileT, unpack: unpackers[f]}
 		if o.unpack != nil {
 			o.amx = gemmAMX
 		}
@@ -119,7 +119,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		return o
 	case ISAAVXVNNI, ISAAVX2:
 		vnni := isa == ISAAVXVNNI
-		o := &fmtOps{epi: epilogueAVX2, unpack: unpackers[f], tileMaxU: 127, gemvMaxU: 127, gemvT: 2, tileT: 2}
+		o := &fmtOps{epi: epilogueAVX2, epiRows: epilogueRowsAVX2, unpack: unpackers[f], tileMaxU: 127, gemvMaxU: 127, gemvT: 2, tileT: 2}
 		o.tile = [maxTileT + 1]func(*byte){nil, tileT1AVX2, tileT2AVX2}
 		if vnni {
 			o.tileMaxU, o.gemvMaxU, o.tileT = 255, 255, 3

@@ -65,6 +65,7 @@ type fmtOps struct {
 	tile16  func(*byte)
 	unpack  func(*byte)
 	epi     func(*byte)
+	epiRows func(*byte)               // the epilogue of one segment over several row blocks (epiArgs.NRB); nil: epi a row block at a time
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
 	floatT  int                       // largest T in float
 	gemvT   int                       // largest T in gemv
@@ -1301,6 +1302,14 @@ func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *
 	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0, NTok: T}
 	epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
 	epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+	if k.ops.epiRows != nil && rb0 < rb1 {
+		epi.Sums = unsafe.Pointer(&sums[(rb0-sb)*T*RowBlock])
+		setRB(epi, ly, lp, rb0, t0, out)
+		epi.Mask = rowMask(ly, rb1-1)
+		epi.NRB, epi.SumsRB, epi.WSRB = rb1-rb0, 4*T*RowBlock, 4*lp.wsRB
+		k.ops.epiRows(argp(epi))
+		return
+	}
 	for rb := rb0; rb < rb1; rb++ {
 		epi.Sums = unsafe.Pointer(&sums[(rb-sb)*T*RowBlock])
 		k.epiRB(epi, ly, lp, rb, t0, out)
@@ -1314,11 +1323,14 @@ func (k *simdKernel) epiRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, o
 	k.ops.epi(argp(epi))
 }
 
+// rowMask is the epilogue's Mask of row block rb: its rows below M.
+func rowMask(ly Layout, rb int) int { return 1<<min(RowBlock, ly.M-rb*RowBlock) - 1 }
+
 // setRB sets the epilogue's row block fields for row block rb and tokens from t0: its mask,
 // scales, bias and outputs.
 func setRB(epi *epiArgs, ly Layout, lp *layerPrep, rb, t0 int, out []float32) {
 	m0 := rb * RowBlock
-	epi.Mask = 1<<min(RowBlock, ly.M-m0) - 1
+	epi.Mask = rowMask(ly, rb)
 	epi.WS = unsafe.Pointer(&lp.ws[rb*lp.wsRB])
 	epi.Bias = nil
 	if lp.bias != nil {

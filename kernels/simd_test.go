@@ -18,6 +18,7 @@ import (
 // reference independently of the assembly.
 func genericOps(f quantcfg.Format, z bool) *fmtOps {
 	o := &fmtOps{gemvT: 4, tileT: maxTileT, floatT: maxTileT, tileMaxU: 255, gemvMaxU: 255, epi: func(p *byte) { epilogueGeneric((*epiArgs)(unsafe.Pointer(p))) }}
+	o.epiRows = o.epi
 	if !z {
 		o.gemvT, o.tileT, o.tileMaxU, o.gemvMaxU = 2, 2, 127, 127
 	}
@@ -238,7 +239,8 @@ func TestArgOffsets(t *testing.T) {
 		{"epi.CorrStride", unsafe.Offsetof(e.CorrStride), 48}, {"epi.WS", unsafe.Offsetof(e.WS), 56},
 		{"epi.WSSeg", unsafe.Offsetof(e.WSSeg), 64}, {"epi.Bias", unsafe.Offsetof(e.Bias), 72},
 		{"epi.Out", unsafe.Offsetof(e.Out), 80}, {"epi.OutStride", unsafe.Offsetof(e.OutStride), 88},
-		{"epi.Mask", unsafe.Offsetof(e.Mask), 96},
+		{"epi.Mask", unsafe.Offsetof(e.Mask), 96}, {"epi.NRB", unsafe.Offsetof(e.NRB), 104},
+		{"epi.SumsRB", unsafe.Offsetof(e.SumsRB), 112}, {"epi.WSRB", unsafe.Offsetof(e.WSRB), 120},
 		{"float.W", unsafe.Offsetof(f.W), 0}, {"float.X", unsafe.Offsetof(f.X), 8},
 		{"float.XStride", unsafe.Offsetof(f.XStride), 16}, {"float.K", unsafe.Offsetof(f.K), 24},
 		{"float.Bias", unsafe.Offsetof(f.Bias), 32}, {"float.Out", unsafe.Offsetof(f.Out), 40},
@@ -369,8 +371,11 @@ func TestFusedEpiloguePath(t *testing.T) {
 		}
 		passes := 0
 		ops := *kern.ops
-		epi := ops.epi
+		epi, rows := ops.epi, ops.epiRows
 		ops.epi = func(p *byte) { passes++; epi(p) }
+		if rows != nil {
+			ops.epiRows = func(p *byte) { passes++; rows(p) }
+		}
 		kc := newSIMDKernel(kern.isa, f, &ops, kern.int8vnni)
 		ran := 0
 		group := 64
