@@ -264,24 +264,22 @@ epilogueRowsAVX512_rb:
 	MOVQ    DX, R12
 
 epilogueRowsAVX512_tok:
-	VMOVDQU32    (R12), Z1
-	VPMULLD      Z0, Z1, Z1
-	VMOVDQU32    64(R12), Z2
-	VPMULLD      Z0, Z2, Z2
-	VPBROADCASTD (R9), Z3
-	VPADDD       Z3, Z1, Z1
-	VPADDD       Z3, Z2, Z2
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       (BX), Z1, Z1
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(BX), Z2, Z2
-	VBROADCASTSS (R10), Z3
-	VDIVPS       Z3, Z1, Z1
-	VDIVPS       Z3, Z2, Z2
-	TESTQ        SI, SI
-	JZ           epilogueRowsAVX512_store
-	VADDPS       (SI), Z1, Z1
-	VADDPS       64(SI), Z2, Z2
+	VMOVDQU32   (R12), Z1
+	VPMULLD     Z0, Z1, Z1
+	VMOVDQU32   64(R12), Z2
+	VPMULLD     Z0, Z2, Z2
+	VPADDD.BCST (R9), Z1, Z1
+	VPADDD.BCST (R9), Z2, Z2
+	VCVTDQ2PS   Z1, Z1
+	VMULPS      (BX), Z1, Z1
+	VCVTDQ2PS   Z2, Z2
+	VMULPS      64(BX), Z2, Z2
+	VDIVPS.BCST (R10), Z1, Z1
+	VDIVPS.BCST (R10), Z2, Z2
+	TESTQ       SI, SI
+	JZ          epilogueRowsAVX512_store
+	VADDPS      (SI), Z1, Z1
+	VADDPS      64(SI), Z2, Z2
 
 epilogueRowsAVX512_store:
 	VMOVUPS Z1, K1, (R11)

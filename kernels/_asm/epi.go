@@ -97,44 +97,7 @@ func genEpi(z bool, rowBits Mem) {
 	}
 	y := p.getn(nv)
 	f := p.getn(nv)
-	step := 64
-	if !z {
-		step = 32
-	}
-	seg := func(s, c, x, w Register, dst []VecPhysical) {
-		for i := range dst {
-			VMOVDQU32orY(z, at(s, step*i), dst[i])
-			VPMULLD(av, dst[i], dst[i])
-		}
-		if z {
-			for i := range dst {
-				VPADDD_BCST(at(c, 0), dst[i], dst[i])
-			}
-		} else {
-			t := p.get()
-			VPBROADCASTD(at(c, 0), t)
-			for i := range dst {
-				VPADDD(t, dst[i], dst[i])
-			}
-			p.put(t)
-		}
-		for i := range dst {
-			VCVTDQ2PS(dst[i], dst[i])
-			VMULPS(at(w, step*i), dst[i], dst[i])
-		}
-		if z {
-			for i := range dst {
-				VDIVPS_BCST(at(x, 0), dst[i], dst[i])
-			}
-		} else {
-			t := p.get()
-			VBROADCASTSS(at(x, 0), t)
-			for i := range dst {
-				VDIVPS(t, dst[i], dst[i])
-			}
-			p.put(t)
-		}
-	}
+	seg := func(s, c, x, w Register, dst []VecPhysical) { epiSeg(p, z, av, s, c, x, w, dst) }
 	Label(name + "_tok")
 	s, c, x, w, j := GP64(), GP64(), GP64(), GP64(), GP64()
 	MOVQ(sums, s)
@@ -159,10 +122,67 @@ func genEpi(z bool, rowBits Mem) {
 	Label(name + "_segdone")
 	b := GP64()
 	MOVQ(at(a, epBias), b)
-	TESTQ(b, b)
+	epiStore(name, z, a, y, masks, b, out, sums, corr, xs, ntok)
+	VZEROUPPER()
+	RET()
+}
+
+// epiSeg adds up one segment's products of 32 rows for one token into dst (genEpi's
+// arithmetic): the sums at s times A (av), plus the correction at c, as float32 times the
+// scales at w, divided by the activations' scale at x.
+func epiSeg(p *pool, z bool, av VecPhysical, s, c, x, w Register, dst []VecPhysical) {
+	step := epiStep(z)
+	for i := range dst {
+		VMOVDQU32orY(z, at(s, step*i), dst[i])
+		VPMULLD(av, dst[i], dst[i])
+	}
+	if z {
+		for i := range dst {
+			VPADDD_BCST(at(c, 0), dst[i], dst[i])
+		}
+	} else {
+		t := p.get()
+		VPBROADCASTD(at(c, 0), t)
+		for i := range dst {
+			VPADDD(t, dst[i], dst[i])
+		}
+		p.put(t)
+	}
+	for i := range dst {
+		VCVTDQ2PS(dst[i], dst[i])
+		VMULPS(at(w, step*i), dst[i], dst[i])
+	}
+	if z {
+		for i := range dst {
+			VDIVPS_BCST(at(x, 0), dst[i], dst[i])
+		}
+	} else {
+		t := p.get()
+		VBROADCASTSS(at(x, 0), t)
+		for i := range dst {
+			VDIVPS(t, dst[i], dst[i])
+		}
+		p.put(t)
+	}
+}
+
+// epiStep is the bytes of the epilogues' vectors: 16 rows (zmm) or 8 (ymm).
+func epiStep(z bool) int {
+	if z {
+		return 64
+	}
+	return 32
+}
+
+// epiStore ends a token of the epilogues: the bias (if not nil) added, the rows stored
+// (K1 and K2, or masks), sums, corr, xs and out moved on to the next token, and back to
+// name's "_tok" while ntok (counted down) is not 0.
+func epiStore(name string, z bool, a Register, y, masks []VecPhysical, bias, out, sums, corr, xs, ntok Register) {
+	step := epiStep(z)
+	TESTQ(bias, bias)
 	JZ(LabelRef(name + "_store"))
 	for i := range y {
-		VADDPS(at(b, step*i), y[i], y[i])
+		VADDPS(at(bias, step*i), y[i], y[i])
 	}
 	Label(name + "_store")
 	for i := range y {
@@ -178,8 +198,6 @@ func genEpi(z bool, rowBits Mem) {
 	ADDQ(at(a, epOutStride), out)
 	DECQ(ntok)
 	JNZ(LabelRef(name + "_tok"))
-	VZEROUPPER()
-	RET()
 }
 
 // VMOVDQU32orY loads 64 bytes (zmm) or 32 bytes (ymm).
@@ -201,9 +219,9 @@ func VMOVDQU32orY(z bool, m Mem, v VecPhysical) {
 // each build in turn) 14336x4096 2% faster at one thread and 3% at two, 2560x2560 the same
 // at one and 1.5% faster at two. From DRAM the difference was within the noise.
 func genEpiRows(z bool, rowBits Mem) {
-	name, nv, step := "epilogueRowsAVX2", 4, 32
+	name, nv := "epilogueRowsAVX2", 4
 	if z {
-		name, nv, step = "epilogueRowsAVX512", 2, 64
+		name, nv = "epilogueRowsAVX512", 2
 	}
 	a := fn(name,
 		name+" is the integer epilogue of NRB row blocks of one segment (NSeg 1) for NTok",
@@ -238,43 +256,8 @@ func genEpiRows(z bool, rowBits Mem) {
 	MOVQ(out, o)
 	MOVQ(sums, s)
 	Label(name + "_tok")
-	for i := range y {
-		VMOVDQU32orY(z, at(s, step*i), y[i])
-		VPMULLD(av, y[i], y[i])
-	}
-	tmp := p.get()
-	VPBROADCASTD(at(corr, 0), tmp)
-	for i := range y {
-		VPADDD(tmp, y[i], y[i])
-	}
-	for i := range y {
-		VCVTDQ2PS(y[i], y[i])
-		VMULPS(at(ws, step*i), y[i], y[i])
-	}
-	VBROADCASTSS(at(xs, 0), tmp)
-	for i := range y {
-		VDIVPS(tmp, y[i], y[i])
-	}
-	p.put(tmp)
-	TESTQ(bias, bias)
-	JZ(LabelRef(name + "_store"))
-	for i := range y {
-		VADDPS(at(bias, step*i), y[i], y[i])
-	}
-	Label(name + "_store")
-	for i := range y {
-		if z {
-			VMOVUPS(y[i], []Register{K1, K2}[i], at(o, step*i))
-		} else {
-			VMASKMOVPS(y[i], masks[i], at(o, step*i))
-		}
-	}
-	ADDQ(U8(128), s)
-	ADDQ(at(a, epCorrStride), corr)
-	ADDQ(at(a, epCorrStride), xs)
-	ADDQ(at(a, epOutStride), o)
-	DECQ(t)
-	JNZ(LabelRef(name + "_tok"))
+	epiSeg(p, z, av, s, corr, xs, ws, y)
+	epiStore(name, z, a, y, masks, bias, o, s, corr, xs, t)
 	// the next row block (past the last the pointers are only in registers)
 	ADDQ(at(a, epSumsRB), sums)
 	ADDQ(at(a, epWSRB), ws)
