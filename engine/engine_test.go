@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,5 +468,84 @@ func TestForwardLargeConversions(t *testing.T) {
 				t.Fatalf("%s: ForwardF32 in place: out[%d] = %v, want %v", f, i, buf[i], want[i])
 			}
 		}
+	}
+}
+
+// poolLogRunner is the daemon's pool runner, logging the classes it is asked to split.
+type poolLogRunner struct {
+	sched.Runner
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *poolLogRunner) Split(class string, blocks int, fn func(w, lo, hi int)) {
+	r.mu.Lock()
+	r.log = append(r.log, class)
+	r.mu.Unlock()
+	r.Runner.Split(class, blocks, fn)
+}
+
+func (r *poolLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi int)) {
+	r.mu.Lock()
+	r.log = append(r.log, class)
+	r.mu.Unlock()
+	r.Runner.SplitOnce(class, blocks, fn)
+}
+
+// TestPanelMajorSplits: panel-major tl2 layers through the daemon's pool give the
+// reference's outputs bit for bit, one token split by whole panels where they share out
+// among the workers (eight panels on two) and in parts of the blob where they do not
+// (eight on three; 4100 rows' nine on two, which the pool's partition would cut 80 and 49
+// row blocks), and three tokens either way.
+func TestPanelMajorSplits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("16M-weight layers")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(3, runtime.GOMAXPROCS(0)))) // (three workers on two CPUs)
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, c := range []struct {
+		m, k, threads int
+		parts         bool
+	}{{4096, 4080, 2, false}, {4096, 4080, 3, true}, {4100, 4100, 2, true}} {
+		pool, err := sched.New(sched.Config{Threads: c.threads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &poolLogRunner{Runner: sched.Runner{Pool: pool}}
+		e, err := New(Config{Runner: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := randLayer(rng, fmt.Sprintf("tl2-%dx%d", c.m, c.k), quantcfg.TL2, c.m, c.k, true)
+		id, err := e.Register(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{1, 3} {
+			what := fmt.Sprintf("%dx%d on %d threads, n=%d", c.m, c.k, c.threads, n)
+			x := make([]float32, n*c.k)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			out := make([]float32, n*c.m)
+			r.log = nil
+			if err := e.ForwardF32(id, x, n, out); err != nil {
+				t.Fatal(err)
+			}
+			want := reference(t, s, x, n)
+			for i := range out {
+				if math.Float32bits(out[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s: out[%d] = %v, want %v", what, i, out[i], want[i])
+				}
+			}
+			// (the assembly kernels only: the generic and reference ones split by rows)
+			if n == 1 && len(r.log) > 0 && strings.HasPrefix(r.log[0], "avx512") {
+				if got := strings.HasSuffix(r.log[0], "/parts"); got != c.parts {
+					t.Errorf("%s: splits %q, want in parts %t", what, r.log, c.parts)
+				}
+			}
+		}
+		e.Close()
+		pool.Close()
 	}
 }
