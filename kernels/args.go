@@ -127,7 +127,8 @@ type gemmArgs struct {
 // (float32(acc_j)*WS[j][r]) / XS[t][j], y = p_0 + p_1 + ... left to right, y += Bias[r] when
 // Bias != nil, and Out[t][r] = y, every row of all but the last row block, the rows set in
 // Mask of the last; Sums, WS, Bias and Out then move on by SumsRB, WSRB, 128 and 128 bytes.
-// (The fused GEMV kernels read one row block's fields, up to Mask.)
+// Only epilogueRows* (one segment) and epilogueGeneric take NRB; epilogueAVX512/AVX2 and the
+// fused GEMV kernels read one row block's fields, up to Mask.
 type epiArgs struct {
 	Sums       unsafe.Pointer // int32 [NSeg][NTok][32]
 	NTok       int

@@ -53,8 +53,7 @@ func Select(l *Layer, n int) (Kernel, error) {
 // (before those shapes were panel-major, whose whole panels are one stretch: Granular). A
 // panel-major blob runs in parts where its panels would not share out evenly, its blocks
 // the units. Each worker adds into int32 sums of its own, and Finish adds them up per row
-// block.
-// RunSplit drives it.
+// block. RunSplit drives it.
 type Parted interface {
 	Kernel
 	// Units prepares a call for workers threads, after Prepare, and returns how many units

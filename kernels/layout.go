@@ -144,8 +144,8 @@ func NewLayout(f quantcfg.Format, m, k int) (Layout, error) {
 		l.K3 = k / TL2Block * TL2Block
 		l.Kp1 = roundUp(k-l.K3, 4)
 		l.Kp = l.K3 + l.Kp1
-		l.RowBlockBytes = 320*(l.K3/TL2Block) + 8*l.Kp1
-		l.paneled = l.K3/TL2Block >= TL2PanelMinBlocks && l.RowBlocks() >= TL2PanelMinRowBlocks
+		l.RowBlockBytes = 320*l.TL2Blocks() + 8*l.Kp1
+		l.paneled = l.TL2Blocks() >= TL2PanelMinBlocks && l.RowBlocks() >= TL2PanelMinRowBlocks
 	case quantcfg.Int2:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 8 * l.Kp
@@ -201,7 +201,7 @@ func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 // tail), one per block and then the tail of a panel-major one.
 func (l Layout) pieces(rb int, fn func(b, o, n int)) {
 	if l.Paneled() {
-		nb := l.K3 / TL2Block
+		nb := l.TL2Blocks()
 		off, stride := l.BlockAt(rb, 0)
 		for b := range nb {
 			fn(off+b*stride, 320*b, 320)
@@ -235,6 +235,13 @@ func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.tl2Chunk =
 
 func (l Layout) interleaved() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
+// TL2Blocks is the tl2 blocks of a row block's stream (K3/TL2Block; 0 but for tl2).
+func (l Layout) TL2Blocks() int { return l.K3 / TL2Block }
+
+// Panels is the panels of a panel-major blob: TL2Panel row blocks each, the last possibly
+// fewer.
+func (l Layout) Panels() int { return (l.RowBlocks() + TL2Panel - 1) / TL2Panel }
+
 // Panel returns panel p's first row block and its row blocks (TL2Panel but in a short last
 // panel).
 func (l Layout) Panel(p int) (rb0, g int) {
@@ -254,7 +261,7 @@ func (l Layout) BlockAt(rb, b int) (off, stride int) {
 // blob: after its panel's blocks, the panel's row blocks' tails side by side.
 func (l Layout) TailAt(rb int) int {
 	rb0, g := l.Panel(rb / TL2Panel)
-	return rb0*l.RowBlockBytes + 320*(l.K3/TL2Block)*g + 8*l.Kp1*(rb-rb0)
+	return rb0*l.RowBlockBytes + 320*l.TL2Blocks()*g + 8*l.Kp1*(rb-rb0)
 }
 
 // chunkSteps describes the K steps a chunk-major blob's chunks are made of (tl2: blocks of
@@ -273,7 +280,7 @@ func (l Layout) steps() chunkSteps {
 		if l.tl2Chunk > 0 {
 			most = l.tl2Chunk
 		}
-		return chunkSteps{l.K3 / TL2Block, 320, TL2Block, most}
+		return chunkSteps{l.TL2Blocks(), 320, TL2Block, most}
 	}
 	return chunkSteps{l.Kp / 4, 32, 4, TL1Chunk}
 }

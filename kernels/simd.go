@@ -65,7 +65,7 @@ type fmtOps struct {
 	tile16  func(*byte)
 	unpack  func(*byte)
 	epi     func(*byte)
-	epiRows func(*byte)               // the epilogue of one segment over several row blocks (epiArgs.NRB); nil: epi a row block at a time
+	epiRows func(*byte)               // the epilogue of one segment over NRB row blocks (the lookup-table GEMVs')
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
 	floatT  int                       // largest T in float
 	gemvT   int                       // largest T in gemv
@@ -1016,8 +1016,7 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 // range of a row split by whole panels over workers is (ranges of equal numbers of panels).
 func panelSplitLoss(ly Layout, workers int) float64 {
 	mrb := ly.RowBlocks()
-	np := (mrb + TL2Panel - 1) / TL2Panel
-	most := min(mrb, (np+workers-1)/workers*TL2Panel)
+	most := min(mrb, (ly.Panels()+workers-1)/workers*TL2Panel)
 	return float64(most*workers) / float64(mrb)
 }
 
@@ -1120,7 +1119,7 @@ type panelSeg struct {
 // rowSegs appends to segs the segments of a row split's range: row blocks [lo, hi), every
 // block and tail of each panel they cut.
 func rowSegs(ly Layout, lo, hi int, segs []panelSeg) []panelSeg {
-	nb := ly.K3 / TL2Block
+	nb := ly.TL2Blocks()
 	for r0 := lo; r0 < hi; {
 		r1 := min(hi, (r0/TL2Panel+1)*TL2Panel)
 		segs = append(segs, panelSeg{r0, r1, 0, nb, ly.Kp1 > 0})
@@ -1134,18 +1133,18 @@ func rowSegs(ly Layout, lo, hi int, segs []panelSeg) []panelSeg {
 // tails (if K has a tl1 tail) one more, so that unit u is panel u/per's (u%per)th, in the
 // blob's order.
 func panelUnits(ly Layout) (per, units int) {
-	per = ly.K3 / TL2Block
+	per = ly.TL2Blocks()
 	if ly.Kp1 > 0 {
 		per++
 	}
-	return per, (ly.RowBlocks() + TL2Panel - 1) / TL2Panel * per
+	return per, ly.Panels() * per
 }
 
 // unitSegs appends to segs the segments of units [u0, u1) (panelUnits): every row block of
 // each panel they cut, over the panel's blocks among them (and its tails if among them).
 func unitSegs(ly Layout, u0, u1 int, segs []panelSeg) []panelSeg {
 	per, _ := panelUnits(ly)
-	nb := ly.K3 / TL2Block
+	nb := ly.TL2Blocks()
 	for u := u0; u < u1; {
 		p, j := u/per, u%per
 		e := min(u1-p*per, per) // the panel's units [j, e)
@@ -1172,7 +1171,7 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 		return
 	}
 	ly := l.Layout
-	nb := ly.K3 / TL2Block
+	nb := ly.TL2Blocks()
 	tok0, ntok := gs[0].t0, 0
 	for _, g := range gs {
 		ntok += g.T
@@ -1296,24 +1295,20 @@ func addInt32s(dst, src []int32) {
 }
 
 // lutEpilogue writes the outputs of tokens t0..t0+T-1 for row blocks [rb0, rb1) from their
-// sums (row block rb's at sums[(rb-sb)*T*RowBlock]).
+// sums (row block rb's at sums[(rb-sb)*T*RowBlock]), in one call of the epilogue.
 func (k *simdKernel) lutEpilogue(l *Layer, p plan, s []byte, lp *layerPrep, tb *threadBuf, t0, T int, sums []int32, sb, rb0, rb1 int, out []float32) {
-	ly, epi := l.Layout, &tb.epi
-	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0, NTok: T}
-	epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
-	epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
-	if k.ops.epiRows != nil && rb0 < rb1 {
-		epi.Sums = unsafe.Pointer(&sums[(rb0-sb)*T*RowBlock])
-		setRB(epi, ly, lp, rb0, t0, out)
-		epi.Mask = rowMask(ly, rb1-1)
-		epi.NRB, epi.SumsRB, epi.WSRB = rb1-rb0, 4*T*RowBlock, 4*lp.wsRB
-		k.ops.epiRows(argp(epi))
+	if rb0 >= rb1 {
 		return
 	}
-	for rb := rb0; rb < rb1; rb++ {
-		epi.Sums = unsafe.Pointer(&sums[(rb-sb)*T*RowBlock])
-		k.epiRB(epi, ly, lp, rb, t0, out)
-	}
+	ly, epi := l.Layout, &tb.epi
+	*epi = epiArgs{NSeg: 1, A: 1, CorrStride: 4, OutStride: 4 * ly.M, WSSeg: 0, NTok: T,
+		NRB: rb1 - rb0, SumsRB: 4 * T * RowBlock, WSRB: 4 * lp.wsRB}
+	epi.Corr = unsafe.Pointer(&s[p.corrOff+4*t0*p.nseg])
+	epi.XS = unsafe.Pointer(&s[p.xsOff+4*t0*p.nseg])
+	epi.Sums = unsafe.Pointer(&sums[(rb0-sb)*T*RowBlock])
+	setRB(epi, ly, lp, rb0, t0, out)
+	epi.Mask = rowMask(ly, rb1-1)
+	k.ops.epiRows(argp(epi))
 }
 
 // epiRB runs the epilogue (its sums, tokens and their corrections set) on row block rb for
@@ -1825,7 +1820,7 @@ func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs,
 		// Gathered first (RowBlockData: a copy of 320 bytes a block), then unpacked as one
 		// stream: the copy is a small part of the row block's GEMM.
 		tb.stream = ly.RowBlockData(l.Data, rb, tb.stream)
-		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[0]), ly.K3/TL2Block, ly.Kp1/4
+		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[0]), ly.TL2Blocks(), ly.Kp1/4
 		k.ops.unpack(argp(ua))
 		return
 	}

@@ -98,7 +98,7 @@ func tl2Value(c int) int {
 }
 
 func tl2Encode(l Layout, w []int8, blk []byte) {
-	nb := l.K3 / TL2Block
+	nb := l.TL2Blocks()
 	for r := 0; r < RowBlock; r++ {
 		row := w[r*l.Kp:][:l.K3]
 		for b := 0; b < nb; b++ {
@@ -118,7 +118,7 @@ func tl2Encode(l Layout, w []int8, blk []byte) {
 }
 
 func tl2Decode(l Layout, blk []byte, w []int8) error {
-	nb := l.K3 / TL2Block
+	nb := l.TL2Blocks()
 	for b := 0; b < nb; b++ {
 		p := blk[320*b:][:320]
 		for t := 0; t < 16; t++ {

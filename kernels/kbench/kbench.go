@@ -392,9 +392,8 @@ func RandomBlob(f quantcfg.Format, ly kernels.Layout, blob []byte, seed uint64) 
 		}
 		// every row block's stream: random whole blocks, then random tl1 tail units, stored
 		// where the layout puts them
-		stream := make([]byte, ly.RowBlockBytes)
+		stream, nb3 := make([]byte, ly.RowBlockBytes), ly.TL2Blocks()
 		for rb := 0; rb < ly.RowBlocks(); rb++ {
-			nb3 := ly.K3 / kernels.TL2Block
 			for b := 0; b < nb3; b++ {
 				copy(stream[320*b:320*b+320], blocks[320*rng.IntN(nb):])
 			}

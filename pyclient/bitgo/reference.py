@@ -579,7 +579,7 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     changes = [r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:] if l.format in fs]
     if not changes:
         return b
-    if l.format is Format.TL2 and set(changes) <= {"kernels/4", "kernels/5"}:
+    if l.format is Format.TL2 and from_layout in _TL2_CHUNK_OF:
         out = _tl2_order(_streams(b, l, _TL2_CHUNK_OF[from_layout]), l)
         unpack(l.format, m, k, out)  # a code outside the format's set: not such a blob
         return out
