@@ -64,6 +64,16 @@ import (
 // 0.39-0.43x), so a call splits by whole panels (RowGranule), or, where those would not
 // share out evenly (more workers than panels), in parts of K: its blocks (panelUnits). With
 // AVX2 the panel kernels ran as fast as the chunk-major ones (one, two and four tokens).
+//
+// Measured again once calls could run in parts (one process, a blob set packed under each
+// rule and i2s's, 11-15 rounds in turn; panel-major's speed over chunk-major's, medians):
+//   - K >= 4080 with fewer rows (2048x8192, 2560x6912, 3072x8192, 3200x8640): one token
+//     1.03-1.22 at one thread but 0.91-0.96 at two; two tokens 0.93-0.96 at one thread;
+//   - K = 2560 (2560x2560 to 13824x2560): one token 0.85-0.88 at one thread, 0.91-1.00 at
+//     two;
+//   - 1024x4096 (two panels): 1.01 at one thread, 1.15-1.23 at two (not pursued: a k or v
+//     projection alone, which vLLM merges into the QKV layer).
+// So the rule stands: the shapes it leaves chunk-major would gain only at one thread.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {

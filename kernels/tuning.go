@@ -117,6 +117,12 @@ const (
 	//     vpmultishiftqb, triple 15 gathered with vpshldw from five plane registers; see
 	//     onShiftPipes in _asm/gemv.go): from DRAM 2-9% more at one thread (twelve rounds
 	//     in turn), from L2 and L3 9-13% more (medians).
+	//     At two threads with the memory in its fast state (about 55 GB/s for two
+	//     threads), the kernel reads only 35-37 GB/s on 6912x2560 (from L3 63 at two
+	//     threads), where i2s reads 47-51; in one process against it (15 rounds): prefetcht0
+	//     for prefetchnta 0.93-0.97x, prefetchnta 320 or 640 bytes ahead 0.93-0.94x and
+	//     0.85-0.88x, no prefetch at all 0.93-1.00x, prefetchnta and prefetcht1 2 KiB ahead
+	//     0.85-0.91x (one thread 0.78-0.94x).
 	//   - two-token tl2 (lutTL2T2AVX512NT, two row blocks a pass, two tokens' tables in L1)
 	//     marks its weight lines non-temporal too, and prefetches the next pair of row
 	//     blocks into L2 only: 59-67% of the roofline at one thread against 31-33, three
@@ -140,7 +146,15 @@ const (
 	//     vpaddd chains, rowPad's, as well: 0.94-0.95x). As with int1's expanded
 	//     activations on a long K, a block that is faster from cache does not make the
 	//     one-thread DRAM stream faster here; from L2 the one-token int2 and i2s kernels
-	//     already read 30 and 33 GB/s, about DRAM's rate.
+	//     already read 30 and 33 GB/s, about DRAM's rate. So did the one-token i2s kernel
+	//     below i2sLongK on activations each call stored with every 32-input run twice (a
+	//     plain 64-byte load where it takes vbroadcasti64x4): from cache 1.04-1.14x, from
+	//     DRAM 0.76-0.94x at one thread and 0.86-0.93x at two (14336x4096, 4096x4096,
+	//     2560x2560, 6912x2560 and 8192x2048; 11 rounds in one process). Nor did
+	//     a burst of software prefetches over the first 4-64 KiB of each worker's range,
+	//     before its tables and sweep, shorten a call from DRAM (i2s 0.92-1.01x, tl2
+	//     0.86-1.04x on 512x4096 and 2560x2560, where a call costs some microseconds more
+	//     than its bytes at the stream's rate).
 	TuningZen4
 	numTunings
 )

@@ -1319,7 +1319,18 @@ func gemvInt1XZ() {
 // indices, 4 vpermb, 4 vpdpbusd with multipliers 16 and 1) does 11 operations but loads two
 // 64-byte tables a step (8 bytes per input, from L2 at K = 14336), and took 0.94-1.02: not
 // worth a new int1 layout. A mask-register form (kmovq, a zero-masked vmovdqu8 of the
-// activations, vpdpbusd) is 2 operations per 64 weights, as now.
+// activations, vpdpbusd) is 2 operations per 64 weights, as now. Nor does vpsadbw, the
+// other instruction that sums bytes, take a share of the work on Zen 4: it runs on the
+// pipes of vpdpbusd (loops of eight independent operations in C with GNU assembly: zmm
+// vpdpbusd 1.0 cycles, vpsadbw 1.0, the two together 2.0; kmovq from memory, a masked
+// vpblendmb, vpsadbw and vpaddq 2.4 a 64-weight step). So there one multiply-pipe
+// operation per 64 weights of a row, 8 bytes a cycle, about 85% of one core's DRAM rate,
+// bounds every form that multiplies or sums the activations bit by bit. A form that looks
+// up instead would escape it: five inputs' bits of 32 rows as the 5-bit index of a
+// 32-word table of their signed sums, as tl2's codes are (one vpermw and one vpaddw per
+// 160 weights), in tl2's block layout, would run at the tl2 panel kernel's rate (38 GB/s
+// from cache at one thread against 24 here): a new int1 layout, with its packers, relayout
+// and every kernel for it (not done).
 //
 // On Zen 4 (a 2-vCPU EPYC guest) one token is bound by the vector pipes, not the memory: it
 // reads 22-24 GB/s from L2 and L3 against one core's 33 from DRAM. There one zmm vpdpbusd

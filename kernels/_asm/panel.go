@@ -64,7 +64,10 @@ func genTL2Panel(T int) {
 	// (Two row blocks an iteration, each table of two or three tokens loaded into a
 	// register once for both, ran slower: tl2 per token over i2s from DRAM at one thread,
 	// two runs, 4096x14336 and 14336x4096, two tokens 0.86-0.93 against 0.94-0.98, three
-	// 0.86-0.90 against 0.90-0.93.)
+	// 0.86-0.90 against 0.90-0.93. Chains of a vpaddd a row block that nothing reads, which
+	// make the i2s row kernel's stream from DRAM faster (rowPad), slow the one-token one:
+	// three 0.98-1.00x, six 0.96-0.99x at one thread, 4096x14336, 14336x4096 and 4096x4096,
+	// 31 rounds in one process against the kernel without them.)
 	if T > 1 {
 		nch = 2
 	}
