@@ -68,7 +68,7 @@ import (
 // Measured again once calls could run in parts (one process, a blob set packed under each
 // rule and i2s's, 11-15 rounds in turn; panel-major's speed over chunk-major's, medians):
 //   - K >= 4080 with fewer rows (2048x8192, 2560x6912, 3072x8192, 3200x8640): one token
-//     1.03-1.22 at one thread but 0.91-0.96 at two; two tokens 0.93-0.96 at one thread;
+//     1.03-1.22 at one thread but 0.91-0.97 at two; two tokens 0.93-0.98 at one thread;
 //   - K = 2560 (2560x2560 to 13824x2560): one token 0.85-0.88 at one thread, 0.91-1.00 at
 //     two;
 //   - 1024x4096 (two panels): 1.01 at one thread, 1.15-1.23 at two (not pursued: a k or v

@@ -119,10 +119,11 @@ const (
 	//     in turn), from L2 and L3 9-13% more (medians).
 	//     At two threads with the memory in its fast state (about 55 GB/s for two
 	//     threads), the kernel reads only 35-37 GB/s on 6912x2560 (from L3 63 at two
-	//     threads), where i2s reads 47-51; in one process against it (15 rounds): prefetcht0
-	//     for prefetchnta 0.93-0.97x, prefetchnta 320 or 640 bytes ahead 0.93-0.94x and
-	//     0.85-0.88x, no prefetch at all 0.93-1.00x, prefetchnta and prefetcht1 2 KiB ahead
-	//     0.85-0.91x (one thread 0.78-0.94x).
+	//     threads), where i2s reads 47-51; in one process against it (11-15 rounds, two
+	//     threads, K = 2560): prefetcht0 for prefetchnta 0.94-0.97x (one thread 0.82-0.98x),
+	//     prefetchnta 320 or 640 bytes ahead 0.93-0.94x and 0.85-0.88x, no prefetch at all
+	//     0.94-1.00x, prefetchnta and prefetcht1 2 KiB ahead 0.91-1.01x (one thread
+	//     0.77-0.94x).
 	//   - two-token tl2 (lutTL2T2AVX512NT, two row blocks a pass, two tokens' tables in L1)
 	//     marks its weight lines non-temporal too, and prefetches the next pair of row
 	//     blocks into L2 only: 59-67% of the roofline at one thread against 31-33, three
