@@ -74,6 +74,15 @@ import (
 //   - 1024x4096 (two panels): 1.01 at one thread, 1.15-1.23 at two (not pursued: a k or v
 //     projection alone, which vLLM merges into the QKV layer).
 // So the rule stands: the shapes it leaves chunk-major would gain only at one thread.
+// Panels of 32 row blocks (a scratch build, against chunk-major, one process, 15 rounds)
+// did better at K = 2560: one token on 2560x2560, 3840x2560 and 6912x2560 1.01-1.05 at one
+// thread and 1.03-1.07 at two, where panels of 16 ran 0.89-0.95 and 1.00-1.03; 2560x6912
+// 1.12 and 0.95 (16: 1.10 and 0.92). The 8B shapes with 32 or 64 ran within the noise
+// of 16 (7 rounds). In a panel of 16, each panel ran at a steady rate from DRAM that
+// grew with K (4096 rows, one thread: 21-23 GB/s for K up to 2688, 26-29 from 4080), and
+// from cache at the rate of the chunk-major kernel: what a panel's length changes was not
+// found (not the tables' addresses, nor the tl1 tails, 2-3%). A layout of 32-row-block
+// panels for K >= 2544 is the lead this leaves (a revision of the blob, not taken).
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
