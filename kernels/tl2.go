@@ -80,9 +80,15 @@ import (
 // 1.12 and 0.95 (16: 1.10 and 0.92). The 8B shapes with 32 or 64 ran within the noise
 // of 16 (7 rounds). In a panel of 16, each panel ran at a steady rate from DRAM that
 // grew with K (4096 rows, one thread: 21-23 GB/s for K up to 2688, 26-29 from 4080), and
-// from cache at the rate of the chunk-major kernel: what a panel's length changes was not
-// found (not the tables' addresses, nor the tl1 tails, 2-3%). A layout of 32-row-block
-// panels for K >= 2544 is the lead this leaves (a revision of the blob, not taken).
+// from cache at the rate of the chunk-major kernel. What costs is the tables: a block loads
+// its 1 KiB of tables once per 5 KiB of weights (16 row blocks). With every block reading
+// one and the same 1 KiB (timing only) the panel kernel ran 1.04-1.12x the chunk-major one
+// at K = 2560 instead of 0.87-0.90 (1.14-1.15 instead of 1.05-1.10 at K = 4080), while
+// prefetching the next block's tables (prefetcht0 or prefetcht1, one or two blocks ahead)
+// gained nothing (0.86-0.91 at K = 2560), nor did the tables' addresses or the int16
+// sums' (4 KiB aliasing), and the tl1 tails cost 2-3%. A layout of 32-row-block panels
+// for K >= 2544, which halves the tables' share, is the lead this leaves (a revision of
+// the blob, not taken).
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {
