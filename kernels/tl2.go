@@ -83,7 +83,7 @@ import (
 // from cache at the rate of the chunk-major kernel. What costs is the tables: a block loads
 // its 1 KiB of tables once per 5 KiB of weights (16 row blocks). With every block reading
 // one and the same 1 KiB (timing only) the panel kernel ran 1.04-1.12x the chunk-major one
-// at K = 2560 instead of 0.87-0.90 (1.14-1.15 instead of 1.05-1.10 at K = 4080), while
+// at K = 2560 instead of 0.85-0.92 (1.14-1.15 instead of 1.04-1.10 at K = 4080), while
 // prefetching the next block's tables (prefetcht0 or prefetcht1, one or two blocks ahead)
 // gained nothing (0.86-0.91 at K = 2560), nor did the tables' addresses or the int16
 // sums' (4 KiB aliasing), and the tl1 tails cost 2-3%. A layout of 32-row-block panels
