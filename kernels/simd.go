@@ -987,7 +987,6 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT {
 		return 0
 	}
-	units := ly.Chunks() * ly.RowBlocks()
 	switch {
 	case ly.Paneled():
 		// A row split by whole panels gives each worker a contiguous stream already
@@ -995,7 +994,6 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 		if k.ops.panel[1] == nil || panelSplitLoss(ly, workers) <= panelPartLoss {
 			return 0
 		}
-		_, units = panelUnits(ly)
 	case !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
 		return 0
 	}
@@ -1009,7 +1007,17 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	}
 	ps.used = ps.used[:workers]
 	clear(ps.used)
-	return units
+	return partUnits(ly)
+}
+
+// partUnits is the units of a call in parts: a chunk-major blob's pieces (chunk by chunk,
+// every row block's), a panel-major one's blocks and tails (panelUnits).
+func partUnits(ly Layout) int {
+	if ly.Paneled() {
+		_, units := panelUnits(ly)
+		return units
+	}
+	return ly.Chunks() * ly.RowBlocks()
 }
 
 // panelSplitLoss is how much longer than an even share of a panel-major blob the largest
@@ -1044,10 +1052,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	if w < 0 || w >= len(ps.used) {
 		panic(fmt.Sprintf("kernels: %s: RunUnits by worker %d of a call prepared for %d", k.Name(), w, len(ps.used)))
 	}
-	mrb, units := l.Layout.RowBlocks(), l.Layout.Chunks()*l.Layout.RowBlocks()
-	if l.Layout.Paneled() {
-		_, units = panelUnits(l.Layout)
-	}
+	mrb, units := l.Layout.RowBlocks(), partUnits(l.Layout)
 	if u0 < 0 || u1 > units {
 		panic(fmt.Sprintf("kernels: %s: RunUnits of units [%d, %d) of %d", k.Name(), u0, u1, units))
 	}

@@ -373,9 +373,7 @@ func TestFusedEpiloguePath(t *testing.T) {
 		ops := *kern.ops
 		epi, rows := ops.epi, ops.epiRows
 		ops.epi = func(p *byte) { passes++; epi(p) }
-		if rows != nil {
-			ops.epiRows = func(p *byte) { passes++; rows(p) }
-		}
+		ops.epiRows = func(p *byte) { passes++; rows(p) }
 		kc := newSIMDKernel(kern.isa, f, &ops, kern.int8vnni)
 		ran := 0
 		group := 64

@@ -136,34 +136,29 @@ func epiSeg(p *pool, z bool, av VecPhysical, s, c, x, w Register, dst []VecPhysi
 		VMOVDQU32orY(z, at(s, step*i), dst[i])
 		VPMULLD(av, dst[i], dst[i])
 	}
-	if z {
-		for i := range dst {
-			VPADDD_BCST(at(c, 0), dst[i], dst[i])
-		}
-	} else {
-		t := p.get()
-		VPBROADCASTD(at(c, 0), t)
-		for i := range dst {
-			VPADDD(t, dst[i], dst[i])
-		}
-		p.put(t)
-	}
+	eachBcast(p, z, at(c, 0), dst, VPADDD_BCST, VPBROADCASTD, VPADDD)
 	for i := range dst {
 		VCVTDQ2PS(dst[i], dst[i])
 		VMULPS(at(w, step*i), dst[i], dst[i])
 	}
+	eachBcast(p, z, at(x, 0), dst, VDIVPS_BCST, VBROADCASTSS, VDIVPS)
+}
+
+// eachBcast applies op to every register of dst with the 32-bit value at m: as op's
+// embedded broadcast (opBcst) on zmm, from a register bcast fills once on ymm.
+func eachBcast(p *pool, z bool, m Mem, dst []VecPhysical, opBcst, bcast, op func(...Op)) {
 	if z {
-		for i := range dst {
-			VDIVPS_BCST(at(x, 0), dst[i], dst[i])
+		for _, d := range dst {
+			opBcst(m, d, d)
 		}
-	} else {
-		t := p.get()
-		VBROADCASTSS(at(x, 0), t)
-		for i := range dst {
-			VDIVPS(t, dst[i], dst[i])
-		}
-		p.put(t)
+		return
 	}
+	t := p.get()
+	bcast(m, t)
+	for _, d := range dst {
+		op(t, d, d)
+	}
+	p.put(t)
 }
 
 // epiStep is the bytes of the epilogues' vectors: 16 rows (zmm) or 8 (ymm).
