@@ -28,22 +28,32 @@ const TL2Chunk = 10
 
 // TL2Panel is the most row blocks in one panel of a panel-major tl2 blob (see tl2.go): the
 // blob stores its panels one after another, and within a panel block after block, each
-// holding every row block's 320 bytes of it side by side.
-const TL2Panel = 16
+// holding every row block's 320 bytes of it side by side. (16 in layout kernels/5.)
+const TL2Panel = 32
 
-// A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 4080)
-// and TL2PanelMinRowBlocks row blocks (M > 4064: eight panels or more), and chunk-major
-// otherwise (see tl2.go for the measurements behind the rule).
+// A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 2544)
+// and TL2PanelMinRowBlocks row blocks (M > 3808), and chunk-major otherwise (see tl2.go for
+// the measurements behind the rule).
 const (
-	TL2PanelMinBlocks    = 85
-	TL2PanelMinRowBlocks = 128
+	TL2PanelMinBlocks    = 53
+	TL2PanelMinRowBlocks = 120
 )
+
+// tl2PanelRows returns the row blocks per panel of a tl2 blob of nb blocks and mrb row
+// blocks in this revision's layout: TL2Panel where it is panel-major, 0 where it is
+// chunk-major.
+func tl2PanelRows(nb, mrb int) int {
+	if nb >= TL2PanelMinBlocks && mrb >= TL2PanelMinRowBlocks {
+		return TL2Panel
+	}
+	return 0
+}
 
 // LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
 // and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
 // whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
 // packed before are refused with a clear error instead of being misread.
-const LayoutRevision = "kernels/5"
+const LayoutRevision = "kernels/6"
 
 // layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
 // it changed; every other format is as in kernels/1.
@@ -52,7 +62,8 @@ var layoutHistory = []layoutRev{
 	{"kernels/2", []quantcfg.Format{quantcfg.TL2}}, // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
 	{"kernels/3", []quantcfg.Format{quantcfg.TL1}}, // the tl1 blob chunk-major, like tl2's
 	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
-	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block (TL2Panel)
+	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
+	{"kernels/6", []quantcfg.Format{quantcfg.TL2}}, // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -111,13 +122,13 @@ type Layout struct {
 	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
 	// block within panels (panel-major tl2; RowBlockData gathers one).
 	RowBlockBytes int
+	// panel > 0: a panel-major tl2 blob, panels of up to panel row blocks (TL2Panel, or 16
+	// in a kernels/5 blob that Relayout reads); 0: chunk-major.
+	panel int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
-	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4), which Relayout
-	// reads (0: this revision's blob).
+	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 and kernels/5), which
+	// Relayout reads (0: this revision's, TL2Chunk).
 	tl2Chunk int
-	// paneled: a tl2 blob of this revision's panel-major shapes (TL2PanelMinBlocks,
-	// TL2PanelMinRowBlocks).
-	paneled bool
 }
 
 // NewLayout returns the layout of a layer. It checks the shape against quantcfg's limits.
@@ -145,7 +156,7 @@ func NewLayout(f quantcfg.Format, m, k int) (Layout, error) {
 		l.Kp1 = roundUp(k-l.K3, 4)
 		l.Kp = l.K3 + l.Kp1
 		l.RowBlockBytes = 320*l.TL2Blocks() + 8*l.Kp1
-		l.paneled = l.TL2Blocks() >= TL2PanelMinBlocks && l.RowBlocks() >= TL2PanelMinRowBlocks
+		l.panel = tl2PanelRows(l.TL2Blocks(), l.RowBlocks())
 	case quantcfg.Int2:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 8 * l.Kp
@@ -227,40 +238,54 @@ func (l Layout) Chunked() bool {
 	return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 && !l.Paneled()
 }
 
-// Paneled reports whether the blob is panel-major (tl2 of K >= 4080 and M > 4064): panels
-// of up to TL2Panel row blocks one after another, each storing its row blocks' tl2 blocks
+// Paneled reports whether the blob is panel-major (tl2 of K >= 2544 and M > 3808): panels
+// of up to PanelRows row blocks one after another, each storing its row blocks' tl2 blocks
 // block by block (the row blocks' 320 bytes of block b side by side), then their tl1 tails
 // side by side.
-func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.tl2Chunk == 0 && l.paneled }
+func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.panel > 0 }
+
+// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel), 0 for
+// any other.
+func (l Layout) PanelRows() int {
+	if !l.Paneled() {
+		return 0
+	}
+	return l.panel
+}
 
 func (l Layout) interleaved() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
 
 // TL2Blocks is the tl2 blocks of a row block's stream (K3/TL2Block; 0 but for tl2).
 func (l Layout) TL2Blocks() int { return l.K3 / TL2Block }
 
-// Panels is the panels of a panel-major blob: TL2Panel row blocks each, the last possibly
-// fewer.
-func (l Layout) Panels() int { return (l.RowBlocks() + TL2Panel - 1) / TL2Panel }
+// Panels is the panels of a panel-major blob: PanelRows row blocks each, the last possibly
+// fewer (0 for any other blob).
+func (l Layout) Panels() int {
+	if g := l.PanelRows(); g > 0 {
+		return (l.RowBlocks() + g - 1) / g
+	}
+	return 0
+}
 
-// Panel returns panel p's first row block and its row blocks (TL2Panel but in a short last
-// panel).
+// Panel returns panel p's first row block and its row blocks (PanelRows but in a short
+// last panel) of a panel-major blob.
 func (l Layout) Panel(p int) (rb0, g int) {
-	rb0 = p * TL2Panel
-	return rb0, min(TL2Panel, l.RowBlocks()-rb0)
+	rb0 = p * l.panel
+	return rb0, min(l.panel, l.RowBlocks()-rb0)
 }
 
 // BlockAt returns the blob offset of row block rb's tl2 block b in a panel-major blob and
 // the bytes between its consecutive blocks (320 per row block of its panel; the panel's
 // row blocks' blocks lie 320 bytes apart).
 func (l Layout) BlockAt(rb, b int) (off, stride int) {
-	rb0, g := l.Panel(rb / TL2Panel)
+	rb0, g := l.Panel(rb / l.panel)
 	return rb0*l.RowBlockBytes + 320*(b*g+rb-rb0), 320 * g
 }
 
 // TailAt returns the blob offset of row block rb's tl1 tail (8*Kp1 bytes) in a panel-major
 // blob: after its panel's blocks, the panel's row blocks' tails side by side.
 func (l Layout) TailAt(rb int) int {
-	rb0, g := l.Panel(rb / TL2Panel)
+	rb0, g := l.Panel(rb / l.panel)
 	return rb0*l.RowBlockBytes + 320*l.TL2Blocks()*g + 8*l.Kp1*(rb-rb0)
 }
 

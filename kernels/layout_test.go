@@ -19,8 +19,7 @@ func TestChunkPieces(t *testing.T) {
 		}
 		lys := []Layout{ly}
 		if c.f == quantcfg.TL2 {
-			old := ly
-			old.tl2Chunk = 12
+			old, _ := tl2Before("kernels/3", ly)
 			lys = append(lys, old)
 		}
 		for _, ly := range lys {

@@ -160,26 +160,23 @@ func TestTL2PanelParts(t *testing.T) {
 		}
 		per, units := panelUnits(ly)
 		nb := ly.K3 / TL2Block
-		if wantPer := nb + min(ly.Kp1, 1); per != wantPer || units != (ly.RowBlocks()+TL2Panel-1)/TL2Panel*per {
+		if wantPer := nb + min(ly.Kp1, 1); per != wantPer || units != ly.RowBlocks()*per {
 			t.Errorf("%dx%d: panelUnits %d, %d", sh[0], sh[1], per, units)
 		}
 		// every unit's bytes, in order, are the blob's
 		at := 0
 		for u := 0; u < units; u++ {
 			sg := unitSegs(ly, u, u+1, nil)
-			if len(sg) != 1 {
-				t.Fatalf("%dx%d: unit %d: %d segments", sh[0], sh[1], u, len(sg))
+			if len(sg) != 1 || sg[0].r1 != sg[0].r0+1 || sg[0].b1-sg[0].b0 != btoi(!sg[0].tail) {
+				t.Fatalf("%dx%d: unit %d: segments %+v", sh[0], sh[1], u, sg)
 			}
 			s := sg[0]
-			var off, size int
-			if s.b0 < s.b1 {
-				var stride int
-				off, stride = ly.BlockAt(s.r0, s.b0)
-				size = stride * (s.b1 - s.b0)
-			} else {
-				off, size = ly.TailAt(s.r0), 8*ly.Kp1*(s.r1-s.r0)
+			off, size := ly.TailAt(s.r0), 8*ly.Kp1
+			if !s.tail {
+				off, _ = ly.BlockAt(s.r0, s.b0)
+				size = 320
 			}
-			if off != at || s.tail == (s.b0 < s.b1) {
+			if off != at {
 				t.Fatalf("%dx%d: unit %d at %d (%+v), want %d", sh[0], sh[1], u, off, s, at)
 			}
 			at += size
@@ -188,15 +185,34 @@ func TestTL2PanelParts(t *testing.T) {
 			t.Errorf("%dx%d: the units cover %d bytes of %d", sh[0], sh[1], at, ly.Bytes())
 		}
 	}
-	// (4096 x 4080: 85 blocks a panel, no tails) blocks 3.. of panel 0, all of 1 and 2,
-	// block 0 of 3
-	ly, err := NewLayout(quantcfg.TL2, 4096, 4080)
-	if err != nil {
-		t.Fatal(err)
+	// Ranges of units over parts of blocks, whole blocks, tails and panels: 4096 x 4080
+	// (four panels of 32 row blocks, 85 blocks, no tails: 2720 units a panel) and 4100 x
+	// 4100 (85 blocks and tails: 86 units a row block; a last panel of one row block).
+	for _, c := range []struct {
+		m, k, u0, u1 int
+		want         []panelSeg
+	}{
+		{4096, 4080, 3, 2720 + 32 + 5, []panelSeg{{3, 32, 0, 1, false}, {0, 32, 1, 85, false}, {32, 64, 0, 1, false}, {32, 37, 1, 2, false}}},
+		{4096, 4080, 40, 50, []panelSeg{{8, 18, 1, 2, false}}},
+		{4100, 4100, 2720 - 2, 2752 + 40, []panelSeg{{30, 32, 84, 85, false}, {0, 32, 85, 85, true}, {32, 64, 0, 1, false}, {32, 40, 1, 2, false}}},
+		{4100, 4100, 2720 + 3, 2720 + 9, []panelSeg{{3, 9, 85, 85, true}}},
+		{4100, 4100, 0, 2752, []panelSeg{{0, 32, 0, 85, true}}},
+		{4100, 4100, 2752 - 40, 2752 + 2752 + 86, []panelSeg{{24, 32, 84, 85, false}, {0, 32, 85, 85, true}, {32, 64, 0, 85, true}, {64, 96, 0, 2, false}, {64, 86, 2, 3, false}}},
+		{4100, 4100, 4 * 2752, 4*2752 + 86, []panelSeg{{128, 129, 0, 85, true}}},
+	} {
+		ly, err := NewLayout(quantcfg.TL2, c.m, c.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := unitSegs(ly, c.u0, c.u1, nil); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%dx%d: unitSegs(%d, %d) = %v, want %v", c.m, c.k, c.u0, c.u1, got, c.want)
+		}
 	}
-	got := unitSegs(ly, 3, 3*85+1, nil)
-	want := []panelSeg{{0, 16, 3, 85, false}, {16, 32, 0, 85, false}, {32, 48, 0, 85, false}, {48, 64, 0, 1, false}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("4096x4080: unitSegs(3, 256) = %v, want %v", got, want)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
+	return 0
 }

@@ -587,47 +587,67 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 	return stream
 }
 
-// TestTL2PanelMajor: a tl2 blob of K >= 4080 and M > 4064 stores panels of 16 row blocks
+// TestTL2PanelMajor: a tl2 blob of K >= 2544 and M > 3808 stores panels of 32 row blocks
 // one after another, each block after block with its row blocks' 320 bytes of the block
 // side by side, then their tl1 tails side by side (the offsets of tl2.go's picture,
-// computed here independently of Layout). 130 row blocks: eight panels of 16 and one of 2.
-// K = 48*88 + 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. One row block or
-// one block fewer is chunk-major.
+// computed here independently of Layout); kernels/5 laid out its panel-major shapes (K >=
+// 4080, M > 4064) in panels of 16 the same way (tl2Before, which Relayout reads them by).
+// 130 row blocks: four panels of 32 and one of 2 (eight of 16 and one of 2). K = 48*88 +
+// 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. One row block or one block
+// fewer than the rule's is chunk-major.
 func TestTL2PanelMajor(t *testing.T) {
 	for _, c := range []struct{ k, nb, kp1 int }{{48*88 + 7, 88, 8}, {48 * 85, 85, 0}} {
 		const m = 130*32 - 5
 		w, blob, l := packRandom(t, quantcfg.TL2, m, c.k, 5)
 		mrb, s := l.RowBlocks(), 320*c.nb+8*c.kp1
-		if mrb != 130 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 || len(blob) != mrb*s || !l.Paneled() || l.Chunked() {
+		if mrb != 130 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 || len(blob) != mrb*s || !l.Paneled() || l.Chunked() || l.PanelRows() != 32 || l.Panels() != 5 {
 			t.Fatalf("layout %+v, %d bytes", l, len(blob))
 		}
-		for rb := 0; rb < mrb; rb++ {
-			stream := ownStream(l, w.Q, rb, tl2Encode)
-			p, i := rb/16, rb%16
-			g := min(16, mrb-16*p)
-			base := 16 * p * s
-			for b := 0; b < c.nb; b++ {
-				off := base + 320*(b*g+i)
-				if !bytes.Equal(blob[off:off+320], stream[320*b:320*b+320]) {
-					t.Fatalf("K %d: row block %d's block %d is not at %d", c.k, rb, b, off)
+		l5, ok := tl2Before("kernels/5", l)
+		if !ok || !l5.Paneled() || l5.PanelRows() != 16 || l5.Panels() != 9 {
+			t.Fatalf("kernels/5 layout %+v (%v)", l5, ok)
+		}
+		blob5 := make([]byte, len(blob))
+		for rb := range mrb {
+			l5.SetRowBlockData(blob5, rb, ownStream(l, w.Q, rb, tl2Encode))
+		}
+		for _, lay := range []struct {
+			l    Layout
+			blob []byte
+			g    int
+		}{{l, blob, 32}, {l5, blob5, 16}} {
+			for rb := 0; rb < mrb; rb++ {
+				stream := ownStream(l, w.Q, rb, tl2Encode)
+				p, i := rb/lay.g, rb%lay.g
+				g := min(lay.g, mrb-lay.g*p)
+				base := lay.g * p * s
+				for b := 0; b < c.nb; b++ {
+					off := base + 320*(b*g+i)
+					if !bytes.Equal(lay.blob[off:off+320], stream[320*b:320*b+320]) {
+						t.Fatalf("K %d, panels of %d: row block %d's block %d is not at %d", c.k, lay.g, rb, b, off)
+					}
 				}
-			}
-			off := base + 320*c.nb*g + 8*c.kp1*i
-			if !bytes.Equal(blob[off:off+8*c.kp1], stream[320*c.nb:]) {
-				t.Fatalf("K %d: row block %d's tail is not at %d", c.k, rb, off)
-			}
-			if got := l.RowBlockData(blob, rb, nil); !bytes.Equal(got, stream) {
-				t.Fatalf("K %d: RowBlockData(%d) differs from the stream", c.k, rb)
+				off := base + 320*c.nb*g + 8*c.kp1*i
+				if !bytes.Equal(lay.blob[off:off+8*c.kp1], stream[320*c.nb:]) {
+					t.Fatalf("K %d, panels of %d: row block %d's tail is not at %d", c.k, lay.g, rb, off)
+				}
+				if got := lay.l.RowBlockData(lay.blob, rb, nil); !bytes.Equal(got, stream) {
+					t.Fatalf("K %d, panels of %d: RowBlockData(%d) differs from the stream", c.k, lay.g, rb)
+				}
 			}
 		}
 	}
-	for _, c := range [][2]int{{4064, 4080}, {4065, 4079}, {4065, 4080}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}} {
+	for _, c := range [][2]int{{3808, 2544}, {3809, 2543}, {3809, 2544}, {640, 2560}, {2560, 2560}, {3840, 2560}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}, {2048, 8192}} {
 		l, err := NewLayout(quantcfg.TL2, c[0], c[1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := c[0] > 4064 && c[1] >= 4080; l.Paneled() != want || l.Chunked() == want {
-			t.Errorf("%dx%d: panel-major %v, chunk-major %v; want panel-major %v", c[0], c[1], l.Paneled(), l.Chunked(), want)
+		if want := c[0] > 3808 && c[1] >= 2544; l.Paneled() != want || l.Chunked() == want || want != (l.PanelRows() == 32) {
+			t.Errorf("%dx%d: panel-major %v (panels of %d), chunk-major %v; want panel-major %v", c[0], c[1], l.Paneled(), l.PanelRows(), l.Chunked(), want)
+		}
+		l5, _ := tl2Before("kernels/5", l)
+		if want := c[0] > 4064 && c[1] >= 4080; l5.Paneled() != want || l5.Chunked() == want || want != (l5.PanelRows() == 16) || !want && l5.Chunks() != max(1, (c[1]/48+9)/10) {
+			t.Errorf("%dx%d in kernels/5: panel-major %v, chunk-major %v (%d chunks); want panel-major %v", c[0], c[1], l5.Paneled(), l5.Chunked(), l5.Chunks(), want)
 		}
 	}
 }

@@ -6,34 +6,60 @@ import (
 	"bitgo/quantcfg"
 )
 
-// tl2ChunkOf is the most blocks of a chunk in the tl2 blobs of the revisions before
-// kernels/5 that Relayout reads, all chunk-major (kernels/1 encoded tl2 otherwise).
-var tl2ChunkOf = map[string]int{"kernels/2": 12, "kernels/3": 12, "kernels/4": 10}
+// tl2Before returns how revision rev, one before this build's, laid out a tl2 blob of l's
+// shape (the row blocks' streams are the same in all of them), and false for a revision
+// whose tl2 blocks were encoded otherwise (kernels/1) or that is not one before this
+// build's:
+//   - kernels/2 and kernels/3: chunk-major, chunks of up to 12 blocks;
+//   - kernels/4: chunk-major, chunks of up to 10;
+//   - kernels/5: panel-major in panels of 16 row blocks where it has at least 85 blocks
+//     and 128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10
+//     otherwise.
+func tl2Before(rev string, l Layout) (Layout, bool) {
+	l.panel, l.tl2Chunk = 0, 0
+	switch rev {
+	case "kernels/2", "kernels/3":
+		l.tl2Chunk = 12
+	case "kernels/4":
+		l.tl2Chunk = 10
+	case "kernels/5":
+		if l.TL2Blocks() >= 85 && l.RowBlocks() >= 128 {
+			l.panel = 16
+		} else {
+			l.tl2Chunk = 10
+		}
+	default:
+		return Layout{}, false
+	}
+	return l, true
+}
 
 // Relayout returns a packed m x k blob of format f, packed in layout revision rev, in this
 // build's layout (LayoutRevision): the blob itself where f's layout has not changed since
-// rev; a chunk-major tl2 blob of kernels/2 to kernels/4 laid out as this revision lays out
-// its shape (panel-major, or chunk-major in chunks of up to 10 blocks: Layout.Paneled) into
-// a new slice (its blocks and tail are the same) and checked (CheckBlob). Any other change is
-// ReadsLayout's error: the blob has to be packed again from its weights.
+// rev; a tl2 blob of kernels/2 to kernels/5 (tl2Before) laid out as this revision lays out
+// its shape (panel-major in panels of TL2Panel row blocks, or chunk-major in chunks of up
+// to TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are the same)
+// and checked (CheckBlob). Any other change is ReadsLayout's error: the blob has to be
+// packed again from its weights.
 func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, error) {
 	err := ReadsLayout(rev, f)
 	if err == nil {
 		return blob, nil
 	}
-	chunk := tl2ChunkOf[rev]
-	if f != quantcfg.TL2 || chunk == 0 {
+	if f != quantcfg.TL2 {
 		return nil, err
 	}
-	l, err := NewLayout(f, m, k)
-	if err != nil {
+	l, lerr := NewLayout(f, m, k)
+	if lerr != nil {
+		return nil, lerr
+	}
+	before, ok := tl2Before(rev, l)
+	if !ok {
 		return nil, err
 	}
 	if len(blob) != l.Bytes() {
 		return nil, fmt.Errorf("%w: %s %dx%d blob has %d bytes, want %d", ErrShape, f, m, k, len(blob), l.Bytes())
 	}
-	before := l
-	before.tl2Chunk = chunk // the same streams, chunk-major as rev stored them
 	out := make([]byte, len(blob))
 	var stream []byte
 	for rb := range l.RowBlocks() {

@@ -9,20 +9,21 @@ import (
 	"bitgo/quantcfg"
 )
 
-// chunkedBefore returns blob (this build's tl2 layout) as the chunk-major revisions
-// before kernels/5 stored it: chunks of up to chunk blocks (12 in kernels/2 and kernels/3,
-// 10 in kernels/4).
-func chunkedBefore(t *testing.T, l Layout, blob []byte, chunk int) []byte {
+// blobBefore returns blob (this build's tl2 layout) as revision rev stored it
+// (tl2Before).
+func blobBefore(t *testing.T, rev string, l Layout, blob []byte) (Layout, []byte) {
 	t.Helper()
-	before := l
-	before.tl2Chunk = chunk
+	before, ok := tl2Before(rev, l)
+	if !ok {
+		t.Fatalf("%s: no tl2 layout", rev)
+	}
 	old := make([]byte, len(blob))
 	var s []byte
 	for rb := range l.RowBlocks() {
 		s = l.RowBlockData(blob, rb, s)
 		before.SetRowBlockData(old, rb, s)
 	}
-	return old
+	return before, old
 }
 
 // TestLayoutRevision: LayoutRevision is the newest revision of the history, and the history
@@ -38,7 +39,7 @@ func TestLayoutRevision(t *testing.T) {
 	}{
 		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
 		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"}, {"kernels/4", quantcfg.TL2, "kernels/5"},
-		{LayoutRevision, quantcfg.TL2, ""},
+		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {LayoutRevision, quantcfg.TL2, ""},
 	} {
 		err := ReadsLayout(c.rev, c.f)
 		if (c.want == "") != (err == nil) || c.want != "" && !strings.Contains(err.Error(), "changed layout in "+c.want) {
@@ -50,37 +51,42 @@ func TestLayoutRevision(t *testing.T) {
 	}
 }
 
-// TestRelayout: a chunk-major tl2 blob of kernels/2 to kernels/4 comes back as this build
-// packs the same weights (chunk-major in chunks of up to 10 blocks, or panel-major);
-// formats unchanged since a revision come back as they are; the rest is refused. M = 70
-// with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21, 48*25, 48*298 +
-// 32 (14336: 25 and 30 chunks) and 20 (the tail alone); 4100 x 4100 is panel-major now.
+// TestRelayout: a tl2 blob of kernels/2 to kernels/5 comes back as this build packs the
+// same weights (chunk-major in chunks of up to 10 blocks, or panel-major in panels of 32
+// row blocks); formats unchanged since a revision come back as they are; the rest is
+// refused. M = 70 with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21,
+// 48*25, 48*298 + 32 (14336: 25 and 30 chunks) and 20 (the tail alone), chunk-major in
+// every revision; 4000 x 2600, chunk-major up to kernels/5, and 4100 x 4100, panel-major
+// in panels of 16 in kernels/5, are panel-major now.
 func TestRelayout(t *testing.T) {
-	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4100, 4100}} {
+	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4000, 2600}, {4100, 4100}} {
 		m, k := c[0], c[1]
 		_, blob, l := packRandom(t, quantcfg.TL2, m, k, 9)
 		nb := k / 48
-		if l.Paneled() != (m == 4100) {
+		if l.Paneled() != (m > 70) {
 			t.Fatalf("%dx%d: panel-major %v", m, k, l.Paneled())
 		}
 		for _, c := range []struct {
-			revs  []string
-			chunk int
-		}{{[]string{"kernels/2", "kernels/3"}, 12}, {[]string{"kernels/4"}, 10}} {
-			before := l
-			before.tl2Chunk = c.chunk
-			if got, want := before.Chunks(), max(1, (nb+c.chunk-1)/c.chunk); got != want || before.Paneled() {
-				t.Fatalf("%dx%d: chunks of %d: %d chunks, want %d (panel-major %v)", m, k, c.chunk, got, want, before.Paneled())
+			rev   string
+			chunk int // 0: panel-major
+		}{{"kernels/2", 12}, {"kernels/3", 12}, {"kernels/4", 10}, {"kernels/5", 10}} {
+			if c.rev == "kernels/5" && m == 4100 {
+				c.chunk = 0
 			}
-			old := chunkedBefore(t, l, blob, c.chunk)
-			if l.Paneled() && bytes.Equal(old, blob) {
-				t.Errorf("%dx%d: the chunk-major blob (%d) equals the panel-major one", m, k, c.chunk)
-			}
-			for _, rev := range c.revs {
-				got, err := Relayout(rev, quantcfg.TL2, m, k, old)
-				if err != nil || !bytes.Equal(got, blob) {
-					t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, rev, err, bytes.Equal(got, blob))
+			before, old := blobBefore(t, c.rev, l, blob)
+			if c.chunk == 0 {
+				if !before.Paneled() || before.PanelRows() != 16 {
+					t.Fatalf("%dx%d in %s: panel-major %v in panels of %d, want 16", m, k, c.rev, before.Paneled(), before.PanelRows())
 				}
+			} else if got, want := before.Chunks(), max(1, (nb+c.chunk-1)/c.chunk); got != want || before.Paneled() {
+				t.Fatalf("%dx%d in %s: chunks of %d: %d chunks, want %d (panel-major %v)", m, k, c.rev, c.chunk, got, want, before.Paneled())
+			}
+			if l.Paneled() && bytes.Equal(old, blob) {
+				t.Errorf("%dx%d: the %s blob equals this build's", m, k, c.rev)
+			}
+			got, err := Relayout(c.rev, quantcfg.TL2, m, k, old)
+			if err != nil || !bytes.Equal(got, blob) {
+				t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, c.rev, err, bytes.Equal(got, blob))
 			}
 		}
 		if got, err := Relayout(LayoutRevision, quantcfg.TL2, m, k, blob); err != nil || &got[0] != &blob[0] {
@@ -102,8 +108,8 @@ func TestRelayout(t *testing.T) {
 		{"kernels/2", quantcfg.TL1, tl2, "tl1 blobs changed layout in kernels/3, after kernels/2"},
 		{"kernels/9", quantcfg.I2S, i2s, `"kernels/9" is not one this build knows`},
 		{"kernels/3", quantcfg.TL2, tl2[1:], "blob has"},
-		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/5"},
-		{"kernels/4", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/5"},
+		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/6"},
+		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/6"},
 	} {
 		_, err := Relayout(c.rev, c.f, 40, 300, c.blob)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

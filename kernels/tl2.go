@@ -17,14 +17,16 @@ import (
 // With nb = K3/48 blocks and Mrb = Mp/32 row blocks, the blob interleaves the streams one of
 // two ways, by shape (Layout.Paneled, Layout.Chunked):
 //
-// Panel-major, where nb >= 85 and Mrb >= 128 (K >= 4080, M > 4064): panels of up to
-// TL2Panel = 16 row blocks one after another, so that a kernel holding a block's tables
+// Panel-major, where nb >= 53 and Mrb >= 120 (K >= 2544, M > 3808): panels of up to
+// TL2Panel = 32 row blocks one after another, so that a kernel holding a block's tables
 // reads the panel's row blocks' 320 bytes of the block one after another, and a worker's
-// whole panels are one stretch of memory. Panel p holds row blocks 16p.. (g of them, 16 but
-// in a short last panel) and starts at byte 16*p*S:
+// whole panels are one stretch of memory. Panel p holds row blocks 32p.. (g of them, 32 but
+// in a short last panel) and starts at byte 32*p*S:
 //
-//	row block 16p+i's block b:    16*p*S + 320*(b*g + i)
-//	row block 16p+i's tl1 tail:   16*p*S + 320*nb*g + 8*Kp1*i
+//	row block 32p+i's block b:    32*p*S + 320*(b*g + i)
+//	row block 32p+i's tl1 tail:   32*p*S + 320*nb*g + 8*Kp1*i
+//
+// (Layout kernels/5 had panels of 16 row blocks, where nb >= 85 and Mrb >= 128.)
 //
 // Chunk-major, the other shapes: a kernel sweeping one K chunk over a range of row blocks
 // reads contiguous memory. With nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 =
@@ -49,46 +51,49 @@ import (
 // they stand and two shifts bring the others down (a 32-entry word lookup ignores the bits
 // above), so a kernel reads 32 rows' codes of three triples with one load and two shifts.
 //
-// Why the rule (layout kernels/5): tl2 per token over i2s from DRAM on the Zen 4 guest
-// (`bitd bench`, zen4+adapt, three runs of this layout's build and the chunk-major one's in
-// turn, 7 rounds each; median of the runs' ratios, new against old):
+// Why the rule. Layout kernels/5 (panels of 16, K >= 4080 and M > 4064): tl2 per token
+// over i2s from DRAM on the Zen 4 guest (`bitd bench`, zen4+adapt, three runs of its build
+// and the chunk-major one's in turn, 7 rounds each; median of the runs' ratios, new against
+// old):
 //   - one token, one thread: 4096x14336 1.15-1.21 against 1.06-1.11 (+8.8%), 4096x4096
 //     1.13-1.19 against 1.05-1.18 (+4.4%), 14336x4096 1.15-1.16 against 1.08-1.24 (-0.6%);
 //   - one token, two threads: -1% to +3%; two tokens: -2% to -7%; four: -5% to +7%.
-// The shapes left chunk-major lost (earlier versions of the panel kernels, one thread unless
-// said): K = 2560 (2560x2560 and 6912x2560) 2-5% at one token, for no reason found (more
-// table copies, software prefetch, tables built before each panel: none reached the
-// chunk-major kernel); 2560x6912, five panels, gained 10% at one thread but lost 9% at two,
-// whose whole-panel split is 3 and 2. Two workers sharing a panel each stream the other's
-// half of every block past their caches (2560x2560 at two threads split 40/40 row blocks:
-// 0.39-0.43x), so a call splits by whole panels (RowGranule), or, where those would not
-// share out evenly (more workers than panels), in parts of K: its blocks (panelUnits). With
-// AVX2 the panel kernels ran as fast as the chunk-major ones (one, two and four tokens).
+// Two workers sharing a panel each stream the other's half of every block past their
+// caches (2560x2560 at two threads split 40/40 row blocks: 0.39-0.43x), so a call splits by
+// whole panels (RowGranule), or, where those would not share out evenly (more workers than
+// panels), in parts: a row block's block a unit (panelUnits). With AVX2 the panel kernels
+// ran as fast as the chunk-major ones (one, two and four tokens).
 //
-// Measured again once calls could run in parts (one process, a blob set packed under each
-// rule and i2s's, 11-15 rounds in turn; panel-major's speed over chunk-major's, medians):
-//   - K >= 4080 with fewer rows (2048x8192, 2560x6912, 3072x8192, 3200x8640): one token
-//     1.03-1.22 at one thread but 0.91-0.97 at two; two tokens 0.93-0.98 at one thread;
-//   - K = 2560 (2560x2560 to 13824x2560): one token 0.85-0.88 at one thread, 0.91-1.00 at
-//     two;
-//   - 1024x4096 (two panels): 1.01 at one thread, 1.15-1.23 at two (not pursued: a k or v
-//     projection alone, which vLLM merges into the QKV layer).
-// So the rule stands: the shapes it leaves chunk-major would gain only at one thread.
-// Panels of 32 row blocks (a scratch build, against chunk-major, one process, 15 rounds)
-// did better at K = 2560: one token on 2560x2560, 3840x2560 and 6912x2560 1.01-1.05 at one
-// thread and 1.03-1.07 at two, where panels of 16 ran 0.89-0.95 and 1.00-1.03; 2560x6912
-// 1.12 and 0.95 (16: 1.10 and 0.92). The 8B shapes with 32 or 64 ran within the noise
-// of 16 (7 rounds). In a panel of 16, each panel ran at a steady rate from DRAM that
-// grew with K (4096 rows, one thread: 21-23 GB/s for K up to 2688, 26-29 from 4080), and
-// from cache at the rate of the chunk-major kernel. What costs is the tables: a block loads
-// its 1 KiB of tables once per 5 KiB of weights (16 row blocks). With every block reading
-// one and the same 1 KiB (timing only) the panel kernel ran 1.04-1.12x the chunk-major one
-// at K = 2560 instead of 0.85-0.92 (1.14-1.15 instead of 1.04-1.10 at K = 4080), while
-// prefetching the next block's tables (prefetcht0 or prefetcht1, one or two blocks ahead)
-// gained nothing (0.86-0.91 at K = 2560), nor did the tables' addresses or the int16
-// sums' (4 KiB aliasing), and the tl1 tails cost 2-3%. A layout of 32-row-block panels
-// for K >= 2544, which halves the tables' share, is the lead this leaves (a revision of
-// the blob, not taken).
+// With panels of 16 the shapes of K = 2560 lost to chunk-major at one token and one
+// thread (0.85-0.95; 4096 rows by K: 2560 0.85, 3072 0.95, 3600 1.03, 4080 1.04, 6144 1.09).
+// A panel ran at a steady rate from DRAM that grew with K (21-23 GB/s up to K = 2688, 26-29
+// from 4080) and from cache as fast as the chunk-major kernel; what cost was the tables: a
+// block loads its 1 KiB of tables once per 16 row blocks' 5 KiB of weights. With every
+// block reading one and the same 1 KiB (timing only) the panel kernel ran 1.04-1.12x the
+// chunk-major one at K = 2560 instead of 0.85-0.92, while prefetching the next block's
+// tables (prefetcht0 or prefetcht1, one or two blocks ahead) gained nothing, nor did the
+// tables' addresses or the int16 sums' (4 KiB aliasing); the tl1 tails cost 2-3%.
+//
+// Panels of 32 (kernels/6) halve the tables' share. Measured in one process (a blob set of
+// each layout and i2s's, 9-11 rounds in turn, 200 ms trials; panel-major's speed over
+// chunk-major's, medians; 1T / 2T):
+//   - one token, K = 2560: 3840x2560 1.02-1.05 / 1.05-1.11, 6912x2560 1.03-1.04 /
+//     1.01-1.07, 13824x2560 1.01 / 1.06; 4096x3072 1.09 / 1.07; two and four tokens
+//     on those of K = 2560 0.96-1.01 / 0.96-1.09;
+//   - the shapes of kernels/5's rule, panels of 32 over 16: 14336x4096, 4096x14336,
+//     4096x4096 and 6144x4096 0.99-1.03 / 0.99-1.02 at one token, 1.00-1.07 / 0.97-1.06
+//     at two and four;
+//   - fewer rows, one token: 2048x8192 1.08 / 1.07, 3072x8192 1.07 / 1.05, 3200x8640
+//     1.10 / 1.09, 2560x6912 1.12-1.16 / 0.95-1.03; 2560x2560 0.99-1.05 / 1.02-1.12; one
+//     panel (512x4096, 640x2560, 1024x2560, 1024x4096) 1.02-1.09 / 1.05-1.19. But where two
+//     workers cannot split by whole panels (2560 rows: 32, 32 and 16 row blocks; 1536:
+//     32 and 16) two tokens and more at two threads lost: 2560x2560 0.85-0.98 (two),
+//     0.85-0.94 (four), 0.84-0.87 (eight), 1536x2560 0.82-0.91, 2560x6912 0.82-1.02, split
+//     in parts (units of whole blocks or of a row block's block) or by rows (whole panels
+//     or row blocks).
+// So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
+// blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
+// workers), and chunk-major otherwise.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {

@@ -50,15 +50,15 @@ panel-major ones, :data:`TL2_PANEL_MIN_BLOCKS`): the blob stores chunk after chu
 every row block's piece side by side, the last piece ending with the tl1 tail
 (kernels/tl2.go)."""
 
-TL2_PANEL = 16
+TL2_PANEL = 32
 """Row blocks in a panel of a panel-major tl2 blob: the blob stores panel after panel (the
 last may hold fewer), each with every row block's block 0 side by side, then block 1, and so
-on, then every row block's tl1 tail (kernels/tl2.go)."""
+on, then every row block's tl1 tail (kernels/tl2.go). (16 in layout kernels/5.)"""
 
-TL2_PANEL_MIN_BLOCKS = 85
-TL2_PANEL_MIN_ROW_BLOCKS = 128
-"""A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 4080)
-and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 4064), and chunk-major otherwise (Go's
+TL2_PANEL_MIN_BLOCKS = 53
+TL2_PANEL_MIN_ROW_BLOCKS = 120
+"""A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 2544)
+and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 3808), and chunk-major otherwise (Go's
 ``kernels.TL2PanelMinBlocks`` and ``TL2PanelMinRowBlocks``)."""
 
 _LAYOUT_HISTORY = (
@@ -66,7 +66,8 @@ _LAYOUT_HISTORY = (
     ("kernels/2", (Format.TL2,)),  # the tl2 block: five planes of 5-bit codes
     ("kernels/3", (Format.TL1,)),  # the tl1 blob chunk-major, like tl2's
     ("kernels/4", (Format.TL2,)),  # tl2's chunks at most 10 blocks instead of 12
-    ("kernels/5", (Format.TL2,)),  # tl2 blobs of K >= 4080 and M > 4064 panel-major
+    ("kernels/5", (Format.TL2,)),  # tl2 of K >= 4080 and M > 4064 panel-major, panels of 16
+    ("kernels/6", (Format.TL2,)),  # tl2 panels of 32, panel-major from K >= 2544 and M > 3808
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -75,10 +76,6 @@ LAYOUT = _LAYOUT_HISTORY[-1][0]
 """The revision of these layouts (Go's ``kernels.LayoutRevision``, the pack file's
 ``layout``): packed uploads name it, so that bitd refuses a blob whose revision lays its
 format out otherwise, and BitLinear states record it."""
-
-_TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10}
-"""The most tl2 blocks in a chunk of the revisions before kernels/5, whose tl2 blobs were all
-chunk-major (:func:`relayout` reads them)."""
 
 TL1_CHUNK = 256
 """The most tl1 units (4 inputs each) in a chunk: a tl1 blob stores chunk after chunk, each
@@ -105,6 +102,13 @@ class Layout:
     k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
     kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
     row_block_bytes: int = 0
+    # tl2: the most row blocks of a panel of a panel-major blob (TL2_PANEL, or 16 in a
+    # kernels/5 blob that relayout reads); 0: chunk-major
+    panel_rows: int = 0
+    # tl2, chunk-major: the most blocks of a chunk of an older revision's blob that relayout
+    # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 and kernels/5); 0: this
+    # revision's, TL2_CHUNK
+    tl2_chunk: int = 0
 
     @property
     def row_blocks(self) -> int:
@@ -116,11 +120,41 @@ class Layout:
 
     @property
     def paneled(self) -> bool:
-        """Whether the blob is panel-major (Go's ``Layout.Paneled``): tl2 of at least
-        :data:`TL2_PANEL_MIN_BLOCKS` blocks and :data:`TL2_PANEL_MIN_ROW_BLOCKS` row blocks;
-        every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
-        return (self.format is Format.TL2 and self.k3 // TL2_BLOCK >= TL2_PANEL_MIN_BLOCKS
-                and self.row_blocks >= TL2_PANEL_MIN_ROW_BLOCKS)
+        """Whether the blob is panel-major, in panels of up to :attr:`panel_rows` row blocks
+        (Go's ``Layout.Paneled``): in this revision tl2 of at least
+        :data:`TL2_PANEL_MIN_BLOCKS` blocks and :data:`TL2_PANEL_MIN_ROW_BLOCKS` row blocks, in
+        panels of :data:`TL2_PANEL`; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
+        return self.format is Format.TL2 and self.panel_rows > 0
+
+
+def _tl2_panel_rows(nb: int, mrb: int) -> int:
+    """The row blocks per panel of a tl2 blob of nb blocks and mrb row blocks in this
+    revision's layout: :data:`TL2_PANEL` where it is panel-major, 0 where it is chunk-major
+    (Go's ``kernels.tl2PanelRows``)."""
+    if nb >= TL2_PANEL_MIN_BLOCKS and mrb >= TL2_PANEL_MIN_ROW_BLOCKS:
+        return TL2_PANEL
+    return 0
+
+
+def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
+    """How layout revision ``rev``, one before this one, laid out a tl2 blob of ``l``'s shape
+    (the row blocks' streams are the same in all of them; Go's ``kernels.tl2Before``); None
+    for a revision whose tl2 blocks were encoded otherwise (kernels/1) or that is not one
+    before this one:
+
+    * kernels/2 and kernels/3: chunk-major, chunks of up to 12 blocks;
+    * kernels/4: chunk-major, chunks of up to 10;
+    * kernels/5: panel-major in panels of 16 row blocks where it has at least 85 blocks and
+      128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10 otherwise."""
+    if rev in ("kernels/2", "kernels/3"):
+        return dataclasses.replace(l, panel_rows=0, tl2_chunk=12)
+    if rev == "kernels/4":
+        return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
+    if rev == "kernels/5":
+        if l.k3 // TL2_BLOCK >= 85 and l.row_blocks >= 128:
+            return dataclasses.replace(l, panel_rows=16, tl2_chunk=0)
+        return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
+    return None
 
 
 def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
@@ -141,7 +175,9 @@ def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
     if fmt is Format.TL2:
         k3 = k // TL2_BLOCK * TL2_BLOCK
         kp1 = _round_up(k - k3, 4)
-        return Layout(fmt, m, k, mp, k3 + kp1, k3, kp1, 320 * (k3 // TL2_BLOCK) + 8 * kp1)
+        nb = k3 // TL2_BLOCK
+        return Layout(fmt, m, k, mp, k3 + kp1, k3, kp1, 320 * nb + 8 * kp1,
+                      _tl2_panel_rows(nb, mp // ROW_BLOCK))
     if fmt is Format.INT2:
         kp = _round_up(k, 32)
         return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
@@ -308,8 +344,9 @@ def _enc_tl2(w: torch.Tensor, l: Layout) -> torch.Tensor:
 
 
 def _tl2_order(s: torch.Tensor, l: Layout) -> torch.Tensor:
-    """tl2 row-block streams [rb, row_block_bytes] -> the blob (flat): panel-major where
-    ``l.paneled``, chunk-major (chunks of up to :data:`TL2_CHUNK` blocks) otherwise."""
+    """tl2 row-block streams [rb, row_block_bytes] -> the blob (flat): panel-major (panels of
+    up to ``l.panel_rows`` row blocks) where ``l.paneled``, chunk-major (chunks of up to
+    ``l.tl2_chunk`` or :data:`TL2_CHUNK` blocks) otherwise."""
     return _panel_major(s, l) if l.paneled else _chunk_major(s, l)
 
 
@@ -319,11 +356,11 @@ def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
 
 
 def _panel_runs(l: Layout):
-    """(first row block, row blocks per panel, panels) of a tl2 blob's runs of equal panels:
-    the full panels, then the short last one."""
-    rb = l.row_blocks
-    full = rb // TL2_PANEL * TL2_PANEL
-    return [r for r in ((0, TL2_PANEL, rb // TL2_PANEL), (full, rb - full, 1)) if r[1] * r[2]]
+    """(first row block, row blocks per panel, panels) of a panel-major tl2 blob's runs of
+    equal panels: the full panels of ``l.panel_rows``, then the short last one."""
+    rb, g = l.row_blocks, l.panel_rows
+    full = rb // g * g
+    return [r for r in ((0, g, rb // g), (full, rb - full, 1)) if r[1] * r[2]]
 
 
 def _panel_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
@@ -349,14 +386,18 @@ def _panel_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _pieces(l: Layout, tl2_chunk: int = TL2_CHUNK):
+def _pieces(l: Layout):
     """(first stream byte, piece bytes) of each chunk of a chunk-major blob (tl1, and tl2
-    but the panel-major shapes). tl2: max(1, ceil(nb/tl2_chunk)) chunks (``tl2_chunk``: 12
-    before kernels/4, :data:`_TL2_CHUNK_OF`), chunk c holding blocks c*nb//nc ..
-    (c+1)*nb//nc - 1 (320 bytes each), the last also the tl1 tail; tl1: ceil(nu/256) chunks
-    of the nu = kp/4 units (32 bytes each), spread the same way."""
+    but the panel-major shapes). tl2: nc = max(1, ceil(nb/most)) chunks, most =
+    :data:`TL2_CHUNK` (``l.tl2_chunk`` in an older revision's blob, :func:`_tl2_before`),
+    chunk c holding blocks c*nb//nc .. (c+1)*nb//nc - 1 (320 bytes each), the last also the
+    tl1 tail; tl1: ceil(nu/256) chunks of the nu = kp/4 units (32 bytes each), spread the
+    same way."""
     tl2 = l.format is Format.TL2
-    ns, most, size = (l.k3 // TL2_BLOCK, tl2_chunk, 320) if tl2 else (l.kp // 4, TL1_CHUNK, 32)
+    if tl2:
+        ns, most, size = l.k3 // TL2_BLOCK, l.tl2_chunk or TL2_CHUNK, 320
+    else:
+        ns, most, size = l.kp // 4, TL1_CHUNK, 32
     nc = max(1, -(-ns // most))
     out = []
     for c in range(nc):
@@ -370,10 +411,10 @@ def _chunk_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
     return torch.cat([s[:, o: o + n].reshape(-1) for o, n in _pieces(l)])
 
 
-def _streams(b: torch.Tensor, l: Layout, tl2_chunk: int = TL2_CHUNK) -> torch.Tensor:
+def _streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
     """The blob's chunk-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
     rb, parts, at = l.row_blocks, [], 0
-    for _, n in _pieces(l, tl2_chunk):
+    for _, n in _pieces(l):
         parts.append(b[at: at + rb * n].reshape(rb, n))
         at += rb * n
     return torch.cat(parts, dim=1)
@@ -565,11 +606,13 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
              from_layout: str) -> torch.Tensor:
     """A blob packed in layout revision ``from_layout``, in this revision's layout
     (:data:`LAYOUT`): the blob itself where the format's layout has not changed since; a tl2
-    blob of kernels/2, kernels/3 (chunk-major, chunks of up to 12 blocks) or kernels/4
-    (chunk-major, up to 10) laid out as this revision lays out its shape (its row-block
-    streams are unchanged): panel-major where :attr:`Layout.paneled`, else chunk-major with
-    chunks of up to 10 (a kernels/4 blob of such a shape comes back byte for byte), checked
-    by decoding it. Any other change is a ValueError naming the revisions."""
+    blob of kernels/2 to kernels/5, read as that revision laid out its shape
+    (:func:`_tl2_before`: chunk-major in chunks of up to 12 blocks, or 10, or in kernels/5
+    panel-major in panels of 16 row blocks), laid out as this revision lays out its shape
+    (its row-block streams are unchanged): panel-major in panels of :data:`TL2_PANEL` where
+    :attr:`Layout.paneled`, else chunk-major with chunks of up to :data:`TL2_CHUNK` (a
+    kernels/4 or kernels/5 blob of such a shape comes back byte for byte), checked by
+    decoding it. Any other change is a ValueError naming the revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     revs = [r for r, _ in _LAYOUT_HISTORY]
@@ -579,8 +622,9 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     changes = [r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:] if l.format in fs]
     if not changes:
         return b
-    if l.format is Format.TL2 and from_layout in _TL2_CHUNK_OF:
-        out = _tl2_order(_streams(b, l, _TL2_CHUNK_OF[from_layout]), l)
+    before = _tl2_before(from_layout, l) if l.format is Format.TL2 else None
+    if before is not None:  # the same streams, laid out as from_layout stored them
+        out = _tl2_order(_tl2_streams(b, before), l)
         unpack(l.format, m, k, out)  # a code outside the format's set: not such a blob
         return out
     raise ValueError(f"{l.format.value} blobs changed layout in {changes[0]}, after "

@@ -87,10 +87,30 @@ def torch_at_least(major: int, minor: int) -> bool:
     return (int(v[0]), int(v[1])) >= (major, minor)
 
 
-TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10, "kernels/5": 10}
-"""The most blocks in a chunk of a chunk-major tl2 blob, by layout revision: every tl2 blob
-before kernels/5, and in kernels/5 those of fewer than 85 blocks (K < 4080) or 128 row blocks
-(M <= 4064)."""
+TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10, "kernels/5": 10,
+                "kernels/6": 10}
+"""The most blocks in a chunk of a chunk-major tl2 blob, by layout revision (tl2_panel_of
+says which blobs were chunk-major)."""
+
+TL2_PANEL = 32
+TL2_PANEL_MIN_M, TL2_PANEL_MIN_K = 3809, 2544
+"""This revision's tl2 panel rule, stated here independently of bitgo.reference
+(kernels/layout.go): a tl2 blob of M >= TL2_PANEL_MIN_M (120 row blocks) and K >=
+TL2_PANEL_MIN_K (53 blocks) is panel-major, in panels of TL2_PANEL row blocks; any other is
+chunk-major."""
+
+
+def tl2_panel_of(m, k, rev):
+    """The row blocks per panel of an m x k tl2 blob as layout revision ``rev`` (kernels/2 on)
+    stored it, 0 where it was chunk-major: every tl2 blob before kernels/5; in kernels/5 those
+    of K < 4080 or M <= 4064 (the others in panels of 16); in kernels/6 those short of
+    TL2_PANEL_MIN_M or TL2_PANEL_MIN_K (the others in panels of TL2_PANEL)."""
+    if rev == "kernels/6":
+        return TL2_PANEL if m >= TL2_PANEL_MIN_M and k >= TL2_PANEL_MIN_K else 0
+    if rev == "kernels/5":
+        return 16 if m > 4064 and k >= 4080 else 0
+    assert rev in TL2_CHUNK_OF, f"no tl2 layout of {rev}"
+    return 0
 
 
 def tl2_streams(w):
@@ -113,20 +133,26 @@ def tl2_chunk_major(s, k, most):
     return torch.cat([s[:, 320 * (c * nb // nc): e].reshape(-1) for c, e in enumerate(ends)])
 
 
-def tl2_panel_major(s, k):
-    """tl2 row-block streams [Mrb, S] laid out panel-major: panels of 16 row blocks (the last
+def tl2_panel_major(s, k, g):
+    """tl2 row-block streams [Mrb, S] laid out panel-major: panels of g row blocks (the last
     may hold fewer), each its row blocks' block 0 in turn, then block 1, ..., then their tl1
     tails in turn."""
     nb, out = k // 48, []
-    for r0 in range(0, s.shape[0], 16):
-        p = s[r0: r0 + 16]
+    for r0 in range(0, s.shape[0], g):
+        p = s[r0: r0 + g]
         out += [p[:, : 320 * nb].reshape(p.shape[0], nb, 320).transpose(0, 1).reshape(-1),
                 p[:, 320 * nb:].reshape(-1)]
     return torch.cat(out)
 
 
+def tl2_in_revision(s, m, k, rev):
+    """The row-block streams [Mrb, S] of an m x k tl2 blob laid out as layout revision ``rev``
+    (kernels/2 on) stored them (tl2_panel_of, TL2_CHUNK_OF)."""
+    g = tl2_panel_of(m, k, rev)
+    return tl2_panel_major(s, k, g) if g else tl2_chunk_major(s, k, TL2_CHUNK_OF[rev])
+
+
 def tl2_as_revision(blob, m, k, rev):
-    """A tl2 blob of this revision as ``rev`` (kernels/2 to kernels/4) stored it: chunk-major,
-    with chunks of up to TL2_CHUNK_OF[rev] blocks."""
+    """A tl2 blob of this revision as ``rev`` (kernels/2 on) stored it (tl2_in_revision)."""
     from bitgo import reference as R
-    return tl2_chunk_major(tl2_streams(R.unpack("tl2", m, k, blob)), k, TL2_CHUNK_OF[rev])
+    return tl2_in_revision(tl2_streams(R.unpack("tl2", m, k, blob)), m, k, rev)

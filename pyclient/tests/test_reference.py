@@ -8,8 +8,9 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, TL2_CHUNK_OF, assert_bits_equal, tl2_as_revision,
-                      tl2_chunk_major, tl2_panel_major, tl2_streams)
+from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL, TL2_PANEL_MIN_K, TL2_PANEL_MIN_M,
+                      assert_bits_equal, tl2_as_revision, tl2_chunk_major, tl2_in_revision,
+                      tl2_panel_major, tl2_panel_of, tl2_streams)
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -94,8 +95,8 @@ def test_unpack_refuses_invalid_codes(fmt, byte_index, value, words):
 
 
 PANEL_M = 130 * 32 - 5
-"""M of the panel-major tests: 130 row blocks, eight panels of 16 and one of 2 (a tl2 blob is
-panel-major from 128 row blocks and 85 blocks on)."""
+"""M of the panel-major tests: 130 row blocks, four panels of 32 and one of 2 (eight of 16 and
+one of 2 in kernels/5); panel-major in kernels/5 too with K >= 4080."""
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +118,15 @@ def tl2_big():
 
 @pytest.mark.parametrize("k,nb,kp1", [(48 * 13 + 4, 13, 4), (48 * 25, 25, 0), (48 * 11 + 3, 11, 4), (20, 0, 20)])
 def test_tl2_chunk_major(k, nb, kp1):
-    """A tl2 blob of fewer than 85 blocks or 128 row blocks stores its chunks (ceil(nb/10) of
-    them, blocks spread evenly) one after another, each holding every row block's piece side
-    by side, the last piece ending with the tl1 tail; a one-row-block blob is that row block's
-    stream. K = 48*13 + 4: chunks of 6 and 7 blocks and a 4-input tail; 48*25: 8, 8, 9
-    blocks; 48*11 + 3: 5 and 6 blocks and a 3-input tail; 20: the tail alone."""
+    """A tl2 blob short of the panel rule (M = 70 is fewer than TL2_PANEL_MIN_M) stores its
+    chunks (ceil(nb/10) of them, blocks spread evenly) one after another, each holding every
+    row block's piece side by side, the last piece ending with the tl1 tail; a one-row-block
+    blob is that row block's stream. K = 48*13 + 4: chunks of 6 and 7 blocks and a 4-input
+    tail; 48*25: 8, 8, 9 blocks; 48*11 + 3: 5 and 6 blocks and a 3-input tail; 20: the tail
+    alone."""
     g = torch.Generator().manual_seed(k)
     m = 70
-    assert not R.layout("tl2", m, k).paneled
+    assert m < TL2_PANEL_MIN_M and not R.layout("tl2", m, k).paneled
     w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
     blob = R.pack("tl2", w)
     rbs = 3
@@ -144,22 +146,26 @@ def test_tl2_chunk_major(k, nb, kp1):
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
 
 
-@pytest.mark.parametrize("k,nb,kp1", [(48 * 88 + 7, 88, 8), (48 * 85, 85, 0)])
-def test_tl2_panel_major(tl2_big, k, nb, kp1):
-    """A tl2 blob of at least 85 blocks and 128 row blocks stores panels of 16 row blocks (the
-    last may hold fewer), panel p at 16*p*S: in a panel of g row blocks, local row block i's
-    block b at 320*(b*g + i), then its tl1 tail at 320*nb*g + 8*kp1*i. M = 4155: panels of
-    16 (eight) and 2. K = 48*88 + 7: 88 blocks and a 7-input tail padded to 8; 48*85: the
-    fewest blocks of a panel-major blob, no tail."""
-    m = PANEL_M
-    assert R.layout("tl2", m, k).paneled
+@pytest.mark.parametrize("m,k,mrb,nb,kp1", [
+    (PANEL_M, 48 * 88 + 7, 130, 88, 8), (PANEL_M, 48 * 85, 130, 85, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, -(-TL2_PANEL_MIN_M // 32), TL2_PANEL_MIN_K // 48, 0)])
+def test_tl2_panel_major(tl2_big, m, k, mrb, nb, kp1):
+    """A tl2 blob of at least TL2_PANEL_MIN_M rows and TL2_PANEL_MIN_K inputs stores panels of
+    32 row blocks (the last may hold fewer), panel p at 32*p*S: in a panel of g row blocks,
+    local row block i's block b at 320*(b*g + i), then its tl1 tail at 320*nb*g + 8*kp1*i. M
+    = 4155: panels of 32 (four) and 2. K = 48*88 + 7: 88 blocks and a 7-input tail padded to
+    8; 48*85: no tail. TL2_PANEL_MIN_M x TL2_PANEL_MIN_K: the smallest panel-major blob, no
+    tail."""
+    lay = R.layout("tl2", m, k)
+    assert lay.paneled and lay.panel_rows == TL2_PANEL == 32
     w, blob, s = tl2_big(m, k)
-    mrb, size = s.shape
-    assert (mrb, size) == (130, 320 * nb + 8 * kp1) and blob.numel() == mrb * size
+    size = s.shape[1]
+    assert s.shape == (mrb, 320 * nb + 8 * kp1) and blob.numel() == mrb * size
+    panels = [min(32, mrb - r0) for r0 in range(0, mrb, 32)]
+    assert m != PANEL_M or panels == [32, 32, 32, 32, 2]
     for rb in range(mrb):
-        p, i = divmod(rb, 16)
-        gp, at = min(16, mrb - 16 * p), 16 * p * size
-        assert gp == (2 if p == 8 else 16)
+        p, i = divmod(rb, 32)
+        gp, at = panels[p], 32 * p * size
         for b in range(nb):
             off = at + 320 * (b * gp + i)
             assert torch.equal(blob[off: off + 320], s[rb, 320 * b: 320 * b + 320]), (rb, b)
@@ -170,62 +176,86 @@ def test_tl2_panel_major(tl2_big, k, nb, kp1):
 
 def test_tl2_panel_major_by_hand():
     """Marked weights land where the panel-major layout says, worked out without packing
-    streams: M = 4155 (Mrb = 130: eight panels of 16, then one of 2), K = 4231 (nb = 88, a
+    streams: M = 4155 (Mrb = 130: four panels of 32, then one of 2), K = 4231 (nb = 88, a
     tail of 7 inputs padded to kp1 = 8), so S = 28224. Zero weights are all-zero blocks and
-    tail bytes 0x44 (index 4 twice)."""
+    tail bytes 0x44 (index 4 twice). The same blob laid out as kernels/5 did, by hand (eight
+    panels of 16, then one of 2), is relaid out into it."""
     m, k, nb, kp1, size, mrb = PANEL_M, 48 * 88 + 7, 88, 8, 28224, 130
     w = torch.zeros(m, k, dtype=torch.int8)
-    want = torch.zeros(mrb * size, dtype=torch.uint8)
-    panels = [16] * 8 + [2]
-    for p, gp in enumerate(panels):
-        want[16 * p * size + 320 * nb * gp: 16 * p * size + gp * size] = 0x44
+    wants = {}
+    for g, panels in ((32, [32] * 4 + [2]), (16, [16] * 8 + [2])):
+        want = torch.zeros(mrb * size, dtype=torch.uint8)
+        for p, gp in enumerate(panels):
+            want[g * p * size + 320 * nb * gp: g * p * size + gp * size] = 0x44
 
-    def block(rb, b):  # the blob offset of row block rb's tl2 block b
-        p, i = divmod(rb, 16)
-        return 16 * p * size + 320 * (b * panels[p] + i)
+        def block(rb, b):  # the blob offset of row block rb's tl2 block b
+            p, i = divmod(rb, g)
+            return g * p * size + 320 * (b * panels[p] + i)
 
-    def tail(rb):
-        p, i = divmod(rb, 16)
-        return 16 * p * size + 320 * nb * panels[p] + 8 * kp1 * i
+        def tail(rb):
+            p, i = divmod(rb, g)
+            return g * p * size + 320 * nb * panels[p] + 8 * kp1 * i
 
-    # code -> plane t//3, bits 5*(t%3) of word r (the row in its row block)
-    w[0, 0:3] = torch.tensor([1, 0, 0])  # v = 9: code 9, plane 0, bits 0-4
-    want[block(0, 0)] = 9
-    w[17 * 32 + 5, 96 + 12: 96 + 15] = torch.tensor([0, 1, 1])  # v = 4: plane 1, bits 5-9
-    want[block(17, 2) + 64 * 1 + 2 * 5] = 4 << 5
-    w[127 * 32 + 31, 48 * 87 + 42: 48 * 87 + 45] = torch.tensor([1, 1, 1])  # 13: plane 4, 10-14
-    want[block(127, 87) + 64 * 4 + 2 * 31 + 1] = 13 << 2
-    w[128 * 32 + 1, 48 * 50 + 6: 48 * 50 + 9] = torch.tensor([0, -1, 1])  # v = -2: code 18
-    want[block(128, 50) + 64 * 0 + 2 * 1 + 1] = 18 << 2  # plane 0, bits 10-14
-    w[129 * 32 + 26, 48 * 87 + 45: 48 * 87 + 48] = torch.tensor([-1, 0, 0])  # t 15: 25 = 0b11001
-    for j in (0, 3, 4):  # bit j of the code in bit 15 of plane j's word
-        want[block(129, 87) + 64 * j + 2 * 26 + 1] = 0x80
-    # tl1 tail: byte r of unit u = index of inputs (4u, 4u+1) | index of (4u+2, 4u+3) << 4
-    w[20 * 32 + 3, 4224 + 2: 4224 + 4] = torch.tensor([1, -1])  # index 3 - 1 + 4 = 6
-    want[tail(20) + 3] = 0x64
-    w[129 * 32, 4230] = -1  # unit 1, inputs (4228, 4229) index 4, (4230, pad) 3*-1 + 0 + 4 = 1
-    want[tail(129) + 32 + 0] = 0x14
-    w[128 * 32 + 2, 4227] = 1  # unit 0, inputs (4226, 4227): index 0 + 1 + 4 = 5
-    want[tail(128) + 2] = 0x54
+        # code -> plane t//3, bits 5*(t%3) of word r (the row in its row block)
+        w[0, 0:3] = torch.tensor([1, 0, 0])  # v = 9: code 9, plane 0, bits 0-4
+        want[block(0, 0)] = 9
+        w[17 * 32 + 5, 96 + 12: 96 + 15] = torch.tensor([0, 1, 1])  # v = 4: plane 1, bits 5-9
+        want[block(17, 2) + 64 * 1 + 2 * 5] = 4 << 5
+        w[127 * 32 + 31, 48 * 87 + 42: 48 * 87 + 45] = torch.tensor([1, 1, 1])  # 13: plane 4
+        want[block(127, 87) + 64 * 4 + 2 * 31 + 1] = 13 << 2  # bits 10-14
+        w[128 * 32 + 1, 48 * 50 + 6: 48 * 50 + 9] = torch.tensor([0, -1, 1])  # v = -2: code 18
+        want[block(128, 50) + 64 * 0 + 2 * 1 + 1] = 18 << 2  # plane 0, bits 10-14
+        w[129 * 32 + 26, 48 * 87 + 45: 48 * 87 + 48] = torch.tensor([-1, 0, 0])  # t 15: 0b11001
+        for j in (0, 3, 4):  # bit j of the code in bit 15 of plane j's word
+            want[block(129, 87) + 64 * j + 2 * 26 + 1] = 0x80
+        # tl1 tail: byte r of unit u = index of inputs (4u, 4u+1) | index of (4u+2, 4u+3) << 4
+        w[20 * 32 + 3, 4224 + 2: 4224 + 4] = torch.tensor([1, -1])  # index 3 - 1 + 4 = 6
+        want[tail(20) + 3] = 0x64
+        w[129 * 32, 4230] = -1  # unit 1, inputs (4228, 4229) index 4, (4230, pad) 3*-1 + 4 = 1
+        want[tail(129) + 32 + 0] = 0x14
+        w[128 * 32 + 2, 4227] = 1  # unit 0, inputs (4226, 4227): index 0 + 1 + 4 = 5
+        want[tail(128) + 2] = 0x54
+        wants[g] = want
     blob = R.pack("tl2", w)
-    assert_bits_equal(blob, want)
+    assert_bits_equal(blob, wants[32])
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
+    assert not torch.equal(wants[16], wants[32])
+    assert_bits_equal(R.relayout("tl2", m, k, wants[16], "kernels/5"), blob)
 
 
-@pytest.mark.parametrize("m,k,paneled", [(4064, 4080, False), (4065, 4079, False),
-                                         (4065, 4080, True)])
+@pytest.mark.parametrize("m,k,paneled", [
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, False), (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K - 1, False),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, True)])
 def test_tl2_layout_rule_boundary(tl2_big, m, k, paneled):
-    """A tl2 blob is panel-major from 85 blocks (K >= 4080) and 128 row blocks (M > 4064) on,
-    chunk-major with chunks of up to 10 blocks below either (kernels/layout.go): 4064 x 4080
-    is 127 row blocks of 85 blocks, 4065 x 4079 128 row blocks of 84 blocks and a tail."""
+    """A tl2 blob is panel-major, in panels of 32 row blocks, from TL2_PANEL_MIN_K inputs and
+    TL2_PANEL_MIN_M rows on (kernels/layout.go), chunk-major with chunks of up to 10 blocks
+    below either: one row fewer is a row block fewer, one input fewer a block fewer and a
+    47-input tail."""
     lay = R.layout("tl2", m, k)
-    assert lay.paneled == paneled
-    assert (lay.row_blocks, lay.k3 // 48) == (-(-m // 32), k // 48)
+    assert lay.paneled == paneled and lay.panel_rows == (32 if paneled else 0)
+    # the rule's boundary: the first row of a row block, the first input of a block
+    assert (TL2_PANEL_MIN_M % 32, TL2_PANEL_MIN_K % 48) == (1, 0)
+    assert lay.row_blocks == TL2_PANEL_MIN_M // 32 + 1 - (m < TL2_PANEL_MIN_M)
+    assert lay.k3 // 48 == TL2_PANEL_MIN_K // 48 - (k < TL2_PANEL_MIN_K)
     w, blob, s = tl2_big(m, k)
-    panel, chunk = tl2_panel_major(s, k), tl2_chunk_major(s, k, 10)
+    panel, chunk = tl2_panel_major(s, k, 32), tl2_chunk_major(s, k, 10)
     assert not torch.equal(panel, chunk)
     assert torch.equal(blob, panel if paneled else chunk)
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
+
+
+@pytest.mark.parametrize("m,k,g", [(4064, 4080, 0), (4065, 4079, 0), (4065, 4080, 16)])
+def test_tl2_layout_rule_boundary_of_kernels_5(tl2_big, m, k, g):
+    """relayout reads a kernels/5 tl2 blob as kernels/5 laid it out: panel-major in panels of
+    16 row blocks from 85 blocks (K >= 4080) and 128 row blocks (M > 4064) on, chunk-major
+    with chunks of up to 10 blocks below either (4064 x 4080 is 127 row blocks of 85 blocks,
+    4065 x 4079 128 row blocks of 84 blocks and a tail)."""
+    assert tl2_panel_of(m, k, "kernels/5") == g
+    w, blob, s = tl2_big(m, k)
+    panel, chunk = tl2_panel_major(s, k, 16), tl2_chunk_major(s, k, 10)
+    assert not torch.equal(panel, chunk) and not torch.equal(panel, blob)
+    old = panel if g else chunk
+    assert torch.equal(R.relayout("tl2", m, k, old, "kernels/5"), blob)
 
 
 @pytest.mark.parametrize("m", [1, 31, 33, 545])
@@ -463,16 +493,17 @@ def test_tl1_chunk_major(k, nc):
 @pytest.mark.parametrize("k", [48 * 11 + 3, 48 * 21, 48 * 25, 48 * 298 + 32, 20])
 def test_relayout_tl2_from_chunk_major(k):
     """relayout re-chunks a chunk-major tl2 blob of kernels/2 or kernels/3 (chunks of up to 12
-    blocks) into this revision's chunks of up to 10, and gives a kernels/4 blob of a shape
-    that is still chunk-major back as it is; the blocks themselves are unchanged. K = 48*11 +
-    3 is one chunk of 12 and two of 10, 48*21 two and three, 48*298 + 32 (Llama's 14336) 25
-    and 30; 48*25 is three either way, and 20 only a tl1 tail."""
+    blocks) into this revision's chunks of up to 10, and gives a kernels/4 or kernels/5 blob
+    of a shape that is still chunk-major back as it is; the blocks themselves are unchanged.
+    K = 48*11 + 3 is one chunk of 12 and two of 10, 48*21 two and three, 48*298 + 32 (Llama's
+    14336) 25 and 30; 48*25 is three either way, and 20 only a tl1 tail."""
     g = torch.Generator().manual_seed(k)
     m = 70
     w = torch.randint(-1, 2, (m, k), generator=g, dtype=torch.int8)
     new = R.pack("tl2", w)
     nb = k // 48
-    for rev in ("kernels/2", "kernels/3", "kernels/4"):
+    assert not R.layout("tl2", m, k).paneled
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5"):
         old = tl2_as_revision(new, m, k, rev)
         same = -(-nb // TL2_CHUNK_OF[rev]) == -(-nb // 10)  # differ when the chunk count does
         assert torch.equal(old, new) == same, rev
@@ -480,22 +511,29 @@ def test_relayout_tl2_from_chunk_major(k):
     assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
 
 
-@pytest.mark.parametrize("m,k,revs", [
-    (PANEL_M, 48 * 88 + 7, ("kernels/2", "kernels/3", "kernels/4")),
-    (PANEL_M, 48 * 85, ("kernels/4",)),
-    (4064, 4080, ("kernels/3", "kernels/4")),
+@pytest.mark.parametrize("m,k,g5,revs", [
+    (PANEL_M, 48 * 88 + 7, 16, ("kernels/2", "kernels/3", "kernels/4", "kernels/5")),
+    (PANEL_M, 48 * 85, 16, ("kernels/4", "kernels/5")),
+    (4064, 4080, 0, ("kernels/3", "kernels/4", "kernels/5")),
+    (4000, 2600, 0, ("kernels/2", "kernels/4", "kernels/5")),
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 0, ("kernels/3", "kernels/4", "kernels/5")),
 ])
-def test_relayout_tl2_panel_major(tl2_big, m, k, revs):
-    """relayout lays a chunk-major tl2 blob of a panel-major shape (4155 x 4231: 88 blocks, a
-    tail, panels of 16 and a short one; 4155 x 4080) out panel-major, and one of a shape just
-    short of the rule (4064 x 4080: 127 row blocks) out chunk-major: from kernels/4 the blob
-    it was."""
+def test_relayout_tl2_panel_major(tl2_big, m, k, g5, revs):
+    """relayout lays a tl2 blob of an earlier revision out as this revision does its shape:
+    4155 x 4231 (88 blocks, a tail) and 4155 x 4080, chunk-major before kernels/5 and
+    panel-major in panels of 16 in kernels/5, panel-major in panels of 32 (four and a short
+    one); 4064 x 4080 (127 row blocks: just short of kernels/5's rule) and 4000 x 2600 (125
+    row blocks of 54 blocks and a tail), chunk-major up to kernels/5, panel-major too; and
+    one row block short of this revision's rule, chunk-major in chunks of 10: from kernels/4
+    and kernels/5 the blob it was."""
     w, new, s = tl2_big(m, k)
-    paneled = R.layout("tl2", m, k).paneled
-    assert paneled == (m == PANEL_M)
+    paneled = tl2_panel_of(m, k, R.LAYOUT) > 0
+    assert R.layout("tl2", m, k).paneled == paneled
+    assert torch.equal(tl2_in_revision(s, m, k, R.LAYOUT), new)
+    assert tl2_panel_of(m, k, "kernels/5") == g5
     for rev in revs:
-        old = tl2_chunk_major(s, k, TL2_CHUNK_OF[rev])
-        assert torch.equal(old, new) == (not paneled and rev == "kernels/4"), rev
+        old = tl2_in_revision(s, m, k, rev)
+        assert torch.equal(old, new) == (not paneled and rev in ("kernels/4", "kernels/5")), rev
         assert torch.equal(R.relayout("tl2", m, k, old, rev), new), rev
     assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
 
@@ -513,16 +551,19 @@ def test_relayout_refuses_what_it_cannot_convert():
     # formats whose layout has not changed since are read as they are
     assert torch.equal(R.relayout("i2s", 40, 300, i2s, "kernels/1"), i2s)
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
+    assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/5"), tl1)
     # a blob that does not decode once laid out anew (not a blob of that revision) is refused,
-    # a kernels/4 one too where the layout is the same (40 x 300: chunk-major still)
+    # a kernels/4 or kernels/5 one too where the layout is the same (40 x 300: chunk-major)
     bad = torch.full_like(tl2, 0xFF)
-    for rev in ("kernels/2", "kernels/3", "kernels/4"):
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5"):
         with pytest.raises(ValueError, match="invalid tl2 blob: tl2 code > 13"):
             R.relayout("tl2", 40, 300, bad, rev)
-    old = tl2_as_revision(tl2, 40, 300, "kernels/4")
-    old[320 * 3 + 2 * 2] = 0x0E  # one chunk, row block 0's first: block 3, row 2, code 14
-    with pytest.raises(ValueError, match="tl2 code > 13 .* at row 2, inputs 144-146"):
-        R.relayout("tl2", 40, 300, old, "kernels/4")
+    for rev in ("kernels/4", "kernels/5"):
+        old = tl2_as_revision(tl2, 40, 300, rev)
+        assert torch.equal(old, tl2)
+        old[320 * 3 + 2 * 2] = 0x0E  # one chunk, row block 0's first: block 3, row 2, code 14
+        with pytest.raises(ValueError, match="tl2 code > 13 .* at row 2, inputs 144-146"):
+            R.relayout("tl2", 40, 300, old, rev)
     with pytest.raises(ValueError, match="blob has 7 bytes"):
         R.relayout("tl2", 40, 300, tl2[:7], "kernels/4")
 

@@ -10,7 +10,7 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import assert_bits_equal
+from conftest import TL2_PANEL, assert_bits_equal
 
 
 def _cfg(case) -> QuantConfig:
@@ -30,11 +30,12 @@ def test_vectors_cover_every_format_and_setting(vectors):
                                        "per-group:128", "none"}
     assert {c["scale"] for c in lin} >= {"tensor", "row", "group:32", "group:128", "none"}
     assert any(c["m"] % 32 and c["k"] % 4 for c in lin)  # ragged shapes
-    # tl2: chunk-major blobs, and a panel-major one (K >= 4080, M > 4064) with full panels of
-    # 16 row blocks, a short last one and a tl1 tail
+    # tl2: chunk-major blobs, and a panel-major one with full panels of TL2_PANEL row blocks,
+    # a short last one and a tl1 tail
     tl2 = [R.layout("tl2", c["m"], c["k"]) for c in lin if c["format"] == "tl2"]
     assert any(not t.paneled for t in tl2)
-    assert any(t.paneled and t.row_blocks % 16 and t.kp1 for t in tl2)
+    assert any(t.paneled and t.panel_rows == TL2_PANEL and t.row_blocks > TL2_PANEL
+               and t.row_blocks % TL2_PANEL and t.kp1 for t in tl2)
     assert {c["kind"] for c in vectors.cases} == {"linear", "recipe"}
 
 

@@ -111,9 +111,9 @@ var shapes = [][2]int{
 // (171, 171 and 172 units) and four tl2 chunks (42 blocks) with a 38-input tail.
 var chunkedShape = [2]int{35, 2054}
 
-// panelShape is tl2's second case, a panel-major blob (at least 85 blocks and 128 row
-// blocks): M = 4100 is 129 row blocks, eight panels of 16 and one of a single row block; K =
-// 4100 is 85 blocks and a 20-input tail.
+// panelShape is tl2's second case, a panel-major blob (kernels.TL2PanelMinBlocks blocks and
+// kernels.TL2PanelMinRowBlocks row blocks or more): M = 4100 is 129 row blocks, four panels
+// of 32 and one of a single row block; K = 4100 is 85 blocks and a 20-input tail.
 var panelShape = [2]int{4100, 4100}
 
 var tokenCounts = []int{1, 3, 7, 2, 5}
