@@ -116,7 +116,7 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 	}
 	c.granule = 1
 	if g, ok := k.(Granular); ok {
-		c.granule = max(1, g.RowGranule(l))
+		c.granule = max(1, g.RowGranule(l, a.N))
 	}
 	mrb := l.Layout.RowBlocks()
 	split(c.name, (mrb+c.granule-1)/c.granule, once, c.run)
@@ -129,8 +129,9 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 // split 40/40: tl2 0.39-0.43x i2s's speed, against 1.0-1.06x with the chunk-major layout
 // before; 2048x2560 and 3072x2560, whose halves are whole panels, ran as before).
 type Granular interface {
-	// RowGranule is the row blocks of one unit of l's row split (the last may be short).
-	RowGranule(l *Layer) int
+	// RowGranule is the row blocks of one unit of l's row split of a call of n tokens (the
+	// last may be short).
+	RowGranule(l *Layer, n int) int
 }
 
 // splitCall is RunSplit's call in flight, kept in its Acts (one call at a time, as the

@@ -37,7 +37,7 @@ func TestTL2PanelGEMV(t *testing.T) {
 				if !tl.Layout.Paneled() {
 					t.Fatalf("%s: not panel-major", what)
 				}
-				if g := k.RowGranule(tl.Layer); g != TL2Panel {
+				if g := k.RowGranule(tl.Layer, n); g != TL2Panel {
 					t.Fatalf("%s: row granule %d, want %d", what, g, TL2Panel)
 				}
 				checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
@@ -71,10 +71,12 @@ func TestTL2PanelGEMV(t *testing.T) {
 		}
 		n := gemmMinN
 		eachShape(t, k.Name(), k, k.format, rng, [][2]int{{4096, 4080}}, 1, []int{n}, func(what string, tl testLayer, x []float32, n int, want []float32) {
-			if !k.useGemm(tl.Layer, n) {
-				t.Fatalf("%s: not the GEMM", what)
+			if !k.useGemm(tl.Layer, n) || k.RowGranule(tl.Layer, n) != 1 {
+				t.Fatalf("%s: not the GEMM (row granule %d)", what, k.RowGranule(tl.Layer, n))
 			}
 			checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
+			out, _ := runPanelSplit(t, what, k, tl.Layer, x, n, 3) // (3 workers: ranges within panels)
+			checkExact(t, what+", 3 workers", out, want, tl.Spec.Out)
 		})
 	}
 }
@@ -94,7 +96,8 @@ func runPanelSplit(t *testing.T, what string, k *simdKernel, l *Layer, x []float
 	_, inParts := panelUnits(l.Layout)
 	var bad []string
 	split := func(class string, units int, _ bool, fn func(w, lo, hi int)) {
-		want := (mrb + TL2Panel - 1) / TL2Panel
+		g := k.RowGranule(l, n) // whole panels, but for the GEMM
+		want := (mrb + g - 1) / g
 		switch {
 		case strings.HasSuffix(class, "/parts"):
 			want, parted = inParts, true

@@ -1321,9 +1321,13 @@ const tl2PanelFlush = 5
 // helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.)
 const panelCopies = 2
 
-// RowGranule: a tl2 blob's panels (Granular).
-func (k *simdKernel) RowGranule(l *Layer) int {
-	if l.Layout.Paneled() && k.ops.panel[1] != nil {
+// RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
+// (useGemm) gathers each row block's stream on its own (unpackRB) and splits by row blocks.
+// By whole panels the GEMM's two workers took 128 and 88 of 6912x2560's 216 row blocks:
+// 128 tokens at two threads (one process, 7 rounds in turn) ran 0.87x as fast as the
+// chunk-major layout, by row blocks 0.97-0.99x.
+func (k *simdKernel) RowGranule(l *Layer, n int) int {
+	if l.Layout.Paneled() && k.ops.panel[1] != nil && !k.useGemm(l, n) {
 		return l.Layout.PanelRows()
 	}
 	return 1
@@ -1628,30 +1632,35 @@ type threadBuf struct {
 	sums   []int32
 	groups []lutGroup // runLUT's token groups
 	lut    []byte     // tl2: one chunk's tables, built by this thread
-	stream []byte     // tl2: a row block's stream gathered for the GEMM's unpack (unpackRB)
-	acc    []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
-	segs   []panelSeg // tl2: a panel-major sweep's segments
-	pa     panelArgs
-	x      []byte // int1, one token: the activations expanded by this thread (plan.expand)
-	b      []byte
-	g      gemvArgs
-	mm     gemmArgs
-	ua     unpackArgs
-	la     lutArgs
-	epi    epiArgs
-	y      []float32 // gemvArgs.EY
-	f      floatArgs
-	tab    [32]byte
-	am     amxArgs
-	av     amxvArgs
-	av2    amxv2Args
-	cfg    [64]byte    // am.Cfg, av.Cfg
-	one    func(*byte) // tl2: the one-token kernel of a sweep (oneKernel; nil: luts()'s)
+	// tl2: the streams of row blocks [streamRB0, streamRB1) of the blob at streamOf, gathered
+	// for the GEMM's unpack (unpackRB)
+	stream               []byte
+	streamOf             *byte
+	streamRB0, streamRB1 int
+
+	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
+	segs []panelSeg // tl2: a panel-major sweep's segments
+	pa   panelArgs
+	x    []byte // int1, one token: the activations expanded by this thread (plan.expand)
+	b    []byte
+	g    gemvArgs
+	mm   gemmArgs
+	ua   unpackArgs
+	la   lutArgs
+	epi  epiArgs
+	y    []float32 // gemvArgs.EY
+	f    floatArgs
+	tab  [32]byte
+	am   amxArgs
+	av   amxvArgs
+	av2  amxv2Args
+	cfg  [64]byte    // am.Cfg, av.Cfg
+	one  func(*byte) // tl2: the one-token kernel of a sweep (oneKernel; nil: luts()'s)
 }
 
 func (tb *threadBuf) release() {
 	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
-	tb.one = nil
+	tb.one, tb.streamOf = nil, nil
 	bufPool.Put(tb)
 }
 
@@ -1815,7 +1824,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	for rb := rb0; rb < rb1; rb++ {
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm {
-			k.unpackRB(l, lp.chunks, rb, ua, bmat, tb)
+			k.unpackRB(l, lp.chunks, rb, rb1, ua, bmat, tb)
 		}
 		for t0 := 0; t0 < n; t0 += tile {
 			T := min(tile, n-t0)
@@ -1855,15 +1864,16 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 }
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
-// per-layer fields set.
-func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs, dst []byte, tb *threadBuf) {
+// other fields set; rb1 ends the caller's range of row blocks. A panel-major blob's row
+// blocks are gathered first, panelGather of them at a time (gatherPanelRBs).
+func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpackArgs, dst []byte, tb *threadBuf) {
 	ly := l.Layout
 	ua.B = unsafe.Pointer(&dst[0])
 	if ly.Paneled() {
-		// Gathered first (RowBlockData: a copy of 320 bytes a block), then unpacked as one
-		// stream: the copy is a small part of the row block's GEMM.
-		tb.stream = ly.RowBlockData(l.Data, rb, tb.stream)
-		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[0]), ly.TL2Blocks(), ly.Kp1/4
+		if tb.streamOf != &l.Data[0] || rb < tb.streamRB0 || rb >= tb.streamRB1 {
+			gatherPanelRBs(l, rb, rb1, tb)
+		}
+		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[(rb-tb.streamRB0)*ly.RowBlockBytes]), ly.TL2Blocks(), ly.Kp1/4
 		k.ops.unpack(argp(ua))
 		return
 	}
@@ -1881,6 +1891,43 @@ func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb int, ua *unpackArgs,
 		}
 		k.ops.unpack(argp(ua))
 	}
+}
+
+// panelGather is how many row blocks of a panel-major blob the GEMM gathers at once
+// (gatherPanelRBs). The GEMM of 128 tokens against the chunk-major layout's, one and two
+// threads (6912x2560, 13824x2560, 3840x2560, 4096x4096, 14336x4096, 4096x14336; one
+// process, 7 rounds in turn): one at a time, 320 bytes of each block 10 KiB apart, 0.94-0.99x
+// as fast; four 0.95-0.99x, faster than one on 9 of the 12; eight 0.95-1.01x (but eight
+// row blocks of K = 14336 take 760 KiB of L2 beside the unpacked one's 448).
+const panelGather = 4
+
+// gatherPanelRBs gathers into tb the streams of row blocks rb.. of a panel-major blob, up
+// to panelGather of them within rb's panel and before rb1, block by block: a block's row
+// blocks lie side by side, 320 bytes each, so each block is one read of 320 bytes a row
+// block, and then the tails.
+func gatherPanelRBs(l *Layer, rb, rb1 int, tb *threadBuf) {
+	ly := l.Layout
+	p0, g := ly.Panel(rb / ly.PanelRows())
+	r := min(panelGather, p0+g-rb, rb1-rb)
+	S, nb := ly.RowBlockBytes, ly.TL2Blocks()
+	if cap(tb.stream) < r*S {
+		tb.stream = make([]byte, max(r, panelGather)*S)
+	}
+	st := tb.stream[:r*S]
+	off, stride := ly.BlockAt(rb, 0)
+	for b := range nb {
+		src := l.Data[off+b*stride:][:320*r]
+		for i := range r {
+			copy(st[i*S+320*b:][:320], src[320*i:])
+		}
+	}
+	if tl := 8 * ly.Kp1; tl > 0 {
+		src := l.Data[ly.TailAt(rb):][:tl*r]
+		for i := range r {
+			copy(st[i*S+320*nb:][:tl], src[tl*i:])
+		}
+	}
+	tb.streamOf, tb.streamRB0, tb.streamRB1 = &l.Data[0], rb, rb+r
 }
 
 // amxUnpackBytes bounds the unpacked row blocks runAMX keeps at once (RowBlock*Kp bytes
@@ -1901,7 +1948,7 @@ func (k *simdKernel) runAMX(l *Layer, a *Acts, rb0, rb1 int, out []float32, p pl
 	for g0 := rb0; g0 < rb1; g0 += per {
 		g1 := min(g0+per, rb1)
 		for rb := g0; rb < g1; rb++ {
-			k.unpackRB(l, lp.chunks, rb, ua, bmat[(rb-g0)*rbBytes:], tb)
+			k.unpackRB(l, lp.chunks, rb, rb1, ua, bmat[(rb-g0)*rbBytes:], tb)
 		}
 		for t0 := 0; t0 < n; t0 += p.xTile {
 			T := min(p.xTile, n-t0)
