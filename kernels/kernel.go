@@ -51,8 +51,8 @@ func Select(l *Layer, n int) (Kernel, error) {
 // range of units is one stretch of memory, where a range of rows is a stretch in every
 // chunk: with two threads on the 8B shapes, tl2 read closer to the memory's rate that way
 // (before those shapes were panel-major, whose whole panels are one stretch: Granular). A
-// panel-major blob runs in parts where its panels would not share out evenly, its blocks
-// the units. Each worker adds into int32 sums of its own, and Finish adds them up per row
+// panel-major blob runs in parts where its panels would not share out evenly, its row
+// blocks' blocks the units. Each worker adds into int32 sums of its own, and Finish adds them up per row
 // block. RunSplit drives it.
 type Parted interface {
 	Kernel
@@ -127,7 +127,8 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 // blocks, so that two workers sharing a panel would each stream the other's half of every
 // block past its caches (measured, 2560x2560 from DRAM at two threads, the 80 row blocks
 // split 40/40: tl2 0.39-0.43x i2s's speed, against 1.0-1.06x with the chunk-major layout
-// before; 2048x2560 and 3072x2560, whose halves are whole panels, ran as before).
+// before; 2048x2560 and 3072x2560, whose halves are whole panels, ran as before). A tl2
+// GEMM, which gathers each row block's stream on its own, splits by row blocks.
 type Granular interface {
 	// RowGranule is the row blocks of one unit of l's row split of a call of n tokens (the
 	// last may be short).

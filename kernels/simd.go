@@ -1011,7 +1011,7 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 }
 
 // partUnits is the units of a call in parts: a chunk-major blob's pieces (chunk by chunk,
-// every row block's), a panel-major one's blocks and tails (panelUnits).
+// every row block's), a panel-major one's row blocks' blocks and tails (panelUnits).
 func partUnits(ly Layout) int {
 	if ly.Paneled() {
 		_, units := panelUnits(ly)
@@ -1046,7 +1046,7 @@ func partStride(l *Layer, a *Acts) int { return l.Layout.RowBlocks() * a.N * Row
 
 // RunUnits sweeps units [u0, u1) into worker w's sums: of a chunk-major blob, chunk c's
 // pieces of row blocks [u0-c*RowBlocks(), u1-c*RowBlocks()), clipped; of a panel-major
-// one, blocks and tails of its panels (panelUnits).
+// one, its row blocks' blocks and tails (panelUnits, unitSegs).
 func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	ps := &a.parts
 	if w < 0 || w >= len(ps.used) {

@@ -112,9 +112,10 @@ var shapes = [][2]int{
 var chunkedShape = [2]int{35, 2054}
 
 // panelShape is tl2's second case, a panel-major blob (kernels.TL2PanelMinBlocks blocks and
-// kernels.TL2PanelMinRowBlocks row blocks or more): M = 4100 is 129 row blocks, four panels
-// of 32 and one of a single row block; K = 4100 is 85 blocks and a 20-input tail.
-var panelShape = [2]int{4100, 4100}
+// kernels.TL2PanelMinRowBlocks row blocks or more), of a K that only layout kernels/6 lays
+// out so: M = 3880 is 122 row blocks, three panels of 32 and one of 26; K = 2600 is 54 blocks
+// and an 8-input tail.
+var panelShape = [2]int{3880, 2600}
 
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
