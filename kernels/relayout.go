@@ -35,12 +35,15 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 }
 
 // Relayout returns a packed m x k blob of format f, packed in layout revision rev, in this
-// build's layout (LayoutRevision): the blob itself where f's layout has not changed since
-// rev; a tl2 blob of kernels/2 to kernels/5 (tl2Before) laid out as this revision lays out
-// its shape (panel-major in panels of TL2Panel row blocks, or chunk-major in chunks of up
-// to TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are the same)
-// and checked (CheckBlob). Any other change is ReadsLayout's error: the blob has to be
-// packed again from its weights.
+// build's layout (LayoutRevision):
+//   - the blob itself where f's layout has not changed since rev, or has not for its shape (a
+//     tl2 blob of kernels/4 or kernels/5 that is chunk-major now too: checked, CheckBlob);
+//   - a tl2 blob of kernels/2 to kernels/5 (tl2Before) laid out as this revision lays out its
+//     shape (panel-major in panels of TL2Panel row blocks, or chunk-major in chunks of up to
+//     TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are the same),
+//     and checked.
+//
+// Any other change is ReadsLayout's error: the blob has to be packed again from its weights.
 func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, error) {
 	err := ReadsLayout(rev, f)
 	if err == nil {
@@ -60,11 +63,14 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	if len(blob) != l.Bytes() {
 		return nil, fmt.Errorf("%w: %s %dx%d blob has %d bytes, want %d", ErrShape, f, m, k, len(blob), l.Bytes())
 	}
-	out := make([]byte, len(blob))
-	var stream []byte
-	for rb := range l.RowBlocks() {
-		stream = before.RowBlockData(blob, rb, stream)
-		l.SetRowBlockData(out, rb, stream)
+	out := blob // laid out as this revision lays its shape out, unless:
+	if before.PanelRows() != l.PanelRows() || !l.Paneled() && before.steps().most != l.steps().most {
+		out = make([]byte, len(blob))
+		var stream []byte
+		for rb := range l.RowBlocks() {
+			stream = before.RowBlockData(blob, rb, stream)
+			l.SetRowBlockData(out, rb, stream)
+		}
 	}
 	if err := CheckBlob(l, out); err != nil {
 		return nil, fmt.Errorf("tl2 blob of %s, laid out for %s: %w", rev, LayoutRevision, err)

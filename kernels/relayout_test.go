@@ -53,8 +53,8 @@ func TestLayoutRevision(t *testing.T) {
 
 // TestRelayout: a tl2 blob of kernels/2 to kernels/5 comes back as this build packs the
 // same weights (chunk-major in chunks of up to 10 blocks, or panel-major in panels of 32
-// row blocks); formats unchanged since a revision come back as they are; the rest is
-// refused. M = 70 with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21,
+// row blocks), itself where it was laid out so already; formats unchanged since a revision
+// come back as they are; the rest is refused. M = 70 with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21,
 // 48*25, 48*298 + 32 (14336: 25 and 30 chunks) and 20 (the tail alone), chunk-major in
 // every revision; 4000 x 2600, chunk-major up to kernels/5, and 4100 x 4100, panel-major
 // in panels of 16 in kernels/5, are panel-major now.
@@ -87,6 +87,9 @@ func TestRelayout(t *testing.T) {
 			got, err := Relayout(c.rev, quantcfg.TL2, m, k, old)
 			if err != nil || !bytes.Equal(got, blob) {
 				t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, c.rev, err, bytes.Equal(got, blob))
+			}
+			if same := !l.Paneled() && c.chunk == 10; same != (&got[0] == &old[0]) {
+				t.Errorf("%dx%d from %s: the blob itself %v, want %v", m, k, c.rev, &got[0] == &old[0], same)
 			}
 		}
 		if got, err := Relayout(LayoutRevision, quantcfg.TL2, m, k, blob); err != nil || &got[0] != &blob[0] {

@@ -168,3 +168,71 @@ func TestRepack(t *testing.T) {
 		t.Errorf("no -o: code %d: %s", code, stderr)
 	}
 }
+
+// asKernels5 is a tl2 blob as layout kernels/5 stored it, written out here from the row
+// blocks' streams: panel-major in panels of 16 row blocks (a panel's row blocks' block 0
+// side by side, then block 1, ..., then their tails) where it has at least 85 blocks and
+// 128 row blocks, chunk-major in chunks of up to 10 blocks otherwise.
+func asKernels5(t *testing.T, p repackLayer) []byte {
+	t.Helper()
+	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
+	nb, mrb, s := l.K3/kernels.TL2Block, l.RowBlocks(), l.RowBlockBytes
+	nc := max(1, (nb+9)/10)
+	old := make([]byte, len(p.blob))
+	var st []byte
+	for rb := range mrb {
+		st = l.RowBlockData(p.blob, rb, st)
+		if nb < 85 || mrb < 128 {
+			for c := range nc {
+				b0, b1 := c*nb/nc, (c+1)*nb/nc
+				size := 320 * (b1 - b0)
+				if c == nc-1 {
+					size += 8 * l.Kp1
+				}
+				copy(old[mrb*320*b0+rb*size:][:size], st[320*b0:])
+			}
+			continue
+		}
+		p0 := rb / 16 * 16
+		g, i := min(16, mrb-p0), rb-p0
+		for b := range nb {
+			copy(old[p0*s+320*(b*g+i):][:320], st[320*b:])
+		}
+		copy(old[p0*s+320*nb*g+8*l.Kp1*i:][:8*l.Kp1], st[320*nb:])
+	}
+	return old
+}
+
+// TestRepackKernels5: a kernels/5 pack file's tl2 blobs come out as packing the weights
+// now gives: 4100 x 4100 from panels of 16 row blocks to panels of 32, 3880 x 2600 from
+// chunk-major to panels of 32, 70 x 531 chunk-major in both (the blob as it was).
+func TestRepackKernels5(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	dir := t.TempDir()
+	var now, old []repackLayer
+	for i, sh := range [][2]int{{4100, 4100}, {3880, 2600}, {70, 48*11 + 3}} {
+		p := newPacked(t, r, quantcfg.TL2, "blk."+string(rune('0'+i))+".q", sh[0], sh[1])
+		o := p
+		o.blob = asKernels5(t, p)
+		if moved := !bytes.Equal(o.blob, p.blob); moved != (i < 2) {
+			t.Fatalf("%dx%d: the kernels/5 blob differs from this layout's: %v", sh[0], sh[1], moved)
+		}
+		now, old = append(now, p), append(old, o)
+	}
+	in, out := filepath.Join(dir, "k5.bitgo"), filepath.Join(dir, "k6.bitgo")
+	writeTestPack(t, in, "kernels/5", old, nil)
+	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
+	if code != 0 || !strings.Contains(stdout, "3 layers (2 re-chunked from kernels/5)") {
+		t.Fatalf("repack: code %d\n%s%s", code, stdout, stderr)
+	}
+	p, err := paged.OpenPack(out, paged.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, want := range now {
+		if got, err := p.LayerBlob(want.spec.Name); err != nil || !bytes.Equal(got, want.blob) {
+			t.Errorf("layer %s (%dx%d): %v (blob as packed now: %v)", want.spec.Name, want.spec.Out, want.spec.In, err, err == nil && bytes.Equal(got, want.blob))
+		}
+	}
+}
