@@ -34,27 +34,47 @@ func newPacked(t *testing.T, r *rand.Rand, f quantcfg.Format, name string, m, k 
 }
 
 // chunkedBy12 is a tl2 blob as layouts kernels/2 and kernels/3 stored it: chunk-major with
-// chunks of up to 12 blocks (tl2.go's picture with 12 for TL2Chunk), written out here from
-// the row blocks' streams.
+// chunks of up to 12 blocks (tl2.go's picture with 12 for TL2Chunk).
 func chunkedBy12(t *testing.T, p repackLayer) []byte {
 	t.Helper()
 	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
-	nb, mrb := l.K3/kernels.TL2Block, l.RowBlocks()
-	nc := max(1, (nb+11)/12)
 	old := make([]byte, len(p.blob))
 	var s []byte
-	for rb := range mrb {
+	for rb := range l.RowBlocks() {
 		s = l.RowBlockData(p.blob, rb, s)
-		for c := range nc {
-			b0, b1 := c*nb/nc, (c+1)*nb/nc
-			size := 320 * (b1 - b0)
-			if c == nc-1 {
-				size += 8 * l.Kp1
-			}
-			copy(old[mrb*320*b0+rb*size:][:size], s[320*b0:])
-		}
+		putChunked(l, old, rb, s, 12)
 	}
 	return old
+}
+
+// putChunked writes row block rb's stream s into the chunk-major tl2 blob old of layout l's
+// shape, in chunks of up to most blocks, written out here as tl2.go pictures it.
+func putChunked(l kernels.Layout, old []byte, rb int, s []byte, most int) {
+	nb, mrb := l.K3/kernels.TL2Block, l.RowBlocks()
+	nc := max(1, (nb+most-1)/most)
+	for c := range nc {
+		b0, b1 := c*nb/nc, (c+1)*nb/nc
+		size := 320 * (b1 - b0)
+		if c == nc-1 {
+			size += 8 * l.Kp1
+		}
+		copy(old[mrb*320*b0+rb*size:][:size], s[320*b0:])
+	}
+}
+
+// repackOpen runs bitd repack in -o out, wants its report to say say, and opens out.
+func repackOpen(t *testing.T, in, out, say string) *paged.Pack {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
+	if code != 0 || !strings.Contains(stdout, say) {
+		t.Fatalf("repack: code %d\n%s%s", code, stdout, stderr)
+	}
+	p, err := paged.OpenPack(out, paged.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 func writeTestPack(t *testing.T, path, layout string, layers []repackLayer, tensor []byte) {
@@ -102,15 +122,7 @@ func TestRepack(t *testing.T) {
 	in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
 	writeTestPack(t, in, "kernels/3", []repackLayer{old, i2s}, norm)
 
-	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
-	if code != 0 || !strings.Contains(stdout, "2 layers (1 re-chunked from kernels/3)") {
-		t.Fatalf("repack: code %d\n%s%s", code, stdout, stderr)
-	}
-	p, err := paged.OpenPack(out, paged.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := repackOpen(t, in, out, "2 layers (1 re-chunked from kernels/3)")
 	if p.Layout != kernels.LayoutRevision || p.Model != "m" || p.Metadata["k"] != "v" || p.Metadata["repacked_from_layout"] != "kernels/3" {
 		t.Errorf("header: layout %q model %q metadata %v", p.Layout, p.Model, p.Metadata)
 	}
@@ -177,20 +189,12 @@ func asKernels5(t *testing.T, p repackLayer) []byte {
 	t.Helper()
 	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
 	nb, mrb, s := l.K3/kernels.TL2Block, l.RowBlocks(), l.RowBlockBytes
-	nc := max(1, (nb+9)/10)
 	old := make([]byte, len(p.blob))
 	var st []byte
 	for rb := range mrb {
 		st = l.RowBlockData(p.blob, rb, st)
 		if nb < 85 || mrb < 128 {
-			for c := range nc {
-				b0, b1 := c*nb/nc, (c+1)*nb/nc
-				size := 320 * (b1 - b0)
-				if c == nc-1 {
-					size += 8 * l.Kp1
-				}
-				copy(old[mrb*320*b0+rb*size:][:size], st[320*b0:])
-			}
+			putChunked(l, old, rb, st, 10)
 			continue
 		}
 		p0 := rb / 16 * 16
@@ -221,15 +225,7 @@ func TestRepackKernels5(t *testing.T) {
 	}
 	in, out := filepath.Join(dir, "k5.bitgo"), filepath.Join(dir, "k6.bitgo")
 	writeTestPack(t, in, "kernels/5", old, nil)
-	code, stdout, stderr := runCmd(t, "repack", in, "-o", out)
-	if code != 0 || !strings.Contains(stdout, "3 layers (2 re-chunked from kernels/5)") {
-		t.Fatalf("repack: code %d\n%s%s", code, stdout, stderr)
-	}
-	p, err := paged.OpenPack(out, paged.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := repackOpen(t, in, out, "3 layers (2 re-chunked from kernels/5)")
 	for _, want := range now {
 		if got, err := p.LayerBlob(want.spec.Name); err != nil || !bytes.Equal(got, want.blob) {
 			t.Errorf("layer %s (%dx%d): %v (blob as packed now: %v)", want.spec.Name, want.spec.Out, want.spec.In, err, err == nil && bytes.Equal(got, want.blob))
