@@ -170,7 +170,7 @@ func TestTL2PanelParts(t *testing.T) {
 		at := 0
 		for u := 0; u < units; u++ {
 			sg := unitSegs(ly, u, u+1, nil)
-			if len(sg) != 1 || sg[0].r1 != sg[0].r0+1 || sg[0].b1-sg[0].b0 != btoi(!sg[0].tail) {
+			if len(sg) != 1 || sg[0].r1 != sg[0].r0+1 || sg[0].b1-sg[0].b0 != int(b2i(!sg[0].tail)) {
 				t.Fatalf("%dx%d: unit %d: segments %+v", sh[0], sh[1], u, sg)
 			}
 			s := sg[0]
@@ -211,11 +211,4 @@ func TestTL2PanelParts(t *testing.T) {
 			t.Errorf("%dx%d: unitSegs(%d, %d) = %v, want %v", c.m, c.k, c.u0, c.u1, got, c.want)
 		}
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

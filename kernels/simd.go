@@ -1632,10 +1632,9 @@ type threadBuf struct {
 	sums   []int32
 	groups []lutGroup // runLUT's token groups
 	lut    []byte     // tl2: one chunk's tables, built by this thread
-	// tl2: the streams of row blocks [streamRB0, streamRB1) of the blob at streamOf, gathered
-	// for the GEMM's unpack (unpackRB)
+	// tl2: the streams of row blocks [streamRB0, streamRB1) of the call's layer, gathered for
+	// the GEMM's unpack (unpackRB; none where streamRB1 is 0, as release leaves it)
 	stream               []byte
-	streamOf             *byte
 	streamRB0, streamRB1 int
 
 	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
@@ -1660,7 +1659,7 @@ type threadBuf struct {
 
 func (tb *threadBuf) release() {
 	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
-	tb.one, tb.streamOf = nil, nil
+	tb.one, tb.streamRB0, tb.streamRB1 = nil, 0, 0
 	bufPool.Put(tb)
 }
 
@@ -1870,7 +1869,7 @@ func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpack
 	ly := l.Layout
 	ua.B = unsafe.Pointer(&dst[0])
 	if ly.Paneled() {
-		if tb.streamOf != &l.Data[0] || rb < tb.streamRB0 || rb >= tb.streamRB1 {
+		if rb < tb.streamRB0 || rb >= tb.streamRB1 {
 			gatherPanelRBs(l, rb, rb1, tb)
 		}
 		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[(rb-tb.streamRB0)*ly.RowBlockBytes]), ly.TL2Blocks(), ly.Kp1/4
@@ -1927,7 +1926,7 @@ func gatherPanelRBs(l *Layer, rb, rb1 int, tb *threadBuf) {
 			copy(st[i*S+320*nb:][:tl], src[tl*i:])
 		}
 	}
-	tb.streamOf, tb.streamRB0, tb.streamRB1 = &l.Data[0], rb, rb+r
+	tb.streamRB0, tb.streamRB1 = rb, rb+r
 }
 
 // amxUnpackBytes bounds the unpacked row blocks runAMX keeps at once (RowBlock*Kp bytes
