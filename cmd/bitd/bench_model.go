@@ -39,6 +39,14 @@ var benchModels = map[string]benchModel{
 		{"q_proj", 2560, 2560, 1}, {"k_proj", 640, 2560, 1}, {"v_proj", 640, 2560, 1}, {"o_proj", 2560, 2560, 1},
 		{"gate_proj", 6912, 2560, 1}, {"up_proj", 6912, 2560, 1}, {"down_proj", 2560, 6912, 1},
 	}},
+	// The same model as vLLM runs it: QKVParallelLinear and MergedColumnParallelLinear hold
+	// q, k and v, and gate and up, as one matrix each, so bitgo's vLLM method registers
+	// 3840x2560 and 13824x2560 layers (bitgo.vllm, create_weights) where a torch model's
+	// nn.Linear drop-ins (bitnet-2b) have five.
+	"bitnet-2b-merged": {Name: "bitnet-2b-merged", Layers: 30, Mats: []benchMat{
+		{"qkv_proj", 3840, 2560, 1}, {"o_proj", 2560, 2560, 1},
+		{"gate_up_proj", 13824, 2560, 1}, {"down_proj", 2560, 6912, 1},
+	}},
 }
 
 func benchModelNames() string {

@@ -330,6 +330,52 @@ func TestBenchModelJSON(t *testing.T) {
 	}
 }
 
+// TestBenchModelsMerged: bitnet-2b-merged is bitnet-2b with q, k and v, and gate and up,
+// stacked as vLLM's merged layers hold them: the same layers and weights, fewer matrices.
+func TestBenchModelsMerged(t *testing.T) {
+	un, mg := benchModels["bitnet-2b"], benchModels["bitnet-2b-merged"]
+	mat := func(m benchModel, name string) benchMat {
+		for _, b := range m.Mats {
+			if b.Name == name {
+				return b
+			}
+		}
+		t.Fatalf("%s has no %s", m.Name, name)
+		return benchMat{}
+	}
+	stack := func(names ...string) benchMat {
+		var s benchMat
+		for _, n := range names {
+			b := mat(un, n)
+			if s.In != 0 && b.In != s.In || b.Count != 1 {
+				t.Fatalf("%s: %+v does not stack", n, b)
+			}
+			s.Out, s.In, s.Count = s.Out+b.Out, b.In, 1
+		}
+		return s
+	}
+	for name, want := range map[string]benchMat{
+		"qkv_proj":     stack("q_proj", "k_proj", "v_proj"),
+		"o_proj":       stack("o_proj"),
+		"gate_up_proj": stack("gate_proj", "up_proj"),
+		"down_proj":    stack("down_proj"),
+	} {
+		want.Name = name
+		if got := mat(mg, name); got != want {
+			t.Errorf("%s: %+v, want %+v", name, got, want)
+		}
+	}
+	params := func(m benchModel) (n int) {
+		for _, b := range m.Mats {
+			n += m.Layers * b.Count * b.Out * b.In
+		}
+		return n
+	}
+	if len(mg.Mats) != 4 || mg.Layers != un.Layers || params(mg) != params(un) {
+		t.Errorf("bitnet-2b-merged: %d matrices, %d layers, %d weights; want 4, %d, %d", len(mg.Mats), mg.Layers, params(mg), un.Layers, params(un))
+	}
+}
+
 // TestBenchTinyShape: a shape whose blob is a few bytes is measured in a bounded rotation
 // (it once took millions of matrices and minutes before the first call), and its records
 // and the table say that it was partly cache-resident. It also runs --rounds 3: its records
