@@ -90,7 +90,12 @@ import (
 //     32 and 16) two tokens and more at two threads lost: 2560x2560 0.85-0.98 (two),
 //     0.85-0.94 (four), 0.84-0.87 (eight), 1536x2560 0.82-0.91, 2560x6912 0.82-1.02, split
 //     in parts (units of whole blocks or of a row block's block) or by rows (whole panels
-//     or row blocks).
+//     or row blocks). Panels sized so that two workers take one each (two of 40 row
+//     blocks at 2560 rows, two runs; four of 20 no better) did not settle it: 2560x2560
+//     1.02-1.11 at two threads (one to eight tokens) but 0.95-1.02 at one; 2560x6912
+//     1.13-1.27 at one thread and one token, 0.97 at two threads and one token, 0.96-1.06
+//     for two to eight tokens. BitNet's decode at two threads would gain on o_proj what
+//     it lost on down_proj, three times o_proj's size.
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
 // blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
 // workers), and chunk-major otherwise.

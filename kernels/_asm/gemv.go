@@ -646,7 +646,11 @@ func gemvInt2Pair(T int) {
 // Rapids Xeon, from L2 at one thread, against per-half variable shifts (4 vpsrlvd and 4 ands
 // a step): one shift by 4 and 4 ands 7% faster for one token and 11-12% for three and four,
 // the masks alone (4 ands) another 14% and 18%; from DRAM the masks were within the noise
-// (-6 to +6%, eight rounds) and the one shift 7-9% faster for one token.
+// (-6 to +6%, eight rounds) and the one shift 7-9% faster for one token. On Zen 4 one
+// token reads about 35 GB/s from cache at one thread (i2s 37); two copies of its step with
+// chains of their own (eight accumulators) ran 1.00x from cache and 0.97-1.00x from DRAM
+// (the 8B shapes and 2560x2560, one and two threads, nine rounds in turn): vpdpbusd's
+// latency is not what bounds it.
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
