@@ -433,16 +433,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			}
 			return 0
 		}
-		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-10s %-6s %3s %12s %14s %9s %9s\n",
-			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "decode tok/s", "prefill tok/s", "dec x bf16", "pre x bf16")
-		ratio := func(v float64) string { // 0: bf16 was not measured (--format without bf16)
+		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-16s %-6s %3s %12s %8s %6s %14s %10s %10s\n",
+			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "decode tok/s", "dec GB/s", "roof%", "prefill tok/s", "dec x bf16", "pre x bf16")
+		ratio := func(v float64, f string) string { // 0: not measured (bf16 not in --format; weights cache-resident)
 			if v == 0 {
 				return "n/a"
 			}
-			return fmt.Sprintf("%.2f", v)
+			return fmt.Sprintf(f, v)
 		}
 		for _, r := range recs {
-			fmt.Fprintf(stdout, "%-10s %-6s %3d %12.1f %14.1f %9s %9s\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.PrefillTokS, ratio(r.SpeedupVsBF16), ratio(r.PrefillSpeedupVsBF16))
+			fmt.Fprintf(stdout, "%-16s %-6s %3d %12.1f %8.1f %6s %14.1f %10s %10s\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.DecodeGBps,
+				ratio(r.DecodeRooflinePct, "%.1f"), r.PrefillTokS, ratio(r.SpeedupVsBF16, "%.2f"), ratio(r.PrefillSpeedupVsBF16, "%.2f"))
 		}
 		printAdaptive(stdout, kernels.AdaptChoices())
 		return 0

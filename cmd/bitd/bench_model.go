@@ -14,6 +14,7 @@ import (
 
 	"bitgo/engine"
 	"bitgo/kernels"
+	"bitgo/kernels/kbench"
 	"bitgo/quantcfg"
 	"bitgo/sched"
 )
@@ -71,7 +72,20 @@ type modelRecord struct {
 	// when bf16 was not measured in the run (--format without bf16).
 	PrefillSpeedupVsBF16 float64 `json:"prefill_speedup_vs_bf16"`
 	WeightBytes          int64   `json:"weight_bytes"`
+	// DecodeGBps is the weight bytes decode reads per second (WeightBytes x DecodeTokS), and
+	// DecodeRooflinePct its share of the DRAM read rate: the median over the decode passes of
+	// each pass's rate over that of a read of the 1 GiB buffer with as many threads just
+	// before it (the machine's bandwidth drifts within seconds). It is the whole model's
+	// efficiency, every call's activation quantization, fork and join included; 0 where the
+	// weights would fit twice in the L3 (decode then reads them from cache as much as from
+	// DRAM; modelCacheResident).
+	DecodeGBps        float64 `json:"decode_gbps"`
+	DecodeRooflinePct float64 `json:"decode_roofline_pct"`
 }
+
+// modelCacheResident tells whether weights of n bytes may be read from the L3 in part
+// between two decode passes: less than twice its size (kbench.FitsL3).
+func modelCacheResident(n int64) bool { return kbench.FitsL3(int(n / 2)) }
 
 // prefillTokens is the prompt length of the prefill measurement.
 const prefillTokens = 512
@@ -114,13 +128,17 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 		}
 		var bf modelRecord
 		for _, f := range formats {
-			r, err := measureModel(e, eng, model, f)
+			r, err := measureModel(e, eng, model, f, pool.Threads())
 			if err != nil {
 				eng.Close()
 				pool.Close()
 				return nil, err
 			}
 			r.Threads = pool.Threads()
+			roof := "cache-resident"
+			if r.DecodeRooflinePct > 0 {
+				roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
+			}
 			if f == quantcfg.BF16 {
 				bf = r
 			}
@@ -132,8 +150,8 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 			if bf.DecodeTokS > 0 {
 				vs = fmt.Sprintf("  x%.2f / x%.2f vs bf16", r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
 			}
-			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
-				model.Name, f, r.Threads, r.DecodeTokS, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
+			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s (%.1f GB/s, %s)  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
+				model.Name, f, r.Threads, r.DecodeTokS, r.DecodeGBps, roof, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
 			recs = append(recs, r)
 		}
 		if err := eng.Close(); err != nil {
@@ -147,7 +165,7 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 	return recs, nil
 }
 
-func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.Format) (modelRecord, error) {
+func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.Format, threads int) (modelRecord, error) {
 	rec := modelRecord{Op: "model", Model: model.Name, Format: string(f)}
 	rng := rand.New(rand.NewPCG(uint64(len(f)), 7))
 	type mat struct {
@@ -225,15 +243,32 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 		return rec, err
 	}
 	var times []time.Duration
+	var pcts []float64
 	for i := 0; i < tokens; i++ {
+		var rd float64 // the pass's roofline, read just before it
+		if !modelCacheResident(rec.WeightBytes) {
+			// A pool of its own, closed at once: its idle workers would spin for
+			// milliseconds, on the cores the pass runs on.
+			rp := kbench.NewPool(threads)
+			rd, _ = kbench.ReadBandwidth(rp, e.dram.B, 1)
+			rp.Close()
+		}
 		d, err := pass(model.Layers, 1)
 		if err != nil {
 			return rec, err
 		}
 		times = append(times, d)
+		if rd > 0 {
+			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/rd)
+		}
 	}
 	slices.Sort(times)
 	rec.DecodeTokS = 1 / times[len(times)/2].Seconds()
+	rec.DecodeGBps = float64(rec.WeightBytes) * rec.DecodeTokS / 1e9
+	if len(pcts) > 0 {
+		slices.Sort(pcts)
+		rec.DecodeRooflinePct = pcts[len(pcts)/2]
+	}
 	// prefill: 512 tokens through prefillLayers layers, scaled to the model; best of two
 	// passes after a warm-up of one layer
 	if _, err := pass(1, prefillTokens); err != nil {

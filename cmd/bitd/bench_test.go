@@ -303,6 +303,25 @@ func TestBenchModelJSON(t *testing.T) {
 		if r["op"] != "model" || r["model"] != "tiny" || r["decode_tok_s"].(float64) <= 0 || r["prefill_tok_s"].(float64) <= 0 || r["speedup_vs_bf16"].(float64) <= 0 {
 			t.Fatalf("bad record %v", r)
 		}
+		// The tiny model's weights stay in the L3: a rate, but no share of the DRAM roofline.
+		if gb := r["weight_bytes"].(float64) * r["decode_tok_s"].(float64) / 1e9; math.Abs(r["decode_gbps"].(float64)-gb) > 1e-9*gb || r["decode_roofline_pct"].(float64) != 0 {
+			t.Fatalf("decode_gbps %v (want %v), decode_roofline_pct %v (want 0): %v", r["decode_gbps"], gb, r["decode_roofline_pct"], r)
+		}
+	}
+	// A model of more than twice the L3 is compared with reads of the DRAM buffer.
+	layers := 2*max(kbench.L3Bytes, kbench.L3ReadBytes)/(8<<20) + 2 // 8 MiB of i2s a layer
+	benchModels["big"] = benchModel{Name: "big", Layers: layers, Mats: []benchMat{{"w", 8192, 4096, 1}}}
+	defer delete(benchModels, "big")
+	out.Reset()
+	if code := run([]string{"bench", "--json", "--quick", "--model", "big", "--format", "i2s", "--threads", "1"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	rep.Results = nil
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Results) != 1 {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if r := rep.Results[0]; r["decode_roofline_pct"].(float64) <= 0 {
+		t.Fatalf("%d layers of 8192x4096 i2s: no share of the roofline: %v", layers, r)
 	}
 	// The progress lines compare with bf16 where the run measured it, and only there (no
 	// "x0.00 vs bf16").
@@ -325,7 +344,7 @@ func TestBenchModelJSON(t *testing.T) {
 		}
 	}
 	var stderr2 bytes.Buffer
-	if code := run([]string{"bench", "--model", "gpt5"}, &bytes.Buffer{}, &stderr2); code != 2 || !strings.Contains(stderr2.String(), "known models: bitnet-2b") {
+	if code := run([]string{"bench", "--model", "gpt5"}, &bytes.Buffer{}, &stderr2); code != 2 || !strings.Contains(stderr2.String(), "known models: ") || !strings.Contains(stderr2.String(), "bitnet-2b, bitnet-2b-merged") {
 		t.Fatalf("unknown model: exit %d, %q", code, stderr2.String())
 	}
 }
