@@ -1318,7 +1318,11 @@ const tl2PanelFlush = 5
 // 1.17-1.19 / 1.13-1.14; 14336x4096 2 and 5 copies alike (1.15-1.16). Why one copy loses
 // where K is short was not found (not the tables' spacing, 1-4 KiB, nor their build, and
 // building them again before each panel was slower still); more copies than two only
-// helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.)
+// helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.) Nor
+// was it the build's place: building one token's tables run by run as the first panel
+// reaches them, so that the weight stream starts at once, ran 0.94-1.00x (runs of 5 blocks)
+// and 0.96-1.02x (20) of building them all first (3840x2560, 13824x2560 and the 8B
+// shapes, one and two threads, nine rounds in turn).
 const panelCopies = 2
 
 // RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM

@@ -650,7 +650,9 @@ func gemvInt2Pair(T int) {
 // token reads about 35 GB/s from cache at one thread (i2s 37); two copies of its step with
 // chains of their own (eight accumulators) ran 1.00x from cache and 0.97-1.00x from DRAM
 // (the 8B shapes and 2560x2560, one and two threads, nine rounds in turn): vpdpbusd's
-// latency is not what bounds it.
+// latency is not what bounds it. Nor is its prefetch distance: without software prefetch
+// (as the ...HW variants) it ran 0.70-0.86x at one thread, 0.90-1.00x at two; 4 KiB into
+// L2 instead of prefetchFar 0.75-0.92x at one thread, 16 KiB 0.95-1.03x.
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
