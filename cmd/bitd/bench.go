@@ -41,11 +41,11 @@ type benchOpts struct {
 	// tunings are the kernel tunings the GEMVs run under, measured in the same rounds
 	// (--tuning; nil: the current one only).
 	tunings []kernels.Tuning
-	// formatsSet and threadsSet tell whether --format and --threads were given.
-	formatsSet, threadsSet bool
-	minBytes               int
-	rounds                 int
-	minTime                time.Duration
+	// formatsSet, threadsSet and nsSet tell whether --format, --threads and --n were given.
+	formatsSet, threadsSet, nsSet bool
+	minBytes                      int
+	rounds                        int
+	minTime                       time.Duration
 }
 
 // benchRecord is one result line; the JSON field names are the `--json` schema.
@@ -232,7 +232,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 	formats := fs.String("format", "", "comma-separated formats (default: all; the GEMVs always measure bf16 too, the baseline of their speed-ups)")
 	shapes := fs.String("shape", "", "comma-separated shapes MxK (default: the real-model shapes)")
 	threads := fs.String("threads", "", "comma-separated thread counts (default: 1 and all CPUs)")
-	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV")
+	ns := fs.String("n", "1,4", "comma-separated token counts per GEMV (with --model: tokens per decode pass, one per stream, default 1)")
 	rounds := fs.Int("rounds", 0, fmt.Sprintf("rounds per GEMV, in [%d, %d], the medians taken over them: more rounds hold steadier on a shared machine (default %d, %d with --quick)", minBenchRounds, maxBenchRounds, benchRounds, quickRounds))
 	tunings := fs.String("tuning", "", "comma-separated kernel tunings to run the GEMVs under, measured in the same rounds (default: this CPU's, as bitd info shows; names: "+strings.Join(kernels.TuningNames(), ", ")+"); records carry speedup_vs_tuning, the first one's time over theirs")
 	fs.Usage = func() {
@@ -263,15 +263,15 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOpts, error) {
 		var unused []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "shape", "n", "cache", "reads", "prefill", "rounds":
+			case "shape", "cache", "reads", "prefill", "rounds":
 				unused = append(unused, "--"+f.Name)
 			}
 		})
 		if len(unused) > 0 {
-			return o, fmt.Errorf("bench: %s set the GEMV benchmarks; --model %q measures the model's own layers (it takes --format, --threads, --quick and --json)", strings.Join(unused, ", "), o.model)
+			return o, fmt.Errorf("bench: %s set the GEMV benchmarks; --model %q measures the model's own layers (it takes --format, --threads, --n, --quick and --json)", strings.Join(unused, ", "), o.model)
 		}
 	}
-	o.formatsSet, o.threadsSet = *formats != "", *threads != ""
+	o.formatsSet, o.threadsSet, o.nsSet = *formats != "", *threads != "", given(fs, "n")
 	if *formats != "" {
 		o.formats = nil
 		for _, s := range strings.Split(*formats, ",") {
@@ -433,8 +433,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			}
 			return 0
 		}
-		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-16s %-6s %3s %12s %8s %6s %14s %10s %10s\n",
-			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "decode tok/s", "dec GB/s", "roof%", "prefill tok/s", "dec x bf16", "pre x bf16")
+		fmt.Fprintf(stdout, "cpu %s; read bandwidth DRAM %.1f GB/s (1 thread), %.1f GB/s (all)\n\n%-16s %-6s %3s %3s %12s %8s %6s %14s %10s %10s\n",
+			e.machine.CPU, e.machine.ReadGBps.DRAM1T, e.machine.ReadGBps.DRAMAll, "model", "format", "thr", "n", "decode tok/s", "dec GB/s", "roof%", "prefill tok/s", "dec x bf16", "pre x bf16")
 		ratio := func(v float64, f string) string { // 0: not measured (bf16 not in --format; weights cache-resident)
 			if v == 0 {
 				return "n/a"
@@ -442,7 +442,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			return fmt.Sprintf(f, v)
 		}
 		for _, r := range recs {
-			fmt.Fprintf(stdout, "%-16s %-6s %3d %12.1f %8.1f %6s %14.1f %10s %10s\n", r.Model, r.Format, r.Threads, r.DecodeTokS, r.DecodeGBps,
+			fmt.Fprintf(stdout, "%-16s %-6s %3d %3d %12.1f %8.1f %6s %14.1f %10s %10s\n", r.Model, r.Format, r.Threads, r.N, r.DecodeTokS, r.DecodeGBps,
 				ratio(r.DecodeRooflinePct, "%.1f"), r.PrefillTokS, ratio(r.SpeedupVsBF16, "%.2f"), ratio(r.PrefillSpeedupVsBF16, "%.2f"))
 		}
 		printAdaptive(stdout, kernels.AdaptChoices())

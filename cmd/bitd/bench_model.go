@@ -61,10 +61,13 @@ func benchModelNames() string {
 
 // modelRecord is one `--model` result (op "model"); it is written as its own JSON object.
 type modelRecord struct {
-	Op            string  `json:"op"`
-	Model         string  `json:"model"`
-	Format        string  `json:"format"`
-	Threads       int     `json:"threads"`
+	Op      string `json:"op"`
+	Model   string `json:"model"`
+	Format  string `json:"format"`
+	Threads int    `json:"threads"`
+	// N is the tokens a decode pass takes through every layer, one per stream (--n: a
+	// batch of n sequences decoding together); DecodeTokS counts all of them.
+	N             int     `json:"n"`
 	DecodeTokS    float64 `json:"decode_tok_s"`
 	PrefillTokS   float64 `json:"prefill_tok_s"`
 	SpeedupVsBF16 float64 `json:"speedup_vs_bf16"`
@@ -72,7 +75,7 @@ type modelRecord struct {
 	// when bf16 was not measured in the run (--format without bf16).
 	PrefillSpeedupVsBF16 float64 `json:"prefill_speedup_vs_bf16"`
 	WeightBytes          int64   `json:"weight_bytes"`
-	// DecodeGBps is the weight bytes decode reads per second (WeightBytes x DecodeTokS), and
+	// DecodeGBps is the weight bytes decode reads per second (WeightBytes x DecodeTokS / N), and
 	// DecodeRooflinePct its share of the DRAM read rate: the median over the decode passes of
 	// each pass's rate over that of a read of the 1 GiB buffer with as many threads just
 	// before it (the machine's bandwidth drifts within seconds). It is the whole model's
@@ -97,8 +100,8 @@ const prefillLayers = 3
 
 // modelSuite registers the model's linear layers (random weights, every layer in its own
 // memory, so decode reads the whole model from DRAM) in an engine on sched's pinned pool,
-// and measures decode (one token through every layer, median over tokens) and prefill
-// (512 tokens) for each format.
+// and measures decode (n tokens through every layer, --n: 1 by default; the median over
+// passes) and prefill (512 tokens) for each format.
 func modelSuite(e *benchEnv) ([]modelRecord, error) {
 	model := benchModels[e.opt.model]
 	formats := e.opt.formats
@@ -113,6 +116,10 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 	if e.opt.threadsSet {
 		threads = e.opt.threads
 	}
+	ns := []int{1}
+	if e.opt.nsSet {
+		ns = e.opt.ns
+	}
 	var recs []modelRecord
 	for _, t := range threads {
 		sc := sched.Default()
@@ -126,33 +133,33 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 			pool.Close()
 			return nil, err
 		}
-		var bf modelRecord
+		bf := map[int]modelRecord{} // bf16's, by N
 		for _, f := range formats {
-			r, err := measureModel(e, eng, model, f, pool.Threads())
+			rs, err := measureModel(e, eng, model, f, pool.Threads(), ns)
 			if err != nil {
 				eng.Close()
 				pool.Close()
 				return nil, err
 			}
-			r.Threads = pool.Threads()
-			roof := "cache-resident"
-			if r.DecodeRooflinePct > 0 {
-				roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
+			for _, r := range rs {
+				r.Threads = pool.Threads()
+				roof := "cache-resident"
+				if r.DecodeRooflinePct > 0 {
+					roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
+				}
+				if f == quantcfg.BF16 {
+					bf[r.N] = r
+				}
+				vs := "" // without bf16 in the run (or before it) there is nothing to compare with
+				if b := bf[r.N]; b.DecodeTokS > 0 {
+					r.SpeedupVsBF16 = r.DecodeTokS / b.DecodeTokS
+					r.PrefillSpeedupVsBF16 = r.PrefillTokS / b.PrefillTokS
+					vs = fmt.Sprintf("  x%.2f / x%.2f vs bf16", r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
+				}
+				fmt.Fprintf(e.log, "model %s %-5s t=%d n=%d  decode %7.1f tok/s (%.1f GB/s, %s)  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
+					model.Name, f, r.Threads, r.N, r.DecodeTokS, r.DecodeGBps, roof, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
+				recs = append(recs, r)
 			}
-			if f == quantcfg.BF16 {
-				bf = r
-			}
-			if bf.DecodeTokS > 0 {
-				r.SpeedupVsBF16 = r.DecodeTokS / bf.DecodeTokS
-				r.PrefillSpeedupVsBF16 = r.PrefillTokS / bf.PrefillTokS
-			}
-			vs := "" // without bf16 in the run (or before it) there is nothing to compare with
-			if bf.DecodeTokS > 0 {
-				vs = fmt.Sprintf("  x%.2f / x%.2f vs bf16", r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
-			}
-			fmt.Fprintf(e.log, "model %s %-5s t=%d  decode %7.1f tok/s (%.1f GB/s, %s)  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
-				model.Name, f, r.Threads, r.DecodeTokS, r.DecodeGBps, roof, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
-			recs = append(recs, r)
 		}
 		if err := eng.Close(); err != nil {
 			pool.Close()
@@ -165,7 +172,9 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 	return recs, nil
 }
 
-func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.Format, threads int) (modelRecord, error) {
+// measureModel registers the model's layers in format f and measures decode at each token
+// count of ns (a record each) and prefill (the same figure in every record).
+func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.Format, threads int, ns []int) ([]modelRecord, error) {
 	rec := modelRecord{Op: "model", Model: model.Name, Format: string(f)}
 	rng := rand.New(rand.NewPCG(uint64(len(f)), 7))
 	type mat struct {
@@ -180,7 +189,7 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 		w := kernels.RandomWeights(rng, f, m.Out, m.In, 0.02)
 		blob, err := kernels.PackNew(f, m.Out, m.In, w)
 		if err != nil {
-			return rec, err
+			return nil, err
 		}
 		scales := make([]float32, spec.NumScales())
 		for i := range scales {
@@ -207,7 +216,7 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 			s.Name = fmt.Sprintf("bench/%d/%s/%d", l, model.Mats[min(i, len(model.Mats)-1)].Name, i)
 			id, err := eng.Register(s)
 			if err != nil {
-				return rec, err
+				return nil, err
 			}
 			ids[l] = append(ids[l], id)
 			rec.WeightBytes += int64(len(tm.blob))
@@ -234,17 +243,51 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 		}
 		return time.Since(start), nil
 	}
-	// decode: one token through every layer; warm up, then the median of several tokens
-	tokens := 9
+	// decode: n tokens through every layer; warm up, then the median of several passes
+	passes := 9
 	if f.IsFloat() || e.opt.quick {
-		tokens = 5
+		passes = 5
 	}
-	if _, err := pass(model.Layers, 1); err != nil {
+	var recs []modelRecord
+	for _, n := range ns {
+		r, err := measureDecode(e, rec, threads, model.Layers, n, passes, pass)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	// prefill: 512 tokens through prefillLayers layers, scaled to the model; best of two
+	// passes after a warm-up of one layer
+	if _, err := pass(1, prefillTokens); err != nil {
+		return nil, err
+	}
+	layers := min(prefillLayers, model.Layers)
+	best := time.Duration(1<<63 - 1)
+	for i := 0; i < 2; i++ {
+		d, err := pass(layers, prefillTokens)
+		if err != nil {
+			return nil, err
+		}
+		best = min(best, d)
+	}
+	whole := best.Seconds() * float64(model.Layers) / float64(layers)
+	for i := range recs {
+		recs[i].PrefillTokS = prefillTokens / whole
+	}
+	return recs, nil
+}
+
+// measureDecode times passes of n tokens through every layer (pass(layers, n)) after one
+// to warm up, each after a read of the DRAM buffer (its roofline), and fills rec's decode
+// figures from the medians.
+func measureDecode(e *benchEnv, rec modelRecord, threads, layers, n, passes int, pass func(layers, n int) (time.Duration, error)) (modelRecord, error) {
+	rec.N = n
+	if _, err := pass(layers, n); err != nil {
 		return rec, err
 	}
 	var times []time.Duration
 	var pcts []float64
-	for i := 0; i < tokens; i++ {
+	for i := 0; i < passes; i++ {
 		var rd float64 // the pass's roofline, read just before it
 		if !modelCacheResident(rec.WeightBytes) {
 			// A pool of its own, closed at once: its idle workers would spin for
@@ -253,7 +296,7 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 			rd, _ = kbench.ReadBandwidth(rp, e.dram.B, 1)
 			rp.Close()
 		}
-		d, err := pass(model.Layers, 1)
+		d, err := pass(layers, n)
 		if err != nil {
 			return rec, err
 		}
@@ -263,27 +306,12 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 		}
 	}
 	slices.Sort(times)
-	rec.DecodeTokS = 1 / times[len(times)/2].Seconds()
-	rec.DecodeGBps = float64(rec.WeightBytes) * rec.DecodeTokS / 1e9
+	med := times[len(times)/2].Seconds()
+	rec.DecodeTokS = float64(n) / med
+	rec.DecodeGBps = float64(rec.WeightBytes) / med / 1e9
 	if len(pcts) > 0 {
 		slices.Sort(pcts)
 		rec.DecodeRooflinePct = pcts[len(pcts)/2]
 	}
-	// prefill: 512 tokens through prefillLayers layers, scaled to the model; best of two
-	// passes after a warm-up of one layer
-	if _, err := pass(1, prefillTokens); err != nil {
-		return rec, err
-	}
-	layers := min(prefillLayers, model.Layers)
-	best := time.Duration(1<<63 - 1)
-	for i := 0; i < 2; i++ {
-		d, err := pass(layers, prefillTokens)
-		if err != nil {
-			return rec, err
-		}
-		best = min(best, d)
-	}
-	whole := best.Seconds() * float64(model.Layers) / float64(layers)
-	rec.PrefillTokS = prefillTokens / whole
 	return rec, nil
 }

@@ -33,7 +33,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4, default+adapt, zen4+adapt)`},
 		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
 		{[]string{"--model", "bitnet-2b", "--shape", "5x5", "--cache"}, `bench: --cache, --shape set the GEMV benchmarks; --model "bitnet-2b" measures`},
-		{[]string{"--model", "bitnet-2b", "--n", "4"}, "bench: --n set the GEMV benchmarks"},
+		{[]string{"--model", "bitnet-2b", "--n", "0"}, "bench: --n: "},
 		{[]string{"--rounds", "2"}, "bench: --rounds 2: want 3 to 99 rounds"},
 		{[]string{"--rounds", "0", "--quick"}, "bench: --rounds 0: want 3 to 99 rounds"},
 		{[]string{"--rounds", "x"}, `invalid value "x" for flag -rounds`},
@@ -281,7 +281,7 @@ func TestBenchModelJSON(t *testing.T) {
 	benchModels["tiny"] = benchModel{Name: "tiny", Layers: 4, Mats: []benchMat{{"q", 64, 96, 1}, {"up", 96, 64, 2}}}
 	defer delete(benchModels, "tiny")
 	var out, stderr bytes.Buffer
-	if code := run([]string{"bench", "--json", "--quick", "--model", "tiny", "--format", "bf16,i2s,int2"}, &out, &stderr); code != 0 {
+	if code := run([]string{"bench", "--json", "--quick", "--model", "tiny", "--format", "bf16,i2s,int2", "--n", "1,3"}, &out, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var rep struct {
@@ -291,8 +291,13 @@ func TestBenchModelJSON(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if len(rep.Results) != 3 {
-		t.Fatalf("%d records, want 3: %s", len(rep.Results), out.String())
+	if len(rep.Results) != 6 {
+		t.Fatalf("%d records, want 6 (three formats, n = 1 and 3): %s", len(rep.Results), out.String())
+	}
+	for i, r := range rep.Results { // by format, then n, each n with the same prefill figure
+		if n, want := r["n"].(float64), float64(1+2*(i%2)); n != want || i%2 == 1 && r["prefill_tok_s"] != rep.Results[i-1]["prefill_tok_s"] {
+			t.Fatalf("record %d: n %v, want %v; prefill_tok_s %v (n = 1: %v)", i, n, want, r["prefill_tok_s"], rep.Results[i-i%2]["prefill_tok_s"])
+		}
 	}
 	for _, r := range rep.Results {
 		for _, k := range []string{"op", "model", "format", "threads", "decode_tok_s", "prefill_tok_s", "speedup_vs_bf16"} {
@@ -304,7 +309,7 @@ func TestBenchModelJSON(t *testing.T) {
 			t.Fatalf("bad record %v", r)
 		}
 		// The tiny model's weights stay in the L3: a rate, but no share of the DRAM roofline.
-		if gb := r["weight_bytes"].(float64) * r["decode_tok_s"].(float64) / 1e9; math.Abs(r["decode_gbps"].(float64)-gb) > 1e-9*gb || r["decode_roofline_pct"].(float64) != 0 {
+		if gb := r["weight_bytes"].(float64) * r["decode_tok_s"].(float64) / r["n"].(float64) / 1e9; math.Abs(r["decode_gbps"].(float64)-gb) > 1e-9*gb || r["decode_roofline_pct"].(float64) != 0 {
 			t.Fatalf("decode_gbps %v (want %v), decode_roofline_pct %v (want 0): %v", r["decode_gbps"], gb, r["decode_roofline_pct"], r)
 		}
 	}
