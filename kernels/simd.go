@@ -1320,9 +1320,10 @@ const tl2PanelFlush = 5
 // building them again before each panel was slower still); more copies than two only
 // helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.) Nor
 // was it the build's place: building one token's tables run by run as the first panel
-// reaches them, so that the weight stream starts at once, ran 0.94-1.00x (runs of 5 blocks)
+// reaches them, so that the weight stream starts at once, ran 0.94-1.01x (runs of 5 blocks)
 // and 0.96-1.02x (20) of building them all first (3840x2560, 13824x2560 and the 8B
-// shapes, one and two threads, nine rounds in turn).
+// shapes, one and two threads, nine rounds in turn); nor the panels' size, at K = 2560
+// (3840x2560, 13824x2560): 64 row blocks 0.98-1.02x of 32, 120 0.91-0.97x.
 const panelCopies = 2
 
 // RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
