@@ -95,7 +95,11 @@ import (
 //     1.02-1.11 at two threads (one to eight tokens) but 0.95-1.02 at one; 2560x6912
 //     1.13-1.27 at one thread and one token, 0.97 at two threads and one token, 0.96-1.06
 //     for two to eight tokens. BitNet's decode at two threads would gain on o_proj what
-//     it lost on down_proj, three times o_proj's size.
+//     it lost on down_proj, three times o_proj's size. Two panels at other M (a third
+//     run, one / two / four tokens): one thread 1.02-1.16 / 0.94-1.01 / 0.98-1.02 (2048x8192,
+//     3072x8192, 3072x3072 with panels of 48, 2560x2560, 2560x6912); two threads, one token,
+//     the short K gain (2560x2560 1.21, 3072x3072 1.09) and the long lose (2048x8192,
+//     2560x6912, 3072x8192 0.95-0.99).
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
 // blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
 // workers), and chunk-major otherwise.
