@@ -48,6 +48,44 @@ var benchModels = map[string]benchModel{
 		{"qkv_proj", 3840, 2560, 1}, {"o_proj", 2560, 2560, 1},
 		{"gate_up_proj", 13824, 2560, 1}, {"down_proj", 2560, 6912, 1},
 	}},
+	// Llama 3 8B's shapes, as the ternary Llama3-8B-1.58 checkpoints have them and vLLM
+	// merges them: hidden 4096, FFN 14336, 32 query heads and 8 KV heads of 128, 32 layers
+	// (1.7 GiB of i2s; bf16's 14 GiB need the memory for it: modelFits).
+	"llama3-8b-merged": {Name: "llama3-8b-merged", Layers: 32, Mats: []benchMat{
+		{"qkv_proj", 6144, 4096, 1}, {"o_proj", 4096, 4096, 1},
+		{"gate_up_proj", 28672, 4096, 1}, {"down_proj", 4096, 14336, 1},
+	}},
+}
+
+// modelBytes is the bytes of model's packed weights in format f.
+func modelBytes(model benchModel, f quantcfg.Format) (int64, error) {
+	var n int64
+	for _, m := range model.Mats {
+		l, err := kernels.NewLayout(f, m.Out, m.In)
+		if err != nil {
+			return 0, fmt.Errorf("%s %dx%d: %w", m.Name, m.Out, m.In, err)
+		}
+		n += int64(l.Bytes()) * int64(m.Count) * int64(model.Layers)
+	}
+	return n, nil
+}
+
+// memAvailable is kbench.MemAvailable (a variable for the tests).
+var memAvailable = kbench.MemAvailable
+
+// modelFits returns an error unless model's weights in format f take at most 3/4 of the
+// memory available: the engine holds them all (and the run a 1 GiB read buffer besides),
+// and beyond what the system has the pages would swap, or the OOM killer end the process.
+func modelFits(model benchModel, f quantcfg.Format) error {
+	n, err := modelBytes(model, f)
+	if err != nil {
+		return err
+	}
+	if avail, ok := memAvailable(); ok && n > int64(avail)/4*3 {
+		return fmt.Errorf("%s weights of %s take %.1f GiB, more than 3/4 of the %.1f GiB available (MemAvailable)",
+			f, model.Name, float64(n)/(1<<30), float64(avail)/(1<<30))
+	}
+	return nil
 }
 
 func benchModelNames() string {
@@ -75,13 +113,13 @@ type modelRecord struct {
 	// when bf16 was not measured in the run (--format without bf16).
 	PrefillSpeedupVsBF16 float64 `json:"prefill_speedup_vs_bf16"`
 	WeightBytes          int64   `json:"weight_bytes"`
-	// DecodeGBps is the weight bytes decode reads per second (WeightBytes x DecodeTokS / N), and
-	// DecodeRooflinePct its share of the DRAM read rate: the median over the decode passes of
-	// each pass's rate over that of a read of the 1 GiB buffer with as many threads just
-	// before it (the machine's bandwidth drifts within seconds). It is the whole model's
-	// efficiency, every call's activation quantization, fork and join included; 0 where the
-	// weights would fit twice in the L3 (decode then reads them from cache as much as from
-	// DRAM; modelCacheResident).
+	// DecodeGBps is the weight bytes decode reads per second (WeightBytes x DecodeTokS / N),
+	// and DecodeRooflinePct its share of the DRAM read rate: the median over the decode
+	// passes of each pass's rate over the mean of reads of the 1 GiB buffer with as many
+	// threads just before and just after it (the machine's bandwidth drifts within seconds).
+	// It is the whole model's efficiency, every call's activation quantization, fork and
+	// join included; 0 where the weights would fit twice in the L3 (decode then reads them
+	// from cache as much as from DRAM; modelCacheResident).
 	DecodeGBps        float64 `json:"decode_gbps"`
 	DecodeRooflinePct float64 `json:"decode_roofline_pct"`
 }
@@ -107,6 +145,23 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 	formats := e.opt.formats
 	if !e.opt.formatsSet {
 		formats = []quantcfg.Format{quantcfg.BF16, quantcfg.I2S, quantcfg.TL2}
+	}
+	// Every format's weights must fit before any is measured; of the default formats one
+	// that does not (bf16 of a large model) is left out, and the speed-ups with it.
+	kept := formats[:0:0]
+	for _, f := range formats {
+		if err := modelFits(model, f); err != nil {
+			if e.opt.formatsSet {
+				return nil, fmt.Errorf("--model %s --format %s: %w", model.Name, f, err)
+			}
+			fmt.Fprintf(e.log, "model %s: leaving %s out: %v\n", model.Name, f, err)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	formats = kept
+	if len(formats) == 0 {
+		return nil, fmt.Errorf("--model %s: no format's weights fit in memory", model.Name)
 	}
 	// bf16 first, so every other format's speed-up is known when it is printed.
 	slices.SortStableFunc(formats, func(a, b quantcfg.Format) int {
@@ -278,32 +333,40 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 }
 
 // measureDecode times passes of n tokens through every layer (pass(layers, n)) after one
-// to warm up, each after a read of the DRAM buffer (its roofline), and fills rec's decode
+// to warm up, between reads of the DRAM buffer (their roofline), and fills rec's decode
 // figures from the medians.
 func measureDecode(e *benchEnv, rec modelRecord, threads, layers, n, passes int, pass func(layers, n int) (time.Duration, error)) (modelRecord, error) {
 	rec.N = n
 	if _, err := pass(layers, n); err != nil {
 		return rec, err
 	}
+	// The roofline of each pass: the mean of reads just before and just after it (a pass
+	// of bf16 weights lasts long enough for the memory's speed to change within it).
+	read := func() float64 {
+		if modelCacheResident(rec.WeightBytes) {
+			return 0
+		}
+		// A pool of its own, closed at once: its idle workers would spin for milliseconds,
+		// on the cores the pass runs on.
+		rp := kbench.NewPool(threads)
+		defer rp.Close()
+		bps, _ := kbench.ReadBandwidth(rp, e.dram.B, 1)
+		return bps
+	}
 	var times []time.Duration
 	var pcts []float64
+	before := read()
 	for i := 0; i < passes; i++ {
-		var rd float64 // the pass's roofline, read just before it
-		if !modelCacheResident(rec.WeightBytes) {
-			// A pool of its own, closed at once: its idle workers would spin for
-			// milliseconds, on the cores the pass runs on.
-			rp := kbench.NewPool(threads)
-			rd, _ = kbench.ReadBandwidth(rp, e.dram.B, 1)
-			rp.Close()
-		}
 		d, err := pass(layers, n)
 		if err != nil {
 			return rec, err
 		}
 		times = append(times, d)
-		if rd > 0 {
-			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/rd)
+		after := read()
+		if before > 0 && after > 0 {
+			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/((before+after)/2))
 		}
+		before = after
 	}
 	slices.Sort(times)
 	med := times[len(times)/2].Seconds()

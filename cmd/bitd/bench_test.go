@@ -400,6 +400,40 @@ func TestBenchModelsMerged(t *testing.T) {
 	}
 }
 
+// TestBenchModelFits: a format whose weights would not fit in memory is refused before
+// any layer is registered when --format asks for it, and left out (the rest measured) when it
+// is one of the defaults.
+func TestBenchModelFits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	benchModels["fat"] = benchModel{Name: "fat", Layers: 1, Mats: []benchMat{{"w", 4096, 8192, 1}}} // bf16 64 MiB, i2s 8
+	defer delete(benchModels, "fat")
+	defer func(f func() (int, bool)) { memAvailable = f }(memAvailable)
+	memAvailable = func() (int, bool) { return 64 << 20, true }
+	var out, stderr bytes.Buffer
+	want := "bench: --model fat --format bf16: bf16 weights of fat take 0.1 GiB, more than 3/4 of the 0.1 GiB available (MemAvailable)"
+	if code := run([]string{"bench", "--model", "fat", "--format", "i2s,bf16"}, &out, &stderr); code != 1 || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "model fat i2s") {
+		t.Fatalf("exit %d, want 1 with %q before any layer is measured:\n%s", code, want, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"bench", "--json", "--model", "fat"}, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep struct{ Results []modelRecord }
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Format != "i2s" || rep.Results[1].Format != "tl2" || rep.Results[0].SpeedupVsBF16 != 0 {
+		t.Fatalf("default formats with bf16 too large: %+v", rep.Results)
+	}
+	memAvailable = func() (int, bool) { return 1 << 20, true }
+	stderr.Reset()
+	if code := run([]string{"bench", "--model", "fat"}, &out, &stderr); code != 1 || !strings.Contains(stderr.String(), "bench: --model fat: no format's weights fit in memory") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
 // TestBenchTinyShape: a shape whose blob is a few bytes is measured in a bounded rotation
 // (it once took millions of matrices and minutes before the first call), and its records
 // and the table say that it was partly cache-resident. It also runs --rounds 3: its records

@@ -60,9 +60,9 @@ type Mem struct {
 // ErrMemory: an allocation is larger than the memory the system has available.
 var ErrMemory = errors.New("not enough memory")
 
-// memAvailable is the kernel's estimate of the memory available to new allocations
+// MemAvailable is the kernel's estimate of the memory available to new allocations
 // without swapping (MemAvailable in /proc/meminfo), and whether it could be read.
-func memAvailable() (int, bool) {
+func MemAvailable() (int, bool) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, false
@@ -81,7 +81,7 @@ func memAvailable() (int, bool) {
 // would swap, or end the process by the kernel's OOM killer.
 func Alloc(n int) (*Mem, error) {
 	const huge = 2 << 20
-	if avail, ok := memAvailable(); ok && n > avail {
+	if avail, ok := MemAvailable(); ok && n > avail {
 		return nil, fmt.Errorf("kbench: %d MiB wanted, %d MiB available (MemAvailable): %w", n>>20, avail>>20, ErrMemory)
 	}
 	raw, err := unix.Mmap(-1, 0, n+huge, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)

@@ -308,7 +308,7 @@ func TestSetBounded(t *testing.T) {
 // TestAllocBeyondMemory: an allocation larger than the memory available is refused with
 // ErrMemory, naming both sizes, before any page is touched.
 func TestAllocBeyondMemory(t *testing.T) {
-	avail, ok := memAvailable()
+	avail, ok := MemAvailable()
 	if !ok {
 		t.Skip("no MemAvailable in /proc/meminfo")
 	}
