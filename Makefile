@@ -69,7 +69,8 @@ bench: build
 	set -o pipefail; BITD_SOAK=60s $(GO) test -count=1 -tags integration -run='^TestLoad$$' -v ./tests/ | grep -E 'calls|ok|FAIL'
 	$(BIN) bench --prefill --reads
 	$(BIN) bench --model bitnet-2b
-	$(BIN) bench --model bitnet-2b-merged
+	$(BIN) bench --model bitnet-2b-merged --n 1,4
+	$(BIN) bench --model llama3-8b-merged
 	BITGO_ENGINE_HETERO=1 $(GO) test -count=1 -run='^TestHeteroGEMV$$' -v ./engine/ | grep -vE '^(=== RUN|PASS|ok)'
 	BITGO_ENGINE_HETERO=1 BITGO_ENGINE_HETERO_BUSY=100us BITGO_ENGINE_HETERO_IDLE=100us \
 	  $(GO) test -count=1 -run='^TestHeteroGEMV$$' -v ./engine/ | grep -vE '^(=== RUN|PASS|ok)'
