@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -397,6 +398,12 @@ func TestBenchModelsMerged(t *testing.T) {
 	}
 	if len(mg.Mats) != 4 || mg.Layers != un.Layers || params(mg) != params(un) {
 		t.Errorf("bitnet-2b-merged: %d matrices, %d layers, %d weights; want 4, %d, %d", len(mg.Mats), mg.Layers, params(mg), un.Layers, params(un))
+	}
+	// Llama 3 8B's config: hidden 4096, 32 query and 8 KV heads of 128, FFN 14336, 32 layers.
+	const hidden, kv, ffn = 4096, 8 * 128, 14336
+	want := []benchMat{{"qkv_proj", hidden + 2*kv, hidden, 1}, {"o_proj", hidden, hidden, 1}, {"gate_up_proj", 2 * ffn, hidden, 1}, {"down_proj", hidden, ffn, 1}}
+	if l := benchModels["llama3-8b-merged"]; l.Layers != 32 || !slices.Equal(l.Mats, want) {
+		t.Errorf("llama3-8b-merged: %d layers, %+v; want 32, %+v", l.Layers, l.Mats, want)
 	}
 }
 
