@@ -353,28 +353,25 @@ func measureDecode(e *benchEnv, rec modelRecord, threads, layers, n, passes int,
 		bps, _ := kbench.ReadBandwidth(rp, e.dram.B, 1)
 		return bps
 	}
-	var times []time.Duration
-	var pcts []float64
+	var secs, pcts []float64
 	before := read()
 	for i := 0; i < passes; i++ {
 		d, err := pass(layers, n)
 		if err != nil {
 			return rec, err
 		}
-		times = append(times, d)
+		secs = append(secs, d.Seconds())
 		after := read()
 		if before > 0 && after > 0 {
 			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/((before+after)/2))
 		}
 		before = after
 	}
-	slices.Sort(times)
-	med := times[len(times)/2].Seconds()
+	med := kbench.Median(secs)
 	rec.DecodeTokS = float64(n) / med
 	rec.DecodeGBps = float64(rec.WeightBytes) / med / 1e9
 	if len(pcts) > 0 {
-		slices.Sort(pcts)
-		rec.DecodeRooflinePct = pcts[len(pcts)/2]
+		rec.DecodeRooflinePct = kbench.Median(pcts)
 	}
 	return rec, nil
 }

@@ -136,7 +136,7 @@ func RoundRatio(a, b Timing) float64 {
 	for _, i := range counted(n, func(i int) bool { return a.Cleans[i] && b.Cleans[i] }) {
 		rs = append(rs, a.Rounds[i]/b.Rounds[i])
 	}
-	return median(rs)
+	return Median(rs)
 }
 
 // Runner runs GEMVs (or GEMMs) of a Set on a Pool: activations quantized once per call
@@ -372,11 +372,11 @@ func againstReads(ns []float64, clean []bool, before, after []readTrial, floor, 
 		bps = append(bps, rb)
 		pcts = append(pcts, 100*bytes/ns[rd]*1e9/rb)
 	}
-	return median(bps), median(pcts), len(pcts)
+	return Median(bps), Median(pcts), len(pcts)
 }
 
-// median of v (the upper one of an even count); v is left as it is.
-func median(v []float64) float64 {
+// Median is the median of v (the upper one of an even count); v is left as it is.
+func Median(v []float64) float64 {
 	w := slices.Clone(v)
 	sort.Float64s(w)
 	return w[len(w)/2]
@@ -413,7 +413,7 @@ func (r *Runner) timing(all []float64, cleans []bool) Timing {
 	if len(clean) == 0 {
 		clean = []float64{best} // every round was disturbed: the best is the least disturbed
 	}
-	med := median(clean)
+	med := Median(clean)
 	by := r.Set.Layers[0].Layout.Bytes()
 	return Timing{Impl: r.Impl(), NsPerOp: med, BestNs: best, BytesOp: by, GBps: float64(by) / med, Rounds: all, Cleans: cleans}
 }
