@@ -652,7 +652,16 @@ func gemvInt2Pair(T int) {
 // (the 8B shapes and 2560x2560, one and two threads, nine rounds in turn): vpdpbusd's
 // latency is not what bounds it. Nor is its prefetch distance: without software prefetch
 // (as the ...HW variants) it ran 0.70-0.86x at one thread, 0.90-1.00x at two; 4 KiB into
-// L2 instead of prefetchFar 0.75-0.92x at one thread, 16 KiB 0.95-1.03x.
+// L2 instead of prefetchFar 0.75-0.92x at one thread, 16 KiB 0.95-1.03x. Nor are its
+// operations, from DRAM: a step on one plain 64-byte load (the two units side by side, rows
+// 8g..8g+7 of both by four masks 0x03<<2g, the activations as vpbroadcastq and a vpermd that
+// spreads the two units' dwords over the halves; bit for bit the reference) read 43-44 GB/s
+// from cache at one thread (1.18-1.20x: vbroadcasti64x4 takes a vector pipe there), yet
+// from DRAM (the 8B shapes and 2560x2560, one and two threads, nine rounds in turn) it ran
+// 0.86-0.98x with this prefetch, 0.98-1.03x with none, 0.98-1.01x 16 and 4 KiB ahead,
+// 0.95-1.02x 4 and 1 KiB, 0.88-0.99x 8 and 4 KiB. vpdpbusd's embedded broadcast in place of
+// vpbroadcastd ran 1.00x from cache. Two and four tokens run at the vpdpbusd peak from cache
+// (26-27 and 14 GB/s at one thread).
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
