@@ -1226,11 +1226,12 @@ func segBlocks(ly Layout, segs []panelSeg) (spans [2][2]int) {
 // build, seven rounds): a panel call streams 27.3-27.8 GB/s at K = 2560 (13824x2560, 19 us
 // a call), 28.2-29.1 at K = 4096 (14336x4096, 30 us) and 30.1 at K = 14336 (4096x14336, 101
 // us), which fits about 1.5 us a call that only DRAM shows; a panel's tail call takes
-// another 0.45-0.8 us. Each pause of the weight stream costs: a panel's blocks in calls of
-// 10 ran 0.93x. Without the tails (timing only) a sweep ran 1.02-1.09x at one thread and
-// 1.00-1.06x at two (13824x2560, 3840x2560 and the 8B shapes, nine rounds in turn), the
-// most that folding the tails into the panel kernel could gain. The tables on 2 MiB pages
-// instead of the heap's: 0.99-1.02x.
+// another 0.45-0.8 us. A panel's blocks in calls of 10 ran 0.93x. Yet without the tails
+// (timing only) a sweep ran 0.99-1.01x at one and two threads (13824x2560, 3840x2560 and
+// the 8B shapes, nine rounds in turn), and with them after the last panel 0.95-1.00x: the
+// tail calls hide in the stream, so folding them into the panel kernel would gain nothing.
+// Without the table build (timing only) 1.00-1.03x; the tables on 2 MiB pages instead of
+// the heap's 0.99-1.02x.
 func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs []panelSeg, tb *threadBuf, tables func(g lutGroup, part Layout, k0 int, buf []byte, stride int), tail func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int)) {
 	if len(segs) == 0 {
 		return
