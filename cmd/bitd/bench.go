@@ -69,8 +69,14 @@ type benchRecord struct {
 	// GEMV records: the rounds roofline_pct and roofline_gbps were taken over, of Rounds:
 	// those whose trial and reads kept their CPUs and whose reads ran at least half the
 	// measurement's best (the text output flags a record with fewer than half counted).
-	RooflineRounds  int     `json:"roofline_rounds,omitempty"`
-	Rounds          int     `json:"rounds,omitempty"`
+	RooflineRounds int `json:"roofline_rounds,omitempty"`
+	Rounds         int `json:"rounds,omitempty"`
+	// GEMV records at two threads or more: how the threads shared the cores around the
+	// trials, the rate of a cache-resident, compute-bound GEMV on all of them over its rate
+	// on one (kbench.CoreProbe, run beside each read): near the thread count when each has a
+	// core of its own, near 1 when they share one core's vector units (SMT siblings). The
+	// text marks a record whose threads shared (below 1.45 at two threads).
+	ComputeScale    float64 `json:"compute_scale,omitempty"`
 	NsPerOp         float64 `json:"ns_per_op"`
 	SpeedupVsBF16   float64 `json:"speedup_vs_bf16"`
 	WorkingSetBytes int     `json:"working_set_bytes"`
@@ -701,9 +707,18 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 					rs = append(rs, r)
 				}
 			}
+			probe, err := kbench.NewCoreProbe(p)
+			if err != nil {
+				p.Close()
+				free()
+				return nil, fmt.Errorf("%s: the core probe: %w", sh, err)
+			}
 			was, _ := kernels.CurrentTuning()
-			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.roofline(t, o.cache).loop}, o.rounds, o.minTime)
+			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.roofline(t, o.cache).loop, Probe: probe}, o.rounds, o.minTime)
 			kernels.SwitchTuning(was)
+			if probe != nil {
+				probe.Close()
+			}
 			p.Close()
 			perTuning := len(sets) * len(o.ns)
 			atT := func(ti, ni, i int) kbench.Timing { return tms[ti*perTuning+i*len(o.ns)+ni] }
@@ -740,6 +755,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						if 2*rec.RooflineRounds < rec.Rounds {
 							more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
 						}
+						more += coresNote(rec)
 						recs = append(recs, rec)
 						fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",
 							f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, rec.SpeedupVsBF16, more)
@@ -756,8 +772,8 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						rec.SpeedupVsBF16 = kbench.RoundRatio(atT(0, one, bf16), tm)
 					}
 					recs = append(recs, rec)
-					fmt.Fprintf(e.log, "%-5s %-10s read t=%d %7.1f GB/s %5.0f%% of %.1f %10.0f ns\n",
-						set.Format, sh, t, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp)
+					fmt.Fprintf(e.log, "%-5s %-10s read t=%d %7.1f GB/s %5.0f%% of %.1f %10.0f ns%s\n",
+						set.Format, sh, t, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, coresNote(rec))
 				}
 			}
 		}
@@ -771,7 +787,24 @@ func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) b
 	return benchRecord{Op: op, Format: string(set.Format), M: set.Shape.M, K: set.Shape.K, N: n, Threads: threads, Impl: tm.Impl,
 		GBps: tm.GBps, NsPerOp: tm.NsPerOp, WorkingSetBytes: set.WorkingSet(), PartlyCached: set.Short(),
 		BeyondL3:    strings.HasPrefix(op, "gemv_cache") && !kbench.FitsL3(set.WorkingSet()),
-		RooflinePct: tm.RoofPct, RooflineGBps: tm.ReadBps / 1e9, RooflineRounds: tm.RoofRounds, Rounds: len(tm.Rounds)}
+		RooflinePct: tm.RoofPct, RooflineGBps: tm.ReadBps / 1e9, RooflineRounds: tm.RoofRounds, Rounds: len(tm.Rounds),
+		ComputeScale: tm.ComputeScale}
+}
+
+// sharedScale is the compute_scale per thread below which a record's threads count as
+// sharing cores (1.45 at two threads): the probe read 1.5-1.8 on cores of their own and
+// 1.1-1.3 on shared ones on the 2-vCPU guest (kbench.CoreProbe).
+const sharedScale = 0.725
+
+// coresNote is the text output's note on a record's compute_scale ("" without one).
+func coresNote(rec benchRecord) string {
+	switch {
+	case rec.ComputeScale == 0:
+		return ""
+	case rec.ComputeScale < sharedScale*float64(rec.Threads):
+		return fmt.Sprintf("  compute x%.2f of one thread: the threads shared cores", rec.ComputeScale)
+	}
+	return fmt.Sprintf("  compute x%.2f of one thread", rec.ComputeScale)
 }
 
 // prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
@@ -838,8 +871,8 @@ func printTable(w io.Writer, rep benchReport) {
 	if tunings {
 		implW, head = 26, "  vs tuning"
 	}
-	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-*s %8s %6s %12s %8s %6s %6s %6s %6s%s\n", "op", "format", "shape", "n", "thr", implW, "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%", head)
-	cached, beyond := false, false
+	fmt.Fprintf(w, "%-15s %-6s %-11s %3s %3s %-*s %8s %6s %12s %8s %6s %6s %6s %6s %6s%s\n", "op", "format", "shape", "n", "thr", implW, "impl", "GB/s", "roof%", "ns/op", "vs bf16", "vs n1", "vs i2s", "read%", "peak%", "cores", head)
+	cached, beyond, shared := false, false, false
 	for _, r := range rep.Results {
 		shape := fmt.Sprintf("%dx%d", r.M, r.K)
 		if r.PartlyCached {
@@ -865,10 +898,20 @@ func printTable(w io.Writer, rep benchReport) {
 		if r.Int8PeakPct > 0 {
 			vnni = fmt.Sprintf("%6.1f", r.Int8PeakPct)
 		}
-		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %6s%s\n", r.Op, r.Format, shape, r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, vtun)
+		cores := ""
+		if r.ComputeScale > 0 {
+			cores = fmt.Sprintf("%.2f", r.ComputeScale)
+			if r.ComputeScale < sharedScale*float64(r.Threads) {
+				cores, shared = cores+"!", true
+			}
+		}
+		fmt.Fprintf(w, "%-15s %-6s %-11s %3d %3d %-*s %8.1f %6.1f %12.0f %8.2f %6s %6s %6s %6s %6s%s\n", r.Op, r.Format, shape, r.N, r.Threads, implW, impl, r.GBps, r.RooflinePct, r.NsPerOp, r.SpeedupVsBF16, n1, vi2s, vread, vnni, cores, vtun)
 	}
-	if cached || beyond {
+	if cached || beyond || shared {
 		fmt.Fprintln(w)
+	}
+	if shared {
+		fmt.Fprintln(w, "! cores: the threads shared cores around most of the record's trials (a compute-bound GEMV on all of them ran under 0.725x the thread count times one thread's rate): formats bound by their vector work had about one core's")
 	}
 	if cached {
 		fmt.Fprintf(w, "* the shape's blob is too small for a DRAM working set within %d matrices: its rates are partly cache-resident\n", kbench.MaxSetLayers)

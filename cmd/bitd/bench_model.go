@@ -122,7 +122,14 @@ type modelRecord struct {
 	// from cache as much as from DRAM; modelCacheResident).
 	DecodeGBps        float64 `json:"decode_gbps"`
 	DecodeRooflinePct float64 `json:"decode_roofline_pct"`
+	// ComputeScale: at two threads or more, how they shared the cores around the decode
+	// passes (benchRecord.ComputeScale), the median over the passes of the mean of the
+	// probes beside the reads just before and after each; 0 where there are no reads.
+	ComputeScale float64 `json:"compute_scale,omitempty"`
 }
+
+// modelProbeTime is the time of each core probe beside a decode pass's reads.
+const modelProbeTime = 20 * time.Millisecond
 
 // modelCacheResident tells whether weights of n bytes may be read from the L3 in part
 // between two decode passes: less than twice its size (kbench.FitsL3).
@@ -201,6 +208,9 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 				roof := "cache-resident"
 				if r.DecodeRooflinePct > 0 {
 					roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
+				}
+				if r.ComputeScale > 0 {
+					roof += coresNote(benchRecord{Threads: r.Threads, ComputeScale: r.ComputeScale})
 				}
 				if f == quantcfg.BF16 {
 					bf[r.N] = r
@@ -342,30 +352,49 @@ func measureDecode(e *benchEnv, rec modelRecord, threads, layers, n, passes int,
 	}
 	// The roofline of each pass: the mean of reads just before and just after it (a pass
 	// of bf16 weights lasts long enough for the memory's speed to change within it).
-	read := func() float64 {
+	// Beside each read, at two threads or more, the probe of how the threads share the
+	// cores (kbench.CoreProbe; 0 at one thread).
+	read := func() (bps, scale float64, err error) {
 		if modelCacheResident(rec.WeightBytes) {
-			return 0
+			return 0, 0, nil
 		}
 		// A pool of its own, closed at once: its idle workers would spin for milliseconds,
 		// on the cores the pass runs on.
 		rp := kbench.NewPool(threads)
 		defer rp.Close()
-		bps, _ := kbench.ReadBandwidth(rp, e.dram.B, 1)
-		return bps
+		bps, _ = kbench.ReadBandwidth(rp, e.dram.B, 1)
+		probe, err := kbench.NewCoreProbe(rp)
+		if probe != nil {
+			scale = probe.Scale(modelProbeTime)
+			probe.Close()
+		}
+		return bps, scale, err
 	}
-	var secs, pcts []float64
-	before := read()
+	var secs, pcts, scales []float64
+	before, sb, err := read()
+	if err != nil {
+		return rec, err
+	}
 	for i := 0; i < passes; i++ {
 		d, err := pass(layers, n)
 		if err != nil {
 			return rec, err
 		}
 		secs = append(secs, d.Seconds())
-		after := read()
+		after, sa, err := read()
+		if err != nil {
+			return rec, err
+		}
 		if before > 0 && after > 0 {
 			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/((before+after)/2))
 		}
-		before = after
+		if sb > 0 && sa > 0 {
+			scales = append(scales, (sb+sa)/2)
+		}
+		before, sb = after, sa
+	}
+	if len(scales) > 0 {
+		rec.ComputeScale = kbench.Median(scales)
 	}
 	med := kbench.Median(secs)
 	rec.DecodeTokS = float64(n) / med

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -319,15 +320,24 @@ func TestBenchModelJSON(t *testing.T) {
 	benchModels["big"] = benchModel{Name: "big", Layers: layers, Mats: []benchMat{{"w", 8192, 4096, 1}}}
 	defer delete(benchModels, "big")
 	out.Reset()
-	if code := run([]string{"bench", "--json", "--quick", "--model", "big", "--format", "i2s", "--threads", "1"}, &out, &stderr); code != 0 {
+	threads := []string{"1"} // and at two threads, how they shared the cores (compute_scale)
+	if runtime.NumCPU() >= 2 {
+		threads = append(threads, "2")
+	}
+	if code := run([]string{"bench", "--json", "--quick", "--model", "big", "--format", "i2s", "--threads", strings.Join(threads, ",")}, &out, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	rep.Results = nil
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Results) != 1 {
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Results) != len(threads) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if r := rep.Results[0]; r["decode_roofline_pct"].(float64) <= 0 {
-		t.Fatalf("%d layers of 8192x4096 i2s: no share of the roofline: %v", layers, r)
+	for _, r := range rep.Results {
+		if r["decode_roofline_pct"].(float64) <= 0 {
+			t.Fatalf("%d layers of 8192x4096 i2s: no share of the roofline: %v", layers, r)
+		}
+		if scale, _ := r["compute_scale"].(float64); (r["threads"].(float64) > 1) != (scale > 0) || scale > 3 {
+			t.Errorf("compute_scale %v at %v threads", scale, r["threads"])
+		}
 	}
 	// The progress lines compare with bf16 where the run measured it, and only there (no
 	// "x0.00 vs bf16").
@@ -514,5 +524,64 @@ func TestBenchBeyondL3(t *testing.T) {
 	printTable(&table, benchReport{Machine: benchMachine{L3Bytes: kbench.L3Bytes}, Results: []benchRecord{rec}})
 	if !strings.Contains(table.String(), "4096x14336+") || !strings.Contains(table.String(), "+ the matrix is larger than the L3") {
 		t.Errorf("the table does not mark the matrix beyond the L3:\n%s", table.String())
+	}
+}
+
+// TestBenchComputeScale: a GEMV measured on two threads carries how they shared the cores
+// around its trials (compute_scale, from kbench.CoreProbe), one on one thread does not; the
+// table shows it in the cores column and marks a record whose threads shared cores.
+func TestBenchComputeScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures bandwidth over 1 GiB")
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU")
+	}
+	var out, stderr bytes.Buffer
+	args := []string{"bench", "--cache", "--format", "i2s", "--shape", "256x2048", "--threads", "1,2", "--n", "1", "--rounds", "3", "--json"}
+	if code := run(args, &out, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want i2s and bf16 at one and two threads: %s", len(rep.Results), out.String())
+	}
+	for _, r := range rep.Results {
+		// (two threads run a compute-bound GEMV at most about twice one's rate)
+		if (r.Threads == 2) != (r.ComputeScale > 0) || r.ComputeScale > 3 {
+			t.Errorf("%s at %d threads: compute_scale %g", r.Format, r.Threads, r.ComputeScale)
+		}
+	}
+
+	recs := []benchRecord{
+		{Op: "gemv", Format: "i2s", M: 64, K: 64, N: 1, Threads: 2, Impl: "x", NsPerOp: 1, ComputeScale: 1.7},
+		{Op: "gemv", Format: "tl2", M: 64, K: 64, N: 1, Threads: 2, Impl: "x", NsPerOp: 1, ComputeScale: 1.2},
+		{Op: "gemv", Format: "int1", M: 64, K: 64, N: 1, Threads: 1, Impl: "x", NsPerOp: 1},
+	}
+	var table bytes.Buffer
+	printTable(&table, benchReport{Results: recs[:1]})
+	if !regexp.MustCompile(`(?m)^gemv +i2s .* 1\.70$`).MatchString(table.String()) || strings.Contains(table.String(), "!") {
+		t.Errorf("threads on cores of their own:\n%s", table.String())
+	}
+	table.Reset()
+	printTable(&table, benchReport{Results: recs})
+	if !regexp.MustCompile(`(?m)^gemv +tl2 .* 1\.20!$`).MatchString(table.String()) || !strings.Contains(table.String(), "! cores: the threads shared cores") ||
+		!regexp.MustCompile(`(?m)^gemv +int1 .*[0-9] *$`).MatchString(table.String()) {
+		t.Errorf("threads that shared cores:\n%s", table.String())
+	}
+	for _, c := range []struct {
+		rec  benchRecord
+		want string
+	}{
+		{recs[0], "  compute x1.70 of one thread"},
+		{recs[1], "  compute x1.20 of one thread: the threads shared cores"},
+		{recs[2], ""},
+	} {
+		if got := coresNote(c.rec); got != c.want {
+			t.Errorf("%s: note %q, want %q", c.rec.Format, got, c.want)
+		}
 	}
 }

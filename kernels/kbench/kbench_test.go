@@ -143,7 +143,7 @@ func TestAround(t *testing.T) {
 func TestReaderWindows(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()
-	buf := &Reads{make([]byte, 4<<12), kernels.ReadLoops()[0]}
+	buf := &Reads{Buf: make([]byte, 4<<12), Loop: kernels.ReadLoops()[0]}
 	rd := reader{win: 1 << 12}
 	var offs []int
 	for range 6 {
@@ -328,4 +328,71 @@ func TestAllocBeyondMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	small.Free()
+}
+
+// TestScaleAround: a runner's compute scale is the median over its rounds of the probes
+// just around its own trials.
+func TestScaleAround(t *testing.T) {
+	// two runners, three rounds: probes 0..6 beside the reads before each trial and after the last
+	scales := []float64{1, 2, 1, 1, 4, 2, 2}
+	// runner 0: rounds (1+2)/2, (1+1)/2, (4+2)/2 = 1.5, 1, 3 -> 1.5; runner 1: (2+1)/2, (1+4)/2, (2+2)/2 -> 2
+	for j, want := range []float64{1.5, 2} {
+		if got := scaleAround(scales, 2, j); got != want {
+			t.Errorf("runner %d: %g, want %g", j, got, want)
+		}
+	}
+}
+
+// TestCoreProbe: a real probe of a two-thread pool gives a plausible scale (two threads
+// run a compute-bound GEMV at most about twice one thread's rate), leaves the tuning as it
+// found it and the adaptive choices alone, and Interleaved carries it into each Timing; a
+// pool of one thread has no probe.
+func TestCoreProbe(t *testing.T) {
+	if c, err := NewCoreProbe(NewPool(1)); c != nil || err != nil {
+		t.Fatalf("a one-thread pool's probe: %v, %v; want none", c, err)
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU")
+	}
+	p := NewPool(2)
+	defer p.Close()
+	base, _ := kernels.CurrentTuning()
+	adapt := base | kernels.TuningAdapt
+	defer kernels.SwitchTuning(kernels.SwitchTuning(adapt))
+	c, err := NewCoreProbe(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ss []float64 // (one probe can meet a disturbance: the median of five)
+	for range 5 {
+		ss = append(ss, c.Scale(20*time.Millisecond))
+	}
+	if s := Median(ss); !(s > 0.2 && s < 3) {
+		t.Errorf("scale %g of two threads over one (%v)", s, ss)
+	}
+	if cur, _ := kernels.CurrentTuning(); cur != adapt {
+		t.Errorf("tuning %v after the probe, want %v", cur, adapt)
+	}
+	for _, ch := range kernels.AdaptChoices() {
+		if ch.M == probeShape.M && ch.K == probeShape.K {
+			t.Errorf("the probe's calls reached the adaptive choices: %+v", ch)
+		}
+	}
+	set, err := NewSet(quantcfg.I2S, Shape{M: 64, K: 256}, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Free()
+	r, err := NewRunner(p, set, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 1<<20)
+	for _, probe := range []*CoreProbe{nil, c} {
+		tm := Interleaved([]*Runner{r}, &Reads{Buf: mem, Loop: kernels.ReadLoops()[0], Probe: probe}, 3, 10*time.Millisecond)[0]
+		if (probe != nil) != (tm.ComputeScale > 0) {
+			t.Errorf("probe %v: compute scale %g", probe != nil, tm.ComputeScale)
+		}
+	}
 }

@@ -97,6 +97,10 @@ type Timing struct {
 	RoofPct float64
 	// RoofRounds: how many rounds ReadBps and RoofPct were taken over.
 	RoofRounds int
+	// ComputeScale, with a read buffer and its probe (Reads.Probe): the median over the
+	// rounds of the mean of the probe's scales just before and just after the trial (0
+	// without a probe).
+	ComputeScale float64
 	// Rounds is the time per call of each round in order, and Cleans whether the process had
 	// its CPUs throughout it (the median is over those rounds; Interleaved: round i of every
 	// runner is one round).
@@ -256,6 +260,9 @@ func (r *Runner) Measure(rounds int, minTime time.Duration) Timing {
 type Reads struct {
 	Buf  []byte
 	Loop kernels.ReadLoop
+	// Probe, if not nil, runs beside every read (for a sixteenth of a trial's time): each
+	// Timing then carries the sharing of the cores around its trials (ComputeScale).
+	Probe *CoreProbe
 }
 
 // Interleaved measures several runners round by round, one round of each in turn (each at
@@ -273,10 +280,17 @@ func Interleaved(rs []*Runner, read *Reads, rounds int, minTime time.Duration) [
 	all, cleans := make([][]float64, len(rs)), make([][]bool, len(rs))
 	var rdr reader
 	var reads []readTrial // reads[rd*len(rs)+j] just before runner j's trial of round rd
+	var scales []float64  // the probe's beside each read
+	readNow := func() {
+		reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
+		if read.Probe != nil {
+			scales = append(scales, read.Probe.Scale(minTime/probeShare))
+		}
+	}
 	for range rounds {
 		for j, r := range rs {
 			if read != nil {
-				reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
+				readNow()
 			}
 			ns, ok := r.trial(minTime)
 			all[j] = append(all[j], ns)
@@ -284,7 +298,7 @@ func Interleaved(rs []*Runner, read *Reads, rounds int, minTime time.Duration) [
 		}
 	}
 	if read != nil {
-		reads = append(reads, rdr.time(rs[0].Pool, read, minTime/readShare))
+		readNow()
 	}
 	// A read under half the best of the measurement was disturbed: this VM's DRAM rate
 	// drifts by up to about 1.7x, and once the reads around an i2s GEMV's counted rounds ran
@@ -299,6 +313,9 @@ func Interleaved(rs []*Runner, read *Reads, rounds int, minTime time.Duration) [
 		if read != nil {
 			before, after := around(reads, len(rs), j)
 			out[j].ReadBps, out[j].RoofPct, out[j].RoofRounds = againstReads(all[j], cleans[j], before, after, floor, float64(out[j].BytesOp))
+			if len(scales) > 0 {
+				out[j].ComputeScale = scaleAround(scales, len(rs), j)
+			}
 		}
 	}
 	return out
@@ -313,8 +330,22 @@ func around(reads []readTrial, runners, j int) (before, after []readTrial) {
 	return before, after
 }
 
+// scaleAround is runner j's ComputeScale: the median over its rounds of the mean of the
+// probe's scales just before and after its trial, of scales taken beside reads before every
+// trial of runners runners per round and after the last.
+func scaleAround(scales []float64, runners, j int) float64 {
+	var m []float64
+	for i := j; i+1 < len(scales); i += runners {
+		m = append(m, (scales[i]+scales[i+1])/2)
+	}
+	return Median(m)
+}
+
 // readShare is a trial's time over the time of each read around it.
 const readShare = 4
+
+// probeShare is a trial's time over the time of each core probe beside a read (Reads.Probe).
+const probeShare = 16
 
 // readWindow is the most of the read buffer one read pass takes: a DRAM buffer's windows
 // are read in turn, so a short read is still one from DRAM (a window comes round again

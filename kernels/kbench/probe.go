@@ -1,0 +1,90 @@
+package kbench
+
+import (
+	"time"
+
+	"bitgo/kernels"
+	"bitgo/quantcfg"
+)
+
+// CoreProbe measures how a pool's threads share the CPU's execution units while a
+// measurement runs: the rate of a compute-bound GEMV (i2s, one token, probeShape: 256 KiB
+// of weights, cache-resident) on all of the pool's threads over its rate on one. With
+// every thread on a core of its own it approaches the thread count; threads that share a
+// core (SMT siblings) get little more than one.
+//
+// On the 2-vCPU Zen 4 guest the two-thread DRAM read rate jumps between two levels every
+// few seconds, and the probe tells them apart: beside reads of 30-36 GB/s it read 1.5-1.8
+// (the two vCPUs on cores of their own), beside reads of 49-59 GB/s 1.1-1.3 (one core's
+// vector units shared, most likely its two SMT threads). At the fast read rate, then, the
+// formats bound by their vector work (int1, tl1, tl2, and several tokens) have about one
+// core's compute for twice one core's bandwidth, and fall short of the roofline there
+// while the memory-bound ones (i2s, int2, int8, bf16) reach it.
+type CoreProbe struct {
+	set      *Set
+	all, one *Runner
+	solo     *Pool
+}
+
+// probeShape is the probe's GEMV: 512x2048 i2s, 256 KiB, in L2 (half of it per thread at
+// two).
+var probeShape = Shape{M: 512, K: 2048}
+
+// NewCoreProbe returns a probe of p's threads, or nil for a pool of one thread (nothing to
+// compare).
+func NewCoreProbe(p *Pool) (*CoreProbe, error) {
+	if p.Threads() < 2 {
+		return nil, nil
+	}
+	set, err := NewSet(quantcfg.I2S, probeShape, 1, 7)
+	if err != nil {
+		return nil, err
+	}
+	c := &CoreProbe{set: set, solo: NewPool(1)}
+	if c.all, err = NewRunner(p, set, 1, 7); err == nil {
+		c.one, err = NewRunner(c.solo, set, 1, 7)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	defer c.fixedTuning()()
+	c.all.Warm()
+	c.one.Warm()
+	return c, nil
+}
+
+// Scale runs the GEMV on all threads for d/2, then on one for d/2, and returns the first
+// rate over the second. It runs under the current tuning without kernels.TuningAdapt (so
+// that its calls leave the adaptive choices alone), and restores the tuning.
+func (c *CoreProbe) Scale(d time.Duration) float64 {
+	defer c.fixedTuning()()
+	return c.rate(c.all, d/2) / c.rate(c.one, d/2)
+}
+
+// fixedTuning switches to the current tuning without kernels.TuningAdapt and returns the
+// function that switches back.
+func (c *CoreProbe) fixedTuning() (restore func()) {
+	cur, _ := kernels.CurrentTuning()
+	kernels.SwitchTuning(cur &^ kernels.TuningAdapt)
+	return func() { kernels.SwitchTuning(cur) }
+}
+
+func (c *CoreProbe) rate(r *Runner, d time.Duration) float64 {
+	t0, n := time.Now(), 0
+	for {
+		for range 8 {
+			r.Call(n)
+			n++
+		}
+		if el := time.Since(t0); el >= d {
+			return float64(n) / el.Seconds()
+		}
+	}
+}
+
+// Close releases the probe's weights and its one-thread pool (not the pool it probes).
+func (c *CoreProbe) Close() {
+	c.solo.Close()
+	c.set.Free()
+}
