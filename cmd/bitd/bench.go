@@ -73,9 +73,10 @@ type benchRecord struct {
 	Rounds         int `json:"rounds,omitempty"`
 	// GEMV records at two threads or more: how the threads shared the cores around the
 	// trials, the rate of a cache-resident, compute-bound GEMV on all of them over its rate
-	// on one (kbench.CoreProbe, run beside each read): near the thread count when each has a
-	// core of its own, near 1 when they share one core's vector units (SMT siblings). The
-	// text marks a record whose threads shared (below 1.45 at two threads).
+	// on one (kbench.CoreProbe, run beside each read; 0 when every probe lost a CPU to
+	// another process): near the thread count when each has a core of its own, near 1 when
+	// they share one core's vector units (SMT siblings). The text marks a record whose
+	// threads shared (below 1.45 at two threads).
 	ComputeScale    float64 `json:"compute_scale,omitempty"`
 	NsPerOp         float64 `json:"ns_per_op"`
 	SpeedupVsBF16   float64 `json:"speedup_vs_bf16"`

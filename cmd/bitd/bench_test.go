@@ -335,7 +335,8 @@ func TestBenchModelJSON(t *testing.T) {
 		if r["decode_roofline_pct"].(float64) <= 0 {
 			t.Fatalf("%d layers of 8192x4096 i2s: no share of the roofline: %v", layers, r)
 		}
-		if scale, _ := r["compute_scale"].(float64); (r["threads"].(float64) > 1) != (scale > 0) || scale > 3 {
+		// (0 also at two threads when another process took a CPU beside every pass)
+		if scale, _ := r["compute_scale"].(float64); r["threads"].(float64) == 1 && scale != 0 || scale < 0 || scale > 3 {
 			t.Errorf("compute_scale %v at %v threads", scale, r["threads"])
 		}
 	}
@@ -550,9 +551,12 @@ func TestBenchComputeScale(t *testing.T) {
 		t.Fatalf("%d results, want i2s and bf16 at one and two threads: %s", len(rep.Results), out.String())
 	}
 	for _, r := range rep.Results {
-		// (two threads run a compute-bound GEMV at most about twice one's rate)
-		if (r.Threads == 2) != (r.ComputeScale > 0) || r.ComputeScale > 3 {
-			t.Errorf("%s at %d threads: compute_scale %g", r.Format, r.Threads, r.ComputeScale)
+		// Two threads run a compute-bound GEMV at most about twice one's rate. A probe that
+		// lost a CPU to another process gives nothing (go test runs packages side by side),
+		// so the scale must be there when every round kept its CPUs.
+		if r.Threads == 1 && r.ComputeScale != 0 || r.ComputeScale < 0 || r.ComputeScale > 3 ||
+			r.Threads == 2 && r.ComputeScale == 0 && r.RooflineRounds == r.Rounds {
+			t.Errorf("%s at %d threads: compute_scale %g (%d of %d rounds undisturbed)", r.Format, r.Threads, r.ComputeScale, r.RooflineRounds, r.Rounds)
 		}
 	}
 

@@ -98,8 +98,8 @@ type Timing struct {
 	// RoofRounds: how many rounds ReadBps and RoofPct were taken over.
 	RoofRounds int
 	// ComputeScale, with a read buffer and its probe (Reads.Probe): the median over the
-	// rounds of the mean of the probe's scales just before and just after the trial (0
-	// without a probe).
+	// rounds of the mean of the probe's scales just before and just after the trial, of the
+	// rounds where both gave one (0 without a probe, or where none did).
 	ComputeScale float64
 	// Rounds is the time per call of each round in order, and Cleans whether the process had
 	// its CPUs throughout it (the median is over those rounds; Interleaved: round i of every
@@ -261,8 +261,9 @@ type Reads struct {
 	Buf  []byte
 	Loop kernels.ReadLoop
 	// Probe, if not nil, runs beside every read (for a sixteenth of a trial's time): each
-	// Timing then carries the sharing of the cores around its trials (ComputeScale).
-	Probe *CoreProbe
+	// Timing then carries the sharing of the cores around its trials (ComputeScale). A
+	// *CoreProbe, or anything else that returns such a scale (0: none).
+	Probe interface{ Scale(time.Duration) float64 }
 }
 
 // Interleaved measures several runners round by round, one round of each in turn (each at
@@ -331,12 +332,18 @@ func around(reads []readTrial, runners, j int) (before, after []readTrial) {
 }
 
 // scaleAround is runner j's ComputeScale: the median over its rounds of the mean of the
-// probe's scales just before and after its trial, of scales taken beside reads before every
-// trial of runners runners per round and after the last.
+// probe's scales just before and after its trial (rounds with a 0 left out; 0 when none is
+// left), of scales taken beside reads before every trial of runners runners per round and
+// after the last.
 func scaleAround(scales []float64, runners, j int) float64 {
 	var m []float64
 	for i := j; i+1 < len(scales); i += runners {
-		m = append(m, (scales[i]+scales[i+1])/2)
+		if scales[i] > 0 && scales[i+1] > 0 {
+			m = append(m, (scales[i]+scales[i+1])/2)
+		}
+	}
+	if len(m) == 0 {
+		return 0
 	}
 	return Median(m)
 }

@@ -55,11 +55,22 @@ func NewCoreProbe(p *Pool) (*CoreProbe, error) {
 }
 
 // Scale runs the GEMV on all threads for d/2, then on one for d/2, and returns the first
-// rate over the second. It runs under the current tuning without kernels.TuningAdapt (so
-// that its calls leave the adaptive choices alone), and restores the tuning.
+// rate over the second; 0 when either run lost one of its CPUs to another process for a
+// while (a busy machine says nothing about how the threads share the cores: under another
+// process, two threads once ran at 0.09x one's rate), or c is nil. It runs under the current
+// tuning without kernels.TuningAdapt (so that its calls leave the adaptive choices alone),
+// and restores the tuning.
 func (c *CoreProbe) Scale(d time.Duration) float64 {
+	if c == nil {
+		return 0
+	}
 	defer c.fixedTuning()()
-	return c.rate(c.all, d/2) / c.rate(c.one, d/2)
+	all, ok := c.rate(c.all, d/2)
+	one, ok1 := c.rate(c.one, d/2)
+	if !ok || !ok1 {
+		return 0
+	}
+	return all / one
 }
 
 // fixedTuning switches to the current tuning without kernels.TuningAdapt and returns the
@@ -70,17 +81,17 @@ func (c *CoreProbe) fixedTuning() (restore func()) {
 	return func() { kernels.SwitchTuning(cur) }
 }
 
-func (c *CoreProbe) rate(r *Runner, d time.Duration) float64 {
-	t0, n := time.Now(), 0
-	for {
+// rate is r's calls per second over d, and whether the process had r's CPUs throughout.
+func (c *CoreProbe) rate(r *Runner, d time.Duration) (float64, bool) {
+	tr, n := StartTrial(), 0
+	for tr.Elapsed() < d {
 		for range 8 {
 			r.Call(n)
 			n++
 		}
-		if el := time.Since(t0); el >= d {
-			return float64(n) / el.Seconds()
-		}
 	}
+	wall, ok := tr.Stop(r.Pool.Threads())
+	return float64(n) / wall.Seconds(), ok
 }
 
 // Close releases the probe's weights and its one-thread pool (not the pool it probes).
