@@ -210,7 +210,7 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 					roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
 				}
 				if r.ComputeScale > 0 {
-					roof += coresNote(benchRecord{Threads: r.Threads, ComputeScale: r.ComputeScale})
+					roof += ";" + strings.TrimPrefix(coresNote(benchRecord{Threads: r.Threads, ComputeScale: r.ComputeScale}), " ")
 				}
 				if f == quantcfg.BF16 {
 					bf[r.N] = r
