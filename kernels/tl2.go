@@ -99,7 +99,13 @@ import (
 //     run, one / two / four tokens): one thread 1.02-1.16 / 0.94-1.01 / 0.98-1.02 (2048x8192,
 //     3072x8192, 3072x3072 with panels of 48, 2560x2560, 2560x6912); two threads, one token,
 //     the short K gain (2560x2560 1.21, 3072x3072 1.09) and the long lose (2048x8192,
-//     2560x6912, 3072x8192 0.95-0.99).
+//     2560x6912, 3072x8192 0.95-0.99). The short K's gain is the state of this VM where its
+//     two vCPUs share one core (kbench.CoreProbe's compute_scale 1.1-1.4, the fast memory):
+//     there, at two threads, chunk-major 2560x2560 ran 0.74-0.83x i2s's speed (2560x6912
+//     0.86-0.98) in ten paired runs, and without its table build (timing only) only
+//     1.01-1.07x faster (2560x6912 1.04-1.13x), while two panels of 40 ran 1.29x the
+//     chunk-major layout (0.98x i2s). A guess: the two threads' chunk tables then share
+//     one L1, where the panel kernel keeps a block's tables in registers.
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
 // blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
 // workers), and chunk-major otherwise.
