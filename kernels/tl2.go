@@ -104,8 +104,9 @@ import (
 //     there, at two threads, chunk-major 2560x2560 ran 0.74-0.83x i2s's speed (2560x6912
 //     0.86-0.98) in ten paired runs, and without its table build (timing only) only
 //     1.01-1.07x faster (2560x6912 1.04-1.13x), while two panels of 40 ran 1.29x the
-//     chunk-major layout (0.98x i2s). A guess: the two threads' chunk tables then share
-//     one L1, where the panel kernel keeps a block's tables in registers.
+//     chunk-major layout (0.98x i2s) in one paired run whose chunk-major figure (0.78x
+//     i2s) fits that state. A guess: the two threads' chunk tables then share one L1,
+//     where the panel kernel keeps a block's tables in registers.
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
 // blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
 // workers), and chunk-major otherwise.
