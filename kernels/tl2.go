@@ -99,20 +99,21 @@ import (
 //     run, one / two / four tokens): one thread 1.02-1.16 / 0.94-1.01 / 0.98-1.02 (2048x8192,
 //     3072x8192, 3072x3072 with panels of 48, 2560x2560, 2560x6912); two threads, one token,
 //     the short K gain (2560x2560 1.21, 3072x3072 1.09) and the long lose (2048x8192,
-//     2560x6912, 3072x8192 0.95-0.99). The short K's gain is the state of this VM where its
-//     two vCPUs share one core (kbench.CoreProbe's compute_scale 1.1-1.4, the fast memory):
-//     there, at two threads, chunk-major 2560x2560 ran 0.74-0.83x i2s's speed (2560x6912
-//     0.86-0.98) in ten paired runs, and without its table build (timing only) only
-//     1.01-1.07x faster (2560x6912 1.04-1.13x). Two panels of 40 row blocks against
+//     2560x6912, 3072x8192 0.95-0.99). Which of the VM's two states a run met decides
+//     that. Where its two vCPUs share one core (kbench.CoreProbe's compute_scale 1.1-1.4,
+//     the fast memory), chunk-major ran at two threads 0.74-0.83x i2s's speed on 2560x2560
+//     and 0.86-0.98x on 2560x6912 (ten paired runs), and without its table build (timing
+//     only) only 1.01-1.07x and 1.04-1.13x faster. Two panels of 40 row blocks against
 //     chunk-major, one token at two threads, 14 paired runs of each shape with the cores
-//     probed before and after each (three rounds of 150 ms): with the cores shared
-//     2560x2560 1.21x and 2560x6912 1.17-1.23x (chunk-major 0.88-0.90x i2s, panels
-//     1.07-1.09x); on cores of their own 2560x2560 0.97-1.17x (mostly 1.05-1.09) and
-//     2560x6912 0.83-0.99x (mostly 0.94-0.97), panels then 1.05-1.19x i2s. A guess: the two
-//     threads' chunk tables share one L1 there, where the panel kernel keeps a block's
-//     tables in registers. Two panels would so hold tl2 above i2s in both states; what a
-//     layout revision would weigh against that is 2560x6912 on cores of their own and two
-//     tokens at one thread (0.94-0.95x above).
+//     probed before and after each (three rounds of 150 ms; the cores were shared in one
+//     run of 2560x2560 and two of 2560x6912): shared, 2560x2560 1.21x and 2560x6912
+//     1.17-1.23x (chunk-major 0.88-0.90x i2s, panels 1.07-1.09x); on cores of their own
+//     2560x2560 0.97-1.17x (mostly 1.05-1.09) and 2560x6912 0.83-0.99x (mostly 0.94-0.97),
+//     panels then 1.05-1.19x i2s. A guess: the two threads' chunk tables share one L1 when
+//     the cores are shared, where the panel kernel keeps a block's tables in registers.
+//     Two panels would so hold tl2 above i2s in both states; a layout revision would weigh
+//     that against 2560x6912 on cores of their own and two tokens at one thread (0.94-0.95x
+//     above).
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
 // blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
 // workers), and chunk-major otherwise.
