@@ -14,8 +14,8 @@ import (
 // core (SMT siblings) get little more than one.
 //
 // On the 2-vCPU Zen 4 guest the two-thread DRAM read rate jumps between two levels every
-// few seconds, and the probe mostly tells them apart: in 54 samples of 300 ms it read
-// 1.4-1.8 beside all 45 reads of 30-36 GB/s (the two vCPUs on cores of their own) and
+// few seconds, and the probe mostly tells them apart: in 45 samples of 300 ms it read
+// 1.4-1.8 beside all 36 reads of 30-36 GB/s (the two vCPUs on cores of their own) and
 // 1.1-1.3 beside eight of the nine of 49-59 GB/s (one core's vector units shared, most
 // likely its two SMT threads); some fast reads came with cores of their own too. With the
 // cores shared, the formats bound by their vector work (int1, tl1, tl2, and several
