@@ -112,8 +112,8 @@ import (
 //     panels then 1.05-1.19x i2s. A guess: the two threads' chunk tables share one L1 when
 //     the cores are shared, where the panel kernel keeps a block's tables in registers.
 //     At two threads the same loop found two tokens 0.97-1.05x on cores of their own (six
-//     runs of each shape) and four tokens 1.00-1.03x on their own, 1.04-1.10x shared (five
-//     runs of each). Two panels would so hold tl2 above i2s in both states; a layout
+//     runs of each shape) and four tokens 1.00x on their own (one run), 1.03-1.10x shared
+//     (eight runs of the two shapes). Two panels would so hold tl2 above i2s in both states; a layout
 //     revision would weigh that against 2560x6912 on cores of their own and two tokens at
 //     one thread (0.94-0.95x above).
 // So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
