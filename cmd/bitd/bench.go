@@ -717,9 +717,7 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 			was, _ := kernels.CurrentTuning()
 			tms := kbench.Interleaved(rs, &kbench.Reads{Buf: buf, Loop: e.roofline(t, o.cache).loop, Probe: probe}, o.rounds, o.minTime)
 			kernels.SwitchTuning(was)
-			if probe != nil {
-				probe.Close()
-			}
+			probe.Close()
 			p.Close()
 			perTuning := len(sets) * len(o.ns)
 			atT := func(ti, ni, i int) kbench.Timing { return tms[ti*perTuning+i*len(o.ns)+ni] }
@@ -756,7 +754,9 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						if 2*rec.RooflineRounds < rec.Rounds {
 							more += fmt.Sprintf("  (roofline from %d of %d rounds: the machine was disturbed)", rec.RooflineRounds, rec.Rounds)
 						}
-						more += coresNote(rec)
+						if note := coresNote(rec.ComputeScale, t); note != "" {
+							more += "  " + note
+						}
 						recs = append(recs, rec)
 						fmt.Fprintf(e.log, "%-5s %-10s n=%d t=%d %-18s %7.1f GB/s %5.0f%% of %.1f %10.0f ns  x%.2f vs bf16%s\n",
 							f, sh, n, t, tm.Impl, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, rec.SpeedupVsBF16, more)
@@ -773,8 +773,12 @@ func gemvSuite(e *benchEnv) ([]benchRecord, error) {
 						rec.SpeedupVsBF16 = kbench.RoundRatio(atT(0, one, bf16), tm)
 					}
 					recs = append(recs, rec)
+					more := ""
+					if note := coresNote(rec.ComputeScale, t); note != "" {
+						more = "  " + note
+					}
 					fmt.Fprintf(e.log, "%-5s %-10s read t=%d %7.1f GB/s %5.0f%% of %.1f %10.0f ns%s\n",
-						set.Format, sh, t, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, coresNote(rec))
+						set.Format, sh, t, tm.GBps, rec.RooflinePct, rec.RooflineGBps, tm.NsPerOp, more)
 				}
 			}
 		}
@@ -797,15 +801,22 @@ func timedRecord(op string, set *kbench.Set, n, threads int, tm kbench.Timing) b
 // 1.1-1.3 on shared ones on the 2-vCPU guest (kbench.CoreProbe).
 const sharedScale = 0.725
 
-// coresNote is the text output's note on a record's compute_scale ("" without one).
-func coresNote(rec benchRecord) string {
+// sharedCores tells whether a compute_scale measured on threads threads says they shared
+// cores (0: not measured).
+func sharedCores(scale float64, threads int) bool {
+	return scale > 0 && scale < sharedScale*float64(threads)
+}
+
+// coresNote is the text output's note on a compute_scale measured on threads threads (""
+// without one).
+func coresNote(scale float64, threads int) string {
 	switch {
-	case rec.ComputeScale == 0:
+	case scale == 0:
 		return ""
-	case rec.ComputeScale < sharedScale*float64(rec.Threads):
-		return fmt.Sprintf("  compute x%.2f of one thread: the threads shared cores", rec.ComputeScale)
+	case sharedCores(scale, threads):
+		return fmt.Sprintf("compute x%.2f of one thread: the threads shared cores", scale)
 	}
-	return fmt.Sprintf("  compute x%.2f of one thread", rec.ComputeScale)
+	return fmt.Sprintf("compute x%.2f of one thread", scale)
 }
 
 // prefillSuite measures the GEMM of a 4096x4096 layer at 512 tokens for i2s, int2, tl2 and
@@ -902,7 +913,7 @@ func printTable(w io.Writer, rep benchReport) {
 		cores := ""
 		if r.ComputeScale > 0 {
 			cores = fmt.Sprintf("%.2f", r.ComputeScale)
-			if r.ComputeScale < sharedScale*float64(r.Threads) {
+			if sharedCores(r.ComputeScale, r.Threads) {
 				cores, shared = cores+"!", true
 			}
 		}
@@ -912,7 +923,7 @@ func printTable(w io.Writer, rep benchReport) {
 		fmt.Fprintln(w)
 	}
 	if shared {
-		fmt.Fprintln(w, "! cores: the threads shared cores around most of the record's trials (a compute-bound GEMV on all of them ran under 0.725x the thread count times one thread's rate): formats bound by their vector work had about one core's")
+		fmt.Fprintf(w, "! cores: the threads shared cores around most of the record's trials (a compute-bound GEMV on all of them ran under %gx the thread count times one thread's rate): formats bound by their vector work had about one core's\n", sharedScale)
 	}
 	if cached {
 		fmt.Fprintf(w, "* the shape's blob is too small for a DRAM working set within %d matrices: its rates are partly cache-resident\n", kbench.MaxSetLayers)

@@ -209,8 +209,8 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 				if r.DecodeRooflinePct > 0 {
 					roof = fmt.Sprintf("%.0f%% of the read rate", r.DecodeRooflinePct)
 				}
-				if r.ComputeScale > 0 {
-					roof += ";" + strings.TrimPrefix(coresNote(benchRecord{Threads: r.Threads, ComputeScale: r.ComputeScale}), " ")
+				if note := coresNote(r.ComputeScale, r.Threads); note != "" {
+					roof += "; " + note
 				}
 				if f == quantcfg.BF16 {
 					bf[r.N] = r

@@ -586,11 +586,11 @@ func TestBenchComputeScale(t *testing.T) {
 		rec  benchRecord
 		want string
 	}{
-		{recs[0], "  compute x1.70 of one thread"},
-		{recs[1], "  compute x1.20 of one thread: the threads shared cores"},
+		{recs[0], "compute x1.70 of one thread"},
+		{recs[1], "compute x1.20 of one thread: the threads shared cores"},
 		{recs[2], ""},
 	} {
-		if got := coresNote(c.rec); got != c.want {
+		if got := coresNote(c.rec.ComputeScale, c.rec.Threads); got != c.want {
 			t.Errorf("%s: note %q, want %q", c.rec.Format, got, c.want)
 		}
 	}

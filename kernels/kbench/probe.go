@@ -49,7 +49,7 @@ func NewCoreProbe(p *Pool) (*CoreProbe, error) {
 		c.Close()
 		return nil, err
 	}
-	defer c.fixedTuning()()
+	defer withoutAdapt()()
 	c.all.Warm()
 	c.one.Warm()
 	return c, nil
@@ -65,7 +65,7 @@ func (c *CoreProbe) Scale(d time.Duration) float64 {
 	if c == nil {
 		return 0
 	}
-	defer c.fixedTuning()()
+	defer withoutAdapt()()
 	all, ok := c.rate(c.all, d/2)
 	one, ok1 := c.rate(c.one, d/2)
 	if !ok || !ok1 {
@@ -74,9 +74,9 @@ func (c *CoreProbe) Scale(d time.Duration) float64 {
 	return all / one
 }
 
-// fixedTuning switches to the current tuning without kernels.TuningAdapt and returns the
+// withoutAdapt switches to the current tuning without kernels.TuningAdapt and returns the
 // function that switches back.
-func (c *CoreProbe) fixedTuning() (restore func()) {
+func withoutAdapt() (restore func()) {
 	cur, _ := kernels.CurrentTuning()
 	kernels.SwitchTuning(cur &^ kernels.TuningAdapt)
 	return func() { kernels.SwitchTuning(cur) }
@@ -95,8 +95,12 @@ func (c *CoreProbe) rate(r *Runner, d time.Duration) (float64, bool) {
 	return float64(n) / wall.Seconds(), ok
 }
 
-// Close releases the probe's weights and its one-thread pool (not the pool it probes).
+// Close releases the probe's weights and its one-thread pool (not the pool it probes); a
+// nil probe has nothing to release.
 func (c *CoreProbe) Close() {
+	if c == nil {
+		return
+	}
 	c.solo.Close()
 	c.set.Free()
 }
