@@ -370,32 +370,29 @@ func measureDecode(e *benchEnv, rec modelRecord, threads, layers, n, passes int,
 		}
 		return bps, scale, err
 	}
-	var secs, pcts, scales []float64
-	before, sb, err := read()
+	var secs, pcts []float64
+	before, scale, err := read()
 	if err != nil {
 		return rec, err
 	}
+	scales := []float64{scale} // the probes before each pass and after the last
 	for i := 0; i < passes; i++ {
 		d, err := pass(layers, n)
 		if err != nil {
 			return rec, err
 		}
 		secs = append(secs, d.Seconds())
-		after, sa, err := read()
+		after, scale, err := read()
 		if err != nil {
 			return rec, err
 		}
 		if before > 0 && after > 0 {
 			pcts = append(pcts, 100*float64(rec.WeightBytes)/d.Seconds()/((before+after)/2))
 		}
-		if sb > 0 && sa > 0 {
-			scales = append(scales, (sb+sa)/2)
-		}
-		before, sb = after, sa
+		scales = append(scales, scale)
+		before = after
 	}
-	if len(scales) > 0 {
-		rec.ComputeScale = kbench.Median(scales)
-	}
+	rec.ComputeScale = kbench.ScaleAround(scales, 1, 0)
 	med := kbench.Median(secs)
 	rec.DecodeTokS = float64(n) / med
 	rec.DecodeGBps = float64(rec.WeightBytes) / med / 1e9

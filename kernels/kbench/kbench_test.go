@@ -337,7 +337,7 @@ func TestScaleAround(t *testing.T) {
 	scales := []float64{1, 2, 1, 1, 4, 2, 2}
 	// runner 0: rounds (1+2)/2, (1+1)/2, (4+2)/2 = 1.5, 1, 3 -> 1.5; runner 1: (2+1)/2, (1+4)/2, (2+2)/2 -> 2
 	for j, want := range []float64{1.5, 2} {
-		if got := scaleAround(scales, 2, j); got != want {
+		if got := ScaleAround(scales, 2, j); got != want {
 			t.Errorf("runner %d: %g, want %g", j, got, want)
 		}
 	}
@@ -345,9 +345,13 @@ func TestScaleAround(t *testing.T) {
 	// alone, runner 1 none of its rounds
 	scales = []float64{1, 0, 1, 3, 0, 2, 0}
 	for j, want := range []float64{2, 0} {
-		if got := scaleAround(scales, 2, j); got != want {
+		if got := ScaleAround(scales, 2, j); got != want {
 			t.Errorf("with zeros, runner %d: %g, want %g", j, got, want)
 		}
+	}
+	// one runner (the model bench's decode passes): a probe before each trial and after the last
+	if got := ScaleAround([]float64{1, 3, 0, 2, 4}, 1, 0); got != 3 { // rounds 2, (gone), (gone), 3 -> 3
+		t.Errorf("one runner: %g, want 3", got)
 	}
 }
 

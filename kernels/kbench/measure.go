@@ -315,7 +315,7 @@ func Interleaved(rs []*Runner, read *Reads, rounds int, minTime time.Duration) [
 			before, after := around(reads, len(rs), j)
 			out[j].ReadBps, out[j].RoofPct, out[j].RoofRounds = againstReads(all[j], cleans[j], before, after, floor, float64(out[j].BytesOp))
 			if len(scales) > 0 {
-				out[j].ComputeScale = scaleAround(scales, len(rs), j)
+				out[j].ComputeScale = ScaleAround(scales, len(rs), j)
 			}
 		}
 	}
@@ -331,11 +331,11 @@ func around(reads []readTrial, runners, j int) (before, after []readTrial) {
 	return before, after
 }
 
-// scaleAround is runner j's ComputeScale: the median over its rounds of the mean of the
+// ScaleAround is runner j's ComputeScale: the median over its rounds of the mean of the
 // probe's scales just before and after its trial (rounds with a 0 left out; 0 when none is
 // left), of scales taken beside reads before every trial of runners runners per round and
-// after the last.
-func scaleAround(scales []float64, runners, j int) float64 {
+// after the last (one runner: a probe before each trial and one after the last).
+func ScaleAround(scales []float64, runners, j int) float64 {
 	var m []float64
 	for i := j; i+1 < len(scales); i += runners {
 		if scales[i] > 0 && scales[i+1] > 0 {
