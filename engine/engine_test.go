@@ -496,7 +496,8 @@ func (r *poolLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi in
 // reference's outputs bit for bit, one token split by whole panels where they share out
 // among the workers (eight panels on two) and in parts of the blob where they do not
 // (eight on three; 4100 rows' nine on two, which the pool's partition would cut 80 and 49
-// row blocks), and three tokens either way.
+// row blocks), and three tokens either way; 2560 x 2560's two panels of 40 row blocks one
+// on each of two workers, in parts on three.
 func TestPanelMajorSplits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16M-weight layers")
@@ -506,7 +507,7 @@ func TestPanelMajorSplits(t *testing.T) {
 	for _, c := range []struct {
 		m, k, threads int
 		parts         bool
-	}{{4096, 4080, 2, false}, {4096, 4080, 3, true}, {4100, 4100, 2, true}} {
+	}{{4096, 4080, 2, false}, {4096, 4080, 3, true}, {4100, 4100, 2, true}, {2560, 2560, 2, false}, {2560, 2560, 3, true}} {
 		pool, err := sched.New(sched.Config{Threads: c.threads})
 		if err != nil {
 			t.Fatal(err)

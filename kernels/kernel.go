@@ -123,7 +123,7 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 }
 
 // Granular is implemented by kernels whose calls split best in ranges of whole groups of
-// row blocks: a tl2 blob's panels (TL2Panel row blocks), whose blocks interleave their row
+// row blocks: a tl2 blob's panels (Layout.PanelRows), whose blocks interleave their row
 // blocks, so that two workers sharing a panel would each stream the other's half of every
 // block past its caches (measured, 2560x2560 from DRAM at two threads, the 80 row blocks
 // split 40/40: tl2 0.39-0.43x i2s's speed, against 1.0-1.06x with the chunk-major layout

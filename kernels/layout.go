@@ -26,34 +26,42 @@ const TL2Block = 48
 // within -5..+2%. 9 and 8 read about as 10, 6 less than 12 (its per-chunk costs).
 const TL2Chunk = 10
 
-// TL2Panel is the most row blocks in one panel of a panel-major tl2 blob (see tl2.go): the
-// blob stores its panels one after another, and within a panel block after block, each
-// holding every row block's 320 bytes of it side by side. (16 in layout kernels/5.)
+// TL2Panel is the most row blocks in one panel of a panel-major tl2 blob of at least
+// TL2TwoPanelRowBlocks row blocks (see tl2.go): the blob stores its panels one after
+// another, and within a panel block after block, each holding every row block's 320 bytes
+// of it side by side. (16 in layout kernels/5.)
 const TL2Panel = 32
 
 // A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 2544)
-// and TL2PanelMinRowBlocks row blocks (M > 3808), and chunk-major otherwise (see tl2.go for
-// the measurements behind the rule).
+// and TL2PanelMinRowBlocks row blocks (M > 2016), and chunk-major otherwise. Below
+// TL2TwoPanelRowBlocks row blocks (M <= 3808) it is two panels, of ceil(row blocks/2) and
+// the rest, so that two workers take one each; from it on, panels of TL2Panel. (In layout
+// kernels/6, panel-major only from TL2TwoPanelRowBlocks row blocks on.) See tl2.go for the
+// measurements behind the rule.
 const (
 	TL2PanelMinBlocks    = 53
-	TL2PanelMinRowBlocks = 120
+	TL2PanelMinRowBlocks = 64
+	TL2TwoPanelRowBlocks = 120
 )
 
 // tl2PanelRows returns the row blocks per panel of a tl2 blob of nb blocks and mrb row
-// blocks in this revision's layout: TL2Panel where it is panel-major, 0 where it is
-// chunk-major.
+// blocks in this revision's layout: TL2Panel or half its row blocks where it is
+// panel-major, 0 where it is chunk-major.
 func tl2PanelRows(nb, mrb int) int {
-	if nb >= TL2PanelMinBlocks && mrb >= TL2PanelMinRowBlocks {
-		return TL2Panel
+	switch {
+	case nb < TL2PanelMinBlocks || mrb < TL2PanelMinRowBlocks:
+		return 0
+	case mrb < TL2TwoPanelRowBlocks:
+		return (mrb + 1) / 2
 	}
-	return 0
+	return TL2Panel
 }
 
 // LayoutRevision names this package's blob layouts as pack files (paged.PackHeader.Layout)
 // and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
 // whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
 // packed before are refused with a clear error instead of being misread.
-const LayoutRevision = "kernels/6"
+const LayoutRevision = "kernels/7"
 
 // layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
 // it changed; every other format is as in kernels/1.
@@ -64,6 +72,7 @@ var layoutHistory = []layoutRev{
 	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
 	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
 	{"kernels/6", []quantcfg.Format{quantcfg.TL2}}, // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
+	{"kernels/7", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -122,8 +131,9 @@ type Layout struct {
 	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
 	// block within panels (panel-major tl2; RowBlockData gathers one).
 	RowBlockBytes int
-	// panel > 0: a panel-major tl2 blob, panels of up to panel row blocks (TL2Panel, or 16
-	// in a kernels/5 blob that Relayout reads); 0: chunk-major.
+	// panel > 0: a panel-major tl2 blob, panels of up to panel row blocks (TL2Panel, or
+	// half the row blocks in two panels: tl2PanelRows; 16 in a kernels/5 blob that Relayout
+	// reads); 0: chunk-major.
 	panel int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
 	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 and kernels/5), which
@@ -238,14 +248,14 @@ func (l Layout) Chunked() bool {
 	return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 && !l.Paneled()
 }
 
-// Paneled reports whether the blob is panel-major (tl2 of K >= 2544 and M > 3808): panels
+// Paneled reports whether the blob is panel-major (tl2 of K >= 2544 and M > 2016): panels
 // of up to PanelRows row blocks one after another, each storing its row blocks' tl2 blocks
 // block by block (the row blocks' 320 bytes of block b side by side), then their tl1 tails
 // side by side.
 func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.panel > 0 }
 
-// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel), 0 for
-// any other.
+// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel, or half its
+// row blocks where it has two panels), 0 for any other.
 func (l Layout) PanelRows() int {
 	if !l.Paneled() {
 		return 0

@@ -15,11 +15,12 @@ import (
 // token alone), in row ranges that start and end inside panels (runSplit), and through
 // RunSplit over 2, 3 and 16 workers: by whole panels (RowGranule) where they share out
 // evenly, else in parts (Units): 4100 x 4100 (eight panels and one row block, a 20-input
-// tl1 tail; in parts on two workers) and 4096 x 4080 (eight whole panels, no tail; by rows
-// on two).
+// tl1 tail; in parts on two workers), 4096 x 4080 (eight whole panels, no tail; by rows
+// on two) and 2400 x 2600 (two panels, of 38 and 37 row blocks, an 8-input tail; by rows
+// on two, in parts on three).
 func TestTL2PanelGEMV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 41))
-	shapes := [][2]int{{4100, 4100}, {4096, 4080}}
+	shapes := [][2]int{{4100, 4100}, {4096, 4080}, {2400, 2600}}
 	ns := []int{1, 2, 3, 4, 5, 8}
 	if raceEnabled {
 		shapes, ns = shapes[:1], []int{1, 3}
@@ -37,8 +38,12 @@ func TestTL2PanelGEMV(t *testing.T) {
 				if !tl.Layout.Paneled() {
 					t.Fatalf("%s: not panel-major", what)
 				}
-				if g := k.RowGranule(tl.Layer, n); g != TL2Panel {
-					t.Fatalf("%s: row granule %d, want %d", what, g, TL2Panel)
+				rows := TL2Panel
+				if tl.Spec.Out < 3808 {
+					rows = 38
+				}
+				if g := k.RowGranule(tl.Layer, n); g != rows || tl.Layout.PanelRows() != rows {
+					t.Fatalf("%s: row granule %d, panels of %d, want %d", what, g, tl.Layout.PanelRows(), rows)
 				}
 				checkExact(t, what, runSplit(t, k, tl.Layer, x, n), want, tl.Spec.Out)
 				for _, workers := range []int{2, 3, 16} {
@@ -49,7 +54,7 @@ func TestTL2PanelGEMV(t *testing.T) {
 					if parted != wantParts {
 						t.Errorf("%s: in parts %t, want %t", what, parted, wantParts)
 					}
-					if workers == 2 && parted != (wantParts && tl.Spec.Out == 4100) || workers == 16 && parted != (n <= k.ops.gemvT) {
+					if workers == 2 && parted != (wantParts && tl.Spec.Out == 4100) || workers == 3 && tl.Spec.Out == 2400 && parted != (n <= k.ops.gemvT) || workers == 16 && parted != (n <= k.ops.gemvT) {
 						t.Errorf("%s: in parts %t", what, parted)
 					}
 				}

@@ -590,32 +590,41 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 // TestTL2PanelMajor: a tl2 blob of K >= 2544 and M > 3808 stores panels of 32 row blocks
 // one after another, each block after block with its row blocks' 320 bytes of the block
 // side by side, then their tl1 tails side by side (the offsets of tl2.go's picture,
-// computed here independently of Layout); kernels/5 laid out its panel-major shapes (K >=
-// 4080, M > 4064) in panels of 16 the same way (tl2Before, which Relayout reads them by).
-// 130 row blocks: four panels of 32 and one of 2 (eight of 16 and one of 2). K = 48*88 +
-// 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. One row block or one block
-// fewer than the rule's is chunk-major.
+// computed here independently of Layout); one of K >= 2544 and M in (2016, 3808] stores
+// two panels the same way, of ceil(row blocks/2) and the rest; kernels/5 laid out its
+// panel-major shapes (K >= 4080, M > 4064) in panels of 16 the same way (tl2Before, which
+// Relayout reads them by). 130 row blocks: four panels of 32 and one of 2 (eight of 16 and
+// one of 2). K = 48*88 + 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. 75 row
+// blocks: panels of 38 and 37; K = 48*53 + 1: 53 blocks, a 1-input tail. One row block or
+// one block fewer than the rule's is chunk-major, and kernels/6 laid out every shape of
+// fewer than 120 row blocks chunk-major.
 func TestTL2PanelMajor(t *testing.T) {
-	for _, c := range []struct{ k, nb, kp1 int }{{48*88 + 7, 88, 8}, {48 * 85, 85, 0}} {
-		const m = 130*32 - 5
-		w, blob, l := packRandom(t, quantcfg.TL2, m, c.k, 5)
+	for _, c := range []struct{ m, k, nb, kp1, g, panels int }{
+		{130*32 - 5, 48*88 + 7, 88, 8, 32, 5}, {130*32 - 5, 48 * 85, 85, 0, 32, 5}, {75*32 - 3, 48*53 + 1, 53, 4, 38, 2},
+	} {
+		w, blob, l := packRandom(t, quantcfg.TL2, c.m, c.k, 5)
 		mrb, s := l.RowBlocks(), 320*c.nb+8*c.kp1
-		if mrb != 130 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 || len(blob) != mrb*s || !l.Paneled() || l.Chunked() || l.PanelRows() != 32 || l.Panels() != 5 {
+		if mrb != (c.m+31)/32 || l.K3 != 48*c.nb || l.Kp1 != c.kp1 || len(blob) != mrb*s || !l.Paneled() || l.Chunked() || l.PanelRows() != c.g || l.Panels() != c.panels {
 			t.Fatalf("layout %+v, %d bytes", l, len(blob))
 		}
-		l5, ok := tl2Before("kernels/5", l)
-		if !ok || !l5.Paneled() || l5.PanelRows() != 16 || l5.Panels() != 9 {
-			t.Fatalf("kernels/5 layout %+v (%v)", l5, ok)
-		}
-		blob5 := make([]byte, len(blob))
-		for rb := range mrb {
-			l5.SetRowBlockData(blob5, rb, ownStream(l, w.Q, rb, tl2Encode))
-		}
-		for _, lay := range []struct {
+		type laid struct {
 			l    Layout
 			blob []byte
 			g    int
-		}{{l, blob, 32}, {l5, blob5, 16}} {
+		}
+		lays := []laid{{l, blob, c.g}}
+		if c.g == 32 {
+			l5, ok := tl2Before("kernels/5", l)
+			if !ok || !l5.Paneled() || l5.PanelRows() != 16 || l5.Panels() != 9 {
+				t.Fatalf("kernels/5 layout %+v (%v)", l5, ok)
+			}
+			blob5 := make([]byte, len(blob))
+			for rb := range mrb {
+				l5.SetRowBlockData(blob5, rb, ownStream(l, w.Q, rb, tl2Encode))
+			}
+			lays = append(lays, laid{l5, blob5, 16})
+		}
+		for _, lay := range lays {
 			for rb := 0; rb < mrb; rb++ {
 				stream := ownStream(l, w.Q, rb, tl2Encode)
 				p, i := rb/lay.g, rb%lay.g
@@ -624,26 +633,39 @@ func TestTL2PanelMajor(t *testing.T) {
 				for b := 0; b < c.nb; b++ {
 					off := base + 320*(b*g+i)
 					if !bytes.Equal(lay.blob[off:off+320], stream[320*b:320*b+320]) {
-						t.Fatalf("K %d, panels of %d: row block %d's block %d is not at %d", c.k, lay.g, rb, b, off)
+						t.Fatalf("%dx%d, panels of %d: row block %d's block %d is not at %d", c.m, c.k, lay.g, rb, b, off)
 					}
 				}
 				off := base + 320*c.nb*g + 8*c.kp1*i
 				if !bytes.Equal(lay.blob[off:off+8*c.kp1], stream[320*c.nb:]) {
-					t.Fatalf("K %d, panels of %d: row block %d's tail is not at %d", c.k, lay.g, rb, off)
+					t.Fatalf("%dx%d, panels of %d: row block %d's tail is not at %d", c.m, c.k, lay.g, rb, off)
 				}
 				if got := lay.l.RowBlockData(lay.blob, rb, nil); !bytes.Equal(got, stream) {
-					t.Fatalf("K %d, panels of %d: RowBlockData(%d) differs from the stream", c.k, lay.g, rb)
+					t.Fatalf("%dx%d, panels of %d: RowBlockData(%d) differs from the stream", c.m, c.k, lay.g, rb)
 				}
 			}
 		}
 	}
-	for _, c := range [][2]int{{3808, 2544}, {3809, 2543}, {3809, 2544}, {640, 2560}, {2560, 2560}, {3840, 2560}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}, {2048, 8192}} {
+	for _, c := range [][2]int{
+		{3808, 2544}, {3809, 2543}, {3809, 2544}, {2016, 2544}, {2017, 2544}, {2017, 2543}, {640, 2560}, {2560, 2560}, {2560, 2543},
+		{3840, 2560}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}, {2048, 8192}, {3000, 3000},
+	} {
 		l, err := NewLayout(quantcfg.TL2, c[0], c[1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := c[0] > 3808 && c[1] >= 2544; l.Paneled() != want || l.Chunked() == want || want != (l.PanelRows() == 32) {
-			t.Errorf("%dx%d: panel-major %v (panels of %d), chunk-major %v; want panel-major %v", c[0], c[1], l.Paneled(), l.PanelRows(), l.Chunked(), want)
+		g, panels := 0, 0 // the panels this revision lays the shape out in
+		if mrb := (c[0] + 31) / 32; c[1] >= 2544 && mrb >= 120 {
+			g, panels = 32, (mrb+31)/32
+		} else if c[1] >= 2544 && mrb >= 64 {
+			g, panels = (mrb+1)/2, 2
+		}
+		if want := g > 0; l.Paneled() != want || l.Chunked() == want || l.PanelRows() != g || l.Panels() != panels {
+			t.Errorf("%dx%d: panel-major %v (%d panels of %d), chunk-major %v; want %d panels of %d", c[0], c[1], l.Paneled(), l.Panels(), l.PanelRows(), l.Chunked(), panels, g)
+		}
+		l6, _ := tl2Before("kernels/6", l)
+		if want := c[0] > 3808 && c[1] >= 2544; l6.Paneled() != want || l6.Chunked() == want || want != (l6.PanelRows() == 32) || !want && l6.Chunks() != max(1, (c[1]/48+9)/10) {
+			t.Errorf("%dx%d in kernels/6: panel-major %v, chunk-major %v (%d chunks); want panel-major %v", c[0], c[1], l6.Paneled(), l6.Chunked(), l6.Chunks(), want)
 		}
 		l5, _ := tl2Before("kernels/5", l)
 		if want := c[0] > 4064 && c[1] >= 4080; l5.Paneled() != want || l5.Chunked() == want || want != (l5.PanelRows() == 16) || !want && l5.Chunks() != max(1, (c[1]/48+9)/10) {

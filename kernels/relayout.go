@@ -14,7 +14,9 @@ import (
 //   - kernels/4: chunk-major, chunks of up to 10;
 //   - kernels/5: panel-major in panels of 16 row blocks where it has at least 85 blocks
 //     and 128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10
-//     otherwise.
+//     otherwise;
+//   - kernels/6: panel-major in panels of 32 row blocks where it has at least 53 blocks and
+//     120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise.
 func tl2Before(rev string, l Layout) (Layout, bool) {
 	l.panel, l.tl2Chunk = 0, 0
 	switch rev {
@@ -28,6 +30,12 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 		} else {
 			l.tl2Chunk = 10
 		}
+	case "kernels/6":
+		if l.TL2Blocks() >= 53 && l.RowBlocks() >= 120 {
+			l.panel = 32
+		} else {
+			l.tl2Chunk = 10
+		}
 	default:
 		return Layout{}, false
 	}
@@ -37,11 +45,12 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 // Relayout returns a packed m x k blob of format f, packed in layout revision rev, in this
 // build's layout (LayoutRevision):
 //   - the blob itself where f's layout has not changed since rev, or has not for its shape (a
-//     tl2 blob of kernels/4 or kernels/5 that is chunk-major now too: checked, CheckBlob);
-//   - a tl2 blob of kernels/2 to kernels/5 (tl2Before) laid out as this revision lays out its
-//     shape (panel-major in panels of TL2Panel row blocks, or chunk-major in chunks of up to
-//     TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are the same),
-//     and checked.
+//     tl2 blob of kernels/4 to kernels/6 that is chunk-major now too, or of kernels/6 in
+//     panels of 32 still: checked, CheckBlob);
+//   - a tl2 blob of kernels/2 to kernels/6 (tl2Before) laid out as this revision lays out its
+//     shape (panel-major in panels of TL2Panel row blocks or in two, or chunk-major in chunks
+//     of up to TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are
+//     the same), and checked.
 //
 // Any other change is ReadsLayout's error: the blob has to be packed again from its weights.
 func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, error) {

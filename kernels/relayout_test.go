@@ -39,7 +39,7 @@ func TestLayoutRevision(t *testing.T) {
 	}{
 		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
 		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"}, {"kernels/4", quantcfg.TL2, "kernels/5"},
-		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {LayoutRevision, quantcfg.TL2, ""},
+		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {"kernels/6", quantcfg.TL2, "kernels/7"}, {"kernels/6", quantcfg.BF16, ""}, {LayoutRevision, quantcfg.TL2, ""},
 	} {
 		err := ReadsLayout(c.rev, c.f)
 		if (c.want == "") != (err == nil) || c.want != "" && !strings.Contains(err.Error(), "changed layout in "+c.want) {
@@ -51,44 +51,50 @@ func TestLayoutRevision(t *testing.T) {
 	}
 }
 
-// TestRelayout: a tl2 blob of kernels/2 to kernels/5 comes back as this build packs the
+// TestRelayout: a tl2 blob of kernels/2 to kernels/6 comes back as this build packs the
 // same weights (chunk-major in chunks of up to 10 blocks, or panel-major in panels of 32
-// row blocks), itself where it was laid out so already; formats unchanged since a revision
-// come back as they are; the rest is refused. M = 70 with K = 48*11 + 3 (one chunk in kernels/3, two in kernels/4), 48*21,
-// 48*25, 48*298 + 32 (14336: 25 and 30 chunks) and 20 (the tail alone), chunk-major in
-// every revision; 4000 x 2600, chunk-major up to kernels/5, and 4100 x 4100, panel-major
-// in panels of 16 in kernels/5, are panel-major now.
+// row blocks or in two), itself where it was laid out so already; formats unchanged since a
+// revision come back as they are; the rest is refused. M = 70 with K = 48*11 + 3 (one chunk
+// in kernels/3, two in kernels/4), 48*21, 48*25, 48*298 + 32 (14336: 25 and 30 chunks) and
+// 20 (the tail alone), chunk-major in every revision; 4000 x 2600, chunk-major up to
+// kernels/5, and 4100 x 4100, panel-major in panels of 16 in kernels/5, are in panels of 32
+// from kernels/6 on; 2500 x 2600, chunk-major up to kernels/6, is two panels now.
 func TestRelayout(t *testing.T) {
-	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4000, 2600}, {4100, 4100}} {
+	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4000, 2600}, {4100, 4100}, {2500, 2600}} {
 		m, k := c[0], c[1]
 		_, blob, l := packRandom(t, quantcfg.TL2, m, k, 9)
 		nb := k / 48
-		if l.Paneled() != (m > 70) {
-			t.Fatalf("%dx%d: panel-major %v", m, k, l.Paneled())
+		if l.Paneled() != (m > 70) || l.Paneled() && l.PanelRows() != map[bool]int{true: 32, false: 40}[m > 3808] {
+			t.Fatalf("%dx%d: panel-major %v, panels of %d", m, k, l.Paneled(), l.PanelRows())
 		}
 		for _, c := range []struct {
 			rev   string
 			chunk int // 0: panel-major
-		}{{"kernels/2", 12}, {"kernels/3", 12}, {"kernels/4", 10}, {"kernels/5", 10}} {
+			panel int // panel-major: its panels' row blocks
+		}{{"kernels/2", 12, 0}, {"kernels/3", 12, 0}, {"kernels/4", 10, 0}, {"kernels/5", 10, 0}, {"kernels/6", 10, 0}} {
 			if c.rev == "kernels/5" && m == 4100 {
-				c.chunk = 0
+				c.chunk, c.panel = 0, 16
+			}
+			if c.rev == "kernels/6" && m > 3808 {
+				c.chunk, c.panel = 0, 32
 			}
 			before, old := blobBefore(t, c.rev, l, blob)
 			if c.chunk == 0 {
-				if !before.Paneled() || before.PanelRows() != 16 {
-					t.Fatalf("%dx%d in %s: panel-major %v in panels of %d, want 16", m, k, c.rev, before.Paneled(), before.PanelRows())
+				if !before.Paneled() || before.PanelRows() != c.panel {
+					t.Fatalf("%dx%d in %s: panel-major %v in panels of %d, want %d", m, k, c.rev, before.Paneled(), before.PanelRows(), c.panel)
 				}
 			} else if got, want := before.Chunks(), max(1, (nb+c.chunk-1)/c.chunk); got != want || before.Paneled() {
 				t.Fatalf("%dx%d in %s: chunks of %d: %d chunks, want %d (panel-major %v)", m, k, c.rev, c.chunk, got, want, before.Paneled())
 			}
-			if l.Paneled() && bytes.Equal(old, blob) {
+			same := !l.Paneled() && c.chunk == 10 || l.Paneled() && c.panel == l.PanelRows() // laid out as now
+			if l.Paneled() && !same && bytes.Equal(old, blob) {
 				t.Errorf("%dx%d: the %s blob equals this build's", m, k, c.rev)
 			}
 			got, err := Relayout(c.rev, quantcfg.TL2, m, k, old)
 			if err != nil || !bytes.Equal(got, blob) {
 				t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, c.rev, err, bytes.Equal(got, blob))
 			}
-			if same := !l.Paneled() && c.chunk == 10; same != (&got[0] == &old[0]) {
+			if same != (&got[0] == &old[0]) {
 				t.Errorf("%dx%d from %s: the blob itself %v, want %v", m, k, c.rev, &got[0] == &old[0], same)
 			}
 		}
@@ -111,8 +117,9 @@ func TestRelayout(t *testing.T) {
 		{"kernels/2", quantcfg.TL1, tl2, "tl1 blobs changed layout in kernels/3, after kernels/2"},
 		{"kernels/9", quantcfg.I2S, i2s, `"kernels/9" is not one this build knows`},
 		{"kernels/3", quantcfg.TL2, tl2[1:], "blob has"},
-		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/6"},
-		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/6"},
+		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
+		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
+		{"kernels/6", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
 	} {
 		_, err := Relayout(c.rev, c.f, 40, 300, c.blob)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -17,16 +17,18 @@ import (
 // With nb = K3/48 blocks and Mrb = Mp/32 row blocks, the blob interleaves the streams one of
 // two ways, by shape (Layout.Paneled, Layout.Chunked):
 //
-// Panel-major, where nb >= 53 and Mrb >= 120 (K >= 2544, M > 3808): panels of up to
-// TL2Panel = 32 row blocks one after another, so that a kernel holding a block's tables
-// reads the panel's row blocks' 320 bytes of the block one after another, and a worker's
-// whole panels are one stretch of memory. Panel p holds row blocks 32p.. (g of them, 32 but
-// in a short last panel) and starts at byte 32*p*S:
+// Panel-major, where nb >= 53 and Mrb >= 64 (K >= 2544, M > 2016): panels of up to G row
+// blocks one after another, so that a kernel holding a block's tables reads the panel's
+// row blocks' 320 bytes of the block one after another, and a worker's whole panels are
+// one stretch of memory. G = TL2Panel = 32 where Mrb >= 120 (M > 3808), and below that G =
+// ceil(Mrb/2): two panels, one for each of two workers (Layout.PanelRows). Panel p holds
+// row blocks G*p.. (g of them, G but in a short last panel) and starts at byte G*p*S:
 //
-//	row block 32p+i's block b:    32*p*S + 320*(b*g + i)
-//	row block 32p+i's tl1 tail:   32*p*S + 320*nb*g + 8*Kp1*i
+//	row block G*p+i's block b:    G*p*S + 320*(b*g + i)
+//	row block G*p+i's tl1 tail:   G*p*S + 320*nb*g + 8*Kp1*i
 //
-// (Layout kernels/5 had panels of 16 row blocks, where nb >= 85 and Mrb >= 128.)
+// (Layout kernels/5 had panels of 16 row blocks, where nb >= 85 and Mrb >= 128; kernels/6
+// panels of 32 where nb >= 53 and Mrb >= 120, and no two-panel blobs.)
 //
 // Chunk-major, the other shapes: a kernel sweeping one K chunk over a range of row blocks
 // reads contiguous memory. With nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 =
@@ -58,6 +60,7 @@ import (
 //   - one token, one thread: 4096x14336 1.15-1.21 against 1.06-1.11 (+8.8%), 4096x4096
 //     1.13-1.19 against 1.05-1.18 (+4.4%), 14336x4096 1.15-1.16 against 1.08-1.24 (-0.6%);
 //   - one token, two threads: -1% to +3%; two tokens: -2% to -7%; four: -5% to +7%.
+//
 // Two workers sharing a panel each stream the other's half of every block past their
 // caches (2560x2560 at two threads split 40/40 row blocks: 0.39-0.43x), so a call splits by
 // whole panels (RowGranule), or, where those would not share out evenly (more workers than
@@ -113,12 +116,35 @@ import (
 //     the cores are shared, where the panel kernel keeps a block's tables in registers.
 //     At two threads the same loop found two tokens 0.97-1.05x on cores of their own (six
 //     runs of each shape) and four tokens 1.00x on their own (one run), 1.03-1.10x shared
-//     (eight runs of the two shapes). Two panels would so hold tl2 above i2s in both states; a layout
-//     revision would weigh that against 2560x6912 on cores of their own and two tokens at
-//     one thread (0.94-0.95x above).
-// So from kernels/6 on a shape is panel-major from K >= 2544 where it has at least 120 row
-// blocks (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two
-// workers), and chunk-major otherwise.
+//     (eight runs of the two shapes).
+//
+// So kernels/6 made a shape panel-major from K >= 2544 where it has at least 120 row blocks
+// (3840 rows, the QKV projection of BitNet b1.58 2B, splits 64/56 between two workers), and
+// chunk-major otherwise.
+//
+// Two panels (kernels/7). A second run of the loop above (20 paired runs of each shape and
+// token count, two threads, two panels of 40 row blocks over chunk-major; medians, ranges):
+//   - one token, the cores shared in all 40: 2560x2560 1.26 (1.17-1.30), 2560x6912 1.18
+//     (1.08-1.27);
+//   - two tokens, on cores of their own (13 of 20): 1.03 (1.00-1.05) and 0.99 (0.97-1.09);
+//     shared (7): 1.05 (1.00-1.09) and 1.05 (0.98-1.12);
+//   - four tokens, shared in all 40: 1.04 (1.02-1.06) and 1.09 (1.03-1.15);
+//   - one thread (six runs): one token 1.04 (1.03-1.07) and 1.14 (1.14-1.16); two tokens
+//     (four) 0.97 (0.95-0.97) and 0.95 (0.95-0.97);
+//   - AVX2 (BITD_DISABLE_AVX512=1), one token: two threads 1.07 (1.02-1.08) and 1.11
+//     (0.97-1.22), one thread 1.01 (1.01-1.03) and 1.02 (1.02-1.03);
+//   - the GEMM (prefill), 64 tokens at two threads: 0.96 (0.95-0.98) and 0.96 (0.94-0.96),
+//     the gathers' reads 12.8 KiB apart; 256 tokens 0.97-0.99 and 0.92-1.00 (three runs, a
+//     noisy machine). Gathering 16 row blocks at a time (panelGather) gained nothing: 64
+//     tokens 0.94-0.98 against 0.95-0.99 with 4 (two runs of each, in turn).
+//
+// Against what it loses (2560x6912, one token at two threads on cores of their own, mostly
+// 0.94-0.97 in the first run; two tokens at one thread 0.94-0.97; the GEMM 1-5%) that is
+// the better layout wherever it is not known which state a call meets, so from kernels/7
+// on a blob of 64 to 119 row blocks (M = 2017 to 3808) and K >= 2544 is two panels:
+// BitNet b1.58 2B's o_proj (2560x2560) and down_proj (2560x6912). Below 64 row blocks no
+// two-panel shape was measured, and one panel split in parts at two threads lost at two
+// tokens and more (above).
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {

@@ -181,11 +181,12 @@ func TestRepack(t *testing.T) {
 	}
 }
 
-// asKernels5 is a tl2 blob as layout kernels/5 stored it, written out here from the row
-// blocks' streams: panel-major in panels of 16 row blocks (a panel's row blocks' block 0
-// side by side, then block 1, ..., then their tails) where it has at least 85 blocks and
-// 128 row blocks, chunk-major in chunks of up to 10 blocks otherwise.
-func asKernels5(t *testing.T, p repackLayer) []byte {
+// asPaneled is a tl2 blob as the layout revisions kernels/5 and kernels/6 stored it,
+// written out here from the row blocks' streams: panel-major in panels of panel row blocks
+// (a panel's row blocks' block 0 side by side, then block 1, ..., then their tails) where it
+// has at least minBlocks blocks and minRowBlocks row blocks, chunk-major in chunks of up to
+// 10 blocks otherwise.
+func asPaneled(t *testing.T, p repackLayer, minBlocks, minRowBlocks, panel int) []byte {
 	t.Helper()
 	l, _ := kernels.NewLayout(quantcfg.TL2, p.spec.Out, p.spec.In)
 	nb, mrb, s := l.K3/kernels.TL2Block, l.RowBlocks(), l.RowBlockBytes
@@ -193,12 +194,12 @@ func asKernels5(t *testing.T, p repackLayer) []byte {
 	var st []byte
 	for rb := range mrb {
 		st = l.RowBlockData(p.blob, rb, st)
-		if nb < 85 || mrb < 128 {
+		if nb < minBlocks || mrb < minRowBlocks {
 			putChunked(l, old, rb, st, 10)
 			continue
 		}
-		p0 := rb / 16 * 16
-		g, i := min(16, mrb-p0), rb-p0
+		p0 := rb / panel * panel
+		g, i := min(panel, mrb-p0), rb-p0
 		for b := range nb {
 			copy(old[p0*s+320*(b*g+i):][:320], st[320*b:])
 		}
@@ -207,28 +208,41 @@ func asKernels5(t *testing.T, p repackLayer) []byte {
 	return old
 }
 
-// TestRepackKernels5: a kernels/5 pack file's tl2 blobs come out as packing the weights
-// now gives: 4100 x 4100 from panels of 16 row blocks to panels of 32, 3880 x 2600 from
-// chunk-major to panels of 32, 70 x 531 chunk-major in both (the blob as it was).
-func TestRepackKernels5(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	dir := t.TempDir()
-	var now, old []repackLayer
-	for i, sh := range [][2]int{{4100, 4100}, {3880, 2600}, {70, 48*11 + 3}} {
-		p := newPacked(t, r, quantcfg.TL2, "blk."+string(rune('0'+i))+".q", sh[0], sh[1])
-		o := p
-		o.blob = asKernels5(t, p)
-		if moved := !bytes.Equal(o.blob, p.blob); moved != (i < 2) {
-			t.Fatalf("%dx%d: the kernels/5 blob differs from this layout's: %v", sh[0], sh[1], moved)
+// TestRepackPaneled: a pack file's tl2 blobs of kernels/5 (panels of 16 row blocks from 85
+// blocks and 128 row blocks) and kernels/6 (panels of 32 from 53 and 120) come out as
+// packing the weights now gives: 4100 x 4100 from panels of 16 to panels of 32 (kernels/6:
+// as it was), 3880 x 2600 from chunk-major to panels of 32 (kernels/6: as it was), 2500 x
+// 2600 from chunk-major to two panels of 40, 70 x 531 chunk-major in all (the blob as it
+// was).
+func TestRepackPaneled(t *testing.T) {
+	for _, c := range []struct {
+		rev                            string
+		minBlocks, minRowBlocks, panel int
+		moved                          []bool // by shape: whether the blob changed
+		note                           string
+	}{
+		{"kernels/5", 85, 128, 16, []bool{true, true, true, false}, "4 layers (3 re-chunked from kernels/5)"},
+		{"kernels/6", 53, 120, 32, []bool{false, false, true, false}, "4 layers (1 re-chunked from kernels/6)"},
+	} {
+		r := rand.New(rand.NewPCG(7, 8))
+		dir := t.TempDir()
+		var now, old []repackLayer
+		for i, sh := range [][2]int{{4100, 4100}, {3880, 2600}, {2500, 2600}, {70, 48*11 + 3}} {
+			p := newPacked(t, r, quantcfg.TL2, "blk."+string(rune('0'+i))+".q", sh[0], sh[1])
+			o := p
+			o.blob = asPaneled(t, p, c.minBlocks, c.minRowBlocks, c.panel)
+			if moved := !bytes.Equal(o.blob, p.blob); moved != c.moved[i] {
+				t.Fatalf("%dx%d: the %s blob differs from this layout's: %v", sh[0], sh[1], c.rev, moved)
+			}
+			now, old = append(now, p), append(old, o)
 		}
-		now, old = append(now, p), append(old, o)
-	}
-	in, out := filepath.Join(dir, "k5.bitgo"), filepath.Join(dir, "k6.bitgo")
-	writeTestPack(t, in, "kernels/5", old, nil)
-	p := repackOpen(t, in, out, "3 layers (2 re-chunked from kernels/5)")
-	for _, want := range now {
-		if got, err := p.LayerBlob(want.spec.Name); err != nil || !bytes.Equal(got, want.blob) {
-			t.Errorf("layer %s (%dx%d): %v (blob as packed now: %v)", want.spec.Name, want.spec.Out, want.spec.In, err, err == nil && bytes.Equal(got, want.blob))
+		in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
+		writeTestPack(t, in, c.rev, old, nil)
+		p := repackOpen(t, in, out, c.note)
+		for _, want := range now {
+			if got, err := p.LayerBlob(want.spec.Name); err != nil || !bytes.Equal(got, want.blob) {
+				t.Errorf("%s: layer %s (%dx%d): %v (blob as packed now: %v)", c.rev, want.spec.Name, want.spec.Out, want.spec.In, err, err == nil && bytes.Equal(got, want.blob))
+			}
 		}
 	}
 }

@@ -31,8 +31,8 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
 
 __all__ = [
     "ROW_BLOCK", "TL2_BLOCK", "TL2_CHUNK", "TL2_PANEL", "TL2_PANEL_MIN_BLOCKS",
-    "TL2_PANEL_MIN_ROW_BLOCKS", "LAYOUT", "Layout", "layout", "pack", "unpack", "relayout",
-    "quantize_acts",
+    "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "LAYOUT", "Layout", "layout",
+    "pack", "unpack", "relayout", "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
     "dequantize",
@@ -51,15 +51,20 @@ every row block's piece side by side, the last piece ending with the tl1 tail
 (kernels/tl2.go)."""
 
 TL2_PANEL = 32
-"""Row blocks in a panel of a panel-major tl2 blob: the blob stores panel after panel (the
-last may hold fewer), each with every row block's block 0 side by side, then block 1, and so
-on, then every row block's tl1 tail (kernels/tl2.go). (16 in layout kernels/5.)"""
+"""Row blocks in a panel of a panel-major tl2 blob of at least
+:data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks: the blob stores panel after panel (the last may
+hold fewer), each with every row block's block 0 side by side, then block 1, and so on, then
+every row block's tl1 tail (kernels/tl2.go). (16 in layout kernels/5.)"""
 
 TL2_PANEL_MIN_BLOCKS = 53
-TL2_PANEL_MIN_ROW_BLOCKS = 120
+TL2_PANEL_MIN_ROW_BLOCKS = 64
+TL2_TWO_PANEL_ROW_BLOCKS = 120
 """A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 2544)
-and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 3808), and chunk-major otherwise (Go's
-``kernels.TL2PanelMinBlocks`` and ``TL2PanelMinRowBlocks``)."""
+and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 2016), and chunk-major otherwise. Below
+TL2_TWO_PANEL_ROW_BLOCKS row blocks (M <= 3808) it is two panels, of ceil(row blocks/2) and
+the rest; from it on, panels of :data:`TL2_PANEL`. (In layout kernels/6, panel-major only from
+TL2_TWO_PANEL_ROW_BLOCKS row blocks on.) Go's ``kernels.TL2PanelMinBlocks``,
+``TL2PanelMinRowBlocks`` and ``TL2TwoPanelRowBlocks``."""
 
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
@@ -68,6 +73,7 @@ _LAYOUT_HISTORY = (
     ("kernels/4", (Format.TL2,)),  # tl2's chunks at most 10 blocks instead of 12
     ("kernels/5", (Format.TL2,)),  # tl2 of K >= 4080 and M > 4064 panel-major, panels of 16
     ("kernels/6", (Format.TL2,)),  # tl2 panels of 32, panel-major from K >= 2544 and M > 3808
+    ("kernels/7", (Format.TL2,)),  # tl2 panel-major from M > 2016 too, two panels up to M = 3808
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -102,11 +108,12 @@ class Layout:
     k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
     kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
     row_block_bytes: int = 0
-    # tl2: the most row blocks of a panel of a panel-major blob (TL2_PANEL, or 16 in a
-    # kernels/5 blob that relayout reads); 0: chunk-major
+    # tl2: the most row blocks of a panel of a panel-major blob (TL2_PANEL, or ceil(row
+    # blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a kernels/5 blob and 32 in a
+    # kernels/6 one that relayout reads); 0: chunk-major
     panel_rows: int = 0
     # tl2, chunk-major: the most blocks of a chunk of an older revision's blob that relayout
-    # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 and kernels/5); 0: this
+    # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/6); 0: this
     # revision's, TL2_CHUNK
     tl2_chunk: int = 0
 
@@ -123,17 +130,22 @@ class Layout:
         """Whether the blob is panel-major, in panels of up to :attr:`panel_rows` row blocks
         (Go's ``Layout.Paneled``): in this revision tl2 of at least
         :data:`TL2_PANEL_MIN_BLOCKS` blocks and :data:`TL2_PANEL_MIN_ROW_BLOCKS` row blocks, in
-        panels of :data:`TL2_PANEL`; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
+        two panels (of ceil(row blocks/2) and the rest) below
+        :data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks and in panels of :data:`TL2_PANEL` from it
+        on; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
         return self.format is Format.TL2 and self.panel_rows > 0
 
 
 def _tl2_panel_rows(nb: int, mrb: int) -> int:
     """The row blocks per panel of a tl2 blob of nb blocks and mrb row blocks in this
-    revision's layout: :data:`TL2_PANEL` where it is panel-major, 0 where it is chunk-major
-    (Go's ``kernels.tl2PanelRows``)."""
-    if nb >= TL2_PANEL_MIN_BLOCKS and mrb >= TL2_PANEL_MIN_ROW_BLOCKS:
-        return TL2_PANEL
-    return 0
+    revision's layout (Go's ``kernels.tl2PanelRows``): 0 where it is chunk-major (nb <
+    :data:`TL2_PANEL_MIN_BLOCKS` or mrb < :data:`TL2_PANEL_MIN_ROW_BLOCKS`); ceil(mrb/2), two
+    panels, below :data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks; :data:`TL2_PANEL` from it on."""
+    if nb < TL2_PANEL_MIN_BLOCKS or mrb < TL2_PANEL_MIN_ROW_BLOCKS:
+        return 0
+    if mrb < TL2_TWO_PANEL_ROW_BLOCKS:
+        return (mrb + 1) // 2
+    return TL2_PANEL
 
 
 def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
@@ -145,7 +157,9 @@ def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
     * kernels/2 and kernels/3: chunk-major, chunks of up to 12 blocks;
     * kernels/4: chunk-major, chunks of up to 10;
     * kernels/5: panel-major in panels of 16 row blocks where it has at least 85 blocks and
-      128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10 otherwise."""
+      128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10 otherwise;
+    * kernels/6: panel-major in panels of 32 row blocks where it has at least 53 blocks and
+      120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise."""
     if rev in ("kernels/2", "kernels/3"):
         return dataclasses.replace(l, panel_rows=0, tl2_chunk=12)
     if rev == "kernels/4":
@@ -153,6 +167,10 @@ def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
     if rev == "kernels/5":
         if l.k3 // TL2_BLOCK >= 85 and l.row_blocks >= 128:
             return dataclasses.replace(l, panel_rows=16, tl2_chunk=0)
+        return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
+    if rev == "kernels/6":
+        if l.k3 // TL2_BLOCK >= 53 and l.row_blocks >= 120:
+            return dataclasses.replace(l, panel_rows=32, tl2_chunk=0)
         return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
     return None
 
@@ -606,13 +624,14 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
              from_layout: str) -> torch.Tensor:
     """A blob packed in layout revision ``from_layout``, in this revision's layout
     (:data:`LAYOUT`): the blob itself where the format's layout has not changed since; a tl2
-    blob of kernels/2 to kernels/5, read as that revision laid out its shape
-    (:func:`_tl2_before`: chunk-major in chunks of up to 12 blocks, or 10, or in kernels/5
-    panel-major in panels of 16 row blocks), laid out as this revision lays out its shape
-    (its row-block streams are unchanged): panel-major in panels of :data:`TL2_PANEL` where
-    :attr:`Layout.paneled`, else chunk-major with chunks of up to :data:`TL2_CHUNK` (a
-    kernels/4 or kernels/5 blob of such a shape comes back byte for byte), checked by
-    decoding it. Any other change is a ValueError naming the revisions."""
+    blob of kernels/2 to kernels/6, read as that revision laid out its shape
+    (:func:`_tl2_before`: chunk-major in chunks of up to 12 blocks, or 10, or panel-major in
+    panels of 16 row blocks in kernels/5, of 32 in kernels/6), laid out as this revision lays
+    out its shape (its row-block streams are unchanged): panel-major where
+    :attr:`Layout.paneled`, in panels of :data:`TL2_PANEL` or in two, else chunk-major with
+    chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/6 blob of a shape chunk-major
+    still, or a kernels/6 blob of a shape in panels of 32 still, comes back byte for byte),
+    checked by decoding it. Any other change is a ValueError naming the revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     revs = [r for r, _ in _LAYOUT_HISTORY]

@@ -9,7 +9,8 @@ from torch import nn
 import bitgo
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import DTYPES, FORMATS, assert_bits_equal, tl2_as_revision, tl2_panel_of
+from conftest import (DTYPES, FORMATS, TL2_CHUNK_OF, assert_bits_equal, tl2_as_revision,
+                      tl2_panel_of)
 
 CONFIGS = [QuantConfig(format=f) for f in FORMATS] + [
     QuantConfig(format="i2s", act="per-group:128", scale="row"),
@@ -213,10 +214,10 @@ def test_input_requiring_grad_leaves_the_shared_views_alone():
 
 def _state_as(sd, m, k, fmt, rev):
     """A state dict as a release of layout ``rev`` saved it: tl2's packed bytes as ``rev`` laid
-    them out (tl2_as_revision: chunks of up to 12 blocks in kernels/3, 10 in kernels/4 and
-    kernels/5, and kernels/5's panels of 16 for K >= 4080 and M > 4064; the bytes of this
-    revision but for its panel-major shapes), and the extra state's "layout" ``rev``, or none
-    before kernels/4."""
+    them out (tl2_as_revision: chunks of up to 12 blocks in kernels/3, 10 in kernels/4 to
+    kernels/6, kernels/5's panels of 16 for K >= 4080 and M > 4064 and kernels/6's of 32 for
+    K >= 2544 and M > 3808; the bytes of this revision where it lays the shape out the same
+    way), and the extra state's "layout" ``rev``, or none before kernels/4."""
     old = dict(sd)
     extra = dict(old["_extra_state"])
     assert extra.pop("layout") == R.LAYOUT
@@ -225,17 +226,17 @@ def _state_as(sd, m, k, fmt, rev):
     old["_extra_state"] = extra
     if fmt == "tl2":
         old["packed"] = tl2_as_revision(sd["packed"], m, k, rev).reshape(sd["packed"].shape)
-        paneled = R.layout(fmt, m, k).paneled
-        same = rev in ("kernels/4", "kernels/5") and not paneled
+        g = tl2_panel_of(m, k, R.LAYOUT)
+        same = tl2_panel_of(m, k, rev) == g and (g > 0 or TL2_CHUNK_OF[rev] == 10)
         assert torch.equal(old["packed"], sd["packed"]) == same
     return old
 
 
-@pytest.mark.parametrize("rev", ["kernels/3", "kernels/4", "kernels/5"])
+@pytest.mark.parametrize("rev", ["kernels/3", "kernels/4", "kernels/5", "kernels/6"])
 @pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1"])
 def test_state_dict_of_earlier_layouts(fmt, rev):
-    """A state saved in kernels/4 or kernels/5, or before layouts were recorded (kernels/3),
-    loads, its tl2 blob laid out anew (a kernels/4 or kernels/5 blob of this shape,
+    """A state saved in kernels/4 to kernels/6, or before layouts were recorded (kernels/3),
+    loads, its tl2 blob laid out anew (a kernels/4 to kernels/6 blob of this shape,
     chunk-major still, as it was); a tl2 state of kernels/1 is refused, naming the
     revisions."""
     torch.manual_seed(4)
@@ -263,13 +264,15 @@ def test_state_dict_of_earlier_layouts(fmt, rev):
 
 @pytest.mark.parametrize("m,k,rev,g", [
     (130 * 32 - 5, 48 * 88 + 7, "kernels/4", 0), (130 * 32 - 5, 48 * 88 + 7, "kernels/5", 16),
-    (4000, 2600, "kernels/5", 0),
+    (4000, 2600, "kernels/5", 0), (4000, 2600, "kernels/6", 32), (2500, 2600, "kernels/6", 0),
 ])
 def test_state_dict_of_earlier_panel_major(m, k, rev, g):
     """A tl2 state of an earlier revision of a panel-major shape loads laid out panel-major,
     and bitd computes on it what the reference does: 4155 x 4231 (130 row blocks of 88 blocks
     and a tail), chunk-major in kernels/4 and panel-major in panels of 16 in kernels/5; 4000 x
-    2600 (125 row blocks of 54 blocks and a tail), chunk-major in kernels/5."""
+    2600 (125 row blocks of 54 blocks and a tail), chunk-major in kernels/5 and in panels of
+    32 in kernels/6, as now; 2500 x 2600 (79 row blocks), chunk-major in kernels/6, two
+    panels (of 40 and 39 row blocks) now."""
     torch.manual_seed(5)
     assert R.layout("tl2", m, k).paneled
     assert tl2_panel_of(m, k, rev) == g  # the panels of the saved blob (0: chunk-major)

@@ -8,7 +8,7 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL, TL2_PANEL_MIN_K, TL2_PANEL_MIN_M,
+from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_M, TL2_TWO_PANEL_M,
                       assert_bits_equal, tl2_as_revision, tl2_chunk_major, tl2_in_revision,
                       tl2_panel_major, tl2_panel_of, tl2_streams)
 
@@ -146,26 +146,33 @@ def test_tl2_chunk_major(k, nb, kp1):
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
 
 
-@pytest.mark.parametrize("m,k,mrb,nb,kp1", [
-    (PANEL_M, 48 * 88 + 7, 130, 88, 8), (PANEL_M, 48 * 85, 130, 85, 0),
-    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, -(-TL2_PANEL_MIN_M // 32), TL2_PANEL_MIN_K // 48, 0)])
-def test_tl2_panel_major(tl2_big, m, k, mrb, nb, kp1):
-    """A tl2 blob of at least TL2_PANEL_MIN_M rows and TL2_PANEL_MIN_K inputs stores panels of
-    32 row blocks (the last may hold fewer), panel p at 32*p*S: in a panel of g row blocks,
-    local row block i's block b at 320*(b*g + i), then its tl1 tail at 320*nb*g + 8*kp1*i. M
-    = 4155: panels of 32 (four) and 2. K = 48*88 + 7: 88 blocks and a 7-input tail padded to
-    8; 48*85: no tail. TL2_PANEL_MIN_M x TL2_PANEL_MIN_K: the smallest panel-major blob, no
-    tail."""
+@pytest.mark.parametrize("m,k,mrb,nb,kp1,panels", [
+    (PANEL_M, 48 * 88 + 7, 130, 88, 8, [32, 32, 32, 32, 2]),
+    (PANEL_M, 48 * 85, 130, 85, 0, [32, 32, 32, 32, 2]),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 53, 0, [32, 32, 32, 24]),
+    (75 * 32 - 3, 48 * 53 + 1, 75, 53, 4, [38, 37]),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 53, 0, [32, 32])])
+def test_tl2_panel_major(tl2_big, m, k, mrb, nb, kp1, panels):
+    """A tl2 blob of at least TL2_PANEL_MIN_M rows and TL2_PANEL_MIN_K inputs stores its
+    panels one after another, panel p after the row blocks of the panels before it (S bytes
+    each): in a panel of g row blocks, local row block i's block b at 320*(b*g + i), then its
+    tl1 tail at 320*nb*g + 8*kp1*i. From TL2_TWO_PANEL_M rows on, panels of 32 row blocks
+    (the last may hold fewer), below it two, of ceil(Mrb/2) row blocks and the rest. M =
+    4155: panels of 32 (four) and 2; K = 48*88 + 7: 88 blocks and a 7-input tail padded to 8;
+    48*85: no tail. TL2_TWO_PANEL_M x TL2_PANEL_MIN_K: the smallest blob in panels of 32 (three
+    and 24), no tail. M = 2397 (75 row blocks): panels of 38 and 37; K = 48*53 + 1: 53
+    blocks and a 1-input tail padded to 4. TL2_PANEL_MIN_M x TL2_PANEL_MIN_K: the smallest
+    panel-major blob, two panels of 32, no tail."""
     lay = R.layout("tl2", m, k)
-    assert lay.paneled and lay.panel_rows == TL2_PANEL == 32
+    assert lay.paneled and lay.panel_rows == panels[0]
     w, blob, s = tl2_big(m, k)
     size = s.shape[1]
     assert s.shape == (mrb, 320 * nb + 8 * kp1) and blob.numel() == mrb * size
-    panels = [min(32, mrb - r0) for r0 in range(0, mrb, 32)]
-    assert m != PANEL_M or panels == [32, 32, 32, 32, 2]
+    assert sum(panels) == mrb
+    firsts = [sum(panels[:p]) for p in range(len(panels))]  # each panel's first row block
     for rb in range(mrb):
-        p, i = divmod(rb, 32)
-        gp, at = panels[p], 32 * p * size
+        p = max(q for q in range(len(panels)) if firsts[q] <= rb)
+        i, gp, at = rb - firsts[p], panels[p], firsts[p] * size
         for b in range(nb):
             off = at + 320 * (b * gp + i)
             assert torch.equal(blob[off: off + 320], s[rb, 320 * b: 320 * b + 320]), (rb, b)
@@ -179,7 +186,8 @@ def test_tl2_panel_major_by_hand():
     streams: M = 4155 (Mrb = 130: four panels of 32, then one of 2), K = 4231 (nb = 88, a
     tail of 7 inputs padded to kp1 = 8), so S = 28224. Zero weights are all-zero blocks and
     tail bytes 0x44 (index 4 twice). The same blob laid out as kernels/5 did, by hand (eight
-    panels of 16, then one of 2), is relaid out into it."""
+    panels of 16, then one of 2), is relaid out into it; as kernels/6 laid it out (the same
+    panels of 32), it comes back byte for byte."""
     m, k, nb, kp1, size, mrb = PANEL_M, 48 * 88 + 7, 88, 8, 28224, 130
     w = torch.zeros(m, k, dtype=torch.int8)
     wants = {}
@@ -221,27 +229,39 @@ def test_tl2_panel_major_by_hand():
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
     assert not torch.equal(wants[16], wants[32])
     assert_bits_equal(R.relayout("tl2", m, k, wants[16], "kernels/5"), blob)
+    assert_bits_equal(R.relayout("tl2", m, k, wants[32], "kernels/6"), blob)
 
 
-@pytest.mark.parametrize("m,k,paneled", [
-    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, False), (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K - 1, False),
-    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, True)])
-def test_tl2_layout_rule_boundary(tl2_big, m, k, paneled):
-    """A tl2 blob is panel-major, in panels of 32 row blocks, from TL2_PANEL_MIN_K inputs and
-    TL2_PANEL_MIN_M rows on (kernels/layout.go), chunk-major with chunks of up to 10 blocks
-    below either: one row fewer is a row block fewer, one input fewer a block fewer and a
-    47-input tail."""
+@pytest.mark.parametrize("m,k,mrb,nb,g,g6", [
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 63, 53, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K - 1, 64, 52, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 53, 32, 0),
+    (2049, TL2_PANEL_MIN_K, 65, 53, 33, 0),
+    (TL2_TWO_PANEL_M - 1, TL2_PANEL_MIN_K, 119, 53, 60, 0),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K - 1, 120, 52, 0, 0),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 53, 32, 32)])
+def test_tl2_layout_rule_boundary(tl2_big, m, k, mrb, nb, g, g6):
+    """A tl2 blob is panel-major from TL2_PANEL_MIN_K inputs and TL2_PANEL_MIN_M rows on
+    (kernels/layout.go): in two panels of ceil(Mrb/2) row blocks and the rest below
+    TL2_TWO_PANEL_M rows (2017 rows: 64 row blocks, two of 32; 2049: 65, 33 and 32; 3808:
+    119, 60 and 59), in panels of 32 from it on; chunk-major with chunks of up to 10 blocks
+    below either bound: one row fewer is a row block fewer, one input fewer a block fewer and
+    a 47-input tail. kernels/6 laid out in panels of 32 only from TL2_TWO_PANEL_M rows and
+    TL2_PANEL_MIN_K inputs on, and relayout reads its blob as it laid it out."""
+    assert (TL2_PANEL_MIN_M % 32, TL2_TWO_PANEL_M % 32, TL2_PANEL_MIN_K % 48) == (1, 1, 0)
     lay = R.layout("tl2", m, k)
-    assert lay.paneled == paneled and lay.panel_rows == (32 if paneled else 0)
-    # the rule's boundary: the first row of a row block, the first input of a block
-    assert (TL2_PANEL_MIN_M % 32, TL2_PANEL_MIN_K % 48) == (1, 0)
-    assert lay.row_blocks == TL2_PANEL_MIN_M // 32 + 1 - (m < TL2_PANEL_MIN_M)
-    assert lay.k3 // 48 == TL2_PANEL_MIN_K // 48 - (k < TL2_PANEL_MIN_K)
+    assert (lay.row_blocks, lay.k3 // 48) == (mrb, nb)
+    assert lay.paneled == (g > 0) and lay.panel_rows == g
+    assert tl2_panel_of(m, k, R.LAYOUT) == g and tl2_panel_of(m, k, "kernels/6") == g6
     w, blob, s = tl2_big(m, k)
-    panel, chunk = tl2_panel_major(s, k, 32), tl2_chunk_major(s, k, 10)
-    assert not torch.equal(panel, chunk)
-    assert torch.equal(blob, panel if paneled else chunk)
+    chunk = tl2_chunk_major(s, k, 10)
+    assert torch.equal(blob, tl2_panel_major(s, k, g) if g else chunk)
+    assert torch.equal(blob, chunk) == (g == 0)
+    assert torch.equal(blob, tl2_panel_major(s, k, 32)) == (g == 32)
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
+    old = tl2_panel_major(s, k, 32) if g6 else chunk  # as kernels/6 laid it out
+    assert torch.equal(old, blob) == (g == g6)
+    assert torch.equal(R.relayout("tl2", m, k, old, "kernels/6"), blob)
 
 
 @pytest.mark.parametrize("m,k,g", [(4064, 4080, 0), (4065, 4079, 0), (4065, 4080, 16)])
@@ -493,7 +513,7 @@ def test_tl1_chunk_major(k, nc):
 @pytest.mark.parametrize("k", [48 * 11 + 3, 48 * 21, 48 * 25, 48 * 298 + 32, 20])
 def test_relayout_tl2_from_chunk_major(k):
     """relayout re-chunks a chunk-major tl2 blob of kernels/2 or kernels/3 (chunks of up to 12
-    blocks) into this revision's chunks of up to 10, and gives a kernels/4 or kernels/5 blob
+    blocks) into this revision's chunks of up to 10, and gives a kernels/4 to kernels/6 blob
     of a shape that is still chunk-major back as it is; the blocks themselves are unchanged.
     K = 48*11 + 3 is one chunk of 12 and two of 10, 48*21 two and three, 48*298 + 32 (Llama's
     14336) 25 and 30; 48*25 is three either way, and 20 only a tl1 tail."""
@@ -503,7 +523,7 @@ def test_relayout_tl2_from_chunk_major(k):
     new = R.pack("tl2", w)
     nb = k // 48
     assert not R.layout("tl2", m, k).paneled
-    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5"):
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6"):
         old = tl2_as_revision(new, m, k, rev)
         same = -(-nb // TL2_CHUNK_OF[rev]) == -(-nb // 10)  # differ when the chunk count does
         assert torch.equal(old, new) == same, rev
@@ -511,29 +531,37 @@ def test_relayout_tl2_from_chunk_major(k):
     assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
 
 
-@pytest.mark.parametrize("m,k,g5,revs", [
-    (PANEL_M, 48 * 88 + 7, 16, ("kernels/2", "kernels/3", "kernels/4", "kernels/5")),
-    (PANEL_M, 48 * 85, 16, ("kernels/4", "kernels/5")),
-    (4064, 4080, 0, ("kernels/3", "kernels/4", "kernels/5")),
-    (4000, 2600, 0, ("kernels/2", "kernels/4", "kernels/5")),
-    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 0, ("kernels/3", "kernels/4", "kernels/5")),
+@pytest.mark.parametrize("m,k,g5,g6,revs", [
+    (PANEL_M, 48 * 88 + 7, 16, 32, ("kernels/2", "kernels/3", "kernels/4", "kernels/5",
+                                    "kernels/6")),
+    (PANEL_M, 48 * 85, 16, 32, ("kernels/4", "kernels/5", "kernels/6")),
+    (4064, 4080, 0, 32, ("kernels/3", "kernels/4", "kernels/5", "kernels/6")),
+    (4000, 2600, 0, 32, ("kernels/2", "kernels/4", "kernels/5", "kernels/6")),
+    (2500, 2600, 0, 0, ("kernels/2", "kernels/4", "kernels/5", "kernels/6")),
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 0, 0, ("kernels/3", "kernels/4", "kernels/5",
+                                                  "kernels/6")),
 ])
-def test_relayout_tl2_panel_major(tl2_big, m, k, g5, revs):
+def test_relayout_tl2_panel_major(tl2_big, m, k, g5, g6, revs):
     """relayout lays a tl2 blob of an earlier revision out as this revision does its shape:
     4155 x 4231 (88 blocks, a tail) and 4155 x 4080, chunk-major before kernels/5 and
     panel-major in panels of 16 in kernels/5, panel-major in panels of 32 (four and a short
-    one); 4064 x 4080 (127 row blocks: just short of kernels/5's rule) and 4000 x 2600 (125
-    row blocks of 54 blocks and a tail), chunk-major up to kernels/5, panel-major too; and
+    one) from kernels/6 on; 4064 x 4080 (127 row blocks: just short of kernels/5's rule) and
+    4000 x 2600 (125 row blocks of 54 blocks and a tail), chunk-major up to kernels/5,
+    panel-major in panels of 32 from kernels/6 on; 2500 x 2600 (79 row blocks of 54 blocks
+    and a tail), chunk-major up to kernels/6, two panels (of 40 and 39 row blocks) now; and
     one row block short of this revision's rule, chunk-major in chunks of 10: from kernels/4
-    and kernels/5 the blob it was."""
+    on the blob it was. A blob laid out as this revision lays it out (chunks of up to 10, or
+    the same panels) comes back byte for byte."""
     w, new, s = tl2_big(m, k)
-    paneled = tl2_panel_of(m, k, R.LAYOUT) > 0
-    assert R.layout("tl2", m, k).paneled == paneled
+    g = tl2_panel_of(m, k, R.LAYOUT)
+    assert R.layout("tl2", m, k).panel_rows == g
+    assert m != 2500 or g == 40
     assert torch.equal(tl2_in_revision(s, m, k, R.LAYOUT), new)
-    assert tl2_panel_of(m, k, "kernels/5") == g5
+    assert (tl2_panel_of(m, k, "kernels/5"), tl2_panel_of(m, k, "kernels/6")) == (g5, g6)
     for rev in revs:
         old = tl2_in_revision(s, m, k, rev)
-        assert torch.equal(old, new) == (not paneled and rev in ("kernels/4", "kernels/5")), rev
+        same = tl2_panel_of(m, k, rev) == g and (g > 0 or TL2_CHUNK_OF[rev] == 10)
+        assert torch.equal(old, new) == same, rev
         assert torch.equal(R.relayout("tl2", m, k, old, rev), new), rev
     assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
 
@@ -553,12 +581,12 @@ def test_relayout_refuses_what_it_cannot_convert():
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/5"), tl1)
     # a blob that does not decode once laid out anew (not a blob of that revision) is refused,
-    # a kernels/4 or kernels/5 one too where the layout is the same (40 x 300: chunk-major)
+    # a kernels/4 to kernels/6 one too where the layout is the same (40 x 300: chunk-major)
     bad = torch.full_like(tl2, 0xFF)
-    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5"):
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6"):
         with pytest.raises(ValueError, match="invalid tl2 blob: tl2 code > 13"):
             R.relayout("tl2", 40, 300, bad, rev)
-    for rev in ("kernels/4", "kernels/5"):
+    for rev in ("kernels/4", "kernels/5", "kernels/6"):
         old = tl2_as_revision(tl2, 40, 300, rev)
         assert torch.equal(old, tl2)
         old[320 * 3 + 2 * 2] = 0x0E  # one chunk, row block 0's first: block 3, row 2, code 14

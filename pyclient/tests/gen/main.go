@@ -111,11 +111,17 @@ var shapes = [][2]int{
 // (171, 171 and 172 units) and four tl2 chunks (42 blocks) with a 38-input tail.
 var chunkedShape = [2]int{35, 2054}
 
-// panelShape is tl2's second case, a panel-major blob (kernels.TL2PanelMinBlocks blocks and
-// kernels.TL2PanelMinRowBlocks row blocks or more), of a K that only layout kernels/6 lays
-// out so: M = 3880 is 122 row blocks, three panels of 32 and one of 26; K = 2600 is 54 blocks
-// and an 8-input tail.
+// panelShape is tl2's second case, a blob in panels of kernels.TL2Panel row blocks
+// (kernels.TL2PanelMinBlocks blocks or more and kernels.TL2TwoPanelRowBlocks row blocks or
+// more), of a K that layouts before kernels/6 laid out chunk-major: M = 3880 is 122 row
+// blocks, three panels of 32 and one of 26; K = 2600 is 54 blocks and an 8-input tail.
 var panelShape = [2]int{3880, 2600}
+
+// twoPanelShape is tl2's third case, a blob of two panels (kernels.TL2PanelMinBlocks blocks
+// or more, and kernels.TL2PanelMinRowBlocks row blocks or more but fewer than
+// kernels.TL2TwoPanelRowBlocks), which layouts before kernels/7 laid out chunk-major: M =
+// 2400 is 75 row blocks, panels of 38 and 37; K = 2600 is 54 blocks and an 8-input tail.
+var twoPanelShape = [2]int{2400, 2600}
 
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
@@ -200,6 +206,9 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 				}
 				if sti == 0 && rep == 1 && f == quantcfg.TL2 {
 					sh = panelShape
+				}
+				if sti == 0 && rep == 2 && f == quantcfg.TL2 {
+					sh = twoPanelShape
 				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
