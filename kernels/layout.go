@@ -136,7 +136,7 @@ type Layout struct {
 	// reads); 0: chunk-major.
 	panel int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
-	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 and kernels/5), which
+	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/6), which
 	// Relayout reads (0: this revision's, TL2Chunk).
 	tl2Chunk int
 }

@@ -659,9 +659,15 @@ func gemvInt2Pair(T int) {
 // from cache at one thread (1.18-1.20x: vbroadcasti64x4 takes a vector pipe there), yet
 // from DRAM (the 8B shapes and 2560x2560, one and two threads, nine rounds in turn) it ran
 // 0.86-0.98x with this prefetch, 0.98-1.03x with none, 0.98-1.01x 16 and 4 KiB ahead,
-// 0.95-1.02x 4 and 1 KiB, 0.88-0.99x 8 and 4 KiB. vpdpbusd's embedded broadcast in place of
-// vpbroadcastd ran 1.00x from cache. Two and four tokens run at the vpdpbusd peak from cache
-// (26-27 and 14 GB/s at one thread).
+// 0.95-1.02x 4 and 1 KiB, 0.88-0.99x 8 and 4 KiB. A second build of it (`bitd bench -reads
+// -tuning default,zen4`, the step under zen4 alone, 11 rounds, two runs of each prefetch)
+// read 1.18-1.19x from cache at one and two threads, but from DRAM with no software
+// prefetch 0.69-0.80x at one thread on the 8B shapes (2560x2560 0.98-1.00x) and 0.81x at
+// two threads on shared cores (compute_scale 1.2), and with this prefetch 0.87-0.97x at one
+// thread, 0.90-0.92x at two on shared cores, 0.95-0.99x on cores of their own: the cores'
+// vector work is not what holds int2 below the roofline when two threads share a core
+// either. vpdpbusd's embedded broadcast in place of vpbroadcastd ran 1.00x from cache. Two
+// and four tokens run at the vpdpbusd peak from cache (26-27 and 14 GB/s at one thread).
 func gemvInt2Split(T int, seq bool) {
 	f, ref := "Int2", "gemvInt2Generic (kstep 8)"
 	if seq {
