@@ -334,13 +334,6 @@ func tl2PanelT3AVX512(a *byte)
 //go:noescape
 func tl2PanelT4AVX512(a *byte)
 
-// tl2PanelBuildAVX512 writes the tabTL2Z tables of blocks tl2 blocks of the activations at x
-// for tl2PanelT1AVX512: block b's at dst + 2048*b and dst + second + 2048*b; buildLUT is its
-// reference (of each copy of a block).
-//
-//go:noescape
-func tl2PanelBuildAVX512(x *int8, blocks int, dst *byte, second int)
-
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape

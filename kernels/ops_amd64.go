@@ -102,7 +102,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			tuned[2] = lutTL2T2AVX512NT
 			o.lutTuned = &tuned
 			o.tabKind, o.lutKind, o.exact, o.lutBuilds = tabTL2Z, tabTL2B, true, true // (tl2Block: vpermw with one and two tokens, vpermb on byte planes with three and four)
-			o.panel, o.panelTab, o.panelBuild = gemv4(tl2PanelT1AVX512, tl2PanelT2AVX512, tl2PanelT3AVX512, tl2PanelT4AVX512), tabTL2Z, tl2PanelBuildAVX512
+			o.panel, o.panelTab, o.panelActs = gemv4(tl2PanelT1AVX512, tl2PanelT2AVX512, tl2PanelT3AVX512, tl2PanelT4AVX512), tabTL2Z, true
 		case quantcfg.BF16:
 			o.float = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX512, floatBF16T2AVX512, floatBF16T3AVX512, floatBF16T4AVX512,
 				floatBF16T5AVX512, floatBF16T6AVX512, floatBF16T7AVX512, floatBF16T8AVX512, floatBF16T9AVX512,

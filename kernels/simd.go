@@ -100,12 +100,12 @@ type fmtOps struct {
 	// next chunk's to build.
 	lutBuilds bool
 	// panel, panelTab: tl2, the kernels over a panel (panelArgs) by token count, in place of
-	// lut's (which run the tl1 tails), and their tables' layout; panelBuild: the builder of
-	// the one-token kernel's tables in spaced copies (tl2PanelBuildAVX512's arguments), nil
-	// where one token's tables are as the others'.
-	panel      [maxGemvT + 1]func(*byte)
-	panelTab   tabKind
-	panelBuild func(x *int8, blocks int, dst *byte, second int)
+	// lut's (which run the tl1 tails), and their tables' layout; panelActs: the one-token
+	// kernel builds its tables itself from the activations (panelArgs.Tab: the block's 48),
+	// false where one token's tables are built beforehand as the others'.
+	panel     [maxGemvT + 1]func(*byte)
+	panelTab  tabKind
+	panelActs bool
 	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
 	// into parts (gemvParts).
 	parts [maxGemvT + 1]bool
@@ -1217,21 +1217,22 @@ func segBlocks(ly Layout, segs []panelSeg) (spans [2][2]int) {
 // block by block; then the segment's tl1 tails (if it has them) by tail(group, tables,
 // tables' stride, r0, r1).
 //
-// One token's tables are built in copies, 2 KiB a block (tl2PanelBuildAVX512), which
-// consecutive panels take in turn (panelCopies). The weights stream in blob order, where
-// a chunk-major blob's one-token sweep read them chunk by chunk: all of K's tables, 596
-// KiB a copy at K = 14336, come from L2 and L3 once a panel, the weights once.
+// One token's kernel on zmm builds its tables itself, a block at a time from the
+// activations (fmtOps.panelActs; see genTL2Panel): the sweep builds none for it. The
+// weights stream in blob order, where a chunk-major blob's one-token sweep read them chunk
+// by chunk.
 //
-// Where one token's time goes from DRAM at one thread (every panel call timed in a scratch
-// build, seven rounds): a panel call streams 27.3-27.8 GB/s at K = 2560 (13824x2560, 19 us
+// Where one token's time went from DRAM at one thread with its tables built beforehand
+// (every panel call timed in a scratch build, seven rounds): a panel call streams 27.3-27.8 GB/s at K = 2560 (13824x2560, 19 us
 // a call), 28.2-29.1 at K = 4096 (14336x4096, 30 us) and 30.1 at K = 14336 (4096x14336, 101
 // us), which fits about 1.5 us a call that only DRAM shows; a panel's tail call takes
 // another 0.45-0.8 us. A panel's blocks in calls of 10 ran 0.93x. Yet without the tails
 // (timing only) a sweep ran 0.99-1.01x at one and two threads (13824x2560, 3840x2560 and
 // the 8B shapes, nine rounds in turn), and with them after the last panel 0.95-1.00x: the
 // tail calls hide in the stream, so folding them into the panel kernel would gain nothing.
-// Without the table build (timing only) 1.00-1.03x; the tables on 2 MiB pages instead of
-// the heap's 0.99-1.02x.
+// Without the table build (timing only) 1.00-1.03x on those shapes (but 1.05-1.20x on
+// 2560x2560 and 2560x6912: genTL2Panel); the tables on 2 MiB pages instead of the heap's
+// 0.99-1.02x.
 func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs []panelSeg, tb *threadBuf, tables func(g lutGroup, part Layout, k0 int, buf []byte, stride int), tail func(g lutGroup, tab unsafe.Pointer, stride, r0, r1 int)) {
 	if len(segs) == 0 {
 		return
@@ -1242,23 +1243,18 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 	for _, g := range gs {
 		ntok += g.T
 	}
-	// A group's tables (panelTab): one token's 2 KiB a block, in copies when it is the
-	// sweep's only group, where panelBuild writes them; otherwise a token's 16 triples'
-	// a block, one token's after another (per bytes apart). Then every token's tail
-	// tables.
-	type gtab struct{ off, per, block, copies int }
+	// A group's tables (panelTab): a token's 16 triples' a block, one token's after
+	// another (per bytes apart), none where the kernel builds its own (acts). Then every
+	// token's tail tables.
+	type gtab struct{ off, per, block int }
 	var gtArr [lutSweepTokens]gtab
 	gt := gtArr[:len(gs)]
-	size, spaced := 0, func(g lutGroup) bool { return g.T == 1 && k.ops.panelBuild != nil }
+	size, acts := 0, func(g lutGroup) bool { return g.T == 1 && k.ops.panelActs }
 	for i, g := range gs {
 		blk := 16 * tripleBytes(k.ops.panelTab)
-		t := gtab{off: size, per: blk * nb, block: blk, copies: 1}
-		if spaced(g) {
-			t.block = 2048
-			if len(gs) == 1 {
-				t.copies = panelCopies
-			}
-			t.per = 2048 * nb * t.copies
+		t := gtab{off: size, per: blk * nb, block: blk}
+		if acts(g) {
+			t.per = 0
 		}
 		gt[i] = t
 		size += t.per * g.T
@@ -1278,11 +1274,7 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 			dst := buf[gt[i].off+(t-g.t0)*gt[i].per:]
 			for _, sp := range spans {
 				b0, n := sp[0], sp[1]-sp[0]
-				switch {
-				case n <= 0:
-				case spaced(g):
-					k.ops.panelBuild(&x[TL2Block*b0], n, &dst[2048*b0], 2048*nb*(gt[i].copies-1)) // (one copy: written twice in place)
-				default:
+				if n > 0 && !acts(g) {
 					buildTables(k.ops.panelTab, Layout{K3: TL2Block * n}, x[TL2Block*b0:], dst[gt[i].block*b0:])
 				}
 			}
@@ -1306,9 +1298,14 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 		for b0 := sg.b0; b0 < sg.b1; b0 += run {
 			for i, g := range gs {
 				t := gt[i]
-				tab := unsafe.Pointer(&buf[t.off+r0/ly.PanelRows()%t.copies*t.block*nb])
+				var tab unsafe.Pointer
+				if acts(g) {
+					tab = unsafe.Pointer(&a.Q[g.t0*ly.Kp+TL2Block*b0])
+				} else {
+					tab = unsafe.Pointer(&buf[t.off+t.block*b0])
+				}
 				*pa = panelArgs{W: unsafe.Add(data, off+stride*b0), NRB: r1 - r0, BStride: stride, Blocks: min(run, sg.b1-b0),
-					Tab: unsafe.Add(tab, t.block*b0), TabStride: t.per, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]), Acc: unsafe.Pointer(&tb.acc[0])}
+					Tab: tab, TabStride: t.per, Sums: unsafe.Pointer(&g.sums[(r0-sb)*g.T*RowBlock]), Acc: unsafe.Pointer(&tb.acc[0])}
 				k.ops.panel[g.T](argp(pa))
 			}
 		}
@@ -1322,20 +1319,6 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 
 // tl2PanelFlush is the most blocks the panel kernels add up in int16 (kernels/_asm).
 const tl2PanelFlush = 5
-
-// panelCopies is how many copies of its tables a one-token sweep builds, which consecutive
-// panels take in turn. Measured from DRAM at one thread (tl2 per token over i2s, two runs,
-// copies 1 / 2 / 4): 2560x6912 1.04-1.08 / 1.15-1.26 / 1.14-1.17, 4096x14336 1.16-1.19 /
-// 1.17-1.19 / 1.13-1.14; 14336x4096 2 and 5 copies alike (1.15-1.16). Why one copy loses
-// where K is short was not found (not the tables' spacing, 1-4 KiB, nor their build, and
-// building them again before each panel was slower still); more copies than two only
-// helped K of 2560, whose blobs are chunk-major. (The builder writes two at once.) Nor
-// was it the build's place: building one token's tables run by run as the first panel
-// reaches them, so that the weight stream starts at once, ran 0.94-1.01x (runs of 5 blocks)
-// and 0.96-1.02x (20) of building them all first (3840x2560, 13824x2560 and the 8B
-// shapes, one and two threads, nine rounds in turn); nor the panels' size, at K = 2560
-// (3840x2560, 13824x2560): 64 row blocks 0.98-1.02x of 32, 120 0.91-0.97x.
-const panelCopies = 2
 
 // RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
 // (useGemm) gathers each row block's stream on its own (unpackRB) and splits by row blocks.

@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -232,7 +231,9 @@ func TestLUTTL1Extremes(t *testing.T) {
 // tl2PanelT2AVX2 to tl2PanelGeneric: random codes and tables on part or all of a panel,
 // and the extremes of the int16 sums (every code of one magnitude and sign against entries
 // of +-381, of the other sign for every other token) over enough blocks for several
-// widenings, the last group of blocks of every size from one to five.
+// widenings, the last group of blocks of every size from one to five. tl2PanelT1AVX512
+// builds its tables from the activations: random ones, or every one +-127 (or -128) where
+// the others take entries of +-381 (buildLUT's tables are the reference's).
 func TestTL2Panel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 23))
 	type pcase struct {
@@ -258,11 +259,12 @@ func TestTL2Panel(t *testing.T) {
 		isa      ISA
 		kind     tabKind
 		tabBlock int
+		acts     bool // Tab: the activations, 48 a block (fmtOps.panelActs)
 	}
 	for _, k := range []pk{
-		{"tl2PanelT1AVX512", tl2PanelT1AVX512, 1, ISAAVX512, tabTL2Z, 2048}, {"tl2PanelT2AVX512", tl2PanelT2AVX512, 2, ISAAVX512, tabTL2Z, 1024},
-		{"tl2PanelT3AVX512", tl2PanelT3AVX512, 3, ISAAVX512, tabTL2Z, 1024}, {"tl2PanelT4AVX512", tl2PanelT4AVX512, 4, ISAAVX512, tabTL2Z, 1024},
-		{"tl2PanelT1AVX2", tl2PanelT1AVX2, 1, ISAAVX2, tabTL2Y, 512}, {"tl2PanelT2AVX2", tl2PanelT2AVX2, 2, ISAAVX2, tabTL2Y, 512},
+		{"tl2PanelT1AVX512", tl2PanelT1AVX512, 1, ISAAVX512, tabTL2Z, 1024, true}, {"tl2PanelT2AVX512", tl2PanelT2AVX512, 2, ISAAVX512, tabTL2Z, 1024, false},
+		{"tl2PanelT3AVX512", tl2PanelT3AVX512, 3, ISAAVX512, tabTL2Z, 1024, false}, {"tl2PanelT4AVX512", tl2PanelT4AVX512, 4, ISAAVX512, tabTL2Z, 1024, false},
+		{"tl2PanelT1AVX2", tl2PanelT1AVX2, 1, ISAAVX2, tabTL2Y, 512, false}, {"tl2PanelT2AVX2", tl2PanelT2AVX2, 2, ISAAVX2, tabTL2Y, 512, false},
 	} {
 		if !ISAAvailable(k.isa) {
 			t.Logf("%s: no %s", k.name, k.isa)
@@ -282,7 +284,23 @@ func TestTL2Panel(t *testing.T) {
 			}
 			tabStride := tabBlock*c.nb + 64 // a token's tables, and a gap
 			tab := make([]byte, tabStride*T)
-			for tok := 0; tok < T; tok++ {
+			var x []int8 // (k.acts: one token's activations)
+			if k.acts {
+				x = make([]int8, TL2Block*c.nb+1)
+				for i := range x {
+					x[i] = int8(rng.IntN(256) - 128)
+					if c.ext != 0 {
+						x[i] = int8(c.ext / 3)
+					}
+					if c.ext < 0 && i%5 == 0 {
+						x[i] = -128 // (-384 at most: 16 triples, 5 blocks, within int16)
+					}
+				}
+				for b := 0; b < c.nb; b++ {
+					buildLUT(k.kind, Layout{K3: TL2Block}, x[TL2Block*b:], tab[tabBlock*b:][:tabBlock])
+				}
+			}
+			for tok := 0; tok < T && !k.acts; tok++ {
 				for b := 0; b < c.nb; b++ {
 					for tr := 0; tr < 16; tr++ {
 						for m := 1; m < 14; m++ {
@@ -303,50 +321,15 @@ func TestTL2Panel(t *testing.T) {
 			acc := make([]int16, c.nrb*T*RowBlock)
 			a := panelArgs{W: unsafe.Pointer(&w[320*first]), NRB: c.nrb, BStride: 320 * c.g, Blocks: c.nb, Tab: unsafe.Pointer(&tab[0]),
 				TabStride: tabStride, Sums: unsafe.Pointer(&got[0]), Acc: unsafe.Pointer(&acc[0])}
+			if k.acts {
+				a.Tab = unsafe.Pointer(&x[0])
+			}
 			fn(argp(&a))
-			a.Sums = unsafe.Pointer(&want[0])
+			a.Sums, a.Tab = unsafe.Pointer(&want[0]), unsafe.Pointer(&tab[0])
 			tl2PanelGeneric(&a, T, k.kind, tabBlock)
 			for i := range want {
 				if got[i] != want[i] {
 					t.Fatalf("%s, %+v: row block %d token %d row %d: %d, want %d", k.name, c, i/(T*RowBlock), i/RowBlock%T, i%RowBlock, got[i], want[i])
-				}
-			}
-		}
-	}
-}
-
-// TestTL2PanelBuildAVX512: tl2PanelBuildAVX512 writes each block's tables where the panel
-// kernel reads them, in both copies, as buildLUT does, and nothing between.
-func TestTL2PanelBuildAVX512(t *testing.T) {
-	if !ISAAvailable(ISAAVX512) {
-		t.Skip("no AVX-512 VNNI")
-	}
-	rng := rand.New(rand.NewPCG(24, 24))
-	for _, nb := range []int{1, 3, 30} {
-		x := make([]int8, 48*nb)
-		for i := range x {
-			x[i] = int8(rng.IntN(256) - 128)
-			if i%7 == 0 {
-				x[i] = []int8{127, -128, -127}[i%3]
-			}
-		}
-		second := 2048*nb + 64
-		buf := make([]byte, second+2048*nb)
-		for i := range buf {
-			buf[i] = 0xa5
-		}
-		tl2PanelBuildAVX512(&x[0], nb, &buf[0], second)
-		want := make([]byte, 1024)
-		for b := 0; b < nb; b++ {
-			buildLUT(tabTL2Z, Layout{K3: TL2Block}, x[48*b:], want)
-			for _, o := range []int{2048 * b, second + 2048*b} {
-				if !bytes.Equal(buf[o:o+1024], want) {
-					t.Fatalf("%d blocks: block %d's tables at %d differ from buildLUT's", nb, b, o)
-				}
-				for i := o + 1024; i < o+2048 && i < len(buf); i++ {
-					if buf[i] != 0xa5 {
-						t.Fatalf("%d blocks: byte %d (after block %d's tables) written", nb, i, b)
-					}
 				}
 			}
 		}

@@ -169,7 +169,6 @@ func genGemv() {
 	for T := 1; T <= 4; T++ {
 		genTL2Panel(T)
 	}
-	genTL2PanelBuild()
 	genGemvAVX2()
 	for T := 1; T <= 2; T++ {
 		genTL2PanelY(T)

@@ -192,27 +192,37 @@ type tl2Builder struct {
 // newTL2Builder loads the constants into registers from p and uses v, acc and tm as scratch.
 func newTL2Builder(p *pool, v, acc, tm VecPhysical) *tl2Builder {
 	b := &tl2Builder{p01: p.get(), p2e: p.get(), x80: p.get(), hi: p.get(), v: v, acc: acc, tm: tm}
+	b.load()
+	return b
+}
+
+// load loads the builder's constants into its registers.
+func (b *tl2Builder) load() {
 	VMOVDQU64(tl2Pair01, b.p01)
 	VMOVDQU64(tl2Pair2e, b.p2e)
 	bcastWord(b.x80, 0x8080)
 	bcastWord(b.hi, 0xff00)
-	return b
 }
 
 // triple writes the table of the triple at x (x[0..2]) to dst.
 func (b *tl2Builder) triple(x, dst Mem) {
+	b.table(x, b.acc)
+	if b.planes != nil {
+		VPERMB(b.acc, b.planes, b.acc)
+	}
+	VMOVDQU16(b.acc, dst)
+}
+
+// table computes the tabTL2Z table of the triple at x (x[0..2]) into the register out.
+func (b *tl2Builder) table(x Mem, out VecPhysical) {
 	VPBROADCASTW(x, b.v)
 	VPXORD(b.x80, b.v, b.v) // (u0, u1)
 	x.Disp++
 	VPBROADCASTW(x, b.tm)
 	VPTERNLOGD(U8(0x6a), b.x80, b.hi, b.tm) // (tm & 0xff00) ^ 0x8080: (128, u2)
-	VPMADDUBSW(b.p01, b.v, b.acc)
+	VPMADDUBSW(b.p01, b.v, out)
 	VPMADDUBSW(b.p2e, b.tm, b.tm)
-	VPADDW(b.tm, b.acc, b.acc)
-	if b.planes != nil {
-		VPERMB(b.acc, b.planes, b.acc)
-	}
-	VMOVDQU16(b.acc, dst)
+	VPADDW(b.tm, out, out)
 }
 
 // bytePlanes defines the vpermb that splits a zmm of 32 words into byte planes, group

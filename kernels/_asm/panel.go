@@ -32,12 +32,12 @@ const tl2PanelFlush = 5
 // do, 0.95-1.05x (medians; the noise).
 const panelAheadT1 = 8192
 
-// panelTabBlock is the bytes between consecutive blocks' tables of a token in the panel
-// kernel for T tokens: one token's are spaced 2 KiB a block (tl2PanelBuildAVX512), more
-// tokens' lie 1 KiB a block as lutBuildTL2AVX512 writes them.
+// panelTabBlock is the bytes between consecutive blocks' Tab of a token in the panel kernel
+// for T tokens: one token's kernel reads the block's 48 activations (it builds the tables
+// itself), more tokens' read tables that lie 1 KiB a block as lutBuildTL2AVX512 writes them.
 func panelTabBlock(T int) int {
 	if T == 1 {
-		return 2048
+		return 48 // (a tl2 block)
 	}
 	return 1024
 }
@@ -45,10 +45,33 @@ func panelTabBlock(T int) int {
 // genTL2Panel writes tl2PanelT<T>AVX512, the tl2 GEMV of T tokens over row blocks of one
 // panel of the panel-major blob (see kernels.panelArgs): block by block, every row block
 // of the panel in turn, whose 320 bytes of the block follow one another, so the weights
-// stream in order. With one token the block's 16 triple tables (tabTL2Z) are loaded into
-// registers once and serve every row block; with more, each lookup reads its table from
-// memory (L1 after the block's first row block). A row block's int16 sums over up to
-// tl2PanelFlush blocks wait in Acc between blocks, then are widened into Sums.
+// stream in order. With one token the block's 16 triple tables (tabTL2Z) are computed into
+// registers from its 48 activations (Tab; tl2Builder.table, seven instructions a table)
+// once a block and panel, and serve every row block; with more, each lookup reads its
+// table from memory (L1 after the block's first row block). A row block's int16 sums over
+// up to tl2PanelFlush blocks wait in Acc between blocks, then are widened into Sums.
+//
+// One token's tables were built before the sweep, for all of K, in two copies that
+// consecutive panels took in turn, 2 KiB a block (tl2PanelBuildAVX512), and loaded a block
+// at a time. The build took 1.5-1.9 us a call at K = 2560 and 6.6 at K = 6912 (one thread),
+// but that was not all it cost: without it (timing only) tl2 ran 1.05-1.20x as fast at one
+// thread on 2560x2560, 1.03-1.07x on 2560x6912, and 1.11-1.16x at two threads on cores the
+// threads shared (a build on each). Building one copy instead of two (timing only) won back
+// a part (1.01-1.06x at one thread): the likely cost is the 106 KiB of tables a copy,
+// written once a call and evicted by the weights before the next, whose dirty lines go
+// back to DRAM beside the weights' reads (at 2560x2560, 15% of the call's bytes). Built in
+// registers instead, once a block and panel, it ran (`bitd bench -tuning default,zen4`
+// with the new kernel under zen4, three runs of 9 rounds, from DRAM; one thread / two):
+// 2560x2560 1.10-1.18 / 1.05-1.25, 2560x6912 1.05-1.08 / 1.10-1.11, 3840x2560 1.06-1.09 /
+// 1.12-1.19, 13824x2560 0.98-1.04 / 1.03-1.06, 14336x4096 1.04-1.07 / 0.93-1.08,
+// 4096x14336 0.99-1.09 / 1.01-1.08. The build's seven instructions a table add about 6%
+// to a block's lookups of 32 row blocks.
+//
+// Of the built tables, earlier measurements (tl2 per token over i2s from DRAM at one
+// thread): two copies against one 1.15-1.26 against 1.04-1.08 on 2560x6912, alike on the 8B
+// shapes, which the build's dirty lines would explain; building them run by run as the
+// first panel reached them 0.94-1.01x of building them all first; at K = 2560 panels of 64
+// row blocks 0.98-1.02x of 32, of 120 0.91-0.97x.
 //
 // Each plane of the block stays in a register of its own, and triple 15's code is gathered
 // after the last, from plane 4 down (x = x<<1 | plane>>15), one vpshldw a plane.
@@ -97,8 +120,12 @@ func genTL2Panel(T int) {
 	// block emits one block over the panel's row blocks: load adds a row block's int16
 	// sums so far from Acc, widen adds the block's into Sums (else they go to Acc).
 	block := func(lbl string, load, widen bool) {
-		for t := range tabs {
-			VMOVDQU64(at(tp[0], 64*t), tabs[t])
+		if T == 1 { // the block's tables from its activations (planes, c and x are free here)
+			b := &tl2Builder{p01: planes[0], p2e: planes[1], x80: planes[2], hi: planes[3], v: c, tm: x}
+			b.load()
+			for t := range tabs {
+				b.table(at(tp[0], 3*t), tabs[t])
+			}
 		}
 		MOVQ(w0, w)
 		MOVQ(at(a, pSums), sp)
@@ -170,37 +197,6 @@ func genTL2Panel(T int) {
 
 	panelGroups(name, nb, g, block)
 	Label(name + "_end")
-	VZEROUPPER()
-	RET()
-}
-
-// genTL2PanelBuild writes tl2PanelBuildAVX512(x, blocks, dst, second): the tabTL2Z tables
-// of blocks tl2 blocks of activations from x, block b's 16 (1 KiB) at dst + 2048*b and
-// again at dst + second + 2048*b (two copies that consecutive panels take in turn).
-func genTL2PanelBuild() {
-	TEXT("tl2PanelBuildAVX512", NOSPLIT, "func(x *int8, blocks int, dst *byte, second int)")
-	Pragma("noescape")
-	Doc("tl2PanelBuildAVX512 writes the tabTL2Z tables of blocks tl2 blocks of the activations at x",
-		"for tl2PanelT1AVX512: block b's at dst + 2048*b and dst + second + 2048*b; buildLUT is its",
-		"reference (of each copy of a block).")
-	x, n := Load(Param("x"), GP64()), Load(Param("blocks"), GP64())
-	d, d2 := Load(Param("dst"), GP64()), Load(Param("second"), GP64())
-	ADDQ(d, d2)
-	p := newPool(true)
-	b := newTL2Builder(p, p.get(), p.get(), p.get())
-	TESTQ(n, n)
-	JZ(LabelRef("tl2pb_done"))
-	Label("tl2pb_blk")
-	for t := 0; t < 16; t++ {
-		b.triple(at(x, 3*t), at(d, 64*t))
-		VMOVDQU16(b.acc, at(d2, 64*t))
-	}
-	ADDQ(U8(48), x)
-	ADDQ(U32(2048), d)
-	ADDQ(U32(2048), d2)
-	DECQ(n)
-	JNZ(LabelRef("tl2pb_blk"))
-	Label("tl2pb_done")
 	VZEROUPPER()
 	RET()
 }
