@@ -48,14 +48,15 @@ type gemvArgs struct {
 // panelArgs: the tl2 GEMV of T tokens (part of the function) over NRB row blocks of one
 // panel of a panel-major blob (tl2PanelT<T>AVX512): Sums[i][t][r] += the exact sum over
 // Blocks tl2 blocks of w[r][k]*x[t][k] for row block i of the call, from the tables at Tab
-// (token t's at Tab + t*TabStride; block b's 16 tabTL2Z tables 2048*b further with one
-// token, 1024*b with more).
+// (token t's at Tab + t*TabStride; block b's 16 tabTL2Z tables 1024*b further), or with
+// one token on zmm (tl2PanelT1AVX512) from the activations at Tab (the first block's 48
+// int8, block b's 48*b further), which it builds its tables from.
 type panelArgs struct {
 	W         unsafe.Pointer // the first row block's first block
 	NRB       int            // row blocks (their blocks 320 bytes apart)
 	BStride   int            // bytes between a row block's consecutive blocks
 	Blocks    int            // tl2 blocks (0: none)
-	Tab       unsafe.Pointer // token 0's tables of the first block
+	Tab       unsafe.Pointer // token 0's tables (or activations) of the first block
 	TabStride int            // bytes between tokens' tables
 	Sums      unsafe.Pointer // int32 [NRB][T][32], added to
 	Acc       unsafe.Pointer // int16 [NRB][T][32], scratch: the sums of up to 5 blocks

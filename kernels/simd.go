@@ -1220,7 +1220,11 @@ func segBlocks(ly Layout, segs []panelSeg) (spans [2][2]int) {
 // One token's kernel on zmm builds its tables itself, a block at a time from the
 // activations (fmtOps.panelActs; see genTL2Panel): the sweep builds none for it. The
 // weights stream in blob order, where a chunk-major blob's one-token sweep read them chunk
-// by chunk.
+// by chunk. More tokens' tables are built here, for all of K: without that build (timing
+// only, zen4, two runs of 9 rounds) two and four tokens ran 1.00-1.04x at one thread and
+// 0.98-1.10x at two (2560x2560, 2560x6912, 4096x14336). Those kernels are bound by their
+// lookups (33-69% of the roofline), and building each block's tables into a small buffer
+// at each block and panel instead would add about a tenth to their vector work.
 //
 // Where one token's time went from DRAM at one thread with its tables built beforehand
 // (every panel call timed in a scratch build, seven rounds): a panel call streams 27.3-27.8 GB/s at K = 2560 (13824x2560, 19 us
