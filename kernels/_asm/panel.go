@@ -57,10 +57,10 @@ func panelTabBlock(T int) int {
 // but that was not all it cost: without it (timing only) tl2 ran 1.05-1.20x as fast at one
 // thread on 2560x2560, 1.03-1.07x on 2560x6912, and 1.11-1.16x at two threads on cores the
 // threads shared (a build on each). Building one copy instead of two (timing only) won back
-// a part (1.01-1.06x at one thread): the likely cost is the 106 KiB of tables a copy,
-// written once a call and evicted by the weights before the next, whose dirty lines go
-// back to DRAM beside the weights' reads (at 2560x2560, 15% of the call's bytes). Built in
-// registers instead, once a block and panel, it ran (`bitd bench -tuning default,zen4`
+// a part (1.01-1.06x at one thread). A reading, not measured directly: the tables (53 KiB
+// a copy at K = 2560) are written once a call and evicted by the weights before the next,
+// so their dirty lines go back to DRAM beside the weights' reads; both copies are 8% of the
+// bytes a 2560x2560 call reads. Built in registers instead, once a block and panel, it ran (`bitd bench -tuning default,zen4`
 // with the new kernel under zen4, three runs of 9 rounds, from DRAM; one thread / two):
 // 2560x2560 1.10-1.18 / 1.05-1.25, 2560x6912 1.05-1.08 / 1.10-1.11, 3840x2560 1.06-1.09 /
 // 1.12-1.19, 13824x2560 0.98-1.04 / 1.03-1.06, 14336x4096 1.04-1.07 / 0.93-1.08,
