@@ -32,14 +32,14 @@ const TL2Chunk = 10
 // of it side by side. (16 in layout kernels/5.)
 const TL2Panel = 32
 
-// A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 2544)
+// A tl2 blob is panel-major when it has at least TL2PanelMinBlocks tl2 blocks (K >= 1008)
 // and TL2PanelMinRowBlocks row blocks (M > 2016), and chunk-major otherwise. Below
 // TL2TwoPanelRowBlocks row blocks (M <= 3808) it is two panels, of ceil(row blocks/2) and
 // the rest, so that two workers take one each; from it on, panels of TL2Panel. (In layout
-// kernels/6, panel-major only from TL2TwoPanelRowBlocks row blocks on.) See tl2.go for the
-// measurements behind the rule.
+// kernels/7 panel-major only from 53 blocks, K >= 2544; in kernels/6 only from 53 blocks
+// and TL2TwoPanelRowBlocks row blocks.) See tl2.go for the measurements behind the rule.
 const (
-	TL2PanelMinBlocks    = 53
+	TL2PanelMinBlocks    = 21
 	TL2PanelMinRowBlocks = 64
 	TL2TwoPanelRowBlocks = 120
 )
@@ -61,7 +61,7 @@ func tl2PanelRows(nb, mrb int) int {
 // and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
 // whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
 // packed before are refused with a clear error instead of being misread.
-const LayoutRevision = "kernels/7"
+const LayoutRevision = "kernels/8"
 
 // layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
 // it changed; every other format is as in kernels/1.
@@ -73,6 +73,7 @@ var layoutHistory = []layoutRev{
 	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
 	{"kernels/6", []quantcfg.Format{quantcfg.TL2}}, // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
 	{"kernels/7", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
+	{"kernels/8", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -136,7 +137,7 @@ type Layout struct {
 	// reads); 0: chunk-major.
 	panel int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
-	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/6), which
+	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/7), which
 	// Relayout reads (0: this revision's, TL2Chunk).
 	tl2Chunk int
 }
@@ -248,7 +249,7 @@ func (l Layout) Chunked() bool {
 	return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 && !l.Paneled()
 }
 
-// Paneled reports whether the blob is panel-major (tl2 of K >= 2544 and M > 2016): panels
+// Paneled reports whether the blob is panel-major (tl2 of K >= 1008 and M > 2016): panels
 // of up to PanelRows row blocks one after another, each storing its row blocks' tl2 blocks
 // block by block (the row blocks' 320 bytes of block b side by side), then their tl1 tails
 // side by side.

@@ -16,11 +16,12 @@ import (
 // RunSplit over 2, 3 and 16 workers: by whole panels (RowGranule) where they share out
 // evenly, else in parts (Units): 4100 x 4100 (eight panels and one row block, a 20-input
 // tl1 tail; in parts on two workers), 4096 x 4080 (eight whole panels, no tail; by rows
-// on two) and 2400 x 2600 (two panels, of 38 and 37 row blocks, an 8-input tail; by rows
-// on two, in parts on three).
+// on two), 2400 x 2600 (two panels, of 38 and 37 row blocks, an 8-input tail; by rows
+// on two, in parts on three) and 2400 x 1240 (the same panels of 25 blocks and a 40-input
+// tail).
 func TestTL2PanelGEMV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 41))
-	shapes := [][2]int{{4100, 4100}, {4096, 4080}, {2400, 2600}}
+	shapes := [][2]int{{4100, 4100}, {4096, 4080}, {2400, 2600}, {2400, 1240}}
 	ns := []int{1, 2, 3, 4, 5, 8}
 	if raceEnabled {
 		shapes, ns = shapes[:1], []int{1, 3}

@@ -587,17 +587,17 @@ func ownStream(l Layout, w []int8, rb int, encode func(Layout, []int8, []byte)) 
 	return stream
 }
 
-// TestTL2PanelMajor: a tl2 blob of K >= 2544 and M > 3808 stores panels of 32 row blocks
+// TestTL2PanelMajor: a tl2 blob of K >= 1008 and M > 3808 stores panels of 32 row blocks
 // one after another, each block after block with its row blocks' 320 bytes of the block
 // side by side, then their tl1 tails side by side (the offsets of tl2.go's picture,
-// computed here independently of Layout); one of K >= 2544 and M in (2016, 3808] stores
+// computed here independently of Layout); one of K >= 1008 and M in (2016, 3808] stores
 // two panels the same way, of ceil(row blocks/2) and the rest; kernels/5 laid out its
 // panel-major shapes (K >= 4080, M > 4064) in panels of 16 the same way (tl2Before, which
 // Relayout reads them by). 130 row blocks: four panels of 32 and one of 2 (eight of 16 and
 // one of 2). K = 48*88 + 7: 88 blocks and a 7-input tail; K = 48*85 without a tail. 75 row
 // blocks: panels of 38 and 37; K = 48*53 + 1: 53 blocks, a 1-input tail. One row block or
-// one block fewer than the rule's is chunk-major, and kernels/6 laid out every shape of
-// fewer than 120 row blocks chunk-major.
+// one block fewer than the rule's is chunk-major; kernels/7 laid out every shape of K <
+// 2544 chunk-major, and kernels/6 every shape of fewer than 120 row blocks too.
 func TestTL2PanelMajor(t *testing.T) {
 	for _, c := range []struct{ m, k, nb, kp1, g, panels int }{
 		{130*32 - 5, 48*88 + 7, 88, 8, 32, 5}, {130*32 - 5, 48 * 85, 85, 0, 32, 5}, {75*32 - 3, 48*53 + 1, 53, 4, 38, 2},
@@ -648,6 +648,7 @@ func TestTL2PanelMajor(t *testing.T) {
 	}
 	for _, c := range [][2]int{
 		{3808, 2544}, {3809, 2543}, {3809, 2544}, {2016, 2544}, {2017, 2544}, {2017, 2543}, {640, 2560}, {2560, 2560}, {2560, 2543},
+		{3809, 1007}, {3809, 1008}, {2017, 1007}, {2017, 1008}, {16384, 2048}, {2048, 2048}, {4096, 1024}, {2500, 1200},
 		{3840, 2560}, {14336, 4096}, {4096, 14336}, {2560, 6912}, {6912, 2560}, {2048, 8192}, {3000, 3000},
 	} {
 		l, err := NewLayout(quantcfg.TL2, c[0], c[1])
@@ -655,13 +656,23 @@ func TestTL2PanelMajor(t *testing.T) {
 			t.Fatal(err)
 		}
 		g, panels := 0, 0 // the panels this revision lays the shape out in
-		if mrb := (c[0] + 31) / 32; c[1] >= 2544 && mrb >= 120 {
+		if mrb := (c[0] + 31) / 32; c[1] >= 1008 && mrb >= 120 {
 			g, panels = 32, (mrb+31)/32
-		} else if c[1] >= 2544 && mrb >= 64 {
+		} else if c[1] >= 1008 && mrb >= 64 {
 			g, panels = (mrb+1)/2, 2
 		}
 		if want := g > 0; l.Paneled() != want || l.Chunked() == want || l.PanelRows() != g || l.Panels() != panels {
 			t.Errorf("%dx%d: panel-major %v (%d panels of %d), chunk-major %v; want %d panels of %d", c[0], c[1], l.Paneled(), l.Panels(), l.PanelRows(), l.Chunked(), panels, g)
+		}
+		l7, _ := tl2Before("kernels/7", l)
+		g7 := 0
+		if mrb := (c[0] + 31) / 32; c[1] >= 2544 && mrb >= 120 {
+			g7 = 32
+		} else if c[1] >= 2544 && mrb >= 64 {
+			g7 = (mrb + 1) / 2
+		}
+		if want := g7 > 0; l7.Paneled() != want || l7.Chunked() == want || l7.PanelRows() != g7 || !want && l7.Chunks() != max(1, (c[1]/48+9)/10) {
+			t.Errorf("%dx%d in kernels/7: panel-major %v (panels of %d), chunk-major %v (%d chunks); want panels of %d", c[0], c[1], l7.Paneled(), l7.PanelRows(), l7.Chunked(), l7.Chunks(), g7)
 		}
 		l6, _ := tl2Before("kernels/6", l)
 		if want := c[0] > 3808 && c[1] >= 2544; l6.Paneled() != want || l6.Chunked() == want || want != (l6.PanelRows() == 32) || !want && l6.Chunks() != max(1, (c[1]/48+9)/10) {

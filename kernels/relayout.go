@@ -16,7 +16,10 @@ import (
 //     and 128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10
 //     otherwise;
 //   - kernels/6: panel-major in panels of 32 row blocks where it has at least 53 blocks and
-//     120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise.
+//     120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise;
+//   - kernels/7: panel-major where it has at least 53 blocks and 64 row blocks (K >= 2544,
+//     M > 2016), in two panels (ceil(row blocks/2) and the rest) below 120 row blocks and
+//     in panels of 32 from 120 on, chunk-major in chunks of up to 10 otherwise.
 func tl2Before(rev string, l Layout) (Layout, bool) {
 	l.panel, l.tl2Chunk = 0, 0
 	switch rev {
@@ -36,6 +39,15 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 		} else {
 			l.tl2Chunk = 10
 		}
+	case "kernels/7":
+		switch mrb := l.RowBlocks(); {
+		case l.TL2Blocks() < 53 || mrb < 64:
+			l.tl2Chunk = 10
+		case mrb < 120:
+			l.panel = (mrb + 1) / 2
+		default:
+			l.panel = 32
+		}
 	default:
 		return Layout{}, false
 	}
@@ -45,9 +57,9 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 // Relayout returns a packed m x k blob of format f, packed in layout revision rev, in this
 // build's layout (LayoutRevision):
 //   - the blob itself where f's layout has not changed since rev, or has not for its shape (a
-//     tl2 blob of kernels/4 to kernels/6 that is chunk-major now too, or of kernels/6 in
-//     panels of 32 still: checked, CheckBlob);
-//   - a tl2 blob of kernels/2 to kernels/6 (tl2Before) laid out as this revision lays out its
+//     tl2 blob of kernels/4 to kernels/7 that is chunk-major now too, or of kernels/6 or
+//     kernels/7 in the panels it has now: checked, CheckBlob);
+//   - a tl2 blob of kernels/2 to kernels/7 (tl2Before) laid out as this revision lays out its
 //     shape (panel-major in panels of TL2Panel row blocks or in two, or chunk-major in chunks
 //     of up to TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are
 //     the same), and checked.

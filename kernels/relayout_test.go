@@ -39,7 +39,7 @@ func TestLayoutRevision(t *testing.T) {
 	}{
 		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
 		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"}, {"kernels/4", quantcfg.TL2, "kernels/5"},
-		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {"kernels/6", quantcfg.TL2, "kernels/7"}, {"kernels/6", quantcfg.BF16, ""}, {LayoutRevision, quantcfg.TL2, ""},
+		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {"kernels/6", quantcfg.TL2, "kernels/7"}, {"kernels/6", quantcfg.BF16, ""}, {"kernels/7", quantcfg.TL2, "kernels/8"}, {"kernels/7", quantcfg.I2S, ""}, {LayoutRevision, quantcfg.TL2, ""},
 	} {
 		err := ReadsLayout(c.rev, c.f)
 		if (c.want == "") != (err == nil) || c.want != "" && !strings.Contains(err.Error(), "changed layout in "+c.want) {
@@ -51,16 +51,17 @@ func TestLayoutRevision(t *testing.T) {
 	}
 }
 
-// TestRelayout: a tl2 blob of kernels/2 to kernels/6 comes back as this build packs the
+// TestRelayout: a tl2 blob of kernels/2 to kernels/7 comes back as this build packs the
 // same weights (chunk-major in chunks of up to 10 blocks, or panel-major in panels of 32
 // row blocks or in two), itself where it was laid out so already; formats unchanged since a
 // revision come back as they are; the rest is refused. M = 70 with K = 48*11 + 3 (one chunk
 // in kernels/3, two in kernels/4), 48*21, 48*25, 48*298 + 32 (14336: 25 and 30 chunks) and
 // 20 (the tail alone), chunk-major in every revision; 4000 x 2600, chunk-major up to
 // kernels/5, and 4100 x 4100, panel-major in panels of 16 in kernels/5, are in panels of 32
-// from kernels/6 on; 2500 x 2600, chunk-major up to kernels/6, is two panels now.
+// from kernels/6 on; 2500 x 2600, chunk-major up to kernels/6, is two panels from kernels/7
+// on, and 2500 x 1200 (25 blocks), chunk-major up to kernels/7, is two panels now.
 func TestRelayout(t *testing.T) {
-	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4000, 2600}, {4100, 4100}, {2500, 2600}} {
+	for _, c := range [][2]int{{70, 48*11 + 3}, {70, 48 * 21}, {70, 48 * 25}, {70, 48*298 + 32}, {70, 20}, {4000, 2600}, {4100, 4100}, {2500, 2600}, {2500, 1200}} {
 		m, k := c[0], c[1]
 		_, blob, l := packRandom(t, quantcfg.TL2, m, k, 9)
 		nb := k / 48
@@ -71,12 +72,15 @@ func TestRelayout(t *testing.T) {
 			rev   string
 			chunk int // 0: panel-major
 			panel int // panel-major: its panels' row blocks
-		}{{"kernels/2", 12, 0}, {"kernels/3", 12, 0}, {"kernels/4", 10, 0}, {"kernels/5", 10, 0}, {"kernels/6", 10, 0}} {
+		}{{"kernels/2", 12, 0}, {"kernels/3", 12, 0}, {"kernels/4", 10, 0}, {"kernels/5", 10, 0}, {"kernels/6", 10, 0}, {"kernels/7", 10, 0}} {
 			if c.rev == "kernels/5" && m == 4100 {
 				c.chunk, c.panel = 0, 16
 			}
 			if c.rev == "kernels/6" && m > 3808 {
 				c.chunk, c.panel = 0, 32
+			}
+			if c.rev == "kernels/7" && k >= 2544 && m > 70 {
+				c.chunk, c.panel = 0, map[bool]int{true: 32, false: 40}[m > 3808]
 			}
 			before, old := blobBefore(t, c.rev, l, blob)
 			if c.chunk == 0 {
@@ -117,9 +121,10 @@ func TestRelayout(t *testing.T) {
 		{"kernels/2", quantcfg.TL1, tl2, "tl1 blobs changed layout in kernels/3, after kernels/2"},
 		{"kernels/9", quantcfg.I2S, i2s, `"kernels/9" is not one this build knows`},
 		{"kernels/3", quantcfg.TL2, tl2[1:], "blob has"},
-		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
-		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
-		{"kernels/6", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/7"},
+		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
+		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
+		{"kernels/6", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
+		{"kernels/7", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
 	} {
 		_, err := Relayout(c.rev, c.f, 40, 300, c.blob)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

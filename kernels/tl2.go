@@ -17,7 +17,7 @@ import (
 // With nb = K3/48 blocks and Mrb = Mp/32 row blocks, the blob interleaves the streams one of
 // two ways, by shape (Layout.Paneled, Layout.Chunked):
 //
-// Panel-major, where nb >= 53 and Mrb >= 64 (K >= 2544, M > 2016): panels of up to G row
+// Panel-major, where nb >= 21 and Mrb >= 64 (K >= 1008, M > 2016): panels of up to G row
 // blocks one after another, so that a kernel holding a block's tables reads the panel's
 // row blocks' 320 bytes of the block one after another, and a worker's whole panels are
 // one stretch of memory. G = TL2Panel = 32 where Mrb >= 120 (M > 3808), and below that G =
@@ -28,7 +28,8 @@ import (
 //	row block G*p+i's tl1 tail:   G*p*S + 320*nb*g + 8*Kp1*i
 //
 // (Layout kernels/5 had panels of 16 row blocks, where nb >= 85 and Mrb >= 128; kernels/6
-// panels of 32 where nb >= 53 and Mrb >= 120, and no two-panel blobs.)
+// panels of 32 where nb >= 53 and Mrb >= 120, and no two-panel blobs; kernels/7 the rule of
+// now but from nb >= 53, K >= 2544.)
 //
 // Chunk-major, the other shapes: a kernel sweeping one K chunk over a range of row blocks
 // reads contiguous memory. With nc = max(1, ceil(nb/10)) chunks, chunk c holds blocks b0 =
@@ -145,6 +146,16 @@ import (
 // BitNet b1.58 2B's o_proj (2560x2560) and down_proj (2560x6912). Below 64 row blocks no
 // two-panel shape was measured, and one panel split in parts at two threads lost at two
 // tokens and more (above).
+//
+// A shorter K (kernels/8). The rule's K >= 2544 came from the table loads' share at a short
+// K, with one token's tables built beforehand. Since its kernel builds them in registers
+// (genTL2Panel), panels of 32 against chunk-major, the same loop, one token (one thread /
+// two threads on cores of their own / shared; runs of each in parentheses where few):
+// 16384x2048 0.98-1.01 / 1.20 (2) / 1.11 (2); 3072x2048 1.08-1.14 / - / 1.14-1.22;
+// 2048x2048 1.13-1.16 / 1.21 (1) / 1.41-1.63 (3); 6144x1536 1.05-1.14 / 1.03-1.07 / 1.35
+// (1); 4096x1024 1.07-1.08 / 1.07 (1) / 1.27-1.31 (2); 2048x1536 1.17-1.22 / 1.10 (1) /
+// 1.49-1.60 (2). Two tokens (K = 2048): one thread 0.99-1.04, two 0.94-1.05. So from
+// kernels/8 on the rule holds from 21 blocks (K >= 1008); below that nothing was measured.
 
 // tl2Code returns the code of triple t (0..15) of row r in the 320-byte block p.
 func tl2Code(p []byte, t, r int) int {

@@ -17,7 +17,7 @@ const repackUsage = `usage: bitd repack OLD.bitgo -o NEW.bitgo
 
 Rewrites a pack file that an older bitd wrote in this bitd's blob layout (` + kernels.LayoutRevision + `),
 so that it loads again without converting its checkpoint anew. tl2 blobs of kernels/2 to
-kernels/6 are laid out as this layout lays out their shape (chunks of up to 10 blocks, panels
+kernels/7 are laid out as this layout lays out their shape (chunks of up to 10 blocks, panels
 of 32 row blocks, or two panels: the same blocks in another order) and checked; every other
 layer, stored tensor and external entry is copied as it is. A blob whose layout changed in a
 way that needs its weights again (tl2 of kernels/1, tl1 before kernels/3) is refused, naming
