@@ -75,7 +75,7 @@ class Format(_DocEnum):
     Kp1 = roundup(K-K3, 4); row block = 320*K3/48 + 8*Kp1 bytes: its tl2 blocks, then tl1 units.
     A 320-byte block is five planes: bytes 64j..64j+63 are 32 little-endian uint16 words, word r
     (row r) = codes of triples 3j, 3j+1, 3j+2 in bits 0-4, 5-9, 10-14 and bit j of triple 15's
-    code in bit 15. With nb = K3/48 blocks and Mp/32 row blocks, a blob of nb >= 53 (K >= 2544)
+    code in bit 15. With nb = K3/48 blocks and Mp/32 row blocks, a blob of nb >= 21 (K >= 1008)
     and Mp/32 >= 64 (M > 2016) is panel-major: below 120 row blocks (M <= 3808) two panels, of
     ceil(Mp/64) row blocks and the rest, from 120 on panels of 32 row blocks (the last may hold
     fewer), each holding block 0 of its row blocks in turn, then block 1, ..., then their tl1

@@ -56,14 +56,15 @@ TL2_PANEL = 32
 hold fewer), each with every row block's block 0 side by side, then block 1, and so on, then
 every row block's tl1 tail (kernels/tl2.go). (16 in layout kernels/5.)"""
 
-TL2_PANEL_MIN_BLOCKS = 53
+TL2_PANEL_MIN_BLOCKS = 21
 TL2_PANEL_MIN_ROW_BLOCKS = 64
 TL2_TWO_PANEL_ROW_BLOCKS = 120
-"""A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 2544)
+"""A tl2 blob is panel-major when it has at least TL2_PANEL_MIN_BLOCKS tl2 blocks (K >= 1008)
 and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 2016), and chunk-major otherwise. Below
 TL2_TWO_PANEL_ROW_BLOCKS row blocks (M <= 3808) it is two panels, of ceil(row blocks/2) and
-the rest; from it on, panels of :data:`TL2_PANEL`. (In layout kernels/6, panel-major only from
-TL2_TWO_PANEL_ROW_BLOCKS row blocks on.) Go's ``kernels.TL2PanelMinBlocks``,
+the rest; from it on, panels of :data:`TL2_PANEL`. (In layout kernels/7, panel-major only from
+53 blocks, K >= 2544; in kernels/6 only from 53 blocks and TL2_TWO_PANEL_ROW_BLOCKS row
+blocks on.) Go's ``kernels.TL2PanelMinBlocks``,
 ``TL2PanelMinRowBlocks`` and ``TL2TwoPanelRowBlocks``."""
 
 _LAYOUT_HISTORY = (
@@ -74,6 +75,7 @@ _LAYOUT_HISTORY = (
     ("kernels/5", (Format.TL2,)),  # tl2 of K >= 4080 and M > 4064 panel-major, panels of 16
     ("kernels/6", (Format.TL2,)),  # tl2 panels of 32, panel-major from K >= 2544 and M > 3808
     ("kernels/7", (Format.TL2,)),  # tl2 panel-major from M > 2016 too, two panels up to M = 3808
+    ("kernels/8", (Format.TL2,)),  # tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -110,10 +112,10 @@ class Layout:
     row_block_bytes: int = 0
     # tl2: the most row blocks of a panel of a panel-major blob (TL2_PANEL, or ceil(row
     # blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a kernels/5 blob and 32 in a
-    # kernels/6 one that relayout reads); 0: chunk-major
+    # kernels/6 one that relayout reads, as in a kernels/7 one); 0: chunk-major
     panel_rows: int = 0
     # tl2, chunk-major: the most blocks of a chunk of an older revision's blob that relayout
-    # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/6); 0: this
+    # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/7); 0: this
     # revision's, TL2_CHUNK
     tl2_chunk: int = 0
 
@@ -159,7 +161,10 @@ def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
     * kernels/5: panel-major in panels of 16 row blocks where it has at least 85 blocks and
       128 row blocks (K >= 4080, M > 4064), chunk-major in chunks of up to 10 otherwise;
     * kernels/6: panel-major in panels of 32 row blocks where it has at least 53 blocks and
-      120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise."""
+      120 row blocks (K >= 2544, M > 3808), chunk-major in chunks of up to 10 otherwise;
+    * kernels/7: panel-major where it has at least 53 blocks and 64 row blocks (K >= 2544,
+      M > 2016), in two panels (ceil(row blocks/2) and the rest) below 120 row blocks and in
+      panels of 32 from 120 on, chunk-major in chunks of up to 10 otherwise."""
     if rev in ("kernels/2", "kernels/3"):
         return dataclasses.replace(l, panel_rows=0, tl2_chunk=12)
     if rev == "kernels/4":
@@ -172,6 +177,12 @@ def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
         if l.k3 // TL2_BLOCK >= 53 and l.row_blocks >= 120:
             return dataclasses.replace(l, panel_rows=32, tl2_chunk=0)
         return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
+    if rev == "kernels/7":
+        nb, mrb = l.k3 // TL2_BLOCK, l.row_blocks
+        if nb < 53 or mrb < 64:
+            return dataclasses.replace(l, panel_rows=0, tl2_chunk=10)
+        panel = (mrb + 1) // 2 if mrb < 120 else 32
+        return dataclasses.replace(l, panel_rows=panel, tl2_chunk=0)
     return None
 
 
@@ -624,13 +635,15 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
              from_layout: str) -> torch.Tensor:
     """A blob packed in layout revision ``from_layout``, in this revision's layout
     (:data:`LAYOUT`): the blob itself where the format's layout has not changed since; a tl2
-    blob of kernels/2 to kernels/6, read as that revision laid out its shape
+    blob of kernels/2 to kernels/7, read as that revision laid out its shape
     (:func:`_tl2_before`: chunk-major in chunks of up to 12 blocks, or 10, or panel-major in
-    panels of 16 row blocks in kernels/5, of 32 in kernels/6), laid out as this revision lays
+    panels of 16 row blocks in kernels/5, of 32 in kernels/6, of 32 or in two in kernels/7),
+    laid out as this revision lays
     out its shape (its row-block streams are unchanged): panel-major where
     :attr:`Layout.paneled`, in panels of :data:`TL2_PANEL` or in two, else chunk-major with
-    chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/6 blob of a shape chunk-major
-    still, or a kernels/6 blob of a shape in panels of 32 still, comes back byte for byte),
+    chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/7 blob of a shape chunk-major
+    still, or a kernels/6 or kernels/7 blob of a shape in the panels it has now, comes back
+    byte for byte),
     checked by decoding it. Any other change is a ValueError naming the revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)

@@ -88,35 +88,37 @@ def torch_at_least(major: int, minor: int) -> bool:
 
 
 TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10, "kernels/5": 10,
-                "kernels/6": 10, "kernels/7": 10}
+                "kernels/6": 10, "kernels/7": 10, "kernels/8": 10}
 """The most blocks in a chunk of a chunk-major tl2 blob, by layout revision (tl2_panel_of
 says which blobs were chunk-major)."""
 
 TL2_PANEL = 32
-TL2_PANEL_MIN_M, TL2_PANEL_MIN_K = 2017, 2544
+TL2_PANEL_MIN_M, TL2_PANEL_MIN_K = 2017, 1008
 TL2_TWO_PANEL_M = 3809
-"""This revision's tl2 panel rule, stated here independently of bitgo.reference
+TL2_PANEL_MIN_K7 = 2544
+"""This revision's (kernels/8) tl2 panel rule, stated here independently of bitgo.reference
 (kernels/layout.go): a tl2 blob of M >= TL2_PANEL_MIN_M (64 row blocks) and K >=
-TL2_PANEL_MIN_K (53 blocks) is panel-major: below TL2_TWO_PANEL_M (120 row blocks) in two
+TL2_PANEL_MIN_K (21 blocks) is panel-major: below TL2_TWO_PANEL_M (120 row blocks) in two
 panels, of ceil(Mrb/2) row blocks and the rest, from it on in panels of TL2_PANEL row blocks;
-any other is chunk-major. (kernels/6 laid out panel-major only from TL2_TWO_PANEL_M on.)"""
+any other is chunk-major. (kernels/7 laid out panel-major only from TL2_PANEL_MIN_K7 = 2544
+inputs, 53 blocks, on; kernels/6 only from TL2_PANEL_MIN_K7 and TL2_TWO_PANEL_M on.)"""
 
 
 def tl2_panel_of(m, k, rev):
     """The row blocks per panel of an m x k tl2 blob as layout revision ``rev`` (kernels/2 on)
     stored it, 0 where it was chunk-major: every tl2 blob before kernels/5; in kernels/5 those
     of K < 4080 or M <= 4064 (the others in panels of 16); in kernels/6 those short of
-    TL2_TWO_PANEL_M or TL2_PANEL_MIN_K (the others in panels of TL2_PANEL); in kernels/7 those
-    short of TL2_PANEL_MIN_M or TL2_PANEL_MIN_K (the others in two panels below
-    TL2_TWO_PANEL_M, of ceil(Mrb/2) row blocks and the rest, in panels of TL2_PANEL from it
-    on)."""
+    TL2_TWO_PANEL_M or TL2_PANEL_MIN_K7 (the others in panels of TL2_PANEL); in kernels/7 and
+    kernels/8 those short of TL2_PANEL_MIN_M or of TL2_PANEL_MIN_K7 (kernels/7) or
+    TL2_PANEL_MIN_K (kernels/8) (the others in two panels below TL2_TWO_PANEL_M, of
+    ceil(Mrb/2) row blocks and the rest, in panels of TL2_PANEL from it on)."""
     mrb = -(-m // 32)
-    if rev == "kernels/7":
-        if m < TL2_PANEL_MIN_M or k < TL2_PANEL_MIN_K:
+    if rev in ("kernels/7", "kernels/8"):
+        if m < TL2_PANEL_MIN_M or k < (TL2_PANEL_MIN_K7 if rev == "kernels/7" else TL2_PANEL_MIN_K):
             return 0
         return -(-mrb // 2) if m < TL2_TWO_PANEL_M else TL2_PANEL
     if rev == "kernels/6":
-        return TL2_PANEL if m >= TL2_TWO_PANEL_M and k >= TL2_PANEL_MIN_K else 0
+        return TL2_PANEL if m >= TL2_TWO_PANEL_M and k >= TL2_PANEL_MIN_K7 else 0
     if rev == "kernels/5":
         return 16 if m > 4064 and k >= 4080 else 0
     assert rev in TL2_CHUNK_OF, f"no tl2 layout of {rev}"

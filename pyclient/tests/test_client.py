@@ -537,13 +537,13 @@ def test_forked_child_can_start_its_own_daemon():
 
 def test_packed_blobs_name_their_layout(client, monkeypatch):
     """Packed uploads name reference.LAYOUT; bitd refuses a blob whose revision lays its
-    format out otherwise (a kernels/4, kernels/5 or kernels/6 tl2 blob: the first revision
+    format out otherwise (a kernels/4 to kernels/7 tl2 blob: the first revision
     after it that changed tl2's layout is named, whatever the blob's shape), and reads the
     formats unchanged since."""
     tl2 = _layer(QuantConfig(format="tl2"), seed=5)
     i2s = _layer(QuantConfig(format="i2s"), seed=5)
     for rev, changed in (("kernels/4", "kernels/5"), ("kernels/5", "kernels/6"),
-                         ("kernels/6", "kernels/7")):
+                         ("kernels/6", "kernels/7"), ("kernels/7", "kernels/8")):
         monkeypatch.setattr(R, "LAYOUT", rev)
         with pytest.raises(RequestError, match=f"tl2 blobs changed layout in {changed}, "
                                                f"after {rev}") as e:

@@ -215,8 +215,9 @@ def test_input_requiring_grad_leaves_the_shared_views_alone():
 def _state_as(sd, m, k, fmt, rev):
     """A state dict as a release of layout ``rev`` saved it: tl2's packed bytes as ``rev`` laid
     them out (tl2_as_revision: chunks of up to 12 blocks in kernels/3, 10 in kernels/4 to
-    kernels/6, kernels/5's panels of 16 for K >= 4080 and M > 4064 and kernels/6's of 32 for
-    K >= 2544 and M > 3808; the bytes of this revision where it lays the shape out the same
+    kernels/7, kernels/5's panels of 16 for K >= 4080 and M > 4064, kernels/6's of 32 for
+    K >= 2544 and M > 3808 and kernels/7's (two below M = 3809) for K >= 2544 and M > 2016;
+    the bytes of this revision where it lays the shape out the same
     way), and the extra state's "layout" ``rev``, or none before kernels/4."""
     old = dict(sd)
     extra = dict(old["_extra_state"])
@@ -232,11 +233,12 @@ def _state_as(sd, m, k, fmt, rev):
     return old
 
 
-@pytest.mark.parametrize("rev", ["kernels/3", "kernels/4", "kernels/5", "kernels/6"])
+@pytest.mark.parametrize("rev", ["kernels/3", "kernels/4", "kernels/5", "kernels/6",
+                                 "kernels/7"])
 @pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1"])
 def test_state_dict_of_earlier_layouts(fmt, rev):
-    """A state saved in kernels/4 to kernels/6, or before layouts were recorded (kernels/3),
-    loads, its tl2 blob laid out anew (a kernels/4 to kernels/6 blob of this shape,
+    """A state saved in kernels/4 to kernels/7, or before layouts were recorded (kernels/3),
+    loads, its tl2 blob laid out anew (a kernels/4 to kernels/7 blob of this shape,
     chunk-major still, as it was); a tl2 state of kernels/1 is refused, naming the
     revisions."""
     torch.manual_seed(4)
@@ -265,14 +267,16 @@ def test_state_dict_of_earlier_layouts(fmt, rev):
 @pytest.mark.parametrize("m,k,rev,g", [
     (130 * 32 - 5, 48 * 88 + 7, "kernels/4", 0), (130 * 32 - 5, 48 * 88 + 7, "kernels/5", 16),
     (4000, 2600, "kernels/5", 0), (4000, 2600, "kernels/6", 32), (2500, 2600, "kernels/6", 0),
+    (4000, 2600, "kernels/7", 32), (2500, 2600, "kernels/7", 40), (2500, 1200, "kernels/7", 0),
 ])
 def test_state_dict_of_earlier_panel_major(m, k, rev, g):
     """A tl2 state of an earlier revision of a panel-major shape loads laid out panel-major,
     and bitd computes on it what the reference does: 4155 x 4231 (130 row blocks of 88 blocks
     and a tail), chunk-major in kernels/4 and panel-major in panels of 16 in kernels/5; 4000 x
     2600 (125 row blocks of 54 blocks and a tail), chunk-major in kernels/5 and in panels of
-    32 in kernels/6, as now; 2500 x 2600 (79 row blocks), chunk-major in kernels/6, two
-    panels (of 40 and 39 row blocks) now."""
+    32 in kernels/6 and kernels/7, as now; 2500 x 2600 (79 row blocks), chunk-major in
+    kernels/6, two panels (of 40 and 39 row blocks) in kernels/7, as now; 2500 x 1200 (79 row
+    blocks of 25 blocks), chunk-major in kernels/7, two panels of 40 and 39 now."""
     torch.manual_seed(5)
     assert R.layout("tl2", m, k).paneled
     assert tl2_panel_of(m, k, rev) == g  # the panels of the saved blob (0: chunk-major)

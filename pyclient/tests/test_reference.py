@@ -8,9 +8,10 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_M, TL2_TWO_PANEL_M,
-                      assert_bits_equal, tl2_as_revision, tl2_chunk_major, tl2_in_revision,
-                      tl2_panel_major, tl2_panel_of, tl2_streams)
+from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_K7,
+                      TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal, tl2_as_revision,
+                      tl2_chunk_major, tl2_in_revision, tl2_panel_major, tl2_panel_of,
+                      tl2_streams)
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -149,9 +150,10 @@ def test_tl2_chunk_major(k, nb, kp1):
 @pytest.mark.parametrize("m,k,mrb,nb,kp1,panels", [
     (PANEL_M, 48 * 88 + 7, 130, 88, 8, [32, 32, 32, 32, 2]),
     (PANEL_M, 48 * 85, 130, 85, 0, [32, 32, 32, 32, 2]),
-    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 53, 0, [32, 32, 32, 24]),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 21, 0, [32, 32, 32, 24]),
     (75 * 32 - 3, 48 * 53 + 1, 75, 53, 4, [38, 37]),
-    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 53, 0, [32, 32])])
+    (75 * 32, 48 * 25 + 40, 75, 25, 40, [38, 37]),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 21, 0, [32, 32])])
 def test_tl2_panel_major(tl2_big, m, k, mrb, nb, kp1, panels):
     """A tl2 blob of at least TL2_PANEL_MIN_M rows and TL2_PANEL_MIN_K inputs stores its
     panels one after another, panel p after the row blocks of the panels before it (S bytes
@@ -161,7 +163,8 @@ def test_tl2_panel_major(tl2_big, m, k, mrb, nb, kp1, panels):
     4155: panels of 32 (four) and 2; K = 48*88 + 7: 88 blocks and a 7-input tail padded to 8;
     48*85: no tail. TL2_TWO_PANEL_M x TL2_PANEL_MIN_K: the smallest blob in panels of 32 (three
     and 24), no tail. M = 2397 (75 row blocks): panels of 38 and 37; K = 48*53 + 1: 53
-    blocks and a 1-input tail padded to 4. TL2_PANEL_MIN_M x TL2_PANEL_MIN_K: the smallest
+    blocks and a 1-input tail padded to 4; 2400 x 1240: the same panels of 25 blocks and a
+    40-input tail (chunk-major in kernels/7). TL2_PANEL_MIN_M x TL2_PANEL_MIN_K: the smallest
     panel-major blob, two panels of 32, no tail."""
     lay = R.layout("tl2", m, k)
     assert lay.paneled and lay.panel_rows == panels[0]
@@ -187,7 +190,7 @@ def test_tl2_panel_major_by_hand():
     tail of 7 inputs padded to kp1 = 8), so S = 28224. Zero weights are all-zero blocks and
     tail bytes 0x44 (index 4 twice). The same blob laid out as kernels/5 did, by hand (eight
     panels of 16, then one of 2), is relaid out into it; as kernels/6 laid it out (the same
-    panels of 32), it comes back byte for byte."""
+    panels of 32), or as kernels/7 did (the same), it comes back byte for byte."""
     m, k, nb, kp1, size, mrb = PANEL_M, 48 * 88 + 7, 88, 8, 28224, 130
     w = torch.zeros(m, k, dtype=torch.int8)
     wants = {}
@@ -230,38 +233,48 @@ def test_tl2_panel_major_by_hand():
     assert not torch.equal(wants[16], wants[32])
     assert_bits_equal(R.relayout("tl2", m, k, wants[16], "kernels/5"), blob)
     assert_bits_equal(R.relayout("tl2", m, k, wants[32], "kernels/6"), blob)
+    assert_bits_equal(R.relayout("tl2", m, k, wants[32], "kernels/7"), blob)
 
 
-@pytest.mark.parametrize("m,k,mrb,nb,g,g6", [
-    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 63, 53, 0, 0),
-    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K - 1, 64, 52, 0, 0),
-    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 53, 32, 0),
-    (2049, TL2_PANEL_MIN_K, 65, 53, 33, 0),
-    (TL2_TWO_PANEL_M - 1, TL2_PANEL_MIN_K, 119, 53, 60, 0),
-    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K - 1, 120, 52, 0, 0),
-    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 53, 32, 32)])
-def test_tl2_layout_rule_boundary(tl2_big, m, k, mrb, nb, g, g6):
-    """A tl2 blob is panel-major from TL2_PANEL_MIN_K inputs and TL2_PANEL_MIN_M rows on
-    (kernels/layout.go): in two panels of ceil(Mrb/2) row blocks and the rest below
-    TL2_TWO_PANEL_M rows (2017 rows: 64 row blocks, two of 32; 2049: 65, 33 and 32; 3808:
-    119, 60 and 59), in panels of 32 from it on; chunk-major with chunks of up to 10 blocks
-    below either bound: one row fewer is a row block fewer, one input fewer a block fewer and
-    a 47-input tail. kernels/6 laid out in panels of 32 only from TL2_TWO_PANEL_M rows and
-    TL2_PANEL_MIN_K inputs on, and relayout reads its blob as it laid it out."""
-    assert (TL2_PANEL_MIN_M % 32, TL2_TWO_PANEL_M % 32, TL2_PANEL_MIN_K % 48) == (1, 1, 0)
+@pytest.mark.parametrize("m,k,mrb,nb,g,g6,g7", [
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 63, 21, 0, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K - 1, 64, 20, 0, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K, 64, 21, 32, 0, 0),
+    (2049, TL2_PANEL_MIN_K, 65, 21, 33, 0, 0),
+    (TL2_TWO_PANEL_M - 1, TL2_PANEL_MIN_K, 119, 21, 60, 0, 0),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K - 1, 120, 20, 0, 0, 0),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K, 120, 21, 32, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K7 - 1, 64, 52, 32, 0, 0),
+    (TL2_PANEL_MIN_M, TL2_PANEL_MIN_K7, 64, 53, 32, 0, 32),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K7 - 1, 120, 52, 32, 0, 0),
+    (TL2_TWO_PANEL_M, TL2_PANEL_MIN_K7, 120, 53, 32, 32, 32)])
+def test_tl2_layout_rule_boundary(tl2_big, m, k, mrb, nb, g, g6, g7):
+    """A tl2 blob is panel-major from TL2_PANEL_MIN_K (1008: 21 blocks) inputs and
+    TL2_PANEL_MIN_M rows on (kernels/layout.go): in two panels of ceil(Mrb/2) row blocks and
+    the rest below TL2_TWO_PANEL_M rows (2017 rows: 64 row blocks, two of 32; 2049: 65, 33
+    and 32; 3808: 119, 60 and 59), in panels of 32 from it on; chunk-major with chunks of up
+    to 10 blocks below either bound: one row fewer is a row block fewer, one input fewer a
+    block fewer and a 47-input tail. kernels/7 laid out the same but only from
+    TL2_PANEL_MIN_K7 (2544: 53 blocks) inputs on, chunk-major from 1008 to 2543; kernels/6 in
+    panels of 32 only from TL2_TWO_PANEL_M rows and TL2_PANEL_MIN_K7 inputs on; relayout
+    reads their blobs as they laid them out."""
+    assert (TL2_PANEL_MIN_M % 32, TL2_TWO_PANEL_M % 32) == (1, 1)
+    assert (TL2_PANEL_MIN_K % 48, TL2_PANEL_MIN_K7 % 48) == (0, 0)
     lay = R.layout("tl2", m, k)
     assert (lay.row_blocks, lay.k3 // 48) == (mrb, nb)
     assert lay.paneled == (g > 0) and lay.panel_rows == g
     assert tl2_panel_of(m, k, R.LAYOUT) == g and tl2_panel_of(m, k, "kernels/6") == g6
+    assert tl2_panel_of(m, k, "kernels/7") == g7
     w, blob, s = tl2_big(m, k)
     chunk = tl2_chunk_major(s, k, 10)
     assert torch.equal(blob, tl2_panel_major(s, k, g) if g else chunk)
     assert torch.equal(blob, chunk) == (g == 0)
     assert torch.equal(blob, tl2_panel_major(s, k, 32)) == (g == 32)
     assert torch.equal(R.unpack("tl2", m, k, blob), w)
-    old = tl2_panel_major(s, k, 32) if g6 else chunk  # as kernels/6 laid it out
-    assert torch.equal(old, blob) == (g == g6)
-    assert torch.equal(R.relayout("tl2", m, k, old, "kernels/6"), blob)
+    for rev, go in (("kernels/6", g6), ("kernels/7", g7)):
+        old = tl2_panel_major(s, k, go) if go else chunk  # as rev laid it out
+        assert torch.equal(old, blob) == (g == go), rev
+        assert torch.equal(R.relayout("tl2", m, k, old, rev), blob), rev
 
 
 @pytest.mark.parametrize("m,k,g", [(4064, 4080, 0), (4065, 4079, 0), (4065, 4080, 16)])
@@ -513,7 +526,7 @@ def test_tl1_chunk_major(k, nc):
 @pytest.mark.parametrize("k", [48 * 11 + 3, 48 * 21, 48 * 25, 48 * 298 + 32, 20])
 def test_relayout_tl2_from_chunk_major(k):
     """relayout re-chunks a chunk-major tl2 blob of kernels/2 or kernels/3 (chunks of up to 12
-    blocks) into this revision's chunks of up to 10, and gives a kernels/4 to kernels/6 blob
+    blocks) into this revision's chunks of up to 10, and gives a kernels/4 to kernels/7 blob
     of a shape that is still chunk-major back as it is; the blocks themselves are unchanged.
     K = 48*11 + 3 is one chunk of 12 and two of 10, 48*21 two and three, 48*298 + 32 (Llama's
     14336) 25 and 30; 48*25 is three either way, and 20 only a tl1 tail."""
@@ -523,7 +536,7 @@ def test_relayout_tl2_from_chunk_major(k):
     new = R.pack("tl2", w)
     nb = k // 48
     assert not R.layout("tl2", m, k).paneled
-    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6"):
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6", "kernels/7"):
         old = tl2_as_revision(new, m, k, rev)
         same = -(-nb // TL2_CHUNK_OF[rev]) == -(-nb // 10)  # differ when the chunk count does
         assert torch.equal(old, new) == same, rev
@@ -531,33 +544,37 @@ def test_relayout_tl2_from_chunk_major(k):
     assert torch.equal(R.relayout("tl2", m, k, new, R.LAYOUT), new)
 
 
-@pytest.mark.parametrize("m,k,g5,g6,revs", [
-    (PANEL_M, 48 * 88 + 7, 16, 32, ("kernels/2", "kernels/3", "kernels/4", "kernels/5",
-                                    "kernels/6")),
-    (PANEL_M, 48 * 85, 16, 32, ("kernels/4", "kernels/5", "kernels/6")),
-    (4064, 4080, 0, 32, ("kernels/3", "kernels/4", "kernels/5", "kernels/6")),
-    (4000, 2600, 0, 32, ("kernels/2", "kernels/4", "kernels/5", "kernels/6")),
-    (2500, 2600, 0, 0, ("kernels/2", "kernels/4", "kernels/5", "kernels/6")),
-    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 0, 0, ("kernels/3", "kernels/4", "kernels/5",
-                                                  "kernels/6")),
+@pytest.mark.parametrize("m,k,g5,g6,g7,revs", [
+    (PANEL_M, 48 * 88 + 7, 16, 32, 32, ("kernels/2", "kernels/3", "kernels/4", "kernels/5",
+                                        "kernels/6", "kernels/7")),
+    (PANEL_M, 48 * 85, 16, 32, 32, ("kernels/4", "kernels/5", "kernels/6", "kernels/7")),
+    (4064, 4080, 0, 32, 32, ("kernels/3", "kernels/4", "kernels/5", "kernels/6", "kernels/7")),
+    (4000, 2600, 0, 32, 32, ("kernels/2", "kernels/4", "kernels/5", "kernels/6", "kernels/7")),
+    (2500, 2600, 0, 0, 40, ("kernels/2", "kernels/4", "kernels/5", "kernels/6", "kernels/7")),
+    (2500, 1200, 0, 0, 0, ("kernels/2", "kernels/4", "kernels/5", "kernels/6", "kernels/7")),
+    (TL2_PANEL_MIN_M - 1, TL2_PANEL_MIN_K, 0, 0, 0, ("kernels/3", "kernels/4", "kernels/5",
+                                                     "kernels/6", "kernels/7")),
 ])
-def test_relayout_tl2_panel_major(tl2_big, m, k, g5, g6, revs):
+def test_relayout_tl2_panel_major(tl2_big, m, k, g5, g6, g7, revs):
     """relayout lays a tl2 blob of an earlier revision out as this revision does its shape:
     4155 x 4231 (88 blocks, a tail) and 4155 x 4080, chunk-major before kernels/5 and
     panel-major in panels of 16 in kernels/5, panel-major in panels of 32 (four and a short
     one) from kernels/6 on; 4064 x 4080 (127 row blocks: just short of kernels/5's rule) and
     4000 x 2600 (125 row blocks of 54 blocks and a tail), chunk-major up to kernels/5,
-    panel-major in panels of 32 from kernels/6 on; 2500 x 2600 (79 row blocks of 54 blocks
-    and a tail), chunk-major up to kernels/6, two panels (of 40 and 39 row blocks) now; and
-    one row block short of this revision's rule, chunk-major in chunks of 10: from kernels/4
-    on the blob it was. A blob laid out as this revision lays it out (chunks of up to 10, or
+    panel-major in panels of 32 from kernels/6 on (a kernels/7 blob comes back byte for
+    byte); 2500 x 2600 (79 row blocks of 54 blocks and a tail), chunk-major up to kernels/6,
+    two panels (of 40 and 39 row blocks) from kernels/7 on; 2500 x 1200 (79 row blocks of 25
+    blocks), chunk-major up to kernels/7, two panels of 40 and 39 now; and one row block
+    short of this revision's rule, chunk-major in chunks of 10: from kernels/4 on the blob it
+    was. A blob laid out as this revision lays it out (chunks of up to 10, or
     the same panels) comes back byte for byte."""
     w, new, s = tl2_big(m, k)
     g = tl2_panel_of(m, k, R.LAYOUT)
     assert R.layout("tl2", m, k).panel_rows == g
     assert m != 2500 or g == 40
     assert torch.equal(tl2_in_revision(s, m, k, R.LAYOUT), new)
-    assert (tl2_panel_of(m, k, "kernels/5"), tl2_panel_of(m, k, "kernels/6")) == (g5, g6)
+    assert tuple(tl2_panel_of(m, k, r) for r in ("kernels/5", "kernels/6", "kernels/7")) == (
+        g5, g6, g7)
     for rev in revs:
         old = tl2_in_revision(s, m, k, rev)
         same = tl2_panel_of(m, k, rev) == g and (g > 0 or TL2_CHUNK_OF[rev] == 10)
@@ -581,12 +598,12 @@ def test_relayout_refuses_what_it_cannot_convert():
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/5"), tl1)
     # a blob that does not decode once laid out anew (not a blob of that revision) is refused,
-    # a kernels/4 to kernels/6 one too where the layout is the same (40 x 300: chunk-major)
+    # a kernels/4 to kernels/7 one too where the layout is the same (40 x 300: chunk-major)
     bad = torch.full_like(tl2, 0xFF)
-    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6"):
+    for rev in ("kernels/2", "kernels/3", "kernels/4", "kernels/5", "kernels/6", "kernels/7"):
         with pytest.raises(ValueError, match="invalid tl2 blob: tl2 code > 13"):
             R.relayout("tl2", 40, 300, bad, rev)
-    for rev in ("kernels/4", "kernels/5", "kernels/6"):
+    for rev in ("kernels/4", "kernels/5", "kernels/6", "kernels/7"):
         old = tl2_as_revision(tl2, 40, 300, rev)
         assert torch.equal(old, tl2)
         old[320 * 3 + 2 * 2] = 0x0E  # one chunk, row block 0's first: block 3, row 2, code 14

@@ -32,7 +32,8 @@ def test_vectors_cover_every_format_and_setting(vectors):
     assert any(c["m"] % 32 and c["k"] % 4 for c in lin)  # ragged shapes
     # tl2: chunk-major blobs; a panel-major one with full panels of TL2_PANEL row blocks, a
     # short last one and a tl1 tail, of a K below 4080 (chunk-major in kernels/5); and one of
-    # two panels of unequal row blocks with a tl1 tail (chunk-major in kernels/6)
+    # two panels of unequal row blocks with a tl1 tail (chunk-major in kernels/6); and one of
+    # two panels of a K below 2544 (chunk-major in kernels/7)
     tl2 = [R.layout("tl2", c["m"], c["k"]) for c in lin if c["format"] == "tl2"]
     assert all(t.panel_rows == tl2_panel_of(t.m, t.k, R.LAYOUT) for t in tl2)
     assert any(not t.paneled for t in tl2)
@@ -40,6 +41,8 @@ def test_vectors_cover_every_format_and_setting(vectors):
                and t.row_blocks % TL2_PANEL and t.kp1 and t.k < 4080 for t in tl2)
     assert any(t.paneled and t.row_blocks == 2 * t.panel_rows - 1 and t.kp1
                and not tl2_panel_of(t.m, t.k, "kernels/6") for t in tl2)
+    assert any(t.paneled and t.k < 2544 and t.kp1 and not tl2_panel_of(t.m, t.k, "kernels/7")
+               for t in tl2)
     assert {c["kind"] for c in vectors.cases} == {"linear", "recipe"}
 
 

@@ -113,7 +113,7 @@ var chunkedShape = [2]int{35, 2054}
 
 // panelShape is tl2's second case, a blob in panels of kernels.TL2Panel row blocks
 // (kernels.TL2PanelMinBlocks blocks or more and kernels.TL2TwoPanelRowBlocks row blocks or
-// more), of a K that layouts before kernels/6 laid out chunk-major: M = 3880 is 122 row
+// more), of an M x K that layouts before kernels/6 laid out chunk-major: M = 3880 is 122 row
 // blocks, three panels of 32 and one of 26; K = 2600 is 54 blocks and an 8-input tail.
 var panelShape = [2]int{3880, 2600}
 
@@ -122,6 +122,12 @@ var panelShape = [2]int{3880, 2600}
 // kernels.TL2TwoPanelRowBlocks), which layouts before kernels/7 laid out chunk-major: M =
 // 2400 is 75 row blocks, panels of 38 and 37; K = 2600 is 54 blocks and an 8-input tail.
 var twoPanelShape = [2]int{2400, 2600}
+
+// shortPanelShape is tl2's fourth case (its second setting's first), a blob of two panels
+// of a K of fewer than 53 blocks (but kernels.TL2PanelMinBlocks or more), which layouts
+// before kernels/8 laid out chunk-major: M = 2400 is 75 row blocks, panels of 38 and 37;
+// K = 1240 is 25 blocks and a 40-input tail.
+var shortPanelShape = [2]int{2400, 1240}
 
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
@@ -209,6 +215,9 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 				}
 				if sti == 0 && rep == 2 && f == quantcfg.TL2 {
 					sh = twoPanelShape
+				}
+				if sti == 1 && rep == 0 && f == quantcfg.TL2 {
+					sh = shortPanelShape
 				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
