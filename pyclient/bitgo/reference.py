@@ -64,8 +64,8 @@ and TL2_PANEL_MIN_ROW_BLOCKS row blocks (M > 2016), and chunk-major otherwise. B
 TL2_TWO_PANEL_ROW_BLOCKS row blocks (M <= 3808) it is two panels, of ceil(row blocks/2) and
 the rest; from it on, panels of :data:`TL2_PANEL`. (In layout kernels/7, panel-major only from
 53 blocks, K >= 2544; in kernels/6 only from 53 blocks and TL2_TWO_PANEL_ROW_BLOCKS row
-blocks on.) Go's ``kernels.TL2PanelMinBlocks``,
-``TL2PanelMinRowBlocks`` and ``TL2TwoPanelRowBlocks``."""
+blocks on.) Go's ``kernels.TL2PanelMinBlocks``, ``TL2PanelMinRowBlocks`` and
+``TL2TwoPanelRowBlocks``."""
 
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
@@ -638,13 +638,12 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     blob of kernels/2 to kernels/7, read as that revision laid out its shape
     (:func:`_tl2_before`: chunk-major in chunks of up to 12 blocks, or 10, or panel-major in
     panels of 16 row blocks in kernels/5, of 32 in kernels/6, of 32 or in two in kernels/7),
-    laid out as this revision lays
-    out its shape (its row-block streams are unchanged): panel-major where
-    :attr:`Layout.paneled`, in panels of :data:`TL2_PANEL` or in two, else chunk-major with
-    chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/7 blob of a shape chunk-major
-    still, or a kernels/6 or kernels/7 blob of a shape in the panels it has now, comes back
-    byte for byte),
-    checked by decoding it. Any other change is a ValueError naming the revisions."""
+    laid out as this revision lays out its shape (its row-block streams are unchanged):
+    panel-major where :attr:`Layout.paneled`, in panels of :data:`TL2_PANEL` or in two, else
+    chunk-major with chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/7 blob of a
+    shape chunk-major still, or a kernels/6 or kernels/7 blob of a shape in the panels it has
+    now, comes back byte for byte), checked by decoding it. Any other change is a ValueError
+    naming the revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     revs = [r for r, _ in _LAYOUT_HISTORY]
