@@ -655,24 +655,15 @@ func TestTL2PanelMajor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, panels := 0, 0 // the panels this revision lays the shape out in
-		if mrb := (c[0] + 31) / 32; c[1] >= 1008 && mrb >= 120 {
-			g, panels = 32, (mrb+31)/32
-		} else if c[1] >= 1008 && mrb >= 64 {
-			g, panels = (mrb+1)/2, 2
-		}
+		// the panels this revision (K >= 1008) and kernels/7 (K >= 2544) lay the shape out in
+		g, panels := twoPanelRule(c[0], c[1], 1008)
 		if want := g > 0; l.Paneled() != want || l.Chunked() == want || l.PanelRows() != g || l.Panels() != panels {
 			t.Errorf("%dx%d: panel-major %v (%d panels of %d), chunk-major %v; want %d panels of %d", c[0], c[1], l.Paneled(), l.Panels(), l.PanelRows(), l.Chunked(), panels, g)
 		}
 		l7, _ := tl2Before("kernels/7", l)
-		g7 := 0
-		if mrb := (c[0] + 31) / 32; c[1] >= 2544 && mrb >= 120 {
-			g7 = 32
-		} else if c[1] >= 2544 && mrb >= 64 {
-			g7 = (mrb + 1) / 2
-		}
-		if want := g7 > 0; l7.Paneled() != want || l7.Chunked() == want || l7.PanelRows() != g7 || !want && l7.Chunks() != max(1, (c[1]/48+9)/10) {
-			t.Errorf("%dx%d in kernels/7: panel-major %v (panels of %d), chunk-major %v (%d chunks); want panels of %d", c[0], c[1], l7.Paneled(), l7.PanelRows(), l7.Chunked(), l7.Chunks(), g7)
+		g7, panels7 := twoPanelRule(c[0], c[1], 2544)
+		if want := g7 > 0; l7.Paneled() != want || l7.Chunked() == want || l7.PanelRows() != g7 || l7.Panels() != panels7 || !want && l7.Chunks() != max(1, (c[1]/48+9)/10) {
+			t.Errorf("%dx%d in kernels/7: panel-major %v (%d panels of %d), chunk-major %v (%d chunks); want %d panels of %d", c[0], c[1], l7.Paneled(), l7.Panels(), l7.PanelRows(), l7.Chunked(), l7.Chunks(), panels7, g7)
 		}
 		l6, _ := tl2Before("kernels/6", l)
 		if want := c[0] > 3808 && c[1] >= 2544; l6.Paneled() != want || l6.Chunked() == want || want != (l6.PanelRows() == 32) || !want && l6.Chunks() != max(1, (c[1]/48+9)/10) {
@@ -682,6 +673,21 @@ func TestTL2PanelMajor(t *testing.T) {
 		if want := c[0] > 4064 && c[1] >= 4080; l5.Paneled() != want || l5.Chunked() == want || want != (l5.PanelRows() == 16) || !want && l5.Chunks() != max(1, (c[1]/48+9)/10) {
 			t.Errorf("%dx%d in kernels/5: panel-major %v, chunk-major %v (%d chunks); want panel-major %v", c[0], c[1], l5.Paneled(), l5.Chunked(), l5.Chunks(), want)
 		}
+	}
+}
+
+// twoPanelRule is the rule of layouts kernels/7 and kernels/8 (of K >= minK), stated here
+// independently of Layout: an m x k tl2 blob of at least 64 row blocks and minK inputs is
+// panel-major, in two panels of ceil(row blocks/2) and the rest below 120 row blocks and in
+// panels of 32 from 120 on; g is the row blocks a panel (0: chunk-major).
+func twoPanelRule(m, k, minK int) (g, panels int) {
+	switch mrb := (m + 31) / 32; {
+	case k < minK || mrb < 64:
+		return 0, 0
+	case mrb < 120:
+		return (mrb + 1) / 2, 2
+	default:
+		return 32, (mrb + 31) / 32
 	}
 }
 

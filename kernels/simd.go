@@ -1248,16 +1248,19 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 		ntok += g.T
 	}
 	// A group's tables (panelTab): a token's 16 triples' a block, one token's after
-	// another (per bytes apart), none where the kernel builds its own (acts). Then every
-	// token's tail tables.
-	type gtab struct{ off, per, block int }
+	// another (per bytes apart), none where the kernel builds its own from the activations
+	// (acts: one token on zmm). Then every token's tail tables.
+	type gtab struct {
+		off, per, block int
+		acts            bool
+	}
 	var gtArr [lutSweepTokens]gtab
 	gt := gtArr[:len(gs)]
-	size, acts := 0, func(g lutGroup) bool { return g.T == 1 && k.ops.panelActs }
+	size := 0
 	for i, g := range gs {
 		blk := 16 * tripleBytes(k.ops.panelTab)
-		t := gtab{off: size, per: blk * nb, block: blk}
-		if acts(g) {
+		t := gtab{off: size, per: blk * nb, block: blk, acts: g.T == 1 && k.ops.panelActs}
+		if t.acts {
 			t.per = 0
 		}
 		gt[i] = t
@@ -1273,12 +1276,12 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 		withTails = withTails || sg.tail
 	}
 	for i, g := range gs {
-		for t := g.t0; t < g.t0+g.T; t++ {
+		for t := g.t0; t < g.t0+g.T && !gt[i].acts; t++ {
 			x := a.Q[t*ly.Kp:]
 			dst := buf[gt[i].off+(t-g.t0)*gt[i].per:]
 			for _, sp := range spans {
 				b0, n := sp[0], sp[1]-sp[0]
-				if n > 0 && !acts(g) {
+				if n > 0 {
 					buildTables(k.ops.panelTab, Layout{K3: TL2Block * n}, x[TL2Block*b0:], dst[gt[i].block*b0:])
 				}
 			}
@@ -1303,7 +1306,7 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 			for i, g := range gs {
 				t := gt[i]
 				var tab unsafe.Pointer
-				if acts(g) {
+				if t.acts {
 					tab = unsafe.Pointer(&a.Q[g.t0*ly.Kp+TL2Block*b0])
 				} else {
 					tab = unsafe.Pointer(&buf[t.off+t.block*b0])
