@@ -3,19 +3,18 @@ package engine
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
 	"testing"
 	"unsafe"
 
 	"bitgo/kernels"
-	"bitgo/paged"
 	"bitgo/quantcfg"
 )
 
-// TestOwnedWeightsInArena: blobs the engine copies or packs, of a huge page or more, live
-// in its arena (2 MiB-aligned, read-only), compute what the reference does, and go back to
-// the kernel when the layer is freed or its registration fails; smaller ones stay on the
-// Go heap.
+// TestOwnedWeightsInArena: blobs the engine copies or packs, small ones too, live in its
+// arena (huge pages, read-only), compute what the reference does, and go back to the
+// kernel when the layer is freed or its registration fails.
 func TestOwnedWeightsInArena(t *testing.T) {
 	e, err := New(Config{Threads: 2})
 	if err != nil {
@@ -41,8 +40,8 @@ func TestOwnedWeightsInArena(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	if got := blocks(); got != 2 {
-		t.Fatalf("%d arena blocks after registering two 3 MiB layers and a small one, want 2", got)
+	if got := blocks(); got != 3 {
+		t.Fatalf("%d arena blocks after registering two 3 MiB layers and a small one, want 3", got)
 	}
 	for i := range copied.Packed { // the engine's copy must not alias the caller's blob
 		copied.Packed[i] = 0
@@ -52,6 +51,18 @@ func TestOwnedWeightsInArena(t *testing.T) {
 		x[i] = float32(rng.NormFloat64())
 	}
 	want := reference(t, big, x, 3)
+	for _, id := range ids {
+		data := e.layers[id].k.Data
+		if e.layers[id].block == nil {
+			t.Errorf("layer %d: a %d-byte blob not in the arena", id, len(data))
+		}
+		if p := uintptr(unsafe.Pointer(&data[0])); p%uintptr(os.Getpagesize()) != 0 {
+			t.Errorf("layer %d: weights at %#x, not on a page boundary", id, p)
+		}
+		if !faults(func() { data[len(data)/2] ^= 1 }) {
+			t.Errorf("layer %d: writing to the registered weights did not fault: they are not read-only", id)
+		}
+	}
 	for _, id := range ids[:2] {
 		got := make([]float32, 3*big.Out)
 		if err := e.ForwardF32(id, x, 3, got); err != nil {
@@ -62,16 +73,6 @@ func TestOwnedWeightsInArena(t *testing.T) {
 				t.Fatalf("layer %d: out[%d] = %v, want %v", id, i, got[i], want[i])
 			}
 		}
-		data := e.layers[id].k.Data
-		if p := uintptr(unsafe.Pointer(&data[0])); p%paged.HugePageSize != 0 {
-			t.Errorf("layer %d: weights at %#x, not on a huge page boundary", id, p)
-		}
-		if !faults(func() { data[len(data)/2] ^= 1 }) {
-			t.Errorf("layer %d: writing to the registered weights did not fault: they are not read-only", id)
-		}
-	}
-	if e.layers[ids[2]].block != nil {
-		t.Errorf("a %d-byte layer took an arena block", len(e.layers[ids[2]].k.Data))
 	}
 
 	// Failed registrations give their block back: a duplicate name, and codes that do not
@@ -92,15 +93,15 @@ func TestOwnedWeightsInArena(t *testing.T) {
 	if _, err := e.Register(bad); err == nil {
 		t.Fatal("a blob of invalid i2s codes registered")
 	}
-	if got := blocks(); got != 2 {
-		t.Fatalf("%d arena blocks after two failed registrations, want 2", got)
+	if got := blocks(); got != 3 {
+		t.Fatalf("%d arena blocks after two failed registrations, want 3", got)
 	}
 	for _, id := range ids {
 		if err := e.Free(id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st := e.arena.Stats(); st.Blocks != 0 || st.Mapped != 0 {
+	if st := e.arena.Stats(); st.Blocks != 0 || st.Mapped != 0 || st.Reserved != 0 {
 		t.Fatalf("after freeing every layer the arena holds %+v", st)
 	}
 }

@@ -111,7 +111,7 @@ type Engine struct {
 
 	ctxPool sync.Pool
 	splitFn kernels.Splitter // e.splitter, made once
-	arena   *paged.Arena     // owned blobs of a huge page or more
+	arena   *paged.Arena     // owned blobs
 }
 
 type layer struct {
@@ -119,7 +119,7 @@ type layer struct {
 	k       *kernels.Layer
 	refs    atomic.Int64 // 1 while registered, +1 per call in flight
 	release func()
-	block   *paged.Block // the arena block holding an owned blob (nil: the Go heap)
+	block   *paged.Block // the arena block holding an owned blob (nil: borrowed)
 	dev     BackendLayer // non-nil: the layer runs on the backend
 
 	kmu     sync.Mutex
@@ -280,16 +280,12 @@ func (e *Engine) Register(s Spec) (ID, error) {
 	return l.id, nil
 }
 
-// allocBlob returns n bytes for a blob the engine owns: from its arena when n is a huge page
-// or more (2 MiB-aligned, madvise(MADV_HUGEPAGE): the kernels' weight streams then miss the
-// TLB once per 2 MiB instead of once per 4 KiB), from the Go heap below that. Measured on
-// the BitNet-2B-shaped model (`bitd bench -model bitnet-2b`, a 2-vCPU Xeon guest, three runs
-// in turn against the Go heap's 4 KiB pages): i2s decoded 27.5-29.1 tokens/s at one thread
-// against 25.3-27.0 and 47.5-50.0 at two against 45.6-46.3; tl2 within the noise.
+// allocBlob returns n bytes for a blob the engine owns, from its arena: packed side by side
+// with the other blobs in huge pages (paged.Arena), a small blob's bytes and a large one's
+// last ones alike. The Go heap's 4 KiB pages cost a decode pass through BitNet b1.58 2B
+// (one thread, the 2-vCPU Zen 4 guest) 1.11-1.13x its time for tl2 and 1.04-1.05x for
+// i2s: a 2560x2560 tl2 call took 62-65 us there against 47-48 in huge pages.
 func (e *Engine) allocBlob(n int) ([]byte, *paged.Block, error) {
-	if n < paged.HugePageSize {
-		return make([]byte, n), nil, nil
-	}
 	b, err := e.arena.Alloc(n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("packed weights of %d bytes: %w", n, err)

@@ -31,8 +31,9 @@ func TestArenaAllocAlignedZeroedAccounted(t *testing.T) {
 		if len(d) != n || cap(d) != n {
 			t.Fatalf("Alloc(%d): len %d cap %d", n, len(d), cap(d))
 		}
-		if addr := uintptr(unsafe.Pointer(&d[0])); addr%HugePageSize != 0 {
-			t.Fatalf("Alloc(%d) at %#x: not 2 MiB aligned", n, addr)
+		// The first block starts its slab on a huge page boundary; every block on a page.
+		if addr := uintptr(unsafe.Pointer(&d[0])); addr%uintptr(os.Getpagesize()) != 0 || len(blocks) == 1 && addr%HugePageSize != 0 {
+			t.Fatalf("Alloc(%d) at %#x: not aligned", n, addr)
 		}
 		if b.Mapped()%os.Getpagesize() != 0 || b.Mapped() < n || b.Mapped()-n >= os.Getpagesize() {
 			t.Fatalf("Alloc(%d): mapped %d", n, b.Mapped())
@@ -200,7 +201,7 @@ func TestArenaLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := a.Stats(); s.Locked != 64<<10 || s.Resident != 64<<10 {
+	if s := a.Stats(); s.Locked != HugePageSize || s.Resident != 64<<10 { // (locked by huge page)
 		t.Fatalf("locked block: %+v", s)
 	}
 	b.Free()
@@ -267,7 +268,7 @@ func lockRefusedCheck(t *testing.T) {
 	if !errors.Is(err, ErrMemlock) {
 		t.Fatalf("mlock over RLIMIT_MEMLOCK=0: %v", err)
 	}
-	for _, want := range []string{"weights", "RLIMIT_MEMLOCK is soft 0 bytes", "ulimit -l", "1048576"} {
+	for _, want := range []string{"weights", "RLIMIT_MEMLOCK is soft 0 bytes", "ulimit -l", "2097152"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -319,5 +320,113 @@ func TestProcessRSSSeesTouchedPages(t *testing.T) {
 	}
 	if grew := ProcessRSS() - before; grew < 60<<20 {
 		t.Fatalf("RSS grew by %d bytes after touching a fresh 64 MiB block", grew)
+	}
+}
+
+// TestArenaPacksBlocksInHugePages: small blocks lie side by side in one slab, the tail of a
+// block larger than a huge page shares its huge page with the next block, and a slab is
+// unmapped when its last block goes.
+func TestArenaPacksBlocksInHugePages(t *testing.T) {
+	a := NewArena(ArenaOptions{Name: "pack"})
+	defer a.Close()
+	page := os.Getpagesize()
+	sizes := []int{1 << 20, 100, 3<<20 + 5, 700 << 10}
+	var bs []*Block
+	for _, n := range sizes {
+		b, err := a.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	addr := func(b *Block) uintptr { return uintptr(unsafe.Pointer(&b.Bytes()[0])) }
+	for i := 1; i < len(bs); i++ {
+		if got, want := addr(bs[i]), addr(bs[i-1])+uintptr(bs[i-1].Mapped()); got != want {
+			t.Fatalf("block %d at %#x, want %#x (right after block %d)", i, got, want, i-1)
+		}
+	}
+	if s := a.Stats(); s.Reserved != SlabBytes || s.Mapped != int64(1<<20+page+(3<<20+page)+700<<10) {
+		t.Fatalf("stats %+v", s)
+	}
+	// A block larger than a slab gets a slab of its own, in whole huge pages.
+	huge, err := a.Alloc(SlabBytes + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Reserved != SlabBytes+SlabBytes+HugePageSize {
+		t.Fatalf("with a block of a slab and a byte: %+v", s)
+	}
+	if err := huge.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Reserved != SlabBytes {
+		t.Fatalf("its slab was not unmapped: %+v", s)
+	}
+	for _, b := range bs {
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := a.Stats(); s.Reserved != 0 || s.Blocks != 0 || s.Mapped != 0 {
+		t.Fatalf("after freeing every block: %+v", s)
+	}
+}
+
+// TestArenaReuseZeroedAndProtectedByHugePage: a block that takes the place of a freed one
+// reads as zero; a huge page turns read-only only once every block in it is, and writable
+// again while a new block in it is being written.
+func TestArenaReuseZeroedAndProtectedByHugePage(t *testing.T) {
+	a := NewArena(ArenaOptions{})
+	defer a.Close()
+	x, err := a.Alloc(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := a.Alloc(64 << 10) // the same huge page
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range x.Bytes() {
+		x.Bytes()[i] = 0xAB
+	}
+	if err := x.ReadOnly(); err != nil {
+		t.Fatal(err)
+	}
+	if faults(func() { y.Bytes()[1] = 2 }) {
+		t.Fatal("writing the block still being filled faulted: its huge page was protected early")
+	}
+	if err := y.ReadOnly(); err != nil {
+		t.Fatal(err)
+	}
+	if !faults(func() { x.Bytes()[0] = 1 }) || !faults(func() { y.Bytes()[0] = 1 }) {
+		t.Fatal("writes to read-only blocks did not fault")
+	}
+	xAt := &x.Bytes()[0]
+	if err := x.Free(); err != nil {
+		t.Fatal(err)
+	}
+	z, err := a.Alloc(32 << 10) // x's place: y keeps the huge page in use
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &z.Bytes()[0] != xAt {
+		t.Fatalf("the new block is not in the freed one's place")
+	}
+	for i, v := range z.Bytes() {
+		if v != 0 {
+			t.Fatalf("reused block: byte %d is %#x, not zeroed", i, v)
+		}
+	}
+	// The huge page is writable while z is filled (y with it: the price of protecting
+	// whole huge pages), and read-only again once z is.
+	z.Bytes()[5] = 9
+	if err := z.ReadOnly(); err != nil {
+		t.Fatal(err)
+	}
+	if !faults(func() { y.Bytes()[0] = 1 }) || !faults(func() { z.Bytes()[0] = 1 }) {
+		t.Fatal("a block writable after every block of its huge page is read-only again")
+	}
+	if y.Bytes()[1] != 2 || z.Bytes()[5] != 9 {
+		t.Fatal("content lost")
 	}
 }
