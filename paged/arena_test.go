@@ -405,7 +405,7 @@ func TestArenaReuseZeroedAndProtectedByHugePage(t *testing.T) {
 	if err := x.Free(); err != nil {
 		t.Fatal(err)
 	}
-	z, err := a.Alloc(32 << 10) // x's place: y keeps the huge page in use
+	z, err := a.Alloc(64 << 10) // x's place, an exact fit: y keeps the huge page in use
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 // Package paged owns page-aligned memory outside the Go heap and the files that fill it:
 //
-//   - Arena: blocks of anonymous memory, 2 MiB-aligned with MADV_HUGEPAGE, optionally
-//     mlocked, accounted (mapped, locked, resident via mincore), freed explicitly. The
-//     engine keeps packed weights in them.
+//   - Arena: blocks of anonymous memory packed side by side into slabs of whole huge
+//     pages (MADV_HUGEPAGE), read-only and optionally mlocked by huge page, accounted
+//     (mapped, reserved, locked, resident via mincore), freed explicitly. The engine keeps
+//     packed weights in them. ReadTHP tells whether the kernel will back them with huge
+//     pages.
 //   - Region: sealed memfd-backed shared memory for the ipc package.
 //   - The .bitgo pack file (FORMAT.md): PackWriter streams layers and tensors to disk;
 //     OpenPack maps a file read-only and shared, so blobs are used in place, a restart is

@@ -22,6 +22,7 @@ import (
 
 	"bitgo/engine"
 	"bitgo/ipc"
+	"bitgo/paged"
 	"bitgo/sched"
 )
 
@@ -204,6 +205,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 		}
 	}()
 	log.Info("bitd serve: worker pool", "threads", pool.Threads(), "cores", pool.WorkerCores())
+	if t, err := paged.ReadTHP(); err != nil || !t.Advised() {
+		// The weights then stay in 4 KiB pages: slower decode, nothing else (bitd info).
+		log.Warn("bitd serve: weights will not be in huge pages", "thp", t.Enabled, "err", err,
+			"fix", "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled")
+	}
 	backend, closeBackend, err := openBackend(cfg.Device, log)
 	if err != nil {
 		log.Error("bitd serve: device", "device", cfg.Device, "err", err)
