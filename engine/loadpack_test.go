@@ -98,7 +98,16 @@ func mapped(path string) bool {
 	return strings.Contains(string(b), path)
 }
 
+// TestLoadPackForwardMatchesReference loads a pack in place and copied (LoadOptions.Copy):
+// every layer computes what the reference does; in place the file stays mapped while a layer
+// of it is registered, copied it is unmapped at once and the weights lie in the arena.
 func TestLoadPackForwardMatchesReference(t *testing.T) {
+	for _, copied := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in-place", true: "copy"}[copied], func(t *testing.T) { loadPackMatches(t, copied) })
+	}
+}
+
+func loadPackMatches(t *testing.T, copied bool) {
 	r := rand.New(rand.NewPCG(7, 8))
 	layers := testPackLayers(t, r)
 	path := filepath.Join(t.TempDir(), "m.bitgo")
@@ -109,12 +118,22 @@ func TestLoadPackForwardMatchesReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	lp, err := e.LoadPack(path)
+	lp, err := e.LoadPackWith(path, LoadOptions{Copy: copied})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lp.Model != "test-model" || len(lp.IDs) != len(layers) {
+	if lp.Model != "test-model" || len(lp.IDs) != len(layers) || lp.Copied != copied {
 		t.Fatalf("loaded %+v", lp)
+	}
+	if copied {
+		if mapped(path) {
+			t.Fatal("pack still mapped after a copying load")
+		}
+		if got := e.arena.Stats().Blocks; got != len(layers) {
+			t.Fatalf("%d arena blocks after copying %d layers", got, len(layers))
+		}
+	} else if lp.HugeMapped < 0 || e.arena.Stats().Blocks != 0 {
+		t.Fatalf("in place: huge-mapped %d, %d arena blocks", lp.HugeMapped, e.arena.Stats().Blocks)
 	}
 	for i, l := range layers {
 		id, spec, err := e.Lookup(l.spec.Name)
@@ -144,6 +163,15 @@ func TestLoadPackForwardMatchesReference(t *testing.T) {
 				}
 			}
 		}
+	}
+	if copied {
+		if err := lp.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if s := e.arena.Stats(); s.Blocks != 0 || s.Reserved != 0 {
+			t.Fatalf("arena after Free: %+v", s)
+		}
+		return
 	}
 	// The file stays mapped while any of its layers is registered.
 	if !mapped(path) {

@@ -3,7 +3,9 @@ package paged
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // THP is the kernel's transparent huge page policy, as /sys/kernel/mm/transparent_hugepage
@@ -51,4 +53,45 @@ func bracketed(s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// smapsPath is the kernel's account of this process's mappings (a variable for the tests).
+var smapsPath = "/proc/self/smaps"
+
+// HugeMapped reports how many bytes of the mappings that overlap m the kernel maps with huge
+// pages (/proc/self/smaps: AnonHugePages, FilePmdMapped and ShmemPmdMapped of each), or -1
+// when it cannot tell. A mapping that reaches beyond m counts whole.
+func HugeMapped(m []byte) int64 {
+	if len(m) == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(smapsPath)
+	if err != nil {
+		return -1
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+	hi := lo + uintptr(len(m))
+	var n int64
+	inside := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if a, z, ok := strings.Cut(f[0], "-"); ok && len(f) >= 5 { // a mapping's first line
+			x, err1 := strconv.ParseUint(a, 16, 64)
+			y, err2 := strconv.ParseUint(z, 16, 64)
+			inside = err1 == nil && err2 == nil && uintptr(x) < hi && lo < uintptr(y)
+			continue
+		}
+		switch f[0] {
+		case "AnonHugePages:", "FilePmdMapped:", "ShmemPmdMapped:":
+			if inside && len(f) >= 3 && f[2] == "kB" {
+				if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					n += v << 10
+				}
+			}
+		}
+	}
+	return n
 }

@@ -1,10 +1,12 @@
 package paged
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestReadTHP(t *testing.T) {
@@ -37,4 +39,59 @@ func TestReadTHP(t *testing.T) {
 			t.Errorf("%q: %+v, advised %v", c.enabled, got, got.Advised())
 		}
 	}
+}
+
+// TestHugeMapped: the smaps fields of the mappings that overlap a slice are summed, and an
+// unreadable smaps says -1; an arena block, advised MADV_HUGEPAGE and touched, is counted
+// whole.
+func TestHugeMapped(t *testing.T) {
+	t.Run("smaps", func(t *testing.T) {
+		old := smapsPath
+		defer func() { smapsPath = old }()
+		smapsPath = filepath.Join(t.TempDir(), "smaps")
+		m := make([]byte, 4<<20)
+		lo := uintptr(unsafe.Pointer(&m[0]))
+		smaps := fmt.Sprintf("%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      2048 kB\nFilePmdMapped:         0 kB\n"+
+			"%x-%x r--s 00000000 fe:00 9 /x.bitgo\nFilePmdMapped:      4096 kB\nAnonHugePages:         0 kB\n"+
+			"%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      8192 kB\n",
+			lo-(8<<20), lo+(1<<20), lo+(1<<20), lo+(3<<20), lo+(4<<20), lo+(20<<20))
+		if err := os.WriteFile(smapsPath, []byte(smaps), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := HugeMapped(m); got != 6<<20 {
+			t.Errorf("HugeMapped = %d, want %d (the two mappings that overlap, not the one after)", got, 6<<20)
+		}
+		smapsPath = filepath.Join(t.TempDir(), "missing")
+		if got := HugeMapped(m); got != -1 {
+			t.Errorf("without smaps: %d, want -1", got)
+		}
+	})
+	t.Run("arena", func(t *testing.T) {
+		thp, err := ReadTHP()
+		if err != nil || !thp.Advised() {
+			t.Skipf("the kernel gives no huge pages to advised memory here (%+v, %v)", thp, err)
+		}
+		a := NewArena(ArenaOptions{})
+		defer a.Close()
+		b, err := a.Alloc(HugePageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(b.Bytes()); i += 4096 {
+			b.Bytes()[i] = 1
+		}
+		// With direct compaction on the fault of advised memory, the kernel finds one.
+		got := HugeMapped(b.Bytes())
+		switch thp.Defrag {
+		case "always", "madvise", "defer+madvise":
+			if got < HugePageSize {
+				t.Errorf("a touched 2 MiB block of the arena: %d bytes in huge pages (THP %+v)", got, thp)
+			}
+		default:
+			t.Logf("a touched 2 MiB block of the arena: %d bytes in huge pages (THP %+v)", got, thp)
+		}
+		if got := HugeMapped(make([]byte, 1<<20)); got != 0 {
+			t.Logf("a Go heap slice: %d bytes in huge pages (the heap's mapping counts whole)", got)
+		}
+	})
 }

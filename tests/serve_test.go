@@ -362,6 +362,34 @@ func TestSIGTERMDrains(t *testing.T) {
 	}
 }
 
+// TestPackCopy: with --pack-copy the daemon serves the pack's layers from its own copy,
+// bit-exact, with the file deleted under it (the mapping is gone: nothing reads the file
+// after loading).
+func TestPackCopy(t *testing.T) {
+	dir := shortDir(t)
+	pack := filepath.Join(dir, "shared.bitgo")
+	writePack(t, pack)
+	sock := filepath.Join(dir, "bitd.sock")
+	d := startDaemon(t, sock, "--threads", "2", "--pack-copy", "--pack", pack)
+	if log := d.log.waitFor(5*time.Second, "copied=true"); !strings.Contains(log, "copied=true") {
+		t.Fatalf("the daemon did not say it copied the pack:\n%s", log)
+	}
+	if err := os.Remove(pack); err != nil {
+		t.Fatal(err)
+	}
+	if maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", d.cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(maps), "shared.bitgo") {
+		t.Fatal("the daemon still maps the pack file after a copying load")
+	}
+	cmd, out := child(t, "load", "BITD_TEST_SOCK="+sock, "BITD_TEST_SEED=3", "BITD_TEST_DURATION=1s")
+	var buf bytes.Buffer
+	buf.ReadFrom(out)
+	if err := cmd.Wait(); err != nil || !strings.HasPrefix(buf.String(), "ok calls=") {
+		t.Fatalf("client: %v: %s", err, buf.String())
+	}
+}
+
 // TestLoad runs 8 client processes against one daemon, each calling forward on shared
 // (pack file) and private layers for BITD_SOAK (default 5 s), checking every output
 // against the reference bit for bit.

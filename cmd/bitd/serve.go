@@ -39,7 +39,7 @@ the client's session, freed when it disconnects). SIGTERM or SIGINT drains: call
 flight finish, new ones are refused, then bitd exits 0.
 
 Every flag has an environment variable (BITD_SOCKET, BITD_THREADS, BITD_PACK,
-BITD_METRICS_ADDR, BITD_ALLOW_GID, BITD_LOG_LEVEL, BITD_LOG_FORMAT, BITD_REGION,
+BITD_PACK_COPY, BITD_METRICS_ADDR, BITD_ALLOW_GID, BITD_LOG_LEVEL, BITD_LOG_FORMAT, BITD_REGION,
 BITD_MAX_REGION, BITD_MAX_SESSION_BYTES, BITD_MAX_LAYERS, BITD_MAX_SESSIONS,
 BITD_DRAIN_TIMEOUT); flags win over the environment, and a variable with a bad value is
 reported and ignored. Sizes take K/M/G suffixes (powers of 1024).
@@ -124,6 +124,7 @@ func parseServeFlags(args []string, lookupEnv func(string) (string, bool), stder
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "cpu, or xe2:N to run int2 and ternary layers on that Intel GPU (env BITD_DEVICE)")
 	packFlag := &listFlag{vals: &cfg.Packs}
 	fs.Var(packFlag, "pack", "pack `FILE` (.bitgo, see bitd pack) to load at start, its layers shared by every client (repeat, or comma-separate)")
+	fs.BoolVar(&cfg.PackCopy, "pack-copy", cfg.PackCopy, "copy the packs' weights into bitd's own huge pages instead of using the file mappings in place (faster decode where the page cache maps the file in 4 KiB pages; bitd serve logs how much of each mapping is in huge pages)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "HOST:PORT for /metrics (empty disables)")
 	fs.Var(&gidFlag{vals: &cfg.AllowGIDs}, "allow-gid", "numeric `GID` whose members may connect besides this uid (repeat, or comma-separate); makes the socket 0660")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
@@ -229,7 +230,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 	h := &engineHandler{e: e, shared: map[ipc.LayerID]bool{}}
 	for _, p := range cfg.Packs {
 		t0 := time.Now()
-		lp, err := e.LoadPack(p)
+		lp, err := e.LoadPackWith(p, engine.LoadOptions{Copy: cfg.PackCopy})
 		if err != nil {
 			log.Error("bitd serve: loading a pack file", "pack", p, "err", err)
 			return 1
@@ -237,7 +238,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, reg *promethe
 		for _, id := range lp.IDs {
 			h.shared[ipc.LayerID(id)] = true
 		}
-		log.Info("bitd serve: pack loaded", "pack", p, "model", lp.Model, "layers", len(lp.IDs), "bytes", lp.Bytes, "took", time.Since(t0))
+		log.Info("bitd serve: pack loaded", "pack", p, "model", lp.Model, "layers", len(lp.IDs), "bytes", lp.Bytes,
+			"copied", lp.Copied, "huge_mapped", lp.HugeMapped, "took", time.Since(t0))
+		if !lp.Copied && lp.HugeMapped < lp.Bytes/2 {
+			log.Warn("bitd serve: most of the pack's mapping is in 4 KiB pages: decode reads its weights more slowly than from huge pages",
+				"pack", p, "huge_mapped", lp.HugeMapped, "bytes", lp.Bytes, "fix", "--pack-copy (BITD_PACK_COPY=1)")
+		}
 	}
 
 	m := newServeMetrics(reg, e, len(h.shared))

@@ -27,6 +27,9 @@ type serveConfig struct {
 	// Packs are .bitgo pack files loaded at start; their layers are shared by every
 	// session (read-only, by name).
 	Packs []string `json:"packs"`
+	// PackCopy copies the packs' weights into bitd's own huge pages instead of using the
+	// file mappings in place (engine.LoadOptions.Copy).
+	PackCopy bool `json:"pack_copy"`
 	// MetricsAddr is where /metrics is served; empty disables it.
 	MetricsAddr string `json:"metrics_addr"`
 	// AllowGIDs admit peers of these groups besides the daemon's own uid.
@@ -245,6 +248,13 @@ func (c *serveConfig) applyEnv(lookupEnv func(string) (string, bool)) []string {
 	}
 	if v, ok := get("BITD_PACK"); ok {
 		c.Packs = splitList(v)
+	}
+	if v, ok := get("BITD_PACK_COPY"); ok {
+		if b, err := strconv.ParseBool(v); err != nil {
+			warn("BITD_PACK_COPY", v, errors.New("want true or false (1 or 0)"), c.PackCopy)
+		} else {
+			c.PackCopy = b
+		}
 	}
 	if v, ok := lookupEnv("BITD_METRICS_ADDR"); ok {
 		c.MetricsAddr = strings.TrimSpace(v)

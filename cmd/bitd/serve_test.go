@@ -52,7 +52,7 @@ func TestServeConfigDefaultsEnvFlags(t *testing.T) {
 	pack := filepath.Join(t.TempDir(), "m.bitgo")
 	os.WriteFile(pack, nil, 0o644)
 	env := map[string]string{
-		"BITD_SOCKET": "/tmp/x.sock", "BITD_THREADS": "3", "BITD_PACK": pack, "BITD_METRICS_ADDR": "",
+		"BITD_SOCKET": "/tmp/x.sock", "BITD_THREADS": "3", "BITD_PACK": pack, "BITD_PACK_COPY": "1", "BITD_METRICS_ADDR": "",
 		"BITD_ALLOW_GID": "10,20", "BITD_MAX_REGION": "256M", "BITD_REGION": "1GiB", "BITD_MAX_LAYERS": "zero",
 		"BITD_MAX_SESSIONS": "-1", "BITD_LOG_LEVEL": "loud", "BITD_DRAIN_TIMEOUT": "5s", "BITD_MAX_SESSION_BYTES": "12x",
 	}
@@ -60,7 +60,7 @@ func TestServeConfigDefaultsEnvFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Socket != "/tmp/x.sock" || cfg.Threads != 3 || len(cfg.Packs) != 1 || cfg.MetricsAddr != "" ||
+	if cfg.Socket != "/tmp/x.sock" || cfg.Threads != 3 || len(cfg.Packs) != 1 || !cfg.PackCopy || cfg.MetricsAddr != "" ||
 		fmt.Sprint(cfg.AllowGIDs) != "[10 20]" || cfg.MaxRegion != 256<<20 || cfg.Region != 256<<20 || cfg.DrainTimeout != 5*time.Second {
 		t.Fatalf("env overrides: %+v", cfg)
 	}
@@ -78,12 +78,18 @@ func TestServeConfigDefaultsEnvFlags(t *testing.T) {
 	// Flags win; the first --pack replaces the environment's list.
 	pack2 := filepath.Join(t.TempDir(), "n.bitgo")
 	os.WriteFile(pack2, nil, 0o644)
-	cfg, _, err = parseServeFlags([]string{"--threads", "1", "--pack", pack2, "--allow-gid", "5", "--max-region", "2G", "--region", "8M", "--metrics-addr", "127.0.0.1:0"}, envOf(env), io.Discard)
+	cfg, _, err = parseServeFlags([]string{"--threads", "1", "--pack", pack2, "--pack-copy=false", "--allow-gid", "5", "--max-region", "2G", "--region", "8M", "--metrics-addr", "127.0.0.1:0"}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Threads != 1 || len(cfg.Packs) != 1 || cfg.Packs[0] != pack2 || fmt.Sprint(cfg.AllowGIDs) != "[5]" || cfg.MaxRegion != 2<<30 || cfg.Region != 8<<20 || cfg.MetricsAddr != "127.0.0.1:0" {
+	if cfg.Threads != 1 || cfg.PackCopy || len(cfg.Packs) != 1 || cfg.Packs[0] != pack2 || fmt.Sprint(cfg.AllowGIDs) != "[5]" || cfg.MaxRegion != 2<<30 || cfg.Region != 8<<20 || cfg.MetricsAddr != "127.0.0.1:0" {
 		t.Fatalf("flags: %+v", cfg)
+	}
+
+	// A BITD_PACK_COPY that is not a boolean is reported and ignored.
+	cfg, warns, _ = parseServeFlags(nil, envOf(map[string]string{"BITD_PACK_COPY": "maybe"}), io.Discard)
+	if cfg.PackCopy || !strings.Contains(strings.Join(warns, "\n"), `BITD_PACK_COPY="maybe" ignored`) {
+		t.Fatalf("BITD_PACK_COPY=maybe: %v, warnings %q", cfg.PackCopy, warns)
 	}
 
 	// Files after --pack (and flags after them) are read too.
