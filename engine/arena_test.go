@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"bitgo/kernels"
+	"bitgo/paged"
 	"bitgo/quantcfg"
 )
 
@@ -61,6 +62,13 @@ func TestOwnedWeightsInArena(t *testing.T) {
 		}
 		if !faults(func() { data[len(data)/2] ^= 1 }) {
 			t.Errorf("layer %d: writing to the registered weights did not fault: they are not read-only", id)
+		}
+	}
+	// Written, the two 3 MiB blobs lie in huge pages where the kernel gives advised memory
+	// one at the fault (direct compaction).
+	if thp, err := paged.ReadTHP(); err == nil && thp.Advised() && (thp.Defrag == "always" || thp.Defrag == "madvise" || thp.Defrag == "defer+madvise") {
+		if got := e.HugePageBytes(); got < 4<<20 {
+			t.Errorf("%d bytes of the engine's weights in huge pages, want at least 4 MiB (THP %+v)", got, thp)
 		}
 	}
 	for _, id := range ids[:2] {

@@ -570,6 +570,11 @@ type Stats struct {
 	Threads     int           `msgpack:"threads" json:"threads"`
 }
 
+// HugePageBytes reports how many bytes of the engine's own weight memory (uploaded blobs,
+// copied packs: its arena) the kernel maps with huge pages now, or -1 when it cannot tell.
+// Packs used in place are not counted (LoadedPack.HugeMapped).
+func (e *Engine) HugePageBytes() int64 { return e.arena.HugeMapped() }
+
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	e.mu.RLock()

@@ -373,6 +373,18 @@ func (a *Arena) Stats() ArenaStats {
 	return s
 }
 
+// HugeMapped reports how many bytes of the arena's slabs the kernel maps with huge pages now
+// (paged.HugeMapped), or -1 when it cannot tell.
+func (a *Arena) HugeMapped() int64 {
+	a.mu.Lock()
+	var ms [][]byte
+	for _, sl := range a.slabs {
+		ms = append(ms, unsafe.Slice((*byte)(sl.base), sl.size))
+	}
+	a.mu.Unlock()
+	return HugeMapped(ms...)
+}
+
 // Close frees every live block. Blocks freed later return nil. Further Allocs fail.
 func (a *Arena) Close() error {
 	a.mu.Lock()

@@ -58,19 +58,26 @@ func bracketed(s string) (string, bool) {
 // smapsPath is the kernel's account of this process's mappings (a variable for the tests).
 var smapsPath = "/proc/self/smaps"
 
-// HugeMapped reports how many bytes of the mappings that overlap m the kernel maps with huge
-// pages (/proc/self/smaps: AnonHugePages, FilePmdMapped and ShmemPmdMapped of each), or -1
-// when it cannot tell. A mapping that reaches beyond m counts whole.
-func HugeMapped(m []byte) int64 {
-	if len(m) == 0 {
+// HugeMapped reports how many bytes of the mappings that overlap any of ms the kernel maps
+// with huge pages (/proc/self/smaps: AnonHugePages, FilePmdMapped and ShmemPmdMapped of
+// each), each mapping counted once and whole even where it reaches beyond them, or -1 when
+// it cannot tell.
+func HugeMapped(ms ...[]byte) int64 {
+	type rng struct{ lo, hi uintptr }
+	var rs []rng
+	for _, m := range ms {
+		if len(m) > 0 {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+			rs = append(rs, rng{lo, lo + uintptr(len(m))})
+		}
+	}
+	if len(rs) == 0 {
 		return 0
 	}
 	b, err := os.ReadFile(smapsPath)
 	if err != nil {
 		return -1
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
-	hi := lo + uintptr(len(m))
 	var n int64
 	inside := false
 	for _, line := range strings.Split(string(b), "\n") {
@@ -81,7 +88,10 @@ func HugeMapped(m []byte) int64 {
 		if a, z, ok := strings.Cut(f[0], "-"); ok && len(f) >= 5 { // a mapping's first line
 			x, err1 := strconv.ParseUint(a, 16, 64)
 			y, err2 := strconv.ParseUint(z, 16, 64)
-			inside = err1 == nil && err2 == nil && uintptr(x) < hi && lo < uintptr(y)
+			inside = false
+			for _, r := range rs {
+				inside = inside || err1 == nil && err2 == nil && uintptr(x) < r.hi && r.lo < uintptr(y)
+			}
 			continue
 		}
 		switch f[0] {

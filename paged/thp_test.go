@@ -49,7 +49,8 @@ func TestHugeMapped(t *testing.T) {
 		old := smapsPath
 		defer func() { smapsPath = old }()
 		smapsPath = filepath.Join(t.TempDir(), "smaps")
-		m := make([]byte, 4<<20)
+		all := make([]byte, 6<<20)
+		m := all[:4<<20]
 		lo := uintptr(unsafe.Pointer(&m[0]))
 		smaps := fmt.Sprintf("%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      2048 kB\nFilePmdMapped:         0 kB\n"+
 			"%x-%x r--s 00000000 fe:00 9 /x.bitgo\nFilePmdMapped:      4096 kB\nAnonHugePages:         0 kB\n"+
@@ -60,6 +61,10 @@ func TestHugeMapped(t *testing.T) {
 		}
 		if got := HugeMapped(m); got != 6<<20 {
 			t.Errorf("HugeMapped = %d, want %d (the two mappings that overlap, not the one after)", got, 6<<20)
+		}
+		// Two slices in one mapping count it once; one in the mapping after adds it.
+		if got := HugeMapped(m[:1<<20], m[1<<20:2<<20], all[5<<20:5<<20+1]); got != 14<<20 {
+			t.Errorf("HugeMapped of three slices = %d, want %d", got, 14<<20)
 		}
 		smapsPath = filepath.Join(t.TempDir(), "missing")
 		if got := HugeMapped(m); got != -1 {

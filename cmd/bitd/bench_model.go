@@ -126,6 +126,10 @@ type modelRecord struct {
 	// passes (benchRecord.ComputeScale), the median over the passes of the mean of the
 	// probes beside the reads just before and after each; 0 where there are no reads.
 	ComputeScale float64 `json:"compute_scale,omitempty"`
+	// HugePagePct is the share of the weights the kernel mapped with huge pages once they
+	// were registered (engine.HugePageBytes over WeightBytes; 4 KiB pages cost decode up to
+	// 1.13x its time), -1 when it could not tell.
+	HugePagePct float64 `json:"huge_page_pct"`
 }
 
 // modelProbeTime is the time of each core probe beside a decode pass's reads.
@@ -221,8 +225,12 @@ func modelSuite(e *benchEnv) ([]modelRecord, error) {
 					r.PrefillSpeedupVsBF16 = r.PrefillTokS / b.PrefillTokS
 					vs = fmt.Sprintf("  x%.2f / x%.2f vs bf16", r.SpeedupVsBF16, r.PrefillSpeedupVsBF16)
 				}
-				fmt.Fprintf(e.log, "model %s %-5s t=%d n=%d  decode %7.1f tok/s (%.1f GB/s, %s)  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights)\n",
-					model.Name, f, r.Threads, r.N, r.DecodeTokS, r.DecodeGBps, roof, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20))
+				huge := "huge pages unknown"
+				if r.HugePagePct >= 0 {
+					huge = fmt.Sprintf("%.0f%% in huge pages", r.HugePagePct)
+				}
+				fmt.Fprintf(e.log, "model %s %-5s t=%d n=%d  decode %7.1f tok/s (%.1f GB/s, %s)  prefill(%d) %8.1f tok/s%s  (%.0f MiB of weights, %s)\n",
+					model.Name, f, r.Threads, r.N, r.DecodeTokS, r.DecodeGBps, roof, prefillTokens, r.PrefillTokS, vs, float64(r.WeightBytes)/(1<<20), huge)
 				recs = append(recs, r)
 			}
 		}
@@ -312,6 +320,10 @@ func measureModel(e *benchEnv, eng *engine.Engine, model benchModel, f quantcfg.
 	passes := 9
 	if f.IsFloat() || e.opt.quick {
 		passes = 5
+	}
+	rec.HugePagePct = -1
+	if h := eng.HugePageBytes(); h >= 0 {
+		rec.HugePagePct = min(100, 100*float64(h)/float64(rec.WeightBytes))
 	}
 	var recs []modelRecord
 	for _, n := range ns {

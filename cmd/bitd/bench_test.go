@@ -302,10 +302,13 @@ func TestBenchModelJSON(t *testing.T) {
 		}
 	}
 	for _, r := range rep.Results {
-		for _, k := range []string{"op", "model", "format", "threads", "decode_tok_s", "prefill_tok_s", "speedup_vs_bf16"} {
+		for _, k := range []string{"op", "model", "format", "threads", "decode_tok_s", "prefill_tok_s", "speedup_vs_bf16", "huge_page_pct"} {
 			if _, ok := r[k]; !ok {
 				t.Fatalf("record lacks %q: %v", k, r)
 			}
+		}
+		if h := r["huge_page_pct"].(float64); h != -1 && (h < 0 || h > 100) {
+			t.Fatalf("huge_page_pct %v: want -1 (unknown) or a share in [0, 100]", h)
 		}
 		if r["op"] != "model" || r["model"] != "tiny" || r["decode_tok_s"].(float64) <= 0 || r["prefill_tok_s"].(float64) <= 0 || r["speedup_vs_bf16"].(float64) <= 0 {
 			t.Fatalf("bad record %v", r)

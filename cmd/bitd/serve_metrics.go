@@ -81,6 +81,10 @@ func newServeMetrics(reg prometheus.Registerer, e *engine.Engine, shared int) *s
 		Help: "Bytes of packed weights resident in the engine.",
 	}, func() float64 { return float64(e.Stats().WeightBytes) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bitd_engine_huge_page_bytes",
+		Help: "Bytes of the engine's own weight memory (uploads, copied packs) the kernel maps with huge pages, from /proc/self/smaps (-1: unknown); packs used in place are not counted (their load logs huge_mapped).",
+	}, func() float64 { return float64(e.HugePageBytes()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bitd_engine_threads",
 		Help: "Threads computing each call.",
 	}, func() float64 { return float64(e.Threads()) })

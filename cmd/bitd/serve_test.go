@@ -387,7 +387,7 @@ func TestServeEndToEnd(t *testing.T) {
 	// /metrics serves the daemon's metrics, and they pass promlint.
 	body := getMetrics(t, metricsAddr)
 	for _, want := range []string{`bitd_ipc_call_duration_seconds_bucket{format="i2s",op="forward"`, `bitd_ipc_errors_total{code="non_finite",op="forward"} 1`,
-		"bitd_ipc_sessions 2", `bitd_engine_weight_read_bytes_total{format="i2s"}`, "bitd_engine_shared_layers 1"} {
+		"bitd_ipc_sessions 2", `bitd_engine_weight_read_bytes_total{format="i2s"}`, "bitd_engine_shared_layers 1", "bitd_engine_huge_page_bytes "} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
