@@ -34,6 +34,13 @@ func lutBuildTL1AVX2(x *int8, units int, dst *byte)
 //go:noescape
 func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 
+// prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines (lines >= 1) from each
+// of spans places stride bytes apart, the first at p: the blocks of a panel-major tl2 row
+// block, which the GEMM gathers next (gatherPanelRBs). A hint: no fault, no result.
+//
+//go:noescape
+func prefetchSpansT1(p *byte, spans int, stride int, lines int)
+
 // sumInt8AVX2 returns the sum of the n int8 values at x (n a multiple of 32); sumInt8Generic
 // is its reference.
 //

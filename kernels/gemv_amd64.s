@@ -757,6 +757,32 @@ lut2y_done:
 	VZEROUPPER
 	RET
 
+// func prefetchSpansT1(p *byte, spans int, stride int, lines int)
+// Requires: MMX+
+TEXT ·prefetchSpansT1(SB), NOSPLIT, $0-32
+	MOVQ  p+0(FP), AX
+	MOVQ  spans+8(FP), CX
+	MOVQ  stride+16(FP), DX
+	MOVQ  lines+24(FP), BX
+	TESTQ CX, CX
+	JZ    pfs_done
+
+pfs_span:
+	MOVQ AX, SI
+	MOVQ BX, DI
+
+pfs_line:
+	PREFETCHT1 (SI)
+	ADDQ       $0x40, SI
+	DECQ       DI
+	JNZ        pfs_line
+	ADDQ       DX, AX
+	DECQ       CX
+	JNZ        pfs_span
+
+pfs_done:
+	RET
+
 // func sumInt8AVX2(x *int8, n int) int32
 // Requires: AVX, AVX2, SSE2
 TEXT ·sumInt8AVX2(SB), NOSPLIT, $0-20

@@ -23,6 +23,7 @@ func init() {
 		lutBuilders[tabTL1Z], lutBuilders[tabTL2Z], lutBuilders[tabTL2B] = lutBuildTL1AVX512, lutBuildTL2AVX512, lutBuildTL2BAVX512
 		lutBuilders[tabTL1M] = lutBuildTL1MAVX512
 	}
+	prefetchSpans = prefetchSpansT1
 	if cpu.avx512 {
 		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
 		expandInt1Fast = expandInt1AVX512
