@@ -34,7 +34,7 @@ func lutBuildTL1AVX2(x *int8, units int, dst *byte)
 //go:noescape
 func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 
-// prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines (lines >= 1) from each
+// prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines from each
 // of spans places stride bytes apart, the first at p: the blocks of a panel-major tl2 row
 // block, which the GEMM gathers next (gatherPanelRBs). A hint: no fault, no result.
 //

@@ -766,6 +766,8 @@ TEXT ·prefetchSpansT1(SB), NOSPLIT, $0-32
 	MOVQ  lines+24(FP), BX
 	TESTQ CX, CX
 	JZ    pfs_done
+	TESTQ BX, BX
+	JLE   pfs_done
 
 pfs_span:
 	MOVQ AX, SI

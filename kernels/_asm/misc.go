@@ -428,13 +428,15 @@ func genLUTBuilders() {
 	{
 		TEXT("prefetchSpansT1", NOSPLIT, "func(p *byte, spans, stride, lines int)")
 		Pragma("noescape")
-		Doc("prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines (lines >= 1) from each",
+		Doc("prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines from each",
 			"of spans places stride bytes apart, the first at p: the blocks of a panel-major tl2 row",
 			"block, which the GEMM gathers next (gatherPanelRBs). A hint: no fault, no result.")
 		pp, spans, stride, lines := Load(Param("p"), GP64()), Load(Param("spans"), GP64()), Load(Param("stride"), GP64()), Load(Param("lines"), GP64())
 		q, c := GP64(), GP64()
 		TESTQ(spans, spans)
 		JZ(LabelRef("pfs_done"))
+		TESTQ(lines, lines)
+		JLE(LabelRef("pfs_done"))
 		Label("pfs_span")
 		MOVQ(pp, q)
 		MOVQ(lines, c)
