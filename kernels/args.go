@@ -106,6 +106,11 @@ type unpackArgs struct {
 	N   int            // units (int2, int1, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks
 	Tab unsafe.Pointer // int2: decode table (16 bytes: code -> u)
 	N2  int            // i2s: bytes per quad; tl2: tl1 tail units
+	// tl2: the bytes from one block to the next (0: 320, side by side; a panel-major
+	// blob's row block: Layout.BlockAt's stride), and the tl1 tail (nil: right after the
+	// last block).
+	Stride int
+	Tail   unsafe.Pointer
 }
 
 // gemmArgs: the prefill micro-kernel, T tokens (part of the function) x 32 rows:

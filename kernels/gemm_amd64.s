@@ -5940,26 +5940,40 @@ unpackTL1AVX2_u:
 	RET
 
 // func unpackTL2AVX2(a *byte)
-// Requires: AVX, AVX2, SSE2
+// Requires: AVX, AVX2, CMOV, MMX+, SSE2
 TEXT ·unpackTL2AVX2(SB), $1536-8
-	PCALIGN        $0x40
-	MOVQ           a+0(FP), AX
-	MOVQ           (AX), CX
-	MOVQ           8(AX), DX
-	MOVQ           16(AX), BX
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    40(AX), SI
+	TESTQ   SI, SI
+	JNZ     unpackTL2AVX2_strided
+	MOVQ    $0x00000140, SI
+
+unpackTL2AVX2_strided:
 	TESTQ          BX, BX
 	JZ             unpackTL2AVX2_tail
 	VBROADCASTI128 tl2W<>+0(SB), Y0
 	VBROADCASTI128 tl2W<>+16(SB), Y1
 	VBROADCASTI128 tl2W<>+32(SB), Y2
-	MOVL           $0x001f001f, SI
-	MOVD           SI, X3
+	MOVL           $0x001f001f, DI
+	MOVD           DI, X3
 	VPBROADCASTD   X3, Y3
-	MOVL           $0x01010101, SI
-	MOVD           SI, X4
+	MOVL           $0x01010101, DI
+	MOVD           DI, X4
 	VPBROADCASTD   X4, Y4
 
 unpackTL2AVX2_blk:
+	MOVQ       SI, DI
+	IMUL3Q     $0x04, DI, DI
+	ADDQ       CX, DI
+	PREFETCHT0 (DI)
+	PREFETCHT0 64(DI)
+	PREFETCHT0 128(DI)
+	PREFETCHT0 192(DI)
+	PREFETCHT0 256(DI)
 	VMOVDQU    (CX), Y5
 	VMOVDQU    32(CX), Y6
 	VPAND      Y3, Y5, Y7
@@ -6486,19 +6500,22 @@ unpackTL2AVX2_blk:
 	VMOVDQU    Y8, 1440(DX)
 	VPERM2I128 $0x31, Y6, Y5, Y8
 	VMOVDQU    Y8, 1504(DX)
-	ADDQ       $0x00000140, CX
+	ADDQ       SI, CX
 	ADDQ       $0x00000600, DX
 	DECQ       BX
 	JNZ        unpackTL2AVX2_blk
 
 unpackTL2AVX2_tail:
-	MOVQ           32(AX), AX
-	TESTQ          AX, AX
+	MOVQ           32(AX), BX
+	TESTQ          BX, BX
 	JZ             unpackTL2AVX2_done
+	MOVQ           48(AX), AX
+	TESTQ          AX, AX
+	CMOVQNE        AX, CX
 	VBROADCASTI128 tl1Div3<>+0(SB), Y5
 	VBROADCASTI128 tl1Mod3<>+0(SB), Y6
-	MOVL           $0x0f0f0f0f, BX
-	MOVD           BX, X7
+	MOVL           $0x0f0f0f0f, AX
+	MOVD           AX, X7
 	VPBROADCASTD   X7, Y7
 
 unpackTL2AVX2_u:
@@ -6528,7 +6545,7 @@ unpackTL2AVX2_u:
 	VMOVDQU    Y14, 96(DX)
 	ADDQ       $0x20, CX
 	SUBQ       $-128, DX
-	DECQ       AX
+	DECQ       BX
 	JNZ        unpackTL2AVX2_u
 
 unpackTL2AVX2_done:

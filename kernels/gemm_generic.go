@@ -55,9 +55,12 @@ func unpackGeneric(a *unpackArgs, f string) {
 	case "tl1":
 		unpackTL1Units(bytesAt(a.W, 8*kp), 0, a.N, put)
 	case "tl2":
-		w := bytesAt(a.W, 320*a.N+32*a.N2)
+		stride := a.Stride
+		if stride == 0 {
+			stride = 320
+		}
 		for blk := 0; blk < a.N; blk++ {
-			p := w[320*blk:]
+			p := bytesAt(unsafe.Add(a.W, stride*blk), 320)
 			for t := 0; t < 16; t++ {
 				for r := 0; r < RowBlock; r++ {
 					v := tl2Value(tl2Code(p, t, r))
@@ -70,7 +73,11 @@ func unpackGeneric(a *unpackArgs, f string) {
 				}
 			}
 		}
-		unpackTL1Units(w[320*a.N:], TL2Block*a.N, a.N2, put)
+		tail := a.Tail
+		if tail == nil {
+			tail = unsafe.Add(a.W, stride*a.N)
+		}
+		unpackTL1Units(bytesAt(tail, 32*a.N2), TL2Block*a.N, a.N2, put)
 	}
 }
 

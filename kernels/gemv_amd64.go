@@ -36,7 +36,7 @@ func lutBuildTL2AVX2(x *int8, triples int, dst *byte)
 
 // prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines from each
 // of spans places stride bytes apart, the first at p: the blocks of a panel-major tl2 row
-// block, which the GEMM gathers next (gatherPanelRBs). A hint: no fault, no result.
+// block, whose first blocks the GEMM unpacks next (prefetchPanelRB). A hint: no fault, no result.
 //
 //go:noescape
 func prefetchSpansT1(p *byte, spans int, stride int, lines int)

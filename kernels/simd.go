@@ -1639,10 +1639,6 @@ type threadBuf struct {
 	sums   []int32
 	groups []lutGroup // runLUT's token groups
 	lut    []byte     // tl2: one chunk's tables, built by this thread
-	// tl2: the streams of row blocks [streamRB0, streamRB1) of the call's layer, gathered for
-	// the GEMM's unpack (unpackRB; none where streamRB1 is 0, as release leaves it)
-	stream               []byte
-	streamRB0, streamRB1 int
 
 	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
 	segs []panelSeg // tl2: a panel-major sweep's segments
@@ -1666,7 +1662,7 @@ type threadBuf struct {
 
 func (tb *threadBuf) release() {
 	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
-	tb.one, tb.streamRB0, tb.streamRB1 = nil, 0, 0
+	tb.one = nil
 	bufPool.Put(tb)
 }
 
@@ -1871,15 +1867,20 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's
 // other fields set; rb1 ends the caller's range of row blocks. A panel-major blob's row
-// blocks are gathered first, panelGather of them at a time (gatherPanelRBs).
+// block is read where its blocks lie, 320 bytes of every 10-13 KiB (unpackArgs.Stride), and
+// the next row block's first blocks are prefetched (prefetchPanelRB).
 func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpackArgs, dst []byte, tb *threadBuf) {
 	ly := l.Layout
-	ua.B = unsafe.Pointer(&dst[0])
+	ua.B, ua.Stride, ua.Tail = unsafe.Pointer(&dst[0]), 0, nil
 	if ly.Paneled() {
-		if rb < tb.streamRB0 || rb >= tb.streamRB1 {
-			gatherPanelRBs(l, rb, rb1, tb)
+		off, stride := ly.BlockAt(rb, 0)
+		ua.W, ua.N, ua.N2, ua.Stride = unsafe.Pointer(&l.Data[off]), ly.TL2Blocks(), ly.Kp1/4, stride
+		if ly.Kp1 > 0 {
+			ua.Tail = unsafe.Pointer(&l.Data[ly.TailAt(rb)])
 		}
-		ua.W, ua.N, ua.N2 = unsafe.Pointer(&tb.stream[(rb-tb.streamRB0)*ly.RowBlockBytes]), ly.TL2Blocks(), ly.Kp1/4
+		if rb+1 < rb1 {
+			prefetchPanelRB(l, rb+1)
+		}
 		k.ops.unpack(argp(ua))
 		return
 	}
@@ -1899,72 +1900,29 @@ func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpack
 	}
 }
 
-// panelGather is how many row blocks of a panel-major blob the GEMM gathers at once
-// (gatherPanelRBs). The GEMM of 128 tokens against the chunk-major layout's, one and two
-// threads (6912x2560, 13824x2560, 3840x2560, 4096x4096, 14336x4096, 4096x14336; one
-// process, 7 rounds in turn): one at a time, 320 bytes of each block 10 KiB apart, 0.94-0.99x
-// as fast; four 0.95-0.99x, faster than one on 9 of the 12; eight 0.95-1.01x (but eight
-// row blocks of K = 14336 take 760 KiB of L2 beside the unpacked one's 448).
-const panelGather = 4
-
-// gatherPanelRBs gathers into tb the streams of row blocks rb.. of a panel-major blob, up
-// to panelGather of them within rb's panel and before rb1, block by block: a block's row
-// blocks lie side by side, 320 bytes each, so each block is one read of 320 bytes a row
-// block, and then the tails. It then prefetches the next gather's blocks into L2
-// (prefetchPanelRBs), which the GEMM of this one's row blocks leaves time to arrive.
-func gatherPanelRBs(l *Layer, rb, rb1 int, tb *threadBuf) {
-	ly := l.Layout
-	r := panelGroup(ly, rb, rb1)
-	S, nb := ly.RowBlockBytes, ly.TL2Blocks()
-	if cap(tb.stream) < r*S {
-		tb.stream = make([]byte, max(r, panelGather)*S)
-	}
-	st := tb.stream[:r*S]
-	off, stride := ly.BlockAt(rb, 0)
-	for b := range nb {
-		src := l.Data[off+b*stride:][:320*r]
-		for i := range r {
-			copy(st[i*S+320*b:][:320], src[320*i:])
-		}
-	}
-	if tl := 8 * ly.Kp1; tl > 0 {
-		src := l.Data[ly.TailAt(rb):][:tl*r]
-		for i := range r {
-			copy(st[i*S+320*nb:][:tl], src[tl*i:])
-		}
-	}
-	tb.streamRB0, tb.streamRB1 = rb, rb+r
-	if next := rb + r; next < rb1 {
-		prefetchPanelRBs(l, next, panelGroup(ly, next, rb1))
-	}
-}
-
-// panelGroup is how many row blocks from rb the GEMM gathers at once: up to panelGather,
-// within rb's panel and before rb1.
-func panelGroup(ly Layout, rb, rb1 int) int {
-	p0, g := ly.Panel(rb / ly.PanelRows())
-	return min(panelGather, p0+g-rb, rb1-rb)
-}
-
-// prefetchPanelRBs prefetches into L2 what gatherPanelRBs reads for the r row blocks from
-// rb: their 320 bytes of every block, a block's 10-13 KiB apart, and their tails. Without
-// it each block's first line came from DRAM as the gather reached it, and the GEMM (64
-// tokens) ran 0.92-0.97x as fast on panels as on the chunk-major layout, whose row block
-// streams in one piece (2048x2048, 3072x2048, 6144x1536 and 16384x2048, one and two
-// threads, two runs each). With it 64 tokens ran 1.00-1.06x as fast as without (mostly
-// 1.02-1.03; those shapes and BitNet 2B's, one and two threads, two runs of five paired
-// rounds), 16 tokens 0.92-1.08x (noise about 1.0).
-func prefetchPanelRBs(l *Layer, rb, r int) {
+// prefetchPanelRB prefetches into L2 the first blocks of row block rb of a panel-major blob
+// (its 320 bytes of each, 10-13 KiB apart), which the unpack's own prefetch, a few blocks
+// ahead of where it reads, does not reach before it starts.
+//
+// The GEMM of a panel-major blob first gathered each few row blocks' blocks into a
+// contiguous stream and unpacked that. Each block's first line then came from DRAM as the
+// copy reached it, and 64 tokens ran 0.92-0.97x as fast as on the chunk-major layout
+// (2048x2048, 3072x2048, 6144x1536 and 16384x2048, one and two threads, two runs each);
+// prefetching the next gather's blocks into L2 won back half (1.00-1.06x). Read where they
+// lie, with the unpack prefetching its blocks ahead, panels against chunk-major (the same
+// four shapes and BitNet 2B's, two runs, each process's tl2 over its i2s): 64 tokens
+// 0.97-1.06x (mostly 0.98-1.02), 16 tokens 0.93-1.06x.
+func prefetchPanelRB(l *Layer, rb int) {
 	if prefetchSpans == nil || purego.Load() {
 		return
 	}
 	ly := l.Layout
 	off, stride := ly.BlockAt(rb, 0)
-	prefetchSpans(&l.Data[off], ly.TL2Blocks(), stride, 5*r) // 320*r bytes
-	if tl := 8 * ly.Kp1 * r; tl > 0 {
-		prefetchSpans(&l.Data[ly.TailAt(rb)], 1, 0, (tl+63)/64)
-	}
+	prefetchSpans(&l.Data[off], min(ly.TL2Blocks(), 2*tl2UnpackAhead), stride, 5)
 }
+
+// tl2UnpackAhead is how many blocks ahead the tl2 unpack prefetches (kernels/_asm: unpackTL2).
+const tl2UnpackAhead = 4
 
 // amxUnpackBytes bounds the unpacked row blocks runAMX keeps at once (RowBlock*Kp bytes
 // each, at least one).

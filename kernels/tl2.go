@@ -136,8 +136,9 @@ import (
 //     (0.97-1.22), one thread 1.01 (1.01-1.03) and 1.02 (1.02-1.03);
 //   - the GEMM (prefill), 64 tokens at two threads: 0.96 (0.95-0.98) and 0.96 (0.94-0.96),
 //     the gathers' reads 12.8 KiB apart; 256 tokens 0.97-0.99 and 0.92-1.00 (three runs, a
-//     noisy machine). Gathering 16 row blocks at a time (panelGather) gained nothing: 64
-//     tokens 0.94-0.98 against 0.95-0.99 with 4 (two runs of each, in turn).
+//     noisy machine). Gathering 16 row blocks at a time (the GEMM then gathered 4) gained
+//     nothing: 64 tokens 0.94-0.98 against 0.95-0.99 with 4 (two runs of each, in turn).
+//     The GEMM now unpacks a row block where its blocks lie (prefetchPanelRB).
 //
 // Against what it loses (2560x6912, one token at two threads on cores of their own, mostly
 // 0.94-0.97 in the first run; two tokens at one thread 0.94-0.97; the GEMM 1-5%) that is

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -53,11 +54,34 @@ func TestUnpackTL2(t *testing.T) {
 			unpackTL2AVX2(argp(&a))
 			a.B = unsafe.Pointer(&want[0])
 			unpackGeneric(&a, "tl2")
-			for i := range want {
-				if got[i] != want[i] {
-					q, r, k := i/128, i%128/4, i%128%4
-					t.Fatalf("%d blocks, %d units: byte %d (quad %d row %d input %d) = %d, want %d", nb, units, i, q, r, k, got[i], want[i])
+			check := func(what string) {
+				for i := range want {
+					if got[i] != want[i] {
+						q, r, k := i/128, i%128/4, i%128%4
+						t.Fatalf("%d blocks, %d units%s: byte %d (quad %d row %d input %d) = %d, want %d", nb, units, what, i, q, r, k, got[i], want[i])
+					}
 				}
+			}
+			check("")
+			// The same row block as a panel-major blob holds it: blocks stride bytes apart,
+			// the tail elsewhere; both unpacks must give the contiguous one's bytes.
+			stride := 320 * (1 + rep)
+			spread := make([]byte, stride*max(nb, 1)+32*units+64)
+			for i := range spread {
+				spread[i] = byte(rng.Uint32()) // (what lies between the blocks must not matter)
+			}
+			for b := 0; b < nb; b++ {
+				copy(spread[stride*b:][:320], w[320*b:])
+			}
+			tail := spread[stride*max(nb, 1):]
+			copy(tail, w[320*nb:][:32*units])
+			for _, run := range []func(*unpackArgs){func(a *unpackArgs) { unpackTL2AVX2(argp(a)) }, func(a *unpackArgs) { unpackGeneric(a, "tl2") }} {
+				for i := range got {
+					got[i] = 0xEE
+				}
+				a := unpackArgs{W: unsafe.Pointer(&spread[0]), B: unsafe.Pointer(&got[0]), N: nb, N2: units, Stride: stride, Tail: unsafe.Pointer(&tail[0])}
+				run(&a)
+				check(fmt.Sprintf(", blocks %d bytes apart", stride))
 			}
 		}
 	}

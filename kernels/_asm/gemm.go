@@ -11,7 +11,7 @@ import (
 // Argument block offsets: kernels.gemmArgs and kernels.unpackArgs.
 const (
 	mB, mX, mXQ, mSums, mSegQ, mNSeg, mLastQ, mSumsSeg, mChunkQ = 0, 8, 16, 24, 32, 40, 48, 56, 64
-	uW, uB, uN, uTab, uN2                                       = 0, 8, 16, 24, 32
+	uW, uB, uN, uTab, uN2, uStride, uTail                       = 0, 8, 16, 24, 32, 40, 48
 )
 
 // gemmLoop is gemmArgs' segment loop (ChunkQ is tileT2AVX2x16's chunk).
@@ -462,12 +462,23 @@ func unpackTL1() {
 // (-1, 0, 1), vpsignb negates them where the code, shifted left 3, has its sign in bit 7
 // (zero only for code 0), and w + 1 is stored. Triple 15's magnitude gathers bit 15 of
 // planes 0-3 (bit 7 after vpacksswb, selecting vpblendvb); plane 4's, or 1, signs it.
+// Blocks lie Stride bytes apart (320 when 0: a panel-major blob's row block is read where
+// it lies, tl2UnpackAhead blocks prefetched ahead), the tail at Tail (after the last block
+// when nil).
+// tl2UnpackAhead is how many blocks ahead unpackTL2 prefetches.
+const tl2UnpackAhead = 4
+
 func unpackTL2() {
 	name := "unpackTL2AVX2"
 	a := fnAttr(name, 0, unpackDoc(name, "tl2"))
 	buf := AllocLocal(48 * 32)
 	p := newPool(false)
 	w, b, nb := ld(a, uW), ld(a, uB), ld(a, uN)
+	stride := ld(a, uStride)
+	TESTQ(stride, stride)
+	JNZ(LabelRef(name + "_strided"))
+	MOVQ(U32(320), stride)
+	Label(name + "_strided")
 	TESTQ(nb, nb)
 	JZ(LabelRef(name + "_tail"))
 	{
@@ -488,6 +499,13 @@ func unpackTL2() {
 			}
 		}
 		Label(name + "_blk")
+		ahead := GP64()
+		MOVQ(stride, ahead)
+		IMUL3Q(U8(tl2UnpackAhead), ahead, ahead)
+		ADDQ(w, ahead)
+		for j := 0; j < 5; j++ {
+			PREFETCHT0(at(ahead, 64*j))
+		}
 		for j := 0; j < 5; j++ {
 			VMOVDQU(at(w, 64*j), wv[0])
 			VMOVDQU(at(w, 64*j+32), wv[1])
@@ -535,7 +553,7 @@ func unpackTL2() {
 		p.put(v...)
 		p.put(t)
 	}
-	ADDQ(U32(320), w)
+	ADDQ(stride, w)
 	ADDQ(U32(12*128), b)
 	DECQ(nb)
 	JNZ(LabelRef(name + "_blk"))
@@ -543,6 +561,9 @@ func unpackTL2() {
 	n := ld(a, uN2)
 	TESTQ(n, n)
 	JZ(LabelRef(name + "_done"))
+	tail := ld(a, uTail)
+	TESTQ(tail, tail)
+	CMOVQNE(tail, w)
 	tl1UnitsY(name, p, w, b, n)
 	Label(name + "_done")
 	VZEROUPPER()

@@ -430,7 +430,7 @@ func genLUTBuilders() {
 		Pragma("noescape")
 		Doc("prefetchSpansT1 prefetches into L2 (prefetcht1) lines cache lines from each",
 			"of spans places stride bytes apart, the first at p: the blocks of a panel-major tl2 row",
-			"block, which the GEMM gathers next (gatherPanelRBs). A hint: no fault, no result.")
+			"block, whose first blocks the GEMM unpacks next (prefetchPanelRB). A hint: no fault, no result.")
 		pp, spans, stride, lines := Load(Param("p"), GP64()), Load(Param("spans"), GP64()), Load(Param("stride"), GP64()), Load(Param("lines"), GP64())
 		q, c := GP64(), GP64()
 		TESTQ(spans, spans)
