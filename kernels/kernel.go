@@ -128,7 +128,7 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 // block past its caches (measured, 2560x2560 from DRAM at two threads, the 80 row blocks
 // split 40/40: tl2 0.39-0.43x i2s's speed, against 1.0-1.06x with the chunk-major layout
 // before; 2048x2560 and 3072x2560, whose halves are whole panels, ran as before). A tl2
-// GEMM, which gathers each row block's stream on its own, splits by row blocks.
+// GEMM, which unpacks each row block on its own, splits by row blocks.
 type Granular interface {
 	// RowGranule is the row blocks of one unit of l's row split of a call of n tokens (the
 	// last may be short).

@@ -1329,7 +1329,7 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 const tl2PanelFlush = 5
 
 // RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
-// (useGemm) gathers each row block's stream on its own (unpackRB) and splits by row blocks.
+// (useGemm) unpacks each row block on its own (unpackRB) and splits by row blocks.
 // By whole panels the GEMM's two workers took 128 and 88 of 6912x2560's 216 row blocks:
 // 128 tokens at two threads (one process, 7 rounds in turn) ran 0.87x as fast as the
 // chunk-major layout, by row blocks 0.97-0.99x.
