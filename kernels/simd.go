@@ -1277,7 +1277,7 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 		withTails = withTails || sg.tail
 	}
 	for i, g := range gs {
-		for t := g.t0; t < g.t0+g.T && !gt[i].acts; t++ {
+		for t := g.t0; t < g.t0+g.T && !gt[i].acts; t++ { // (acts: the kernel builds its own)
 			x := a.Q[t*ly.Kp:]
 			dst := buf[gt[i].off+(t-g.t0)*gt[i].per:]
 			for _, sp := range spans {
@@ -1918,11 +1918,12 @@ func prefetchPanelRB(l *Layer, rb int) {
 	}
 	ly := l.Layout
 	off, stride := ly.BlockAt(rb, 0)
-	prefetchSpans(&l.Data[off], min(ly.TL2Blocks(), 2*tl2UnpackAhead), stride, 5)
+	prefetchSpans(&l.Data[off], min(ly.TL2Blocks(), panelRBPrefetch), stride, 5)
 }
 
-// tl2UnpackAhead is how many blocks ahead the tl2 unpack prefetches (kernels/_asm: unpackTL2).
-const tl2UnpackAhead = 4
+// panelRBPrefetch is how many of the next row block's first blocks unpackRB prefetches:
+// twice the unpack's own distance ahead (4 blocks: kernels/_asm, tl2UnpackAhead).
+const panelRBPrefetch = 8
 
 // amxUnpackBytes bounds the unpacked row blocks runAMX keeps at once (RowBlock*Kp bytes
 // each, at least one).

@@ -455,6 +455,9 @@ func unpackTL1() {
 	RET()
 }
 
+// tl2UnpackAhead is how many blocks ahead unpackTL2 prefetches.
+const tl2UnpackAhead = 4
+
 // unpackTL2: per block, the 48 inputs' code vectors go to a stack buffer, then every four
 // are interleaved into a VNNI quad; the tl1 tail follows. N: blocks, N2: tail units. Per
 // plane, the fields' codes (word >> 5f) & 31 are packed to bytes (rows 0-7, 16-23 | 8-15,
@@ -465,9 +468,6 @@ func unpackTL1() {
 // Blocks lie Stride bytes apart (320 when 0: a panel-major blob's row block is read where
 // it lies, tl2UnpackAhead blocks prefetched ahead), the tail at Tail (after the last block
 // when nil).
-// tl2UnpackAhead is how many blocks ahead unpackTL2 prefetches.
-const tl2UnpackAhead = 4
-
 func unpackTL2() {
 	name := "unpackTL2AVX2"
 	a := fnAttr(name, 0, unpackDoc(name, "tl2"))
@@ -479,6 +479,9 @@ func unpackTL2() {
 	JNZ(LabelRef(name + "_strided"))
 	MOVQ(U32(320), stride)
 	Label(name + "_strided")
+	ahead := GP64() // bytes to the block prefetched
+	MOVQ(stride, ahead)
+	IMUL3Q(U8(tl2UnpackAhead), ahead, ahead)
 	TESTQ(nb, nb)
 	JZ(LabelRef(name + "_tail"))
 	{
@@ -499,12 +502,8 @@ func unpackTL2() {
 			}
 		}
 		Label(name + "_blk")
-		ahead := GP64()
-		MOVQ(stride, ahead)
-		IMUL3Q(U8(tl2UnpackAhead), ahead, ahead)
-		ADDQ(w, ahead)
 		for j := 0; j < 5; j++ {
-			PREFETCHT0(at(ahead, 64*j))
+			PREFETCHT0(idx(w, ahead, 1, 64*j))
 		}
 		for j := 0; j < 5; j++ {
 			VMOVDQU(at(w, 64*j), wv[0])
