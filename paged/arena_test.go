@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,24 +132,6 @@ func TestArenaHugePageAdvice(t *testing.T) {
 		}
 	}
 	t.Fatalf("block at %#x not found in /proc/self/smaps", addr)
-}
-
-// vmaRange parses the "lo-hi perms ..." line that starts an smaps entry.
-func vmaRange(line string) (lo, hi uintptr, ok bool) {
-	f := strings.Fields(line)
-	if len(f) < 2 {
-		return 0, 0, false
-	}
-	a, b, found := strings.Cut(f[0], "-")
-	if !found {
-		return 0, 0, false
-	}
-	x, err1 := strconv.ParseUint(a, 16, 64)
-	y, err2 := strconv.ParseUint(b, 16, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, false
-	}
-	return uintptr(x), uintptr(y), true
 }
 
 func setPanicOnFault() (restore func()) {

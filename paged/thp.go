@@ -81,17 +81,15 @@ func HugeMapped(ms ...[]byte) int64 {
 	var n int64
 	inside := false
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if a, z, ok := strings.Cut(f[0], "-"); ok && len(f) >= 5 { // a mapping's first line
-			x, err1 := strconv.ParseUint(a, 16, 64)
-			y, err2 := strconv.ParseUint(z, 16, 64)
+		if lo, hi, ok := vmaRange(line); ok {
 			inside = false
 			for _, r := range rs {
-				inside = inside || err1 == nil && err2 == nil && uintptr(x) < r.hi && r.lo < uintptr(y)
+				inside = inside || lo < r.hi && r.lo < hi
 			}
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
 			continue
 		}
 		switch f[0] {
@@ -104,4 +102,23 @@ func HugeMapped(ms ...[]byte) int64 {
 		}
 	}
 	return n
+}
+
+// vmaRange parses the "lo-hi perms offset dev inode [path]" line that starts a mapping's
+// entry in smaps (or maps).
+func vmaRange(line string) (lo, hi uintptr, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(f[0], "-")
+	if !found {
+		return 0, 0, false
+	}
+	x, err1 := strconv.ParseUint(a, 16, 64)
+	y, err2 := strconv.ParseUint(b, 16, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uintptr(x), uintptr(y), true
 }
