@@ -52,15 +52,16 @@ func TestHugeMapped(t *testing.T) {
 		all := make([]byte, 6<<20)
 		m := all[:4<<20]
 		lo := uintptr(unsafe.Pointer(&m[0]))
-		smaps := fmt.Sprintf("%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      2048 kB\nFilePmdMapped:         0 kB\n"+
+		smaps := fmt.Sprintf("%x-%x rw-p 00000000 00:00 0\nAnonHugePages:     16384 kB\n"+
+			"%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      2048 kB\nFilePmdMapped:         0 kB\n"+
 			"%x-%x r--s 00000000 fe:00 9 /x.bitgo\nFilePmdMapped:      4096 kB\nAnonHugePages:         0 kB\n"+
 			"%x-%x rw-p 00000000 00:00 0\nAnonHugePages:      8192 kB\n",
-			lo-(8<<20), lo+(1<<20), lo+(1<<20), lo+(3<<20), lo+(4<<20), lo+(20<<20))
+			lo-(40<<20), lo-(8<<20), lo-(8<<20), lo+(1<<20), lo+(1<<20), lo+(3<<20), lo+(4<<20), lo+(20<<20))
 		if err := os.WriteFile(smapsPath, []byte(smaps), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if got := HugeMapped(m); got != 6<<20 {
-			t.Errorf("HugeMapped = %d, want %d (the two mappings that overlap, not the one after)", got, 6<<20)
+			t.Errorf("HugeMapped = %d, want %d (the two mappings that overlap, not those before and after)", got, 6<<20)
 		}
 		// Two slices in one mapping count it once; one in the mapping after adds it.
 		if got := HugeMapped(m[:1<<20], m[1<<20:2<<20], all[5<<20:5<<20+1]); got != 14<<20 {
