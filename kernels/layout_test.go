@@ -48,3 +48,35 @@ func TestChunkPieces(t *testing.T) {
 		}
 	}
 }
+
+// TestInt1Layout holds an int1 blob to int1.go's picture: every weight's bit where BlockAt
+// and the block's planes put it (panels of Int1Panel row blocks, a short last one, rows and
+// inputs past M and K padded with +1), in one panel and several.
+func TestInt1Layout(t *testing.T) {
+	for _, c := range [][2]int{{40, 300}, {2081, 45}, {1024, 64}} {
+		m, k := c[0], c[1]
+		w, blob, l := packRandom(t, quantcfg.Int1, m, k, 7)
+		for rb := range l.RowBlocks() {
+			p := rb / Int1Panel
+			rb0, g := l.Panel(p)
+			off, stride := l.BlockAt(rb, 0)
+			if want := rb0*l.RowBlockBytes + int1BlockBytes*(rb-rb0); off != want || stride != int1BlockBytes*g || rb0 != Int1Panel*p {
+				t.Fatalf("%dx%d row block %d: at %d stride %d, want %d and %d", m, k, rb, off, stride, want, int1BlockBytes*g)
+			}
+			for b := range l.Kp / 32 {
+				for h := range 2 {
+					for r := range RowBlock {
+						word := uint16(blob[off+b*stride+64*h+2*r]) | uint16(blob[off+b*stride+64*h+2*r+1])<<8
+						for j := range 16 {
+							row, in := rb*RowBlock+r, 32*b+16*h+j
+							neg := row < m && in < k && w.Q[row*k+in] < 0
+							if word>>j&1 == 1 != neg {
+								t.Fatalf("%dx%d row %d input %d: bit %d, want -1 %v", m, k, row, in, word>>j&1, neg)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// int1Bias writes x's inputs as the int1 kernels read activations (int1Args.X): u8 x+128.
+func int1Bias(x []int8, dst []byte) {
+	for i, v := range x {
+		dst[i] = byte(v) ^ 0x80
+	}
+}
+
+// int1QuadSum is T_q[c] of int1.go: the sum of the four inputs at x, each negated where
+// code c has its bit set.
+func int1QuadSum(c int, x []int8) int16 {
+	s := 0
+	for i := range 4 {
+		s += (1 - 2*(c>>i&1)) * int(x[i])
+	}
+	return int16(s)
+}
+
+// buildInt1TabZGeneric writes the tabInt1Z tables of x (len(x) a multiple of 4): per quad of
+// inputs 64 bytes, 32 little-endian int16 entries, entry e = T_q[e & 15] (int1.go: the table
+// twice over, for a 32-entry word lookup that ignores bit 4 of the index).
+func buildInt1TabZGeneric(x []int8, dst []byte) {
+	for q := range len(x) / 4 {
+		for e := range 32 {
+			binary.LittleEndian.PutUint16(dst[64*q+2*e:], uint16(int1QuadSum(e&15, x[4*q:])))
+		}
+	}
+}
+
+// int1PanelGeneric is the reference of the int1 panel kernels of T tokens (int1Args): it
+// reads the weights' bits and the biased activations at X, never Tab or Acc.
+func int1PanelGeneric(a *int1Args, T int) {
+	for i := range a.NRB {
+		for t := range T {
+			x := unsafe.Slice((*byte)(unsafe.Add(a.X, t*a.XStride)), 32*a.Blocks)
+			sums := unsafe.Slice((*int32)(unsafe.Add(a.Sums, i*a.SStride+128*t)), RowBlock)
+			for b := range a.Blocks {
+				blk := unsafe.Slice((*byte)(unsafe.Add(a.W, b*a.BStride+int1BlockBytes*i)), int1BlockBytes)
+				for r := range RowBlock {
+					s := int32(0)
+					for h := range 2 {
+						v := binary.LittleEndian.Uint16(blk[64*h+2*r:])
+						for j := range 16 {
+							xv := int32(int8(x[32*b+16*h+j] ^ 0x80))
+							if v>>j&1 != 0 {
+								s -= xv
+							} else {
+								s += xv
+							}
+						}
+					}
+					sums[r] += s
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"bitgo/quantcfg"
+)
+
+// int1PanelCase is a packed int1 layer with T tokens of random activations (some -128, the
+// extreme the kernels' int16 sums must hold), for the panel kernels' tests.
+type int1PanelCase struct {
+	l  Layout
+	w  Weights
+	bl []byte
+	x  []int8 // [T][Kp], zero past K
+	xb []byte // int1Bias(x)
+	T  int
+}
+
+func newInt1PanelCase(t *testing.T, m, k, T int, seed uint64) *int1PanelCase {
+	t.Helper()
+	w, blob, l := packRandom(t, quantcfg.Int1, m, k, seed)
+	rng := rand.New(rand.NewPCG(seed, 77))
+	c := &int1PanelCase{l: l, w: w, bl: blob, x: make([]int8, T*l.Kp), xb: make([]byte, T*l.Kp), T: T}
+	for tk := range T {
+		for i := range k {
+			v := int8(rng.IntN(256) - 128)
+			if rng.IntN(3) == 0 {
+				v = -128
+			}
+			c.x[tk*l.Kp+i] = v
+		}
+	}
+	int1Bias(c.x, c.xb)
+	return c
+}
+
+// want is the exact sum of row m's weights times token t's inputs k0..k1-1.
+func (c *int1PanelCase) want(m, t, k0, k1 int) int32 {
+	s := int32(0)
+	if m >= c.l.M {
+		for k := k0; k < min(k1, c.l.K); k++ {
+			s += int32(c.x[t*c.l.Kp+k]) // (padding rows are +1)
+		}
+		return s
+	}
+	for k := k0; k < min(k1, c.l.K); k++ {
+		s += int32(c.w.Q[m*c.l.K+k]) * int32(c.x[t*c.l.Kp+k])
+	}
+	return s
+}
+
+// args returns the int1Args of row blocks [rb0, rb1) (one panel) over blocks [b0, b1), the
+// sums laid out with stride sstride (bytes; 0: 128*T) from sums[0].
+func (c *int1PanelCase) args(rb0, rb1, b0, b1, sstride int, sums []int32, acc []int16) *int1Args {
+	if sstride == 0 {
+		sstride = 128 * c.T
+	}
+	base, stride := c.l.BlockAt(rb0, 0)
+	return &int1Args{
+		W: unsafe.Pointer(&c.bl[base+b0*stride]), NRB: rb1 - rb0, BStride: stride, Blocks: b1 - b0,
+		X: unsafe.Pointer(&c.xb[32*b0]), XStride: c.l.Kp, Sums: unsafe.Pointer(&sums[0]), SStride: sstride,
+		Acc: unsafe.Pointer(&acc[0]),
+	}
+}
+
+// TestInt1PanelGeneric: the reference panel kernel adds the exact sums of any stretch of
+// blocks over any row blocks of a panel, with a sums stride of its own, to what Sums held.
+func TestInt1PanelGeneric(t *testing.T) {
+	for _, sh := range [][3]int{{70, 300, 1}, {2081, 96, 3}, {1100, 45, 2}} {
+		c := newInt1PanelCase(t, sh[0], sh[1], sh[2], 3)
+		nb := c.l.Kp / 32
+		for _, span := range [][4]int{{0, c.l.RowBlocks(), 0, nb}, {1, 2, 1, nb}, {0, 1, 0, 1}} {
+			rb0, rb1, b0, b1 := span[0], min(span[1], c.l.RowBlocks()), span[2], span[3]
+			if rb0/Int1Panel != (rb1-1)/Int1Panel {
+				rb1 = (rb0/Int1Panel + 1) * Int1Panel
+			}
+			sstride := 128*c.T + 64
+			sums := make([]int32, (rb1-rb0)*sstride/4)
+			for i := range sums {
+				sums[i] = int32(i)
+			}
+			int1PanelGeneric(c.args(rb0, rb1, b0, b1, sstride, sums, make([]int16, 1)), c.T)
+			for i := range rb1 - rb0 {
+				for tk := range c.T {
+					for r := range RowBlock {
+						j := (i*sstride+128*tk)/4 + r
+						if got, want := sums[j]-int32(j), c.want((rb0+i)*RowBlock+r, tk, 32*b0, 32*b1); got != want {
+							t.Fatalf("%v %v: row block %d token %d row %d: %d, want %d", sh, span, rb0+i, tk, r, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBuildInt1TabZ: entry e of quad q's table is the quad's inputs, each negated where bit
+// i of e & 15 is set.
+func TestBuildInt1TabZ(t *testing.T) {
+	x := []int8{-128, 127, 5, -7, 1, 2, 3, 4}
+	dst := make([]byte, 128)
+	buildInt1TabZGeneric(x, dst)
+	for q := range 2 {
+		for e := range 32 {
+			want := 0
+			for i := range 4 {
+				v := int(x[4*q+i])
+				if e>>i&1 != 0 {
+					v = -v
+				}
+				want += v
+			}
+			if got := int16(binary.LittleEndian.Uint16(dst[64*q+2*e:])); int(got) != want {
+				t.Fatalf("quad %d entry %d: %d, want %d", q, e, got, want)
+			}
+		}
+	}
+}
