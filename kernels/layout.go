@@ -67,13 +67,13 @@ const LayoutRevision = "kernels/9"
 // it changed; every other format is as in kernels/1.
 var layoutHistory = []layoutRev{
 	{"kernels/1", nil},
-	{"kernels/2", []quantcfg.Format{quantcfg.TL2}}, // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
-	{"kernels/3", []quantcfg.Format{quantcfg.TL1}}, // the tl1 blob chunk-major, like tl2's
-	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
-	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
-	{"kernels/6", []quantcfg.Format{quantcfg.TL2}}, // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
-	{"kernels/7", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
-	{"kernels/8", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
+	{"kernels/2", []quantcfg.Format{quantcfg.TL2}},  // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
+	{"kernels/3", []quantcfg.Format{quantcfg.TL1}},  // the tl1 blob chunk-major, like tl2's
+	{"kernels/4", []quantcfg.Format{quantcfg.TL2}},  // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
+	{"kernels/5", []quantcfg.Format{quantcfg.TL2}},  // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
+	{"kernels/6", []quantcfg.Format{quantcfg.TL2}},  // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
+	{"kernels/7", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
+	{"kernels/8", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
 	{"kernels/9", []quantcfg.Format{quantcfg.Int1}}, // int1 in blocks of 32 inputs, 16 bits of a row to a word, panel-major (Int1Panel)
 }
 
