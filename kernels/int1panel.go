@@ -61,3 +61,8 @@ func int1PanelGeneric(a *int1Args, T int) {
 		}
 	}
 }
+
+// int1PanelGenericT is int1PanelGeneric for T tokens as an assembly kernel's function.
+func int1PanelGenericT(T int) func(*byte) {
+	return func(p *byte) { int1PanelGeneric((*int1Args)(unsafe.Pointer(p)), T) }
+}

@@ -89,9 +89,8 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
 			o.kstep, o.gemvT, o.fused = 16, 8, true
 		case quantcfg.Int1:
-			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
-			o.kstep, o.xKind, o.gemvMaxK, o.fused = 16, xInt1Perm, int1ZMaxK, true
-			o.oneTuned = gemvInt1XT1AVX512 // (activations expanded: plan.expand)
+			o.int1Panel = gemv4(int1PanelGenericT(1), int1PanelGenericT(2), int1PanelGenericT(3), int1PanelGenericT(4))
+			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)
 			o.kstep, o.tabKind = 4, tabTL1M              // sums of u = w+1 times x (lutTL1MZ): not exact
@@ -159,13 +158,8 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
 			}
 		case quantcfg.Int1:
-			o.kstep, o.fused = 8, true
-			o.gemv = pick(gemv4(gemvInt1T1AVX2, nil, nil, nil), gemv4(gemvInt1T1AVXVNNI, gemvInt1T2AVXVNNI, nil, nil))
-			if !vnni {
-				o.gemvT = 1
-			} else {
-				o.gemvMaxK = int1YMaxK
-			}
+			o.int1Panel = gemv4(int1PanelGenericT(1), int1PanelGenericT(2), nil, nil)
+			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
 		case quantcfg.TL2:

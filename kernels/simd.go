@@ -106,6 +106,11 @@ type fmtOps struct {
 	panel     [maxGemvT + 1]func(*byte)
 	panelTab  tabKind
 	panelActs bool
+	// int1Panel: int1's GEMV kernels by token count (int1Args, runInt1); int1Tab1 the table
+	// layout the one-token kernel reads, int1Tab the others' (tabNone: the biased
+	// activations alone).
+	int1Panel         [maxGemvT + 1]func(*byte)
+	int1Tab1, int1Tab tabKind
 	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
 	// into parts (gemvParts).
 	parts [maxGemvT + 1]bool
@@ -146,6 +151,7 @@ const (
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 	tabTL2B          // per triple 64 B: TL2Z's 32 words as byte planes, their low bytes then high (vpermb); tail as TL1Z
 	tabTL1M          // not a table: per four units 16 B of activations, byte 4p+j = x[4(u+j)+p] (lutTL1MZ's vpdpbusd)
+	tabInt1Z         // int1, per quad 64 B: 32 int16 entries, entry e = T_q[e & 15] (buildInt1TabZGeneric)
 	numTabKinds
 )
 
@@ -465,7 +471,7 @@ func gemmC0(l *Layer) int32 {
 
 // gemvC0 is the correction multiplier for the GEMV sums of a call of n tokens.
 func (k *simdKernel) gemvC0(l *Layer, n int) int32 {
-	if k.ops.exact || k.lutOne(n) {
+	if k.ops.exact || k.lutOne(n) || k.ops.int1Panel[1] != nil { // (int1: exact sums)
 		return 0
 	}
 	return gemmC0(l)
@@ -516,6 +522,11 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	case p.gemm:
 		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
+	case k.ops.int1Panel[1] != nil: // the biased activations, then the tables (prepareInt1)
+		p.xOff = off
+		off = align64(off + ly.Kp*n)
+		p.tabOff = off
+		off = align64(off + n*int1TabBytes(k.int1TabKind(n), ly.Kp))
 	case k.int1Expands(l, n): // (Run expands them)
 		p.xStride, p.expand = 8*ly.Kp, true
 	case k.ops.xKind == xInt1Perm:
@@ -598,6 +609,10 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		if !p.amx {
 			transposeTiles(words(a.Q[:n*ly.Kp]), words(s[p.xOff:p.xOff+ly.Kp*n]), n, ly.Kp/4, p.xTile)
 		}
+		return
+	}
+	if k.ops.int1Panel[1] != nil {
+		k.prepareInt1(l, a, p, s)
 		return
 	}
 	switch k.ops.xKind {
@@ -951,7 +966,7 @@ const lutSweepTokens = 8
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
 // one-token int1 on the tuning's kernel expands its activations in each (int1Expands).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
-	return k.ops.lut[1] != nil && !k.useGemm(l, n) || k.int1Expands(l, n)
+	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n) || k.int1Expands(l, n)
 }
 
 // A call in parts (Parted) pays a second fork/join and the adds of the workers' sums (M x n
@@ -1643,6 +1658,7 @@ type threadBuf struct {
 	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
 	segs []panelSeg // tl2: a panel-major sweep's segments
 	pa   panelArgs
+	ia   int1Args
 	x    []byte // int1, one token: the activations expanded by this thread (plan.expand)
 	b    []byte
 	g    gemvArgs
@@ -1661,7 +1677,7 @@ type threadBuf struct {
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa, tb.ia = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}, int1Args{}
 	tb.one = nil
 	bufPool.Put(tb)
 }
@@ -1702,6 +1718,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	defer tb.release()
 	if !p.gemm && k.ops.lut[1] != nil {
 		k.runLUT(l, a, rb0, rb1, out, p, s, lp, tb)
+		return
+	}
+	if !p.gemm && k.ops.int1Panel[1] != nil {
+		k.runInt1(l, a, rb0, rb1, out, p, s, lp, tb)
 		return
 	}
 	tile := min(k.ops.gemvT, n)

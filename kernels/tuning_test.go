@@ -59,7 +59,7 @@ func TestTunings(t *testing.T) {
 		}
 	}
 	if ISAAvailable(ISAAVX512) {
-		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.Int1, quantcfg.BF16} {
+		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.BF16} {
 			k := newSIMDKernel(ISAAVX512, f, genericOps(f, true), false)
 			k.name = "generic/" + string(f)
 			ks = append(ks, k)
@@ -116,11 +116,6 @@ func TestTunings(t *testing.T) {
 				if zen4 {
 					wants = map[int]string{300: "tuned", 4100: "tuned"}
 				}
-			case k.format == quantcfg.Int1 && k.isa == ISAAVX512:
-				wants = map[int]string{300: "gemv", 2560: "gemv", 4100: "gemv"}
-				if zen4 { // (the expanded activations up to int1ExpandBytes)
-					wants = map[int]string{300: "tuned", 2560: "tuned", 2561: "gemv", 4100: "gemv"}
-				}
 			case k.format == quantcfg.TL2 && k.isa == ISAAVX512:
 				wants = map[int]string{300: "lut", 4100: "lut"}
 				if zen4 {
@@ -137,12 +132,6 @@ func TestTunings(t *testing.T) {
 				checkShapes(t, name, kk, rng, [][2]int{{40, kp}}, 1, []int{1}, false)
 				if len(ran) != 1 || ran[want] == 0 {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
-				}
-				if k.format == quantcfg.Int1 { // its expanded activations are a per-call cost: no stealing
-					l := newTestLayer(t, rng, quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 40, In: kp}).Layer
-					if got := kk.PerCall(l, 1); got != (want == "tuned") || kk.PerCall(l, 2) {
-						t.Errorf("%s: K %d: PerCall %v for one token (%v for two), want %v", name, kp, got, kk.PerCall(l, 2), want == "tuned")
-					}
 				}
 			}
 			var fewNs []int // token counts whose kernel the tuning swaps
