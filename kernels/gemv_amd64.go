@@ -47,20 +47,6 @@ func prefetchSpansT1(p *byte, spans int, stride int, lines int)
 //go:noescape
 func sumInt8AVX2(x *int8, n int) int32
 
-// expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as
-// gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs
-// 0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;
-// expandInt1Generic is its reference.
-//
-//go:noescape
-func expandInt1AVX512(x *int8, n int, dst *byte)
-
-// permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order
-// 0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.
-//
-//go:noescape
-func permInt1AVX2(x *int8, n int, dst *byte)
-
 // gemvInt2T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape
@@ -95,16 +81,6 @@ func gemvI2ST1AVX512HW(a *byte)
 //
 //go:noescape
 func gemvI2SRowT1AVX512(a *byte)
-
-// gemvInt1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVX512(a *byte)
-
-// gemvInt1XT1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, expanded) is its reference.
-//
-//go:noescape
-func gemvInt1XT1AVX512(a *byte)
 
 // lutTL1T1AVX512 is the TL1 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
@@ -146,11 +122,6 @@ func gemvI2ST2AVX512(a *byte)
 //go:noescape
 func gemvI2SAndT2AVX512(a *byte)
 
-// gemvInt1T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T2AVX512(a *byte)
-
 // lutTL2T2AVX512 is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -186,11 +157,6 @@ func gemvI2ST3AVX512(a *byte)
 //go:noescape
 func gemvI2SAndT3AVX512(a *byte)
 
-// gemvInt1T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T3AVX512(a *byte)
-
 // lutTL2T3AVX512 is the TL2 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -220,11 +186,6 @@ func gemvI2ST4AVX512(a *byte)
 //
 //go:noescape
 func gemvI2SAndT4AVX512(a *byte)
-
-// gemvInt1T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T4AVX512(a *byte)
 
 // lutTL2T4AVX512 is the TL2 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
@@ -366,11 +327,6 @@ func gemvI2ST2AVX2(a *byte)
 //go:noescape
 func gemvInt2T2AVX2(a *byte)
 
-// gemvInt1T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVX2(a *byte)
-
 // gemvI2ST1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -400,16 +356,6 @@ func gemvInt2T2AVXVNNI(a *byte)
 //
 //go:noescape
 func gemvInt8T2AVXVNNI(a *byte)
-
-// gemvInt1T1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVXVNNI(a *byte)
-
-// gemvInt1T2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T2AVXVNNI(a *byte)
 
 // gemvI2ST3AVX2 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //

@@ -26,14 +26,13 @@ func init() {
 	prefetchSpans = prefetchSpansT1
 	if cpu.avx512 {
 		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
-		expandInt1Fast = expandInt1AVX512
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
 	} else if cpu.avx2 {
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2
 	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
-		sumInt8Fast, permInt1Fast = sumInt8AVX2, permInt1AVX2
+		sumInt8Fast = sumInt8AVX2
 	}
 }
 

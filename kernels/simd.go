@@ -134,9 +134,8 @@ type fmtOps struct {
 type xKind int
 
 const (
-	xNatural  xKind = iota // the quantized activations as they are
-	xInt1Perm              // int1 on zmm: per 16 inputs, the dwords in order 0, 2, 1, 3
-	xInt16                 // int16 copies (AVX2 int8)
+	xNatural xKind = iota // the quantized activations as they are
+	xInt16                // int16 copies (AVX2 int8)
 )
 
 type tabKind int
@@ -253,35 +252,6 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	return true, ""
 }
 
-// int1ExpandBytes bounds the activations one-token int1 expands for the zen4 tuning's
-// kernel (gemvInt1XT1AVX512, plan.expand): 8 bytes an input, so K up to 2560. Measured in
-// one process (`bitd bench -format int1 -n 1 -rounds 21 -tuning` with a scratch tuning that
-// expanded at every K, paired by round, each order of the two once), the expanded kernel
-// against the permuted one from DRAM at one thread: 6912x2560 +5.6 and +3.7%, 2560x2560 +2.0
-// and +1.7%, 2560x6912 +2.8 and +3.1%, but 4096x4096 -3.8 and -4.0%, 14336x4096 -5.1 and
-// -4.6%, 4096x14336 -6.5 and -6.4% (its 32 to 115 KB of activations come from L2 beside the
-// weight stream); two threads on 2560x2560 +2.9 and +8.5%, the others within 2%. From cache
-// it gains at every K (one thread +6-10%). K = 6912 is left out with the longer ones: its
-// 55 KB do not fit L1 either, and its gain was the smallest.
-const int1ExpandBytes = 20 << 10
-
-// int1Expands reports whether a call of n tokens on l runs int1's one-token kernel of the
-// tuning on activations that each Run expands (plan.expand).
-func (k *simdKernel) int1Expands(l *Layer, n int) bool {
-	return k.ops.xKind == xInt1Perm && n == 1 && k.tunedOne() != nil && 8*l.Layout.Kp <= int1ExpandBytes
-}
-
-// int1ZMaxK is the longest K of the int1 zmm GEMV kernels: with one or two tokens the chain
-// of a high plane adds 128 x (int8 activation) for every four inputs, at most 2^14 x K/4,
-// within int32 up to K = 2^19. Longer layers (int1 takes K up to quantcfg.MaxDim) run
-// their GEMV on the AVX2 kernels (the AVX-VNNI ones hold K <= int1YMaxK, shorter still).
-const int1ZMaxK = 1 << 19
-
-// int1YMaxK is the longest K of the int1 AVX-VNNI GEMV kernels: with one token the chain of
-// a high plane adds 128 x (activation, |x| <= 127) for each of the K/2 inputs of the units'
-// high quads, within int32 up to K = 2^18 (and a little beyond).
-const int1YMaxK = 1 << 18
-
 // gemvFor returns the GEMV kernels (by token count) for l: gemvSeq where l's int2 code
 // book is consecutive and the path has them.
 func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
@@ -304,9 +274,7 @@ func (k *simdKernel) longK(l *Layer) bool {
 }
 
 // gemvOne returns the kernel l's one-token GEMV calls run under the current tuning, from
-// gemv (gemvFor's), and whether it takes parts of K (gemvParts). int1's tuned kernel reads
-// the activations as only a call of one token prepares them (plan.expand): a call of more
-// runs its odd token on gemv[1].
+// gemv (gemvFor's), and whether it takes parts of K (gemvParts).
 func (k *simdKernel) gemvOne(l *Layer, p plan, gemv *[maxGemvT + 1]func(*byte)) (func(*byte), bool) {
 	t := currentTuning()
 	switch {
@@ -314,7 +282,7 @@ func (k *simdKernel) gemvOne(l *Layer, p plan, gemv *[maxGemvT + 1]func(*byte)) 
 		return k.ops.gemvRow1, true
 	case k.longK(l):
 		return k.ops.gemvLong1, false
-	case k.tunedOne() != nil && (k.ops.xKind != xInt1Perm || p.expand):
+	case k.tunedOne() != nil:
 		return k.ops.oneTuned, k.ops.parts[1]
 	}
 	return gemv[1], k.ops.parts[1]
@@ -490,7 +458,6 @@ type plan struct {
 	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
 	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
 	amxv    bool // GEMV on AMX (amxvFor): i2s's activations at xOff in its tiles (amxvActs), int2's as they are
-	expand  bool // int1, one token: each thread expands the activations for the tuning's kernel (expandInt1, threadBuf.x)
 	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
@@ -527,11 +494,6 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 		off = align64(off + ly.Kp*n)
 		p.tabOff = off
 		off = align64(off + n*int1TabBytes(k.int1TabKind(n), ly.Kp))
-	case k.int1Expands(l, n): // (Run expands them)
-		p.xStride, p.expand = 8*ly.Kp, true
-	case k.ops.xKind == xInt1Perm:
-		p.xOff = off
-		off = align64(off + ly.Kp*n)
 	case k.ops.xKind == xInt16:
 		p.xOff, p.xStride = off, 2*ly.Kp
 		off = align64(off + 2*ly.Kp*n)
@@ -616,14 +578,6 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		return
 	}
 	switch k.ops.xKind {
-	case xInt1Perm:
-		if p.expand {
-			break
-		}
-		x := s[p.xOff : p.xOff+ly.Kp*n]
-		for t := 0; t < n; t++ {
-			permInt1(a.Q[t*ly.Kp:(t+1)*ly.Kp], x[t*ly.Kp:(t+1)*ly.Kp])
-		}
 	case xInt16:
 		x := unsafe.Slice((*int16)(unsafe.Pointer(&s[p.xOff])), ly.Kp*n)
 		for i, v := range a.Q[:ly.Kp*n] {
@@ -651,11 +605,9 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders    [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16) or triples (tl2)
-	sumInt8Fast    func(x *int8, n int) int32                       // n a multiple of 32
-	permInt1Fast   func(x *int8, n int, dst *byte)                  // n a multiple of 32
-	expandInt1Fast func(x *int8, n int, dst *byte)                  // n a multiple of 16
-	prefetchSpans  func(p *byte, spans, stride, lines int)          // a hint (prefetchSpansT1)
+	lutBuilders   [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16) or triples (tl2)
+	sumInt8Fast   func(x *int8, n int) int32                       // n a multiple of 32
+	prefetchSpans func(p *byte, spans, stride, lines int)          // a hint (prefetchSpansT1)
 )
 
 // sumInt8 returns the sum of x.
@@ -704,51 +656,6 @@ func transposeTiles(src, dst []uint32, n, nq, tile int) {
 // words views b (4-byte aligned, a multiple of 4 bytes long) as 4-byte words.
 func words[E int8 | byte | float32](b []E) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)*int(unsafe.Sizeof(b[0]))/4)
-}
-
-// permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
-// the qword of dwords 0, 2 for low nibbles and of 1, 3 for high nibbles).
-func permInt1(x []int8, dst []byte) {
-	n := len(x) &^ 31
-	if n > 0 && permInt1Fast != nil && !purego.Load() {
-		permInt1Fast(&x[0], n, &dst[0])
-	} else {
-		n = 0
-	}
-	permInt1Generic(x[n:], dst[n:])
-}
-
-// permInt1Generic is permInt1 in Go (len(x) a multiple of 16), the reference of permInt1AVX2.
-func permInt1Generic(x []int8, dst []byte) {
-	s, d := words(x), words(dst[:len(x)])
-	for g := 0; g+3 < len(s); g += 4 {
-		d[g], d[g+1], d[g+2], d[g+3] = s[g], s[g+2], s[g+1], s[g+3]
-	}
-}
-
-// expandInt1 writes x (len(x) a multiple of 16) to dst expanded for the one-token int1
-// kernel of the zen4 tuning (gemvInt1XT1AVX512, plan.expand): 128 bytes per 16 inputs.
-func expandInt1(x []int8, dst []byte) {
-	if len(x) > 0 && expandInt1Fast != nil && !purego.Load() {
-		_ = dst[8*len(x)-1]
-		expandInt1Fast(&x[0], len(x), &dst[0])
-		return
-	}
-	expandInt1Generic(x, dst)
-}
-
-// expandInt1Generic is expandInt1 in Go, the reference of expandInt1AVX512: per 16 inputs
-// (dwords d0-d3: inputs 0-3, 4-7 of the first 8-input unit, 0-3, 4-7 of the second), d0
-// eight times, d2 eight times, d1 eight times, d3 eight times: the dword in each of gemvInt1XZ's
-// lanes (unit h's in half h) for the low nibbles' inputs, then for the high nibbles'.
-func expandInt1Generic(x []int8, dst []byte) {
-	s, d := words(x), words(dst[:8*len(x)])
-	for g := 0; g+3 < len(s); g += 4 {
-		o := d[8*g:][:32]
-		for i := range 8 {
-			o[i], o[8+i], o[16+i], o[24+i] = s[g], s[g+2], s[g+1], s[g+3]
-		}
-	}
 }
 
 // buildInt2Tab writes the nibble decode tables: u = level - min level of the low code
@@ -966,7 +873,7 @@ const lutSweepTokens = 8
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
 // one-token int1 on the tuning's kernel expands its activations in each (int1Expands).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
-	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n) || k.int1Expands(l, n)
+	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n)
 }
 
 // A call in parts (Parted) pays a second fork/join and the adds of the workers' sums (M x n
@@ -1659,7 +1566,6 @@ type threadBuf struct {
 	segs []panelSeg // tl2: a panel-major sweep's segments
 	pa   panelArgs
 	ia   int1Args
-	x    []byte // int1, one token: the activations expanded by this thread (plan.expand)
 	b    []byte
 	g    gemvArgs
 	mm   gemmArgs
@@ -1747,17 +1653,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		tb.b, bmat = aligned(tb.b, RowBlock*ly.Kp)
 	}
 	xbase := unsafe.Pointer(&a.Q[0])
-	switch {
-	case p.xOff >= 0:
+	if p.xOff >= 0 {
 		xbase = unsafe.Pointer(&s[p.xOff])
-	case p.expand:
-		// Each thread expands them into its own buffer (8*Kp bytes): expanded once by
-		// Prepare, the other thread read them from the caller's core anew in every call
-		// (cache-resident int1 at two threads ran 0.6-0.9x of the permuted kernel so).
-		var x []byte
-		tb.x, x = aligned(tb.x, 8*ly.Kp)
-		expandInt1(a.Q[:ly.Kp], x)
-		xbase = unsafe.Pointer(&x[0])
 	}
 	epi := &tb.epi
 	*epi = epiArgs{
