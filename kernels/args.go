@@ -124,12 +124,12 @@ type lutArgs struct {
 type unpackArgs struct {
 	W   unsafe.Pointer // row block stream
 	B   unsafe.Pointer // [Kp/4][32][4] bytes
-	N   int            // units (int2, int1, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks
+	N   int            // units (int2, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks, int1 blocks (Kp/32)
 	Tab unsafe.Pointer // int2: decode table (16 bytes: code -> u)
 	N2  int            // i2s: bytes per quad; tl2: tl1 tail units
-	// tl2: the bytes from one block to the next (0: 320, side by side; a panel-major
-	// blob's row block: Layout.BlockAt's stride), and the tl1 tail (nil: right after the
-	// last block).
+	// tl2 and int1: the bytes from one block to the next (0: side by side, 320 or 128; a
+	// panel-major blob's row block: Layout.BlockAt's stride, W its block 0), and tl2's tl1
+	// tail (nil: right after the last block).
 	Stride int
 	Tail   unsafe.Pointer
 }

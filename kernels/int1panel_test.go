@@ -120,3 +120,30 @@ func TestBuildInt1TabZ(t *testing.T) {
 		}
 	}
 }
+
+// TestUnpackGenericInt1: the GEMM unpack's reference, reading each row block where a packed
+// blob holds it (Layout.BlockAt: its first block and the panel's stride, as unpackRB passes
+// them), gives u = 1 for every weight -1 and 0 for +1, and 0 for the padding (rows past M,
+// inputs past K), over ragged K, short last panels and more than one panel.
+func TestUnpackGenericInt1(t *testing.T) {
+	for _, sh := range [][2]int{{40, 1}, {70, 31}, {33, 33}, {1100, 100}, {96, 257}, {64, 4096}} {
+		m, k := sh[0], sh[1]
+		w, blob, l := packRandom(t, quantcfg.Int1, m, k, uint64(m*k))
+		dst := make([]byte, RowBlock*l.Kp)
+		for rb := range l.RowBlocks() {
+			off, stride := l.BlockAt(rb, 0)
+			unpackGeneric(&unpackArgs{W: unsafe.Pointer(&blob[off]), B: unsafe.Pointer(&dst[0]), N: l.Kp / 32, Stride: stride}, "int1")
+			for r := range RowBlock {
+				for i := range l.Kp {
+					want := byte(0)
+					if row := rb*RowBlock + r; row < m && i < k && w.Q[row*k+i] == -1 {
+						want = 1
+					}
+					if got := dst[128*(i/4)+4*r+i%4]; got != want {
+						t.Fatalf("%dx%d: row %d input %d: u = %d, want %d", m, k, rb*RowBlock+r, i, got, want)
+					}
+				}
+			}
+		}
+	}
+}

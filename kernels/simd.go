@@ -1789,6 +1789,12 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpackArgs, dst []byte, tb *threadBuf) {
 	ly := l.Layout
 	ua.B, ua.Stride, ua.Tail = unsafe.Pointer(&dst[0]), 0, nil
+	if ly.Format == quantcfg.Int1 { // panel-major too: a block's 128 bytes of every 4 KiB (Int1Panel row blocks)
+		off, stride := ly.BlockAt(rb, 0)
+		ua.W, ua.N, ua.Stride = unsafe.Pointer(&l.Data[off]), ly.Kp/32, stride
+		k.ops.unpack(argp(ua))
+		return
+	}
 	if ly.Paneled() {
 		off, stride := ly.BlockAt(rb, 0)
 		ua.W, ua.N, ua.N2, ua.Stride = unsafe.Pointer(&l.Data[off]), ly.TL2Blocks(), ly.Kp1/4, stride
