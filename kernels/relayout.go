@@ -80,6 +80,9 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 		return nil, lerr
 	}
 	if f == quantcfg.Int1 {
+		if !KnownLayout(rev) { // (ReadsLayout's error: not a revision before this one)
+			return nil, err
+		}
 		return int1Relayout(l, blob)
 	}
 	before, ok := tl2Before(rev, l)

@@ -176,5 +176,10 @@ func TestRelayoutInt1(t *testing.T) {
 		if _, err := Relayout("kernels/8", quantcfg.Int1, m, k, old[1:]); !errors.Is(err, ErrShape) {
 			t.Errorf("%dx%d: short blob: %v", m, k, err)
 		}
+		for _, rev := range []string{"kernels/10", "bogus", ""} {
+			if _, err := Relayout(rev, quantcfg.Int1, m, k, old); err == nil || !strings.Contains(err.Error(), "not one this build knows") {
+				t.Errorf("%dx%d from %q: %v, want the revision refused", m, k, rev, err)
+			}
+		}
 	}
 }

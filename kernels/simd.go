@@ -1685,9 +1685,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			ua.N, ua.N2 = ly.Kp/128, ly.Kp/128*128
-		case quantcfg.TL2: // per chunk, below
-		case quantcfg.Int1:
-			ua.N = ly.Kp / 8
+		case quantcfg.TL2, quantcfg.Int1: // per chunk or per row block: unpackRB
 		default:
 			ua.N = ly.Kp / 4
 		}
