@@ -8,10 +8,10 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_K7,
-                      TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal, tl2_as_revision,
-                      tl2_chunk_major, tl2_in_revision, tl2_panel_major, tl2_panel_of,
-                      tl2_streams)
+from conftest import (FORMATS, INT1_PANEL, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_K7,
+                      TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal, int1_v8,
+                      tl2_as_revision, tl2_chunk_major, tl2_in_revision, tl2_panel_major,
+                      tl2_panel_of, tl2_streams)
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -591,8 +591,8 @@ def test_relayout_refuses_what_it_cannot_convert():
         R.relayout("tl2", 40, 300, tl2, "kernels/1")
     with pytest.raises(ValueError, match="tl1 blobs changed layout in kernels/3, after kernels/2"):
         R.relayout("tl1", 40, 300, tl1, "kernels/2")
-    with pytest.raises(ValueError, match="'kernels/9' is not one this bitgo knows"):
-        R.relayout("i2s", 40, 300, i2s, "kernels/9")
+    with pytest.raises(ValueError, match="'kernels/10' is not one this bitgo knows"):
+        R.relayout("i2s", 40, 300, i2s, "kernels/10")
     # formats whose layout has not changed since are read as they are
     assert torch.equal(R.relayout("i2s", 40, 300, i2s, "kernels/1"), i2s)
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
@@ -611,6 +611,107 @@ def test_relayout_refuses_what_it_cannot_convert():
             R.relayout("tl2", 40, 300, old, rev)
     with pytest.raises(ValueError, match="blob has 7 bytes"):
         R.relayout("tl2", 40, 300, tl2[:7], "kernels/4")
+
+
+def _int1_weights(m, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (2 * torch.randint(0, 2, (m, k), generator=g) - 1).to(torch.int8)
+
+
+@pytest.mark.parametrize("m,k,panels", [
+    (1, 1, [1]), (40, 300, [2]), (1024, 64, [32]), (1100, 45, [32, 3]), (2081, 45, [32, 32, 2]),
+    (1100, 300, [32, 3])])
+def test_int1_layout_picture(m, k, panels):
+    """Every weight's bit of an int1 blob is where kernels/int1.go's picture puts it, worked
+    out here for each (row, input), padding included: row block rb = row // 32 (row r in it)
+    is row block i of panel p = rb // 32 (INT1_PANEL), of g row blocks (32, or fewer in a
+    short last one), from byte 32*p*S (S = 4*Kp); input 32b + 16h + j is block b, plane h,
+    bit j of word r: byte 32*p*S + 128*(b*g + i) + 64*h + 2*r + j//8, bit j%8, 1 where the
+    weight is -1 (padding rows and inputs: +1, bit 0). The positions cover the blob's bits
+    exactly once."""
+    lay = R.layout("int1", m, k)
+    mp, kp, mrb = lay.mp, lay.kp, lay.row_blocks
+    assert lay.panel_rows == INT1_PANEL and lay.row_block_bytes == 4 * kp
+    assert [min(INT1_PANEL, mrb - q) for q in range(0, mrb, INT1_PANEL)] == panels
+    w = _int1_weights(m, k, m * 7 + k)
+    blob = R.pack("int1", w)
+    row = torch.arange(mp, dtype=torch.int64)[:, None]
+    inp = torch.arange(kp, dtype=torch.int64)[None, :]
+    rb, r = row // 32, row % 32
+    p, i = rb // INT1_PANEL, rb % INT1_PANEL
+    g = torch.tensor(panels, dtype=torch.int64)[p]
+    b, h, j = inp // 32, inp % 32 // 16, inp % 16
+    off = INT1_PANEL * p * 4 * kp + 128 * (b * g + i) + 64 * h + 2 * r + j // 8
+    pos = (8 * off + j % 8).reshape(-1)
+    assert torch.equal(pos.sort().values, torch.arange(8 * blob.numel()))
+    neg = torch.zeros(mp, kp, dtype=torch.int64)
+    neg[:m, :k] = (w < 0).to(torch.int64)
+    got = (blob.to(torch.int64)[pos // 8] >> (pos % 8)) & 1
+    assert torch.equal(got, neg.reshape(-1))
+    assert torch.equal(R.unpack("int1", m, k, blob), w)
+
+
+def test_int1_panel_major_by_hand():
+    """Marked weights land where int1.go's picture says, worked out by hand: M = 1100 (35 row
+    blocks: a panel of 32, then one of 3), K = 45 (Kp = 64: two blocks, the second's inputs
+    45-63 padding), so S = 4*Kp = 256 and panel 1 starts at 32*S = 8192. All +1 (and the
+    padding) is an all-zero blob; a -1 at row, input -> (row block, row r; block b, plane h,
+    bit j) sets byte 32*p*S + 128*(b*g + i) + 64h + 2r + j//8, bit j%8."""
+    m, k = 1100, 45
+    w = torch.ones(m, k, dtype=torch.int8)
+    want = torch.zeros(35 * 256, dtype=torch.uint8)
+    assert_bits_equal(R.pack("int1", w), want)
+    marks = [
+        (0, 0, 0, 0x01),  # rb 0 (panel 0, i 0), r 0; b 0, h 0, j 0
+        (5, 17, 64 + 2 * 5, 0x02),  # r 5; input 17: b 0, h 1, j 1
+        (40, 33, 128 * (1 * 32 + 1) + 2 * 8, 0x02),  # rb 1, r 8; input 33: b 1, h 0, j 1
+        (999, 39, 128 * (1 * 32 + 31) + 2 * 7, 0x80),  # rb 31, r 7; b 1, h 0, j 7
+        (1050, 16, 8192 + 64 + 2 * 26, 0x01),  # rb 32 (panel 1 of g = 3, i 0), r 26; b 0, h 1
+        (1050, 30, 8192 + 64 + 2 * 26 + 1, 0x40),  # j 14: the word's high byte, bit 6
+        (1050, 31, 8192 + 64 + 2 * 26 + 1, 0x80),  # j 15, the same byte
+        (1076, 44, 8192 + 128 * (1 * 3 + 1) + 2 * 20 + 1, 0x10),  # rb 33 (i 1), r 20; j 12
+        (1099, 40, 8192 + 128 * (1 * 3 + 2) + 2 * 11 + 1, 0x01),  # the last row: rb 34, r 11
+    ]
+    for row, inp, byte, bit in marks:
+        w[row, inp] = -1
+        want[byte] |= bit
+    blob = R.pack("int1", w)
+    assert_bits_equal(blob, want)
+    assert torch.equal(R.unpack("int1", m, k, blob), w)
+    full = R._unpack_padded(R.layout("int1", m, k), blob)
+    assert bool((full[m:] == 1).all()) and bool((full[:, k:] == 1).all())
+    assert_bits_equal(R.relayout("int1", m, k, int1_v8(w), "kernels/8"), want)
+
+
+@pytest.mark.parametrize("m,k", [(1, 1), (40, 300), (70, 64), (1100, 96), (2081, 45)])
+def test_relayout_int1(m, k):
+    """relayout encodes an int1 blob of kernels/1 to kernels/8 (row block after row block,
+    VNNI4-interleaved: int1_v8) in this revision's panel-major layout, as pack does the same
+    weights, padding bits and all (every bit pattern is an int1 blob: all ones stay all
+    ones); a blob of this revision comes back as it is; a short blob and an unknown revision
+    are refused."""
+    w = _int1_weights(m, k, m + 3 * k)
+    new, old = R.pack("int1", w), int1_v8(w)
+    assert old.numel() == new.numel() and (m * k < 32 or not torch.equal(old, new))
+    for rev in ("kernels/1", "kernels/3", "kernels/8"):
+        assert torch.equal(R.relayout("int1", m, k, old, rev), new), rev
+    assert torch.equal(R.relayout("int1", m, k, new, R.LAYOUT), new)
+    ones = torch.full_like(old, 0xFF)
+    assert torch.equal(R.relayout("int1", m, k, ones, "kernels/8"), ones)
+    with pytest.raises(ValueError, match=f"blob has {old.numel() - 1} bytes"):
+        R.relayout("int1", m, k, old[1:], "kernels/8")
+    with pytest.raises(ValueError, match="'kernels/10' is not one this bitgo knows"):
+        R.relayout("int1", m, k, old, "kernels/10")
+
+
+def test_layout_history():
+    """The layout revisions and the formats each changed (Go's kernels.layoutHistory): int1's
+    layout changed in kernels/9 only (this revision), tl2's last in kernels/8."""
+    hist = dict(R._LAYOUT_HISTORY)
+    assert R.LAYOUT == "kernels/9" and list(hist)[-1] == R.LAYOUT
+    assert list(hist) == [f"kernels/{n}" for n in range(1, 10)]
+    assert [r for r, fs in R._LAYOUT_HISTORY if "int1" in fs] == ["kernels/9"]
+    assert [r for r, fs in R._LAYOUT_HISTORY if "tl2" in fs][-1] == "kernels/8"
 
 
 def test_layout_is_bitds():

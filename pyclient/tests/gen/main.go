@@ -129,6 +129,11 @@ var twoPanelShape = [2]int{2400, 2600}
 // K = 1240 is 25 blocks and a 40-input tail.
 var shortPanelShape = [2]int{2400, 1240}
 
+// int1PanelShape is int1's first case: an int1 blob is panel-major (kernels/9 on), in panels
+// of kernels.Int1Panel row blocks: M = 1100 is 35 row blocks, a panel of 32 and a short one
+// of 3; K = 300 is 10 blocks of 32 inputs, the last with 20 padding inputs.
+var int1PanelShape = [2]int{1100, 300}
+
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
 // randLogical: random logical weights; float weights are not rounded to bfloat16 (the
@@ -218,6 +223,9 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 				}
 				if sti == 1 && rep == 0 && f == quantcfg.TL2 {
 					sh = shortPanelShape
+				}
+				if sti == 0 && rep == 0 && f == quantcfg.Int1 {
+					sh = int1PanelShape
 				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
