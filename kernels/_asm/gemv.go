@@ -41,8 +41,8 @@ const i2sFar = 4096
 
 // int8Far is the same for the zmm int8 kernels: there (two interleaved rounds, the 8B
 // shapes, 2560x2560 and 6912x2560) one token 7-13% faster than with prefetchFar at one and
-// two threads, four tokens 8-13%. (int2 moved by -5% to +5% with 4 KiB, int1 by -5% to
-// +1%: they keep prefetchFar.)
+// two threads, four tokens 8-13%. (int2 moved by -5% to +5% with 4 KiB: it keeps
+// prefetchFar; the int1 kernels of layouts before kernels/9 by -5% to +1%.)
 const int8Far = 4096
 
 // prefetchLine is the two-level prefetch of one line of a weight stream: far into L2, near
@@ -226,7 +226,6 @@ func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func
 // groups of (len(regs)-1)/2 on zmm, (len(regs)-2)/4 on ymm (four vectors a token).
 type fuseEpi struct {
 	T    int
-	A    int // 1 or -2 (int1)
 	ymm  bool
 	regs []VecPhysical
 }
@@ -240,8 +239,8 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		nv, step, temps = 4, 32, 2
 	}
 	G := min(T, (len(fe.regs)-temps)/nv)
-	if G < 1 || (fe.A != 1 && fe.A != -2) {
-		panic(name + ": too few free registers for the fused epilogue, or an A it cannot apply")
+	if G < 1 {
+		panic(name + ": too few free registers for the fused epilogue")
 	}
 	done := name + "_fused"
 	e := GP64()
@@ -269,19 +268,15 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 				ADDQ(at(e, epCorrStride), c)
 			}
 			corr := Mem{Base: c, Index: j, Scale: 4}
-			if fe.A != 1 || fe.ymm {
+			if fe.ymm {
 				VPBROADCASTD(corr, tmp)
 			}
 			for i := 0; i < nv; i++ {
 				r := v[nv*t+i]
 				VMOVDQU32orY(!fe.ymm, at(sums, 128*(t0+t)+step*i), r)
-				switch {
-				case fe.A != 1: // corr - 2*sum, wrapping as A*sum + corr does
-					VPSLLD(U8(1), r, r)
-					VPSUBD(r, tmp, r)
-				case fe.ymm:
+				if fe.ymm {
 					VPADDD(tmp, r, r)
-				default:
+				} else {
 					VPADDD_BCST(corr, r, r)
 				}
 				VCVTDQ2PS(r, r)
@@ -582,7 +577,7 @@ func gemvInt2Pair(T int) {
 	acc, all := accSets(p, T, 2)
 	wv, hi, x := p.get(), p.get(), p.get()
 	v := p.getn(4)
-	segLoop(name, a, 2, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, 2, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(i int) {
 		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		VPSRLW(U8(2), wv, hi)
@@ -706,7 +701,7 @@ func gemvInt2Split(T int, seq bool) {
 		}
 	}
 	wv, hi, x := p.get(), p.get(), p.get()
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
@@ -1225,7 +1220,7 @@ func gemvInt8Z(T int) {
 	}
 	wv := p.getn(2)
 	x := p.get()
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(int) {
 		for u := 0; u < 4; u++ {
 			prefetchAheadBy(w, int8Far, 128*u)
 			prefetchAheadBy(w, int8Far, 128*u+64)

@@ -11,7 +11,7 @@ import (
 
 // The AVX2 GEMV kernels (ymm 0-15 only) and their AVX-VNNI twins: the same code with each
 // vpmaddubsw + vpmaddwd + vpaddd replaced by one VEX vpdpbusd (AVX-VNNI has no masks and
-// no EVEX, so everything else is AVX2), except that the one-token i2s, int2 and int1 twins
+// no EVEX, so everything else is AVX2), except that the one-token i2s and int2 twins
 // keep more accumulators, since one vpdpbusd after another on the same accumulator bounds
 // them by its latency (see each). For int8 with AVX-VNNI-INT8, vpdpbssd multiplies the
 // signed weights directly.
@@ -368,7 +368,7 @@ func gemvInt2Y(T int, isa string, vnni, seq bool) {
 			}
 		}
 	}
-	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, sets, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
 		if i == 0 {
 			prefetchAhead(w, 0)
 		}
@@ -434,7 +434,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
 		free := slices.Concat(all, wv, []VecPhysical{x})
-		segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
+		segLoop(name, a, 1, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 			prefetchAhead(w, 0)
 			prefetchAhead(w, 64)
 			for g := 0; g < 4; g++ {
@@ -474,7 +474,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 	}
 	wv, x := p.get(), p.getn(T)
 	free := slices.Concat(all, []VecPhysical{wv}, x)
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		prefetchAhead(w, 64)
 		for t := range acc {
@@ -1052,7 +1052,7 @@ func gemvInt2Y1() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x := p.get()
-	fe := &fuseEpi{T: 1, A: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
+	fe := &fuseEpi{T: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
 	chunkLoop(name, a, gemvLoop, 0, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
@@ -1091,7 +1091,7 @@ func gemvInt2Y2Seq() {
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
 	segStart, chunkEnd := memSums2(sums, acc16, x, wOnes)
-	fe := &fuseEpi{T: 2, A: 1, ymm: true, regs: slices.Concat(all16, v, []VecPhysical{x, tmp})}
+	fe := &fuseEpi{T: 2, ymm: true, regs: slices.Concat(all16, v, []VecPhysical{x, tmp})}
 	chunkLoop(name, a, gemvLoop, 0, fe, sums, segStart, func() { zeroAll(all16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
