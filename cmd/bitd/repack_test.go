@@ -221,7 +221,8 @@ func TestRepackInt1(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	dir := t.TempDir()
 	old := newPacked(t, r, quantcfg.Int1, "blk.0.q", 1100, 300) // (two panels now)
-	for i := range old.blob {                                   // any bit pattern is an int1 blob, in either layout
+	// any bit pattern is an int1 blob, in either layout
+	for i := range old.blob {
 		old.blob[i] = byte(r.Uint32())
 	}
 	want, err := kernels.Relayout("kernels/8", quantcfg.Int1, 1100, 300, old.blob)
