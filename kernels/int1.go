@@ -29,14 +29,18 @@ import "encoding/binary"
 // reads one stretch of memory in order (Layout.BlockAt). Groups (quantcfg.MinGroup = 32)
 // start at block boundaries.
 //
-// Why. Against kernels/8's VNNI4 layout, whose one-token zmm kernel decodes each bit with an
-// and, multiplies with vpdpbusd and is bound by those operations at about 24 GB/s from any
-// memory on Zen 4, a prototype of the lookup kernel (one token, its tables built from the
-// block's activations in registers) read, from DRAM at one thread (a 1 GiB working set, 15
-// rounds in turn with the old kernel in one process): 29.6-29.7 GB/s on the 8B shapes
-// against 23.9-24.2 (1.23-1.24x, 94-95% of the read rate measured there), 28.2 against 24.6
-// on 2560x2560 (1.14x). Blocks of 64 inputs (four planes, 16 tables) read 1-3% more but
-// would split groups of 32.
+// Why. kernels/8's VNNI4 layout (Georganas et al.) decoded each bit plane with an and and
+// multiplied it with vpdpbusd: 17 vector operations for 64 bytes of weights on zmm (a vpermb,
+// 8 ands, 8 vpdpbusd), one multiply-pipe operation per 64 weights of a row. On Zen 4, where
+// vpermb and the broadcasts share vpdpbusd's pipes, its one-token kernel read about 24 GB/s
+// from any level of memory at one thread, 75-84% of the DRAM roofline. A lookup does 4
+// vpermw (32 codes of 4 weights each), 3 shifts and 4 vpaddw for the same 64 bytes, plus the
+// tables' build, once per block and panel. A prototype of the one-token kernel (the tables
+// of a block built in registers from its activations) read, from DRAM at one thread (1 GiB
+// working set, 15 rounds in turn with the old kernel in one process): 29.6-29.7 GB/s on the
+// 8B shapes against 23.9-24.2 (1.23-1.24x, 94-95% of the read rate measured there), 28.2
+// against 24.6 on 2560x2560 (1.14x). Blocks of 64 inputs (four planes, 16 tables) read 1-3%
+// more but would split groups of 32.
 
 // Int1Panel is the most row blocks in one panel of an int1 blob.
 const Int1Panel = 32
