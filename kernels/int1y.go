@@ -3,11 +3,11 @@ package kernels
 import "encoding/binary"
 
 // tabInt1Y: the tables of the AVX2 int1 panel kernels (int1PanelT1AVX2, int1PanelT2AVX2),
-// for one token, int1TabYBlock = 288 bytes a block of 32 inputs, block b's at 288*b:
+// for one token, int1TabYBlock = 272 bytes a block of 32 inputs, block b's at 272*b:
 //
 //	bytes [32q, 32q+16), q = 0..7:    A_q[c], c = 0..15 (u8, 0..31)
 //	bytes [32q+16, 32q+32):           B_q[c]            (u8, 0..16)
-//	bytes [256, 288):                 16 little-endian int16 words, each P = sum_q p_q - 4096
+//	bytes [256, 272):                 8 little-endian int16 words, each P = sum_q p_q - 4096
 //
 // where, with T_q[c] the quad's table of int1.go (|T_q[c]| <= 512) and p_q = T_q[0] & 1 (every
 // entry of a quad's table has the parity of the quad's sum), V = (T_q[c] >> 1) + 256 (in
@@ -21,7 +21,7 @@ import "encoding/binary"
 // T_q with its 1025 values does not split into two parts whose eight-term sums both fit a
 // byte (32 x 32 values would be one short); halved, its 513 values do, and the parities,
 // the same for every row, go into P.
-const int1TabYBlock = 288
+const int1TabYBlock = 272
 
 // buildInt1TabYGeneric writes the tabInt1Y tables of x (len(x) a multiple of 32) to dst
 // (int1TabYBlock bytes a block). int1BuildTabYAVX2 is its AVX2 version.
@@ -38,7 +38,7 @@ func buildInt1TabYGeneric(x []int8, dst []byte) {
 			}
 			par += int(int1QuadSum(0, xq)) & 1
 		}
-		for i := range 16 {
+		for i := range 8 {
 			binary.LittleEndian.PutUint16(blk[256+2*i:], uint16(int16(par-4096)))
 		}
 	}

@@ -194,7 +194,7 @@ func TestBuildInt1TabY(t *testing.T) {
 					}
 				}
 			}
-			for i := range 16 {
+			for i := range 8 {
 				if v := int16(binary.LittleEndian.Uint16(blk[256+2*i:])); int(v) != par-4096 {
 					t.Fatalf("block %d: P word %d = %d, want %d", b, i, v, par-4096)
 				}

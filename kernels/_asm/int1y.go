@@ -15,8 +15,8 @@ const (
 )
 
 // int1TabYBlock is the bytes of one block's tabInt1Y tables (kernels.int1TabYBlock): eight
-// quads' A and B planes (16 bytes each), then 16 words of the block's constant P.
-const int1TabYBlock = 288
+// quads' A and B planes (16 bytes each), then 8 words of the block's constant P.
+const int1TabYBlock = 272
 
 // int1PanelFlushY is how many blocks the AVX2 int1 panel kernels sum in int16 (in Acc)
 // before widening into Sums: a row's sum over a block is at most 32*128 = 4096 in
@@ -110,7 +110,7 @@ func genInt1BuildY() {
 		VPERMQ(U8(0xD8), a, a)
 		VMOVDQU(a, at(d, 32*q))
 	}
-	VMOVDQU(par, at(d, 256))
+	VMOVDQU(par.AsX(), at(d, 256))
 	ADDQ(U8(32), x)
 	ADDQ(U32(int1TabYBlock), d)
 	DECQ(n)
@@ -120,27 +120,62 @@ func genInt1BuildY() {
 	RET()
 }
 
+// int1PanelAheadY is how far ahead the two-token AVX2 int1 panel kernel prefetches its
+// weights into L2 (prefetcht1, the row block's two lines); the one-token kernel leaves them
+// to the hardware's prefetchers. Measured (one thread, from DRAM, a 1 GiB working set, 15
+// rounds of every variant in turn in one process, medians, GB/s of weights; 4096x14336,
+// 14336x4096, 2560x2560): two tokens none 12.2, 11.9, 12.1; 4 KiB ahead 12.9, 12.9, 13.2;
+// 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5. One token none 21.3, 19.4, 19.0; 4 KiB
+// 19.5, 19.4, 19.6; 8 KiB 20.4, 19.8, 19.8; 16 KiB 20.2, 19.5, 19.3 (mixed: none kept).
+const int1PanelAheadY = 4096
+
 // genInt1PanelY writes int1PanelT<T>AVX2, the int1 GEMV of T (1 or 2) tokens over the row
-// blocks of one panel of a kernels/9 blob (see kernels.int1Args), from tabInt1Y tables
-// (token t's at Tab + t*TabStride, block b's int1TabYBlock*b further); int1PanelGeneric is
-// its reference. Block by block, every row block of the panel in turn; a block's tables are
-// read from L1 for each row block.
+// blocks of one panel of a kernels/9 blob (see kernels.int1Args; more tokens run in passes
+// of these), from tabInt1Y tables (token t's at Tab + t*TabStride, block b's int1TabYBlock*b
+// further; X is not read); int1PanelGeneric is its reference. Block by block, every row
+// block of the panel in turn, so the weights stream in order and a block's tables, read
+// from memory for each row block, stay in L1 over the panel.
 //
-// A row block's block is two planes of 32 words (rows 0-15 in one ymm, 16-31 in the next).
-// vpshufb looks every byte of a lane up in one 16-byte table, but a word's two bytes hold
-// different quads' codes, so each plane's bytes are regrouped first: C = (byte 0 of row r,
-// byte 0 of row r+16) and D = (byte 1 of row r, byte 1 of row r+16), one vpblendvb each of
-// a load and a load one byte off (the misaligned load shifts the bytes by 8 bits for free).
-// C & 0x0f, C >> 4 & 0x0f, D & 0x0f and D >> 4 & 0x0f then hold one quad's codes for all 32
-// rows, row r in the low byte of word r and row r+16 in the high byte, and each is looked
-// up in the quad's A and B planes (tabInt1Y) and added as bytes. At the block's end
+// AVX2 has no vpermw; vpshufb looks every byte of a 128-bit lane up in one 16-byte table.
+// A row block's block is two planes of 32 words (rows 0-15 in one ymm, 16-31 in the
+// next), and a word's two bytes hold four quads' codes, two in each byte, so each plane's
+// bytes are regrouped first: C = (byte 0 of row r, byte 0 of row r+16) and D = (byte 1 of
+// row r, byte 1 of row r+16), one vpblendvb each of a load and a load one byte off (the
+// misaligned load moves the bytes by 8 bits for free). C & 0x0f, C >> 4 & 0x0f, D & 0x0f
+// and D >> 4 & 0x0f then hold one quad's codes for all 32 rows, row r in the low byte of
+// word r and row r+16 in the high byte: with one table for both bytes every byte of every
+// vpshufb is a wanted entry. Each is looked up in the quad's A and B planes (tabInt1Y) and
+// added as bytes (eight A at most 248, eight B at most 128). At the row block's end
 // vpmaddubsw with factors (2, 0), (64, 0) and (0, 2), (0, 64) separate the rows and weigh
-// the parts into int16 sums of rows 0-15 and 16-31, plus the block's P. Per row block and
-// token: 16 vpshufb, 14 vpaddb, 4 vpmaddubsw; shared by the tokens: 4 vpblendvb, 4 shifts
-// and 8 ands.
+// the parts into int16 sums of rows 0-15 and 16-31. Per row block and token: 16 vpshufb
+// (the fewest for 16-bit entries in byte tables), 14 vpaddb, 4 vpmaddubsw, 2 vpaddw;
+// shared by the tokens: 4 vpblendvb, 4 shifts, 8 ands.
 //
 // A row block's int16 sums over up to int1PanelFlushY blocks wait in Acc between blocks,
-// then are widened into Sums.
+// then are widened into Sums, and the sum of the group's P (one word a block, added up in
+// a general register at the group's start) is added to them once, when they are widened
+// (int16 arithmetic wraps, so the sums need not fit until the end).
+//
+// Measured on the 2-vCPU Zen 4 guest, one thread: L2-resident (a 1024x2560 layer, 300
+// calls a round, 11 rounds, medians, ns per row block and block) and from DRAM (a 1 GiB
+// working set, 9-15 rounds in turn); instruction rates from loops of independent
+// instructions: vpshufb, vpblendvb, vpsrlw, vpmaddubsw and vpmovsxwd 2 a cycle, vpaddb and
+// vpand 4; vpshufb with vpblendvb 1 pair a cycle (the same two pipes), with vpaddb 0.56
+// cycles a pair, with vpmaddubsw 0.79. The kernel is bound by its count of vector
+// operations (about 3 a cycle retire), not by its loads: without the table loads (a
+// register in their place) 5.05 against 5.22 (one token, before software pipelining);
+// without the B lookups 3.90; without the index building 4.78; without the row block's
+// end 4.02. So:
+//   - vpblendvb against and/or regrouping (one op against three, all on the other pipes):
+//     5.22 against 5.50; vpmulhuw for the shifts (the multiply pipes): 5.57.
+//   - Software pipelining: a row block's lookups come before the previous row block's end,
+//     whose chain of dependent operations (vpaddb chain, vpmaddubsw, Acc) they overlap (two
+//     sets of accumulators): one token 4.96 against 5.25, two 8.67 against 8.99; from DRAM
+//     on 4096x14336 with one token 20.4 against 19.5 GB/s.
+//   - P once a group instead of a vpaddw of its broadcast every block: one token 4.86
+//     against 4.95, two 8.44 against 8.64.
+//   - Tables broadcast from 16 bytes (vbroadcasti128) against 32-byte copies (vmovdqu):
+//     5.22 against 5.25 aligned (5.60 where a load crossed a line), so 16 bytes a plane.
 func genInt1PanelY(T int) {
 	name := fmt.Sprintf("int1PanelT%dAVX2", T)
 	a := fn(name, fmt.Sprintf("%s is the int1 GEMV of %d token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.", name, T))
@@ -148,21 +183,42 @@ func genInt1PanelY(T int) {
 	m0f, hib := p.get(), p.get()
 	VMOVDQU(m0fY, m0f)
 	VMOVDQU(int1YHiBytes, hib)
-	accA, accB := p.getn(T), p.getn(T)
+	// two sets of byte accumulators: the row block being looked up, the one being finished
+	type accs struct{ a, b []VecPhysical }
+	sets := []accs{{p.getn(T), p.getn(T)}, {p.getn(T), p.getn(T)}}
 	c, d, x1, x3 := p.get(), p.get(), p.get(), p.get()
 	tmp := p.getn(2)
 	w0, nb := ld(a, iW), ld(a, iBlocks)
 	tp := tokenPtrs(a, T, iTab, iTabStride) // token t's tables of the block
 	w, sp, ap, n, g := GP64(), GP64(), GP64(), GP64(), GP64()
+	pg := AllocLocal(32 * T) // token t's sum of P over the group's blocks, 16 words
 	TESTQ(nb, nb)
 	JZ(LabelRef(name + "_end"))
 
-	block := func(lbl string, load, widen bool) {
-		MOVQ(w0, w)
-		MOVQ(at(a, iSums), sp)
-		MOVQ(at(a, iAcc), ap)
-		MOVQ(at(a, iNRB), n)
-		Label(lbl)
+	// groupP stores each token's sum of P over the group's g blocks.
+	groupP := func() {
+		for t := 0; t < T; t++ {
+			sum, v, q, cnt := GP32(), GP32(), GP64(), GP64()
+			XORL(sum, sum)
+			MOVQ(tp[t], q)
+			MOVQ(g, cnt)
+			Label(fmt.Sprintf("%s_p%d", name, t))
+			MOVWLSX(at(q, 256), v)
+			ADDL(v, sum)
+			ADDQ(U32(int1TabYBlock), q)
+			DECQ(cnt)
+			JNZ(LabelRef(fmt.Sprintf("%s_p%d", name, t)))
+			MOVD(sum, tmp[0].AsX())
+			VPBROADCASTW(tmp[0].AsX(), tmp[0])
+			VMOVDQU(tmp[0], pg.Offset(32*t))
+		}
+	}
+	// lookRB adds the row block's block at w into the accumulators s and moves w on.
+	lookRB := func(s accs) {
+		if T > 1 { // (see int1PanelAheadY)
+			PREFETCHT1(at(w, int1PanelAheadY))
+			PREFETCHT1(at(w, int1PanelAheadY+64))
+		}
 		k := 0
 		look := func(t, off int, idx, acc VecPhysical, first bool) {
 			if first {
@@ -190,21 +246,25 @@ func genInt1PanelY(T int) {
 			for f, idx := range []VecPhysical{c, x1, d, x3} {
 				q := 4*h + f
 				for t := 0; t < T; t++ {
-					look(t, 32*q, idx, accA[t], q == 0)
-					look(t, 32*q+16, idx, accB[t], q == 0)
+					look(t, 32*q, idx, s.a[t], q == 0)
+					look(t, 32*q+16, idx, s.b[t], q == 0)
 				}
 			}
 		}
+		ADDQ(U32(128), w)
+	}
+	// endRB finishes the row block of ap and sp from the accumulators s (clobbering them
+	// and c, d, x1, x3) and moves ap and sp on: load adds its int16 sums so far from Acc,
+	// widen adds them and the group's P into Sums (else they go to Acc).
+	endRB := func(s accs, load, widen bool) {
 		for t := 0; t < T; t++ {
-			lo, hi := tmp[0], accA[t]
-			VPMADDUBSW(int1YMul[0], accA[t], lo)
-			VPMADDUBSW(int1YMul[2], accB[t], tmp[1])
-			VPADDW(tmp[1], lo, lo)
-			VPADDW(at(tp[t], 256), lo, lo)
-			VPMADDUBSW(int1YMul[1], accA[t], hi)
-			VPMADDUBSW(int1YMul[3], accB[t], accB[t])
-			VPADDW(accB[t], hi, hi)
-			VPADDW(at(tp[t], 256), hi, hi)
+			lo, hi, e := c, s.a[t], d
+			VPMADDUBSW(int1YMul[0], s.a[t], lo) // 2*A, rows 0-15
+			VPMADDUBSW(int1YMul[2], s.b[t], e)  // 64*B
+			VPADDW(e, lo, lo)
+			VPMADDUBSW(int1YMul[1], s.a[t], hi) // rows 16-31
+			VPMADDUBSW(int1YMul[3], s.b[t], s.b[t])
+			VPADDW(s.b[t], hi, hi)
 			if load {
 				VPADDW(at(ap, 64*t), lo, lo)
 				VPADDW(at(ap, 64*t+32), hi, hi)
@@ -214,13 +274,15 @@ func genInt1PanelY(T int) {
 				VMOVDQU(hi, at(ap, 64*t+32))
 				continue
 			}
-			l := tmp[1]
-			for i, s := range []VecPhysical{lo, hi} { // rows 16i..16i+15
+			VPADDW(pg.Offset(32*t), lo, lo)
+			VPADDW(pg.Offset(32*t), hi, hi)
+			for i, v := range []VecPhysical{lo, hi} { // rows 16i..16i+15
 				for half := 0; half < 2; half++ {
+					l := []VecPhysical{x1, x3}[half]
 					if half == 0 {
-						VPMOVSXWD(s.AsX(), l)
+						VPMOVSXWD(v.AsX(), l)
 					} else {
-						VEXTRACTI128(U8(1), s, l.AsX())
+						VEXTRACTI128(U8(1), v, l.AsX())
 						VPMOVSXWD(l.AsX(), l)
 					}
 					m := at(sp, 128*t+32*(2*i+half))
@@ -229,17 +291,42 @@ func genInt1PanelY(T int) {
 				}
 			}
 		}
-		ADDQ(U32(128), w)
 		ADDQ(U32(64*T), ap)
 		ADDQ(at(a, iSStride), sp)
+	}
+
+	// block emits one block over the panel's row blocks, software-pipelined: each row
+	// block's lookups come before the previous row block's end (the two sets of
+	// accumulators in turn).
+	block := func(lbl string, load, widen bool) {
+		MOVQ(w0, w)
+		MOVQ(at(a, iSums), sp)
+		MOVQ(at(a, iAcc), ap)
+		MOVQ(at(a, iNRB), n)
+		lookRB(sets[0])
+		DECQ(n)
+		JZ(LabelRef(lbl + "_last0"))
+		Label(lbl)
+		lookRB(sets[1])
+		endRB(sets[0], load, widen)
+		DECQ(n)
+		JZ(LabelRef(lbl + "_last1"))
+		lookRB(sets[0])
+		endRB(sets[1], load, widen)
 		DECQ(n)
 		JNZ(LabelRef(lbl))
+		Label(lbl + "_last0")
+		endRB(sets[0], load, widen)
+		JMP(LabelRef(lbl + "_done"))
+		Label(lbl + "_last1")
+		endRB(sets[1], load, widen)
+		Label(lbl + "_done")
 		ADDQ(at(a, iBStride), w0)
 		for _, t := range tp {
 			ADDQ(U32(int1TabYBlock), t)
 		}
 	}
-	panelGroupsN(name, nb, g, int1PanelFlushY, block)
+	panelGroupsN(name, nb, g, int1PanelFlushY, groupP, block)
 	Label(name + "_end")
 	VZEROUPPER()
 	RET()
