@@ -223,3 +223,26 @@ func TestBuildInt1TabY(t *testing.T) {
 		}
 	}
 }
+
+// FuzzInt1PanelY: the AVX2 int1 panel kernels against int1PanelGeneric on fuzzed shapes,
+// row ranges inside a panel and block ranges.
+func FuzzInt1PanelY(f *testing.F) {
+	f.Add(uint16(70), uint16(300), uint8(0), uint8(2), uint8(0), uint8(9), uint8(1), uint64(1))
+	f.Add(uint16(1100), uint16(45), uint8(31), uint8(4), uint8(1), uint8(1), uint8(2), uint64(2))
+	f.Add(uint16(2081), uint16(700), uint8(3), uint8(32), uint8(7), uint8(14), uint8(1), uint64(3))
+	f.Fuzz(func(t *testing.T, m, k uint16, rb0, nrb, b0, blocks, tok uint8, seed uint64) {
+		if !ISAAvailable(ISAAVX2) {
+			t.Skip("no AVX2/FMA")
+		}
+		M, K := 1+int(m)%2200, 1+int(k)%800
+		kern := int1YKernels[int(tok)%2]
+		c := newInt1PanelCase(t, M, K, kern.T, seed)
+		tab, ts := int1YTabs(c)
+		nb, rbs := c.l.Kp/32, c.l.RowBlocks()
+		r0 := int(rb0) % rbs
+		end := min(rbs, (r0/Int1Panel+1)*Int1Panel) // (the panel's end)
+		r1 := r0 + 1 + int(nrb)%(end-r0)
+		b := int(b0) % nb
+		checkInt1Y(t, kern.name, kern.fn, c, tab, ts, r0, r1, b, b+int(blocks)%(nb-b+1), 128*kern.T+32*int(tok%4), rand.New(rand.NewPCG(seed, 1)))
+	})
+}
