@@ -126,7 +126,9 @@ func genInt1BuildY() {
 // rounds of every variant in turn in one process, medians, GB/s of weights; 4096x14336,
 // 14336x4096, 2560x2560): two tokens none 12.2, 11.9, 12.1; 4 KiB ahead 12.9, 12.9, 13.2;
 // 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5. One token none 21.3, 19.4, 19.0; 4 KiB
-// 19.5, 19.4, 19.6; 8 KiB 20.4, 19.8, 19.8; 16 KiB 20.2, 19.5, 19.3 (mixed: none kept).
+// 19.5, 19.4, 19.6; 8 KiB 20.4, 19.8, 19.8; 16 KiB 20.2, 19.5, 19.3; in another run (11
+// rounds) none 21.0, 19.7, 19.3, prefetcht0 512 bytes ahead 20.6, 20.4, 19.4, 2 KiB 19.6,
+// 20.0, 19.5, prefetchnta 1 KiB 18.7, 19.5, 19.0 (mixed, within the noise: none kept).
 const int1PanelAheadY = 4096
 
 // genInt1PanelY writes int1PanelT<T>AVX2, the int1 GEMV of T (1 or 2) tokens over the row
@@ -161,11 +163,11 @@ const int1PanelAheadY = 4096
 // working set, 9-15 rounds in turn); instruction rates from loops of independent
 // instructions: vpshufb, vpblendvb, vpsrlw, vpmaddubsw and vpmovsxwd 2 a cycle, vpaddb and
 // vpand 4; vpshufb with vpblendvb 1 pair a cycle (the same two pipes), with vpaddb 0.56
-// cycles a pair, with vpmaddubsw 0.79. The kernel is bound by its count of vector
-// operations (about 3 a cycle retire), not by its loads: without the table loads (a
-// register in their place) 5.05 against 5.22 (one token, before software pipelining);
-// without the B lookups 3.90; without the index building 4.78; without the row block's
-// end 4.02. So:
+// cycles a pair, with vpmaddubsw 0.79 (about 3.7 GHz). The kernel is bound by its count
+// of vector operations (one token: about 54 a row block and block in 4.9 ns, some 3 a
+// cycle), not by its loads. Timing-only variants, one token, before software pipelining
+// (5.22): without the table loads (a register in their place) 5.05; without the B lookups
+// 3.90; without the index building 4.78; without the row block's end 4.02. So:
 //   - vpblendvb against and/or regrouping (one op against three, all on the other pipes):
 //     5.22 against 5.50; vpmulhuw for the shifts (the multiply pipes): 5.57.
 //   - Software pipelining: a row block's lookups come before the previous row block's end,
