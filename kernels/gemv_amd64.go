@@ -421,3 +421,19 @@ func tl2PanelT1AVX2(a *byte)
 //
 //go:noescape
 func tl2PanelT2AVX2(a *byte)
+
+// int1BuildTabYAVX2 writes blocks tabInt1Y tables (int1TabYBlock bytes each) for the activations
+// at x (32 a block); buildInt1TabYGeneric is its reference.
+//
+//go:noescape
+func int1BuildTabYAVX2(x *int8, blocks int, dst *byte)
+
+// int1PanelT1AVX2 is the int1 GEMV of 1 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
+//
+//go:noescape
+func int1PanelT1AVX2(a *byte)
+
+// int1PanelT2AVX2 is the int1 GEMV of 2 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
+//
+//go:noescape
+func int1PanelT2AVX2(a *byte)

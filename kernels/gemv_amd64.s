@@ -24761,3 +24761,3849 @@ tl2PanelT2AVX2_next:
 tl2PanelT2AVX2_end:
 	VZEROUPPER
 	RET
+
+DATA int1YHiBytes<>+0(SB)/1, $0x00
+DATA int1YHiBytes<>+1(SB)/1, $0xff
+DATA int1YHiBytes<>+2(SB)/1, $0x00
+DATA int1YHiBytes<>+3(SB)/1, $0xff
+DATA int1YHiBytes<>+4(SB)/1, $0x00
+DATA int1YHiBytes<>+5(SB)/1, $0xff
+DATA int1YHiBytes<>+6(SB)/1, $0x00
+DATA int1YHiBytes<>+7(SB)/1, $0xff
+DATA int1YHiBytes<>+8(SB)/1, $0x00
+DATA int1YHiBytes<>+9(SB)/1, $0xff
+DATA int1YHiBytes<>+10(SB)/1, $0x00
+DATA int1YHiBytes<>+11(SB)/1, $0xff
+DATA int1YHiBytes<>+12(SB)/1, $0x00
+DATA int1YHiBytes<>+13(SB)/1, $0xff
+DATA int1YHiBytes<>+14(SB)/1, $0x00
+DATA int1YHiBytes<>+15(SB)/1, $0xff
+DATA int1YHiBytes<>+16(SB)/1, $0x00
+DATA int1YHiBytes<>+17(SB)/1, $0xff
+DATA int1YHiBytes<>+18(SB)/1, $0x00
+DATA int1YHiBytes<>+19(SB)/1, $0xff
+DATA int1YHiBytes<>+20(SB)/1, $0x00
+DATA int1YHiBytes<>+21(SB)/1, $0xff
+DATA int1YHiBytes<>+22(SB)/1, $0x00
+DATA int1YHiBytes<>+23(SB)/1, $0xff
+DATA int1YHiBytes<>+24(SB)/1, $0x00
+DATA int1YHiBytes<>+25(SB)/1, $0xff
+DATA int1YHiBytes<>+26(SB)/1, $0x00
+DATA int1YHiBytes<>+27(SB)/1, $0xff
+DATA int1YHiBytes<>+28(SB)/1, $0x00
+DATA int1YHiBytes<>+29(SB)/1, $0xff
+DATA int1YHiBytes<>+30(SB)/1, $0x00
+DATA int1YHiBytes<>+31(SB)/1, $0xff
+GLOBL int1YHiBytes<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul0<>+0(SB)/1, $0x02
+DATA int1YMul0<>+1(SB)/1, $0x00
+DATA int1YMul0<>+2(SB)/1, $0x02
+DATA int1YMul0<>+3(SB)/1, $0x00
+DATA int1YMul0<>+4(SB)/1, $0x02
+DATA int1YMul0<>+5(SB)/1, $0x00
+DATA int1YMul0<>+6(SB)/1, $0x02
+DATA int1YMul0<>+7(SB)/1, $0x00
+DATA int1YMul0<>+8(SB)/1, $0x02
+DATA int1YMul0<>+9(SB)/1, $0x00
+DATA int1YMul0<>+10(SB)/1, $0x02
+DATA int1YMul0<>+11(SB)/1, $0x00
+DATA int1YMul0<>+12(SB)/1, $0x02
+DATA int1YMul0<>+13(SB)/1, $0x00
+DATA int1YMul0<>+14(SB)/1, $0x02
+DATA int1YMul0<>+15(SB)/1, $0x00
+DATA int1YMul0<>+16(SB)/1, $0x02
+DATA int1YMul0<>+17(SB)/1, $0x00
+DATA int1YMul0<>+18(SB)/1, $0x02
+DATA int1YMul0<>+19(SB)/1, $0x00
+DATA int1YMul0<>+20(SB)/1, $0x02
+DATA int1YMul0<>+21(SB)/1, $0x00
+DATA int1YMul0<>+22(SB)/1, $0x02
+DATA int1YMul0<>+23(SB)/1, $0x00
+DATA int1YMul0<>+24(SB)/1, $0x02
+DATA int1YMul0<>+25(SB)/1, $0x00
+DATA int1YMul0<>+26(SB)/1, $0x02
+DATA int1YMul0<>+27(SB)/1, $0x00
+DATA int1YMul0<>+28(SB)/1, $0x02
+DATA int1YMul0<>+29(SB)/1, $0x00
+DATA int1YMul0<>+30(SB)/1, $0x02
+DATA int1YMul0<>+31(SB)/1, $0x00
+GLOBL int1YMul0<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul1<>+0(SB)/1, $0x00
+DATA int1YMul1<>+1(SB)/1, $0x02
+DATA int1YMul1<>+2(SB)/1, $0x00
+DATA int1YMul1<>+3(SB)/1, $0x02
+DATA int1YMul1<>+4(SB)/1, $0x00
+DATA int1YMul1<>+5(SB)/1, $0x02
+DATA int1YMul1<>+6(SB)/1, $0x00
+DATA int1YMul1<>+7(SB)/1, $0x02
+DATA int1YMul1<>+8(SB)/1, $0x00
+DATA int1YMul1<>+9(SB)/1, $0x02
+DATA int1YMul1<>+10(SB)/1, $0x00
+DATA int1YMul1<>+11(SB)/1, $0x02
+DATA int1YMul1<>+12(SB)/1, $0x00
+DATA int1YMul1<>+13(SB)/1, $0x02
+DATA int1YMul1<>+14(SB)/1, $0x00
+DATA int1YMul1<>+15(SB)/1, $0x02
+DATA int1YMul1<>+16(SB)/1, $0x00
+DATA int1YMul1<>+17(SB)/1, $0x02
+DATA int1YMul1<>+18(SB)/1, $0x00
+DATA int1YMul1<>+19(SB)/1, $0x02
+DATA int1YMul1<>+20(SB)/1, $0x00
+DATA int1YMul1<>+21(SB)/1, $0x02
+DATA int1YMul1<>+22(SB)/1, $0x00
+DATA int1YMul1<>+23(SB)/1, $0x02
+DATA int1YMul1<>+24(SB)/1, $0x00
+DATA int1YMul1<>+25(SB)/1, $0x02
+DATA int1YMul1<>+26(SB)/1, $0x00
+DATA int1YMul1<>+27(SB)/1, $0x02
+DATA int1YMul1<>+28(SB)/1, $0x00
+DATA int1YMul1<>+29(SB)/1, $0x02
+DATA int1YMul1<>+30(SB)/1, $0x00
+DATA int1YMul1<>+31(SB)/1, $0x02
+GLOBL int1YMul1<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul2<>+0(SB)/1, $0x40
+DATA int1YMul2<>+1(SB)/1, $0x00
+DATA int1YMul2<>+2(SB)/1, $0x40
+DATA int1YMul2<>+3(SB)/1, $0x00
+DATA int1YMul2<>+4(SB)/1, $0x40
+DATA int1YMul2<>+5(SB)/1, $0x00
+DATA int1YMul2<>+6(SB)/1, $0x40
+DATA int1YMul2<>+7(SB)/1, $0x00
+DATA int1YMul2<>+8(SB)/1, $0x40
+DATA int1YMul2<>+9(SB)/1, $0x00
+DATA int1YMul2<>+10(SB)/1, $0x40
+DATA int1YMul2<>+11(SB)/1, $0x00
+DATA int1YMul2<>+12(SB)/1, $0x40
+DATA int1YMul2<>+13(SB)/1, $0x00
+DATA int1YMul2<>+14(SB)/1, $0x40
+DATA int1YMul2<>+15(SB)/1, $0x00
+DATA int1YMul2<>+16(SB)/1, $0x40
+DATA int1YMul2<>+17(SB)/1, $0x00
+DATA int1YMul2<>+18(SB)/1, $0x40
+DATA int1YMul2<>+19(SB)/1, $0x00
+DATA int1YMul2<>+20(SB)/1, $0x40
+DATA int1YMul2<>+21(SB)/1, $0x00
+DATA int1YMul2<>+22(SB)/1, $0x40
+DATA int1YMul2<>+23(SB)/1, $0x00
+DATA int1YMul2<>+24(SB)/1, $0x40
+DATA int1YMul2<>+25(SB)/1, $0x00
+DATA int1YMul2<>+26(SB)/1, $0x40
+DATA int1YMul2<>+27(SB)/1, $0x00
+DATA int1YMul2<>+28(SB)/1, $0x40
+DATA int1YMul2<>+29(SB)/1, $0x00
+DATA int1YMul2<>+30(SB)/1, $0x40
+DATA int1YMul2<>+31(SB)/1, $0x00
+GLOBL int1YMul2<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul3<>+0(SB)/1, $0x00
+DATA int1YMul3<>+1(SB)/1, $0x40
+DATA int1YMul3<>+2(SB)/1, $0x00
+DATA int1YMul3<>+3(SB)/1, $0x40
+DATA int1YMul3<>+4(SB)/1, $0x00
+DATA int1YMul3<>+5(SB)/1, $0x40
+DATA int1YMul3<>+6(SB)/1, $0x00
+DATA int1YMul3<>+7(SB)/1, $0x40
+DATA int1YMul3<>+8(SB)/1, $0x00
+DATA int1YMul3<>+9(SB)/1, $0x40
+DATA int1YMul3<>+10(SB)/1, $0x00
+DATA int1YMul3<>+11(SB)/1, $0x40
+DATA int1YMul3<>+12(SB)/1, $0x00
+DATA int1YMul3<>+13(SB)/1, $0x40
+DATA int1YMul3<>+14(SB)/1, $0x00
+DATA int1YMul3<>+15(SB)/1, $0x40
+DATA int1YMul3<>+16(SB)/1, $0x00
+DATA int1YMul3<>+17(SB)/1, $0x40
+DATA int1YMul3<>+18(SB)/1, $0x00
+DATA int1YMul3<>+19(SB)/1, $0x40
+DATA int1YMul3<>+20(SB)/1, $0x00
+DATA int1YMul3<>+21(SB)/1, $0x40
+DATA int1YMul3<>+22(SB)/1, $0x00
+DATA int1YMul3<>+23(SB)/1, $0x40
+DATA int1YMul3<>+24(SB)/1, $0x00
+DATA int1YMul3<>+25(SB)/1, $0x40
+DATA int1YMul3<>+26(SB)/1, $0x00
+DATA int1YMul3<>+27(SB)/1, $0x40
+DATA int1YMul3<>+28(SB)/1, $0x00
+DATA int1YMul3<>+29(SB)/1, $0x40
+DATA int1YMul3<>+30(SB)/1, $0x00
+DATA int1YMul3<>+31(SB)/1, $0x40
+GLOBL int1YMul3<>(SB), RODATA|NOPTR, $32
+
+DATA int1YSigns01<>+0(SB)/1, $0x01
+DATA int1YSigns01<>+1(SB)/1, $0x01
+DATA int1YSigns01<>+2(SB)/1, $0xff
+DATA int1YSigns01<>+3(SB)/1, $0x01
+DATA int1YSigns01<>+4(SB)/1, $0x01
+DATA int1YSigns01<>+5(SB)/1, $0xff
+DATA int1YSigns01<>+6(SB)/1, $0xff
+DATA int1YSigns01<>+7(SB)/1, $0xff
+DATA int1YSigns01<>+8(SB)/1, $0x01
+DATA int1YSigns01<>+9(SB)/1, $0x01
+DATA int1YSigns01<>+10(SB)/1, $0xff
+DATA int1YSigns01<>+11(SB)/1, $0x01
+DATA int1YSigns01<>+12(SB)/1, $0x01
+DATA int1YSigns01<>+13(SB)/1, $0xff
+DATA int1YSigns01<>+14(SB)/1, $0xff
+DATA int1YSigns01<>+15(SB)/1, $0xff
+DATA int1YSigns01<>+16(SB)/1, $0x01
+DATA int1YSigns01<>+17(SB)/1, $0x01
+DATA int1YSigns01<>+18(SB)/1, $0xff
+DATA int1YSigns01<>+19(SB)/1, $0x01
+DATA int1YSigns01<>+20(SB)/1, $0x01
+DATA int1YSigns01<>+21(SB)/1, $0xff
+DATA int1YSigns01<>+22(SB)/1, $0xff
+DATA int1YSigns01<>+23(SB)/1, $0xff
+DATA int1YSigns01<>+24(SB)/1, $0x01
+DATA int1YSigns01<>+25(SB)/1, $0x01
+DATA int1YSigns01<>+26(SB)/1, $0xff
+DATA int1YSigns01<>+27(SB)/1, $0x01
+DATA int1YSigns01<>+28(SB)/1, $0x01
+DATA int1YSigns01<>+29(SB)/1, $0xff
+DATA int1YSigns01<>+30(SB)/1, $0xff
+DATA int1YSigns01<>+31(SB)/1, $0xff
+GLOBL int1YSigns01<>(SB), RODATA|NOPTR, $32
+
+DATA int1YSigns23<>+0(SB)/1, $0x01
+DATA int1YSigns23<>+1(SB)/1, $0x01
+DATA int1YSigns23<>+2(SB)/1, $0x01
+DATA int1YSigns23<>+3(SB)/1, $0x01
+DATA int1YSigns23<>+4(SB)/1, $0x01
+DATA int1YSigns23<>+5(SB)/1, $0x01
+DATA int1YSigns23<>+6(SB)/1, $0x01
+DATA int1YSigns23<>+7(SB)/1, $0x01
+DATA int1YSigns23<>+8(SB)/1, $0xff
+DATA int1YSigns23<>+9(SB)/1, $0x01
+DATA int1YSigns23<>+10(SB)/1, $0xff
+DATA int1YSigns23<>+11(SB)/1, $0x01
+DATA int1YSigns23<>+12(SB)/1, $0xff
+DATA int1YSigns23<>+13(SB)/1, $0x01
+DATA int1YSigns23<>+14(SB)/1, $0xff
+DATA int1YSigns23<>+15(SB)/1, $0x01
+DATA int1YSigns23<>+16(SB)/1, $0x01
+DATA int1YSigns23<>+17(SB)/1, $0xff
+DATA int1YSigns23<>+18(SB)/1, $0x01
+DATA int1YSigns23<>+19(SB)/1, $0xff
+DATA int1YSigns23<>+20(SB)/1, $0x01
+DATA int1YSigns23<>+21(SB)/1, $0xff
+DATA int1YSigns23<>+22(SB)/1, $0x01
+DATA int1YSigns23<>+23(SB)/1, $0xff
+DATA int1YSigns23<>+24(SB)/1, $0xff
+DATA int1YSigns23<>+25(SB)/1, $0xff
+DATA int1YSigns23<>+26(SB)/1, $0xff
+DATA int1YSigns23<>+27(SB)/1, $0xff
+DATA int1YSigns23<>+28(SB)/1, $0xff
+DATA int1YSigns23<>+29(SB)/1, $0xff
+DATA int1YSigns23<>+30(SB)/1, $0xff
+DATA int1YSigns23<>+31(SB)/1, $0xff
+GLOBL int1YSigns23<>(SB), RODATA|NOPTR, $32
+
+DATA int1YPopcnt<>+0(SB)/1, $0x00
+DATA int1YPopcnt<>+1(SB)/1, $0x00
+DATA int1YPopcnt<>+2(SB)/1, $0x80
+DATA int1YPopcnt<>+3(SB)/1, $0x00
+DATA int1YPopcnt<>+4(SB)/1, $0x80
+DATA int1YPopcnt<>+5(SB)/1, $0x00
+DATA int1YPopcnt<>+6(SB)/1, $0x00
+DATA int1YPopcnt<>+7(SB)/1, $0x01
+DATA int1YPopcnt<>+8(SB)/1, $0x80
+DATA int1YPopcnt<>+9(SB)/1, $0x00
+DATA int1YPopcnt<>+10(SB)/1, $0x00
+DATA int1YPopcnt<>+11(SB)/1, $0x01
+DATA int1YPopcnt<>+12(SB)/1, $0x00
+DATA int1YPopcnt<>+13(SB)/1, $0x01
+DATA int1YPopcnt<>+14(SB)/1, $0x80
+DATA int1YPopcnt<>+15(SB)/1, $0x01
+DATA int1YPopcnt<>+16(SB)/1, $0x80
+DATA int1YPopcnt<>+17(SB)/1, $0x00
+DATA int1YPopcnt<>+18(SB)/1, $0x00
+DATA int1YPopcnt<>+19(SB)/1, $0x01
+DATA int1YPopcnt<>+20(SB)/1, $0x00
+DATA int1YPopcnt<>+21(SB)/1, $0x01
+DATA int1YPopcnt<>+22(SB)/1, $0x80
+DATA int1YPopcnt<>+23(SB)/1, $0x01
+DATA int1YPopcnt<>+24(SB)/1, $0x00
+DATA int1YPopcnt<>+25(SB)/1, $0x01
+DATA int1YPopcnt<>+26(SB)/1, $0x80
+DATA int1YPopcnt<>+27(SB)/1, $0x01
+DATA int1YPopcnt<>+28(SB)/1, $0x80
+DATA int1YPopcnt<>+29(SB)/1, $0x01
+DATA int1YPopcnt<>+30(SB)/1, $0x00
+DATA int1YPopcnt<>+31(SB)/1, $0x02
+GLOBL int1YPopcnt<>(SB), RODATA|NOPTR, $32
+
+DATA int1YLowWords<>+0(SB)/1, $0x1f
+DATA int1YLowWords<>+1(SB)/1, $0x00
+DATA int1YLowWords<>+2(SB)/1, $0x1f
+DATA int1YLowWords<>+3(SB)/1, $0x00
+DATA int1YLowWords<>+4(SB)/1, $0x1f
+DATA int1YLowWords<>+5(SB)/1, $0x00
+DATA int1YLowWords<>+6(SB)/1, $0x1f
+DATA int1YLowWords<>+7(SB)/1, $0x00
+DATA int1YLowWords<>+8(SB)/1, $0x1f
+DATA int1YLowWords<>+9(SB)/1, $0x00
+DATA int1YLowWords<>+10(SB)/1, $0x1f
+DATA int1YLowWords<>+11(SB)/1, $0x00
+DATA int1YLowWords<>+12(SB)/1, $0x1f
+DATA int1YLowWords<>+13(SB)/1, $0x00
+DATA int1YLowWords<>+14(SB)/1, $0x1f
+DATA int1YLowWords<>+15(SB)/1, $0x00
+DATA int1YLowWords<>+16(SB)/1, $0x1f
+DATA int1YLowWords<>+17(SB)/1, $0x00
+DATA int1YLowWords<>+18(SB)/1, $0x1f
+DATA int1YLowWords<>+19(SB)/1, $0x00
+DATA int1YLowWords<>+20(SB)/1, $0x1f
+DATA int1YLowWords<>+21(SB)/1, $0x00
+DATA int1YLowWords<>+22(SB)/1, $0x1f
+DATA int1YLowWords<>+23(SB)/1, $0x00
+DATA int1YLowWords<>+24(SB)/1, $0x1f
+DATA int1YLowWords<>+25(SB)/1, $0x00
+DATA int1YLowWords<>+26(SB)/1, $0x1f
+DATA int1YLowWords<>+27(SB)/1, $0x00
+DATA int1YLowWords<>+28(SB)/1, $0x1f
+DATA int1YLowWords<>+29(SB)/1, $0x00
+DATA int1YLowWords<>+30(SB)/1, $0x1f
+DATA int1YLowWords<>+31(SB)/1, $0x00
+GLOBL int1YLowWords<>(SB), RODATA|NOPTR, $32
+
+DATA int1YOnes<>+0(SB)/1, $0x01
+DATA int1YOnes<>+1(SB)/1, $0x00
+DATA int1YOnes<>+2(SB)/1, $0x01
+DATA int1YOnes<>+3(SB)/1, $0x00
+DATA int1YOnes<>+4(SB)/1, $0x01
+DATA int1YOnes<>+5(SB)/1, $0x00
+DATA int1YOnes<>+6(SB)/1, $0x01
+DATA int1YOnes<>+7(SB)/1, $0x00
+DATA int1YOnes<>+8(SB)/1, $0x01
+DATA int1YOnes<>+9(SB)/1, $0x00
+DATA int1YOnes<>+10(SB)/1, $0x01
+DATA int1YOnes<>+11(SB)/1, $0x00
+DATA int1YOnes<>+12(SB)/1, $0x01
+DATA int1YOnes<>+13(SB)/1, $0x00
+DATA int1YOnes<>+14(SB)/1, $0x01
+DATA int1YOnes<>+15(SB)/1, $0x00
+DATA int1YOnes<>+16(SB)/1, $0x01
+DATA int1YOnes<>+17(SB)/1, $0x00
+DATA int1YOnes<>+18(SB)/1, $0x01
+DATA int1YOnes<>+19(SB)/1, $0x00
+DATA int1YOnes<>+20(SB)/1, $0x01
+DATA int1YOnes<>+21(SB)/1, $0x00
+DATA int1YOnes<>+22(SB)/1, $0x01
+DATA int1YOnes<>+23(SB)/1, $0x00
+DATA int1YOnes<>+24(SB)/1, $0x01
+DATA int1YOnes<>+25(SB)/1, $0x00
+DATA int1YOnes<>+26(SB)/1, $0x01
+DATA int1YOnes<>+27(SB)/1, $0x00
+DATA int1YOnes<>+28(SB)/1, $0x01
+DATA int1YOnes<>+29(SB)/1, $0x00
+DATA int1YOnes<>+30(SB)/1, $0x01
+DATA int1YOnes<>+31(SB)/1, $0x00
+GLOBL int1YOnes<>(SB), RODATA|NOPTR, $32
+
+DATA int1YPBias<>+0(SB)/1, $0x00
+DATA int1YPBias<>+1(SB)/1, $0xf0
+DATA int1YPBias<>+2(SB)/1, $0x00
+DATA int1YPBias<>+3(SB)/1, $0xf0
+DATA int1YPBias<>+4(SB)/1, $0x00
+DATA int1YPBias<>+5(SB)/1, $0xf0
+DATA int1YPBias<>+6(SB)/1, $0x00
+DATA int1YPBias<>+7(SB)/1, $0xf0
+DATA int1YPBias<>+8(SB)/1, $0x00
+DATA int1YPBias<>+9(SB)/1, $0xf0
+DATA int1YPBias<>+10(SB)/1, $0x00
+DATA int1YPBias<>+11(SB)/1, $0xf0
+DATA int1YPBias<>+12(SB)/1, $0x00
+DATA int1YPBias<>+13(SB)/1, $0xf0
+DATA int1YPBias<>+14(SB)/1, $0x00
+DATA int1YPBias<>+15(SB)/1, $0xf0
+DATA int1YPBias<>+16(SB)/1, $0x00
+DATA int1YPBias<>+17(SB)/1, $0xf0
+DATA int1YPBias<>+18(SB)/1, $0x00
+DATA int1YPBias<>+19(SB)/1, $0xf0
+DATA int1YPBias<>+20(SB)/1, $0x00
+DATA int1YPBias<>+21(SB)/1, $0xf0
+DATA int1YPBias<>+22(SB)/1, $0x00
+DATA int1YPBias<>+23(SB)/1, $0xf0
+DATA int1YPBias<>+24(SB)/1, $0x00
+DATA int1YPBias<>+25(SB)/1, $0xf0
+DATA int1YPBias<>+26(SB)/1, $0x00
+DATA int1YPBias<>+27(SB)/1, $0xf0
+DATA int1YPBias<>+28(SB)/1, $0x00
+DATA int1YPBias<>+29(SB)/1, $0xf0
+DATA int1YPBias<>+30(SB)/1, $0x00
+DATA int1YPBias<>+31(SB)/1, $0xf0
+GLOBL int1YPBias<>(SB), RODATA|NOPTR, $32
+
+// func int1BuildTabYAVX2(x *int8, blocks int, dst *byte)
+// Requires: AVX, AVX2
+TEXT ·int1BuildTabYAVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    blocks+8(FP), CX
+	MOVQ    dst+16(FP), DX
+	VMOVDQU m80Y<>+0(SB), Y0
+	VMOVDQU int1YSigns01<>+0(SB), Y1
+	VMOVDQU int1YSigns23<>+0(SB), Y2
+	VMOVDQU int1YPopcnt<>+0(SB), Y3
+	VMOVDQU int1YLowWords<>+0(SB), Y4
+	VMOVDQU int1YOnes<>+0(SB), Y5
+	TESTQ   CX, CX
+	JZ      int1BuildTabYAVX2_done
+
+int1BuildTabYAVX2_blk:
+	VMOVDQU      int1YPBias<>+0(SB), Y6
+	VPBROADCASTW (AX), Y7
+	VPBROADCASTW 2(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, (DX)
+	VPBROADCASTW 4(AX), Y8
+	VPBROADCASTW 6(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(DX)
+	VPBROADCASTW 8(AX), Y7
+	VPBROADCASTW 10(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 64(DX)
+	VPBROADCASTW 12(AX), Y8
+	VPBROADCASTW 14(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(DX)
+	VPBROADCASTW 16(AX), Y7
+	VPBROADCASTW 18(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 128(DX)
+	VPBROADCASTW 20(AX), Y8
+	VPBROADCASTW 22(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(DX)
+	VPBROADCASTW 24(AX), Y7
+	VPBROADCASTW 26(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 192(DX)
+	VPBROADCASTW 28(AX), Y8
+	VPBROADCASTW 30(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 224(DX)
+	VMOVDQU      X6, 256(DX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000110, DX
+	DECQ         CX
+	JNZ          int1BuildTabYAVX2_blk
+
+int1BuildTabYAVX2_done:
+	VZEROUPPER
+	RET
+
+// func int1PanelT1AVX2(a *byte)
+// Requires: AVX, AVX2, SSE2
+TEXT ·int1PanelT1AVX2(SB), NOSPLIT, $32-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	VMOVDQU m0fY<>+0(SB), Y0
+	VMOVDQU int1YHiBytes<>+0(SB), Y1
+	MOVQ    (AX), CX
+	MOVQ    24(AX), DX
+	MOVQ    48(AX), BX
+	TESTQ   DX, DX
+	JZ      int1PanelT1AVX2_end
+
+int1PanelT1AVX2_grp:
+	MOVQ DX, R10
+	CMPQ R10, $0x07
+	JLE  int1PanelT1AVX2_g
+	MOVQ $0x00000007, R10
+
+int1PanelT1AVX2_g:
+	XORL SI, SI
+	MOVQ BX, R8
+	MOVQ R10, R9
+
+int1PanelT1AVX2_p0:
+	MOVWLSX        256(R8), DI
+	ADDL           DI, SI
+	ADDQ           $0x00000110, R8
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_p0
+	MOVD           SI, X10
+	VPBROADCASTW   X10, Y10
+	VMOVDQU        Y10, (SP)
+	SUBQ           R10, DX
+	CMPQ           R10, $0x01
+	JNE            int1PanelT1AVX2_first
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_only_last0
+
+int1PanelT1AVX2_only:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X2, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y2, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_only_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y4, Y4
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X4, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y4, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_only
+
+int1PanelT1AVX2_only_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y3, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y3, Y3
+	VPADDW       Y3, Y2, Y2
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X2, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y2, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+	JMP          int1PanelT1AVX2_only_done
+
+int1PanelT1AVX2_only_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y4, Y4
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X4, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y4, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+
+int1PanelT1AVX2_only_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	JMP  int1PanelT1AVX2_next
+
+int1PanelT1AVX2_first:
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb0_last0
+
+int1PanelT1AVX2_rb0:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y2, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb0_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y4, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb0
+
+int1PanelT1AVX2_rb0_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y3, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y3, Y3
+	VPADDW     Y3, Y2, Y2
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y2, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+	JMP        int1PanelT1AVX2_rb0_done
+
+int1PanelT1AVX2_rb0_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y4, Y4
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y4, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+
+int1PanelT1AVX2_rb0_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	DECQ R10
+
+int1PanelT1AVX2_mid:
+	CMPQ           R10, $0x01
+	JE             int1PanelT1AVX2_last
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb1_last0
+
+int1PanelT1AVX2_rb1:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y2, Y2
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y2, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb1_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y4, Y4
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y4, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb1
+
+int1PanelT1AVX2_rb1_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y3, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y3, Y3
+	VPADDW     Y3, Y2, Y2
+	VPADDW     (R8), Y6, Y6
+	VPADDW     32(R8), Y2, Y2
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y2, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+	JMP        int1PanelT1AVX2_rb1_done
+
+int1PanelT1AVX2_rb1_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y4, Y4
+	VPADDW     (R8), Y6, Y6
+	VPADDW     32(R8), Y4, Y4
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y4, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+
+int1PanelT1AVX2_rb1_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	DECQ R10
+	JMP  int1PanelT1AVX2_mid
+
+int1PanelT1AVX2_last:
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb2_last0
+
+int1PanelT1AVX2_rb2:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y2, Y2
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X2, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y2, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb2_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y4, Y4
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y4, Y4
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X4, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y4, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb2
+
+int1PanelT1AVX2_rb2_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y3, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y3, Y3
+	VPADDW       Y3, Y2, Y2
+	VPADDW       (R8), Y6, Y6
+	VPADDW       32(R8), Y2, Y2
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X2, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y2, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+	JMP          int1PanelT1AVX2_rb2_done
+
+int1PanelT1AVX2_rb2_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPADDW       (R8), Y6, Y6
+	VPADDW       32(R8), Y4, Y4
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y4, Y4
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X4, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y4, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+
+int1PanelT1AVX2_rb2_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+
+int1PanelT1AVX2_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT1AVX2_grp
+
+int1PanelT1AVX2_end:
+	VZEROUPPER
+	RET
+
+// func int1PanelT2AVX2(a *byte)
+// Requires: AVX, AVX2, MMX+, SSE2
+TEXT ·int1PanelT2AVX2(SB), NOSPLIT, $64-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	VMOVDQU m0fY<>+0(SB), Y0
+	VMOVDQU int1YHiBytes<>+0(SB), Y1
+	MOVQ    (AX), CX
+	MOVQ    24(AX), DX
+	MOVQ    48(AX), BX
+	MOVQ    BX, SI
+	ADDQ    56(AX), SI
+	TESTQ   DX, DX
+	JZ      int1PanelT2AVX2_end
+
+int1PanelT2AVX2_grp:
+	MOVQ DX, R11
+	CMPQ R11, $0x07
+	JLE  int1PanelT2AVX2_g
+	MOVQ $0x00000007, R11
+
+int1PanelT2AVX2_g:
+	XORL DI, DI
+	MOVQ BX, R9
+	MOVQ R11, R10
+
+int1PanelT2AVX2_p0:
+	MOVWLSX      256(R9), R8
+	ADDL         R8, DI
+	ADDQ         $0x00000110, R9
+	DECQ         R10
+	JNZ          int1PanelT2AVX2_p0
+	MOVD         DI, X14
+	VPBROADCASTW X14, Y14
+	VMOVDQU      Y14, (SP)
+	XORL         DI, DI
+	MOVQ         SI, R9
+	MOVQ         R11, R10
+
+int1PanelT2AVX2_p1:
+	MOVWLSX        256(R9), R8
+	ADDL           R8, DI
+	ADDQ           $0x00000110, R9
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_p1
+	MOVD           DI, X14
+	VPBROADCASTW   X14, Y14
+	VMOVDQU        Y14, 32(SP)
+	SUBQ           R11, DX
+	CMPQ           R11, $0x01
+	JNE            int1PanelT2AVX2_first
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_only_last0
+
+int1PanelT2AVX2_only:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X2, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y2, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y3, Y3
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X3, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y3, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_only_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y6, Y6
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X6, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y6, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y7, Y7
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X7, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y7, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_only
+
+int1PanelT2AVX2_only_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y4, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y4, Y4
+	VPADDW       Y4, Y2, Y2
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X2, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y2, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y3, Y3
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y3, Y3
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X3, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y3, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+	JMP          int1PanelT2AVX2_only_done
+
+int1PanelT2AVX2_only_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y8, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW   int1YMul3<>+0(SB), Y8, Y8
+	VPADDW       Y8, Y6, Y6
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y6, Y6
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X6, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y6, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y9, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW   int1YMul3<>+0(SB), Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y7, Y7
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X7, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y7, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+
+int1PanelT2AVX2_only_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	JMP  int1PanelT2AVX2_next
+
+int1PanelT2AVX2_first:
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb0_last0
+
+int1PanelT2AVX2_rb0:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y2, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y3, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb0_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y6, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y7, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb0
+
+int1PanelT2AVX2_rb0_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y4, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y4, Y4
+	VPADDW     Y4, Y2, Y2
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y2, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y3, Y3
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y3, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	JMP        int1PanelT2AVX2_rb0_done
+
+int1PanelT2AVX2_rb0_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y8, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW int1YMul3<>+0(SB), Y8, Y8
+	VPADDW     Y8, Y6, Y6
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y6, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y9, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW int1YMul3<>+0(SB), Y9, Y9
+	VPADDW     Y9, Y7, Y7
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y7, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+
+int1PanelT2AVX2_rb0_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	DECQ R11
+
+int1PanelT2AVX2_mid:
+	CMPQ           R11, $0x01
+	JE             int1PanelT2AVX2_last
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb1_last0
+
+int1PanelT2AVX2_rb1:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y2, Y2
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y2, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y3, Y3
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y3, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb1_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y6, Y6
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y6, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y7, Y7
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y7, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb1
+
+int1PanelT2AVX2_rb1_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y4, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y4, Y4
+	VPADDW     Y4, Y2, Y2
+	VPADDW     (R9), Y10, Y10
+	VPADDW     32(R9), Y2, Y2
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y2, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y3, Y3
+	VPADDW     64(R9), Y10, Y10
+	VPADDW     96(R9), Y3, Y3
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y3, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	JMP        int1PanelT2AVX2_rb1_done
+
+int1PanelT2AVX2_rb1_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y8, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW int1YMul3<>+0(SB), Y8, Y8
+	VPADDW     Y8, Y6, Y6
+	VPADDW     (R9), Y10, Y10
+	VPADDW     32(R9), Y6, Y6
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y6, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y9, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW int1YMul3<>+0(SB), Y9, Y9
+	VPADDW     Y9, Y7, Y7
+	VPADDW     64(R9), Y10, Y10
+	VPADDW     96(R9), Y7, Y7
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y7, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+
+int1PanelT2AVX2_rb1_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	DECQ R11
+	JMP  int1PanelT2AVX2_mid
+
+int1PanelT2AVX2_last:
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb2_last0
+
+int1PanelT2AVX2_rb2:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y2, Y2
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X2, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y2, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y3, Y3
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y3, Y3
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X3, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y3, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb2_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y6, Y6
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y6, Y6
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X6, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y6, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y7, Y7
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y7, Y7
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X7, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y7, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb2
+
+int1PanelT2AVX2_rb2_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y4, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y4, Y4
+	VPADDW       Y4, Y2, Y2
+	VPADDW       (R9), Y10, Y10
+	VPADDW       32(R9), Y2, Y2
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X2, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y2, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y3, Y3
+	VPADDW       64(R9), Y10, Y10
+	VPADDW       96(R9), Y3, Y3
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y3, Y3
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X3, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y3, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+	JMP          int1PanelT2AVX2_rb2_done
+
+int1PanelT2AVX2_rb2_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y8, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW   int1YMul3<>+0(SB), Y8, Y8
+	VPADDW       Y8, Y6, Y6
+	VPADDW       (R9), Y10, Y10
+	VPADDW       32(R9), Y6, Y6
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y6, Y6
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X6, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y6, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y9, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW   int1YMul3<>+0(SB), Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPADDW       64(R9), Y10, Y10
+	VPADDW       96(R9), Y7, Y7
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y7, Y7
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X7, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y7, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+
+int1PanelT2AVX2_rb2_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+
+int1PanelT2AVX2_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT2AVX2_grp
+
+int1PanelT2AVX2_end:
+	VZEROUPPER
+	RET

@@ -167,6 +167,7 @@ func genGemv() {
 	for T := 1; T <= 2; T++ {
 		genTL2PanelY(T)
 	}
+	genInt1Y()
 }
 
 // bitFields returns a table of vgf2p8affineqb matrices (gfField) that take the 2-bit field

@@ -295,12 +295,21 @@ func panelNext(lbl string, a Register, r panelRegs, tp []GPVirtual, tabBlock int
 // groups of up to tl2PanelFlush: block(label, load, widen) emits one block, load when an
 // earlier block of the group left its int16 sums in Acc, widen at the group's last block.
 func panelGroups(name string, nb, g Register, block func(lbl string, load, widen bool)) {
+	panelGroupsN(name, nb, g, tl2PanelFlush, nil, block)
+}
+
+// panelGroupsN is panelGroups with groups of up to flush blocks, and start (if not nil)
+// emitted at each group's start, g holding its blocks.
+func panelGroupsN(name string, nb, g Register, flush int, start func(), block func(lbl string, load, widen bool)) {
 	Label(name + "_grp")
-	MOVQ(nb, g) // g = min(nb, tl2PanelFlush) blocks in this group
-	CMPQ(g, U8(tl2PanelFlush))
+	MOVQ(nb, g) // g = min(nb, flush) blocks in this group
+	CMPQ(g, U8(flush))
 	JLE(LabelRef(name + "_g"))
-	MOVQ(U32(tl2PanelFlush), g)
+	MOVQ(U32(flush), g)
 	Label(name + "_g")
+	if start != nil {
+		start()
+	}
 	SUBQ(g, nb)
 	CMPQ(g, U8(1))
 	JNE(LabelRef(name + "_first"))
