@@ -22,6 +22,8 @@ func int1TabBytes(kind tabKind, kp int) int {
 	switch kind {
 	case tabInt1Z:
 		return 16 * kp
+	case tabInt1Y:
+		return int1TabYBlock * kp / 32
 	}
 	return 0
 }
@@ -48,6 +50,8 @@ func buildInt1Tabs(kind tabKind, x []int8, dst []byte) {
 	switch kind {
 	case tabInt1Z:
 		buildInt1TabZGeneric(x, dst)
+	case tabInt1Y:
+		buildInt1TabYGeneric(x, dst)
 	}
 }
 

@@ -32,6 +32,7 @@ func init() {
 	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
+		lutBuilders[tabInt1Y] = func(x *int8, n int, dst *byte) { int1BuildTabYAVX2(x, n/32, dst) }
 		sumInt8Fast = sumInt8AVX2
 	}
 }
@@ -157,7 +158,8 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
 			}
 		case quantcfg.Int1:
-			o.int1Panel = gemv4(int1PanelGenericT(1), int1PanelGenericT(2), nil, nil)
+			// The lookups need no multiplies: the AVX2 kernels serve AVX-VNNI CPUs as well.
+			o.int1Panel, o.int1Tab1, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y, tabInt1Y
 			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true

@@ -45,8 +45,9 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		for T := 1; T <= o.gemvT; T++ {
 			o.int1Panel[T] = int1PanelGenericT(T)
 		}
-		if z { // (tables built as the zmm kernels read them; the generic kernel reads X)
-			o.int1Tab = tabInt1Z
+		o.int1Tab1, o.int1Tab = tabInt1Y, tabInt1Y // (tables built as the kernels read them; the generic kernel reads X)
+		if z {
+			o.int1Tab1, o.int1Tab = tabNone, tabInt1Z
 		}
 	case quantcfg.Int8:
 		o.kstep = 4
