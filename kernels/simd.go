@@ -606,7 +606,7 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders   [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16) or triples (tl2)
+	lutBuilders   [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16), triples (tl2) or inputs (int1: a multiple of 32)
 	sumInt8Fast   func(x *int8, n int) int32                       // n a multiple of 32
 	prefetchSpans func(p *byte, spans, stride, lines int)          // a hint (prefetchSpansT1)
 )
