@@ -341,6 +341,61 @@ func tl2PanelT3AVX512(a *byte)
 //go:noescape
 func tl2PanelT4AVX512(a *byte)
 
+// buildInt1TabZAVX512 doc
+//
+//go:noescape
+func buildInt1TabZAVX512(x *int8, n int, dst *byte)
+
+// int1PanelT1AVX512 doc
+//
+//go:noescape
+func int1PanelT1AVX512(a *byte)
+
+// int1PanelT2AVX512 doc
+//
+//go:noescape
+func int1PanelT2AVX512(a *byte)
+
+// int1PanelT2AVX512Mem doc
+//
+//go:noescape
+func int1PanelT2AVX512Mem(a *byte)
+
+// int1PanelT2AVX512Stk doc
+//
+//go:noescape
+func int1PanelT2AVX512Stk(a *byte)
+
+// int1PanelT3AVX512 doc
+//
+//go:noescape
+func int1PanelT3AVX512(a *byte)
+
+// int1PanelT3AVX512Stk doc
+//
+//go:noescape
+func int1PanelT3AVX512Stk(a *byte)
+
+// int1PanelT3AVX512MemNP doc
+//
+//go:noescape
+func int1PanelT3AVX512MemNP(a *byte)
+
+// int1PanelT4AVX512 doc
+//
+//go:noescape
+func int1PanelT4AVX512(a *byte)
+
+// int1PanelT4AVX512Stk doc
+//
+//go:noescape
+func int1PanelT4AVX512Stk(a *byte)
+
+// int1PanelT4AVX512MemNP doc
+//
+//go:noescape
+func int1PanelT4AVX512MemNP(a *byte)
+
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
