@@ -351,10 +351,20 @@ func buildInt1TabZAVX512(x *int8, n int, dst *byte)
 //go:noescape
 func int1PanelT1AVX512(a *byte)
 
+// int1PanelT1AVX512PF doc
+//
+//go:noescape
+func int1PanelT1AVX512PF(a *byte)
+
 // int1PanelT2AVX512 doc
 //
 //go:noescape
 func int1PanelT2AVX512(a *byte)
+
+// int1PanelT2AVX512PF doc
+//
+//go:noescape
+func int1PanelT2AVX512PF(a *byte)
 
 // int1PanelT2AVX512Mem doc
 //
@@ -376,11 +386,6 @@ func int1PanelT3AVX512(a *byte)
 //go:noescape
 func int1PanelT3AVX512Stk(a *byte)
 
-// int1PanelT3AVX512MemNP doc
-//
-//go:noescape
-func int1PanelT3AVX512MemNP(a *byte)
-
 // int1PanelT4AVX512 doc
 //
 //go:noescape
@@ -390,11 +395,6 @@ func int1PanelT4AVX512(a *byte)
 //
 //go:noescape
 func int1PanelT4AVX512Stk(a *byte)
-
-// int1PanelT4AVX512MemNP doc
-//
-//go:noescape
-func int1PanelT4AVX512MemNP(a *byte)
 
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //

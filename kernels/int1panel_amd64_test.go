@@ -24,15 +24,15 @@ type int1PanelKernel struct {
 func int1PanelKernels() []int1PanelKernel {
 	return []int1PanelKernel{
 		{"int1PanelT1AVX512", int1PanelT1AVX512, 1, false},
+		{"int1PanelT1AVX512PF", int1PanelT1AVX512PF, 1, false},
 		{"int1PanelT2AVX512", int1PanelT2AVX512, 2, false},
+		{"int1PanelT2AVX512PF", int1PanelT2AVX512PF, 2, false},
 		{"int1PanelT2AVX512Mem", int1PanelT2AVX512Mem, 2, true},
 		{"int1PanelT2AVX512Stk", int1PanelT2AVX512Stk, 2, false},
 		{"int1PanelT3AVX512", int1PanelT3AVX512, 3, true},
 		{"int1PanelT3AVX512Stk", int1PanelT3AVX512Stk, 3, false},
-		{"int1PanelT3AVX512MemNP", int1PanelT3AVX512MemNP, 3, true},
 		{"int1PanelT4AVX512", int1PanelT4AVX512, 4, true},
 		{"int1PanelT4AVX512Stk", int1PanelT4AVX512Stk, 4, false},
-		{"int1PanelT4AVX512MemNP", int1PanelT4AVX512MemNP, 4, true},
 	}
 }
 
@@ -248,4 +248,75 @@ func TestBuildInt1TabZAVX512(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+// Int1PanelTime runs the int1 panel kernel name over panels [p0, p1) of l, for the timing
+// test in int1panel_time_test.go (timing only: any blob): xb holds the tokens' biased
+// activations Kp bytes apart, tab their tabInt1Z tables 16*Kp bytes apart (the kernels that
+// read tables; Int1BuildTabs), sums [32*Int1Panel][T][32] and acc [Int1Panel][T][32] are
+// scratch. It reports false for an unknown name.
+func Int1PanelTime(name string, l *Layer, xb, tab []byte, p0, p1 int, sums []int32, acc []int16) bool {
+	k, ok := int1TimeKernels[name]
+	if !ok {
+		return false
+	}
+	nb := l.Layout.Kp / 32
+	for p := p0; p < p1; p++ {
+		rb0, g := l.Layout.Panel(p)
+		off, stride := l.Layout.BlockAt(rb0, 0)
+		a := int1Args{W: unsafe.Pointer(&l.Data[off]), NRB: g, BStride: stride, Blocks: nb,
+			X: unsafe.Pointer(&xb[0]), XStride: l.Layout.Kp, Tab: unsafe.Pointer(&tab[0]), TabStride: 16 * l.Layout.Kp,
+			Sums: unsafe.Pointer(&sums[0]), SStride: 128 * k.T, Acc: unsafe.Pointer(&acc[0])}
+		k.fn(argp(&a))
+	}
+	return true
+}
+
+// Int1PanelTokens is the tokens of int1 panel kernel name, and whether it reads tables.
+func Int1PanelTokens(name string) (T int, tabs bool) {
+	k := int1TimeKernels[name]
+	return k.T, k.tabs
+}
+
+// Int1BuildTabs writes the tabInt1Z tables of T tokens' activations x (Kp apart) to tab,
+// 16*Kp bytes apart (buildInt1TabZAVX512).
+func Int1BuildTabs(x []int8, T, kp int, tab []byte) {
+	for t := range T {
+		buildInt1TabZAVX512(&x[t*kp], kp, &tab[16*kp*t])
+	}
+}
+
+var int1TimeKernels = func() map[string]int1PanelKernel {
+	m := map[string]int1PanelKernel{}
+	for _, k := range int1PanelKernels() {
+		m[k.name] = k
+	}
+	return m
+}()
+
+// BenchmarkInt1Panel: the int1 panel kernels cache-resident (one panel of 32 row blocks,
+// K = 2560: 320 KiB of weights, in L2), the tables built once a call where a kernel reads
+// them.
+func BenchmarkInt1Panel(b *testing.B) {
+	if !ISAAvailable(ISAAVX512) {
+		b.Skip("no AVX-512 (VNNI, BW, VBMI)")
+	}
+	for _, k := range int1PanelKernels() {
+		b.Run(fmt.Sprintf("int1/1024x2560/%s", k.name), func(b *testing.B) {
+			c := newInt1PanelCase(&testing.T{}, 1024, 2560, k.T, 1)
+			r := newInt1Run(c)
+			sums := make([]int32, 32*32*k.T)
+			acc := make([]int16, 32*32*k.T)
+			a := c.args(0, 32, 0, 80, 0, sums, acc)
+			a.X, a.XStride, a.Tab, a.TabStride = unsafe.Pointer(&r.xb[0]), r.xs, unsafe.Pointer(&r.tab[0]), r.ts
+			b.SetBytes(int64(c.l.Bytes()))
+			b.ReportAllocs()
+			for b.Loop() {
+				if k.tabs {
+					for t := range k.T {
+						buildInt1TabZAVX512(&c.x[t*c.l.Kp], c.l.Kp, &r.tab[t*r.ts])
+					}
+				}
+				k.fn(argp(a))
+			}
+		})
+	}
+}

@@ -90,13 +90,14 @@ func genInt1Panels() {
 	int1Tables()
 	genBuildInt1TabZ()
 	genInt1PanelNamed("int1PanelT1AVX512", 1, int1TabsRegs, false)
+	genInt1PanelNamed("int1PanelT1AVX512PF", 1, int1TabsRegs, true)
 	genInt1PanelNamed("int1PanelT2AVX512", 2, int1TabsRegs, false)
+	genInt1PanelNamed("int1PanelT2AVX512PF", 2, int1TabsRegs, true)
 	genInt1PanelNamed("int1PanelT2AVX512Mem", 2, int1TabsMem, true)
 	genInt1PanelNamed("int1PanelT2AVX512Stk", 2, int1TabsStack, true)
 	for T := 3; T <= 4; T++ {
 		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512", T), T, int1TabsMem, true)
 		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512Stk", T), T, int1TabsStack, true)
-		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512MemNP", T), T, int1TabsMem, false)
 	}
 }
 
