@@ -376,6 +376,31 @@ func int1PanelT2AVX512Mem(a *byte)
 //go:noescape
 func int1PanelT2AVX512Stk(a *byte)
 
+// int1PanelT3AVX512TP doc
+//
+//go:noescape
+func int1PanelT3AVX512TP(a *byte)
+
+// int1PanelT4AVX512TP doc
+//
+//go:noescape
+func int1PanelT4AVX512TP(a *byte)
+
+// int1PanelT1AVX512Q doc
+//
+//go:noescape
+func int1PanelT1AVX512Q(a *byte)
+
+// int1PanelT2AVX512Q doc
+//
+//go:noescape
+func int1PanelT2AVX512Q(a *byte)
+
+// int1PanelT4AVX512Q doc
+//
+//go:noescape
+func int1PanelT4AVX512Q(a *byte)
+
 // int1PanelT3AVX512 doc
 //
 //go:noescape

@@ -33,6 +33,8 @@ func int1PanelKernels() []int1PanelKernel {
 		{"int1PanelT3AVX512Stk", int1PanelT3AVX512Stk, 3, false},
 		{"int1PanelT4AVX512", int1PanelT4AVX512, 4, true},
 		{"int1PanelT4AVX512Stk", int1PanelT4AVX512Stk, 4, false},
+		{"int1PanelT3AVX512TP", int1PanelT3AVX512TP, 3, true},
+		{"int1PanelT4AVX512TP", int1PanelT4AVX512TP, 4, true},
 	}
 }
 
@@ -286,7 +288,8 @@ func Int1BuildTabs(x []int8, T, kp int, tab []byte) {
 
 var int1TimeKernels = func() map[string]int1PanelKernel {
 	m := map[string]int1PanelKernel{}
-	for _, k := range int1PanelKernels() {
+	for _, k := range append(int1PanelKernels(), int1PanelKernel{"int1PanelT1AVX512Q", int1PanelT1AVX512Q, 1, false},
+		int1PanelKernel{"int1PanelT2AVX512Q", int1PanelT2AVX512Q, 2, false}, int1PanelKernel{"int1PanelT4AVX512Q", int1PanelT4AVX512Q, 4, true}) {
 		m[k.name] = k
 	}
 	return m

@@ -21,7 +21,7 @@ import (
 // that alternate their order, in one process; timing only (the kernels read the same
 // blobs, whatever they hold). BITD_INT1_TIME=MxK,... sets the shapes; BITD_INT1_TIME_K the
 // kernels (comma-separated, int1PanelT<T>AVX512... each timed against the old kernel of T
-// tokens), BITD_INT1_TIME_THREADS the threads (1), BITD_INT1_TIME_ROUNDS the rounds (15); the figures are
+// tokens, or with BITD_INT1_TIME_VS=k2,... against the panel kernel k2 in the same place), BITD_INT1_TIME_THREADS the threads (1), BITD_INT1_TIME_ROUNDS the rounds (15); the figures are
 // over the rounds in which both ran with their CPUs throughout (kbench.Trial).
 // Panel kernels that read tables build them once a call (buildInt1TabZAVX512), timed.
 func TestInt1PanelTime(t *testing.T) {
@@ -37,6 +37,10 @@ func TestInt1PanelTime(t *testing.T) {
 		rounds, _ = strconv.Atoi(s)
 	}
 	names := strings.Split(os.Getenv("BITD_INT1_TIME_K"), ",")
+	var vs []string
+	if s := os.Getenv("BITD_INT1_TIME_VS"); s != "" {
+		vs = strings.Split(s, ",")
+	}
 	pool := kbench.NewPool(threads)
 	defer pool.Close()
 	for _, shs := range strings.Split(env, ",") {
@@ -51,7 +55,7 @@ func TestInt1PanelTime(t *testing.T) {
 		ly := set.Layers[0].Layout
 		bytes := ly.Bytes()
 		rng := rand.New(rand.NewPCG(3, 4))
-		for _, name := range names {
+		for i, name := range names {
 			T, tabs := kernels.Int1PanelTokens(name)
 			if T == 0 {
 				t.Fatalf("unknown kernel %q", name)
@@ -68,6 +72,16 @@ func TestInt1PanelTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			oldName := old.Name()
+			base := "" // a panel kernel in the old one's place
+			if vs != nil {
+				base = vs[i]
+				oldName = base
+				if T2, _ := kernels.Int1PanelTokens(base); T2 != T {
+					t.Fatalf("%s: not a panel kernel of %d tokens", base, T)
+				}
+			}
+			_, baseTabs := kernels.Int1PanelTokens(base)
 			xi := make([]int8, T*ly.Kp)
 			xb := make([]byte, T*ly.Kp)
 			for i := range xi {
@@ -90,7 +104,10 @@ func TestInt1PanelTime(t *testing.T) {
 				for _, which := range []int{round % 2, 1 - round%2} {
 					tr := kbench.StartTrial()
 					for _, l := range set.Layers {
-						if which == 0 {
+						k, kt := name, tabs
+						if which == 0 && base != "" {
+							k, kt = base, baseTabs
+						} else if which == 0 {
 							old.Prepare(l, acts)
 							pool.Run(func(wk int) {
 								lo, hi := kbench.Split(ly.RowBlocks(), threads, wk)
@@ -98,12 +115,12 @@ func TestInt1PanelTime(t *testing.T) {
 							})
 							continue
 						}
-						if tabs {
+						if kt {
 							kernels.Int1BuildTabs(xi, T, ly.Kp, tab)
 						}
 						pool.Run(func(wk int) {
 							lo, hi := kbench.Split(ly.Panels(), threads, wk)
-							kernels.Int1PanelTime(name, l, xb, tab, lo, hi, sums[wk], accs[wk])
+							kernels.Int1PanelTime(k, l, xb, tab, lo, hi, sums[wk], accs[wk])
 						})
 					}
 					wall, ok := tr.Stop(threads)
@@ -126,8 +143,8 @@ func TestInt1PanelTime(t *testing.T) {
 			slices.Sort(to)
 			slices.Sort(tn)
 			slices.Sort(ratios)
-			fmt.Printf("%s T%d threads %d, %d clean rounds of %d: old %s median %.1f GB/s (%.1f-%.1f); %s median %.1f (%.1f-%.1f); ratio of medians %.3f, median ratio %.3f (%.3f-%.3f)\n",
-				shs, T, threads, n, rounds, old.Name(), to[n/2], to[0], to[n-1], name, tn[n/2], tn[0], tn[n-1],
+			fmt.Printf("%s T%d threads %d, %d clean rounds of %d: base %s median %.1f GB/s (%.1f-%.1f); %s median %.1f (%.1f-%.1f); ratio of medians %.3f, median ratio %.3f (%.3f-%.3f)\n",
+				shs, T, threads, n, rounds, oldName, to[n/2], to[0], to[n-1], name, tn[n/2], tn[0], tn[n-1],
 				tn[n/2]/to[n/2], ratios[n/2], ratios[0], ratios[n-1])
 		}
 		set.Free()

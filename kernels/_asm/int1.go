@@ -85,6 +85,8 @@ func (k int1Consts) table(x Mem, t, out VecPhysical) {
 	VPERMW(out, k.dup, out)
 }
 
+var int1Quint bool
+
 // genInt1Panels writes the int1 panel kernels and the tabInt1Z builder.
 func genInt1Panels() {
 	int1Tables()
@@ -95,6 +97,13 @@ func genInt1Panels() {
 	genInt1PanelNamed("int1PanelT2AVX512PF", 2, int1TabsRegs, true)
 	genInt1PanelNamed("int1PanelT2AVX512Mem", 2, int1TabsMem, true)
 	genInt1PanelNamed("int1PanelT2AVX512Stk", 2, int1TabsStack, true)
+	genInt1PanelPF("int1PanelT3AVX512TP", 3, int1TabsMem, panelAheadT1, true)
+	genInt1PanelPF("int1PanelT4AVX512TP", 4, int1TabsMem, panelAheadT1, true)
+	int1Quint = true
+	genInt1PanelPF("int1PanelT1AVX512Q", 1, int1TabsRegs, 0, false)
+	genInt1PanelPF("int1PanelT2AVX512Q", 2, int1TabsRegs, panelAheadT1, false)
+	genInt1PanelPF("int1PanelT4AVX512Q", 4, int1TabsMem, panelAheadT1, false)
+	int1Quint = false
 	for T := 3; T <= 4; T++ {
 		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512", T), T, int1TabsMem, true)
 		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512Stk", T), T, int1TabsStack, true)
@@ -104,6 +113,10 @@ func genInt1Panels() {
 // genInt1PanelNamed writes an int1 panel kernel of T tokens whose tables come from tabs;
 // pf: prefetch the weights panelAheadT1 ahead into L2.
 func genInt1PanelNamed(name string, T int, tabs int1Tabs, pf bool) {
+	genInt1PanelPF(name, T, tabs, map[bool]int{true: panelAheadT1}[pf], false)
+}
+
+func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 	var a GPVirtual
 	var frame Mem
 	if tabs == int1TabsStack {
@@ -135,11 +148,19 @@ func genInt1PanelNamed(name string, T int, tabs int1Tabs, pf bool) {
 	}
 	d := p.getn(2)
 	v, c := p.get(), p.get()
+	var qx VecPhysical
+	if int1Quint {
+		qx = p.get()
+	}
 
 	w0, nb := ld(a, iW), ld(a, iBlocks)
 	var xp GPVirtual   // token 0's activations of the block
 	var xs GPVirtual   // XStride
 	var tp []GPVirtual // token t's tables of the block (int1TabsMem)
+	var tpf GPVirtual // tabPF: the row block's table line ahead, 64 bytes a row block
+	if tabPF {
+		tpf = GP64()
+	}
 	switch tabs {
 	case int1TabsMem:
 		tp = make([]GPVirtual, T)
@@ -219,10 +240,19 @@ func genInt1PanelNamed(name string, T int, tabs int1Tabs, pf bool) {
 		MOVQ(at(a, iSums), sp)
 		MOVQ(at(a, iAcc), ap)
 		MOVQ(at(a, iNRB), n)
+		if tabPF {
+			XORQ(tpf, tpf)
+		}
 		Label(lbl)
-		if pf {
-			PREFETCHT1(at(w, panelAheadT1))
-			PREFETCHT1(at(w, panelAheadT1+64))
+		if tabPF {
+			for t := range tp {
+				PREFETCHT0(Mem{Base: tp[t], Index: tpf, Scale: 1, Disp: int1TabBlock})
+			}
+			ADDQ(U8(64), tpf)
+		}
+		if pf > 0 {
+			PREFETCHT1(at(w, pf))
+			PREFETCHT1(at(w, pf+64))
 		}
 		kk := 0
 		look := func(q int, ix VecPhysical) {
@@ -247,12 +277,30 @@ func genInt1PanelNamed(name string, T int, tabs int1Tabs, pf bool) {
 				VPADDW(r, ch, ch)
 			}
 		}
-		for h := 0; h < 2; h++ {
-			VMOVDQU64(at(w, 64*h), v)
-			look(4*h, v)
-			for f := 1; f < 4; f++ {
-				VPSRLW(U8(4*f), v, c)
-				look(4*h+f, c)
+		if int1Quint { // TIMING ONLY: 5-bit fields, 7 lookups (wrong results)
+			VMOVDQU64(at(w, 0), v)
+			look(0, v)
+			VPSRLW(U8(5), v, c)
+			look(1, c)
+			VPSRLW(U8(10), v, c)
+			look(2, c)
+			VMOVDQU64(at(w, 64), qx)
+			look(4, qx)
+			VPSRLW(U8(5), qx, c)
+			look(5, c)
+			VPSRLW(U8(10), qx, c)
+			look(6, c)
+			VPSRLW(U8(15), qx, c)
+			VPSHLDW(U8(1), v, c, c)
+			look(3, c)
+		} else {
+			for h := 0; h < 2; h++ {
+				VMOVDQU64(at(w, 64*h), v)
+				look(4*h, v)
+				for f := 1; f < 4; f++ {
+					VPSRLW(U8(4*f), v, c)
+					look(4*h+f, c)
+				}
 			}
 		}
 		for t := 0; t < T; t++ {
