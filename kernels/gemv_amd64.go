@@ -341,85 +341,41 @@ func tl2PanelT3AVX512(a *byte)
 //go:noescape
 func tl2PanelT4AVX512(a *byte)
 
-// buildInt1TabZAVX512 doc
-//
-//go:noescape
-func buildInt1TabZAVX512(x *int8, n int, dst *byte)
-
-// int1PanelT1AVX512 doc
+// int1PanelT1AVX512 is the int1 GEMV of 1 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each
+// quad's code up in the quad's table (int1.go), builds its tables in registers once a block, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// Against the kernels/8 kernel (DRAM, medians): TODO
 //
 //go:noescape
 func int1PanelT1AVX512(a *byte)
 
-// int1PanelT1AVX512PF doc
-//
-//go:noescape
-func int1PanelT1AVX512PF(a *byte)
-
-// int1PanelT2AVX512 doc
+// int1PanelT2AVX512 is the int1 GEMV of 2 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each
+// quad's code up in the quad's table (int1.go), builds its tables in registers and prefetches the weights 8 KiB ahead into L2 once a block, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// Against the kernels/8 kernel (DRAM, medians): TODO
 //
 //go:noescape
 func int1PanelT2AVX512(a *byte)
 
-// int1PanelT2AVX512PF doc
-//
-//go:noescape
-func int1PanelT2AVX512PF(a *byte)
-
-// int1PanelT2AVX512Mem doc
-//
-//go:noescape
-func int1PanelT2AVX512Mem(a *byte)
-
-// int1PanelT2AVX512Stk doc
-//
-//go:noescape
-func int1PanelT2AVX512Stk(a *byte)
-
-// int1PanelT3AVX512TP doc
-//
-//go:noescape
-func int1PanelT3AVX512TP(a *byte)
-
-// int1PanelT4AVX512TP doc
-//
-//go:noescape
-func int1PanelT4AVX512TP(a *byte)
-
-// int1PanelT1AVX512Q doc
-//
-//go:noescape
-func int1PanelT1AVX512Q(a *byte)
-
-// int1PanelT2AVX512Q doc
-//
-//go:noescape
-func int1PanelT2AVX512Q(a *byte)
-
-// int1PanelT4AVX512Q doc
-//
-//go:noescape
-func int1PanelT4AVX512Q(a *byte)
-
-// int1PanelT3AVX512 doc
+// int1PanelT3AVX512 is the int1 GEMV of 3 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each
+// quad's code up in the quad's table (int1.go), builds its tables into its frame (1600 bytes) and prefetches the weights 8 KiB ahead into L2 once a block, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// Against the kernels/8 kernel (DRAM, medians): TODO
 //
 //go:noescape
 func int1PanelT3AVX512(a *byte)
 
-// int1PanelT3AVX512Stk doc
-//
-//go:noescape
-func int1PanelT3AVX512Stk(a *byte)
-
-// int1PanelT4AVX512 doc
+// int1PanelT4AVX512 is the int1 GEMV of 4 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each
+// quad's code up in the quad's table (int1.go), builds its tables into its frame (2112 bytes) and prefetches the weights 8 KiB ahead into L2 once a block, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// Against the kernels/8 kernel (DRAM, medians): TODO
 //
 //go:noescape
 func int1PanelT4AVX512(a *byte)
-
-// int1PanelT4AVX512Stk doc
-//
-//go:noescape
-func int1PanelT4AVX512Stk(a *byte)
 
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //

@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -12,56 +11,40 @@ import (
 	"bitgo/quantcfg"
 )
 
-// int1PanelKernel is an int1 panel kernel under test: T tokens; tabs: it reads tabInt1Z
-// tables at Tab (else it builds its own from X).
+// int1PanelKernel is an int1 panel kernel under test, of T tokens.
 type int1PanelKernel struct {
 	name string
 	fn   func(*byte)
 	T    int
-	tabs bool
 }
 
-func int1PanelKernels() []int1PanelKernel {
-	return []int1PanelKernel{
-		{"int1PanelT1AVX512", int1PanelT1AVX512, 1, false},
-		{"int1PanelT1AVX512PF", int1PanelT1AVX512PF, 1, false},
-		{"int1PanelT2AVX512", int1PanelT2AVX512, 2, false},
-		{"int1PanelT2AVX512PF", int1PanelT2AVX512PF, 2, false},
-		{"int1PanelT2AVX512Mem", int1PanelT2AVX512Mem, 2, true},
-		{"int1PanelT2AVX512Stk", int1PanelT2AVX512Stk, 2, false},
-		{"int1PanelT3AVX512", int1PanelT3AVX512, 3, true},
-		{"int1PanelT3AVX512Stk", int1PanelT3AVX512Stk, 3, false},
-		{"int1PanelT4AVX512", int1PanelT4AVX512, 4, true},
-		{"int1PanelT4AVX512Stk", int1PanelT4AVX512Stk, 4, false},
-		{"int1PanelT3AVX512TP", int1PanelT3AVX512TP, 3, true},
-		{"int1PanelT4AVX512TP", int1PanelT4AVX512TP, 4, true},
-	}
+var int1PanelKernels = []int1PanelKernel{
+	{"int1PanelT1AVX512", int1PanelT1AVX512, 1}, {"int1PanelT2AVX512", int1PanelT2AVX512, 2},
+	{"int1PanelT3AVX512", int1PanelT3AVX512, 3}, {"int1PanelT4AVX512", int1PanelT4AVX512, 4},
 }
 
-// int1Run holds a case's activations and tables as a kernel call reads them: token t's
-// biased activations xs bytes apart (not Kp: the stride is the call's own), its tabInt1Z
-// tables ts bytes apart.
+// int1Run holds a case's biased activations as a kernel call reads them: token t's xs bytes
+// apart (not Kp: the stride is the call's own).
 type int1Run struct {
-	xb, tab []byte
-	xs, ts  int
+	xb []byte
+	xs int
 }
 
 func newInt1Run(c *int1PanelCase) *int1Run {
 	kp := c.l.Kp
-	r := &int1Run{xs: kp + 96, ts: 16*kp + 192}
+	r := &int1Run{xs: kp + 96}
 	r.xb = make([]byte, r.xs*c.T)
-	r.tab = make([]byte, r.ts*c.T)
 	for t := range c.T {
 		copy(r.xb[t*r.xs:], c.xb[t*kp:][:kp])
-		buildInt1TabZGeneric(c.x[t*kp:][:kp], r.tab[t*r.ts:][:16*kp])
 	}
 	return r
 }
 
 // checkInt1Panel runs kernel k and int1PanelGeneric on row blocks [rb0, rb1) (one panel) and
 // blocks [b0, b1) of case c with a sums stride of sstride bytes, sums pre-filled with random
-// values, and holds every byte of the sums (the gaps between row blocks too) and of the
-// scratch past Acc's [NRB][T][32] to the reference's.
+// values, and holds every int32 of the sums (the gaps between row blocks too) to the
+// reference's, and the scratch past Acc's [NRB][T][32] to what it held. Tab is nil: the
+// kernels build their tables from X.
 func checkInt1Panel(t *testing.T, rng *rand.Rand, k int1PanelKernel, c *int1PanelCase, r *int1Run, rb0, rb1, b0, b1, sstride int) {
 	t.Helper()
 	T, nrb := c.T, rb1-rb0
@@ -78,7 +61,6 @@ func checkInt1Panel(t *testing.T, rng *rand.Rand, k int1PanelKernel, c *int1Pane
 	}
 	a := c.args(rb0, rb1, b0, b1, sstride, got, acc)
 	a.X, a.XStride = unsafe.Pointer(&r.xb[32*b0]), r.xs
-	a.Tab, a.TabStride = unsafe.Pointer(&r.tab[int1TabBytesBlock*b0]), r.ts
 	ref := *a
 	ref.Sums = unsafe.Pointer(&want[0])
 	k.fn(argp(a))
@@ -96,9 +78,6 @@ func checkInt1Panel(t *testing.T, rng *rand.Rand, k int1PanelKernel, c *int1Pane
 		}
 	}
 }
-
-// int1TabBytesBlock is one token's tabInt1Z bytes of one block (8 quads).
-const int1TabBytesBlock = 8 * 64
 
 // int1ExtremeCase is a case whose activations are all -128 (or, in every third block,
 // 127) and whose rows are all -1, all +1 or random in turn: row sums of 4096 a block in
@@ -143,7 +122,7 @@ func TestInt1PanelAVX512(t *testing.T) {
 		t.Skip("no AVX-512 (VNNI, BW, VBMI)")
 	}
 	rng := rand.New(rand.NewPCG(31, 31))
-	for _, k := range int1PanelKernels() {
+	for _, k := range int1PanelKernels {
 		T := k.T
 		// whole panels, every block
 		for _, sh := range [][2]int{{32, 32}, {20, 45}, {70, 300}, {1100, 45}, {2081, 96}, {3000, 232}, {1056, 1000}} {
@@ -186,7 +165,7 @@ func TestInt1PanelBlocksZero(t *testing.T) {
 	if !ISAAvailable(ISAAVX512) {
 		t.Skip("no AVX-512 (VNNI, BW, VBMI)")
 	}
-	for _, k := range int1PanelKernels() {
+	for _, k := range int1PanelKernels {
 		c := newInt1PanelCase(t, 100, 64, k.T, 1)
 		r := newInt1Run(c)
 		sums := make([]int32, 4*32*k.T)
@@ -198,7 +177,7 @@ func TestInt1PanelBlocksZero(t *testing.T) {
 			acc[i] = int16(i)
 		}
 		a := c.args(0, 4, 1, 1, 0, sums, acc)
-		a.X, a.XStride, a.Tab, a.TabStride = unsafe.Pointer(&r.xb[32]), r.xs, unsafe.Pointer(&r.tab[int1TabBytesBlock]), r.ts
+		a.X, a.XStride = unsafe.Pointer(&r.xb[32]), r.xs
 		k.fn(argp(a))
 		for i := range sums {
 			if sums[i] != int32(i*7-3) {
@@ -213,111 +192,39 @@ func TestInt1PanelBlocksZero(t *testing.T) {
 	}
 }
 
-// TestBuildInt1TabZAVX512 holds buildInt1TabZAVX512 to buildInt1TabZGeneric byte for byte,
-// every quad count from 0 to 40 and longer, random activations and the extremes -128 and
-// 127, and checks that it writes nothing past its n/4 tables.
-func TestBuildInt1TabZAVX512(t *testing.T) {
-	if !ISAAvailable(ISAAVX512) {
-		t.Skip("no AVX-512 (VNNI, BW, VBMI)")
-	}
-	rng := rand.New(rand.NewPCG(7, 7))
-	for _, quads := range append([]int{0, 1, 2, 3, 4, 5, 7, 8, 9, 31, 40}, 448, 3584) {
-		for rep := range 3 {
-			x := make([]int8, 4*quads+4)
-			for i := range x {
-				x[i] = int8(rng.IntN(256) - 128)
-				switch rep {
-				case 1:
-					x[i] = -128
-				case 2:
-					x[i] = []int8{-128, 127}[rng.IntN(2)]
-				}
-			}
-			got, want := make([]byte, 64*quads+64), make([]byte, 64*quads+64)
-			for i := range got {
-				got[i], want[i] = 0xEE, 0xEE
-			}
-			buildInt1TabZGeneric(x[:4*quads], want)
-			buildInt1TabZAVX512(&x[0], 4*quads, &got[0])
-			for i := range got {
-				if got[i] != want[i] {
-					q, e := i/64, i%64/2
-					t.Fatalf("%d quads, rep %d: byte %d (quad %d entry %d): %d, want %d", quads, rep, i, q, e,
-						int16(binary.LittleEndian.Uint16(got[i&^1:])), int16(binary.LittleEndian.Uint16(want[i&^1:])))
-				}
-			}
-		}
+// Int1PanelTime runs int1PanelT<T>AVX512 over row blocks [rb0, rb1) of l, a call for each
+// panel's share, for the timing test in int1panel_time_test.go (timing only: any blob): xb
+// holds the tokens' biased activations Kp bytes apart, sums [32*Int1Panel][T][32] and acc
+// [Int1Panel][T][32] are scratch.
+func Int1PanelTime(T int, l *Layer, xb []byte, rb0, rb1 int, sums []int32, acc []int16) {
+	fn := int1PanelKernels[T-1].fn
+	for rb := rb0; rb < rb1; {
+		p0, g := l.Layout.Panel(rb / l.Layout.PanelRows())
+		end := min(rb1, p0+g)
+		off, stride := l.Layout.BlockAt(rb, 0)
+		a := int1Args{W: unsafe.Pointer(&l.Data[off]), NRB: end - rb, BStride: stride, Blocks: l.Layout.Kp / 32,
+			X: unsafe.Pointer(&xb[0]), XStride: l.Layout.Kp,
+			Sums: unsafe.Pointer(&sums[0]), SStride: 128 * T, Acc: unsafe.Pointer(&acc[0])}
+		fn(argp(&a))
+		rb = end
 	}
 }
-
-// Int1PanelTime runs the int1 panel kernel name over panels [p0, p1) of l, for the timing
-// test in int1panel_time_test.go (timing only: any blob): xb holds the tokens' biased
-// activations Kp bytes apart, tab their tabInt1Z tables 16*Kp bytes apart (the kernels that
-// read tables; Int1BuildTabs), sums [32*Int1Panel][T][32] and acc [Int1Panel][T][32] are
-// scratch. It reports false for an unknown name.
-func Int1PanelTime(name string, l *Layer, xb, tab []byte, p0, p1 int, sums []int32, acc []int16) bool {
-	k, ok := int1TimeKernels[name]
-	if !ok {
-		return false
-	}
-	nb := l.Layout.Kp / 32
-	for p := p0; p < p1; p++ {
-		rb0, g := l.Layout.Panel(p)
-		off, stride := l.Layout.BlockAt(rb0, 0)
-		a := int1Args{W: unsafe.Pointer(&l.Data[off]), NRB: g, BStride: stride, Blocks: nb,
-			X: unsafe.Pointer(&xb[0]), XStride: l.Layout.Kp, Tab: unsafe.Pointer(&tab[0]), TabStride: 16 * l.Layout.Kp,
-			Sums: unsafe.Pointer(&sums[0]), SStride: 128 * k.T, Acc: unsafe.Pointer(&acc[0])}
-		k.fn(argp(&a))
-	}
-	return true
-}
-
-// Int1PanelTokens is the tokens of int1 panel kernel name, and whether it reads tables.
-func Int1PanelTokens(name string) (T int, tabs bool) {
-	k := int1TimeKernels[name]
-	return k.T, k.tabs
-}
-
-// Int1BuildTabs writes the tabInt1Z tables of T tokens' activations x (Kp apart) to tab,
-// 16*Kp bytes apart (buildInt1TabZAVX512).
-func Int1BuildTabs(x []int8, T, kp int, tab []byte) {
-	for t := range T {
-		buildInt1TabZAVX512(&x[t*kp], kp, &tab[16*kp*t])
-	}
-}
-
-var int1TimeKernels = func() map[string]int1PanelKernel {
-	m := map[string]int1PanelKernel{}
-	for _, k := range append(int1PanelKernels(), int1PanelKernel{"int1PanelT1AVX512Q", int1PanelT1AVX512Q, 1, false},
-		int1PanelKernel{"int1PanelT2AVX512Q", int1PanelT2AVX512Q, 2, false}, int1PanelKernel{"int1PanelT4AVX512Q", int1PanelT4AVX512Q, 4, true}) {
-		m[k.name] = k
-	}
-	return m
-}()
 
 // BenchmarkInt1Panel: the int1 panel kernels cache-resident (one panel of 32 row blocks,
-// K = 2560: 320 KiB of weights, in L2), the tables built once a call where a kernel reads
-// them.
+// K = 2560: 320 KiB of weights, in L2).
 func BenchmarkInt1Panel(b *testing.B) {
 	if !ISAAvailable(ISAAVX512) {
 		b.Skip("no AVX-512 (VNNI, BW, VBMI)")
 	}
-	for _, k := range int1PanelKernels() {
+	for _, k := range int1PanelKernels {
 		b.Run(fmt.Sprintf("int1/1024x2560/%s", k.name), func(b *testing.B) {
 			c := newInt1PanelCase(&testing.T{}, 1024, 2560, k.T, 1)
-			r := newInt1Run(c)
 			sums := make([]int32, 32*32*k.T)
 			acc := make([]int16, 32*32*k.T)
 			a := c.args(0, 32, 0, 80, 0, sums, acc)
-			a.X, a.XStride, a.Tab, a.TabStride = unsafe.Pointer(&r.xb[0]), r.xs, unsafe.Pointer(&r.tab[0]), r.ts
 			b.SetBytes(int64(c.l.Bytes()))
 			b.ReportAllocs()
 			for b.Loop() {
-				if k.tabs {
-					for t := range k.T {
-						buildInt1TabZAVX512(&c.x[t*c.l.Kp], c.l.Kp, &r.tab[t*r.ts])
-					}
-				}
 				k.fn(argp(a))
 			}
 		})

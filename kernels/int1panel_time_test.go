@@ -16,30 +16,34 @@ import (
 	"bitgo/quantcfg"
 )
 
-// TestInt1PanelTime times int1 panel kernels against the int1 kernel the Layer API selects
-// for the same number of tokens, from DRAM (a working set of at least 1 GiB), in rounds
-// that alternate their order, in one process; timing only (the kernels read the same
-// blobs, whatever they hold). BITD_INT1_TIME=MxK,... sets the shapes; BITD_INT1_TIME_K the
-// kernels (comma-separated, int1PanelT<T>AVX512... each timed against the old kernel of T
-// tokens, or with BITD_INT1_TIME_VS=k2,... against the panel kernel k2 in the same place), BITD_INT1_TIME_THREADS the threads (1), BITD_INT1_TIME_ROUNDS the rounds (15); the figures are
-// over the rounds in which both ran with their CPUs throughout (kbench.Trial).
-// Panel kernels that read tables build them once a call (buildInt1TabZAVX512), timed.
+// TestInt1PanelTime times int1PanelT<T>AVX512 against the int1 kernel the Layer API
+// selects for T tokens, from DRAM (a working set of at least 1 GiB), in rounds that
+// alternate their order, in one process; timing only (both read the same blobs, whatever
+// they hold). BITD_INT1_TIME=MxK,... sets the shapes, BITD_INT1_TIME_TOKENS=1,2,... the
+// token counts, BITD_INT1_TIME_THREADS the threads (1), BITD_INT1_TIME_ROUNDS the rounds
+// (31). The figures are over the rounds in which both ran with their CPUs throughout
+// (kbench.Trial). The old kernel's time includes its activation preparation and its
+// epilogue; the panel kernel's neither. Both split the row blocks evenly between the
+// threads (the panel kernel a call for each panel's share).
 func TestInt1PanelTime(t *testing.T) {
 	env := os.Getenv("BITD_INT1_TIME")
 	if env == "" {
 		t.Skip("BITD_INT1_TIME not set")
 	}
-	threads, rounds := 1, 15
+	threads, rounds := 1, 31
 	if s := os.Getenv("BITD_INT1_TIME_THREADS"); s != "" {
 		threads, _ = strconv.Atoi(s)
 	}
 	if s := os.Getenv("BITD_INT1_TIME_ROUNDS"); s != "" {
 		rounds, _ = strconv.Atoi(s)
 	}
-	names := strings.Split(os.Getenv("BITD_INT1_TIME_K"), ",")
-	var vs []string
-	if s := os.Getenv("BITD_INT1_TIME_VS"); s != "" {
-		vs = strings.Split(s, ",")
+	var tokens []int
+	for _, s := range strings.Split(os.Getenv("BITD_INT1_TIME_TOKENS"), ",") {
+		T, err := strconv.Atoi(s)
+		if err != nil || T < 1 || T > 4 {
+			t.Fatalf("BITD_INT1_TIME_TOKENS: %q is not 1 to 4", s)
+		}
+		tokens = append(tokens, T)
 	}
 	pool := kbench.NewPool(threads)
 	defer pool.Close()
@@ -55,11 +59,8 @@ func TestInt1PanelTime(t *testing.T) {
 		ly := set.Layers[0].Layout
 		bytes := ly.Bytes()
 		rng := rand.New(rand.NewPCG(3, 4))
-		for i, name := range names {
-			T, tabs := kernels.Int1PanelTokens(name)
-			if T == 0 {
-				t.Fatalf("unknown kernel %q", name)
-			}
+		for _, T := range tokens {
+			name := fmt.Sprintf("int1PanelT%dAVX512", T)
 			x := make([]float32, T*sh.K)
 			for i := range x {
 				x[i] = rng.Float32() - 0.5
@@ -72,23 +73,10 @@ func TestInt1PanelTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			oldName := old.Name()
-			base := "" // a panel kernel in the old one's place
-			if vs != nil {
-				base = vs[i]
-				oldName = base
-				if T2, _ := kernels.Int1PanelTokens(base); T2 != T {
-					t.Fatalf("%s: not a panel kernel of %d tokens", base, T)
-				}
-			}
-			_, baseTabs := kernels.Int1PanelTokens(base)
-			xi := make([]int8, T*ly.Kp)
 			xb := make([]byte, T*ly.Kp)
-			for i := range xi {
-				xi[i] = int8(rng.IntN(256) - 128)
-				xb[i] = byte(xi[i]) ^ 0x80
+			for i := range xb {
+				xb[i] = byte(rng.Uint32())
 			}
-			tab := make([]byte, 16*ly.Kp*T)
 			outs := make([][]float32, threads)
 			sums := make([][]int32, threads)
 			accs := make([][]int16, threads)
@@ -104,10 +92,7 @@ func TestInt1PanelTime(t *testing.T) {
 				for _, which := range []int{round % 2, 1 - round%2} {
 					tr := kbench.StartTrial()
 					for _, l := range set.Layers {
-						k, kt := name, tabs
-						if which == 0 && base != "" {
-							k, kt = base, baseTabs
-						} else if which == 0 {
+						if which == 0 {
 							old.Prepare(l, acts)
 							pool.Run(func(wk int) {
 								lo, hi := kbench.Split(ly.RowBlocks(), threads, wk)
@@ -115,12 +100,9 @@ func TestInt1PanelTime(t *testing.T) {
 							})
 							continue
 						}
-						if kt {
-							kernels.Int1BuildTabs(xi, T, ly.Kp, tab)
-						}
 						pool.Run(func(wk int) {
-							lo, hi := kbench.Split(ly.Panels(), threads, wk)
-							kernels.Int1PanelTime(k, l, xb, tab, lo, hi, sums[wk], accs[wk])
+							lo, hi := kbench.Split(ly.RowBlocks(), threads, wk)
+							kernels.Int1PanelTime(T, l, xb, lo, hi, sums[wk], accs[wk])
 						})
 					}
 					wall, ok := tr.Stop(threads)
@@ -143,8 +125,8 @@ func TestInt1PanelTime(t *testing.T) {
 			slices.Sort(to)
 			slices.Sort(tn)
 			slices.Sort(ratios)
-			fmt.Printf("%s T%d threads %d, %d clean rounds of %d: base %s median %.1f GB/s (%.1f-%.1f); %s median %.1f (%.1f-%.1f); ratio of medians %.3f, median ratio %.3f (%.3f-%.3f)\n",
-				shs, T, threads, n, rounds, oldName, to[n/2], to[0], to[n-1], name, tn[n/2], tn[0], tn[n-1],
+			fmt.Printf("%s T%d threads %d, %d clean rounds of %d: old %s median %.1f GB/s (%.1f-%.1f); %s median %.1f (%.1f-%.1f); ratio of medians %.3f, median ratio %.3f (%.3f-%.3f)\n",
+				shs, T, threads, n, rounds, old.Name(), to[n/2], to[0], to[n-1], name, tn[n/2], tn[0], tn[n-1],
 				tn[n/2]/to[n/2], ratios[n/2], ratios[0], ratios[n-1])
 		}
 		set.Free()

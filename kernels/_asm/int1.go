@@ -16,31 +16,29 @@ const (
 
 // int1Flush is how many blocks a row's int16 sum takes before it is widened into Sums: a
 // block adds sum_k w*x over 32 inputs, at most 32*128 = 4096 in magnitude (every x = -128),
-// and 7*4096 = 28672 <= 32767 < 8*4096.
+// and 7*4096 = 28672 <= 32767 < 8*4096. (The widening is two vpmovsxwd and two vpaddd
+// into Sums against a store and a load of Acc; the most blocks int16 holds is also the
+// fewest widenings.)
 const int1Flush = 7
 
-// int1TabBlock is the bytes of one token's tabInt1Z tables of one block: 8 quads, 64 each.
+// int1BlockBytes is one row block's bytes of an int1 block (32 rows x 32 inputs).
+const int1BlockBytes = 128
+
+// int1TabBlock is the bytes of one token's tables of one block in the frame of the kernels
+// for three and four tokens: 8 quads, 64 bytes (32 words) each.
 const int1TabBlock = 8 * 64
 
-// int1Tabs is where an int1 panel kernel's tables of a block come from.
-type int1Tabs int
-
-const (
-	int1TabsRegs  int1Tabs = iota // built from X into registers, once a block
-	int1TabsMem                   // read from Tab (tabInt1Z, buildInt1TabZAVX512)
-	int1TabsStack                 // built from X once a block into the frame, read from there
-)
-
 // int1Consts are the registers of the table build from biased activations: a quad's four
-// bytes u_i = x_i+128 broadcast to every dword, vpdpbusd against pat (dword c: the four
-// signs of code c as bytes +-1) onto cst (dword c: -128 * the sum of code c's signs) gives
-// T_q[c] in dword c, and vpermw by dup (word e: 2*(e&15)) takes the dwords' low words twice
-// over: the tabInt1Z table.
+// bytes u_i = x_i+128 broadcast to every dword, vpdpbusd of them against pat (dword c: the
+// four signs of code c as bytes +-1) onto cst (dword c: -128 times the sum of code c's
+// signs) gives T_q[c] in dword c, and vpermw by dup (word e: 2*(e&15)) takes the dwords'
+// low words twice over: the quad's table as kernels/int1.go describes it (the tabInt1Z
+// layout of buildInt1TabZGeneric). Four instructions a table.
 type int1Consts struct{ pat, cst, dup VecPhysical }
 
-var int1PatM, int1CstM, int1DupM, int1X80M Mem
+var int1PatM, int1CstM, int1DupM Mem
 
-// int1Tables defines the constant tables of the int1 table build (once a file).
+// int1Tables defines the constant tables of int1Consts (once a file).
 func int1Tables() {
 	var patB []byte
 	var cstD []uint32
@@ -73,11 +71,11 @@ func (k int1Consts) load() {
 	VMOVDQU64(int1DupM, k.dup)
 }
 
-// table builds the tabInt1Z table of the quad whose biased activations are at x into out,
-// with t as scratch (t may be out).
+// table builds the table of the quad whose biased activations are at x into out, with t
+// (not out) as scratch.
 func (k int1Consts) table(x Mem, t, out VecPhysical) {
 	if t == out {
-		panic("int1Consts.table: t is out")
+		panic("int1Consts.table: scratch is out")
 	}
 	VPBROADCASTD(x, t)
 	VMOVDQA64(k.cst, out)
@@ -85,59 +83,86 @@ func (k int1Consts) table(x Mem, t, out VecPhysical) {
 	VPERMW(out, k.dup, out)
 }
 
-var int1Quint bool
-
-// genInt1Panels writes the int1 panel kernels and the tabInt1Z builder.
+// genInt1Panels writes int1PanelT1AVX512 to int1PanelT4AVX512 (genInt1Panel).
 func genInt1Panels() {
 	int1Tables()
-	genBuildInt1TabZ()
-	genInt1PanelNamed("int1PanelT1AVX512", 1, int1TabsRegs, false)
-	genInt1PanelNamed("int1PanelT1AVX512PF", 1, int1TabsRegs, true)
-	genInt1PanelNamed("int1PanelT2AVX512", 2, int1TabsRegs, false)
-	genInt1PanelNamed("int1PanelT2AVX512PF", 2, int1TabsRegs, true)
-	genInt1PanelNamed("int1PanelT2AVX512Mem", 2, int1TabsMem, true)
-	genInt1PanelNamed("int1PanelT2AVX512Stk", 2, int1TabsStack, true)
-	genInt1PanelPF("int1PanelT3AVX512TP", 3, int1TabsMem, panelAheadT1, true)
-	genInt1PanelPF("int1PanelT4AVX512TP", 4, int1TabsMem, panelAheadT1, true)
-	int1Quint = true
-	genInt1PanelPF("int1PanelT1AVX512Q", 1, int1TabsRegs, 0, false)
-	genInt1PanelPF("int1PanelT2AVX512Q", 2, int1TabsRegs, panelAheadT1, false)
-	genInt1PanelPF("int1PanelT4AVX512Q", 4, int1TabsMem, panelAheadT1, false)
-	int1Quint = false
-	for T := 3; T <= 4; T++ {
-		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512", T), T, int1TabsMem, true)
-		genInt1PanelNamed(fmt.Sprintf("int1PanelT%dAVX512Stk", T), T, int1TabsStack, true)
+	for T := 1; T <= 4; T++ {
+		genInt1Panel(T)
 	}
 }
 
-// genInt1PanelNamed writes an int1 panel kernel of T tokens whose tables come from tabs;
-// pf: prefetch the weights panelAheadT1 ahead into L2.
-func genInt1PanelNamed(name string, T int, tabs int1Tabs, pf bool) {
-	genInt1PanelPF(name, T, tabs, map[bool]int{true: panelAheadT1}[pf], false)
-}
-
-func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
+// genInt1Panel writes int1PanelT<T>AVX512, the int1 GEMV of T tokens over row blocks of one
+// panel of an int1 blob (layout kernels/9, kernels/int1.go; kernels.int1Args): block by
+// block, every row block of the call in turn, whose 128 bytes of the block follow one
+// another, so the weights stream in order. Once a block (and call) it builds the block's 8
+// quad tables of every token from the biased activations at X (int1Consts: four
+// instructions a table); then, for each row block, per plane one load and three shifts
+// (by 4, 8, 12) bring the four nibbles down, and each token looks every nibble up with a
+// vpermw (which reads the low five bits of each word: the table is there twice over, so
+// bit 4 does not matter) and adds it into int16 chains (four a token with one token, two
+// with more). A row block's int16 sums over up to int1Flush blocks wait in Acc between
+// blocks, then are widened into Sums (row block i's at Sums + i*SStride). No kernel reads
+// Tab.
+//
+// Where the tables live, and the prefetch, were chosen by measurement: the DRAM timing
+// test (kernels/int1panel_time_test.go: `flock /tmp/bench.lock env BITD_INT1_TIME=
+// 4096x14336,14336x4096,2560x2560 BITD_INT1_TIME_K=... go test ./kernels -run
+// Int1PanelTime -v`, a working set of at least 1 GiB, 31 rounds alternating their order in
+// one process, the rounds in which the process had its CPUs; 2-vCPU Zen 4 guest, shared),
+// the variants as scratch kernels (commit ffeffa2 of branch int1-a holds them). Figures are
+// the medians of the per-round ratios on 4096x14336, 14336x4096 and 2560x2560 in turn.
+//
+//   - One token (the prototype's design): the 8 tables in registers, no software prefetch.
+//     prefetcht1 8 KiB ahead against none: 0.99, 0.98, 1.04 at one thread, 0.94, 0.95,
+//     0.96 at two. It reads about what one thread reads from DRAM (29-30 GB/s on the 8B
+//     shapes); lookups of five bits (7 a block instead of 8, timing-only) gained nothing
+//     (1.01, 1.00).
+//   - Two tokens: the 16 tables in registers (27 of the 32 zmm), prefetcht1 panelAheadT1 (8
+//     KiB) ahead, two lines a row block. From two tokens on the kernel is bound by its
+//     vpermw and vpaddw (one zmm vpermw a cycle on Zen 4, 1.25 cycles a vpermw with its
+//     vpaddw, loops of independent operations), and the prefetch keeps the stream coming
+//     behind them: against none 1.28, 1.27, 1.25 (one thread), 1.17, 1.27, 1.15 (two); 4
+//     KiB ahead 0.95, 0.95, 0.94 of 8, 16 KiB 1.00, 1.00, 0.99. Tables in memory instead
+//     (tabInt1Z built once a call, vpermw from memory) 0.92, 0.94, 0.94 (one thread); built
+//     once a block into the frame (as three and four tokens do) 0.98, 0.97, 0.93 (two).
+//   - Three and four tokens: 24 or 32 tables do not fit beside the chains, so the block's
+//     tables are built once a block into the frame (512 bytes a token, 64-byte aligned) and
+//     each vpermw reads its table from there (L1); prefetcht1 8 KiB ahead as with two.
+//     Against tabInt1Z tables built once a call (buildInt1TabZAVX512, then read from L2/L3
+//     at each panel): three tokens 1.00, 0.99, 0.99 at one thread and 1.22, 1.09, 1.31 at
+//     two; four tokens 0.94 (then 1.01 in a later run), 0.95, 0.96 at one thread and 1.20,
+//     1.28, 1.29 at two (both threads read every table, which one wrote). Prefetching
+//     the tables of later blocks (prefetcht0, a line a row block) did not help (0.98-1.00);
+//     the prefetch distance did not matter (4 and 16 KiB 1.00-1.01 of 8, four tokens).
+//
+// Against the kernels/8 VNNI4 kernels (each over n tokens a call), see the figures in
+// int1PanelDoc. Left for later: five-bit fields (bits 0-4, 5-9 and 10-14 of each word
+// against 32-entry tables of five inputs, the two planes' bit 15 gathered into one more
+// lookup, 7 lookups a block instead of 8) read 1.08, 1.08 (two tokens) and 1.10, 1.10
+// (four) on 4096x14336 and 2560x2560 in a timing-only kernel that did the lookups but not
+// the dearer build of those tables.
+func genInt1Panel(T int) {
+	name := fmt.Sprintf("int1PanelT%dAVX512", T)
+	regs := T <= 2 // the tables in registers (else in the frame)
+	pf := T >= 2   // prefetcht1 panelAheadT1 ahead
 	var a GPVirtual
 	var frame Mem
-	if tabs == int1TabsStack {
-		a = fnAttr(name, 0, name+" doc")
-		frame = AllocLocal(int1TabBlock*T + 64)
+	if regs {
+		a = fn(name, int1PanelDoc(name, T)...)
 	} else {
-		a = fn(name, name+" doc")
+		a = fnAttr(name, 0, int1PanelDoc(name, T)...) // (a frame of 512*T+64 bytes)
+		frame = AllocLocal(int1TabBlock*T + 64)
 	}
 	p := newPool(true)
-	var treg [][]VecPhysical // [token][quad]: the block's tables (int1TabsRegs)
-	var k int1Consts
-	if tabs == int1TabsRegs {
+	var treg [][]VecPhysical // [token][quad]: the block's tables (regs)
+	if regs {
 		treg = make([][]VecPhysical, T)
 		for t := range treg {
 			treg[t] = p.getn(8)
 		}
 	}
-	if tabs != int1TabsMem {
-		k = int1Consts{p.get(), p.get(), p.get()}
-		k.load()
-	}
+	k := int1Consts{p.get(), p.get(), p.get()}
+	k.load()
 	nch := 4 // int16 chains a token
 	if T > 1 {
 		nch = 2
@@ -148,124 +173,70 @@ func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 	}
 	d := p.getn(2)
 	v, c := p.get(), p.get()
-	var qx VecPhysical
-	if int1Quint {
-		qx = p.get()
-	}
 
-	w0, nb := ld(a, iW), ld(a, iBlocks)
-	var xp GPVirtual   // token 0's activations of the block
-	var xs GPVirtual   // XStride
-	var tp []GPVirtual // token t's tables of the block (int1TabsMem)
-	var tpf GPVirtual // tabPF: the row block's table line ahead, 64 bytes a row block
-	if tabPF {
-		tpf = GP64()
+	w0, nb, xp := ld(a, iW), ld(a, iBlocks), ld(a, iX)
+	var xs, xs3 GPVirtual // XStride, 3*XStride
+	if T > 1 {
+		xs = ld(a, iXStride)
 	}
-	switch tabs {
-	case int1TabsMem:
-		tp = make([]GPVirtual, T)
-		for t := range tp {
-			tp[t] = ld(a, iTab)
-			if t > 0 {
-				ts := ld(a, iTabStride)
-				if t > 1 {
-					IMUL3Q(U8(t), ts, ts)
-				}
-				ADDQ(ts, tp[t])
-			}
-		}
-	default:
-		xp = ld(a, iX)
-		if T > 1 {
-			xs = ld(a, iXStride)
-		}
+	if T > 3 {
+		xs3 = GP64()
+		MOVQ(xs, xs3)
+		IMUL3Q(U8(3), xs3, xs3)
 	}
-	w, sp, ap, n, g := GP64(), GP64(), GP64(), GP64(), GP64()
-	TESTQ(nb, nb)
-	JZ(LabelRef(name + "_end"))
-	var sb GPVirtual // the frame's tables, 64-byte aligned (int1TabsStack)
-	if tabs == int1TabsStack {
-		sb = GP64()
-		LEAQ(frame, sb)
-		ADDQ(U8(63), sb)
-		ANDQ(I8(-64), sb)
-	}
-
 	// xq is token t's quad q's four biased activations of the block.
 	xq := func(t, q int) Mem {
 		switch t {
 		case 0:
 			return at(xp, 4*q)
-		case 1, 2:
-			return idx(xp, xs, uint8(t), 4*q)
-		}
-		return Mem{} // (T = 3 and 4 keep a register for 3*XStride: see below)
-	}
-	var xs3 GPVirtual
-	if T >= 4 && tabs != int1TabsMem {
-		xs3 = GP64()
-		MOVQ(xs, xs3)
-		IMUL3Q(U8(3), xs3, xs3)
-	}
-	xqm := func(t, q int) Mem {
-		if t == 3 {
+		case 3:
 			return idx(xp, xs3, 1, 4*q)
 		}
-		return xq(t, q)
+		return idx(xp, xs, uint8(t), 4*q)
+	}
+	w, sp, ap, n, g := GP64(), GP64(), GP64(), GP64(), GP64()
+	TESTQ(nb, nb)
+	JZ(LabelRef(name + "_end"))
+	var tb GPVirtual // the frame's tables, 64-byte aligned (!regs)
+	if !regs {
+		tb = GP64()
+		LEAQ(frame, tb)
+		ADDQ(U8(63), tb)
+		ANDQ(I8(-64), tb)
 	}
 
+	// block emits one block over the call's row blocks: load adds a row block's int16 sums
+	// so far from Acc, widen adds the block's into Sums (else they go to Acc).
 	block := func(lbl string, load, widen bool) {
-		switch tabs {
-		case int1TabsRegs:
-			i := 0
-			for t := 0; t < T; t++ {
-				for q := 0; q < 8; q++ {
-					tm := []VecPhysical{d[0], d[1], v, c}[i%4]
-					i++
-					k.table(xqm(t, q), tm, treg[t][q])
-				}
-			}
-		case int1TabsStack:
-			i := 0
-			for t := 0; t < T; t++ {
-				for q := 0; q < 8; q++ {
+		i := 0
+		for t := 0; t < T; t++ { // the block's tables (d, v and c are free here)
+			for q := 0; q < 8; q++ {
+				if regs {
+					k.table(xq(t, q), []VecPhysical{d[0], d[1], v, c}[i%4], treg[t][q])
+				} else {
 					tm, o := []VecPhysical{d[0], v}[i%2], []VecPhysical{d[1], c}[i%2]
-					i++
-					k.table(xqm(t, q), tm, o)
-					VMOVDQU64(o, at(sb, int1TabBlock*t+64*q))
+					k.table(xq(t, q), tm, o)
+					VMOVDQA64(o, at(tb, int1TabBlock*t+64*q))
 				}
+				i++
 			}
 		}
 		MOVQ(w0, w)
 		MOVQ(at(a, iSums), sp)
 		MOVQ(at(a, iAcc), ap)
 		MOVQ(at(a, iNRB), n)
-		if tabPF {
-			XORQ(tpf, tpf)
-		}
 		Label(lbl)
-		if tabPF {
-			for t := range tp {
-				PREFETCHT0(Mem{Base: tp[t], Index: tpf, Scale: 1, Disp: int1TabBlock})
-			}
-			ADDQ(U8(64), tpf)
-		}
-		if pf > 0 {
-			PREFETCHT1(at(w, pf))
-			PREFETCHT1(at(w, pf+64))
+		if pf {
+			PREFETCHT1(at(w, panelAheadT1))
+			PREFETCHT1(at(w, panelAheadT1+64))
 		}
 		kk := 0
 		look := func(q int, ix VecPhysical) {
 			for t := 0; t < T; t++ {
 				ch := chains[t][q%nch]
-				var tab Op
-				switch tabs {
-				case int1TabsRegs:
+				var tab Op = at(tb, int1TabBlock*t+64*q)
+				if regs {
 					tab = treg[t][q]
-				case int1TabsMem:
-					tab = at(tp[t], 64*q)
-				case int1TabsStack:
-					tab = at(sb, int1TabBlock*t+64*q)
 				}
 				if q < nch {
 					VPERMW(tab, ix, ch)
@@ -277,30 +248,12 @@ func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 				VPADDW(r, ch, ch)
 			}
 		}
-		if int1Quint { // TIMING ONLY: 5-bit fields, 7 lookups (wrong results)
-			VMOVDQU64(at(w, 0), v)
-			look(0, v)
-			VPSRLW(U8(5), v, c)
-			look(1, c)
-			VPSRLW(U8(10), v, c)
-			look(2, c)
-			VMOVDQU64(at(w, 64), qx)
-			look(4, qx)
-			VPSRLW(U8(5), qx, c)
-			look(5, c)
-			VPSRLW(U8(10), qx, c)
-			look(6, c)
-			VPSRLW(U8(15), qx, c)
-			VPSHLDW(U8(1), v, c, c)
-			look(3, c)
-		} else {
-			for h := 0; h < 2; h++ {
-				VMOVDQU64(at(w, 64*h), v)
-				look(4*h, v)
-				for f := 1; f < 4; f++ {
-					VPSRLW(U8(4*f), v, c)
-					look(4*h+f, c)
-				}
+		for h := 0; h < 2; h++ {
+			VMOVDQU64(at(w, 64*h), v)
+			look(4*h, v)
+			for f := 1; f < 4; f++ {
+				VPSRLW(U8(4*f), v, c)
+				look(4*h+f, c)
 			}
 		}
 		for t := 0; t < T; t++ {
@@ -317,7 +270,7 @@ func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 				VMOVDQU64(ch[0], at(ap, 64*t))
 				continue
 			}
-			l, l2 := d[0], d[1]
+			l, l2 := d[0], d[1] // (the lookups' registers are free here)
 			VPMOVSXWD(ch[0].AsY(), l)
 			VPADDD(at(sp, 128*t), l, l)
 			VMOVDQU32(l, at(sp, 128*t))
@@ -332,13 +285,7 @@ func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 		DECQ(n)
 		JNZ(LabelRef(lbl))
 		ADDQ(at(a, iBStride), w0)
-		if tabs == int1TabsMem {
-			for _, t := range tp {
-				ADDQ(U32(int1TabBlock), t)
-			}
-		} else {
-			ADDQ(U8(32), xp)
-		}
+		ADDQ(U8(32), xp)
 	}
 	int1Groups(name, nb, g, block)
 	Label(name + "_end")
@@ -346,16 +293,43 @@ func genInt1PanelPF(name string, T int, tabs int1Tabs, pf int, tabPF bool) {
 	RET()
 }
 
-// int1BlockBytes is one row block's bytes of an int1 block.
-const int1BlockBytes = 128
+// int1PanelDoc is the doc comment of int1PanelT<T>AVX512.
+func int1PanelDoc(name string, T int) []string {
+	tabs := "builds its tables in registers"
+	switch {
+	case T == 2:
+		tabs += " and prefetches the weights 8 KiB ahead into L2"
+	case T > 2:
+		tabs = fmt.Sprintf("builds its tables into its frame (%d bytes) and prefetches the weights 8 KiB ahead into L2", int1TabBlock*T+64)
+	}
+	return []string{
+		fmt.Sprintf("%s is the int1 GEMV of %d token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);", name, T),
+		"int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each",
+		fmt.Sprintf("quad's code up in the quad's table (int1.go), %s once a block, and keeps", tabs),
+		fmt.Sprintf("int16 sums in Acc over up to %d blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).", int1Flush),
+		int1Versus[T],
+	}
+}
+
+// int1Versus is, per token count, what int1PanelT<T>AVX512 read from DRAM against the
+// kernels/8 VNNI4 int1 kernel the Layer API selects for T tokens (avx512vnni/int1, which
+// reads any bytes at the same rate: timing only), 4096x14336, 14336x4096 and 2560x2560, one
+// and two threads, with the command of genInt1Panel's comment (31 rounds); the old
+// kernel's time includes its activation preparation and epilogue, the new one's neither.
+var int1Versus = map[int]string{
+	1: "Against the kernels/8 kernel (DRAM, medians): TODO",
+	2: "Against the kernels/8 kernel (DRAM, medians): TODO",
+	3: "Against the kernels/8 kernel (DRAM, medians): TODO",
+	4: "Against the kernels/8 kernel (DRAM, medians): TODO",
+}
 
 // int1Groups emits an int1 panel kernel's loop over nb (a register, counted down) blocks in
 // groups of up to int1Flush: block(label, load, widen) emits one block, load when an
-// earlier block of the group left its int16 sums in Acc, widen at the group's last block.
-// (panelGroups with int1Flush.)
+// earlier block of the group left its int16 sums in Acc, widen at the group's last block
+// (panelGroups, with int1Flush).
 func int1Groups(name string, nb, g Register, block func(lbl string, load, widen bool)) {
 	Label(name + "_grp")
-	MOVQ(nb, g)
+	MOVQ(nb, g) // g = min(nb, int1Flush) blocks in this group
 	CMPQ(g, U8(int1Flush))
 	JLE(LabelRef(name + "_g"))
 	MOVQ(U32(int1Flush), g)
@@ -379,53 +353,4 @@ func int1Groups(name string, nb, g Register, block func(lbl string, load, widen 
 	Label(name + "_next")
 	TESTQ(nb, nb)
 	JNZ(LabelRef(name + "_grp"))
-}
-
-// genBuildInt1TabZ writes buildInt1TabZAVX512(x, n, dst): the tabInt1Z tables of the n
-// inputs at x (n a multiple of 4), 64 bytes a quad.
-func genBuildInt1TabZ() {
-	name := "buildInt1TabZAVX512"
-	header(name, NOSPLIT, "func(x *int8, n int, dst *byte)", name+" doc")
-	x, n, dst := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
-	p := newPool(true)
-	k := int1Consts{p.get(), p.get(), p.get()}
-	k.load()
-	x80 := p.get()
-	bcastByte(x80, 0x80)
-	t := p.getn(4)
-	o := p.getn(4)
-	SHRQ(U8(2), n) // quads
-	JZ(LabelRef(name + "_end"))
-	CMPQ(n, U8(4))
-	JB(LabelRef(name + "_one"))
-	Label(name + "_four")
-	for i := 0; i < 4; i++ {
-		VPBROADCASTD(at(x, 4*i), t[i])
-		VPXORD(x80, t[i], t[i])
-		VMOVDQA64(k.cst, o[i])
-		VPDPBUSD(k.pat, t[i], o[i])
-		VPERMW(o[i], k.dup, o[i])
-		VMOVDQU64(o[i], at(dst, 64*i))
-	}
-	ADDQ(U8(16), x)
-	ADDQ(U32(256), dst)
-	SUBQ(U8(4), n)
-	CMPQ(n, U8(4))
-	JAE(LabelRef(name + "_four"))
-	TESTQ(n, n)
-	JZ(LabelRef(name + "_end"))
-	Label(name + "_one")
-	VPBROADCASTD(at(x, 0), t[0])
-	VPXORD(x80, t[0], t[0])
-	VMOVDQA64(k.cst, o[0])
-	VPDPBUSD(k.pat, t[0], o[0])
-	VPERMW(o[0], k.dup, o[0])
-	VMOVDQU64(o[0], at(dst, 0))
-	ADDQ(U8(4), x)
-	ADDQ(U8(64), dst)
-	DECQ(n)
-	JNZ(LabelRef(name + "_one"))
-	Label(name + "_end")
-	VZEROUPPER()
-	RET()
 }
