@@ -24,7 +24,8 @@ import (
 // (31). The figures are over the rounds in which both ran with their CPUs throughout
 // (kbench.Trial). The old kernel's time includes its activation preparation and its
 // epilogue; the panel kernel's neither. Both split the row blocks evenly between the
-// threads (the panel kernel a call for each panel's share).
+// threads (the panel kernel a call for each panel's share), or with
+// BITD_INT1_TIME_SPLIT=panels the panel kernel whole panels.
 func TestInt1PanelTime(t *testing.T) {
 	env := os.Getenv("BITD_INT1_TIME")
 	if env == "" {
@@ -37,6 +38,7 @@ func TestInt1PanelTime(t *testing.T) {
 	if s := os.Getenv("BITD_INT1_TIME_ROUNDS"); s != "" {
 		rounds, _ = strconv.Atoi(s)
 	}
+	byPanel := os.Getenv("BITD_INT1_TIME_SPLIT") == "panels"
 	var tokens []int
 	for _, s := range strings.Split(os.Getenv("BITD_INT1_TIME_TOKENS"), ",") {
 		T, err := strconv.Atoi(s)
@@ -102,6 +104,10 @@ func TestInt1PanelTime(t *testing.T) {
 						}
 						pool.Run(func(wk int) {
 							lo, hi := kbench.Split(ly.RowBlocks(), threads, wk)
+							if byPanel {
+								lo, hi = kbench.Split(ly.Panels(), threads, wk)
+								lo, hi = lo*ly.PanelRows(), min(hi*ly.PanelRows(), ly.RowBlocks())
+							}
 							kernels.Int1PanelTime(T, l, xb, lo, hi, sums[wk], accs[wk])
 						})
 					}
