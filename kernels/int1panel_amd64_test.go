@@ -218,11 +218,25 @@ func BenchmarkInt1Panel(b *testing.B) {
 	}
 	for _, k := range int1PanelKernels {
 		b.Run(fmt.Sprintf("int1/1024x2560/%s", k.name), func(b *testing.B) {
-			c := newInt1PanelCase(&testing.T{}, 1024, 2560, k.T, 1)
+			l, err := NewLayout(quantcfg.Int1, 1024, 2560)
+			if err != nil {
+				b.Fatal(err)
+			}
+			blob, err := PackNew(quantcfg.Int1, 1024, 2560, RandomWeights(rand.New(rand.NewPCG(1, 1)), quantcfg.Int1, 1024, 2560, 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			xb := make([]byte, k.T*l.Kp)
+			for i := range xb {
+				xb[i] = byte(i * 37)
+			}
 			sums := make([]int32, 32*32*k.T)
 			acc := make([]int16, 32*32*k.T)
-			a := c.args(0, 32, 0, 80, 0, sums, acc)
-			b.SetBytes(int64(c.l.Bytes()))
+			_, stride := l.BlockAt(0, 0)
+			a := &int1Args{W: unsafe.Pointer(&blob[0]), NRB: 32, BStride: stride, Blocks: l.Kp / 32,
+				X: unsafe.Pointer(&xb[0]), XStride: l.Kp, Sums: unsafe.Pointer(&sums[0]), SStride: 128 * k.T,
+				Acc: unsafe.Pointer(&acc[0])}
+			b.SetBytes(int64(l.Bytes()))
 			b.ReportAllocs()
 			for b.Loop() {
 				k.fn(argp(a))

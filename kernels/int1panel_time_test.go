@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"bitgo/kernels"
 	"bitgo/kernels/kbench"
@@ -60,6 +61,9 @@ func TestInt1PanelTime(t *testing.T) {
 		}
 		ly := set.Layers[0].Layout
 		bytes := ly.Bytes()
+		all := unsafe.Slice(&set.Layers[0].Data[0], len(set.Layers)*bytes) // (NewSet's layers lie back to back)
+		rd, _ := kbench.ReadBandwidth(pool, all, 3)
+		fmt.Printf("%s threads %d: read %.1f GB/s (best of 3)\n", shs, threads, rd/1e9)
 		rng := rand.New(rand.NewPCG(3, 4))
 		for _, T := range tokens {
 			name := fmt.Sprintf("int1PanelT%dAVX512", T)

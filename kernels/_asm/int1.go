@@ -105,42 +105,57 @@ func genInt1Panels() {
 // Tab.
 //
 // Where the tables live, and the prefetch, were chosen by measurement: the DRAM timing
-// test (kernels/int1panel_time_test.go: `flock /tmp/bench.lock env BITD_INT1_TIME=
-// 4096x14336,14336x4096,2560x2560 BITD_INT1_TIME_K=... go test ./kernels -run
-// Int1PanelTime -v`, a working set of at least 1 GiB, 31 rounds alternating their order in
-// one process, the rounds in which the process had its CPUs; 2-vCPU Zen 4 guest, shared),
-// the variants as scratch kernels (commit ffeffa2 of branch int1-a holds them). Figures are
-// the medians of the per-round ratios on 4096x14336, 14336x4096 and 2560x2560 in turn.
+// test (kernels/int1panel_time_test.go, a working set of at least 1 GiB, 31 rounds that
+// alternate their order in one process, the rounds in which the process had its CPUs;
+// 2-vCPU Zen 4 guest, shared), run as `flock /tmp/bench.lock env
+// BITD_INT1_TIME=4096x14336,14336x4096,2560x2560 BITD_INT1_TIME_TOKENS=1,2,3,4
+// [BITD_INT1_TIME_THREADS=2 BITD_INT1_TIME_SPLIT=panels] go test ./kernels -run
+// Int1PanelTime -v`; the variants were scratch kernels, timed against each other in one
+// process by that test's version in commit ffeffa2 (branch int1-a; BITD_INT1_TIME_K and
+// BITD_INT1_TIME_VS), which holds them. Figures are the medians of the per-round ratios on
+// 4096x14336, 14336x4096 and 2560x2560 in turn.
 //
 //   - One token (the prototype's design): the 8 tables in registers, no software prefetch.
 //     prefetcht1 8 KiB ahead against none: 0.99, 0.98, 1.04 at one thread, 0.94, 0.95,
-//     0.96 at two. It reads about what one thread reads from DRAM (29-30 GB/s on the 8B
-//     shapes); lookups of five bits (7 a block instead of 8, timing-only) gained nothing
-//     (1.01, 1.00).
+//     0.96 at two. It reads about what one thread reads from DRAM there (28-30 GB/s
+//     against 30-31).
 //   - Two tokens: the 16 tables in registers (27 of the 32 zmm), prefetcht1 panelAheadT1 (8
-//     KiB) ahead, two lines a row block. From two tokens on the kernel is bound by its
-//     vpermw and vpaddw (one zmm vpermw a cycle on Zen 4, 1.25 cycles a vpermw with its
-//     vpaddw, loops of independent operations), and the prefetch keeps the stream coming
-//     behind them: against none 1.28, 1.27, 1.25 (one thread), 1.17, 1.27, 1.15 (two); 4
-//     KiB ahead 0.95, 0.95, 0.94 of 8, 16 KiB 1.00, 1.00, 0.99. Tables in memory instead
-//     (tabInt1Z built once a call, vpermw from memory) 0.92, 0.94, 0.94 (one thread); built
-//     once a block into the frame (as three and four tokens do) 0.98, 0.97, 0.93 (two).
+//     KiB) ahead, two lines a row block. From two tokens on the kernels are bound by their
+//     vpermw and vpaddw (a scratch loop of eight independent zmm vpermw: 0.27 ns each, one a
+//     cycle; with a vpaddw each 0.34 ns), and the prefetch keeps the stream coming behind
+//     them: against none 1.28, 1.27, 1.25 (one thread), 1.17, 1.27, 1.15 (two); 4 KiB ahead
+//     0.95, 0.95, 0.94 of 8, 16 KiB 1.00, 1.00, 0.99. Tables in memory instead (tabInt1Z,
+//     built once a call by an assembly builder, vpermw from memory) 0.92, 0.94, 0.94 (one
+//     thread); built once a block into the frame, as three and four tokens do, 0.98, 0.97,
+//     0.93 (two).
 //   - Three and four tokens: 24 or 32 tables do not fit beside the chains, so the block's
 //     tables are built once a block into the frame (512 bytes a token, 64-byte aligned) and
 //     each vpermw reads its table from there (L1); prefetcht1 8 KiB ahead as with two.
-//     Against tabInt1Z tables built once a call (buildInt1TabZAVX512, then read from L2/L3
-//     at each panel): three tokens 1.00, 0.99, 0.99 at one thread and 1.22, 1.09, 1.31 at
-//     two; four tokens 0.94 (then 1.01 in a later run), 0.95, 0.96 at one thread and 1.20,
-//     1.28, 1.29 at two (both threads read every table, which one wrote). Prefetching
-//     the tables of later blocks (prefetcht0, a line a row block) did not help (0.98-1.00);
-//     the prefetch distance did not matter (4 and 16 KiB 1.00-1.01 of 8, four tokens).
+//     Against tabInt1Z tables built once a call (then read from L2 or L3 at each panel):
+//     three tokens 1.00, 0.99, 0.99 at one thread and 1.22, 1.09, 1.31 at two; four tokens
+//     1.06 and 0.99, 0.95 and 0.98, 0.96 and 0.97 (two runs) at one thread and 1.20, 1.28,
+//     1.29 at two (both threads read every table, which one of them wrote). With tables in
+//     memory, prefetching later blocks' tables (prefetcht0, a line a row block) did not
+//     help (0.98-1.00), nor did the weights' prefetch distance matter (four tokens: 4 and 16
+//     KiB 1.00-1.01 of 8).
 //
-// Against the kernels/8 VNNI4 kernels (each over n tokens a call), see the figures in
-// int1PanelDoc. Left for later: five-bit fields (bits 0-4, 5-9 and 10-14 of each word
-// against 32-entry tables of five inputs, the two planes' bit 15 gathered into one more
-// lookup, 7 lookups a block instead of 8) read 1.08, 1.08 (two tokens) and 1.10, 1.10
-// (four) on 4096x14336 and 2560x2560 in a timing-only kernel that did the lookups but not
-// the dearer build of those tables.
+// From L2 (BenchmarkInt1Panel: one panel, K = 2560, one thread; `go test ./kernels -run
+// XXX -bench Int1Panel -count=3`) one to four tokens read 35.2-35.7, 19.7-20.1, 12.6-13.1
+// and 9.2-9.7 GB/s: from two tokens on as fast as from DRAM.
+//
+// Against the kernels/8 VNNI4 kernels (each over n tokens a call): int1Versus. Threads
+// should take whole panels: two threads that split a panel's row blocks between them
+// (2560x2560, 40 row blocks each, so each reads 1 or 3 KiB of every 4 KiB block of the
+// middle panel) ran the one-token kernel at 0.48x and 0.71x of the old one in two runs
+// (two to four tokens 1.11-1.16x, 1.22-1.30x, 1.28-1.30x), against 1.03-1.04x with whole
+// panels; prefetching each row block's lines in the blocks that hold the call's 8 KiB
+// ahead did not change that (0.76x).
+//
+// Left for later: five-bit fields (bits 0-4, 5-9 and 10-14 of each word against 32-entry
+// tables of five inputs, the two planes' bit 15 gathered into one more lookup: 7 lookups a
+// block instead of 8) read 1.08, 1.08 (two tokens) and 1.10, 1.10 (four) on 4096x14336
+// and 2560x2560 at one thread in a timing-only kernel that did the lookups but not the
+// dearer build of those tables; 1.01, 1.00 with one token.
 func genInt1Panel(T int) {
 	name := fmt.Sprintf("int1PanelT%dAVX512", T)
 	regs := T <= 2 // the tables in registers (else in the frame)
@@ -295,32 +310,35 @@ func genInt1Panel(T int) {
 
 // int1PanelDoc is the doc comment of int1PanelT<T>AVX512.
 func int1PanelDoc(name string, T int) []string {
-	tabs := "builds its tables in registers"
-	switch {
-	case T == 2:
-		tabs += " and prefetches the weights 8 KiB ahead into L2"
-	case T > 2:
-		tabs = fmt.Sprintf("builds its tables into its frame (%d bytes) and prefetches the weights 8 KiB ahead into L2", int1TabBlock*T+64)
+	tabs, pf := "in registers", "leaves the weights' prefetch to the hardware"
+	if T > 2 {
+		tabs = fmt.Sprintf("in its frame (%d bytes)", int1TabBlock*T+64)
+	}
+	if T > 1 {
+		pf = "prefetches the weights 8 KiB ahead into L2"
 	}
 	return []string{
 		fmt.Sprintf("%s is the int1 GEMV of %d token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);", name, T),
-		"int1PanelGeneric is its reference. It reads the biased activations at X (never Tab), looks each",
-		fmt.Sprintf("quad's code up in the quad's table (int1.go), %s once a block, and keeps", tabs),
+		"int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each",
+		fmt.Sprintf("block's quad tables (int1.go) from them once a block, %s; it %s, and keeps", tabs, pf),
 		fmt.Sprintf("int16 sums in Acc over up to %d blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).", int1Flush),
-		int1Versus[T],
+		int1Versus[T] + " (4096x14336, 14336x4096, 2560x2560; int1Versus)",
 	}
 }
 
 // int1Versus is, per token count, what int1PanelT<T>AVX512 read from DRAM against the
 // kernels/8 VNNI4 int1 kernel the Layer API selects for T tokens (avx512vnni/int1, which
-// reads any bytes at the same rate: timing only), 4096x14336, 14336x4096 and 2560x2560, one
-// and two threads, with the command of genInt1Panel's comment (31 rounds); the old
-// kernel's time includes its activation preparation and epilogue, the new one's neither.
+// reads any bytes at the same rate: timing only): the medians of the per-round ratios on
+// 4096x14336, 14336x4096 and 2560x2560, two runs of the command of genInt1Panel's comment
+// (a third at one thread for 14336x4096 with three and four tokens; 31 rounds each; the old kernel's time includes its activation preparation and its
+// epilogue, the new one's neither), at one thread and at two with whole panels a thread
+// (BITD_INT1_TIME_SPLIT=panels; 2560x2560's three panels split one and two). One thread
+// read 29.8-31.2 GB/s there; two 35-62, varying from minute to minute.
 var int1Versus = map[int]string{
-	1: "Against the kernels/8 kernel (DRAM, medians): TODO",
-	2: "Against the kernels/8 kernel (DRAM, medians): TODO",
-	3: "Against the kernels/8 kernel (DRAM, medians): TODO",
-	4: "Against the kernels/8 kernel (DRAM, medians): TODO",
+	1: "From DRAM against the kernels/8 kernel: 1.22-1.26x, 1.20-1.24x, 1.13-1.15x at one thread (28-30 GB/s); 1.04-1.29x, 1.04-1.05x, 1.03-1.04x at two.",
+	2: "From DRAM against the kernels/8 kernel: 1.37x, 1.37-1.38x, 1.38-1.39x at one thread (19 GB/s); 1.23-1.41x, 1.20-1.25x, 1.13-1.14x at two.",
+	3: "From DRAM against the kernels/8 kernel: 1.32x, 1.23-1.32x, 1.33-1.34x at one thread (12.3-12.6 GB/s); 1.31-1.33x, 1.24-1.32x, 1.08-1.13x at two.",
+	4: "From DRAM against the kernels/8 kernel: 1.32-1.33x, 1.22-1.32x, 1.30-1.32x at one thread (8.6-9.5 GB/s); 1.32-1.33x, 1.29-1.31x, 1.12-1.13x at two.",
 }
 
 // int1Groups emits an int1 panel kernel's loop over nb (a register, counted down) blocks in
