@@ -302,6 +302,42 @@ func tl2PanelT3AVX512(a *byte)
 //go:noescape
 func tl2PanelT4AVX512(a *byte)
 
+// int1PanelT1AVX512 is the int1 GEMV of 1 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in registers; it leaves the weights' prefetch to the hardware, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.22-1.26x, 1.20-1.24x, 1.13-1.15x at one thread (28-30 GB/s); 1.04-1.29x, 1.04-1.05x, 1.03-1.04x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT1AVX512(a *byte)
+
+// int1PanelT2AVX512 is the int1 GEMV of 2 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in registers; it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.37x, 1.37-1.38x, 1.38-1.39x at one thread (19 GB/s); 1.23-1.41x, 1.20-1.25x, 1.13-1.14x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT2AVX512(a *byte)
+
+// int1PanelT3AVX512 is the int1 GEMV of 3 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in its frame (1600 bytes); it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.32x, 1.23-1.32x, 1.33-1.34x at one thread (12.3-12.6 GB/s); 1.31-1.33x, 1.24-1.32x, 1.08-1.13x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT3AVX512(a *byte)
+
+// int1PanelT4AVX512 is the int1 GEMV of 4 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in its frame (2112 bytes); it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.32-1.33x, 1.22-1.32x, 1.30-1.32x at one thread (8.6-9.5 GB/s); 1.32-1.33x, 1.29-1.31x, 1.12-1.13x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT4AVX512(a *byte)
+
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape

@@ -212,6 +212,7 @@ func TestArgOffsets(t *testing.T) {
 	var am amxArgs
 	var av amxvArgs
 	var a2 amxv2Args
+	var i1 int1Args
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -272,6 +273,12 @@ func TestArgOffsets(t *testing.T) {
 		{"amxv2.Buf", unsafe.Offsetof(a2.Buf), 48}, {"amxv2.Cfg", unsafe.Offsetof(a2.Cfg), 56},
 		{"amxv2.NRB", unsafe.Offsetof(a2.NRB), 64}, {"amxv2.Tab", unsafe.Offsetof(a2.Tab), 72},
 		{"amxv2.PF", unsafe.Offsetof(a2.PF), 80},
+		{"int1.W", unsafe.Offsetof(i1.W), 0}, {"int1.NRB", unsafe.Offsetof(i1.NRB), 8},
+		{"int1.BStride", unsafe.Offsetof(i1.BStride), 16}, {"int1.Blocks", unsafe.Offsetof(i1.Blocks), 24},
+		{"int1.X", unsafe.Offsetof(i1.X), 32}, {"int1.XStride", unsafe.Offsetof(i1.XStride), 40},
+		{"int1.Tab", unsafe.Offsetof(i1.Tab), 48}, {"int1.TabStride", unsafe.Offsetof(i1.TabStride), 56},
+		{"int1.Sums", unsafe.Offsetof(i1.Sums), 64}, {"int1.SStride", unsafe.Offsetof(i1.SStride), 72},
+		{"int1.Acc", unsafe.Offsetof(i1.Acc), 80},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)

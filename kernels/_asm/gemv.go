@@ -163,6 +163,7 @@ func genGemv() {
 	for T := 1; T <= 4; T++ {
 		genTL2Panel(T)
 	}
+	genInt1Panels()
 	genGemvAVX2()
 	for T := 1; T <= 2; T++ {
 		genTL2PanelY(T)
