@@ -89,7 +89,8 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
 			o.kstep, o.gemvT, o.fused = 16, 8, true
 		case quantcfg.Int1:
-			o.int1Panel = gemv4(int1PanelGenericT(1), int1PanelGenericT(2), int1PanelGenericT(3), int1PanelGenericT(4))
+			// Every kernel builds a block's tables itself, from the biased activations.
+			o.int1Panel = gemv4(int1PanelT1AVX512, int1PanelT2AVX512, int1PanelT3AVX512, int1PanelT4AVX512)
 			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)

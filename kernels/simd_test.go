@@ -45,9 +45,8 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		for T := 1; T <= o.gemvT; T++ {
 			o.int1Panel[T] = int1PanelGenericT(T)
 		}
-		o.int1Tab1, o.int1Tab = tabInt1Y, tabInt1Y // (tables built as the kernels read them; the generic kernel reads X)
-		if z {
-			o.int1Tab1, o.int1Tab = tabNone, tabInt1Z
+		if !z { // (tables built as the AVX2 kernels read them; the generic kernel reads X)
+			o.int1Tab1, o.int1Tab = tabInt1Y, tabInt1Y
 		}
 	case quantcfg.Int8:
 		o.kstep = 4

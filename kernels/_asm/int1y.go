@@ -9,10 +9,7 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// Argument block offsets: kernels.int1Args.
-const (
-	iW, iNRB, iBStride, iBlocks, iX, iXStride, iTab, iTabStride, iSums, iSStride, iAcc = 0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80
-)
+// (Argument block offsets: int1.go's, kernels.int1Args.)
 
 // int1TabYBlock is the bytes of one block's tabInt1Y tables (kernels.int1TabYBlock): eight
 // quads' A and B planes (16 bytes each), then 8 words of the block's constant P.
