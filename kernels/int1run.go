@@ -78,15 +78,16 @@ func (k *simdKernel) runInt1(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 	}
 	kind := k.int1TabKind(n)
 	per := int1TabBytes(kind, ly.Kp)
-	if need := Int1Panel * nseg * gT * RowBlock; cap(tb.sums) < need {
+	G := ly.PanelRows()
+	if need := G * nseg * gT * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
-	if need := Int1Panel * gT * RowBlock; cap(tb.acc) < need {
+	if need := G * gT * RowBlock; cap(tb.acc) < need {
 		tb.acc = make([]int16, need)
 	}
 	ia, epi := &tb.ia, &tb.epi
 	for r0 := rb0; r0 < rb1; {
-		pr0, g := ly.Panel(r0 / Int1Panel)
+		pr0, g := ly.Panel(r0 / G)
 		r1 := min(rb1, pr0+g)
 		nr := r1 - r0
 		off, stride := ly.BlockAt(r0, 0)

@@ -133,7 +133,7 @@ type Layout struct {
 	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
 	// block within panels (panel-major tl2; RowBlockData gathers one).
 	RowBlockBytes int
-	// panel > 0: a panel-major blob, panels of up to panel row blocks: int1 (Int1Panel), or
+	// panel > 0: a panel-major blob, panels of up to panel row blocks: int1 (int1PanelRows), or
 	// tl2 (TL2Panel, or half the row blocks in two panels: tl2PanelRows; 16 in a kernels/5
 	// blob that Relayout reads); 0: chunk-major tl2, or any other format.
 	panel int
@@ -175,7 +175,7 @@ func NewLayout(f quantcfg.Format, m, k int) (Layout, error) {
 	case quantcfg.Int1:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 4 * l.Kp
-		l.panel = Int1Panel
+		l.panel = int1PanelRows(l.RowBlocks())
 	case quantcfg.Int8:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 32 * l.Kp
@@ -265,8 +265,8 @@ func (l Layout) Chunked() bool {
 // is tl2's.)
 func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.panel > 0 }
 
-// PanelRows is the most row blocks of a panel of a panel-major blob (int1: Int1Panel; tl2:
-// TL2Panel, or half its row blocks where it has two panels), 0 for any other.
+// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel or Int1Panel,
+// or half its row blocks where it has two panels), 0 for any other.
 func (l Layout) PanelRows() int { return l.panel }
 
 // interleaved reports whether the row blocks' streams are interleaved in the blob (tl1, tl2,

@@ -50,17 +50,20 @@ func TestChunkPieces(t *testing.T) {
 }
 
 // TestInt1Layout holds an int1 blob to int1.go's picture: every weight's bit where BlockAt
-// and the block's planes put it (panels of Int1Panel row blocks, a short last one, rows and
-// inputs past M and K padded with +1), in one panel and several.
+// and the block's planes put it (two panels below Int1TwoPanelRowBlocks row blocks, else
+// panels of Int1Panel and a short last one; rows and inputs past M and K padded with +1).
 func TestInt1Layout(t *testing.T) {
-	for _, c := range [][2]int{{40, 300}, {2081, 45}, {1024, 64}} {
-		m, k := c[0], c[1]
+	for _, c := range [][3]int{{40, 300, 1}, {2081, 45, 33}, {1024, 64, 16}, {3809, 40, 32}, {1, 1, 1}} {
+		m, k, P := c[0], c[1], c[2]
 		w, blob, l := packRandom(t, quantcfg.Int1, m, k, 7)
+		if l.PanelRows() != P {
+			t.Fatalf("%dx%d: panels of %d row blocks, want %d", m, k, l.PanelRows(), P)
+		}
 		for rb := range l.RowBlocks() {
-			p := rb / Int1Panel
+			p := rb / P
 			rb0, g := l.Panel(p)
 			off, stride := l.BlockAt(rb, 0)
-			if want := rb0*l.RowBlockBytes + int1BlockBytes*(rb-rb0); off != want || stride != int1BlockBytes*g || rb0 != Int1Panel*p {
+			if want := rb0*l.RowBlockBytes + int1BlockBytes*(rb-rb0); off != want || stride != int1BlockBytes*g || rb0 != P*p {
 				t.Fatalf("%dx%d row block %d: at %d stride %d, want %d and %d", m, k, rb, off, stride, want, int1BlockBytes*g)
 			}
 			for b := range l.Kp / 32 {

@@ -157,7 +157,7 @@ func TestRelayoutInt1(t *testing.T) {
 	for _, c := range [][2]int{{1, 1}, {40, 300}, {70, 64}, {1100, 96}, {2081, 45}} {
 		m, k := c[0], c[1]
 		w, blob, l := packRandom(t, quantcfg.Int1, m, k, 5)
-		if l.PanelRows() != Int1Panel || l.Panels() != (l.RowBlocks()+Int1Panel-1)/Int1Panel {
+		if g := int1PanelRows(l.RowBlocks()); l.PanelRows() != g || l.Panels() != (l.RowBlocks()+g-1)/g {
 			t.Fatalf("%dx%d: %d panels of %d", m, k, l.Panels(), l.PanelRows())
 		}
 		old := make([]byte, len(blob))

@@ -1251,14 +1251,14 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 // tl2PanelFlush is the most blocks the panel kernels add up in int16 (kernels/_asm).
 const tl2PanelFlush = 5
 
-// RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
+// RowGranule: a tl2 or int1 blob's panels (Granular), where the panel kernels sweep them; the GEMM
 // (useGemm) unpacks each row block on its own (unpackRB) and splits by row blocks.
 // By whole panels the GEMM's two workers took 128 and 88 of 6912x2560's 216 row blocks:
 // 128 tokens at two threads (one process, 7 rounds in turn) ran 0.87x as fast as the
 // chunk-major layout, by row blocks 0.97-0.99x.
 func (k *simdKernel) RowGranule(l *Layer, n int) int {
-	if l.Layout.Paneled() && k.ops.panel[1] != nil && !k.useGemm(l, n) {
-		return l.Layout.PanelRows()
+	if (l.Layout.Paneled() && k.ops.panel[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n) {
+		return l.Layout.PanelRows() // (int1: int1.go)
 	}
 	return 1
 }
