@@ -75,8 +75,8 @@ func TestInt1PanelGeneric(t *testing.T) {
 		nb := c.l.Kp / 32
 		for _, span := range [][4]int{{0, c.l.RowBlocks(), 0, nb}, {1, 2, 1, nb}, {0, 1, 0, 1}} {
 			rb0, rb1, b0, b1 := span[0], min(span[1], c.l.RowBlocks()), span[2], span[3]
-			if rb0/Int1Panel != (rb1-1)/Int1Panel {
-				rb1 = (rb0/Int1Panel + 1) * Int1Panel
+			if g := c.l.PanelRows(); rb0/g != (rb1-1)/g { // (one panel's)
+				rb1 = (rb0/g + 1) * g
 			}
 			sstride := 128*c.T + 64
 			sums := make([]int32, (rb1-rb0)*sstride/4)
