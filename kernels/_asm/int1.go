@@ -302,7 +302,7 @@ func genInt1Panel(T int) {
 		ADDQ(at(a, iBStride), w0)
 		ADDQ(U8(32), xp)
 	}
-	int1Groups(name, nb, g, block)
+	panelGroupsN(name, nb, g, int1Flush, nil, block)
 	Label(name + "_end")
 	VZEROUPPER()
 	RET()
@@ -339,36 +339,4 @@ var int1Versus = map[int]string{
 	2: "From DRAM against the kernels/8 kernel: 1.37x, 1.37-1.38x, 1.38-1.39x at one thread (19 GB/s); 1.23-1.41x, 1.20-1.25x, 1.13-1.14x at two.",
 	3: "From DRAM against the kernels/8 kernel: 1.32x, 1.23-1.32x, 1.33-1.34x at one thread (12.3-12.6 GB/s); 1.31-1.33x, 1.24-1.32x, 1.08-1.13x at two.",
 	4: "From DRAM against the kernels/8 kernel: 1.32-1.33x, 1.22-1.32x, 1.30-1.32x at one thread (8.6-9.5 GB/s); 1.32-1.33x, 1.29-1.31x, 1.12-1.13x at two.",
-}
-
-// int1Groups emits an int1 panel kernel's loop over nb (a register, counted down) blocks in
-// groups of up to int1Flush: block(label, load, widen) emits one block, load when an
-// earlier block of the group left its int16 sums in Acc, widen at the group's last block
-// (panelGroups, with int1Flush).
-func int1Groups(name string, nb, g Register, block func(lbl string, load, widen bool)) {
-	Label(name + "_grp")
-	MOVQ(nb, g) // g = min(nb, int1Flush) blocks in this group
-	CMPQ(g, U8(int1Flush))
-	JLE(LabelRef(name + "_g"))
-	MOVQ(U32(int1Flush), g)
-	Label(name + "_g")
-	SUBQ(g, nb)
-	CMPQ(g, U8(1))
-	JNE(LabelRef(name + "_first"))
-	block(name+"_only", false, true)
-	JMP(LabelRef(name + "_next"))
-	Label(name + "_first")
-	block(name+"_rb0", false, false)
-	DECQ(g)
-	Label(name + "_mid")
-	CMPQ(g, U8(1))
-	JE(LabelRef(name + "_last"))
-	block(name+"_rb1", true, false)
-	DECQ(g)
-	JMP(LabelRef(name + "_mid"))
-	Label(name + "_last")
-	block(name+"_rb2", true, true)
-	Label(name + "_next")
-	TESTQ(nb, nb)
-	JNZ(LabelRef(name + "_grp"))
 }

@@ -15,11 +15,6 @@ import (
 // quads' A and B planes (16 bytes each), then 8 words of the block's constant P.
 const int1TabYBlock = 272
 
-// int1PanelFlushY is how many blocks the AVX2 int1 panel kernels sum in int16 (in Acc)
-// before widening into Sums: a row's sum over a block is at most 32*128 = 4096 in
-// magnitude, so seven blocks stay within int16 (28672) and eight might not (32768).
-const int1PanelFlushY = 7
-
 // The constants of the AVX2 int1 kernels and their table builder.
 var (
 	int1YHiBytes  Mem    // words 0xFF00: vpblendvb takes the high bytes from its second source
@@ -150,7 +145,7 @@ const int1PanelAheadY = 4096
 // (the fewest for 16-bit entries in byte tables), 14 vpaddb, 4 vpmaddubsw, 2 vpaddw;
 // shared by the tokens: 4 vpblendvb, 4 shifts, 8 ands.
 //
-// A row block's int16 sums over up to int1PanelFlushY blocks wait in Acc between blocks,
+// A row block's int16 sums over up to int1Flush blocks wait in Acc between blocks,
 // then are widened into Sums, and the sum of the group's P (one word a block, added up in
 // a general register at the group's start) is added to them once, when they are widened
 // (int16 arithmetic wraps, so the sums need not fit until the end).
@@ -325,7 +320,7 @@ func genInt1PanelY(T int) {
 			ADDQ(U32(int1TabYBlock), t)
 		}
 	}
-	panelGroupsN(name, nb, g, int1PanelFlushY, groupP, block)
+	panelGroupsN(name, nb, g, int1Flush, groupP, block)
 	Label(name + "_end")
 	VZEROUPPER()
 	RET()

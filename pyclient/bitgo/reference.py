@@ -31,7 +31,8 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
 
 __all__ = [
     "ROW_BLOCK", "TL2_BLOCK", "TL2_CHUNK", "TL2_PANEL", "TL2_PANEL_MIN_BLOCKS",
-    "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "INT1_PANEL", "LAYOUT", "Layout",
+    "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "INT1_PANEL",
+    "INT1_TWO_PANEL_ROW_BLOCKS", "LAYOUT", "Layout",
     "layout", "pack", "unpack", "relayout", "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
@@ -68,10 +69,13 @@ blocks on.) Go's ``kernels.TL2PanelMinBlocks``, ``TL2PanelMinRowBlocks`` and
 ``TL2TwoPanelRowBlocks``."""
 
 INT1_PANEL = 32
-"""Row blocks in a panel of an int1 blob, which is always panel-major (layout kernels/9 on):
-the blob stores panel after panel (the last may hold fewer), each with every row block's
-128-byte block 0 side by side, then block 1, and so on (kernels/int1.go; Go's
-``kernels.Int1Panel``)."""
+INT1_TWO_PANEL_ROW_BLOCKS = 120
+"""An int1 blob is always panel-major (layout kernels/9 on): the blob stores panel after panel
+(the last may hold fewer row blocks), each with every row block's 128-byte block 0 side by
+side, then block 1, and so on (kernels/int1.go). Below INT1_TWO_PANEL_ROW_BLOCKS row blocks
+(M <= 3808) it is two panels, of ceil(row blocks/2) and the rest (one panel of one row block
+where it has one), tl2's rule; from it on, panels of INT1_PANEL row blocks
+(:func:`_int1_panel_rows`). Go's ``kernels.Int1Panel`` and ``Int1TwoPanelRowBlocks``."""
 
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
@@ -83,7 +87,8 @@ _LAYOUT_HISTORY = (
     ("kernels/7", (Format.TL2,)),  # tl2 panel-major from M > 2016 too, two panels up to M = 3808
     ("kernels/8", (Format.TL2,)),  # tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
     ("kernels/9", (Format.INT1,)),  # int1 in blocks of 32 inputs, 16 bits of a row to a word,
-                                    # panel-major (INT1_PANEL)
+                                    # panel-major (two panels, or INT1_PANEL from 120 row
+                                    # blocks on)
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -118,10 +123,11 @@ class Layout:
     k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
     kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
     row_block_bytes: int = 0
-    # the most row blocks of a panel of a panel-major blob: int1 (INT1_PANEL), or tl2
-    # (TL2_PANEL, or ceil(row blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a
-    # kernels/5 blob and 32 in a kernels/6 one that relayout reads, as in a kernels/7 one);
-    # 0: chunk-major tl2, or any other format
+    # the most row blocks of a panel of a panel-major blob: int1 (INT1_PANEL, or ceil(row
+    # blocks/2) in a two-panel one: _int1_panel_rows), or tl2 (TL2_PANEL, or ceil(row
+    # blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a kernels/5 blob and 32 in a
+    # kernels/6 one that relayout reads, as in a kernels/7 one); 0: chunk-major tl2, or any
+    # other format
     panel_rows: int = 0
     # tl2, chunk-major: the most blocks of a chunk of an older revision's blob that relayout
     # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/7); 0: this
@@ -144,7 +150,8 @@ class Layout:
         two panels (of ceil(row blocks/2) and the rest) below
         :data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks and in panels of :data:`TL2_PANEL` from it
         on; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`). (An int1 blob is
-        panel-major too, always, in panels of :data:`INT1_PANEL`: ``paneled`` is tl2's.)"""
+        panel-major too, always, by the same two-panel rule with :data:`INT1_PANEL` and
+        :data:`INT1_TWO_PANEL_ROW_BLOCKS`: ``paneled`` is tl2's.)"""
         return self.format is Format.TL2 and self.panel_rows > 0
 
 
@@ -158,6 +165,15 @@ def _tl2_panel_rows(nb: int, mrb: int) -> int:
     if mrb < TL2_TWO_PANEL_ROW_BLOCKS:
         return (mrb + 1) // 2
     return TL2_PANEL
+
+
+def _int1_panel_rows(mrb: int) -> int:
+    """The row blocks per panel of an int1 blob of mrb row blocks (Go's
+    ``kernels.int1PanelRows``): ceil(mrb/2), two panels (one where mrb = 1), below
+    :data:`INT1_TWO_PANEL_ROW_BLOCKS` row blocks; :data:`INT1_PANEL` from it on."""
+    if mrb < INT1_TWO_PANEL_ROW_BLOCKS:
+        return (mrb + 1) // 2
+    return INT1_PANEL
 
 
 def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
@@ -222,7 +238,8 @@ def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
         return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
     if fmt is Format.INT1:
         kp = _round_up(k, 32)
-        return Layout(fmt, m, k, mp, kp, row_block_bytes=4 * kp, panel_rows=INT1_PANEL)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=4 * kp,
+                      panel_rows=_int1_panel_rows(mp // ROW_BLOCK))
     if fmt is Format.INT8:
         kp = _round_up(k, 32)
         return Layout(fmt, m, k, mp, kp, row_block_bytes=32 * kp)
@@ -479,7 +496,8 @@ def _enc_int1(w: torch.Tensor, l: Layout) -> torch.Tensor:
     """int1 (kernels/9, kernels/int1.go): row block rb's block b (inputs 32b..32b+31) is two
     planes h of 32 little-endian uint16 words, word r's bit j = 1 where row r's input
     32b+16h+j is -1; so byte e of the word holds inputs 32b+16h+8e..+7 in bits 0-7. The
-    row blocks' streams (their blocks in turn) are laid out panel-major (INT1_PANEL)."""
+    row blocks' streams (their blocks in turn) are laid out panel-major, in panels of
+    ``l.panel_rows`` row blocks (:func:`_int1_panel_rows`)."""
     s = (w < 0).to(torch.uint8).view(l.row_blocks, ROW_BLOCK, l.kp // 32, 2, 2, 8)
     v = s[..., 0]  # rb, r, block, h, byte e: bit i = input 32b + 16h + 8e + i
     for i in range(1, 8):
