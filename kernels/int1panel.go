@@ -22,17 +22,6 @@ func int1QuadSum(c int, x []int8) int16 {
 	return int16(s)
 }
 
-// buildInt1TabZGeneric writes the tabInt1Z tables of x (len(x) a multiple of 4): per quad of
-// inputs 64 bytes, 32 little-endian int16 entries, entry e = T_q[e & 15] (int1.go: the table
-// twice over, for a 32-entry word lookup that ignores bit 4 of the index).
-func buildInt1TabZGeneric(x []int8, dst []byte) {
-	for q := range len(x) / 4 {
-		for e := range 32 {
-			binary.LittleEndian.PutUint16(dst[64*q+2*e:], uint16(int1QuadSum(e&15, x[4*q:])))
-		}
-	}
-}
-
 // int1PanelGeneric is the reference of the int1 panel kernels of T tokens (int1Args): it
 // reads the weights' bits and the biased activations at X, never Tab or Acc.
 func int1PanelGeneric(a *int1Args, T int) {

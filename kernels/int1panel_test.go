@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -93,29 +92,6 @@ func TestInt1PanelGeneric(t *testing.T) {
 						}
 					}
 				}
-			}
-		}
-	}
-}
-
-// TestBuildInt1TabZ: entry e of quad q's table is the quad's inputs, each negated where bit
-// i of e & 15 is set.
-func TestBuildInt1TabZ(t *testing.T) {
-	x := []int8{-128, 127, 5, -7, 1, 2, 3, 4}
-	dst := make([]byte, 128)
-	buildInt1TabZGeneric(x, dst)
-	for q := range 2 {
-		for e := range 32 {
-			want := 0
-			for i := range 4 {
-				v := int(x[4*q+i])
-				if e>>i&1 != 0 {
-					v = -v
-				}
-				want += v
-			}
-			if got := int16(binary.LittleEndian.Uint16(dst[64*q+2*e:])); int(got) != want {
-				t.Fatalf("quad %d entry %d: %d, want %d", q, e, got, want)
 			}
 		}
 	}

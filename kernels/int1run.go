@@ -20,8 +20,6 @@ func (o *fmtOps) int1Tabs(T int) tabKind {
 // int1TabBytes is the bytes of one token's tables of kind for kp inputs.
 func int1TabBytes(kind tabKind, kp int) int {
 	switch kind {
-	case tabInt1Z:
-		return 16 * kp
 	case tabInt1Y:
 		return int1TabYBlock * kp / 32
 	}
@@ -48,8 +46,6 @@ func buildInt1Tabs(kind tabKind, x []int8, dst []byte) {
 		return
 	}
 	switch kind {
-	case tabInt1Z:
-		buildInt1TabZGeneric(x, dst)
 	case tabInt1Y:
 		buildInt1TabYGeneric(x, dst)
 	}

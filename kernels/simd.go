@@ -150,7 +150,6 @@ const (
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 	tabTL2B          // per triple 64 B: TL2Z's 32 words as byte planes, their low bytes then high (vpermb); tail as TL1Z
 	tabTL1M          // not a table: per four units 16 B of activations, byte 4p+j = x[4(u+j)+p] (lutTL1MZ's vpdpbusd)
-	tabInt1Z         // int1, per quad 64 B: 32 int16 entries, entry e = T_q[e & 15] (buildInt1TabZGeneric)
 	tabInt1Y         // int1, per block int1TabYBlock bytes: byte parts of each quad's entries, and their sums' rest (int1y.go)
 	numTabKinds
 )

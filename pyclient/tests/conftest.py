@@ -172,8 +172,19 @@ def tl2_as_revision(blob, m, k, rev):
 
 
 INT1_PANEL = 32
-"""Row blocks in a panel of an int1 blob (kernels/int1.go, layout kernels/9): stated here
-independently of bitgo.reference."""
+INT1_TWO_PANEL_M = 3809
+"""This revision's (kernels/9) int1 panel rule, stated here independently of bitgo.reference
+(kernels/int1.go): an int1 blob is always panel-major; below INT1_TWO_PANEL_M rows (120 row
+blocks) in two panels, of ceil(Mrb/2) row blocks and the rest (one of one row block where Mrb
+= 1), from it on in panels of INT1_PANEL row blocks, the last may hold fewer."""
+
+
+def int1_panels(m):
+    """The row blocks of each panel of an m-row int1 blob, in order (INT1_TWO_PANEL_M)."""
+    mrb = -(-m // 32)
+    if m < INT1_TWO_PANEL_M:
+        return [g for g in (mrb - mrb // 2, mrb // 2) if g]
+    return [min(INT1_PANEL, mrb - q) for q in range(0, mrb, INT1_PANEL)]
 
 
 def int1_v8(w):

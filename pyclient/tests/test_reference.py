@@ -8,10 +8,10 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, INT1_PANEL, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_K7,
-                      TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal, int1_v8,
-                      tl2_as_revision, tl2_chunk_major, tl2_in_revision, tl2_panel_major,
-                      tl2_panel_of, tl2_streams)
+from conftest import (FORMATS, INT1_PANEL, INT1_TWO_PANEL_M, TL2_CHUNK_OF, TL2_PANEL_MIN_K,
+                      TL2_PANEL_MIN_K7, TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal,
+                      int1_panels, int1_v8, tl2_as_revision, tl2_chunk_major,
+                      tl2_in_revision, tl2_panel_major, tl2_panel_of, tl2_streams)
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -619,29 +619,35 @@ def _int1_weights(m, k, seed):
 
 
 @pytest.mark.parametrize("m,k,panels", [
-    (1, 1, [1]), (40, 300, [2]), (1024, 64, [32]), (1100, 45, [32, 3]), (2081, 45, [32, 32, 2]),
-    (1100, 300, [32, 3])])
+    (1, 1, [1]), (40, 300, [1, 1]), (65, 33, [2, 1]), (1024, 64, [16, 16]),
+    (1100, 45, [18, 17]), (2081, 45, [33, 33]), (1100, 300, [18, 17]), (3808, 40, [60, 59]),
+    (3809, 40, [32, 32, 32, 24]), (4096, 33, [32, 32, 32, 32]), (4130, 45, [32] * 4 + [2])])
 def test_int1_layout_picture(m, k, panels):
     """Every weight's bit of an int1 blob is where kernels/int1.go's picture puts it, worked
-    out here for each (row, input), padding included: row block rb = row // 32 (row r in it)
-    is row block i of panel p = rb // 32 (INT1_PANEL), of g row blocks (32, or fewer in a
-    short last one), from byte 32*p*S (S = 4*Kp); input 32b + 16h + j is block b, plane h,
-    bit j of word r: byte 32*p*S + 128*(b*g + i) + 64*h + 2*r + j//8, bit j%8, 1 where the
-    weight is -1 (padding rows and inputs: +1, bit 0). The positions cover the blob's bits
-    exactly once."""
+    out here for each (row, input), padding included: below INT1_TWO_PANEL_M rows two panels
+    of ceil(Mrb/2) row blocks and the rest (1 row block: one panel), from it on panels of
+    INT1_PANEL and a short last one (the panels listed by hand). Row block rb = row // 32 (row
+    r in it) is row block i of panel p, of g row blocks, which starts at row block f (byte f*S,
+    S = 4*Kp); input 32b + 16h + j is block b, plane h, bit j of word r: byte f*S + 128*(b*g +
+    i) + 64*h + 2*r + j//8, bit j%8, 1 where the weight is -1 (padding rows and inputs: +1, bit
+    0). The positions cover the blob's bits exactly once."""
     lay = R.layout("int1", m, k)
     mp, kp, mrb = lay.mp, lay.kp, lay.row_blocks
-    assert lay.panel_rows == INT1_PANEL and lay.row_block_bytes == 4 * kp
-    assert [min(INT1_PANEL, mrb - q) for q in range(0, mrb, INT1_PANEL)] == panels
+    assert int1_panels(m) == panels and sum(panels) == mrb
+    assert lay.panel_rows == panels[0] and lay.row_block_bytes == 4 * kp
+    assert (panels[0] == INT1_PANEL) == (m >= INT1_TWO_PANEL_M)
     w = _int1_weights(m, k, m * 7 + k)
     blob = R.pack("int1", w)
     row = torch.arange(mp, dtype=torch.int64)[:, None]
     inp = torch.arange(kp, dtype=torch.int64)[None, :]
     rb, r = row // 32, row % 32
-    p, i = rb // INT1_PANEL, rb % INT1_PANEL
-    g = torch.tensor(panels, dtype=torch.int64)[p]
+    panel_of = torch.cat([torch.full((g,), p, dtype=torch.int64) for p, g in enumerate(panels)])
+    firsts = torch.tensor([sum(panels[:p]) for p in range(len(panels))], dtype=torch.int64)
+    p = panel_of[rb]
+    f, g = firsts[p], torch.tensor(panels, dtype=torch.int64)[p]
+    i = rb - f
     b, h, j = inp // 32, inp % 32 // 16, inp % 16
-    off = INT1_PANEL * p * 4 * kp + 128 * (b * g + i) + 64 * h + 2 * r + j // 8
+    off = f * 4 * kp + 128 * (b * g + i) + 64 * h + 2 * r + j // 8
     pos = (8 * off + j % 8).reshape(-1)
     assert torch.equal(pos.sort().values, torch.arange(8 * blob.numel()))
     neg = torch.zeros(mp, kp, dtype=torch.int64)
@@ -651,28 +657,56 @@ def test_int1_layout_picture(m, k, panels):
     assert torch.equal(R.unpack("int1", m, k, blob), w)
 
 
-def test_int1_panel_major_by_hand():
-    """Marked weights land where int1.go's picture says, worked out by hand: M = 1100 (35 row
-    blocks: a panel of 32, then one of 3), K = 45 (Kp = 64: two blocks, the second's inputs
-    45-63 padding), so S = 4*Kp = 256 and panel 1 starts at 32*S = 8192. All +1 (and the
-    padding) is an all-zero blob; a -1 at row, input -> (row block, row r; block b, plane h,
-    bit j) sets byte 32*p*S + 128*(b*g + i) + 64h + 2r + j//8, bit j%8."""
-    m, k = 1100, 45
-    w = torch.ones(m, k, dtype=torch.int8)
-    want = torch.zeros(35 * 256, dtype=torch.uint8)
-    assert_bits_equal(R.pack("int1", w), want)
-    marks = [
+def test_int1_panel_rule():
+    """reference exports the int1 panel rule (Go's kernels.Int1Panel, Int1TwoPanelRowBlocks)
+    as conftest states it: the row blocks per panel at its edges."""
+    assert "INT1_PANEL" in R.__all__ and "INT1_TWO_PANEL_ROW_BLOCKS" in R.__all__
+    assert (R.INT1_PANEL, 32 * R.INT1_TWO_PANEL_ROW_BLOCKS + 1) == (INT1_PANEL, INT1_TWO_PANEL_M)
+    for m, g in [(1, 1), (32, 1), (33, 1), (64, 1), (65, 2), (2081, 33), (3776, 59),
+                 (3777, 60), (3808, 60), (3809, 32), (3840, 32), (32 * 1000, 32)]:
+        assert R.layout("int1", m, 1).panel_rows == g == int1_panels(m)[0], m
+
+
+@pytest.mark.parametrize("m,k,panels,marks", [
+    # M = 1100: 35 row blocks, two panels (below INT1_TWO_PANEL_M rows) of 18 and 17; panel 1
+    # starts at row block 18, byte 18*S = 4608
+    (1100, 45, [18, 17], [
         (0, 0, 0, 0x01),  # rb 0 (panel 0, i 0), r 0; b 0, h 0, j 0
         (5, 17, 64 + 2 * 5, 0x02),  # r 5; input 17: b 0, h 1, j 1
-        (40, 33, 128 * (1 * 32 + 1) + 2 * 8, 0x02),  # rb 1, r 8; input 33: b 1, h 0, j 1
-        (999, 39, 128 * (1 * 32 + 31) + 2 * 7, 0x80),  # rb 31, r 7; b 1, h 0, j 7
-        (1050, 16, 8192 + 64 + 2 * 26, 0x01),  # rb 32 (panel 1 of g = 3, i 0), r 26; b 0, h 1
-        (1050, 30, 8192 + 64 + 2 * 26 + 1, 0x40),  # j 14: the word's high byte, bit 6
-        (1050, 31, 8192 + 64 + 2 * 26 + 1, 0x80),  # j 15, the same byte
-        (1076, 44, 8192 + 128 * (1 * 3 + 1) + 2 * 20 + 1, 0x10),  # rb 33 (i 1), r 20; j 12
-        (1099, 40, 8192 + 128 * (1 * 3 + 2) + 2 * 11 + 1, 0x01),  # the last row: rb 34, r 11
-    ]
+        (40, 33, 128 * (1 * 18 + 1) + 2 * 8, 0x02),  # rb 1, r 8; input 33: b 1, h 0, j 1
+        (575, 39, 128 * (1 * 18 + 17) + 2 * 31, 0x80),  # rb 17 (panel 0's last), r 31; j 7
+        (576, 16, 4608 + 64, 0x01),  # rb 18 (panel 1 of g = 17, i 0), r 0; b 0, h 1, j 0
+        (1050, 16, 4608 + 128 * 14 + 64 + 2 * 26, 0x01),  # rb 32 (i 14), r 26; b 0, h 1
+        (1050, 30, 4608 + 128 * 14 + 64 + 2 * 26 + 1, 0x40),  # j 14: the high byte, bit 6
+        (1050, 31, 4608 + 128 * 14 + 64 + 2 * 26 + 1, 0x80),  # j 15, the same byte
+        (1076, 44, 4608 + 128 * (1 * 17 + 15) + 2 * 20 + 1, 0x10),  # rb 33 (i 15), r 20; j 12
+        (1099, 40, 4608 + 128 * (1 * 17 + 16) + 2 * 11 + 1, 0x01),  # the last row: rb 34, r 11
+    ]),
+    # M = 3850: 121 row blocks (from INT1_TWO_PANEL_M rows on), panels of 32, 32, 32 and 25;
+    # panel p starts at byte 32*p*S = 8192p
+    (3850, 45, [32, 32, 32, 25], [
+        (0, 1, 0, 0x02),  # rb 0, r 0; input 1: b 0, h 0, j 1
+        (1023, 33, 128 * (1 * 32 + 31) + 2 * 31, 0x02),  # rb 31 (panel 0's last), r 31; j 1
+        (1024, 0, 8192, 0x01),  # rb 32 (panel 1, i 0), r 0
+        (2000, 31, 8192 + 128 * 30 + 64 + 2 * 16 + 1, 0x80),  # rb 62 (i 30), r 16; h 1, j 15
+        (3072, 44, 3 * 8192 + 128 * (1 * 25 + 0) + 1, 0x10),  # rb 96 (panel 3 of g = 25, i 0)
+        (3849, 17, 3 * 8192 + 128 * 24 + 64 + 2 * 9, 0x02),  # the last row: rb 120 (i 24), r 9
+        (3849, 40, 3 * 8192 + 128 * (1 * 25 + 24) + 2 * 9 + 1, 0x01),  # b 1, h 0, j 8
+    ])])
+def test_int1_panel_major_by_hand(m, k, panels, marks):
+    """Marked weights land where int1.go's picture says, worked out by hand: K = 45 (Kp = 64:
+    two blocks, the second's inputs 45-63 padding), so S = 4*Kp = 256; a two-panel blob and
+    one in panels of INT1_PANEL with a short last one (the marks' bytes in their comments).
+    All +1 (and the padding) is an all-zero blob; a -1 at row, input -> (row block, row r;
+    block b, plane h, bit j) sets byte f*S + 128*(b*g + i) + 64h + 2r + j//8, bit j%8 (row
+    block i of a panel of g row blocks starting at row block f)."""
+    mrb = -(-m // 32)
+    assert sum(panels) == mrb and R.layout("int1", m, k).panel_rows == panels[0]
+    w = torch.ones(m, k, dtype=torch.int8)
+    want = torch.zeros(mrb * 256, dtype=torch.uint8)
+    assert_bits_equal(R.pack("int1", w), want)
     for row, inp, byte, bit in marks:
+        assert w[row, inp] == 1 and not want[byte] & bit
         w[row, inp] = -1
         want[byte] |= bit
     blob = R.pack("int1", w)
@@ -683,7 +717,8 @@ def test_int1_panel_major_by_hand():
     assert_bits_equal(R.relayout("int1", m, k, int1_v8(w), "kernels/8"), want)
 
 
-@pytest.mark.parametrize("m,k", [(1, 1), (40, 300), (70, 64), (1100, 96), (2081, 45)])
+@pytest.mark.parametrize("m,k", [(1, 1), (40, 300), (70, 64), (1100, 96), (2081, 45),
+                                 (3850, 45)])
 def test_relayout_int1(m, k):
     """relayout encodes an int1 blob of kernels/1 to kernels/8 (row block after row block,
     VNNI4-interleaved: int1_v8) in this revision's panel-major layout, as pack does the same
