@@ -661,7 +661,8 @@ def test_int1_panel_rule():
     """reference exports the int1 panel rule (Go's kernels.Int1Panel, Int1TwoPanelRowBlocks)
     as conftest states it: the row blocks per panel at its edges."""
     assert "INT1_PANEL" in R.__all__ and "INT1_TWO_PANEL_ROW_BLOCKS" in R.__all__
-    assert (R.INT1_PANEL, 32 * R.INT1_TWO_PANEL_ROW_BLOCKS + 1) == (INT1_PANEL, INT1_TWO_PANEL_M)
+    assert R.INT1_PANEL == INT1_PANEL
+    assert 32 * (R.INT1_TWO_PANEL_ROW_BLOCKS - 1) + 1 == INT1_TWO_PANEL_M  # row blocks -> rows
     for m, g in [(1, 1), (32, 1), (33, 1), (64, 1), (65, 2), (2081, 33), (3776, 59),
                  (3777, 60), (3808, 60), (3809, 32), (3840, 32), (32 * 1000, 32)]:
         assert R.layout("int1", m, 1).panel_rows == g == int1_panels(m)[0], m
