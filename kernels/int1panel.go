@@ -5,10 +5,18 @@ import (
 	"unsafe"
 )
 
-// int1Bias writes x's inputs as the int1 kernels read activations (int1Args.X): u8 x+128.
+// int1Bias writes x's inputs as the int1 kernels read activations (int1Args.X): u8 x+128,
+// eight at a time (a byte at a time it took 1.07 us for K = 2560, 4% of a call of
+// 2560x2560 from DRAM at one thread).
 func int1Bias(x []int8, dst []byte) {
-	for i, v := range x {
-		dst[i] = byte(v) ^ 0x80
+	dst = dst[:len(x)]
+	n := len(x) &^ 7
+	for i := 0; i < n; i += 8 {
+		v := binary.LittleEndian.Uint64(unsafe.Slice((*byte)(unsafe.Pointer(&x[i])), 8))
+		binary.LittleEndian.PutUint64(dst[i:], v^0x8080808080808080)
+	}
+	for i := n; i < len(x); i++ {
+		dst[i] = byte(x[i]) ^ 0x80
 	}
 }
 

@@ -123,3 +123,24 @@ func TestUnpackGenericInt1(t *testing.T) {
 		}
 	}
 }
+
+// TestInt1Bias: every length, the tail past the last eight bytes included, becomes u8 x+128.
+func TestInt1Bias(t *testing.T) {
+	x := make([]int8, 40)
+	for i := range x {
+		x[i] = int8(i*37 - 128)
+	}
+	for n := range len(x) + 1 {
+		dst := make([]byte, n+1)
+		dst[n] = 0x5a
+		int1Bias(x[:n], dst[:n])
+		for i := range n {
+			if dst[i] != byte(int(x[i])+128) {
+				t.Fatalf("n=%d: byte %d = %d, want %d", n, i, dst[i], int(x[i])+128)
+			}
+		}
+		if dst[n] != 0x5a {
+			t.Fatalf("n=%d: wrote past the end", n)
+		}
+	}
+}
