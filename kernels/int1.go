@@ -19,11 +19,10 @@ import "encoding/binary"
 // above the low five, so with T_q stored twice over (entries 16-31 = 0-15) one load and three
 // shifts bring every code of a plane down in turn, whatever bit 4 holds.
 //
-// The blob is panel-major: panels of P row blocks (the last may have fewer) one after
-// another, P = Int1Panel where the blob has at least Int1TwoPanelRowBlocks row blocks (M >
-// 3808), and below that ceil(Mrb/2): two panels, one for each of two workers (tl2's rule,
-// int1PanelRows). Panel p holds row blocks P*p.. (g of them) from byte P*p*S (S = 4*Kp),
-// block by block, the g row blocks' 128 bytes of a block side by side:
+// The blob is panel-major: panels of P = ceil(Mrb/(2n)) row blocks, n = ceil(Mrb/64), one
+// after another (int1PanelRows; P <= Int1Panel, the last panel may have fewer): 2n panels
+// but at a large Mrb sometimes one fewer. Panel p holds row blocks P*p.. (g of them) from byte P*p*S (S = 4*Kp), block by
+// block, the g row blocks' 128 bytes of a block side by side:
 //
 //	row block P*p+i's block b:   P*p*S + 128*(b*g + i)
 //
@@ -31,7 +30,11 @@ import "encoding/binary"
 // reads one stretch of memory in order (Layout.BlockAt), and a worker's whole panels are one
 // stretch too. Workers take whole panels (RowGranule): two threads each sweeping half of
 // every block of 2560x2560's panels of 32 row blocks read 0.48-0.71x as fast as the VNNI4
-// kernel, with whole panels 1.03-1.04x. Groups (quantcfg.MinGroup = 32) start at block
+// kernel, with whole panels 1.03-1.04x. The panels come in pairs of (nearly) the same size
+// so that two workers' shares of them are even at every M (6912 rows, 216 row blocks: 8
+// panels of 27, where panels of 32 would split 128/88); a panel's tables are built once per
+// block, about 32 operations against a row block's 40 lookups and adds, so panels of 17-32
+// row blocks cost 2-5% of the call for it. Groups (quantcfg.MinGroup = 32) start at block
 // boundaries.
 //
 // Why. kernels/8's VNNI4 layout (Georganas et al.) decoded each bit plane with an and and
@@ -47,19 +50,14 @@ import "encoding/binary"
 // against 24.6 on 2560x2560 (1.14x). Blocks of 64 inputs (four planes, 16 tables) read 1-3%
 // more but would split groups of 32.
 
-// Int1Panel is the most row blocks in one panel of an int1 blob, and Int1TwoPanelRowBlocks
-// the fewest row blocks of a blob in panels of Int1Panel (fewer: two panels).
-const (
-	Int1Panel             = 32
-	Int1TwoPanelRowBlocks = 120
-)
+// Int1Panel is the most row blocks in one panel of an int1 blob.
+const Int1Panel = 32
 
-// int1PanelRows returns the row blocks per panel of an int1 blob of mrb row blocks.
+// int1PanelRows returns the row blocks per panel of an int1 blob of mrb row blocks: 2*n
+// panels (n = ceil(mrb/64)) of ceil(mrb/(2n)), the last possibly fewer.
 func int1PanelRows(mrb int) int {
-	if mrb < Int1TwoPanelRowBlocks {
-		return (mrb + 1) / 2
-	}
-	return Int1Panel
+	np := 2 * ((mrb + 2*Int1Panel - 1) / (2 * Int1Panel))
+	return (mrb + np - 1) / np
 }
 
 // int1BlockBytes is one row block's bytes of an int1 block (32 rows x 32 inputs).
