@@ -92,7 +92,8 @@ class Format(_DocEnum):
     32b..32b+31) two planes: bytes 64h..64h+63 (h = 0, 1) are 32 little-endian uint16 words,
     word r (row r) bit j = 1 where input 32b+16h+j is -1 (nibble f: the signs of inputs
     32b+16h+4f..+3). The blob is panel-major, in panels of P row blocks (the last may hold
-    fewer): below 120 row blocks (M <= 3808) two panels, P = ceil(Mp/64), from 120 on P = 32;
+    fewer): with Mrb = Mp/32 row blocks and n = ceil(Mrb/64), P = ceil(Mrb/(2n)) <= 32 and
+    ceil(Mrb/P) panels, 2n but at a large Mrb sometimes fewer (6912 rows: 8 panels of 27);
     panel p from byte P*p*4*Kp on, each holding block 0 of its g row blocks in turn (128 bytes
     each), then block 1, ...: row block P*p+i's block b at P*p*4*Kp + 128*(b*g + i) (layout
     kernels/9; before it, row block after row block, VNNI4-interleaved)."""

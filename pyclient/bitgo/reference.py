@@ -32,7 +32,7 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
 __all__ = [
     "ROW_BLOCK", "TL2_BLOCK", "TL2_CHUNK", "TL2_PANEL", "TL2_PANEL_MIN_BLOCKS",
     "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "INT1_PANEL",
-    "INT1_TWO_PANEL_ROW_BLOCKS", "LAYOUT", "Layout",
+    "LAYOUT", "Layout",
     "layout", "pack", "unpack", "relayout", "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
@@ -69,13 +69,14 @@ blocks on.) Go's ``kernels.TL2PanelMinBlocks``, ``TL2PanelMinRowBlocks`` and
 ``TL2TwoPanelRowBlocks``."""
 
 INT1_PANEL = 32
-INT1_TWO_PANEL_ROW_BLOCKS = 120
-"""An int1 blob is always panel-major (layout kernels/9 on): the blob stores panel after panel
-(the last may hold fewer row blocks), each with every row block's 128-byte block 0 side by
-side, then block 1, and so on (kernels/int1.go). Below INT1_TWO_PANEL_ROW_BLOCKS row blocks
-(M <= 3808) it is two panels, of ceil(row blocks/2) and the rest (one panel of one row block
-where it has one), tl2's rule; from it on, panels of INT1_PANEL row blocks
-(:func:`_int1_panel_rows`). Go's ``kernels.Int1Panel`` and ``Int1TwoPanelRowBlocks``."""
+"""The most row blocks in a panel of an int1 blob. An int1 blob is always panel-major (layout
+kernels/9 on): the blob stores panel after panel (the last may hold fewer row blocks), each
+with every row block's 128-byte block 0 side by side, then block 1, and so on
+(kernels/int1.go). With mrb row blocks and n = ceil(mrb/64), its panels hold P =
+ceil(mrb/(2n)) row blocks (P <= INT1_PANEL), the last possibly fewer: ceil(mrb/P) panels, 2n
+but at a large mrb sometimes fewer (:func:`_int1_panel_rows`), so that two workers' whole
+panels are even shares (6912 rows, 216 row blocks: 8 panels of 27). Go's
+``kernels.Int1Panel``."""
 
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
@@ -87,8 +88,8 @@ _LAYOUT_HISTORY = (
     ("kernels/7", (Format.TL2,)),  # tl2 panel-major from M > 2016 too, two panels up to M = 3808
     ("kernels/8", (Format.TL2,)),  # tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
     ("kernels/9", (Format.INT1,)),  # int1 in blocks of 32 inputs, 16 bits of a row to a word,
-                                    # panel-major (two panels, or INT1_PANEL from 120 row
-                                    # blocks on)
+                                    # panel-major (2*ceil(row blocks/64) panels of at
+                                    # most INT1_PANEL row blocks)
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -123,8 +124,8 @@ class Layout:
     k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
     kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
     row_block_bytes: int = 0
-    # the most row blocks of a panel of a panel-major blob: int1 (INT1_PANEL, or ceil(row
-    # blocks/2) in a two-panel one: _int1_panel_rows), or tl2 (TL2_PANEL, or ceil(row
+    # the most row blocks of a panel of a panel-major blob: int1 (ceil(row blocks/(2n)), n =
+    # ceil(row blocks/64), at most INT1_PANEL: _int1_panel_rows), or tl2 (TL2_PANEL, or ceil(row
     # blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a kernels/5 blob and 32 in a
     # kernels/6 one that relayout reads, as in a kernels/7 one); 0: chunk-major tl2, or any
     # other format
@@ -150,8 +151,8 @@ class Layout:
         two panels (of ceil(row blocks/2) and the rest) below
         :data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks and in panels of :data:`TL2_PANEL` from it
         on; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`). (An int1 blob is
-        panel-major too, always, by the same two-panel rule with :data:`INT1_PANEL` and
-        :data:`INT1_TWO_PANEL_ROW_BLOCKS`: ``paneled`` is tl2's.)"""
+        panel-major too, always, in panels of at most :data:`INT1_PANEL` row blocks
+        (:func:`_int1_panel_rows`): ``paneled`` is tl2's.)"""
         return self.format is Format.TL2 and self.panel_rows > 0
 
 
@@ -169,11 +170,11 @@ def _tl2_panel_rows(nb: int, mrb: int) -> int:
 
 def _int1_panel_rows(mrb: int) -> int:
     """The row blocks per panel of an int1 blob of mrb row blocks (Go's
-    ``kernels.int1PanelRows``): ceil(mrb/2), two panels (one where mrb = 1), below
-    :data:`INT1_TWO_PANEL_ROW_BLOCKS` row blocks; :data:`INT1_PANEL` from it on."""
-    if mrb < INT1_TWO_PANEL_ROW_BLOCKS:
-        return (mrb + 1) // 2
-    return INT1_PANEL
+    ``kernels.int1PanelRows``): 2n panels, n = ceil(mrb/64), of P = ceil(mrb/(2n)) row blocks
+    (at most :data:`INT1_PANEL`), the last possibly fewer; ceil(mrb/P) panels in all, which
+    at a large mrb may be fewer than 2n (2000 row blocks: 63 of 32), and one where mrb = 1."""
+    np_ = 2 * ((mrb + 2 * INT1_PANEL - 1) // (2 * INT1_PANEL))
+    return (mrb + np_ - 1) // np_
 
 
 def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:

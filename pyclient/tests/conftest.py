@@ -172,19 +172,27 @@ def tl2_as_revision(blob, m, k, rev):
 
 
 INT1_PANEL = 32
-INT1_TWO_PANEL_M = 3809
 """This revision's (kernels/9) int1 panel rule, stated here independently of bitgo.reference
-(kernels/int1.go): an int1 blob is always panel-major; below INT1_TWO_PANEL_M rows (120 row
-blocks) in two panels, of ceil(Mrb/2) row blocks and the rest (one of one row block where Mrb
-= 1), from it on in panels of INT1_PANEL row blocks, the last may hold fewer."""
+(kernels/int1.go): an int1 blob is always panel-major, its Mrb row blocks planned as n pairs
+of panels, n the fewest with 2n panels of INT1_PANEL row blocks holding them all; every panel
+but the last holds P row blocks, P the fewest with 2n panels of P holding them all, and the
+last the rest (fewer than P where P does not divide Mrb; and where (2n-1)P already holds
+them all there are fewer than 2n panels: 961 row blocks, 31 of 31)."""
 
 
 def int1_panels(m):
-    """The row blocks of each panel of an m-row int1 blob, in order (INT1_TWO_PANEL_M)."""
+    """The row blocks of each panel of an m-row int1 blob, in order (INT1_PANEL)."""
     mrb = -(-m // 32)
-    if m < INT1_TWO_PANEL_M:
-        return [g for g in (mrb - mrb // 2, mrb // 2) if g]
-    return [min(INT1_PANEL, mrb - q) for q in range(0, mrb, INT1_PANEL)]
+    n = 1
+    while 2 * n * INT1_PANEL < mrb:
+        n += 1
+    p = 1
+    while 2 * n * p < mrb:
+        p += 1
+    panels = []
+    while sum(panels) < mrb:
+        panels.append(min(p, mrb - sum(panels)))
+    return panels
 
 
 def int1_v8(w):

@@ -8,7 +8,7 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, INT1_PANEL, INT1_TWO_PANEL_M, TL2_CHUNK_OF, TL2_PANEL_MIN_K,
+from conftest import (FORMATS, INT1_PANEL, TL2_CHUNK_OF, TL2_PANEL_MIN_K,
                       TL2_PANEL_MIN_K7, TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal,
                       int1_panels, int1_v8, tl2_as_revision, tl2_chunk_major,
                       tl2_in_revision, tl2_panel_major, tl2_panel_of, tl2_streams)
@@ -620,13 +620,16 @@ def _int1_weights(m, k, seed):
 
 @pytest.mark.parametrize("m,k,panels", [
     (1, 1, [1]), (40, 300, [1, 1]), (65, 33, [2, 1]), (1024, 64, [16, 16]),
-    (1100, 45, [18, 17]), (2081, 45, [33, 33]), (1100, 300, [18, 17]), (3808, 40, [60, 59]),
-    (3809, 40, [32, 32, 32, 24]), (4096, 33, [32, 32, 32, 32]), (4130, 45, [32] * 4 + [2])])
+    (1100, 45, [18, 17]), (2081, 45, [17, 17, 17, 15]), (1100, 300, [18, 17]),
+    (3808, 40, [30, 30, 30, 29]), (3809, 40, [30] * 4), (3880, 45, [31, 31, 31, 29]),
+    (4096, 33, [32] * 4), (4130, 45, [22] * 5 + [20]), (6912, 33, [27] * 8),
+    (30752, 1, [31] * 31)])
 def test_int1_layout_picture(m, k, panels):
     """Every weight's bit of an int1 blob is where kernels/int1.go's picture puts it, worked
-    out here for each (row, input), padding included: below INT1_TWO_PANEL_M rows two panels
-    of ceil(Mrb/2) row blocks and the rest (1 row block: one panel), from it on panels of
-    INT1_PANEL and a short last one (the panels listed by hand). Row block rb = row // 32 (row
+    out here for each (row, input), padding included: 2n panels (n = ceil(Mrb/64)) of
+    ceil(Mrb/(2n)) row blocks, at most INT1_PANEL, the last one short where they do not
+    divide Mrb (1 row block: one panel; 961 row blocks: 31 panels of 31, fewer than 2n = 32)
+    (the panels listed by hand). Row block rb = row // 32 (row
     r in it) is row block i of panel p, of g row blocks, which starts at row block f (byte f*S,
     S = 4*Kp); input 32b + 16h + j is block b, plane h, bit j of word r: byte f*S + 128*(b*g +
     i) + 64*h + 2*r + j//8, bit j%8, 1 where the weight is -1 (padding rows and inputs: +1, bit
@@ -635,7 +638,7 @@ def test_int1_layout_picture(m, k, panels):
     mp, kp, mrb = lay.mp, lay.kp, lay.row_blocks
     assert int1_panels(m) == panels and sum(panels) == mrb
     assert lay.panel_rows == panels[0] and lay.row_block_bytes == 4 * kp
-    assert (panels[0] == INT1_PANEL) == (m >= INT1_TWO_PANEL_M)
+    assert panels[0] <= INT1_PANEL and all(g == panels[0] for g in panels[:-1])
     w = _int1_weights(m, k, m * 7 + k)
     blob = R.pack("int1", w)
     row = torch.arange(mp, dtype=torch.int64)[:, None]
@@ -657,19 +660,31 @@ def test_int1_layout_picture(m, k, panels):
     assert torch.equal(R.unpack("int1", m, k, blob), w)
 
 
-def test_int1_panel_rule():
-    """reference exports the int1 panel rule (Go's kernels.Int1Panel, Int1TwoPanelRowBlocks)
-    as conftest states it: the row blocks per panel at its edges."""
-    assert "INT1_PANEL" in R.__all__ and "INT1_TWO_PANEL_ROW_BLOCKS" in R.__all__
-    assert R.INT1_PANEL == INT1_PANEL
-    assert 32 * (R.INT1_TWO_PANEL_ROW_BLOCKS - 1) + 1 == INT1_TWO_PANEL_M  # row blocks -> rows
-    for m, g in [(1, 1), (32, 1), (33, 1), (64, 1), (65, 2), (2081, 33), (3776, 59),
-                 (3777, 60), (3808, 60), (3809, 32), (3840, 32), (32 * 1000, 32)]:
-        assert R.layout("int1", m, 1).panel_rows == g == int1_panels(m)[0], m
+@pytest.mark.parametrize("m,mrb,g,n", [
+    # Go's TestInt1Layout and its real shapes' M: M rows, row blocks, P, panels
+    (40, 2, 1, 2), (1, 1, 1, 1), (1024, 32, 16, 2), (1100, 35, 18, 2), (2081, 66, 17, 4),
+    (2560, 80, 20, 4), (3809, 120, 30, 4), (3840, 120, 30, 4), (3880, 122, 31, 4),
+    (4096, 128, 32, 4), (6912, 216, 27, 8), (11008, 344, 29, 12), (13824, 432, 31, 14),
+    (14336, 448, 32, 14), (28672, 896, 32, 28), (64000, 2000, 32, 63),
+    # the edges: one row block, two panels up to 64 row blocks, four from 65, six from 129;
+    # 961 row blocks: 31 panels of 31, one fewer than 2n = 32
+    (32, 1, 1, 1), (33, 2, 1, 2), (65, 3, 2, 2), (2048, 64, 32, 2), (2049, 65, 17, 4),
+    (4097, 129, 22, 6), (30752, 961, 31, 31), (30753, 962, 31, 32)])
+def test_int1_panel_rule(m, mrb, g, n):
+    """reference exports the int1 panel rule (Go's kernels.Int1Panel; Int1TwoPanelRowBlocks is
+    gone) as conftest states it: with mrb row blocks, 2*ceil(mrb/64) panels of P =
+    ceil(mrb/(2*ceil(mrb/64))) row blocks, the last possibly fewer, ceil(mrb/P) in all."""
+    assert "INT1_PANEL" in R.__all__ and R.INT1_PANEL == INT1_PANEL == 32
+    assert not hasattr(R, "INT1_TWO_PANEL_ROW_BLOCKS")
+    lay = R.layout("int1", m, 1)
+    panels = int1_panels(m)
+    assert lay.row_blocks == mrb == sum(panels), m
+    assert lay.panel_rows == g == panels[0], m
+    assert -(-mrb // lay.panel_rows) == n == len(panels), m
 
 
 @pytest.mark.parametrize("m,k,panels,marks", [
-    # M = 1100: 35 row blocks, two panels (below INT1_TWO_PANEL_M rows) of 18 and 17; panel 1
+    # M = 1100: 35 row blocks, two panels (n = 1) of 18 and 17; panel 1
     # starts at row block 18, byte 18*S = 4608
     (1100, 45, [18, 17], [
         (0, 0, 0, 0x01),  # rb 0 (panel 0, i 0), r 0; b 0, h 0, j 0
@@ -683,21 +698,22 @@ def test_int1_panel_rule():
         (1076, 44, 4608 + 128 * (1 * 17 + 15) + 2 * 20 + 1, 0x10),  # rb 33 (i 15), r 20; j 12
         (1099, 40, 4608 + 128 * (1 * 17 + 16) + 2 * 11 + 1, 0x01),  # the last row: rb 34, r 11
     ]),
-    # M = 3850: 121 row blocks (from INT1_TWO_PANEL_M rows on), panels of 32, 32, 32 and 25;
-    # panel p starts at byte 32*p*S = 8192p
-    (3850, 45, [32, 32, 32, 25], [
+    # M = 3880: 122 row blocks, four panels (n = 2) of 31, 31, 31 and 29; panel p starts at
+    # row block 31p, byte 31*p*S = 7936p
+    (3880, 45, [31, 31, 31, 29], [
         (0, 1, 0, 0x02),  # rb 0, r 0; input 1: b 0, h 0, j 1
-        (1023, 33, 128 * (1 * 32 + 31) + 2 * 31, 0x02),  # rb 31 (panel 0's last), r 31; j 1
-        (1024, 0, 8192, 0x01),  # rb 32 (panel 1, i 0), r 0
-        (2000, 31, 8192 + 128 * 30 + 64 + 2 * 16 + 1, 0x80),  # rb 62 (i 30), r 16; h 1, j 15
-        (3072, 44, 3 * 8192 + 128 * (1 * 25 + 0) + 1, 0x10),  # rb 96 (panel 3 of g = 25, i 0)
-        (3849, 17, 3 * 8192 + 128 * 24 + 64 + 2 * 9, 0x02),  # the last row: rb 120 (i 24), r 9
-        (3849, 40, 3 * 8192 + 128 * (1 * 25 + 24) + 2 * 9 + 1, 0x01),  # b 1, h 0, j 8
+        (991, 33, 128 * (1 * 31 + 30) + 2 * 31, 0x02),  # rb 30 (panel 0's last), r 31; j 1
+        (992, 0, 7936, 0x01),  # rb 31 (panel 1, i 0), r 0
+        (1968, 31, 7936 + 128 * 30 + 64 + 2 * 16 + 1, 0x80),  # rb 61 (i 30), r 16; h 1, j 15
+        (1984, 20, 2 * 7936 + 64, 0x10),  # rb 62 (panel 2, i 0), r 0; input 20: h 1, j 4
+        (2976, 44, 3 * 7936 + 128 * (1 * 29 + 0) + 1, 0x10),  # rb 93 (panel 3 of g = 29, i 0)
+        (3879, 17, 3 * 7936 + 128 * 28 + 64 + 2 * 7, 0x02),  # the last row: rb 121 (i 28), r 7
+        (3879, 40, 3 * 7936 + 128 * (1 * 29 + 28) + 2 * 7 + 1, 0x01),  # b 1, h 0, j 8
     ])])
 def test_int1_panel_major_by_hand(m, k, panels, marks):
     """Marked weights land where int1.go's picture says, worked out by hand: K = 45 (Kp = 64:
     two blocks, the second's inputs 45-63 padding), so S = 4*Kp = 256; a two-panel blob and
-    one in panels of INT1_PANEL with a short last one (the marks' bytes in their comments).
+    one of four panels with a short last one (the marks' bytes in their comments).
     All +1 (and the padding) is an all-zero blob; a -1 at row, input -> (row block, row r;
     block b, plane h, bit j) sets byte f*S + 128*(b*g + i) + 64h + 2r + j//8, bit j%8 (row
     block i of a panel of g row blocks starting at row block f)."""
@@ -719,7 +735,7 @@ def test_int1_panel_major_by_hand(m, k, panels, marks):
 
 
 @pytest.mark.parametrize("m,k", [(1, 1), (40, 300), (70, 64), (1100, 96), (2081, 45),
-                                 (3850, 45)])
+                                 (3880, 45), (6912, 33)])
 def test_relayout_int1(m, k):
     """relayout encodes an int1 blob of kernels/1 to kernels/8 (row block after row block,
     VNNI4-interleaved: int1_v8) in this revision's panel-major layout, as pack does the same

@@ -10,8 +10,8 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (INT1_PANEL, INT1_TWO_PANEL_M, TL2_PANEL, assert_bits_equal, int1_panels,
-                      int1_v8, tl2_panel_of)
+from conftest import (INT1_PANEL, TL2_PANEL, assert_bits_equal, int1_panels, int1_v8,
+                      tl2_panel_of)
 
 
 def _cfg(case) -> QuantConfig:
@@ -44,16 +44,16 @@ def test_vectors_cover_every_format_and_setting(vectors):
                and not tl2_panel_of(t.m, t.k, "kernels/6") for t in tl2)
     assert any(t.paneled and t.k < 2544 and t.kp1 and not tl2_panel_of(t.m, t.k, "kernels/7")
                for t in tl2)
-    # int1 (panel-major, kernels/9): one panel; two panels of unequal row blocks (below
-    # INT1_TWO_PANEL_M rows); and from INT1_TWO_PANEL_M rows on, panels of INT1_PANEL row
-    # blocks and a short last one; each of a K not a multiple of 32
+    # int1 (panel-major, kernels/9): one panel; two panels of unequal row blocks (n = 1); and
+    # more than two panels (n = 2) of fewer than INT1_PANEL row blocks and a short last one;
+    # each of a K not a multiple of 32
     int1 = [R.layout("int1", c["m"], c["k"]) for c in lin if c["format"] == "int1"]
     assert all(t.panel_rows == int1_panels(t.m)[0] for t in int1)
     assert any(t.row_blocks == 1 for t in int1)
     assert any(int1_panels(t.m) == [t.panel_rows, t.panel_rows - 1] and t.panel_rows > 1
                and t.k % 32 for t in int1)
-    assert any(t.m >= INT1_TWO_PANEL_M and t.panel_rows == INT1_PANEL
-               and t.row_blocks % INT1_PANEL and t.k % 32 for t in int1)
+    assert any(len(int1_panels(t.m)) > 2 and t.panel_rows < INT1_PANEL
+               and int1_panels(t.m)[-1] < t.panel_rows and t.k % 32 for t in int1)
     assert {c["kind"] for c in vectors.cases} == {"linear", "recipe"}
 
 
@@ -68,11 +68,11 @@ def test_pack_is_byte_identical_to_go(vectors):
 
 def test_int1_relayout_of_kernels_8_is_go_pack(vectors):
     """Go's int1 blobs (kernels/9) are what relayout makes of the same weights packed as
-    kernels/1 to kernels/8 did (int1_v8), a two-panel one and one in panels of INT1_PANEL
-    and a short last one among them."""
+    kernels/1 to kernels/8 did (int1_v8), a two-panel one and one of more than two panels
+    with a short last one among them."""
     cases = [c for c in _linear_cases(vectors) if c["format"] == "int1"]
     assert any(len(int1_panels(c["m"])) == 2 and c["m"] > 32 for c in cases)
-    assert any(c["m"] >= INT1_TWO_PANEL_M and int1_panels(c["m"])[-1] < INT1_PANEL
+    assert any(len(int1_panels(c["m"])) > 2 and int1_panels(c["m"])[-1] < int1_panels(c["m"])[0]
                for c in cases)
     for c in cases:
         a = vectors.arrays(c)
