@@ -271,29 +271,7 @@ func genInt1Panel(T int) {
 				look(4*h+f, c)
 			}
 		}
-		for t := 0; t < T; t++ {
-			ch := chains[t]
-			for hh := nch / 2; hh >= 1; hh /= 2 {
-				for i := 0; i < hh; i++ {
-					VPADDW(ch[i+hh], ch[i], ch[i])
-				}
-			}
-			if load {
-				VPADDW(at(ap, 64*t), ch[0], ch[0])
-			}
-			if !widen {
-				VMOVDQU64(ch[0], at(ap, 64*t))
-				continue
-			}
-			l, l2 := d[0], d[1] // (the lookups' registers are free here)
-			VPMOVSXWD(ch[0].AsY(), l)
-			VPADDD(at(sp, 128*t), l, l)
-			VMOVDQU32(l, at(sp, 128*t))
-			VEXTRACTI64X4(U8(1), ch[0], l2.AsY())
-			VPMOVSXWD(l2.AsY(), l2)
-			VPADDD(at(sp, 128*t+64), l2, l2)
-			VMOVDQU32(l2, at(sp, 128*t+64))
-		}
+		panelBlockEnd(chains, ap, sp, d, load, widen) // (the lookups' registers d are free here)
 		ADDQ(U32(int1BlockBytes), w)
 		ADDQ(U32(64*T), ap)
 		ADDQ(at(a, iSStride), sp)
