@@ -3,19 +3,11 @@ package kernels
 import "unsafe"
 
 // The int1 GEMV: every int1 blob is panel-major (int1.go), and its kernels (fmtOps.int1Panel,
-// int1Args) build or read lookup tables of the activations' signed quad sums. Run sweeps each
+// int1Args) build (AVX-512) or read (AVX2: tabInt1Y, built by Prepare) lookup tables of the
+// activations' signed quad sums. Run sweeps each
 // panel's part of its row blocks segment by segment (groups of weights or activations: whole
 // blocks, as quantcfg.MinGroup is a block), the tokens in passes of up to gemvT, and runs the
 // epilogue on the part's sums of a pass.
-
-// int1Tabs is the table layout the int1 panel kernel for T tokens reads (tabNone: the biased
-// activations alone, int1Args.X).
-func (o *fmtOps) int1Tabs(T int) tabKind {
-	if T <= 1 {
-		return o.int1Tab1
-	}
-	return o.int1Tab
-}
 
 // int1TabBytes is the bytes of one token's tables of kind for kp inputs.
 func int1TabBytes(kind tabKind, kp int) int {
@@ -24,16 +16,6 @@ func int1TabBytes(kind tabKind, kp int) int {
 		return int1TabYBlock * kp / 32
 	}
 	return 0
-}
-
-// int1TabKind is the table layout a call of n tokens on k's path reads (tabNone: none).
-func (k *simdKernel) int1TabKind(n int) tabKind {
-	T := min(n, k.ops.gemvT)
-	kind := k.ops.int1Tabs(T)
-	if r := n % k.ops.gemvT; n > k.ops.gemvT && r != 0 && kind == tabNone {
-		kind = k.ops.int1Tabs(r) // (the last pass's)
-	}
-	return kind
 }
 
 // buildInt1Tabs writes the tables of kind for the activations x (len a multiple of 32) to dst.
@@ -56,7 +38,7 @@ func buildInt1Tabs(kind tabKind, x []int8, dst []byte) {
 func (k *simdKernel) prepareInt1(l *Layer, a *Acts, p plan, s []byte) {
 	ly, n := l.Layout, a.N
 	int1Bias(a.Q[:n*ly.Kp], s[p.xOff:p.xOff+n*ly.Kp])
-	if kind := k.int1TabKind(n); kind != tabNone {
+	if kind := k.ops.int1Tab; kind != tabNone {
 		per := int1TabBytes(kind, ly.Kp)
 		for t := range n {
 			buildInt1Tabs(kind, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*per:p.tabOff+(t+1)*per])
@@ -72,8 +54,7 @@ func (k *simdKernel) runInt1(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 	if l.SegLen > 0 {
 		segB = l.SegLen / 32
 	}
-	kind := k.int1TabKind(n)
-	per := int1TabBytes(kind, ly.Kp)
+	per := int1TabBytes(k.ops.int1Tab, ly.Kp)
 	G := ly.PanelRows()
 	if need := G * nseg * gT * RowBlock; cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
@@ -99,7 +80,7 @@ func (k *simdKernel) runInt1(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 					X: unsafe.Pointer(&s[p.xOff+t0*ly.Kp+32*b0]), XStride: ly.Kp,
 					Sums: unsafe.Pointer(&sums[j*T*RowBlock]), SStride: rbSums, Acc: unsafe.Pointer(&tb.acc[0]),
 				}
-				if k.ops.int1Tabs(T) != tabNone {
+				if per > 0 {
 					ia.Tab, ia.TabStride = unsafe.Pointer(&s[p.tabOff+t0*per+b0*(per/nb)]), per
 				}
 				k.ops.int1Panel[T](argp(ia))

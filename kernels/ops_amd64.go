@@ -160,7 +160,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			}
 		case quantcfg.Int1:
 			// The lookups need no multiplies: the AVX2 kernels serve AVX-VNNI CPUs as well.
-			o.int1Panel, o.int1Tab1, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y, tabInt1Y
+			o.int1Panel, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y
 			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true

@@ -493,7 +493,7 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 		p.xOff = off
 		off = align64(off + ly.Kp*n)
 		p.tabOff = off
-		off = align64(off + n*int1TabBytes(k.int1TabKind(n), ly.Kp))
+		off = align64(off + n*int1TabBytes(k.ops.int1Tab, ly.Kp))
 	case k.ops.xKind == xInt16:
 		p.xOff, p.xStride = off, 2*ly.Kp
 		off = align64(off + 2*ly.Kp*n)

@@ -46,7 +46,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.int1Panel[T] = int1PanelGenericT(T)
 		}
 		if !z { // (tables built as the AVX2 kernels read them; the generic kernel reads X)
-			o.int1Tab1, o.int1Tab = tabInt1Y, tabInt1Y
+			o.int1Tab = tabInt1Y
 		}
 	case quantcfg.Int8:
 		o.kstep = 4
