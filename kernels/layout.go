@@ -74,7 +74,7 @@ var layoutHistory = []layoutRev{
 	{"kernels/6", []quantcfg.Format{quantcfg.TL2}},  // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
 	{"kernels/7", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
 	{"kernels/8", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
-	{"kernels/9", []quantcfg.Format{quantcfg.Int1}}, // int1 in blocks of 32 inputs, 16 bits of a row to a word, panel-major (Int1Panel)
+	{"kernels/9", []quantcfg.Format{quantcfg.Int1}}, // int1 in blocks of 32 inputs, 16 bits of a row to a word, panel-major (int1PanelRows)
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -130,8 +130,8 @@ type Layout struct {
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
 	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
-	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
-	// block within panels (panel-major tl2; RowBlockData gathers one).
+	// format but tl1, tl2 and int1, whose streams are interleaved chunk by chunk, or block by
+	// block within panels (panel-major tl2, int1; RowBlockData gathers one).
 	RowBlockBytes int
 	// panel > 0: a panel-major blob, panels of up to panel row blocks: int1 (int1PanelRows), or
 	// tl2 (TL2Panel, or half the row blocks in two panels: tl2PanelRows; 16 in a kernels/5
@@ -196,7 +196,7 @@ func (l Layout) RowBlocks() int { return l.Mp / RowBlock }
 func (l Layout) Bytes() int { return l.RowBlocks() * l.RowBlockBytes }
 
 // RowBlockData returns row block rb's stream: the blob's own bytes for every format but
-// the interleaved ones (tl1, tl2), whose stream is gathered from its pieces into scratch
+// the interleaved ones (tl1, tl2, int1), whose stream is gathered from its pieces into scratch
 // (grown if short).
 func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
 	if !l.interleaved() {
@@ -211,7 +211,7 @@ func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
 }
 
 // SetRowBlockData stores row block rb's stream (RowBlockBytes bytes) in the blob; for every
-// format but tl1 and tl2 a stream that RowBlockData returned is already in place.
+// format but tl1, tl2 and int1 a stream that RowBlockData returned is already in place.
 func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 	if !l.interleaved() {
 		copy(blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], stream) // a no-op when in place
@@ -265,8 +265,8 @@ func (l Layout) Chunked() bool {
 // is tl2's.)
 func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.panel > 0 }
 
-// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel or Int1Panel,
-// or half its row blocks where it has two panels), 0 for any other.
+// PanelRows is the most row blocks of a panel of a panel-major blob (tl2: TL2Panel, or half
+// its row blocks where it has two panels; int1: int1PanelRows), 0 for any other.
 func (l Layout) PanelRows() int { return l.panel }
 
 // interleaved reports whether the row blocks' streams are interleaved in the blob (tl1, tl2,
