@@ -32,8 +32,8 @@ const int1TabBlock = 8 * 64
 // bytes u_i = x_i+128 broadcast to every dword, vpdpbusd of them against pat (dword c: the
 // four signs of code c as bytes +-1) onto cst (dword c: -128 times the sum of code c's
 // signs) gives T_q[c] in dword c, and vpermw by dup (word e: 2*(e&15)) takes the dwords'
-// low words twice over: the quad's table as kernels/int1.go describes it (the tabInt1Z
-// layout of buildInt1TabZGeneric). Four instructions a table.
+// low words twice over: the quad's table as kernels/int1.go describes it (32 words, entry e
+// = T_q[e & 15]). Four instructions a table.
 type int1Consts struct{ pat, cst, dup VecPhysical }
 
 var int1PatM, int1CstM, int1DupM Mem
@@ -124,14 +124,14 @@ func genInt1Panels() {
 //     vpermw and vpaddw (a scratch loop of eight independent zmm vpermw: 0.27 ns each, one a
 //     cycle; with a vpaddw each 0.34 ns), and the prefetch keeps the stream coming behind
 //     them: against none 1.28, 1.27, 1.25 (one thread), 1.17, 1.27, 1.15 (two); 4 KiB ahead
-//     0.95, 0.95, 0.94 of 8, 16 KiB 1.00, 1.00, 0.99. Tables in memory instead (tabInt1Z,
-//     built once a call by an assembly builder, vpermw from memory) 0.92, 0.94, 0.94 (one
+//     0.95, 0.95, 0.94 of 8, 16 KiB 1.00, 1.00, 0.99. Tables in memory instead (those 32
+//     words a quad, built once a call by an assembly builder, vpermw from memory) 0.92, 0.94, 0.94 (one
 //     thread); built once a block into the frame, as three and four tokens do, 0.98, 0.97,
 //     0.93 (two).
 //   - Three and four tokens: 24 or 32 tables do not fit beside the chains, so the block's
 //     tables are built once a block into the frame (512 bytes a token, 64-byte aligned) and
 //     each vpermw reads its table from there (L1); prefetcht1 8 KiB ahead as with two.
-//     Against tabInt1Z tables built once a call (then read from L2 or L3 at each panel):
+//     Against tables built once a call (as with two tokens; read from L2 or L3 at each panel):
 //     three tokens 1.00, 0.99, 0.99 at one thread and 1.22, 1.09, 1.31 at two; four tokens
 //     1.06 and 0.99, 0.95 and 0.98, 0.96 and 0.97 (two runs) at one thread and 1.20, 1.28,
 //     1.29 at two (both threads read every table, which one of them wrote). With tables in
