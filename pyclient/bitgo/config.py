@@ -162,7 +162,7 @@ _FORMATS = {
         FormatInfo(Format.INT2, 2, False, False, _INT_SCALES, _INT_ACTS, 1 << 16,
                    "2-bit codes mapped through a 4-entry int8 code book, VNNI4-interleaved"),
         FormatInfo(Format.INT1, 1, False, False, _INT_SCALES, _INT_ACTS, MAX_DIM,
-                   "binary ±1 (bit 0 -> +1, bit 1 -> -1), VNNI4-interleaved"),
+                   "binary ±1 (bit 0 -> +1, bit 1 -> -1), 16 inputs of a row to a word, looked up four at a time"),
         FormatInfo(Format.INT8, 8, False, False, _INT_SCALES, _INT_ACTS, 1 << 16,
                    "int8 weights, VNNI4 blocks: the int8 roofline reference"),
         FormatInfo(Format.BF16, 16, False, True, (ScaleKind.NONE,), (ActKind.NONE,), MAX_DIM,
