@@ -88,7 +88,7 @@ func (e *Engine) LoadPackWith(path string, o LoadOptions) (_ *LoadedPack, err er
 	}
 	if err := readableLayout(p.Layout, p.Layers); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("%w: %s: blob layout %q: %v: rewrite the file with this bitd's `bitd repack` (it converts tl2 blobs of kernels/2 and kernels/3), or convert the checkpoint again with `bitd pack`", paged.ErrPackVersion, path, p.Layout, err)
+		return nil, fmt.Errorf("%w: %s: blob layout %q: %v: rewrite the file with this bitd's `bitd repack` (it converts tl2 blobs of kernels/2 to kernels/7 and int1 blobs of kernels/1 to kernels/8), or convert the checkpoint again with `bitd pack`", paged.ErrPackVersion, path, p.Layout, err)
 	}
 	// The mapping is released when the last reference goes: one per registered layer and
 	// one held by this function until it returns.

@@ -248,12 +248,13 @@ func TestLoadPackErrors(t *testing.T) {
 	}
 
 	// Older revisions: read when no layer has a format whose layout changed since (kernels/2:
-	// tl2; kernels/3: tl1; kernels/4: tl2), refused naming the first such layer otherwise.
+	// tl2; kernels/3: tl1; kernels/4 to kernels/8: tl2; kernels/9: int1), refused naming the
+	// first such layer otherwise.
 	for _, c := range []struct {
 		rev     string
 		changed []quantcfg.Format
-	}{{"kernels/1", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}}, {"kernels/2", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2}},
-		{"kernels/3", []quantcfg.Format{quantcfg.TL2}}} {
+	}{{"kernels/1", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2, quantcfg.Int1}}, {"kernels/2", []quantcfg.Format{quantcfg.TL1, quantcfg.TL2, quantcfg.Int1}},
+		{"kernels/3", []quantcfg.Format{quantcfg.TL2, quantcfg.Int1}}, {"kernels/8", []quantcfg.Format{quantcfg.Int1}}} {
 		var keep []packedLayer
 		for _, l := range layers {
 			if !slices.Contains(c.changed, l.spec.Format) {

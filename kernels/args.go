@@ -62,6 +62,27 @@ type panelArgs struct {
 	Acc       unsafe.Pointer // int16 [NRB][T][32], scratch: the sums of up to 5 blocks
 }
 
+// int1Args: the int1 GEMV of T tokens (part of the function) over NRB row blocks of one
+// panel of an int1 blob (int1.go): Sums[i][t][r] (int32 at Sums + i*SStride + 128*t + 4*r)
+// += the exact sum over Blocks blocks of w[r][k]*x[t][k] (w = +-1, x int8) for row block i of
+// the call. A kernel reads, by kind, the activations at X (token t's at X + t*XStride, the
+// first block's 32 inputs as u8 x+128: int1Bias, block b's 32*b further) or tables at Tab
+// (token t's at Tab + t*TabStride, as that kernel's builder writes them for the first block
+// on). Acc is scratch for the kernel's int16 sums, [NRB][T][32].
+type int1Args struct {
+	W         unsafe.Pointer // the first row block's first block
+	NRB       int            // row blocks (their blocks int1BlockBytes apart)
+	BStride   int            // bytes between a row block's consecutive blocks
+	Blocks    int            // blocks of 32 inputs (0: none)
+	X         unsafe.Pointer // token 0's biased activations of the first block
+	XStride   int            // bytes between tokens' activations
+	Tab       unsafe.Pointer // token 0's tables of the first block
+	TabStride int            // bytes between tokens' tables
+	Sums      unsafe.Pointer // int32, added to
+	SStride   int            // bytes between row blocks' sums (at least 128*T)
+	Acc       unsafe.Pointer // int16 [NRB][T][32], scratch
+}
+
 // lutArgs: the tl1/tl2 lookup-table GEMV over one K chunk of NRB row blocks for T tokens
 // (T is part of the function): Sums[rb][t][r] += the exact sum over the chunk's inputs of
 // w[r][k]*x[t][k] (int32, row order), from the tables of the chunk. The driver sweeps the
@@ -103,12 +124,12 @@ type lutArgs struct {
 type unpackArgs struct {
 	W   unsafe.Pointer // row block stream
 	B   unsafe.Pointer // [Kp/4][32][4] bytes
-	N   int            // units (int2, int1, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks
+	N   int            // units (int2, int8, tl1), blocks (i2s quads' K blocks), tl2 blocks, int1 blocks (Kp/32)
 	Tab unsafe.Pointer // int2: decode table (16 bytes: code -> u)
 	N2  int            // i2s: bytes per quad; tl2: tl1 tail units
-	// tl2: the bytes from one block to the next (0: 320, side by side; a panel-major
-	// blob's row block: Layout.BlockAt's stride), and the tl1 tail (nil: right after the
-	// last block).
+	// tl2 and int1: the bytes from one block to the next (0: side by side, 320 or 128; a
+	// panel-major blob's row block: Layout.BlockAt's stride, W its block 0), and tl2's tl1
+	// tail (nil: right after the last block).
 	Stride int
 	Tail   unsafe.Pointer
 }

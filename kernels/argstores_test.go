@@ -25,6 +25,7 @@ func TestAsmStoresNoPointers(t *testing.T) {
 		{"unpack", reflect.TypeFor[unpackArgs]()}, {"tile", reflect.TypeFor[gemmArgs]()},
 		{"epilogue", reflect.TypeFor[epiArgs]()}, {"float", reflect.TypeFor[floatArgs]()},
 		{"gemmAMX", reflect.TypeFor[amxArgs]()}, {"tl2Panel", reflect.TypeFor[panelArgs]()},
+		{"int1Panel", reflect.TypeFor[int1Args]()},
 	}
 	files, err := filepath.Glob("*_amd64.s")
 	if err != nil || len(files) == 0 {

@@ -61,7 +61,8 @@
 //	        tail K1=K-K3 as tl1,                              chunk-major: chunks of <= 10 blocks,
 //	        Kp1=roundup(K1,4)                                 the tl1 tail in the last
 //	int2    roundup(K,32)          8*Kp                       32 rows x 4 k in 32 B (VNNI4, 2-bit planes)
-//	int1    roundup(K,32)          4*Kp                       32 rows x 8 k in 32 B (VNNI4, 1-bit planes)
+//	int1    roundup(K,32)          4*Kp                       32 rows x 32 k in 128 B (two planes of 16-bit words);
+//	                                                          panel-major: panels of <= 32 row blocks
 //	int8    roundup(K,32)          32*Kp                      32 rows x 4 k in 128 B (VNNI4)
 //	bf16    K                      64*K                       32 rows x 1 k in 64 B
 //	f32     K                      128*K                      32 rows x 1 k in 128 B

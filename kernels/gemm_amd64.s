@@ -188,71 +188,71 @@ DATA tl2Bits<>+94(SB)/1, $0x08
 DATA tl2Bits<>+95(SB)/1, $0x08
 GLOBL tl2Bits<>(SB), RODATA|NOPTR, $96
 
-DATA int1BitTabs<>+0(SB)/1, $0x00
-DATA int1BitTabs<>+1(SB)/1, $0x01
-DATA int1BitTabs<>+2(SB)/1, $0x00
-DATA int1BitTabs<>+3(SB)/1, $0x01
-DATA int1BitTabs<>+4(SB)/1, $0x00
-DATA int1BitTabs<>+5(SB)/1, $0x01
-DATA int1BitTabs<>+6(SB)/1, $0x00
-DATA int1BitTabs<>+7(SB)/1, $0x01
-DATA int1BitTabs<>+8(SB)/1, $0x00
-DATA int1BitTabs<>+9(SB)/1, $0x01
-DATA int1BitTabs<>+10(SB)/1, $0x00
-DATA int1BitTabs<>+11(SB)/1, $0x01
-DATA int1BitTabs<>+12(SB)/1, $0x00
-DATA int1BitTabs<>+13(SB)/1, $0x01
-DATA int1BitTabs<>+14(SB)/1, $0x00
-DATA int1BitTabs<>+15(SB)/1, $0x01
-DATA int1BitTabs<>+16(SB)/1, $0x00
-DATA int1BitTabs<>+17(SB)/1, $0x00
-DATA int1BitTabs<>+18(SB)/1, $0x01
-DATA int1BitTabs<>+19(SB)/1, $0x01
-DATA int1BitTabs<>+20(SB)/1, $0x00
-DATA int1BitTabs<>+21(SB)/1, $0x00
-DATA int1BitTabs<>+22(SB)/1, $0x01
-DATA int1BitTabs<>+23(SB)/1, $0x01
-DATA int1BitTabs<>+24(SB)/1, $0x00
-DATA int1BitTabs<>+25(SB)/1, $0x00
-DATA int1BitTabs<>+26(SB)/1, $0x01
-DATA int1BitTabs<>+27(SB)/1, $0x01
-DATA int1BitTabs<>+28(SB)/1, $0x00
-DATA int1BitTabs<>+29(SB)/1, $0x00
-DATA int1BitTabs<>+30(SB)/1, $0x01
-DATA int1BitTabs<>+31(SB)/1, $0x01
-DATA int1BitTabs<>+32(SB)/1, $0x00
-DATA int1BitTabs<>+33(SB)/1, $0x00
-DATA int1BitTabs<>+34(SB)/1, $0x00
-DATA int1BitTabs<>+35(SB)/1, $0x00
-DATA int1BitTabs<>+36(SB)/1, $0x01
-DATA int1BitTabs<>+37(SB)/1, $0x01
-DATA int1BitTabs<>+38(SB)/1, $0x01
-DATA int1BitTabs<>+39(SB)/1, $0x01
-DATA int1BitTabs<>+40(SB)/1, $0x00
-DATA int1BitTabs<>+41(SB)/1, $0x00
-DATA int1BitTabs<>+42(SB)/1, $0x00
-DATA int1BitTabs<>+43(SB)/1, $0x00
-DATA int1BitTabs<>+44(SB)/1, $0x01
-DATA int1BitTabs<>+45(SB)/1, $0x01
-DATA int1BitTabs<>+46(SB)/1, $0x01
-DATA int1BitTabs<>+47(SB)/1, $0x01
-DATA int1BitTabs<>+48(SB)/1, $0x00
-DATA int1BitTabs<>+49(SB)/1, $0x00
-DATA int1BitTabs<>+50(SB)/1, $0x00
-DATA int1BitTabs<>+51(SB)/1, $0x00
-DATA int1BitTabs<>+52(SB)/1, $0x00
-DATA int1BitTabs<>+53(SB)/1, $0x00
-DATA int1BitTabs<>+54(SB)/1, $0x00
-DATA int1BitTabs<>+55(SB)/1, $0x00
-DATA int1BitTabs<>+56(SB)/1, $0x01
-DATA int1BitTabs<>+57(SB)/1, $0x01
-DATA int1BitTabs<>+58(SB)/1, $0x01
-DATA int1BitTabs<>+59(SB)/1, $0x01
-DATA int1BitTabs<>+60(SB)/1, $0x01
-DATA int1BitTabs<>+61(SB)/1, $0x01
-DATA int1BitTabs<>+62(SB)/1, $0x01
-DATA int1BitTabs<>+63(SB)/1, $0x01
-GLOBL int1BitTabs<>(SB), RODATA|NOPTR, $64
+DATA int1Spread<>+0(SB)/1, $0x00
+DATA int1Spread<>+1(SB)/1, $0x00
+DATA int1Spread<>+2(SB)/1, $0x00
+DATA int1Spread<>+3(SB)/1, $0x00
+DATA int1Spread<>+4(SB)/1, $0x02
+DATA int1Spread<>+5(SB)/1, $0x02
+DATA int1Spread<>+6(SB)/1, $0x02
+DATA int1Spread<>+7(SB)/1, $0x02
+DATA int1Spread<>+8(SB)/1, $0x04
+DATA int1Spread<>+9(SB)/1, $0x04
+DATA int1Spread<>+10(SB)/1, $0x04
+DATA int1Spread<>+11(SB)/1, $0x04
+DATA int1Spread<>+12(SB)/1, $0x06
+DATA int1Spread<>+13(SB)/1, $0x06
+DATA int1Spread<>+14(SB)/1, $0x06
+DATA int1Spread<>+15(SB)/1, $0x06
+DATA int1Spread<>+16(SB)/1, $0x08
+DATA int1Spread<>+17(SB)/1, $0x08
+DATA int1Spread<>+18(SB)/1, $0x08
+DATA int1Spread<>+19(SB)/1, $0x08
+DATA int1Spread<>+20(SB)/1, $0x0a
+DATA int1Spread<>+21(SB)/1, $0x0a
+DATA int1Spread<>+22(SB)/1, $0x0a
+DATA int1Spread<>+23(SB)/1, $0x0a
+DATA int1Spread<>+24(SB)/1, $0x0c
+DATA int1Spread<>+25(SB)/1, $0x0c
+DATA int1Spread<>+26(SB)/1, $0x0c
+DATA int1Spread<>+27(SB)/1, $0x0c
+DATA int1Spread<>+28(SB)/1, $0x0e
+DATA int1Spread<>+29(SB)/1, $0x0e
+DATA int1Spread<>+30(SB)/1, $0x0e
+DATA int1Spread<>+31(SB)/1, $0x0e
+DATA int1Spread<>+32(SB)/1, $0x01
+DATA int1Spread<>+33(SB)/1, $0x01
+DATA int1Spread<>+34(SB)/1, $0x01
+DATA int1Spread<>+35(SB)/1, $0x01
+DATA int1Spread<>+36(SB)/1, $0x03
+DATA int1Spread<>+37(SB)/1, $0x03
+DATA int1Spread<>+38(SB)/1, $0x03
+DATA int1Spread<>+39(SB)/1, $0x03
+DATA int1Spread<>+40(SB)/1, $0x05
+DATA int1Spread<>+41(SB)/1, $0x05
+DATA int1Spread<>+42(SB)/1, $0x05
+DATA int1Spread<>+43(SB)/1, $0x05
+DATA int1Spread<>+44(SB)/1, $0x07
+DATA int1Spread<>+45(SB)/1, $0x07
+DATA int1Spread<>+46(SB)/1, $0x07
+DATA int1Spread<>+47(SB)/1, $0x07
+DATA int1Spread<>+48(SB)/1, $0x09
+DATA int1Spread<>+49(SB)/1, $0x09
+DATA int1Spread<>+50(SB)/1, $0x09
+DATA int1Spread<>+51(SB)/1, $0x09
+DATA int1Spread<>+52(SB)/1, $0x0b
+DATA int1Spread<>+53(SB)/1, $0x0b
+DATA int1Spread<>+54(SB)/1, $0x0b
+DATA int1Spread<>+55(SB)/1, $0x0b
+DATA int1Spread<>+56(SB)/1, $0x0d
+DATA int1Spread<>+57(SB)/1, $0x0d
+DATA int1Spread<>+58(SB)/1, $0x0d
+DATA int1Spread<>+59(SB)/1, $0x0d
+DATA int1Spread<>+60(SB)/1, $0x0f
+DATA int1Spread<>+61(SB)/1, $0x0f
+DATA int1Spread<>+62(SB)/1, $0x0f
+DATA int1Spread<>+63(SB)/1, $0x0f
+GLOBL int1Spread<>(SB), RODATA|NOPTR, $64
 
 DATA wordOnes<>+0(SB)/1, $0x01
 DATA wordOnes<>+1(SB)/1, $0x00
@@ -4691,46 +4691,163 @@ unpackInt2AVX2_u:
 	RET
 
 // func unpackInt1AVX2(a *byte)
-// Requires: AVX, AVX2, SSE2
+// Requires: AVX, AVX2, MMX+, SSE2
 TEXT ·unpackInt1AVX2(SB), NOSPLIT, $0-8
-	PCALIGN        $0x40
-	MOVQ           a+0(FP), AX
-	MOVQ           (AX), CX
-	MOVQ           8(AX), DX
-	MOVQ           16(AX), AX
-	VBROADCASTI128 int1BitTabs<>+0(SB), Y0
-	VBROADCASTI128 int1BitTabs<>+16(SB), Y1
-	VBROADCASTI128 int1BitTabs<>+32(SB), Y2
-	VBROADCASTI128 int1BitTabs<>+48(SB), Y3
-	MOVL           $0x0f0f0f0f, BX
-	MOVD           BX, X4
-	VPBROADCASTD   X4, Y4
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	MOVQ    (AX), CX
+	MOVQ    8(AX), DX
+	MOVQ    16(AX), BX
+	MOVQ    40(AX), AX
+	TESTQ   BX, BX
+	JZ      unpackInt1AVX2_done
+	TESTQ   AX, AX
+	JNZ     unpackInt1AVX2_strided
+	MOVQ    $0x00000080, AX
 
-unpackInt1AVX2_u:
-	VMOVDQU (CX), Y5
-	VPAND   Y4, Y5, Y6
-	VPSRLW  $0x04, Y5, Y7
-	VPAND   Y4, Y7, Y7
-	VPSHUFB Y6, Y0, Y5
-	VMOVDQU Y5, (DX)
-	VPSHUFB Y6, Y1, Y5
-	VMOVDQU Y5, 32(DX)
-	VPSHUFB Y6, Y2, Y5
-	VMOVDQU Y5, 64(DX)
-	VPSHUFB Y6, Y3, Y5
-	VMOVDQU Y5, 96(DX)
-	VPSHUFB Y7, Y0, Y5
-	VMOVDQU Y5, 128(DX)
-	VPSHUFB Y7, Y1, Y5
-	VMOVDQU Y5, 160(DX)
-	VPSHUFB Y7, Y2, Y5
-	VMOVDQU Y5, 192(DX)
-	VPSHUFB Y7, Y3, Y5
-	VMOVDQU Y5, 224(DX)
-	ADDQ    $0x20, CX
-	ADDQ    $0x00000100, DX
-	DECQ    AX
-	JNZ     unpackInt1AVX2_u
+unpackInt1AVX2_strided:
+	IMUL3Q       $0x18, AX, SI
+	VMOVDQU      int1Spread<>+0(SB), Y0
+	VMOVDQU      int1Spread<>+32(SB), Y1
+	MOVL         $0x08040201, DI
+	MOVD         DI, X2
+	VPBROADCASTD X2, Y2
+	MOVL         $0x80402010, DI
+	MOVD         DI, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x01010101, DI
+	MOVD         DI, X4
+	VPBROADCASTD X4, Y4
+
+unpackInt1AVX2_blk:
+	PREFETCHT1     (CX)(SI*1)
+	PREFETCHT1     64(CX)(SI*1)
+	VBROADCASTI128 (CX), Y5
+	VBROADCASTI128 16(CX), Y6
+	VBROADCASTI128 32(CX), Y7
+	VBROADCASTI128 48(CX), Y8
+	VPSHUFB        Y0, Y5, Y9
+	VPSHUFB        Y0, Y6, Y10
+	VPSHUFB        Y0, Y7, Y11
+	VPSHUFB        Y0, Y8, Y12
+	VPAND          Y2, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, (DX)
+	VPAND          Y2, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 32(DX)
+	VPAND          Y2, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 64(DX)
+	VPAND          Y2, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 96(DX)
+	VPAND          Y3, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 128(DX)
+	VPAND          Y3, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 160(DX)
+	VPAND          Y3, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 192(DX)
+	VPAND          Y3, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 224(DX)
+	VPSHUFB        Y1, Y5, Y9
+	VPSHUFB        Y1, Y6, Y10
+	VPSHUFB        Y1, Y7, Y11
+	VPSHUFB        Y1, Y8, Y12
+	VPAND          Y2, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 256(DX)
+	VPAND          Y2, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 288(DX)
+	VPAND          Y2, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 320(DX)
+	VPAND          Y2, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 352(DX)
+	VPAND          Y3, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 384(DX)
+	VPAND          Y3, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 416(DX)
+	VPAND          Y3, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 448(DX)
+	VPAND          Y3, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 480(DX)
+	VBROADCASTI128 64(CX), Y5
+	VBROADCASTI128 80(CX), Y6
+	VBROADCASTI128 96(CX), Y7
+	VBROADCASTI128 112(CX), Y8
+	VPSHUFB        Y0, Y5, Y9
+	VPSHUFB        Y0, Y6, Y10
+	VPSHUFB        Y0, Y7, Y11
+	VPSHUFB        Y0, Y8, Y12
+	VPAND          Y2, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 512(DX)
+	VPAND          Y2, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 544(DX)
+	VPAND          Y2, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 576(DX)
+	VPAND          Y2, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 608(DX)
+	VPAND          Y3, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 640(DX)
+	VPAND          Y3, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 672(DX)
+	VPAND          Y3, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 704(DX)
+	VPAND          Y3, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 736(DX)
+	VPSHUFB        Y1, Y5, Y9
+	VPSHUFB        Y1, Y6, Y10
+	VPSHUFB        Y1, Y7, Y11
+	VPSHUFB        Y1, Y8, Y12
+	VPAND          Y2, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 768(DX)
+	VPAND          Y2, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 800(DX)
+	VPAND          Y2, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 832(DX)
+	VPAND          Y2, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 864(DX)
+	VPAND          Y3, Y9, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 896(DX)
+	VPAND          Y3, Y10, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 928(DX)
+	VPAND          Y3, Y11, Y13
+	VPMINUB        Y4, Y13, Y13
+	VMOVDQU        Y13, 960(DX)
+	VPAND          Y3, Y12, Y14
+	VPMINUB        Y4, Y14, Y14
+	VMOVDQU        Y14, 992(DX)
+	ADDQ           AX, CX
+	ADDQ           $0x00000400, DX
+	DECQ           BX
+	JNZ            unpackInt1AVX2_blk
+
+unpackInt1AVX2_done:
 	VZEROUPPER
 	RET
 

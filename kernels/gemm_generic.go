@@ -1,13 +1,17 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"unsafe"
 )
 
 // Generic versions of the GEMM operations of gemm_amd64.s (see unpackArgs, gemmArgs).
 
 // unpackGeneric decodes a row block into B[q][r][i] = u(r, 4q+i) with u = w+1 (ternary
-// formats), Tab[code] (int2), the sign bit (int1), w+128 (int8).
+// formats), Tab[code] (int2), the sign bit (int1: 1 for -1), w+128 (int8). A tl2 or int1
+// row block is read block by block, Stride bytes apart (0: side by side), as a panel-major
+// blob holds it (Layout.BlockAt): N blocks of 48 inputs (tl2, then the tl1 tail) or 32
+// (int1, 128 bytes each, int1.go).
 func unpackGeneric(a *unpackArgs, f string) {
 	var kp int
 	switch f {
@@ -16,7 +20,7 @@ func unpackGeneric(a *unpackArgs, f string) {
 	case "tl2":
 		kp = TL2Block*a.N + 4*a.N2
 	case "int1":
-		kp = 8 * a.N
+		kp = 32 * a.N
 	default:
 		kp = 4 * a.N
 	}
@@ -39,10 +43,19 @@ func unpackGeneric(a *unpackArgs, f string) {
 			}
 		}
 	case "int1":
-		w := bytesAt(a.W, 4*kp)
-		for r := 0; r < RowBlock; r++ {
-			for k := 0; k < kp; k++ {
-				put(r, k, w[32*(k/8)+4*(r%8)+k%4]>>(4*(k%8/4)+r/8)&1)
+		stride := a.Stride
+		if stride == 0 {
+			stride = int1BlockBytes
+		}
+		for blk := 0; blk < a.N; blk++ {
+			p := bytesAt(unsafe.Add(a.W, stride*blk), int1BlockBytes)
+			for h := 0; h < 2; h++ {
+				for r := 0; r < RowBlock; r++ {
+					v := binary.LittleEndian.Uint16(p[64*h+2*r:])
+					for j := 0; j < 16; j++ {
+						put(r, 32*blk+16*h+j, byte(v>>j&1))
+					}
+				}
 			}
 		}
 	case "int8":

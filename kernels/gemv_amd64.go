@@ -47,20 +47,6 @@ func prefetchSpansT1(p *byte, spans int, stride int, lines int)
 //go:noescape
 func sumInt8AVX2(x *int8, n int) int32
 
-// expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as
-// gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs
-// 0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;
-// expandInt1Generic is its reference.
-//
-//go:noescape
-func expandInt1AVX512(x *int8, n int, dst *byte)
-
-// permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order
-// 0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.
-//
-//go:noescape
-func permInt1AVX2(x *int8, n int, dst *byte)
-
 // gemvInt2T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 8) is its reference.
 //
 //go:noescape
@@ -95,16 +81,6 @@ func gemvI2ST1AVX512HW(a *byte)
 //
 //go:noescape
 func gemvI2SRowT1AVX512(a *byte)
-
-// gemvInt1T1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVX512(a *byte)
-
-// gemvInt1XT1AVX512 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, expanded) is its reference.
-//
-//go:noescape
-func gemvInt1XT1AVX512(a *byte)
 
 // lutTL1T1AVX512 is the TL1 chunk GEMV for 1 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
@@ -146,11 +122,6 @@ func gemvI2ST2AVX512(a *byte)
 //go:noescape
 func gemvI2SAndT2AVX512(a *byte)
 
-// gemvInt1T2AVX512 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T2AVX512(a *byte)
-
 // lutTL2T2AVX512 is the TL2 chunk GEMV for 2 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -186,11 +157,6 @@ func gemvI2ST3AVX512(a *byte)
 //go:noescape
 func gemvI2SAndT3AVX512(a *byte)
 
-// gemvInt1T3AVX512 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T3AVX512(a *byte)
-
 // lutTL2T3AVX512 is the TL2 chunk GEMV for 3 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
 //go:noescape
@@ -220,11 +186,6 @@ func gemvI2ST4AVX512(a *byte)
 //
 //go:noescape
 func gemvI2SAndT4AVX512(a *byte)
-
-// gemvInt1T4AVX512 is the GEMV of one row block for 4 token(s) (see gemvArgs); gemvInt1Generic (kstep 16, permuted) is its reference.
-//
-//go:noescape
-func gemvInt1T4AVX512(a *byte)
 
 // lutTL2T4AVX512 is the TL2 chunk GEMV for 4 token(s) (see lutArgs); lutGeneric (zmm tables) is its reference.
 //
@@ -341,6 +302,42 @@ func tl2PanelT3AVX512(a *byte)
 //go:noescape
 func tl2PanelT4AVX512(a *byte)
 
+// int1PanelT1AVX512 is the int1 GEMV of 1 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in registers; it leaves the weights' prefetch to the hardware, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.22-1.26x, 1.20-1.24x, 1.13-1.15x at one thread (28-30 GB/s); 1.04-1.29x, 1.04-1.05x, 1.03-1.04x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT1AVX512(a *byte)
+
+// int1PanelT2AVX512 is the int1 GEMV of 2 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in registers; it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.37x, 1.37-1.38x, 1.38-1.39x at one thread (19 GB/s); 1.23-1.41x, 1.20-1.25x, 1.13-1.14x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT2AVX512(a *byte)
+
+// int1PanelT3AVX512 is the int1 GEMV of 3 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in its frame (1600 bytes); it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.32x, 1.23-1.32x, 1.33-1.34x at one thread (12.3-12.6 GB/s); 1.31-1.33x, 1.24-1.32x, 1.08-1.13x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT3AVX512(a *byte)
+
+// int1PanelT4AVX512 is the int1 GEMV of 4 token(s) over the row blocks of one panel of a kernels/9 blob (see int1Args);
+// int1PanelGeneric is its reference. It reads the biased activations at X (never Tab) and builds each
+// block's quad tables (int1.go) from them once a block, in its frame (2112 bytes); it prefetches the weights 8 KiB ahead into L2, and keeps
+// int16 sums in Acc over up to 7 blocks. Measured design: kernels/_asm/int1.go (genInt1Panel).
+// From DRAM against the kernels/8 kernel: 1.32-1.33x, 1.22-1.32x, 1.30-1.32x at one thread (8.6-9.5 GB/s); 1.32-1.33x, 1.29-1.31x, 1.12-1.13x at two. (4096x14336, 14336x4096, 2560x2560; int1Versus)
+//
+//go:noescape
+func int1PanelT4AVX512(a *byte)
+
 // gemvI2ST1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
@@ -365,11 +362,6 @@ func gemvI2ST2AVX2(a *byte)
 //
 //go:noescape
 func gemvInt2T2AVX2(a *byte)
-
-// gemvInt1T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVX2(a *byte)
 
 // gemvI2ST1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -400,16 +392,6 @@ func gemvInt2T2AVXVNNI(a *byte)
 //
 //go:noescape
 func gemvInt8T2AVXVNNI(a *byte)
-
-// gemvInt1T1AVXVNNI is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T1AVXVNNI(a *byte)
-
-// gemvInt1T2AVXVNNI is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvInt1Generic (kstep 8) is its reference.
-//
-//go:noescape
-func gemvInt1T2AVXVNNI(a *byte)
 
 // gemvI2ST3AVX2 is the GEMV of one row block for 3 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -475,3 +457,19 @@ func tl2PanelT1AVX2(a *byte)
 //
 //go:noescape
 func tl2PanelT2AVX2(a *byte)
+
+// int1BuildTabYAVX2 writes blocks tabInt1Y tables (int1TabYBlock bytes each) for the activations
+// at x (32 a block); buildInt1TabYGeneric is its reference.
+//
+//go:noescape
+func int1BuildTabYAVX2(x *int8, blocks int, dst *byte)
+
+// int1PanelT1AVX2 is the int1 GEMV of 1 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
+//
+//go:noescape
+func int1PanelT1AVX2(a *byte)
+
+// int1PanelT2AVX2 is the int1 GEMV of 2 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
+//
+//go:noescape
+func int1PanelT2AVX2(a *byte)

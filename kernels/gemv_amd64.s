@@ -4,42 +4,6 @@
 
 #include "textflag.h"
 
-DATA int1Expand0<>+0(SB)/4, $0x00000000
-DATA int1Expand0<>+4(SB)/4, $0x00000000
-DATA int1Expand0<>+8(SB)/4, $0x00000000
-DATA int1Expand0<>+12(SB)/4, $0x00000000
-DATA int1Expand0<>+16(SB)/4, $0x00000000
-DATA int1Expand0<>+20(SB)/4, $0x00000000
-DATA int1Expand0<>+24(SB)/4, $0x00000000
-DATA int1Expand0<>+28(SB)/4, $0x00000000
-DATA int1Expand0<>+32(SB)/4, $0x00000002
-DATA int1Expand0<>+36(SB)/4, $0x00000002
-DATA int1Expand0<>+40(SB)/4, $0x00000002
-DATA int1Expand0<>+44(SB)/4, $0x00000002
-DATA int1Expand0<>+48(SB)/4, $0x00000002
-DATA int1Expand0<>+52(SB)/4, $0x00000002
-DATA int1Expand0<>+56(SB)/4, $0x00000002
-DATA int1Expand0<>+60(SB)/4, $0x00000002
-GLOBL int1Expand0<>(SB), RODATA|NOPTR, $64
-
-DATA int1Expand1<>+0(SB)/4, $0x00000001
-DATA int1Expand1<>+4(SB)/4, $0x00000001
-DATA int1Expand1<>+8(SB)/4, $0x00000001
-DATA int1Expand1<>+12(SB)/4, $0x00000001
-DATA int1Expand1<>+16(SB)/4, $0x00000001
-DATA int1Expand1<>+20(SB)/4, $0x00000001
-DATA int1Expand1<>+24(SB)/4, $0x00000001
-DATA int1Expand1<>+28(SB)/4, $0x00000001
-DATA int1Expand1<>+32(SB)/4, $0x00000003
-DATA int1Expand1<>+36(SB)/4, $0x00000003
-DATA int1Expand1<>+40(SB)/4, $0x00000003
-DATA int1Expand1<>+44(SB)/4, $0x00000003
-DATA int1Expand1<>+48(SB)/4, $0x00000003
-DATA int1Expand1<>+52(SB)/4, $0x00000003
-DATA int1Expand1<>+56(SB)/4, $0x00000003
-DATA int1Expand1<>+60(SB)/4, $0x00000003
-GLOBL int1Expand1<>(SB), RODATA|NOPTR, $64
-
 DATA lutC1_0<>+0(SB)/2, $0xffff
 DATA lutC1_0<>+2(SB)/2, $0xffff
 DATA lutC1_0<>+4(SB)/2, $0xffff
@@ -819,53 +783,6 @@ sum8_done:
 	VZEROUPPER
 	RET
 
-// func expandInt1AVX512(x *int8, n int, dst *byte)
-// Requires: AVX, AVX512F
-TEXT ·expandInt1AVX512(SB), NOSPLIT, $0-24
-	MOVQ      x+0(FP), AX
-	MOVQ      n+8(FP), CX
-	MOVQ      dst+16(FP), DX
-	VMOVDQU32 int1Expand0<>+0(SB), Z0
-	VMOVDQU32 int1Expand1<>+0(SB), Z1
-	SHRQ      $0x04, CX
-	JZ        expandInt1AVX512_done
-
-expandInt1AVX512_step:
-	VBROADCASTI32X4 (AX), Z2
-	VPERMD          Z2, Z0, Z3
-	VMOVDQU64       Z3, (DX)
-	VPERMD          Z2, Z1, Z3
-	VMOVDQU64       Z3, 64(DX)
-	ADDQ            $0x10, AX
-	SUBQ            $-128, DX
-	DECQ            CX
-	JNZ             expandInt1AVX512_step
-
-expandInt1AVX512_done:
-	VZEROUPPER
-	RET
-
-// func permInt1AVX2(x *int8, n int, dst *byte)
-// Requires: AVX, AVX2
-TEXT ·permInt1AVX2(SB), NOSPLIT, $0-24
-	MOVQ x+0(FP), AX
-	MOVQ n+8(FP), CX
-	MOVQ dst+16(FP), DX
-	SHRQ $0x05, CX
-	JZ   permInt1AVX2_done
-
-permInt1AVX2_step:
-	VPSHUFD $0xd8, (AX), Y0
-	VMOVDQU Y0, (DX)
-	ADDQ    $0x20, AX
-	ADDQ    $0x20, DX
-	DECQ    CX
-	JNZ     permInt1AVX2_step
-
-permInt1AVX2_done:
-	VZEROUPPER
-	RET
-
 DATA pairPerm<>+0(SB)/1, $0x00
 DATA pairPerm<>+1(SB)/1, $0x01
 DATA pairPerm<>+2(SB)/1, $0x02
@@ -1061,12 +978,6 @@ DATA i2sRuns23<>+52(SB)/4, $0x01020000
 DATA i2sRuns23<>+56(SB)/4, $0x00000000
 DATA i2sRuns23<>+60(SB)/4, $0x01020000
 GLOBL i2sRuns23<>(SB), RODATA|NOPTR, $64
-
-DATA int1Bits<>+0(SB)/4, $0x01010101
-DATA int1Bits<>+4(SB)/4, $0x02020202
-DATA int1Bits<>+8(SB)/4, $0x04040404
-DATA int1Bits<>+12(SB)/4, $0x08080808
-GLOBL int1Bits<>(SB), RODATA|NOPTR, $16
 
 DATA dupBytes<>+0(SB)/1, $0x00
 DATA dupBytes<>+1(SB)/1, $0x00
@@ -2140,372 +2051,6 @@ gemvI2SRowT1AVX512_st0:
 	INCQ      BX
 	CMPQ      BX, $0x08
 	JNE       gemvI2SRowT1AVX512_quad
-	VZEROUPPER
-	RET
-
-// func gemvInt1T1AVX512(a *byte)
-// Requires: AVX, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
-TEXT ·gemvInt1T1AVX512(SB), NOSPLIT, $0-8
-	PCALIGN      $0x40
-	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         8(AX), BX
-	VMOVDQU64    pairPerm<>+0(SB), Z0
-	VPBROADCASTD int1Bits<>+0(SB), Z17
-	VPSLLD       $0x04, Z17, Z21
-	VPBROADCASTD int1Bits<>+4(SB), Z18
-	VPSLLD       $0x04, Z18, Z22
-	VPBROADCASTD int1Bits<>+8(SB), Z19
-	VPSLLD       $0x04, Z19, Z23
-	VPBROADCASTD int1Bits<>+12(SB), Z20
-	VPSLLD       $0x04, Z20, Z24
-	MOVQ         24(AX), SI
-	MOVQ         40(AX), DI
-
-gemvInt1T1AVX512_seg:
-	MOVQ    32(AX), R8
-	CMPQ    DI, $0x01
-	CMOVQEQ 48(AX), R8
-	SHRQ    $0x01, R8
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z15, Z15, Z15
-	VPXORD  Z16, Z16, Z16
-
-gemvInt1T1AVX512_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VPERMB       (CX), Z0, Z25
-	VPBROADCASTQ (BX)(DX*1), Z28
-	VPBROADCASTQ 8(BX)(DX*1), Z29
-	VPANDD       Z17, Z25, Z26
-	VPANDD       Z21, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z1
-	VPDPBUSD     Z29, Z27, Z5
-	VPANDD       Z18, Z25, Z26
-	VPANDD       Z22, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z2
-	VPDPBUSD     Z29, Z27, Z6
-	VPANDD       Z19, Z25, Z26
-	VPANDD       Z23, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z3
-	VPDPBUSD     Z29, Z27, Z7
-	VPANDD       Z20, Z25, Z26
-	VPANDD       Z24, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z4
-	VPDPBUSD     Z29, Z27, Z8
-	ADDQ         $0x40, CX
-	ADDQ         $0x10, DX
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VPERMB       (CX), Z0, Z25
-	VPBROADCASTQ (BX)(DX*1), Z28
-	VPBROADCASTQ 8(BX)(DX*1), Z29
-	VPANDD       Z17, Z25, Z26
-	VPANDD       Z21, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z9
-	VPDPBUSD     Z29, Z27, Z13
-	VPANDD       Z18, Z25, Z26
-	VPANDD       Z22, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z10
-	VPDPBUSD     Z29, Z27, Z14
-	VPANDD       Z19, Z25, Z26
-	VPANDD       Z23, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z11
-	VPDPBUSD     Z29, Z27, Z15
-	VPANDD       Z20, Z25, Z26
-	VPANDD       Z24, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z12
-	VPDPBUSD     Z29, Z27, Z16
-	ADDQ         $0x40, CX
-	ADDQ         $0x10, DX
-	DECQ         R8
-	JNZ          gemvInt1T1AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z26
-	VPADDD       Z9, Z1, Z1
-	VPADDD       Z10, Z2, Z2
-	VPADDD       Z11, Z3, Z3
-	VPADDD       Z12, Z4, Z4
-	VPADDD       Z13, Z5, Z5
-	VPADDD       Z14, Z6, Z6
-	VPADDD       Z15, Z7, Z7
-	VPADDD       Z16, Z8, Z8
-	VPSRAD       $0x04, Z5, Z5
-	VPADDD       Z5, Z1, Z1
-	VPSRLQ       $0x20, Z1, Z25
-	VPADDD       Z25, Z1, Z1
-	VPSRAD       $0x04, Z6, Z6
-	VPADDD       Z6, Z2, Z2
-	VPSRAD       $0x01, Z2, Z2
-	VPSRLQ       $0x20, Z2, Z25
-	VPADDD       Z25, Z2, Z2
-	VPSRAD       $0x04, Z7, Z7
-	VPADDD       Z7, Z3, Z3
-	VPSRAD       $0x02, Z3, Z3
-	VPSRLQ       $0x20, Z3, Z25
-	VPADDD       Z25, Z3, Z3
-	VPSRAD       $0x04, Z8, Z8
-	VPADDD       Z8, Z4, Z4
-	VPSRAD       $0x03, Z4, Z4
-	VPSRLQ       $0x20, Z4, Z25
-	VPADDD       Z25, Z4, Z4
-	VPERMT2D     Z2, Z26, Z1
-	VPERMT2D     Z4, Z26, Z3
-	VMOVDQU32    Z1, (SI)
-	VMOVDQU32    Z3, 64(SI)
-	ADDQ         $0x00000080, SI
-	MOVQ         112(AX), R8
-	TESTQ        R8, R8
-	JZ           gemvInt1T1AVX512_fused
-	SUBQ         $0x00000080, SI
-	MOVQ         120(AX), R9
-	MOVQ         64(R8), R10
-	IMULQ        R9, R10
-	ADDQ         56(R8), R10
-	MOVQ         32(R8), R11
-	VPBROADCASTD (R11)(R9*4), Z3
-	VMOVDQU32    (SI), Z1
-	VPSLLD       $0x01, Z1, Z1
-	VPSUBD       Z1, Z3, Z1
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R10), Z1, Z1
-	VMOVDQU32    64(SI), Z2
-	VPSLLD       $0x01, Z2, Z2
-	VPSUBD       Z2, Z3, Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R10), Z2, Z2
-	MOVQ         40(R8), R10
-	MOVQ         128(AX), R11
-	VDIVPS.BCST  (R10)(R9*4), Z1, Z1
-	VMOVUPS      (R11), Z3
-	VADDPS       Z1, Z3, Z1
-	VDIVPS.BCST  (R10)(R9*4), Z2, Z2
-	VMOVUPS      64(R11), Z3
-	VADDPS       Z2, Z3, Z2
-	CMPQ         DI, $0x01
-	JE           gemvInt1T1AVX512_fused0last
-	VMOVUPS      Z1, (R11)
-	VMOVUPS      Z2, 64(R11)
-	JMP          gemvInt1T1AVX512_fused0next
-
-gemvInt1T1AVX512_fused0last:
-	MOVQ   72(R8), R10
-	TESTQ  R10, R10
-	JZ     gemvInt1T1AVX512_fused0lastout
-	VADDPS (R10), Z1, Z1
-	VADDPS 64(R10), Z2, Z2
-
-gemvInt1T1AVX512_fused0lastout:
-	MOVQ    96(R8), R10
-	KMOVW   R10, K1
-	SHRQ    $0x10, R10
-	KMOVW   R10, K2
-	MOVQ    80(R8), R8
-	VMOVUPS Z1, K1, (R8)
-	VMOVUPS Z2, K2, 64(R8)
-
-gemvInt1T1AVX512_fused0next:
-	INCQ R9
-	MOVQ R9, 120(AX)
-
-gemvInt1T1AVX512_fused:
-	DECQ DI
-	JNZ  gemvInt1T1AVX512_seg
-	VZEROUPPER
-	RET
-
-// func gemvInt1XT1AVX512(a *byte)
-// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, CMOV, MMX+
-TEXT ·gemvInt1XT1AVX512(SB), NOSPLIT, $0-8
-	PCALIGN      $0x40
-	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         8(AX), BX
-	VPBROADCASTD int1Bits<>+0(SB), Z16
-	VPSLLD       $0x04, Z16, Z20
-	VPBROADCASTD int1Bits<>+4(SB), Z17
-	VPSLLD       $0x04, Z17, Z21
-	VPBROADCASTD int1Bits<>+8(SB), Z18
-	VPSLLD       $0x04, Z18, Z22
-	VPBROADCASTD int1Bits<>+12(SB), Z19
-	VPSLLD       $0x04, Z19, Z23
-	MOVQ         24(AX), SI
-	MOVQ         40(AX), DI
-
-gemvInt1XT1AVX512_seg:
-	MOVQ    32(AX), R8
-	CMPQ    DI, $0x01
-	CMOVQEQ 48(AX), R8
-	SHRQ    $0x01, R8
-	VPXORD  Z0, Z0, Z0
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z15, Z15, Z15
-
-gemvInt1XT1AVX512_step:
-	PREFETCHT1    8192(CX)
-	PREFETCHT0    2048(CX)
-	VMOVDQU64     (CX), Z24
-	VMOVDQU64     (BX)(DX*1), Z27
-	VMOVDQU64     64(BX)(DX*1), Z28
-	VPANDD        Z16, Z24, Z25
-	VPANDD        Z20, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z0
-	VPDPBUSD      Z28, Z26, Z4
-	VPANDD        Z17, Z24, Z25
-	VPANDD        Z21, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z1
-	VPDPBUSD      Z28, Z26, Z5
-	VPANDD        Z18, Z24, Z25
-	VPANDD        Z22, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z2
-	VPDPBUSD      Z28, Z26, Z6
-	VPANDD        Z19, Z24, Z25
-	VPANDD        Z23, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z3
-	VPDPBUSD      Z28, Z26, Z7
-	ADDQ          $0x40, CX
-	SUBQ          $-128, DX
-	PREFETCHT1    8192(CX)
-	PREFETCHT0    2048(CX)
-	VMOVDQU64     (CX), Z24
-	VMOVDQU64     (BX)(DX*1), Z27
-	VMOVDQU64     64(BX)(DX*1), Z28
-	VPANDD        Z16, Z24, Z25
-	VPANDD        Z20, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z8
-	VPDPBUSD      Z28, Z26, Z12
-	VPANDD        Z17, Z24, Z25
-	VPANDD        Z21, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z9
-	VPDPBUSD      Z28, Z26, Z13
-	VPANDD        Z18, Z24, Z25
-	VPANDD        Z22, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z10
-	VPDPBUSD      Z28, Z26, Z14
-	VPANDD        Z19, Z24, Z25
-	VPANDD        Z23, Z24, Z26
-	VPDPBUSD      Z27, Z25, Z11
-	VPDPBUSD      Z28, Z26, Z15
-	ADDQ          $0x40, CX
-	SUBQ          $-128, DX
-	DECQ          R8
-	JNZ           gemvInt1XT1AVX512_step
-	VPADDD        Z8, Z0, Z0
-	VPADDD        Z12, Z4, Z4
-	VPSRAD        $0x04, Z4, Z4
-	VPADDD        Z4, Z0, Z0
-	VEXTRACTI64X4 $0x01, Z0, Y25
-	VPADDD        Y25, Y0, Y0
-	VMOVDQU32     Y0, (SI)
-	VPADDD        Z9, Z1, Z1
-	VPADDD        Z13, Z5, Z5
-	VPSRAD        $0x04, Z5, Z5
-	VPADDD        Z5, Z1, Z1
-	VPSRAD        $0x01, Z1, Z1
-	VEXTRACTI64X4 $0x01, Z1, Y25
-	VPADDD        Y25, Y1, Y1
-	VMOVDQU32     Y1, 32(SI)
-	VPADDD        Z10, Z2, Z2
-	VPADDD        Z14, Z6, Z6
-	VPSRAD        $0x04, Z6, Z6
-	VPADDD        Z6, Z2, Z2
-	VPSRAD        $0x02, Z2, Z2
-	VEXTRACTI64X4 $0x01, Z2, Y25
-	VPADDD        Y25, Y2, Y2
-	VMOVDQU32     Y2, 64(SI)
-	VPADDD        Z11, Z3, Z3
-	VPADDD        Z15, Z7, Z7
-	VPSRAD        $0x04, Z7, Z7
-	VPADDD        Z7, Z3, Z3
-	VPSRAD        $0x03, Z3, Z3
-	VEXTRACTI64X4 $0x01, Z3, Y25
-	VPADDD        Y25, Y3, Y3
-	VMOVDQU32     Y3, 96(SI)
-	ADDQ          $0x00000080, SI
-	MOVQ          112(AX), R8
-	TESTQ         R8, R8
-	JZ            gemvInt1XT1AVX512_fused
-	SUBQ          $0x00000080, SI
-	MOVQ          120(AX), R9
-	MOVQ          64(R8), R10
-	IMULQ         R9, R10
-	ADDQ          56(R8), R10
-	MOVQ          32(R8), R11
-	VPBROADCASTD  (R11)(R9*4), Z2
-	VMOVDQU32     (SI), Z0
-	VPSLLD        $0x01, Z0, Z0
-	VPSUBD        Z0, Z2, Z0
-	VCVTDQ2PS     Z0, Z0
-	VMULPS        (R10), Z0, Z0
-	VMOVDQU32     64(SI), Z1
-	VPSLLD        $0x01, Z1, Z1
-	VPSUBD        Z1, Z2, Z1
-	VCVTDQ2PS     Z1, Z1
-	VMULPS        64(R10), Z1, Z1
-	MOVQ          40(R8), R10
-	MOVQ          128(AX), R11
-	VDIVPS.BCST   (R10)(R9*4), Z0, Z0
-	VMOVUPS       (R11), Z2
-	VADDPS        Z0, Z2, Z0
-	VDIVPS.BCST   (R10)(R9*4), Z1, Z1
-	VMOVUPS       64(R11), Z2
-	VADDPS        Z1, Z2, Z1
-	CMPQ          DI, $0x01
-	JE            gemvInt1XT1AVX512_fused0last
-	VMOVUPS       Z0, (R11)
-	VMOVUPS       Z1, 64(R11)
-	JMP           gemvInt1XT1AVX512_fused0next
-
-gemvInt1XT1AVX512_fused0last:
-	MOVQ   72(R8), R10
-	TESTQ  R10, R10
-	JZ     gemvInt1XT1AVX512_fused0lastout
-	VADDPS (R10), Z0, Z0
-	VADDPS 64(R10), Z1, Z1
-
-gemvInt1XT1AVX512_fused0lastout:
-	MOVQ    96(R8), R10
-	KMOVW   R10, K1
-	SHRQ    $0x10, R10
-	KMOVW   R10, K2
-	MOVQ    80(R8), R8
-	VMOVUPS Z0, K1, (R8)
-	VMOVUPS Z1, K2, 64(R8)
-
-gemvInt1XT1AVX512_fused0next:
-	INCQ R9
-	MOVQ R9, 120(AX)
-
-gemvInt1XT1AVX512_fused:
-	DECQ DI
-	JNZ  gemvInt1XT1AVX512_seg
 	VZEROUPPER
 	RET
 
@@ -4047,219 +3592,6 @@ gemvI2SAndT2AVX512_st1:
 	INCQ      SI
 	CMPQ      SI, $0x08
 	JNE       gemvI2SAndT2AVX512_quad
-	VZEROUPPER
-	RET
-
-// func gemvInt1T2AVX512(a *byte)
-// Requires: AVX, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
-TEXT ·gemvInt1T2AVX512(SB), NOSPLIT, $0-8
-	PCALIGN      $0x40
-	MOVQ         a+0(FP), AX
-	MOVQ         (AX), CX
-	XORQ         DX, DX
-	MOVQ         8(AX), BX
-	MOVQ         BX, SI
-	ADDQ         16(AX), SI
-	VMOVDQU64    pairPerm<>+0(SB), Z0
-	VPBROADCASTD int1Bits<>+0(SB), Z17
-	VPSLLD       $0x04, Z17, Z21
-	VPBROADCASTD int1Bits<>+4(SB), Z18
-	VPSLLD       $0x04, Z18, Z22
-	VPBROADCASTD int1Bits<>+8(SB), Z19
-	VPSLLD       $0x04, Z19, Z23
-	VPBROADCASTD int1Bits<>+12(SB), Z20
-	VPSLLD       $0x04, Z20, Z24
-	MOVQ         24(AX), DI
-	MOVQ         40(AX), R8
-
-gemvInt1T2AVX512_seg:
-	MOVQ    32(AX), R9
-	CMPQ    R8, $0x01
-	CMOVQEQ 48(AX), R9
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z15, Z15, Z15
-	VPXORD  Z16, Z16, Z16
-
-gemvInt1T2AVX512_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VPERMB       (CX), Z0, Z25
-	VPBROADCASTQ (BX)(DX*1), Z28
-	VPBROADCASTQ 8(BX)(DX*1), Z29
-	VPBROADCASTQ (SI)(DX*1), Z30
-	VPBROADCASTQ 8(SI)(DX*1), Z31
-	VPANDD       Z17, Z25, Z26
-	VPANDD       Z21, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z1
-	VPDPBUSD     Z29, Z27, Z5
-	VPDPBUSD     Z30, Z26, Z9
-	VPDPBUSD     Z31, Z27, Z13
-	VPANDD       Z18, Z25, Z26
-	VPANDD       Z22, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z2
-	VPDPBUSD     Z29, Z27, Z6
-	VPDPBUSD     Z30, Z26, Z10
-	VPDPBUSD     Z31, Z27, Z14
-	VPANDD       Z19, Z25, Z26
-	VPANDD       Z23, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z3
-	VPDPBUSD     Z29, Z27, Z7
-	VPDPBUSD     Z30, Z26, Z11
-	VPDPBUSD     Z31, Z27, Z15
-	VPANDD       Z20, Z25, Z26
-	VPANDD       Z24, Z25, Z27
-	VPDPBUSD     Z28, Z26, Z4
-	VPDPBUSD     Z29, Z27, Z8
-	VPDPBUSD     Z30, Z26, Z12
-	VPDPBUSD     Z31, Z27, Z16
-	ADDQ         $0x40, CX
-	ADDQ         $0x10, DX
-	DECQ         R9
-	JNZ          gemvInt1T2AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z26
-	VPSRAD       $0x04, Z5, Z5
-	VPADDD       Z5, Z1, Z1
-	VPSRLQ       $0x20, Z1, Z25
-	VPADDD       Z25, Z1, Z1
-	VPSRAD       $0x04, Z6, Z6
-	VPADDD       Z6, Z2, Z2
-	VPSRAD       $0x01, Z2, Z2
-	VPSRLQ       $0x20, Z2, Z25
-	VPADDD       Z25, Z2, Z2
-	VPSRAD       $0x04, Z7, Z7
-	VPADDD       Z7, Z3, Z3
-	VPSRAD       $0x02, Z3, Z3
-	VPSRLQ       $0x20, Z3, Z25
-	VPADDD       Z25, Z3, Z3
-	VPSRAD       $0x04, Z8, Z8
-	VPADDD       Z8, Z4, Z4
-	VPSRAD       $0x03, Z4, Z4
-	VPSRLQ       $0x20, Z4, Z25
-	VPADDD       Z25, Z4, Z4
-	VPERMT2D     Z2, Z26, Z1
-	VPERMT2D     Z4, Z26, Z3
-	VMOVDQU32    Z1, (DI)
-	VMOVDQU32    Z3, 64(DI)
-	VPSRAD       $0x04, Z13, Z13
-	VPADDD       Z13, Z9, Z9
-	VPSRLQ       $0x20, Z9, Z25
-	VPADDD       Z25, Z9, Z9
-	VPSRAD       $0x04, Z14, Z14
-	VPADDD       Z14, Z10, Z10
-	VPSRAD       $0x01, Z10, Z10
-	VPSRLQ       $0x20, Z10, Z25
-	VPADDD       Z25, Z10, Z10
-	VPSRAD       $0x04, Z15, Z15
-	VPADDD       Z15, Z11, Z11
-	VPSRAD       $0x02, Z11, Z11
-	VPSRLQ       $0x20, Z11, Z25
-	VPADDD       Z25, Z11, Z11
-	VPSRAD       $0x04, Z16, Z16
-	VPADDD       Z16, Z12, Z12
-	VPSRAD       $0x03, Z12, Z12
-	VPSRLQ       $0x20, Z12, Z25
-	VPADDD       Z25, Z12, Z12
-	VPERMT2D     Z10, Z26, Z9
-	VPERMT2D     Z12, Z26, Z11
-	VMOVDQU32    Z9, 128(DI)
-	VMOVDQU32    Z11, 192(DI)
-	ADDQ         $0x00000100, DI
-	MOVQ         112(AX), R9
-	TESTQ        R9, R9
-	JZ           gemvInt1T2AVX512_fused
-	SUBQ         $0x00000100, DI
-	MOVQ         120(AX), R10
-	MOVQ         64(R9), R11
-	IMULQ        R10, R11
-	ADDQ         56(R9), R11
-	MOVQ         32(R9), R12
-	VPBROADCASTD (R12)(R10*4), Z5
-	VMOVDQU32    (DI), Z1
-	VPSLLD       $0x01, Z1, Z1
-	VPSUBD       Z1, Z5, Z1
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R11), Z1, Z1
-	VMOVDQU32    64(DI), Z2
-	VPSLLD       $0x01, Z2, Z2
-	VPSUBD       Z2, Z5, Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R11), Z2, Z2
-	ADDQ         48(R9), R12
-	VPBROADCASTD (R12)(R10*4), Z5
-	VMOVDQU32    128(DI), Z3
-	VPSLLD       $0x01, Z3, Z3
-	VPSUBD       Z3, Z5, Z3
-	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R11), Z3, Z3
-	VMOVDQU32    192(DI), Z4
-	VPSLLD       $0x01, Z4, Z4
-	VPSUBD       Z4, Z5, Z4
-	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R11), Z4, Z4
-	MOVQ         40(R9), R11
-	MOVQ         128(AX), R12
-	VDIVPS.BCST  (R11)(R10*4), Z1, Z1
-	VMOVUPS      (R12), Z5
-	VADDPS       Z1, Z5, Z1
-	VDIVPS.BCST  (R11)(R10*4), Z2, Z2
-	VMOVUPS      64(R12), Z5
-	VADDPS       Z2, Z5, Z2
-	ADDQ         48(R9), R11
-	VDIVPS.BCST  (R11)(R10*4), Z3, Z3
-	VMOVUPS      128(R12), Z5
-	VADDPS       Z3, Z5, Z3
-	VDIVPS.BCST  (R11)(R10*4), Z4, Z4
-	VMOVUPS      192(R12), Z5
-	VADDPS       Z4, Z5, Z4
-	CMPQ         R8, $0x01
-	JE           gemvInt1T2AVX512_fused0last
-	VMOVUPS      Z1, (R12)
-	VMOVUPS      Z2, 64(R12)
-	VMOVUPS      Z3, 128(R12)
-	VMOVUPS      Z4, 192(R12)
-	JMP          gemvInt1T2AVX512_fused0next
-
-gemvInt1T2AVX512_fused0last:
-	MOVQ   72(R9), R11
-	TESTQ  R11, R11
-	JZ     gemvInt1T2AVX512_fused0lastout
-	VADDPS (R11), Z1, Z1
-	VADDPS 64(R11), Z2, Z2
-	VADDPS (R11), Z3, Z3
-	VADDPS 64(R11), Z4, Z4
-
-gemvInt1T2AVX512_fused0lastout:
-	MOVQ    96(R9), R11
-	KMOVW   R11, K1
-	SHRQ    $0x10, R11
-	KMOVW   R11, K2
-	MOVQ    80(R9), R11
-	VMOVUPS Z1, K1, (R11)
-	VMOVUPS Z2, K2, 64(R11)
-	ADDQ    88(R9), R11
-	VMOVUPS Z3, K1, (R11)
-	VMOVUPS Z4, K2, 64(R11)
-
-gemvInt1T2AVX512_fused0next:
-	INCQ R10
-	MOVQ R10, 120(AX)
-
-gemvInt1T2AVX512_fused:
-	DECQ R8
-	JNZ  gemvInt1T2AVX512_seg
 	VZEROUPPER
 	RET
 
@@ -6390,245 +5722,6 @@ gemvI2SAndT3AVX512_st2:
 	VZEROUPPER
 	RET
 
-// func gemvInt1T3AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
-TEXT ·gemvInt1T3AVX512(SB), NOSPLIT, $0-8
-	PCALIGN   $0x40
-	MOVQ      a+0(FP), AX
-	MOVQ      (AX), CX
-	XORQ      DX, DX
-	MOVQ      8(AX), BX
-	MOVQ      BX, SI
-	ADDQ      16(AX), SI
-	MOVQ      SI, DI
-	ADDQ      16(AX), DI
-	VMOVDQU64 pairPerm<>+0(SB), Z0
-	MOVQ      24(AX), R8
-	MOVQ      40(AX), R9
-
-gemvInt1T3AVX512_seg:
-	MOVQ    32(AX), R10
-	CMPQ    R9, $0x01
-	CMOVQEQ 48(AX), R10
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-
-gemvInt1T3AVX512_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VPERMB       (CX), Z0, Z13
-	VPSRLW       $0x04, Z13, Z16
-	VPBROADCASTQ (BX)(DX*1), Z17
-	VPBROADCASTQ 8(BX)(DX*1), Z18
-	VPBROADCASTQ (SI)(DX*1), Z19
-	VPBROADCASTQ 8(SI)(DX*1), Z20
-	VPBROADCASTQ (DI)(DX*1), Z21
-	VPBROADCASTQ 8(DI)(DX*1), Z22
-	VPANDD.BCST  int1Bits<>+0(SB), Z13, Z14
-	VPANDD.BCST  int1Bits<>+0(SB), Z16, Z15
-	VPDPBUSD     Z17, Z14, Z1
-	VPDPBUSD     Z18, Z15, Z1
-	VPDPBUSD     Z19, Z14, Z5
-	VPDPBUSD     Z20, Z15, Z5
-	VPDPBUSD     Z21, Z14, Z9
-	VPDPBUSD     Z22, Z15, Z9
-	VPANDD.BCST  int1Bits<>+4(SB), Z13, Z14
-	VPANDD.BCST  int1Bits<>+4(SB), Z16, Z15
-	VPDPBUSD     Z17, Z14, Z2
-	VPDPBUSD     Z18, Z15, Z2
-	VPDPBUSD     Z19, Z14, Z6
-	VPDPBUSD     Z20, Z15, Z6
-	VPDPBUSD     Z21, Z14, Z10
-	VPDPBUSD     Z22, Z15, Z10
-	VPANDD.BCST  int1Bits<>+8(SB), Z13, Z14
-	VPANDD.BCST  int1Bits<>+8(SB), Z16, Z15
-	VPDPBUSD     Z17, Z14, Z3
-	VPDPBUSD     Z18, Z15, Z3
-	VPDPBUSD     Z19, Z14, Z7
-	VPDPBUSD     Z20, Z15, Z7
-	VPDPBUSD     Z21, Z14, Z11
-	VPDPBUSD     Z22, Z15, Z11
-	VPANDD.BCST  int1Bits<>+12(SB), Z13, Z14
-	VPANDD.BCST  int1Bits<>+12(SB), Z16, Z15
-	VPDPBUSD     Z17, Z14, Z4
-	VPDPBUSD     Z18, Z15, Z4
-	VPDPBUSD     Z19, Z14, Z8
-	VPDPBUSD     Z20, Z15, Z8
-	VPDPBUSD     Z21, Z14, Z12
-	VPDPBUSD     Z22, Z15, Z12
-	ADDQ         $0x40, CX
-	ADDQ         $0x10, DX
-	DECQ         R10
-	JNZ          gemvInt1T3AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z14
-	VPSRLQ       $0x20, Z1, Z13
-	VPADDD       Z13, Z1, Z1
-	VPSRAD       $0x01, Z2, Z2
-	VPSRLQ       $0x20, Z2, Z13
-	VPADDD       Z13, Z2, Z2
-	VPSRAD       $0x02, Z3, Z3
-	VPSRLQ       $0x20, Z3, Z13
-	VPADDD       Z13, Z3, Z3
-	VPSRAD       $0x03, Z4, Z4
-	VPSRLQ       $0x20, Z4, Z13
-	VPADDD       Z13, Z4, Z4
-	VPERMT2D     Z2, Z14, Z1
-	VPERMT2D     Z4, Z14, Z3
-	VMOVDQU32    Z1, (R8)
-	VMOVDQU32    Z3, 64(R8)
-	VPSRLQ       $0x20, Z5, Z13
-	VPADDD       Z13, Z5, Z5
-	VPSRAD       $0x01, Z6, Z6
-	VPSRLQ       $0x20, Z6, Z13
-	VPADDD       Z13, Z6, Z6
-	VPSRAD       $0x02, Z7, Z7
-	VPSRLQ       $0x20, Z7, Z13
-	VPADDD       Z13, Z7, Z7
-	VPSRAD       $0x03, Z8, Z8
-	VPSRLQ       $0x20, Z8, Z13
-	VPADDD       Z13, Z8, Z8
-	VPERMT2D     Z6, Z14, Z5
-	VPERMT2D     Z8, Z14, Z7
-	VMOVDQU32    Z5, 128(R8)
-	VMOVDQU32    Z7, 192(R8)
-	VPSRLQ       $0x20, Z9, Z13
-	VPADDD       Z13, Z9, Z9
-	VPSRAD       $0x01, Z10, Z10
-	VPSRLQ       $0x20, Z10, Z13
-	VPADDD       Z13, Z10, Z10
-	VPSRAD       $0x02, Z11, Z11
-	VPSRLQ       $0x20, Z11, Z13
-	VPADDD       Z13, Z11, Z11
-	VPSRAD       $0x03, Z12, Z12
-	VPSRLQ       $0x20, Z12, Z13
-	VPADDD       Z13, Z12, Z12
-	VPERMT2D     Z10, Z14, Z9
-	VPERMT2D     Z12, Z14, Z11
-	VMOVDQU32    Z9, 256(R8)
-	VMOVDQU32    Z11, 320(R8)
-	ADDQ         $0x00000180, R8
-	MOVQ         112(AX), R10
-	TESTQ        R10, R10
-	JZ           gemvInt1T3AVX512_fused
-	SUBQ         $0x00000180, R8
-	MOVQ         120(AX), R11
-	MOVQ         64(R10), R12
-	IMULQ        R11, R12
-	ADDQ         56(R10), R12
-	MOVQ         32(R10), R13
-	VPBROADCASTD (R13)(R11*4), Z7
-	VMOVDQU32    (R8), Z1
-	VPSLLD       $0x01, Z1, Z1
-	VPSUBD       Z1, Z7, Z1
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R12), Z1, Z1
-	VMOVDQU32    64(R8), Z2
-	VPSLLD       $0x01, Z2, Z2
-	VPSUBD       Z2, Z7, Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R12), Z2, Z2
-	ADDQ         48(R10), R13
-	VPBROADCASTD (R13)(R11*4), Z7
-	VMOVDQU32    128(R8), Z3
-	VPSLLD       $0x01, Z3, Z3
-	VPSUBD       Z3, Z7, Z3
-	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R12), Z3, Z3
-	VMOVDQU32    192(R8), Z4
-	VPSLLD       $0x01, Z4, Z4
-	VPSUBD       Z4, Z7, Z4
-	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R12), Z4, Z4
-	ADDQ         48(R10), R13
-	VPBROADCASTD (R13)(R11*4), Z7
-	VMOVDQU32    256(R8), Z5
-	VPSLLD       $0x01, Z5, Z5
-	VPSUBD       Z5, Z7, Z5
-	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R12), Z5, Z5
-	VMOVDQU32    320(R8), Z6
-	VPSLLD       $0x01, Z6, Z6
-	VPSUBD       Z6, Z7, Z6
-	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R12), Z6, Z6
-	MOVQ         40(R10), R12
-	MOVQ         128(AX), R13
-	VDIVPS.BCST  (R12)(R11*4), Z1, Z1
-	VMOVUPS      (R13), Z7
-	VADDPS       Z1, Z7, Z1
-	VDIVPS.BCST  (R12)(R11*4), Z2, Z2
-	VMOVUPS      64(R13), Z7
-	VADDPS       Z2, Z7, Z2
-	ADDQ         48(R10), R12
-	VDIVPS.BCST  (R12)(R11*4), Z3, Z3
-	VMOVUPS      128(R13), Z7
-	VADDPS       Z3, Z7, Z3
-	VDIVPS.BCST  (R12)(R11*4), Z4, Z4
-	VMOVUPS      192(R13), Z7
-	VADDPS       Z4, Z7, Z4
-	ADDQ         48(R10), R12
-	VDIVPS.BCST  (R12)(R11*4), Z5, Z5
-	VMOVUPS      256(R13), Z7
-	VADDPS       Z5, Z7, Z5
-	VDIVPS.BCST  (R12)(R11*4), Z6, Z6
-	VMOVUPS      320(R13), Z7
-	VADDPS       Z6, Z7, Z6
-	CMPQ         R9, $0x01
-	JE           gemvInt1T3AVX512_fused0last
-	VMOVUPS      Z1, (R13)
-	VMOVUPS      Z2, 64(R13)
-	VMOVUPS      Z3, 128(R13)
-	VMOVUPS      Z4, 192(R13)
-	VMOVUPS      Z5, 256(R13)
-	VMOVUPS      Z6, 320(R13)
-	JMP          gemvInt1T3AVX512_fused0next
-
-gemvInt1T3AVX512_fused0last:
-	MOVQ   72(R10), R12
-	TESTQ  R12, R12
-	JZ     gemvInt1T3AVX512_fused0lastout
-	VADDPS (R12), Z1, Z1
-	VADDPS 64(R12), Z2, Z2
-	VADDPS (R12), Z3, Z3
-	VADDPS 64(R12), Z4, Z4
-	VADDPS (R12), Z5, Z5
-	VADDPS 64(R12), Z6, Z6
-
-gemvInt1T3AVX512_fused0lastout:
-	MOVQ    96(R10), R12
-	KMOVW   R12, K1
-	SHRQ    $0x10, R12
-	KMOVW   R12, K2
-	MOVQ    80(R10), R12
-	VMOVUPS Z1, K1, (R12)
-	VMOVUPS Z2, K2, 64(R12)
-	ADDQ    88(R10), R12
-	VMOVUPS Z3, K1, (R12)
-	VMOVUPS Z4, K2, 64(R12)
-	ADDQ    88(R10), R12
-	VMOVUPS Z5, K1, (R12)
-	VMOVUPS Z6, K2, 64(R12)
-
-gemvInt1T3AVX512_fused0next:
-	INCQ R11
-	MOVQ R11, 120(AX)
-
-gemvInt1T3AVX512_fused:
-	DECQ R9
-	JNZ  gemvInt1T3AVX512_seg
-	VZEROUPPER
-	RET
-
 // func lutTL2T3AVX512(a *byte)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VBMI2, AVX512VL, CMOV, MMX+
 TEXT ·lutTL2T3AVX512(SB), NOSPLIT, $0-8
@@ -8618,302 +7711,6 @@ gemvI2SAndT4AVX512_st3:
 	INCQ      R8
 	CMPQ      R8, $0x08
 	JNE       gemvI2SAndT4AVX512_quad
-	VZEROUPPER
-	RET
-
-// func gemvInt1T4AVX512(a *byte)
-// Requires: AVX, AVX512BW, AVX512F, AVX512VBMI, AVX512VNNI, CMOV, MMX+
-TEXT ·gemvInt1T4AVX512(SB), NOSPLIT, $0-8
-	PCALIGN   $0x40
-	MOVQ      a+0(FP), AX
-	MOVQ      (AX), CX
-	XORQ      DX, DX
-	MOVQ      8(AX), BX
-	MOVQ      BX, SI
-	ADDQ      16(AX), SI
-	MOVQ      SI, DI
-	ADDQ      16(AX), DI
-	MOVQ      DI, R8
-	ADDQ      16(AX), R8
-	VMOVDQU64 pairPerm<>+0(SB), Z0
-	MOVQ      24(AX), R9
-	MOVQ      40(AX), R10
-
-gemvInt1T4AVX512_seg:
-	MOVQ    32(AX), R11
-	CMPQ    R10, $0x01
-	CMOVQEQ 48(AX), R11
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z15, Z15, Z15
-	VPXORD  Z16, Z16, Z16
-
-gemvInt1T4AVX512_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VPERMB       (CX), Z0, Z17
-	VPSRLW       $0x04, Z17, Z20
-	VPBROADCASTQ (BX)(DX*1), Z21
-	VPBROADCASTQ 8(BX)(DX*1), Z22
-	VPBROADCASTQ (SI)(DX*1), Z23
-	VPBROADCASTQ 8(SI)(DX*1), Z24
-	VPBROADCASTQ (DI)(DX*1), Z25
-	VPBROADCASTQ 8(DI)(DX*1), Z26
-	VPBROADCASTQ (R8)(DX*1), Z27
-	VPBROADCASTQ 8(R8)(DX*1), Z28
-	VPANDD.BCST  int1Bits<>+0(SB), Z17, Z18
-	VPANDD.BCST  int1Bits<>+0(SB), Z20, Z19
-	VPDPBUSD     Z21, Z18, Z1
-	VPDPBUSD     Z22, Z19, Z1
-	VPDPBUSD     Z23, Z18, Z5
-	VPDPBUSD     Z24, Z19, Z5
-	VPDPBUSD     Z25, Z18, Z9
-	VPDPBUSD     Z26, Z19, Z9
-	VPDPBUSD     Z27, Z18, Z13
-	VPDPBUSD     Z28, Z19, Z13
-	VPANDD.BCST  int1Bits<>+4(SB), Z17, Z18
-	VPANDD.BCST  int1Bits<>+4(SB), Z20, Z19
-	VPDPBUSD     Z21, Z18, Z2
-	VPDPBUSD     Z22, Z19, Z2
-	VPDPBUSD     Z23, Z18, Z6
-	VPDPBUSD     Z24, Z19, Z6
-	VPDPBUSD     Z25, Z18, Z10
-	VPDPBUSD     Z26, Z19, Z10
-	VPDPBUSD     Z27, Z18, Z14
-	VPDPBUSD     Z28, Z19, Z14
-	VPANDD.BCST  int1Bits<>+8(SB), Z17, Z18
-	VPANDD.BCST  int1Bits<>+8(SB), Z20, Z19
-	VPDPBUSD     Z21, Z18, Z3
-	VPDPBUSD     Z22, Z19, Z3
-	VPDPBUSD     Z23, Z18, Z7
-	VPDPBUSD     Z24, Z19, Z7
-	VPDPBUSD     Z25, Z18, Z11
-	VPDPBUSD     Z26, Z19, Z11
-	VPDPBUSD     Z27, Z18, Z15
-	VPDPBUSD     Z28, Z19, Z15
-	VPANDD.BCST  int1Bits<>+12(SB), Z17, Z18
-	VPANDD.BCST  int1Bits<>+12(SB), Z20, Z19
-	VPDPBUSD     Z21, Z18, Z4
-	VPDPBUSD     Z22, Z19, Z4
-	VPDPBUSD     Z23, Z18, Z8
-	VPDPBUSD     Z24, Z19, Z8
-	VPDPBUSD     Z25, Z18, Z12
-	VPDPBUSD     Z26, Z19, Z12
-	VPDPBUSD     Z27, Z18, Z16
-	VPDPBUSD     Z28, Z19, Z16
-	ADDQ         $0x40, CX
-	ADDQ         $0x10, DX
-	DECQ         R11
-	JNZ          gemvInt1T4AVX512_step
-	VMOVDQU32    evenIdx<>+0(SB), Z18
-	VPSRLQ       $0x20, Z1, Z17
-	VPADDD       Z17, Z1, Z1
-	VPSRAD       $0x01, Z2, Z2
-	VPSRLQ       $0x20, Z2, Z17
-	VPADDD       Z17, Z2, Z2
-	VPSRAD       $0x02, Z3, Z3
-	VPSRLQ       $0x20, Z3, Z17
-	VPADDD       Z17, Z3, Z3
-	VPSRAD       $0x03, Z4, Z4
-	VPSRLQ       $0x20, Z4, Z17
-	VPADDD       Z17, Z4, Z4
-	VPERMT2D     Z2, Z18, Z1
-	VPERMT2D     Z4, Z18, Z3
-	VMOVDQU32    Z1, (R9)
-	VMOVDQU32    Z3, 64(R9)
-	VPSRLQ       $0x20, Z5, Z17
-	VPADDD       Z17, Z5, Z5
-	VPSRAD       $0x01, Z6, Z6
-	VPSRLQ       $0x20, Z6, Z17
-	VPADDD       Z17, Z6, Z6
-	VPSRAD       $0x02, Z7, Z7
-	VPSRLQ       $0x20, Z7, Z17
-	VPADDD       Z17, Z7, Z7
-	VPSRAD       $0x03, Z8, Z8
-	VPSRLQ       $0x20, Z8, Z17
-	VPADDD       Z17, Z8, Z8
-	VPERMT2D     Z6, Z18, Z5
-	VPERMT2D     Z8, Z18, Z7
-	VMOVDQU32    Z5, 128(R9)
-	VMOVDQU32    Z7, 192(R9)
-	VPSRLQ       $0x20, Z9, Z17
-	VPADDD       Z17, Z9, Z9
-	VPSRAD       $0x01, Z10, Z10
-	VPSRLQ       $0x20, Z10, Z17
-	VPADDD       Z17, Z10, Z10
-	VPSRAD       $0x02, Z11, Z11
-	VPSRLQ       $0x20, Z11, Z17
-	VPADDD       Z17, Z11, Z11
-	VPSRAD       $0x03, Z12, Z12
-	VPSRLQ       $0x20, Z12, Z17
-	VPADDD       Z17, Z12, Z12
-	VPERMT2D     Z10, Z18, Z9
-	VPERMT2D     Z12, Z18, Z11
-	VMOVDQU32    Z9, 256(R9)
-	VMOVDQU32    Z11, 320(R9)
-	VPSRLQ       $0x20, Z13, Z17
-	VPADDD       Z17, Z13, Z13
-	VPSRAD       $0x01, Z14, Z14
-	VPSRLQ       $0x20, Z14, Z17
-	VPADDD       Z17, Z14, Z14
-	VPSRAD       $0x02, Z15, Z15
-	VPSRLQ       $0x20, Z15, Z17
-	VPADDD       Z17, Z15, Z15
-	VPSRAD       $0x03, Z16, Z16
-	VPSRLQ       $0x20, Z16, Z17
-	VPADDD       Z17, Z16, Z16
-	VPERMT2D     Z14, Z18, Z13
-	VPERMT2D     Z16, Z18, Z15
-	VMOVDQU32    Z13, 384(R9)
-	VMOVDQU32    Z15, 448(R9)
-	ADDQ         $0x00000200, R9
-	MOVQ         112(AX), R11
-	TESTQ        R11, R11
-	JZ           gemvInt1T4AVX512_fused
-	SUBQ         $0x00000200, R9
-	MOVQ         120(AX), R12
-	MOVQ         64(R11), R13
-	IMULQ        R12, R13
-	ADDQ         56(R11), R13
-	MOVQ         32(R11), R14
-	VPBROADCASTD (R14)(R12*4), Z9
-	VMOVDQU32    (R9), Z1
-	VPSLLD       $0x01, Z1, Z1
-	VPSUBD       Z1, Z9, Z1
-	VCVTDQ2PS    Z1, Z1
-	VMULPS       (R13), Z1, Z1
-	VMOVDQU32    64(R9), Z2
-	VPSLLD       $0x01, Z2, Z2
-	VPSUBD       Z2, Z9, Z2
-	VCVTDQ2PS    Z2, Z2
-	VMULPS       64(R13), Z2, Z2
-	ADDQ         48(R11), R14
-	VPBROADCASTD (R14)(R12*4), Z9
-	VMOVDQU32    128(R9), Z3
-	VPSLLD       $0x01, Z3, Z3
-	VPSUBD       Z3, Z9, Z3
-	VCVTDQ2PS    Z3, Z3
-	VMULPS       (R13), Z3, Z3
-	VMOVDQU32    192(R9), Z4
-	VPSLLD       $0x01, Z4, Z4
-	VPSUBD       Z4, Z9, Z4
-	VCVTDQ2PS    Z4, Z4
-	VMULPS       64(R13), Z4, Z4
-	ADDQ         48(R11), R14
-	VPBROADCASTD (R14)(R12*4), Z9
-	VMOVDQU32    256(R9), Z5
-	VPSLLD       $0x01, Z5, Z5
-	VPSUBD       Z5, Z9, Z5
-	VCVTDQ2PS    Z5, Z5
-	VMULPS       (R13), Z5, Z5
-	VMOVDQU32    320(R9), Z6
-	VPSLLD       $0x01, Z6, Z6
-	VPSUBD       Z6, Z9, Z6
-	VCVTDQ2PS    Z6, Z6
-	VMULPS       64(R13), Z6, Z6
-	ADDQ         48(R11), R14
-	VPBROADCASTD (R14)(R12*4), Z9
-	VMOVDQU32    384(R9), Z7
-	VPSLLD       $0x01, Z7, Z7
-	VPSUBD       Z7, Z9, Z7
-	VCVTDQ2PS    Z7, Z7
-	VMULPS       (R13), Z7, Z7
-	VMOVDQU32    448(R9), Z8
-	VPSLLD       $0x01, Z8, Z8
-	VPSUBD       Z8, Z9, Z8
-	VCVTDQ2PS    Z8, Z8
-	VMULPS       64(R13), Z8, Z8
-	MOVQ         40(R11), R13
-	MOVQ         128(AX), R14
-	VDIVPS.BCST  (R13)(R12*4), Z1, Z1
-	VMOVUPS      (R14), Z9
-	VADDPS       Z1, Z9, Z1
-	VDIVPS.BCST  (R13)(R12*4), Z2, Z2
-	VMOVUPS      64(R14), Z9
-	VADDPS       Z2, Z9, Z2
-	ADDQ         48(R11), R13
-	VDIVPS.BCST  (R13)(R12*4), Z3, Z3
-	VMOVUPS      128(R14), Z9
-	VADDPS       Z3, Z9, Z3
-	VDIVPS.BCST  (R13)(R12*4), Z4, Z4
-	VMOVUPS      192(R14), Z9
-	VADDPS       Z4, Z9, Z4
-	ADDQ         48(R11), R13
-	VDIVPS.BCST  (R13)(R12*4), Z5, Z5
-	VMOVUPS      256(R14), Z9
-	VADDPS       Z5, Z9, Z5
-	VDIVPS.BCST  (R13)(R12*4), Z6, Z6
-	VMOVUPS      320(R14), Z9
-	VADDPS       Z6, Z9, Z6
-	ADDQ         48(R11), R13
-	VDIVPS.BCST  (R13)(R12*4), Z7, Z7
-	VMOVUPS      384(R14), Z9
-	VADDPS       Z7, Z9, Z7
-	VDIVPS.BCST  (R13)(R12*4), Z8, Z8
-	VMOVUPS      448(R14), Z9
-	VADDPS       Z8, Z9, Z8
-	CMPQ         R10, $0x01
-	JE           gemvInt1T4AVX512_fused0last
-	VMOVUPS      Z1, (R14)
-	VMOVUPS      Z2, 64(R14)
-	VMOVUPS      Z3, 128(R14)
-	VMOVUPS      Z4, 192(R14)
-	VMOVUPS      Z5, 256(R14)
-	VMOVUPS      Z6, 320(R14)
-	VMOVUPS      Z7, 384(R14)
-	VMOVUPS      Z8, 448(R14)
-	JMP          gemvInt1T4AVX512_fused0next
-
-gemvInt1T4AVX512_fused0last:
-	MOVQ   72(R11), R13
-	TESTQ  R13, R13
-	JZ     gemvInt1T4AVX512_fused0lastout
-	VADDPS (R13), Z1, Z1
-	VADDPS 64(R13), Z2, Z2
-	VADDPS (R13), Z3, Z3
-	VADDPS 64(R13), Z4, Z4
-	VADDPS (R13), Z5, Z5
-	VADDPS 64(R13), Z6, Z6
-	VADDPS (R13), Z7, Z7
-	VADDPS 64(R13), Z8, Z8
-
-gemvInt1T4AVX512_fused0lastout:
-	MOVQ    96(R11), R13
-	KMOVW   R13, K1
-	SHRQ    $0x10, R13
-	KMOVW   R13, K2
-	MOVQ    80(R11), R13
-	VMOVUPS Z1, K1, (R13)
-	VMOVUPS Z2, K2, 64(R13)
-	ADDQ    88(R11), R13
-	VMOVUPS Z3, K1, (R13)
-	VMOVUPS Z4, K2, 64(R13)
-	ADDQ    88(R11), R13
-	VMOVUPS Z5, K1, (R13)
-	VMOVUPS Z6, K2, 64(R13)
-	ADDQ    88(R11), R13
-	VMOVUPS Z7, K1, (R13)
-	VMOVUPS Z8, K2, 64(R13)
-
-gemvInt1T4AVX512_fused0next:
-	INCQ R12
-	MOVQ R12, 120(AX)
-
-gemvInt1T4AVX512_fused:
-	DECQ R10
-	JNZ  gemvInt1T4AVX512_seg
 	VZEROUPPER
 	RET
 
@@ -17674,6 +16471,2991 @@ tl2PanelT4AVX512_end:
 	VZEROUPPER
 	RET
 
+DATA int1Pat<>+0(SB)/1, $0x01
+DATA int1Pat<>+1(SB)/1, $0x01
+DATA int1Pat<>+2(SB)/1, $0x01
+DATA int1Pat<>+3(SB)/1, $0x01
+DATA int1Pat<>+4(SB)/1, $0xff
+DATA int1Pat<>+5(SB)/1, $0x01
+DATA int1Pat<>+6(SB)/1, $0x01
+DATA int1Pat<>+7(SB)/1, $0x01
+DATA int1Pat<>+8(SB)/1, $0x01
+DATA int1Pat<>+9(SB)/1, $0xff
+DATA int1Pat<>+10(SB)/1, $0x01
+DATA int1Pat<>+11(SB)/1, $0x01
+DATA int1Pat<>+12(SB)/1, $0xff
+DATA int1Pat<>+13(SB)/1, $0xff
+DATA int1Pat<>+14(SB)/1, $0x01
+DATA int1Pat<>+15(SB)/1, $0x01
+DATA int1Pat<>+16(SB)/1, $0x01
+DATA int1Pat<>+17(SB)/1, $0x01
+DATA int1Pat<>+18(SB)/1, $0xff
+DATA int1Pat<>+19(SB)/1, $0x01
+DATA int1Pat<>+20(SB)/1, $0xff
+DATA int1Pat<>+21(SB)/1, $0x01
+DATA int1Pat<>+22(SB)/1, $0xff
+DATA int1Pat<>+23(SB)/1, $0x01
+DATA int1Pat<>+24(SB)/1, $0x01
+DATA int1Pat<>+25(SB)/1, $0xff
+DATA int1Pat<>+26(SB)/1, $0xff
+DATA int1Pat<>+27(SB)/1, $0x01
+DATA int1Pat<>+28(SB)/1, $0xff
+DATA int1Pat<>+29(SB)/1, $0xff
+DATA int1Pat<>+30(SB)/1, $0xff
+DATA int1Pat<>+31(SB)/1, $0x01
+DATA int1Pat<>+32(SB)/1, $0x01
+DATA int1Pat<>+33(SB)/1, $0x01
+DATA int1Pat<>+34(SB)/1, $0x01
+DATA int1Pat<>+35(SB)/1, $0xff
+DATA int1Pat<>+36(SB)/1, $0xff
+DATA int1Pat<>+37(SB)/1, $0x01
+DATA int1Pat<>+38(SB)/1, $0x01
+DATA int1Pat<>+39(SB)/1, $0xff
+DATA int1Pat<>+40(SB)/1, $0x01
+DATA int1Pat<>+41(SB)/1, $0xff
+DATA int1Pat<>+42(SB)/1, $0x01
+DATA int1Pat<>+43(SB)/1, $0xff
+DATA int1Pat<>+44(SB)/1, $0xff
+DATA int1Pat<>+45(SB)/1, $0xff
+DATA int1Pat<>+46(SB)/1, $0x01
+DATA int1Pat<>+47(SB)/1, $0xff
+DATA int1Pat<>+48(SB)/1, $0x01
+DATA int1Pat<>+49(SB)/1, $0x01
+DATA int1Pat<>+50(SB)/1, $0xff
+DATA int1Pat<>+51(SB)/1, $0xff
+DATA int1Pat<>+52(SB)/1, $0xff
+DATA int1Pat<>+53(SB)/1, $0x01
+DATA int1Pat<>+54(SB)/1, $0xff
+DATA int1Pat<>+55(SB)/1, $0xff
+DATA int1Pat<>+56(SB)/1, $0x01
+DATA int1Pat<>+57(SB)/1, $0xff
+DATA int1Pat<>+58(SB)/1, $0xff
+DATA int1Pat<>+59(SB)/1, $0xff
+DATA int1Pat<>+60(SB)/1, $0xff
+DATA int1Pat<>+61(SB)/1, $0xff
+DATA int1Pat<>+62(SB)/1, $0xff
+DATA int1Pat<>+63(SB)/1, $0xff
+GLOBL int1Pat<>(SB), RODATA|NOPTR, $64
+
+DATA int1Cst<>+0(SB)/4, $0xfffffe00
+DATA int1Cst<>+4(SB)/4, $0xffffff00
+DATA int1Cst<>+8(SB)/4, $0xffffff00
+DATA int1Cst<>+12(SB)/4, $0x00000000
+DATA int1Cst<>+16(SB)/4, $0xffffff00
+DATA int1Cst<>+20(SB)/4, $0x00000000
+DATA int1Cst<>+24(SB)/4, $0x00000000
+DATA int1Cst<>+28(SB)/4, $0x00000100
+DATA int1Cst<>+32(SB)/4, $0xffffff00
+DATA int1Cst<>+36(SB)/4, $0x00000000
+DATA int1Cst<>+40(SB)/4, $0x00000000
+DATA int1Cst<>+44(SB)/4, $0x00000100
+DATA int1Cst<>+48(SB)/4, $0x00000000
+DATA int1Cst<>+52(SB)/4, $0x00000100
+DATA int1Cst<>+56(SB)/4, $0x00000100
+DATA int1Cst<>+60(SB)/4, $0x00000200
+GLOBL int1Cst<>(SB), RODATA|NOPTR, $64
+
+DATA int1Dup<>+0(SB)/1, $0x00
+DATA int1Dup<>+1(SB)/1, $0x00
+DATA int1Dup<>+2(SB)/1, $0x02
+DATA int1Dup<>+3(SB)/1, $0x00
+DATA int1Dup<>+4(SB)/1, $0x04
+DATA int1Dup<>+5(SB)/1, $0x00
+DATA int1Dup<>+6(SB)/1, $0x06
+DATA int1Dup<>+7(SB)/1, $0x00
+DATA int1Dup<>+8(SB)/1, $0x08
+DATA int1Dup<>+9(SB)/1, $0x00
+DATA int1Dup<>+10(SB)/1, $0x0a
+DATA int1Dup<>+11(SB)/1, $0x00
+DATA int1Dup<>+12(SB)/1, $0x0c
+DATA int1Dup<>+13(SB)/1, $0x00
+DATA int1Dup<>+14(SB)/1, $0x0e
+DATA int1Dup<>+15(SB)/1, $0x00
+DATA int1Dup<>+16(SB)/1, $0x10
+DATA int1Dup<>+17(SB)/1, $0x00
+DATA int1Dup<>+18(SB)/1, $0x12
+DATA int1Dup<>+19(SB)/1, $0x00
+DATA int1Dup<>+20(SB)/1, $0x14
+DATA int1Dup<>+21(SB)/1, $0x00
+DATA int1Dup<>+22(SB)/1, $0x16
+DATA int1Dup<>+23(SB)/1, $0x00
+DATA int1Dup<>+24(SB)/1, $0x18
+DATA int1Dup<>+25(SB)/1, $0x00
+DATA int1Dup<>+26(SB)/1, $0x1a
+DATA int1Dup<>+27(SB)/1, $0x00
+DATA int1Dup<>+28(SB)/1, $0x1c
+DATA int1Dup<>+29(SB)/1, $0x00
+DATA int1Dup<>+30(SB)/1, $0x1e
+DATA int1Dup<>+31(SB)/1, $0x00
+DATA int1Dup<>+32(SB)/1, $0x00
+DATA int1Dup<>+33(SB)/1, $0x00
+DATA int1Dup<>+34(SB)/1, $0x02
+DATA int1Dup<>+35(SB)/1, $0x00
+DATA int1Dup<>+36(SB)/1, $0x04
+DATA int1Dup<>+37(SB)/1, $0x00
+DATA int1Dup<>+38(SB)/1, $0x06
+DATA int1Dup<>+39(SB)/1, $0x00
+DATA int1Dup<>+40(SB)/1, $0x08
+DATA int1Dup<>+41(SB)/1, $0x00
+DATA int1Dup<>+42(SB)/1, $0x0a
+DATA int1Dup<>+43(SB)/1, $0x00
+DATA int1Dup<>+44(SB)/1, $0x0c
+DATA int1Dup<>+45(SB)/1, $0x00
+DATA int1Dup<>+46(SB)/1, $0x0e
+DATA int1Dup<>+47(SB)/1, $0x00
+DATA int1Dup<>+48(SB)/1, $0x10
+DATA int1Dup<>+49(SB)/1, $0x00
+DATA int1Dup<>+50(SB)/1, $0x12
+DATA int1Dup<>+51(SB)/1, $0x00
+DATA int1Dup<>+52(SB)/1, $0x14
+DATA int1Dup<>+53(SB)/1, $0x00
+DATA int1Dup<>+54(SB)/1, $0x16
+DATA int1Dup<>+55(SB)/1, $0x00
+DATA int1Dup<>+56(SB)/1, $0x18
+DATA int1Dup<>+57(SB)/1, $0x00
+DATA int1Dup<>+58(SB)/1, $0x1a
+DATA int1Dup<>+59(SB)/1, $0x00
+DATA int1Dup<>+60(SB)/1, $0x1c
+DATA int1Dup<>+61(SB)/1, $0x00
+DATA int1Dup<>+62(SB)/1, $0x1e
+DATA int1Dup<>+63(SB)/1, $0x00
+GLOBL int1Dup<>(SB), RODATA|NOPTR, $64
+
+// func int1PanelT1AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI
+TEXT ·int1PanelT1AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 int1Pat<>+0(SB), Z8
+	VMOVDQU64 int1Cst<>+0(SB), Z9
+	VMOVDQU64 int1Dup<>+0(SB), Z10
+	MOVQ      (AX), CX
+	MOVQ      24(AX), DX
+	MOVQ      32(AX), BX
+	TESTQ     DX, DX
+	JZ        int1PanelT1AVX512_end
+
+int1PanelT1AVX512_grp:
+	MOVQ DX, R10
+	CMPQ R10, $0x07
+	JLE  int1PanelT1AVX512_g
+	MOVQ $0x00000007, R10
+
+int1PanelT1AVX512_g:
+	SUBQ         R10, DX
+	CMPQ         R10, $0x01
+	JNE          int1PanelT1AVX512_first
+	VPBROADCASTD (BX), Z15
+	VMOVDQA64    Z9, Z0
+	VPDPBUSD     Z8, Z15, Z0
+	VPERMW       Z0, Z10, Z0
+	VPBROADCASTD 4(BX), Z16
+	VMOVDQA64    Z9, Z1
+	VPDPBUSD     Z8, Z16, Z1
+	VPERMW       Z1, Z10, Z1
+	VPBROADCASTD 8(BX), Z17
+	VMOVDQA64    Z9, Z2
+	VPDPBUSD     Z8, Z17, Z2
+	VPERMW       Z2, Z10, Z2
+	VPBROADCASTD 12(BX), Z18
+	VMOVDQA64    Z9, Z3
+	VPDPBUSD     Z8, Z18, Z3
+	VPERMW       Z3, Z10, Z3
+	VPBROADCASTD 16(BX), Z15
+	VMOVDQA64    Z9, Z4
+	VPDPBUSD     Z8, Z15, Z4
+	VPERMW       Z4, Z10, Z4
+	VPBROADCASTD 20(BX), Z16
+	VMOVDQA64    Z9, Z5
+	VPDPBUSD     Z8, Z16, Z5
+	VPERMW       Z5, Z10, Z5
+	VPBROADCASTD 24(BX), Z17
+	VMOVDQA64    Z9, Z6
+	VPDPBUSD     Z8, Z17, Z6
+	VPERMW       Z6, Z10, Z6
+	VPBROADCASTD 28(BX), Z18
+	VMOVDQA64    Z9, Z7
+	VPDPBUSD     Z8, Z18, Z7
+	VPERMW       Z7, Z10, Z7
+	MOVQ         CX, SI
+	MOVQ         64(AX), DI
+	MOVQ         80(AX), R8
+	MOVQ         8(AX), R9
+
+int1PanelT1AVX512_only:
+	VMOVDQU64     (SI), Z17
+	VPERMW        Z0, Z17, Z11
+	VPSRLW        $0x04, Z17, Z18
+	VPERMW        Z1, Z18, Z12
+	VPSRLW        $0x08, Z17, Z18
+	VPERMW        Z2, Z18, Z13
+	VPSRLW        $0x0c, Z17, Z18
+	VPERMW        Z3, Z18, Z14
+	VMOVDQU64     64(SI), Z17
+	VPERMW        Z4, Z17, Z15
+	VPADDW        Z15, Z11, Z11
+	VPSRLW        $0x04, Z17, Z18
+	VPERMW        Z5, Z18, Z16
+	VPADDW        Z16, Z12, Z12
+	VPSRLW        $0x08, Z17, Z18
+	VPERMW        Z6, Z18, Z15
+	VPADDW        Z15, Z13, Z13
+	VPSRLW        $0x0c, Z17, Z18
+	VPERMW        Z7, Z18, Z16
+	VPADDW        Z16, Z14, Z14
+	VPADDW        Z13, Z11, Z11
+	VPADDW        Z14, Z12, Z12
+	VPADDW        Z12, Z11, Z11
+	VPMOVSXWD     Y11, Z15
+	VPADDD        (DI), Z15, Z15
+	VMOVDQU32     Z15, (DI)
+	VEXTRACTI64X4 $0x01, Z11, Y16
+	VPMOVSXWD     Y16, Z16
+	VPADDD        64(DI), Z16, Z16
+	VMOVDQU32     Z16, 64(DI)
+	ADDQ          $0x00000080, SI
+	ADDQ          $0x00000040, R8
+	ADDQ          72(AX), DI
+	DECQ          R9
+	JNZ           int1PanelT1AVX512_only
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+	JMP           int1PanelT1AVX512_next
+
+int1PanelT1AVX512_first:
+	VPBROADCASTD (BX), Z15
+	VMOVDQA64    Z9, Z0
+	VPDPBUSD     Z8, Z15, Z0
+	VPERMW       Z0, Z10, Z0
+	VPBROADCASTD 4(BX), Z16
+	VMOVDQA64    Z9, Z1
+	VPDPBUSD     Z8, Z16, Z1
+	VPERMW       Z1, Z10, Z1
+	VPBROADCASTD 8(BX), Z17
+	VMOVDQA64    Z9, Z2
+	VPDPBUSD     Z8, Z17, Z2
+	VPERMW       Z2, Z10, Z2
+	VPBROADCASTD 12(BX), Z18
+	VMOVDQA64    Z9, Z3
+	VPDPBUSD     Z8, Z18, Z3
+	VPERMW       Z3, Z10, Z3
+	VPBROADCASTD 16(BX), Z15
+	VMOVDQA64    Z9, Z4
+	VPDPBUSD     Z8, Z15, Z4
+	VPERMW       Z4, Z10, Z4
+	VPBROADCASTD 20(BX), Z16
+	VMOVDQA64    Z9, Z5
+	VPDPBUSD     Z8, Z16, Z5
+	VPERMW       Z5, Z10, Z5
+	VPBROADCASTD 24(BX), Z17
+	VMOVDQA64    Z9, Z6
+	VPDPBUSD     Z8, Z17, Z6
+	VPERMW       Z6, Z10, Z6
+	VPBROADCASTD 28(BX), Z18
+	VMOVDQA64    Z9, Z7
+	VPDPBUSD     Z8, Z18, Z7
+	VPERMW       Z7, Z10, Z7
+	MOVQ         CX, SI
+	MOVQ         64(AX), DI
+	MOVQ         80(AX), R8
+	MOVQ         8(AX), R9
+
+int1PanelT1AVX512_rb0:
+	VMOVDQU64 (SI), Z17
+	VPERMW    Z0, Z17, Z11
+	VPSRLW    $0x04, Z17, Z18
+	VPERMW    Z1, Z18, Z12
+	VPSRLW    $0x08, Z17, Z18
+	VPERMW    Z2, Z18, Z13
+	VPSRLW    $0x0c, Z17, Z18
+	VPERMW    Z3, Z18, Z14
+	VMOVDQU64 64(SI), Z17
+	VPERMW    Z4, Z17, Z15
+	VPADDW    Z15, Z11, Z11
+	VPSRLW    $0x04, Z17, Z18
+	VPERMW    Z5, Z18, Z16
+	VPADDW    Z16, Z12, Z12
+	VPSRLW    $0x08, Z17, Z18
+	VPERMW    Z6, Z18, Z15
+	VPADDW    Z15, Z13, Z13
+	VPSRLW    $0x0c, Z17, Z18
+	VPERMW    Z7, Z18, Z16
+	VPADDW    Z16, Z14, Z14
+	VPADDW    Z13, Z11, Z11
+	VPADDW    Z14, Z12, Z12
+	VPADDW    Z12, Z11, Z11
+	VMOVDQU64 Z11, (R8)
+	ADDQ      $0x00000080, SI
+	ADDQ      $0x00000040, R8
+	ADDQ      72(AX), DI
+	DECQ      R9
+	JNZ       int1PanelT1AVX512_rb0
+	ADDQ      16(AX), CX
+	ADDQ      $0x20, BX
+	DECQ      R10
+
+int1PanelT1AVX512_mid:
+	CMPQ         R10, $0x01
+	JE           int1PanelT1AVX512_last
+	VPBROADCASTD (BX), Z15
+	VMOVDQA64    Z9, Z0
+	VPDPBUSD     Z8, Z15, Z0
+	VPERMW       Z0, Z10, Z0
+	VPBROADCASTD 4(BX), Z16
+	VMOVDQA64    Z9, Z1
+	VPDPBUSD     Z8, Z16, Z1
+	VPERMW       Z1, Z10, Z1
+	VPBROADCASTD 8(BX), Z17
+	VMOVDQA64    Z9, Z2
+	VPDPBUSD     Z8, Z17, Z2
+	VPERMW       Z2, Z10, Z2
+	VPBROADCASTD 12(BX), Z18
+	VMOVDQA64    Z9, Z3
+	VPDPBUSD     Z8, Z18, Z3
+	VPERMW       Z3, Z10, Z3
+	VPBROADCASTD 16(BX), Z15
+	VMOVDQA64    Z9, Z4
+	VPDPBUSD     Z8, Z15, Z4
+	VPERMW       Z4, Z10, Z4
+	VPBROADCASTD 20(BX), Z16
+	VMOVDQA64    Z9, Z5
+	VPDPBUSD     Z8, Z16, Z5
+	VPERMW       Z5, Z10, Z5
+	VPBROADCASTD 24(BX), Z17
+	VMOVDQA64    Z9, Z6
+	VPDPBUSD     Z8, Z17, Z6
+	VPERMW       Z6, Z10, Z6
+	VPBROADCASTD 28(BX), Z18
+	VMOVDQA64    Z9, Z7
+	VPDPBUSD     Z8, Z18, Z7
+	VPERMW       Z7, Z10, Z7
+	MOVQ         CX, SI
+	MOVQ         64(AX), DI
+	MOVQ         80(AX), R8
+	MOVQ         8(AX), R9
+
+int1PanelT1AVX512_rb1:
+	VMOVDQU64 (SI), Z17
+	VPERMW    Z0, Z17, Z11
+	VPSRLW    $0x04, Z17, Z18
+	VPERMW    Z1, Z18, Z12
+	VPSRLW    $0x08, Z17, Z18
+	VPERMW    Z2, Z18, Z13
+	VPSRLW    $0x0c, Z17, Z18
+	VPERMW    Z3, Z18, Z14
+	VMOVDQU64 64(SI), Z17
+	VPERMW    Z4, Z17, Z15
+	VPADDW    Z15, Z11, Z11
+	VPSRLW    $0x04, Z17, Z18
+	VPERMW    Z5, Z18, Z16
+	VPADDW    Z16, Z12, Z12
+	VPSRLW    $0x08, Z17, Z18
+	VPERMW    Z6, Z18, Z15
+	VPADDW    Z15, Z13, Z13
+	VPSRLW    $0x0c, Z17, Z18
+	VPERMW    Z7, Z18, Z16
+	VPADDW    Z16, Z14, Z14
+	VPADDW    Z13, Z11, Z11
+	VPADDW    Z14, Z12, Z12
+	VPADDW    Z12, Z11, Z11
+	VPADDW    (R8), Z11, Z11
+	VMOVDQU64 Z11, (R8)
+	ADDQ      $0x00000080, SI
+	ADDQ      $0x00000040, R8
+	ADDQ      72(AX), DI
+	DECQ      R9
+	JNZ       int1PanelT1AVX512_rb1
+	ADDQ      16(AX), CX
+	ADDQ      $0x20, BX
+	DECQ      R10
+	JMP       int1PanelT1AVX512_mid
+
+int1PanelT1AVX512_last:
+	VPBROADCASTD (BX), Z15
+	VMOVDQA64    Z9, Z0
+	VPDPBUSD     Z8, Z15, Z0
+	VPERMW       Z0, Z10, Z0
+	VPBROADCASTD 4(BX), Z16
+	VMOVDQA64    Z9, Z1
+	VPDPBUSD     Z8, Z16, Z1
+	VPERMW       Z1, Z10, Z1
+	VPBROADCASTD 8(BX), Z17
+	VMOVDQA64    Z9, Z2
+	VPDPBUSD     Z8, Z17, Z2
+	VPERMW       Z2, Z10, Z2
+	VPBROADCASTD 12(BX), Z18
+	VMOVDQA64    Z9, Z3
+	VPDPBUSD     Z8, Z18, Z3
+	VPERMW       Z3, Z10, Z3
+	VPBROADCASTD 16(BX), Z15
+	VMOVDQA64    Z9, Z4
+	VPDPBUSD     Z8, Z15, Z4
+	VPERMW       Z4, Z10, Z4
+	VPBROADCASTD 20(BX), Z16
+	VMOVDQA64    Z9, Z5
+	VPDPBUSD     Z8, Z16, Z5
+	VPERMW       Z5, Z10, Z5
+	VPBROADCASTD 24(BX), Z17
+	VMOVDQA64    Z9, Z6
+	VPDPBUSD     Z8, Z17, Z6
+	VPERMW       Z6, Z10, Z6
+	VPBROADCASTD 28(BX), Z18
+	VMOVDQA64    Z9, Z7
+	VPDPBUSD     Z8, Z18, Z7
+	VPERMW       Z7, Z10, Z7
+	MOVQ         CX, SI
+	MOVQ         64(AX), DI
+	MOVQ         80(AX), R8
+	MOVQ         8(AX), R9
+
+int1PanelT1AVX512_rb2:
+	VMOVDQU64     (SI), Z17
+	VPERMW        Z0, Z17, Z11
+	VPSRLW        $0x04, Z17, Z18
+	VPERMW        Z1, Z18, Z12
+	VPSRLW        $0x08, Z17, Z18
+	VPERMW        Z2, Z18, Z13
+	VPSRLW        $0x0c, Z17, Z18
+	VPERMW        Z3, Z18, Z14
+	VMOVDQU64     64(SI), Z17
+	VPERMW        Z4, Z17, Z15
+	VPADDW        Z15, Z11, Z11
+	VPSRLW        $0x04, Z17, Z18
+	VPERMW        Z5, Z18, Z16
+	VPADDW        Z16, Z12, Z12
+	VPSRLW        $0x08, Z17, Z18
+	VPERMW        Z6, Z18, Z15
+	VPADDW        Z15, Z13, Z13
+	VPSRLW        $0x0c, Z17, Z18
+	VPERMW        Z7, Z18, Z16
+	VPADDW        Z16, Z14, Z14
+	VPADDW        Z13, Z11, Z11
+	VPADDW        Z14, Z12, Z12
+	VPADDW        Z12, Z11, Z11
+	VPADDW        (R8), Z11, Z11
+	VPMOVSXWD     Y11, Z15
+	VPADDD        (DI), Z15, Z15
+	VMOVDQU32     Z15, (DI)
+	VEXTRACTI64X4 $0x01, Z11, Y16
+	VPMOVSXWD     Y16, Z16
+	VPADDD        64(DI), Z16, Z16
+	VMOVDQU32     Z16, 64(DI)
+	ADDQ          $0x00000080, SI
+	ADDQ          $0x00000040, R8
+	ADDQ          72(AX), DI
+	DECQ          R9
+	JNZ           int1PanelT1AVX512_rb2
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+
+int1PanelT1AVX512_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT1AVX512_grp
+
+int1PanelT1AVX512_end:
+	VZEROUPPER
+	RET
+
+// func int1PanelT2AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·int1PanelT2AVX512(SB), NOSPLIT, $0-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 int1Pat<>+0(SB), Z16
+	VMOVDQU64 int1Cst<>+0(SB), Z17
+	VMOVDQU64 int1Dup<>+0(SB), Z18
+	MOVQ      (AX), CX
+	MOVQ      24(AX), DX
+	MOVQ      32(AX), BX
+	MOVQ      40(AX), SI
+	TESTQ     DX, DX
+	JZ        int1PanelT2AVX512_end
+
+int1PanelT2AVX512_grp:
+	MOVQ DX, R11
+	CMPQ R11, $0x07
+	JLE  int1PanelT2AVX512_g
+	MOVQ $0x00000007, R11
+
+int1PanelT2AVX512_g:
+	SUBQ         R11, DX
+	CMPQ         R11, $0x01
+	JNE          int1PanelT2AVX512_first
+	VPBROADCASTD (BX), Z23
+	VMOVDQA64    Z17, Z0
+	VPDPBUSD     Z16, Z23, Z0
+	VPERMW       Z0, Z18, Z0
+	VPBROADCASTD 4(BX), Z24
+	VMOVDQA64    Z17, Z1
+	VPDPBUSD     Z16, Z24, Z1
+	VPERMW       Z1, Z18, Z1
+	VPBROADCASTD 8(BX), Z25
+	VMOVDQA64    Z17, Z2
+	VPDPBUSD     Z16, Z25, Z2
+	VPERMW       Z2, Z18, Z2
+	VPBROADCASTD 12(BX), Z26
+	VMOVDQA64    Z17, Z3
+	VPDPBUSD     Z16, Z26, Z3
+	VPERMW       Z3, Z18, Z3
+	VPBROADCASTD 16(BX), Z23
+	VMOVDQA64    Z17, Z4
+	VPDPBUSD     Z16, Z23, Z4
+	VPERMW       Z4, Z18, Z4
+	VPBROADCASTD 20(BX), Z24
+	VMOVDQA64    Z17, Z5
+	VPDPBUSD     Z16, Z24, Z5
+	VPERMW       Z5, Z18, Z5
+	VPBROADCASTD 24(BX), Z25
+	VMOVDQA64    Z17, Z6
+	VPDPBUSD     Z16, Z25, Z6
+	VPERMW       Z6, Z18, Z6
+	VPBROADCASTD 28(BX), Z26
+	VMOVDQA64    Z17, Z7
+	VPDPBUSD     Z16, Z26, Z7
+	VPERMW       Z7, Z18, Z7
+	VPBROADCASTD (BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z8
+	VPDPBUSD     Z16, Z23, Z8
+	VPERMW       Z8, Z18, Z8
+	VPBROADCASTD 4(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z9
+	VPDPBUSD     Z16, Z24, Z9
+	VPERMW       Z9, Z18, Z9
+	VPBROADCASTD 8(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z10
+	VPDPBUSD     Z16, Z25, Z10
+	VPERMW       Z10, Z18, Z10
+	VPBROADCASTD 12(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z11
+	VPDPBUSD     Z16, Z26, Z11
+	VPERMW       Z11, Z18, Z11
+	VPBROADCASTD 16(BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z12
+	VPDPBUSD     Z16, Z23, Z12
+	VPERMW       Z12, Z18, Z12
+	VPBROADCASTD 20(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z13
+	VPDPBUSD     Z16, Z24, Z13
+	VPERMW       Z13, Z18, Z13
+	VPBROADCASTD 24(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z14
+	VPDPBUSD     Z16, Z25, Z14
+	VPERMW       Z14, Z18, Z14
+	VPBROADCASTD 28(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z15
+	VPDPBUSD     Z16, Z26, Z15
+	VPERMW       Z15, Z18, Z15
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT2AVX512_only:
+	PREFETCHT1    8192(DI)
+	PREFETCHT1    8256(DI)
+	VMOVDQU64     (DI), Z25
+	VPERMW        Z0, Z25, Z19
+	VPERMW        Z8, Z25, Z21
+	VPSRLW        $0x04, Z25, Z26
+	VPERMW        Z1, Z26, Z20
+	VPERMW        Z9, Z26, Z22
+	VPSRLW        $0x08, Z25, Z26
+	VPERMW        Z2, Z26, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z10, Z26, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x0c, Z25, Z26
+	VPERMW        Z3, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z11, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VMOVDQU64     64(DI), Z25
+	VPERMW        Z4, Z25, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z12, Z25, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x04, Z25, Z26
+	VPERMW        Z5, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z13, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VPSRLW        $0x08, Z25, Z26
+	VPERMW        Z6, Z26, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z14, Z26, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x0c, Z25, Z26
+	VPERMW        Z7, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z15, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VPADDW        Z20, Z19, Z19
+	VPMOVSXWD     Y19, Z23
+	VPADDD        (R8), Z23, Z23
+	VMOVDQU32     Z23, (R8)
+	VEXTRACTI64X4 $0x01, Z19, Y24
+	VPMOVSXWD     Y24, Z24
+	VPADDD        64(R8), Z24, Z24
+	VMOVDQU32     Z24, 64(R8)
+	VPADDW        Z22, Z21, Z21
+	VPMOVSXWD     Y21, Z23
+	VPADDD        128(R8), Z23, Z23
+	VMOVDQU32     Z23, 128(R8)
+	VEXTRACTI64X4 $0x01, Z21, Y24
+	VPMOVSXWD     Y24, Z24
+	VPADDD        192(R8), Z24, Z24
+	VMOVDQU32     Z24, 192(R8)
+	ADDQ          $0x00000080, DI
+	ADDQ          $0x00000080, R9
+	ADDQ          72(AX), R8
+	DECQ          R10
+	JNZ           int1PanelT2AVX512_only
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+	JMP           int1PanelT2AVX512_next
+
+int1PanelT2AVX512_first:
+	VPBROADCASTD (BX), Z23
+	VMOVDQA64    Z17, Z0
+	VPDPBUSD     Z16, Z23, Z0
+	VPERMW       Z0, Z18, Z0
+	VPBROADCASTD 4(BX), Z24
+	VMOVDQA64    Z17, Z1
+	VPDPBUSD     Z16, Z24, Z1
+	VPERMW       Z1, Z18, Z1
+	VPBROADCASTD 8(BX), Z25
+	VMOVDQA64    Z17, Z2
+	VPDPBUSD     Z16, Z25, Z2
+	VPERMW       Z2, Z18, Z2
+	VPBROADCASTD 12(BX), Z26
+	VMOVDQA64    Z17, Z3
+	VPDPBUSD     Z16, Z26, Z3
+	VPERMW       Z3, Z18, Z3
+	VPBROADCASTD 16(BX), Z23
+	VMOVDQA64    Z17, Z4
+	VPDPBUSD     Z16, Z23, Z4
+	VPERMW       Z4, Z18, Z4
+	VPBROADCASTD 20(BX), Z24
+	VMOVDQA64    Z17, Z5
+	VPDPBUSD     Z16, Z24, Z5
+	VPERMW       Z5, Z18, Z5
+	VPBROADCASTD 24(BX), Z25
+	VMOVDQA64    Z17, Z6
+	VPDPBUSD     Z16, Z25, Z6
+	VPERMW       Z6, Z18, Z6
+	VPBROADCASTD 28(BX), Z26
+	VMOVDQA64    Z17, Z7
+	VPDPBUSD     Z16, Z26, Z7
+	VPERMW       Z7, Z18, Z7
+	VPBROADCASTD (BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z8
+	VPDPBUSD     Z16, Z23, Z8
+	VPERMW       Z8, Z18, Z8
+	VPBROADCASTD 4(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z9
+	VPDPBUSD     Z16, Z24, Z9
+	VPERMW       Z9, Z18, Z9
+	VPBROADCASTD 8(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z10
+	VPDPBUSD     Z16, Z25, Z10
+	VPERMW       Z10, Z18, Z10
+	VPBROADCASTD 12(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z11
+	VPDPBUSD     Z16, Z26, Z11
+	VPERMW       Z11, Z18, Z11
+	VPBROADCASTD 16(BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z12
+	VPDPBUSD     Z16, Z23, Z12
+	VPERMW       Z12, Z18, Z12
+	VPBROADCASTD 20(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z13
+	VPDPBUSD     Z16, Z24, Z13
+	VPERMW       Z13, Z18, Z13
+	VPBROADCASTD 24(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z14
+	VPDPBUSD     Z16, Z25, Z14
+	VPERMW       Z14, Z18, Z14
+	VPBROADCASTD 28(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z15
+	VPDPBUSD     Z16, Z26, Z15
+	VPERMW       Z15, Z18, Z15
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT2AVX512_rb0:
+	PREFETCHT1 8192(DI)
+	PREFETCHT1 8256(DI)
+	VMOVDQU64  (DI), Z25
+	VPERMW     Z0, Z25, Z19
+	VPERMW     Z8, Z25, Z21
+	VPSRLW     $0x04, Z25, Z26
+	VPERMW     Z1, Z26, Z20
+	VPERMW     Z9, Z26, Z22
+	VPSRLW     $0x08, Z25, Z26
+	VPERMW     Z2, Z26, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z10, Z26, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x0c, Z25, Z26
+	VPERMW     Z3, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z11, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VMOVDQU64  64(DI), Z25
+	VPERMW     Z4, Z25, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z12, Z25, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x04, Z25, Z26
+	VPERMW     Z5, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z13, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VPSRLW     $0x08, Z25, Z26
+	VPERMW     Z6, Z26, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z14, Z26, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x0c, Z25, Z26
+	VPERMW     Z7, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z15, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VPADDW     Z20, Z19, Z19
+	VMOVDQU64  Z19, (R9)
+	VPADDW     Z22, Z21, Z21
+	VMOVDQU64  Z21, 64(R9)
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	DECQ       R10
+	JNZ        int1PanelT2AVX512_rb0
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R11
+
+int1PanelT2AVX512_mid:
+	CMPQ         R11, $0x01
+	JE           int1PanelT2AVX512_last
+	VPBROADCASTD (BX), Z23
+	VMOVDQA64    Z17, Z0
+	VPDPBUSD     Z16, Z23, Z0
+	VPERMW       Z0, Z18, Z0
+	VPBROADCASTD 4(BX), Z24
+	VMOVDQA64    Z17, Z1
+	VPDPBUSD     Z16, Z24, Z1
+	VPERMW       Z1, Z18, Z1
+	VPBROADCASTD 8(BX), Z25
+	VMOVDQA64    Z17, Z2
+	VPDPBUSD     Z16, Z25, Z2
+	VPERMW       Z2, Z18, Z2
+	VPBROADCASTD 12(BX), Z26
+	VMOVDQA64    Z17, Z3
+	VPDPBUSD     Z16, Z26, Z3
+	VPERMW       Z3, Z18, Z3
+	VPBROADCASTD 16(BX), Z23
+	VMOVDQA64    Z17, Z4
+	VPDPBUSD     Z16, Z23, Z4
+	VPERMW       Z4, Z18, Z4
+	VPBROADCASTD 20(BX), Z24
+	VMOVDQA64    Z17, Z5
+	VPDPBUSD     Z16, Z24, Z5
+	VPERMW       Z5, Z18, Z5
+	VPBROADCASTD 24(BX), Z25
+	VMOVDQA64    Z17, Z6
+	VPDPBUSD     Z16, Z25, Z6
+	VPERMW       Z6, Z18, Z6
+	VPBROADCASTD 28(BX), Z26
+	VMOVDQA64    Z17, Z7
+	VPDPBUSD     Z16, Z26, Z7
+	VPERMW       Z7, Z18, Z7
+	VPBROADCASTD (BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z8
+	VPDPBUSD     Z16, Z23, Z8
+	VPERMW       Z8, Z18, Z8
+	VPBROADCASTD 4(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z9
+	VPDPBUSD     Z16, Z24, Z9
+	VPERMW       Z9, Z18, Z9
+	VPBROADCASTD 8(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z10
+	VPDPBUSD     Z16, Z25, Z10
+	VPERMW       Z10, Z18, Z10
+	VPBROADCASTD 12(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z11
+	VPDPBUSD     Z16, Z26, Z11
+	VPERMW       Z11, Z18, Z11
+	VPBROADCASTD 16(BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z12
+	VPDPBUSD     Z16, Z23, Z12
+	VPERMW       Z12, Z18, Z12
+	VPBROADCASTD 20(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z13
+	VPDPBUSD     Z16, Z24, Z13
+	VPERMW       Z13, Z18, Z13
+	VPBROADCASTD 24(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z14
+	VPDPBUSD     Z16, Z25, Z14
+	VPERMW       Z14, Z18, Z14
+	VPBROADCASTD 28(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z15
+	VPDPBUSD     Z16, Z26, Z15
+	VPERMW       Z15, Z18, Z15
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT2AVX512_rb1:
+	PREFETCHT1 8192(DI)
+	PREFETCHT1 8256(DI)
+	VMOVDQU64  (DI), Z25
+	VPERMW     Z0, Z25, Z19
+	VPERMW     Z8, Z25, Z21
+	VPSRLW     $0x04, Z25, Z26
+	VPERMW     Z1, Z26, Z20
+	VPERMW     Z9, Z26, Z22
+	VPSRLW     $0x08, Z25, Z26
+	VPERMW     Z2, Z26, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z10, Z26, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x0c, Z25, Z26
+	VPERMW     Z3, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z11, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VMOVDQU64  64(DI), Z25
+	VPERMW     Z4, Z25, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z12, Z25, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x04, Z25, Z26
+	VPERMW     Z5, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z13, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VPSRLW     $0x08, Z25, Z26
+	VPERMW     Z6, Z26, Z23
+	VPADDW     Z23, Z19, Z19
+	VPERMW     Z14, Z26, Z24
+	VPADDW     Z24, Z21, Z21
+	VPSRLW     $0x0c, Z25, Z26
+	VPERMW     Z7, Z26, Z23
+	VPADDW     Z23, Z20, Z20
+	VPERMW     Z15, Z26, Z24
+	VPADDW     Z24, Z22, Z22
+	VPADDW     Z20, Z19, Z19
+	VPADDW     (R9), Z19, Z19
+	VMOVDQU64  Z19, (R9)
+	VPADDW     Z22, Z21, Z21
+	VPADDW     64(R9), Z21, Z21
+	VMOVDQU64  Z21, 64(R9)
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	DECQ       R10
+	JNZ        int1PanelT2AVX512_rb1
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R11
+	JMP        int1PanelT2AVX512_mid
+
+int1PanelT2AVX512_last:
+	VPBROADCASTD (BX), Z23
+	VMOVDQA64    Z17, Z0
+	VPDPBUSD     Z16, Z23, Z0
+	VPERMW       Z0, Z18, Z0
+	VPBROADCASTD 4(BX), Z24
+	VMOVDQA64    Z17, Z1
+	VPDPBUSD     Z16, Z24, Z1
+	VPERMW       Z1, Z18, Z1
+	VPBROADCASTD 8(BX), Z25
+	VMOVDQA64    Z17, Z2
+	VPDPBUSD     Z16, Z25, Z2
+	VPERMW       Z2, Z18, Z2
+	VPBROADCASTD 12(BX), Z26
+	VMOVDQA64    Z17, Z3
+	VPDPBUSD     Z16, Z26, Z3
+	VPERMW       Z3, Z18, Z3
+	VPBROADCASTD 16(BX), Z23
+	VMOVDQA64    Z17, Z4
+	VPDPBUSD     Z16, Z23, Z4
+	VPERMW       Z4, Z18, Z4
+	VPBROADCASTD 20(BX), Z24
+	VMOVDQA64    Z17, Z5
+	VPDPBUSD     Z16, Z24, Z5
+	VPERMW       Z5, Z18, Z5
+	VPBROADCASTD 24(BX), Z25
+	VMOVDQA64    Z17, Z6
+	VPDPBUSD     Z16, Z25, Z6
+	VPERMW       Z6, Z18, Z6
+	VPBROADCASTD 28(BX), Z26
+	VMOVDQA64    Z17, Z7
+	VPDPBUSD     Z16, Z26, Z7
+	VPERMW       Z7, Z18, Z7
+	VPBROADCASTD (BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z8
+	VPDPBUSD     Z16, Z23, Z8
+	VPERMW       Z8, Z18, Z8
+	VPBROADCASTD 4(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z9
+	VPDPBUSD     Z16, Z24, Z9
+	VPERMW       Z9, Z18, Z9
+	VPBROADCASTD 8(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z10
+	VPDPBUSD     Z16, Z25, Z10
+	VPERMW       Z10, Z18, Z10
+	VPBROADCASTD 12(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z11
+	VPDPBUSD     Z16, Z26, Z11
+	VPERMW       Z11, Z18, Z11
+	VPBROADCASTD 16(BX)(SI*1), Z23
+	VMOVDQA64    Z17, Z12
+	VPDPBUSD     Z16, Z23, Z12
+	VPERMW       Z12, Z18, Z12
+	VPBROADCASTD 20(BX)(SI*1), Z24
+	VMOVDQA64    Z17, Z13
+	VPDPBUSD     Z16, Z24, Z13
+	VPERMW       Z13, Z18, Z13
+	VPBROADCASTD 24(BX)(SI*1), Z25
+	VMOVDQA64    Z17, Z14
+	VPDPBUSD     Z16, Z25, Z14
+	VPERMW       Z14, Z18, Z14
+	VPBROADCASTD 28(BX)(SI*1), Z26
+	VMOVDQA64    Z17, Z15
+	VPDPBUSD     Z16, Z26, Z15
+	VPERMW       Z15, Z18, Z15
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT2AVX512_rb2:
+	PREFETCHT1    8192(DI)
+	PREFETCHT1    8256(DI)
+	VMOVDQU64     (DI), Z25
+	VPERMW        Z0, Z25, Z19
+	VPERMW        Z8, Z25, Z21
+	VPSRLW        $0x04, Z25, Z26
+	VPERMW        Z1, Z26, Z20
+	VPERMW        Z9, Z26, Z22
+	VPSRLW        $0x08, Z25, Z26
+	VPERMW        Z2, Z26, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z10, Z26, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x0c, Z25, Z26
+	VPERMW        Z3, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z11, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VMOVDQU64     64(DI), Z25
+	VPERMW        Z4, Z25, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z12, Z25, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x04, Z25, Z26
+	VPERMW        Z5, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z13, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VPSRLW        $0x08, Z25, Z26
+	VPERMW        Z6, Z26, Z23
+	VPADDW        Z23, Z19, Z19
+	VPERMW        Z14, Z26, Z24
+	VPADDW        Z24, Z21, Z21
+	VPSRLW        $0x0c, Z25, Z26
+	VPERMW        Z7, Z26, Z23
+	VPADDW        Z23, Z20, Z20
+	VPERMW        Z15, Z26, Z24
+	VPADDW        Z24, Z22, Z22
+	VPADDW        Z20, Z19, Z19
+	VPADDW        (R9), Z19, Z19
+	VPMOVSXWD     Y19, Z23
+	VPADDD        (R8), Z23, Z23
+	VMOVDQU32     Z23, (R8)
+	VEXTRACTI64X4 $0x01, Z19, Y24
+	VPMOVSXWD     Y24, Z24
+	VPADDD        64(R8), Z24, Z24
+	VMOVDQU32     Z24, 64(R8)
+	VPADDW        Z22, Z21, Z21
+	VPADDW        64(R9), Z21, Z21
+	VPMOVSXWD     Y21, Z23
+	VPADDD        128(R8), Z23, Z23
+	VMOVDQU32     Z23, 128(R8)
+	VEXTRACTI64X4 $0x01, Z21, Y24
+	VPMOVSXWD     Y24, Z24
+	VPADDD        192(R8), Z24, Z24
+	VMOVDQU32     Z24, 192(R8)
+	ADDQ          $0x00000080, DI
+	ADDQ          $0x00000080, R9
+	ADDQ          72(AX), R8
+	DECQ          R10
+	JNZ           int1PanelT2AVX512_rb2
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+
+int1PanelT2AVX512_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT2AVX512_grp
+
+int1PanelT2AVX512_end:
+	VZEROUPPER
+	RET
+
+// func int1PanelT3AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·int1PanelT3AVX512(SB), $1600-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 int1Pat<>+0(SB), Z0
+	VMOVDQU64 int1Cst<>+0(SB), Z1
+	VMOVDQU64 int1Dup<>+0(SB), Z2
+	MOVQ      (AX), CX
+	MOVQ      24(AX), DX
+	MOVQ      32(AX), BX
+	MOVQ      40(AX), SI
+	TESTQ     DX, DX
+	JZ        int1PanelT3AVX512_end
+	LEAQ      (SP), R12
+	ADDQ      $0x3f, R12
+	ANDQ      $-64, R12
+
+int1PanelT3AVX512_grp:
+	MOVQ DX, R11
+	CMPQ R11, $0x07
+	JLE  int1PanelT3AVX512_g
+	MOVQ $0x00000007, R11
+
+int1PanelT3AVX512_g:
+	SUBQ         R11, DX
+	CMPQ         R11, $0x01
+	JNE          int1PanelT3AVX512_first
+	VPBROADCASTD (BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, (R12)
+	VPBROADCASTD 4(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 64(R12)
+	VPBROADCASTD 8(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 128(R12)
+	VPBROADCASTD 12(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 192(R12)
+	VPBROADCASTD 16(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 256(R12)
+	VPBROADCASTD 20(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 320(R12)
+	VPBROADCASTD 24(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 384(R12)
+	VPBROADCASTD 28(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 448(R12)
+	VPBROADCASTD (BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 512(R12)
+	VPBROADCASTD 4(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 576(R12)
+	VPBROADCASTD 8(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 640(R12)
+	VPBROADCASTD 12(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 704(R12)
+	VPBROADCASTD 16(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 768(R12)
+	VPBROADCASTD 20(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 832(R12)
+	VPBROADCASTD 24(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 896(R12)
+	VPBROADCASTD 28(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 960(R12)
+	VPBROADCASTD (BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1024(R12)
+	VPBROADCASTD 4(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1088(R12)
+	VPBROADCASTD 8(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1152(R12)
+	VPBROADCASTD 12(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1216(R12)
+	VPBROADCASTD 16(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1280(R12)
+	VPBROADCASTD 20(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1344(R12)
+	VPBROADCASTD 24(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1408(R12)
+	VPBROADCASTD 28(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1472(R12)
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT3AVX512_only:
+	PREFETCHT1    8192(DI)
+	PREFETCHT1    8256(DI)
+	VMOVDQU64     (DI), Z11
+	VPERMW        (R12), Z11, Z3
+	VPERMW        512(R12), Z11, Z5
+	VPERMW        1024(R12), Z11, Z7
+	VPSRLW        $0x04, Z11, Z12
+	VPERMW        64(R12), Z12, Z4
+	VPERMW        576(R12), Z12, Z6
+	VPERMW        1088(R12), Z12, Z8
+	VPSRLW        $0x08, Z11, Z12
+	VPERMW        128(R12), Z12, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        640(R12), Z12, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1152(R12), Z12, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x0c, Z11, Z12
+	VPERMW        192(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        704(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1216(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VMOVDQU64     64(DI), Z11
+	VPERMW        256(R12), Z11, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        768(R12), Z11, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1280(R12), Z11, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x04, Z11, Z12
+	VPERMW        320(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        832(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1344(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VPSRLW        $0x08, Z11, Z12
+	VPERMW        384(R12), Z12, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        896(R12), Z12, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1408(R12), Z12, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x0c, Z11, Z12
+	VPERMW        448(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        960(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1472(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VPADDW        Z4, Z3, Z3
+	VPMOVSXWD     Y3, Z9
+	VPADDD        (R8), Z9, Z9
+	VMOVDQU32     Z9, (R8)
+	VEXTRACTI64X4 $0x01, Z3, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        64(R8), Z10, Z10
+	VMOVDQU32     Z10, 64(R8)
+	VPADDW        Z6, Z5, Z5
+	VPMOVSXWD     Y5, Z9
+	VPADDD        128(R8), Z9, Z9
+	VMOVDQU32     Z9, 128(R8)
+	VEXTRACTI64X4 $0x01, Z5, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        192(R8), Z10, Z10
+	VMOVDQU32     Z10, 192(R8)
+	VPADDW        Z8, Z7, Z7
+	VPMOVSXWD     Y7, Z9
+	VPADDD        256(R8), Z9, Z9
+	VMOVDQU32     Z9, 256(R8)
+	VEXTRACTI64X4 $0x01, Z7, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        320(R8), Z10, Z10
+	VMOVDQU32     Z10, 320(R8)
+	ADDQ          $0x00000080, DI
+	ADDQ          $0x000000c0, R9
+	ADDQ          72(AX), R8
+	DECQ          R10
+	JNZ           int1PanelT3AVX512_only
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+	JMP           int1PanelT3AVX512_next
+
+int1PanelT3AVX512_first:
+	VPBROADCASTD (BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, (R12)
+	VPBROADCASTD 4(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 64(R12)
+	VPBROADCASTD 8(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 128(R12)
+	VPBROADCASTD 12(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 192(R12)
+	VPBROADCASTD 16(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 256(R12)
+	VPBROADCASTD 20(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 320(R12)
+	VPBROADCASTD 24(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 384(R12)
+	VPBROADCASTD 28(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 448(R12)
+	VPBROADCASTD (BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 512(R12)
+	VPBROADCASTD 4(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 576(R12)
+	VPBROADCASTD 8(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 640(R12)
+	VPBROADCASTD 12(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 704(R12)
+	VPBROADCASTD 16(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 768(R12)
+	VPBROADCASTD 20(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 832(R12)
+	VPBROADCASTD 24(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 896(R12)
+	VPBROADCASTD 28(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 960(R12)
+	VPBROADCASTD (BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1024(R12)
+	VPBROADCASTD 4(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1088(R12)
+	VPBROADCASTD 8(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1152(R12)
+	VPBROADCASTD 12(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1216(R12)
+	VPBROADCASTD 16(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1280(R12)
+	VPBROADCASTD 20(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1344(R12)
+	VPBROADCASTD 24(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1408(R12)
+	VPBROADCASTD 28(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1472(R12)
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT3AVX512_rb0:
+	PREFETCHT1 8192(DI)
+	PREFETCHT1 8256(DI)
+	VMOVDQU64  (DI), Z11
+	VPERMW     (R12), Z11, Z3
+	VPERMW     512(R12), Z11, Z5
+	VPERMW     1024(R12), Z11, Z7
+	VPSRLW     $0x04, Z11, Z12
+	VPERMW     64(R12), Z12, Z4
+	VPERMW     576(R12), Z12, Z6
+	VPERMW     1088(R12), Z12, Z8
+	VPSRLW     $0x08, Z11, Z12
+	VPERMW     128(R12), Z12, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     640(R12), Z12, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1152(R12), Z12, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x0c, Z11, Z12
+	VPERMW     192(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     704(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1216(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VMOVDQU64  64(DI), Z11
+	VPERMW     256(R12), Z11, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     768(R12), Z11, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1280(R12), Z11, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x04, Z11, Z12
+	VPERMW     320(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     832(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1344(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VPSRLW     $0x08, Z11, Z12
+	VPERMW     384(R12), Z12, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     896(R12), Z12, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1408(R12), Z12, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x0c, Z11, Z12
+	VPERMW     448(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     960(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1472(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VPADDW     Z4, Z3, Z3
+	VMOVDQU64  Z3, (R9)
+	VPADDW     Z6, Z5, Z5
+	VMOVDQU64  Z5, 64(R9)
+	VPADDW     Z8, Z7, Z7
+	VMOVDQU64  Z7, 128(R9)
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x000000c0, R9
+	ADDQ       72(AX), R8
+	DECQ       R10
+	JNZ        int1PanelT3AVX512_rb0
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R11
+
+int1PanelT3AVX512_mid:
+	CMPQ         R11, $0x01
+	JE           int1PanelT3AVX512_last
+	VPBROADCASTD (BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, (R12)
+	VPBROADCASTD 4(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 64(R12)
+	VPBROADCASTD 8(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 128(R12)
+	VPBROADCASTD 12(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 192(R12)
+	VPBROADCASTD 16(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 256(R12)
+	VPBROADCASTD 20(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 320(R12)
+	VPBROADCASTD 24(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 384(R12)
+	VPBROADCASTD 28(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 448(R12)
+	VPBROADCASTD (BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 512(R12)
+	VPBROADCASTD 4(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 576(R12)
+	VPBROADCASTD 8(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 640(R12)
+	VPBROADCASTD 12(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 704(R12)
+	VPBROADCASTD 16(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 768(R12)
+	VPBROADCASTD 20(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 832(R12)
+	VPBROADCASTD 24(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 896(R12)
+	VPBROADCASTD 28(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 960(R12)
+	VPBROADCASTD (BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1024(R12)
+	VPBROADCASTD 4(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1088(R12)
+	VPBROADCASTD 8(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1152(R12)
+	VPBROADCASTD 12(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1216(R12)
+	VPBROADCASTD 16(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1280(R12)
+	VPBROADCASTD 20(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1344(R12)
+	VPBROADCASTD 24(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1408(R12)
+	VPBROADCASTD 28(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1472(R12)
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT3AVX512_rb1:
+	PREFETCHT1 8192(DI)
+	PREFETCHT1 8256(DI)
+	VMOVDQU64  (DI), Z11
+	VPERMW     (R12), Z11, Z3
+	VPERMW     512(R12), Z11, Z5
+	VPERMW     1024(R12), Z11, Z7
+	VPSRLW     $0x04, Z11, Z12
+	VPERMW     64(R12), Z12, Z4
+	VPERMW     576(R12), Z12, Z6
+	VPERMW     1088(R12), Z12, Z8
+	VPSRLW     $0x08, Z11, Z12
+	VPERMW     128(R12), Z12, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     640(R12), Z12, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1152(R12), Z12, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x0c, Z11, Z12
+	VPERMW     192(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     704(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1216(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VMOVDQU64  64(DI), Z11
+	VPERMW     256(R12), Z11, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     768(R12), Z11, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1280(R12), Z11, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x04, Z11, Z12
+	VPERMW     320(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     832(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1344(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VPSRLW     $0x08, Z11, Z12
+	VPERMW     384(R12), Z12, Z9
+	VPADDW     Z9, Z3, Z3
+	VPERMW     896(R12), Z12, Z10
+	VPADDW     Z10, Z5, Z5
+	VPERMW     1408(R12), Z12, Z9
+	VPADDW     Z9, Z7, Z7
+	VPSRLW     $0x0c, Z11, Z12
+	VPERMW     448(R12), Z12, Z10
+	VPADDW     Z10, Z4, Z4
+	VPERMW     960(R12), Z12, Z9
+	VPADDW     Z9, Z6, Z6
+	VPERMW     1472(R12), Z12, Z10
+	VPADDW     Z10, Z8, Z8
+	VPADDW     Z4, Z3, Z3
+	VPADDW     (R9), Z3, Z3
+	VMOVDQU64  Z3, (R9)
+	VPADDW     Z6, Z5, Z5
+	VPADDW     64(R9), Z5, Z5
+	VMOVDQU64  Z5, 64(R9)
+	VPADDW     Z8, Z7, Z7
+	VPADDW     128(R9), Z7, Z7
+	VMOVDQU64  Z7, 128(R9)
+	ADDQ       $0x00000080, DI
+	ADDQ       $0x000000c0, R9
+	ADDQ       72(AX), R8
+	DECQ       R10
+	JNZ        int1PanelT3AVX512_rb1
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R11
+	JMP        int1PanelT3AVX512_mid
+
+int1PanelT3AVX512_last:
+	VPBROADCASTD (BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, (R12)
+	VPBROADCASTD 4(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 64(R12)
+	VPBROADCASTD 8(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 128(R12)
+	VPBROADCASTD 12(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 192(R12)
+	VPBROADCASTD 16(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 256(R12)
+	VPBROADCASTD 20(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 320(R12)
+	VPBROADCASTD 24(BX), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 384(R12)
+	VPBROADCASTD 28(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 448(R12)
+	VPBROADCASTD (BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 512(R12)
+	VPBROADCASTD 4(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 576(R12)
+	VPBROADCASTD 8(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 640(R12)
+	VPBROADCASTD 12(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 704(R12)
+	VPBROADCASTD 16(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 768(R12)
+	VPBROADCASTD 20(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 832(R12)
+	VPBROADCASTD 24(BX)(SI*1), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 896(R12)
+	VPBROADCASTD 28(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 960(R12)
+	VPBROADCASTD (BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1024(R12)
+	VPBROADCASTD 4(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1088(R12)
+	VPBROADCASTD 8(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1152(R12)
+	VPBROADCASTD 12(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1216(R12)
+	VPBROADCASTD 16(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1280(R12)
+	VPBROADCASTD 20(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1344(R12)
+	VPBROADCASTD 24(BX)(SI*2), Z9
+	VMOVDQA64    Z1, Z10
+	VPDPBUSD     Z0, Z9, Z10
+	VPERMW       Z10, Z2, Z10
+	VMOVDQA64    Z10, 1408(R12)
+	VPBROADCASTD 28(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1472(R12)
+	MOVQ         CX, DI
+	MOVQ         64(AX), R8
+	MOVQ         80(AX), R9
+	MOVQ         8(AX), R10
+
+int1PanelT3AVX512_rb2:
+	PREFETCHT1    8192(DI)
+	PREFETCHT1    8256(DI)
+	VMOVDQU64     (DI), Z11
+	VPERMW        (R12), Z11, Z3
+	VPERMW        512(R12), Z11, Z5
+	VPERMW        1024(R12), Z11, Z7
+	VPSRLW        $0x04, Z11, Z12
+	VPERMW        64(R12), Z12, Z4
+	VPERMW        576(R12), Z12, Z6
+	VPERMW        1088(R12), Z12, Z8
+	VPSRLW        $0x08, Z11, Z12
+	VPERMW        128(R12), Z12, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        640(R12), Z12, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1152(R12), Z12, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x0c, Z11, Z12
+	VPERMW        192(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        704(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1216(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VMOVDQU64     64(DI), Z11
+	VPERMW        256(R12), Z11, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        768(R12), Z11, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1280(R12), Z11, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x04, Z11, Z12
+	VPERMW        320(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        832(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1344(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VPSRLW        $0x08, Z11, Z12
+	VPERMW        384(R12), Z12, Z9
+	VPADDW        Z9, Z3, Z3
+	VPERMW        896(R12), Z12, Z10
+	VPADDW        Z10, Z5, Z5
+	VPERMW        1408(R12), Z12, Z9
+	VPADDW        Z9, Z7, Z7
+	VPSRLW        $0x0c, Z11, Z12
+	VPERMW        448(R12), Z12, Z10
+	VPADDW        Z10, Z4, Z4
+	VPERMW        960(R12), Z12, Z9
+	VPADDW        Z9, Z6, Z6
+	VPERMW        1472(R12), Z12, Z10
+	VPADDW        Z10, Z8, Z8
+	VPADDW        Z4, Z3, Z3
+	VPADDW        (R9), Z3, Z3
+	VPMOVSXWD     Y3, Z9
+	VPADDD        (R8), Z9, Z9
+	VMOVDQU32     Z9, (R8)
+	VEXTRACTI64X4 $0x01, Z3, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        64(R8), Z10, Z10
+	VMOVDQU32     Z10, 64(R8)
+	VPADDW        Z6, Z5, Z5
+	VPADDW        64(R9), Z5, Z5
+	VPMOVSXWD     Y5, Z9
+	VPADDD        128(R8), Z9, Z9
+	VMOVDQU32     Z9, 128(R8)
+	VEXTRACTI64X4 $0x01, Z5, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        192(R8), Z10, Z10
+	VMOVDQU32     Z10, 192(R8)
+	VPADDW        Z8, Z7, Z7
+	VPADDW        128(R9), Z7, Z7
+	VPMOVSXWD     Y7, Z9
+	VPADDD        256(R8), Z9, Z9
+	VMOVDQU32     Z9, 256(R8)
+	VEXTRACTI64X4 $0x01, Z7, Y10
+	VPMOVSXWD     Y10, Z10
+	VPADDD        320(R8), Z10, Z10
+	VMOVDQU32     Z10, 320(R8)
+	ADDQ          $0x00000080, DI
+	ADDQ          $0x000000c0, R9
+	ADDQ          72(AX), R8
+	DECQ          R10
+	JNZ           int1PanelT3AVX512_rb2
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+
+int1PanelT3AVX512_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT3AVX512_grp
+
+int1PanelT3AVX512_end:
+	VZEROUPPER
+	RET
+
+// func int1PanelT4AVX512(a *byte)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·int1PanelT4AVX512(SB), $2112-8
+	PCALIGN   $0x40
+	MOVQ      a+0(FP), AX
+	VMOVDQU64 int1Pat<>+0(SB), Z0
+	VMOVDQU64 int1Cst<>+0(SB), Z1
+	VMOVDQU64 int1Dup<>+0(SB), Z2
+	MOVQ      (AX), CX
+	MOVQ      24(AX), DX
+	MOVQ      32(AX), BX
+	MOVQ      40(AX), SI
+	MOVQ      SI, DI
+	IMUL3Q    $0x03, DI, DI
+	TESTQ     DX, DX
+	JZ        int1PanelT4AVX512_end
+	LEAQ      (SP), R13
+	ADDQ      $0x3f, R13
+	ANDQ      $-64, R13
+
+int1PanelT4AVX512_grp:
+	MOVQ DX, R12
+	CMPQ R12, $0x07
+	JLE  int1PanelT4AVX512_g
+	MOVQ $0x00000007, R12
+
+int1PanelT4AVX512_g:
+	SUBQ         R12, DX
+	CMPQ         R12, $0x01
+	JNE          int1PanelT4AVX512_first
+	VPBROADCASTD (BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, (R13)
+	VPBROADCASTD 4(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 64(R13)
+	VPBROADCASTD 8(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 128(R13)
+	VPBROADCASTD 12(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 192(R13)
+	VPBROADCASTD 16(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 256(R13)
+	VPBROADCASTD 20(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 320(R13)
+	VPBROADCASTD 24(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 384(R13)
+	VPBROADCASTD 28(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 448(R13)
+	VPBROADCASTD (BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 512(R13)
+	VPBROADCASTD 4(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 576(R13)
+	VPBROADCASTD 8(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 640(R13)
+	VPBROADCASTD 12(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 704(R13)
+	VPBROADCASTD 16(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 768(R13)
+	VPBROADCASTD 20(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 832(R13)
+	VPBROADCASTD 24(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 896(R13)
+	VPBROADCASTD 28(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 960(R13)
+	VPBROADCASTD (BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1024(R13)
+	VPBROADCASTD 4(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1088(R13)
+	VPBROADCASTD 8(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1152(R13)
+	VPBROADCASTD 12(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1216(R13)
+	VPBROADCASTD 16(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1280(R13)
+	VPBROADCASTD 20(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1344(R13)
+	VPBROADCASTD 24(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1408(R13)
+	VPBROADCASTD 28(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1472(R13)
+	VPBROADCASTD (BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1536(R13)
+	VPBROADCASTD 4(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1600(R13)
+	VPBROADCASTD 8(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1664(R13)
+	VPBROADCASTD 12(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1728(R13)
+	VPBROADCASTD 16(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1792(R13)
+	VPBROADCASTD 20(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1856(R13)
+	VPBROADCASTD 24(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1920(R13)
+	VPBROADCASTD 28(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1984(R13)
+	MOVQ         CX, R8
+	MOVQ         64(AX), R9
+	MOVQ         80(AX), R10
+	MOVQ         8(AX), R11
+
+int1PanelT4AVX512_only:
+	PREFETCHT1    8192(R8)
+	PREFETCHT1    8256(R8)
+	VMOVDQU64     (R8), Z13
+	VPERMW        (R13), Z13, Z3
+	VPERMW        512(R13), Z13, Z5
+	VPERMW        1024(R13), Z13, Z7
+	VPERMW        1536(R13), Z13, Z9
+	VPSRLW        $0x04, Z13, Z14
+	VPERMW        64(R13), Z14, Z4
+	VPERMW        576(R13), Z14, Z6
+	VPERMW        1088(R13), Z14, Z8
+	VPERMW        1600(R13), Z14, Z10
+	VPSRLW        $0x08, Z13, Z14
+	VPERMW        128(R13), Z14, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        640(R13), Z14, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1152(R13), Z14, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1664(R13), Z14, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x0c, Z13, Z14
+	VPERMW        192(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        704(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1216(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1728(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VMOVDQU64     64(R8), Z13
+	VPERMW        256(R13), Z13, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        768(R13), Z13, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1280(R13), Z13, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1792(R13), Z13, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x04, Z13, Z14
+	VPERMW        320(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        832(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1344(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1856(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VPSRLW        $0x08, Z13, Z14
+	VPERMW        384(R13), Z14, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        896(R13), Z14, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1408(R13), Z14, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1920(R13), Z14, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x0c, Z13, Z14
+	VPERMW        448(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        960(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1472(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1984(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VPADDW        Z4, Z3, Z3
+	VPMOVSXWD     Y3, Z11
+	VPADDD        (R9), Z11, Z11
+	VMOVDQU32     Z11, (R9)
+	VEXTRACTI64X4 $0x01, Z3, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        64(R9), Z12, Z12
+	VMOVDQU32     Z12, 64(R9)
+	VPADDW        Z6, Z5, Z5
+	VPMOVSXWD     Y5, Z11
+	VPADDD        128(R9), Z11, Z11
+	VMOVDQU32     Z11, 128(R9)
+	VEXTRACTI64X4 $0x01, Z5, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        192(R9), Z12, Z12
+	VMOVDQU32     Z12, 192(R9)
+	VPADDW        Z8, Z7, Z7
+	VPMOVSXWD     Y7, Z11
+	VPADDD        256(R9), Z11, Z11
+	VMOVDQU32     Z11, 256(R9)
+	VEXTRACTI64X4 $0x01, Z7, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        320(R9), Z12, Z12
+	VMOVDQU32     Z12, 320(R9)
+	VPADDW        Z10, Z9, Z9
+	VPMOVSXWD     Y9, Z11
+	VPADDD        384(R9), Z11, Z11
+	VMOVDQU32     Z11, 384(R9)
+	VEXTRACTI64X4 $0x01, Z9, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        448(R9), Z12, Z12
+	VMOVDQU32     Z12, 448(R9)
+	ADDQ          $0x00000080, R8
+	ADDQ          $0x00000100, R10
+	ADDQ          72(AX), R9
+	DECQ          R11
+	JNZ           int1PanelT4AVX512_only
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+	JMP           int1PanelT4AVX512_next
+
+int1PanelT4AVX512_first:
+	VPBROADCASTD (BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, (R13)
+	VPBROADCASTD 4(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 64(R13)
+	VPBROADCASTD 8(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 128(R13)
+	VPBROADCASTD 12(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 192(R13)
+	VPBROADCASTD 16(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 256(R13)
+	VPBROADCASTD 20(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 320(R13)
+	VPBROADCASTD 24(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 384(R13)
+	VPBROADCASTD 28(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 448(R13)
+	VPBROADCASTD (BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 512(R13)
+	VPBROADCASTD 4(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 576(R13)
+	VPBROADCASTD 8(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 640(R13)
+	VPBROADCASTD 12(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 704(R13)
+	VPBROADCASTD 16(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 768(R13)
+	VPBROADCASTD 20(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 832(R13)
+	VPBROADCASTD 24(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 896(R13)
+	VPBROADCASTD 28(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 960(R13)
+	VPBROADCASTD (BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1024(R13)
+	VPBROADCASTD 4(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1088(R13)
+	VPBROADCASTD 8(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1152(R13)
+	VPBROADCASTD 12(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1216(R13)
+	VPBROADCASTD 16(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1280(R13)
+	VPBROADCASTD 20(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1344(R13)
+	VPBROADCASTD 24(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1408(R13)
+	VPBROADCASTD 28(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1472(R13)
+	VPBROADCASTD (BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1536(R13)
+	VPBROADCASTD 4(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1600(R13)
+	VPBROADCASTD 8(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1664(R13)
+	VPBROADCASTD 12(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1728(R13)
+	VPBROADCASTD 16(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1792(R13)
+	VPBROADCASTD 20(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1856(R13)
+	VPBROADCASTD 24(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1920(R13)
+	VPBROADCASTD 28(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1984(R13)
+	MOVQ         CX, R8
+	MOVQ         64(AX), R9
+	MOVQ         80(AX), R10
+	MOVQ         8(AX), R11
+
+int1PanelT4AVX512_rb0:
+	PREFETCHT1 8192(R8)
+	PREFETCHT1 8256(R8)
+	VMOVDQU64  (R8), Z13
+	VPERMW     (R13), Z13, Z3
+	VPERMW     512(R13), Z13, Z5
+	VPERMW     1024(R13), Z13, Z7
+	VPERMW     1536(R13), Z13, Z9
+	VPSRLW     $0x04, Z13, Z14
+	VPERMW     64(R13), Z14, Z4
+	VPERMW     576(R13), Z14, Z6
+	VPERMW     1088(R13), Z14, Z8
+	VPERMW     1600(R13), Z14, Z10
+	VPSRLW     $0x08, Z13, Z14
+	VPERMW     128(R13), Z14, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     640(R13), Z14, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1152(R13), Z14, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1664(R13), Z14, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x0c, Z13, Z14
+	VPERMW     192(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     704(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1216(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1728(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VMOVDQU64  64(R8), Z13
+	VPERMW     256(R13), Z13, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     768(R13), Z13, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1280(R13), Z13, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1792(R13), Z13, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x04, Z13, Z14
+	VPERMW     320(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     832(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1344(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1856(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VPSRLW     $0x08, Z13, Z14
+	VPERMW     384(R13), Z14, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     896(R13), Z14, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1408(R13), Z14, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1920(R13), Z14, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x0c, Z13, Z14
+	VPERMW     448(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     960(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1472(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1984(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VPADDW     Z4, Z3, Z3
+	VMOVDQU64  Z3, (R10)
+	VPADDW     Z6, Z5, Z5
+	VMOVDQU64  Z5, 64(R10)
+	VPADDW     Z8, Z7, Z7
+	VMOVDQU64  Z7, 128(R10)
+	VPADDW     Z10, Z9, Z9
+	VMOVDQU64  Z9, 192(R10)
+	ADDQ       $0x00000080, R8
+	ADDQ       $0x00000100, R10
+	ADDQ       72(AX), R9
+	DECQ       R11
+	JNZ        int1PanelT4AVX512_rb0
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R12
+
+int1PanelT4AVX512_mid:
+	CMPQ         R12, $0x01
+	JE           int1PanelT4AVX512_last
+	VPBROADCASTD (BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, (R13)
+	VPBROADCASTD 4(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 64(R13)
+	VPBROADCASTD 8(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 128(R13)
+	VPBROADCASTD 12(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 192(R13)
+	VPBROADCASTD 16(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 256(R13)
+	VPBROADCASTD 20(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 320(R13)
+	VPBROADCASTD 24(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 384(R13)
+	VPBROADCASTD 28(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 448(R13)
+	VPBROADCASTD (BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 512(R13)
+	VPBROADCASTD 4(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 576(R13)
+	VPBROADCASTD 8(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 640(R13)
+	VPBROADCASTD 12(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 704(R13)
+	VPBROADCASTD 16(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 768(R13)
+	VPBROADCASTD 20(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 832(R13)
+	VPBROADCASTD 24(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 896(R13)
+	VPBROADCASTD 28(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 960(R13)
+	VPBROADCASTD (BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1024(R13)
+	VPBROADCASTD 4(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1088(R13)
+	VPBROADCASTD 8(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1152(R13)
+	VPBROADCASTD 12(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1216(R13)
+	VPBROADCASTD 16(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1280(R13)
+	VPBROADCASTD 20(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1344(R13)
+	VPBROADCASTD 24(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1408(R13)
+	VPBROADCASTD 28(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1472(R13)
+	VPBROADCASTD (BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1536(R13)
+	VPBROADCASTD 4(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1600(R13)
+	VPBROADCASTD 8(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1664(R13)
+	VPBROADCASTD 12(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1728(R13)
+	VPBROADCASTD 16(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1792(R13)
+	VPBROADCASTD 20(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1856(R13)
+	VPBROADCASTD 24(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1920(R13)
+	VPBROADCASTD 28(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1984(R13)
+	MOVQ         CX, R8
+	MOVQ         64(AX), R9
+	MOVQ         80(AX), R10
+	MOVQ         8(AX), R11
+
+int1PanelT4AVX512_rb1:
+	PREFETCHT1 8192(R8)
+	PREFETCHT1 8256(R8)
+	VMOVDQU64  (R8), Z13
+	VPERMW     (R13), Z13, Z3
+	VPERMW     512(R13), Z13, Z5
+	VPERMW     1024(R13), Z13, Z7
+	VPERMW     1536(R13), Z13, Z9
+	VPSRLW     $0x04, Z13, Z14
+	VPERMW     64(R13), Z14, Z4
+	VPERMW     576(R13), Z14, Z6
+	VPERMW     1088(R13), Z14, Z8
+	VPERMW     1600(R13), Z14, Z10
+	VPSRLW     $0x08, Z13, Z14
+	VPERMW     128(R13), Z14, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     640(R13), Z14, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1152(R13), Z14, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1664(R13), Z14, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x0c, Z13, Z14
+	VPERMW     192(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     704(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1216(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1728(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VMOVDQU64  64(R8), Z13
+	VPERMW     256(R13), Z13, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     768(R13), Z13, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1280(R13), Z13, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1792(R13), Z13, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x04, Z13, Z14
+	VPERMW     320(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     832(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1344(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1856(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VPSRLW     $0x08, Z13, Z14
+	VPERMW     384(R13), Z14, Z11
+	VPADDW     Z11, Z3, Z3
+	VPERMW     896(R13), Z14, Z12
+	VPADDW     Z12, Z5, Z5
+	VPERMW     1408(R13), Z14, Z11
+	VPADDW     Z11, Z7, Z7
+	VPERMW     1920(R13), Z14, Z12
+	VPADDW     Z12, Z9, Z9
+	VPSRLW     $0x0c, Z13, Z14
+	VPERMW     448(R13), Z14, Z11
+	VPADDW     Z11, Z4, Z4
+	VPERMW     960(R13), Z14, Z12
+	VPADDW     Z12, Z6, Z6
+	VPERMW     1472(R13), Z14, Z11
+	VPADDW     Z11, Z8, Z8
+	VPERMW     1984(R13), Z14, Z12
+	VPADDW     Z12, Z10, Z10
+	VPADDW     Z4, Z3, Z3
+	VPADDW     (R10), Z3, Z3
+	VMOVDQU64  Z3, (R10)
+	VPADDW     Z6, Z5, Z5
+	VPADDW     64(R10), Z5, Z5
+	VMOVDQU64  Z5, 64(R10)
+	VPADDW     Z8, Z7, Z7
+	VPADDW     128(R10), Z7, Z7
+	VMOVDQU64  Z7, 128(R10)
+	VPADDW     Z10, Z9, Z9
+	VPADDW     192(R10), Z9, Z9
+	VMOVDQU64  Z9, 192(R10)
+	ADDQ       $0x00000080, R8
+	ADDQ       $0x00000100, R10
+	ADDQ       72(AX), R9
+	DECQ       R11
+	JNZ        int1PanelT4AVX512_rb1
+	ADDQ       16(AX), CX
+	ADDQ       $0x20, BX
+	DECQ       R12
+	JMP        int1PanelT4AVX512_mid
+
+int1PanelT4AVX512_last:
+	VPBROADCASTD (BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, (R13)
+	VPBROADCASTD 4(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 64(R13)
+	VPBROADCASTD 8(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 128(R13)
+	VPBROADCASTD 12(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 192(R13)
+	VPBROADCASTD 16(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 256(R13)
+	VPBROADCASTD 20(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 320(R13)
+	VPBROADCASTD 24(BX), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 384(R13)
+	VPBROADCASTD 28(BX), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 448(R13)
+	VPBROADCASTD (BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 512(R13)
+	VPBROADCASTD 4(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 576(R13)
+	VPBROADCASTD 8(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 640(R13)
+	VPBROADCASTD 12(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 704(R13)
+	VPBROADCASTD 16(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 768(R13)
+	VPBROADCASTD 20(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 832(R13)
+	VPBROADCASTD 24(BX)(SI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 896(R13)
+	VPBROADCASTD 28(BX)(SI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 960(R13)
+	VPBROADCASTD (BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1024(R13)
+	VPBROADCASTD 4(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1088(R13)
+	VPBROADCASTD 8(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1152(R13)
+	VPBROADCASTD 12(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1216(R13)
+	VPBROADCASTD 16(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1280(R13)
+	VPBROADCASTD 20(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1344(R13)
+	VPBROADCASTD 24(BX)(SI*2), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1408(R13)
+	VPBROADCASTD 28(BX)(SI*2), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1472(R13)
+	VPBROADCASTD (BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1536(R13)
+	VPBROADCASTD 4(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1600(R13)
+	VPBROADCASTD 8(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1664(R13)
+	VPBROADCASTD 12(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1728(R13)
+	VPBROADCASTD 16(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1792(R13)
+	VPBROADCASTD 20(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1856(R13)
+	VPBROADCASTD 24(BX)(DI*1), Z11
+	VMOVDQA64    Z1, Z12
+	VPDPBUSD     Z0, Z11, Z12
+	VPERMW       Z12, Z2, Z12
+	VMOVDQA64    Z12, 1920(R13)
+	VPBROADCASTD 28(BX)(DI*1), Z13
+	VMOVDQA64    Z1, Z14
+	VPDPBUSD     Z0, Z13, Z14
+	VPERMW       Z14, Z2, Z14
+	VMOVDQA64    Z14, 1984(R13)
+	MOVQ         CX, R8
+	MOVQ         64(AX), R9
+	MOVQ         80(AX), R10
+	MOVQ         8(AX), R11
+
+int1PanelT4AVX512_rb2:
+	PREFETCHT1    8192(R8)
+	PREFETCHT1    8256(R8)
+	VMOVDQU64     (R8), Z13
+	VPERMW        (R13), Z13, Z3
+	VPERMW        512(R13), Z13, Z5
+	VPERMW        1024(R13), Z13, Z7
+	VPERMW        1536(R13), Z13, Z9
+	VPSRLW        $0x04, Z13, Z14
+	VPERMW        64(R13), Z14, Z4
+	VPERMW        576(R13), Z14, Z6
+	VPERMW        1088(R13), Z14, Z8
+	VPERMW        1600(R13), Z14, Z10
+	VPSRLW        $0x08, Z13, Z14
+	VPERMW        128(R13), Z14, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        640(R13), Z14, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1152(R13), Z14, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1664(R13), Z14, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x0c, Z13, Z14
+	VPERMW        192(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        704(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1216(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1728(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VMOVDQU64     64(R8), Z13
+	VPERMW        256(R13), Z13, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        768(R13), Z13, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1280(R13), Z13, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1792(R13), Z13, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x04, Z13, Z14
+	VPERMW        320(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        832(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1344(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1856(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VPSRLW        $0x08, Z13, Z14
+	VPERMW        384(R13), Z14, Z11
+	VPADDW        Z11, Z3, Z3
+	VPERMW        896(R13), Z14, Z12
+	VPADDW        Z12, Z5, Z5
+	VPERMW        1408(R13), Z14, Z11
+	VPADDW        Z11, Z7, Z7
+	VPERMW        1920(R13), Z14, Z12
+	VPADDW        Z12, Z9, Z9
+	VPSRLW        $0x0c, Z13, Z14
+	VPERMW        448(R13), Z14, Z11
+	VPADDW        Z11, Z4, Z4
+	VPERMW        960(R13), Z14, Z12
+	VPADDW        Z12, Z6, Z6
+	VPERMW        1472(R13), Z14, Z11
+	VPADDW        Z11, Z8, Z8
+	VPERMW        1984(R13), Z14, Z12
+	VPADDW        Z12, Z10, Z10
+	VPADDW        Z4, Z3, Z3
+	VPADDW        (R10), Z3, Z3
+	VPMOVSXWD     Y3, Z11
+	VPADDD        (R9), Z11, Z11
+	VMOVDQU32     Z11, (R9)
+	VEXTRACTI64X4 $0x01, Z3, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        64(R9), Z12, Z12
+	VMOVDQU32     Z12, 64(R9)
+	VPADDW        Z6, Z5, Z5
+	VPADDW        64(R10), Z5, Z5
+	VPMOVSXWD     Y5, Z11
+	VPADDD        128(R9), Z11, Z11
+	VMOVDQU32     Z11, 128(R9)
+	VEXTRACTI64X4 $0x01, Z5, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        192(R9), Z12, Z12
+	VMOVDQU32     Z12, 192(R9)
+	VPADDW        Z8, Z7, Z7
+	VPADDW        128(R10), Z7, Z7
+	VPMOVSXWD     Y7, Z11
+	VPADDD        256(R9), Z11, Z11
+	VMOVDQU32     Z11, 256(R9)
+	VEXTRACTI64X4 $0x01, Z7, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        320(R9), Z12, Z12
+	VMOVDQU32     Z12, 320(R9)
+	VPADDW        Z10, Z9, Z9
+	VPADDW        192(R10), Z9, Z9
+	VPMOVSXWD     Y9, Z11
+	VPADDD        384(R9), Z11, Z11
+	VMOVDQU32     Z11, 384(R9)
+	VEXTRACTI64X4 $0x01, Z9, Y12
+	VPMOVSXWD     Y12, Z12
+	VPADDD        448(R9), Z12, Z12
+	VMOVDQU32     Z12, 448(R9)
+	ADDQ          $0x00000080, R8
+	ADDQ          $0x00000100, R10
+	ADDQ          72(AX), R9
+	DECQ          R11
+	JNZ           int1PanelT4AVX512_rb2
+	ADDQ          16(AX), CX
+	ADDQ          $0x20, BX
+
+int1PanelT4AVX512_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT4AVX512_grp
+
+int1PanelT4AVX512_end:
+	VZEROUPPER
+	RET
+
 DATA codesY<>+0(SB)/1, $0x03
 DATA codesY<>+1(SB)/1, $0x03
 DATA codesY<>+2(SB)/1, $0x03
@@ -19066,180 +20848,6 @@ gemvInt2T2AVX2_fused:
 	VZEROUPPER
 	RET
 
-// func gemvInt1T1AVX2(a *byte)
-// Requires: AVX, AVX2, CMOV, MMX+
-TEXT ·gemvInt1T1AVX2(SB), NOSPLIT, $0-8
-	PCALIGN $0x40
-	MOVQ    a+0(FP), AX
-	MOVQ    (AX), CX
-	XORQ    DX, DX
-	MOVQ    8(AX), BX
-	MOVQ    24(AX), SI
-	MOVQ    40(AX), DI
-
-gemvInt1T1AVX2_seg:
-	MOVQ    32(AX), R8
-	CMPQ    DI, $0x01
-	CMOVQEQ 48(AX), R8
-	VPXOR   Y0, Y0, Y0
-	VPXOR   Y1, Y1, Y1
-	VPXOR   Y2, Y2, Y2
-	VPXOR   Y3, Y3, Y3
-
-gemvInt1T1AVX2_chunk:
-	MOVQ    $0x00000007, R9
-	CMPQ    R8, R9
-	CMOVQLT R8, R9
-	SUBQ    R9, R8
-	VPXOR   Y4, Y4, Y4
-	VPXOR   Y5, Y5, Y5
-	VPXOR   Y6, Y6, Y6
-	VPXOR   Y7, Y7, Y7
-
-gemvInt1T1AVX2_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y9
-	VPBROADCASTD (BX)(DX*1), Y12
-	VPBROADCASTD 4(BX)(DX*1), Y13
-	VPAND        bitsY<>+0(SB), Y8, Y10
-	VPAND        bitsY<>+0(SB), Y9, Y11
-	VPMADDUBSW   Y12, Y10, Y10
-	VPADDW       Y10, Y4, Y4
-	VPMADDUBSW   Y13, Y11, Y11
-	VPADDW       Y11, Y4, Y4
-	VPAND        bitsY<>+32(SB), Y8, Y10
-	VPAND        bitsY<>+32(SB), Y9, Y11
-	VPMADDUBSW   Y12, Y10, Y10
-	VPADDW       Y10, Y5, Y5
-	VPMADDUBSW   Y13, Y11, Y11
-	VPADDW       Y11, Y5, Y5
-	VPAND        bitsY<>+64(SB), Y8, Y10
-	VPAND        bitsY<>+64(SB), Y9, Y11
-	VPMADDUBSW   Y12, Y10, Y10
-	VPADDW       Y10, Y6, Y6
-	VPMADDUBSW   Y13, Y11, Y11
-	VPADDW       Y11, Y6, Y6
-	VPAND        bitsY<>+96(SB), Y8, Y10
-	VPAND        bitsY<>+96(SB), Y9, Y11
-	VPMADDUBSW   Y12, Y10, Y10
-	VPADDW       Y10, Y7, Y7
-	VPMADDUBSW   Y13, Y11, Y11
-	VPADDW       Y11, Y7, Y7
-	ADDQ         $0x20, CX
-	ADDQ         $0x08, DX
-	DECQ         R9
-	JNZ          gemvInt1T1AVX2_step
-	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
-	VPADDD       Y4, Y0, Y0
-	VPMADDWD     wOnesY<>+0(SB), Y5, Y5
-	VPADDD       Y5, Y1, Y1
-	VPMADDWD     wOnesY<>+0(SB), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
-	VPADDD       Y7, Y3, Y3
-	TESTQ        R8, R8
-	JNZ          gemvInt1T1AVX2_chunk
-	VMOVDQU      Y0, (SI)
-	VPSRAD       $0x01, Y1, Y1
-	VMOVDQU      Y1, 32(SI)
-	VPSRAD       $0x02, Y2, Y2
-	VMOVDQU      Y2, 64(SI)
-	VPSRAD       $0x03, Y3, Y3
-	VMOVDQU      Y3, 96(SI)
-	ADDQ         $0x80, SI
-	MOVQ         112(AX), R8
-	TESTQ        R8, R8
-	JZ           gemvInt1T1AVX2_fused
-	SUBQ         $0x00000080, SI
-	MOVQ         120(AX), R9
-	MOVQ         64(R8), R10
-	IMULQ        R9, R10
-	ADDQ         56(R8), R10
-	MOVQ         32(R8), R11
-	VPBROADCASTD (R11)(R9*4), Y4
-	VMOVDQU      (SI), Y0
-	VPSLLD       $0x01, Y0, Y0
-	VPSUBD       Y0, Y4, Y0
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       (R10), Y0, Y0
-	VMOVDQU      32(SI), Y1
-	VPSLLD       $0x01, Y1, Y1
-	VPSUBD       Y1, Y4, Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       32(R10), Y1, Y1
-	VMOVDQU      64(SI), Y2
-	VPSLLD       $0x01, Y2, Y2
-	VPSUBD       Y2, Y4, Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       64(R10), Y2, Y2
-	VMOVDQU      96(SI), Y3
-	VPSLLD       $0x01, Y3, Y3
-	VPSUBD       Y3, Y4, Y3
-	VCVTDQ2PS    Y3, Y3
-	VMULPS       96(R10), Y3, Y3
-	MOVQ         40(R8), R10
-	MOVQ         128(AX), R11
-	VBROADCASTSS (R10)(R9*4), Y4
-	VDIVPS       Y4, Y0, Y0
-	VMOVUPS      (R11), Y5
-	VADDPS       Y0, Y5, Y0
-	VDIVPS       Y4, Y1, Y1
-	VMOVUPS      32(R11), Y5
-	VADDPS       Y1, Y5, Y1
-	VDIVPS       Y4, Y2, Y2
-	VMOVUPS      64(R11), Y5
-	VADDPS       Y2, Y5, Y2
-	VDIVPS       Y4, Y3, Y3
-	VMOVUPS      96(R11), Y5
-	VADDPS       Y3, Y5, Y3
-	CMPQ         DI, $0x01
-	JE           gemvInt1T1AVX2_fused0last
-	VMOVUPS      Y0, (R11)
-	VMOVUPS      Y1, 32(R11)
-	VMOVUPS      Y2, 64(R11)
-	VMOVUPS      Y3, 96(R11)
-	JMP          gemvInt1T1AVX2_fused0next
-
-gemvInt1T1AVX2_fused0last:
-	MOVQ   72(R8), R10
-	TESTQ  R10, R10
-	JZ     gemvInt1T1AVX2_fused0lastout
-	VADDPS (R10), Y0, Y0
-	VADDPS 32(R10), Y1, Y1
-	VADDPS 64(R10), Y2, Y2
-	VADDPS 96(R10), Y3, Y3
-
-gemvInt1T1AVX2_fused0lastout:
-	MOVQ         80(R8), R10
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+0(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
-	VMASKMOVPS   Y0, Y5, (R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+32(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
-	VMASKMOVPS   Y1, Y5, 32(R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+64(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
-	VMASKMOVPS   Y2, Y5, 64(R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+96(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
-	VMASKMOVPS   Y3, Y5, 96(R10)
-
-gemvInt1T1AVX2_fused0next:
-	INCQ R9
-	MOVQ R9, 120(AX)
-
-gemvInt1T1AVX2_fused:
-	DECQ DI
-	JNZ  gemvInt1T1AVX2_seg
-	VZEROUPPER
-	RET
-
 // func gemvI2ST1AVXVNNI(a *byte)
 // Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
 TEXT ·gemvI2ST1AVXVNNI(SB), NOSPLIT, $0-8
@@ -20232,393 +21840,6 @@ gemvInt8T2AVXVNNI_fused0next:
 gemvInt8T2AVXVNNI_fused:
 	DECQ R8
 	JNZ  gemvInt8T2AVXVNNI_seg
-	VZEROUPPER
-	RET
-
-// func gemvInt1T1AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
-TEXT ·gemvInt1T1AVXVNNI(SB), NOSPLIT, $0-8
-	PCALIGN $0x40
-	MOVQ    a+0(FP), AX
-	MOVQ    (AX), CX
-	XORQ    DX, DX
-	MOVQ    8(AX), BX
-	MOVQ    24(AX), SI
-	MOVQ    40(AX), DI
-
-gemvInt1T1AVXVNNI_seg:
-	MOVQ    32(AX), R8
-	CMPQ    DI, $0x01
-	CMOVQEQ 48(AX), R8
-	VPXOR   Y0, Y0, Y0
-	VPXOR   Y1, Y1, Y1
-	VPXOR   Y2, Y2, Y2
-	VPXOR   Y3, Y3, Y3
-	VPXOR   Y4, Y4, Y4
-	VPXOR   Y5, Y5, Y5
-	VPXOR   Y6, Y6, Y6
-	VPXOR   Y7, Y7, Y7
-
-gemvInt1T1AVXVNNI_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VMOVDQU      (CX), Y8
-	VPBROADCASTD (BX)(DX*1), Y11
-	VPBROADCASTD 4(BX)(DX*1), Y12
-	VPAND        bitsY<>+0(SB), Y8, Y9
-	VPAND        bitsY<>+128(SB), Y8, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc3 // {vex} vpdpbusd Y0, Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe4 // {vex} vpdpbusd Y4, Y10, Y12
-	VPAND        bitsY<>+32(SB), Y8, Y9
-	VPAND        bitsY<>+160(SB), Y8, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xcb // {vex} vpdpbusd Y1, Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xec // {vex} vpdpbusd Y5, Y10, Y12
-	VPAND        bitsY<>+64(SB), Y8, Y9
-	VPAND        bitsY<>+192(SB), Y8, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd3 // {vex} vpdpbusd Y2, Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf4 // {vex} vpdpbusd Y6, Y10, Y12
-	VPAND        bitsY<>+96(SB), Y8, Y9
-	VPAND        bitsY<>+224(SB), Y8, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xdb // {vex} vpdpbusd Y3, Y9, Y11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xfc // {vex} vpdpbusd Y7, Y10, Y12
-	ADDQ         $0x20, CX
-	ADDQ         $0x08, DX
-	DECQ         R8
-	JNZ          gemvInt1T1AVXVNNI_step
-	VPSRAD       $0x04, Y4, Y4
-	VPADDD       Y4, Y0, Y0
-	VMOVDQU      Y0, (SI)
-	VPSRAD       $0x04, Y5, Y5
-	VPADDD       Y5, Y1, Y1
-	VPSRAD       $0x01, Y1, Y1
-	VMOVDQU      Y1, 32(SI)
-	VPSRAD       $0x04, Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPSRAD       $0x02, Y2, Y2
-	VMOVDQU      Y2, 64(SI)
-	VPSRAD       $0x04, Y7, Y7
-	VPADDD       Y7, Y3, Y3
-	VPSRAD       $0x03, Y3, Y3
-	VMOVDQU      Y3, 96(SI)
-	ADDQ         $0x00000080, SI
-	MOVQ         112(AX), R8
-	TESTQ        R8, R8
-	JZ           gemvInt1T1AVXVNNI_fused
-	SUBQ         $0x00000080, SI
-	MOVQ         120(AX), R9
-	MOVQ         64(R8), R10
-	IMULQ        R9, R10
-	ADDQ         56(R8), R10
-	MOVQ         32(R8), R11
-	VPBROADCASTD (R11)(R9*4), Y4
-	VMOVDQU      (SI), Y0
-	VPSLLD       $0x01, Y0, Y0
-	VPSUBD       Y0, Y4, Y0
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       (R10), Y0, Y0
-	VMOVDQU      32(SI), Y1
-	VPSLLD       $0x01, Y1, Y1
-	VPSUBD       Y1, Y4, Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       32(R10), Y1, Y1
-	VMOVDQU      64(SI), Y2
-	VPSLLD       $0x01, Y2, Y2
-	VPSUBD       Y2, Y4, Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       64(R10), Y2, Y2
-	VMOVDQU      96(SI), Y3
-	VPSLLD       $0x01, Y3, Y3
-	VPSUBD       Y3, Y4, Y3
-	VCVTDQ2PS    Y3, Y3
-	VMULPS       96(R10), Y3, Y3
-	MOVQ         40(R8), R10
-	MOVQ         128(AX), R11
-	VBROADCASTSS (R10)(R9*4), Y4
-	VDIVPS       Y4, Y0, Y0
-	VMOVUPS      (R11), Y5
-	VADDPS       Y0, Y5, Y0
-	VDIVPS       Y4, Y1, Y1
-	VMOVUPS      32(R11), Y5
-	VADDPS       Y1, Y5, Y1
-	VDIVPS       Y4, Y2, Y2
-	VMOVUPS      64(R11), Y5
-	VADDPS       Y2, Y5, Y2
-	VDIVPS       Y4, Y3, Y3
-	VMOVUPS      96(R11), Y5
-	VADDPS       Y3, Y5, Y3
-	CMPQ         DI, $0x01
-	JE           gemvInt1T1AVXVNNI_fused0last
-	VMOVUPS      Y0, (R11)
-	VMOVUPS      Y1, 32(R11)
-	VMOVUPS      Y2, 64(R11)
-	VMOVUPS      Y3, 96(R11)
-	JMP          gemvInt1T1AVXVNNI_fused0next
-
-gemvInt1T1AVXVNNI_fused0last:
-	MOVQ   72(R8), R10
-	TESTQ  R10, R10
-	JZ     gemvInt1T1AVXVNNI_fused0lastout
-	VADDPS (R10), Y0, Y0
-	VADDPS 32(R10), Y1, Y1
-	VADDPS 64(R10), Y2, Y2
-	VADDPS 96(R10), Y3, Y3
-
-gemvInt1T1AVXVNNI_fused0lastout:
-	MOVQ         80(R8), R10
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+0(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+0(SB), Y5, Y5
-	VMASKMOVPS   Y0, Y5, (R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+32(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+32(SB), Y5, Y5
-	VMASKMOVPS   Y1, Y5, 32(R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+64(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+64(SB), Y5, Y5
-	VMASKMOVPS   Y2, Y5, 64(R10)
-	VPBROADCASTD 96(R8), Y5
-	VPAND        rowsY<>+96(SB), Y5, Y5
-	VPCMPEQD     rowsY<>+96(SB), Y5, Y5
-	VMASKMOVPS   Y3, Y5, 96(R10)
-
-gemvInt1T1AVXVNNI_fused0next:
-	INCQ R9
-	MOVQ R9, 120(AX)
-
-gemvInt1T1AVXVNNI_fused:
-	DECQ DI
-	JNZ  gemvInt1T1AVXVNNI_seg
-	VZEROUPPER
-	RET
-
-// func gemvInt1T2AVXVNNI(a *byte)
-// Requires: AVX, AVX2, AVXVNNI, CMOV, MMX+
-TEXT ·gemvInt1T2AVXVNNI(SB), NOSPLIT, $0-8
-	PCALIGN $0x40
-	MOVQ    a+0(FP), AX
-	MOVQ    (AX), CX
-	XORQ    DX, DX
-	MOVQ    8(AX), BX
-	MOVQ    BX, SI
-	ADDQ    16(AX), SI
-	MOVQ    24(AX), DI
-	MOVQ    40(AX), R8
-
-gemvInt1T2AVXVNNI_seg:
-	MOVQ    32(AX), R9
-	CMPQ    R8, $0x01
-	CMOVQEQ 48(AX), R9
-	VPXOR   Y0, Y0, Y0
-	VPXOR   Y1, Y1, Y1
-	VPXOR   Y2, Y2, Y2
-	VPXOR   Y3, Y3, Y3
-	VPXOR   Y4, Y4, Y4
-	VPXOR   Y5, Y5, Y5
-	VPXOR   Y6, Y6, Y6
-	VPXOR   Y7, Y7, Y7
-
-gemvInt1T2AVXVNNI_step:
-	PREFETCHT1   8192(CX)
-	PREFETCHT0   2048(CX)
-	VMOVDQU      (CX), Y8
-	VPSRLW       $0x04, Y8, Y11
-	VPBROADCASTD (BX)(DX*1), Y12
-	VPBROADCASTD 4(BX)(DX*1), Y14
-	VPBROADCASTD (SI)(DX*1), Y13
-	VPBROADCASTD 4(SI)(DX*1), Y15
-	VPAND        bitsY<>+0(SB), Y8, Y9
-	VPAND        bitsY<>+0(SB), Y11, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xc4 // {vex} vpdpbusd Y0, Y9, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xc6 // {vex} vpdpbusd Y0, Y10, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xe5 // {vex} vpdpbusd Y4, Y9, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xe7 // {vex} vpdpbusd Y4, Y10, Y15
-	VPAND        bitsY<>+32(SB), Y8, Y9
-	VPAND        bitsY<>+32(SB), Y11, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xcc // {vex} vpdpbusd Y1, Y9, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xce // {vex} vpdpbusd Y1, Y10, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xed // {vex} vpdpbusd Y5, Y9, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xef // {vex} vpdpbusd Y5, Y10, Y15
-	VPAND        bitsY<>+64(SB), Y8, Y9
-	VPAND        bitsY<>+64(SB), Y11, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xd4 // {vex} vpdpbusd Y2, Y9, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xd6 // {vex} vpdpbusd Y2, Y10, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xf5 // {vex} vpdpbusd Y6, Y9, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xf7 // {vex} vpdpbusd Y6, Y10, Y15
-	VPAND        bitsY<>+96(SB), Y8, Y9
-	VPAND        bitsY<>+96(SB), Y11, Y10
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xdc // {vex} vpdpbusd Y3, Y9, Y12
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xde // {vex} vpdpbusd Y3, Y10, Y14
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x35; BYTE $0x50; BYTE $0xfd // {vex} vpdpbusd Y7, Y9, Y13
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x2d; BYTE $0x50; BYTE $0xff // {vex} vpdpbusd Y7, Y10, Y15
-	ADDQ         $0x20, CX
-	ADDQ         $0x08, DX
-	DECQ         R9
-	JNZ          gemvInt1T2AVXVNNI_step
-	VMOVDQU      Y0, (DI)
-	VPSRAD       $0x01, Y1, Y1
-	VMOVDQU      Y1, 32(DI)
-	VPSRAD       $0x02, Y2, Y2
-	VMOVDQU      Y2, 64(DI)
-	VPSRAD       $0x03, Y3, Y3
-	VMOVDQU      Y3, 96(DI)
-	VMOVDQU      Y4, 128(DI)
-	VPSRAD       $0x01, Y5, Y5
-	VMOVDQU      Y5, 160(DI)
-	VPSRAD       $0x02, Y6, Y6
-	VMOVDQU      Y6, 192(DI)
-	VPSRAD       $0x03, Y7, Y7
-	VMOVDQU      Y7, 224(DI)
-	ADDQ         $0x00000100, DI
-	MOVQ         112(AX), R9
-	TESTQ        R9, R9
-	JZ           gemvInt1T2AVXVNNI_fused
-	SUBQ         $0x00000100, DI
-	MOVQ         120(AX), R10
-	MOVQ         64(R9), R11
-	IMULQ        R10, R11
-	ADDQ         56(R9), R11
-	MOVQ         32(R9), R12
-	VPBROADCASTD (R12)(R10*4), Y8
-	VMOVDQU      (DI), Y0
-	VPSLLD       $0x01, Y0, Y0
-	VPSUBD       Y0, Y8, Y0
-	VCVTDQ2PS    Y0, Y0
-	VMULPS       (R11), Y0, Y0
-	VMOVDQU      32(DI), Y1
-	VPSLLD       $0x01, Y1, Y1
-	VPSUBD       Y1, Y8, Y1
-	VCVTDQ2PS    Y1, Y1
-	VMULPS       32(R11), Y1, Y1
-	VMOVDQU      64(DI), Y2
-	VPSLLD       $0x01, Y2, Y2
-	VPSUBD       Y2, Y8, Y2
-	VCVTDQ2PS    Y2, Y2
-	VMULPS       64(R11), Y2, Y2
-	VMOVDQU      96(DI), Y3
-	VPSLLD       $0x01, Y3, Y3
-	VPSUBD       Y3, Y8, Y3
-	VCVTDQ2PS    Y3, Y3
-	VMULPS       96(R11), Y3, Y3
-	ADDQ         48(R9), R12
-	VPBROADCASTD (R12)(R10*4), Y8
-	VMOVDQU      128(DI), Y4
-	VPSLLD       $0x01, Y4, Y4
-	VPSUBD       Y4, Y8, Y4
-	VCVTDQ2PS    Y4, Y4
-	VMULPS       (R11), Y4, Y4
-	VMOVDQU      160(DI), Y5
-	VPSLLD       $0x01, Y5, Y5
-	VPSUBD       Y5, Y8, Y5
-	VCVTDQ2PS    Y5, Y5
-	VMULPS       32(R11), Y5, Y5
-	VMOVDQU      192(DI), Y6
-	VPSLLD       $0x01, Y6, Y6
-	VPSUBD       Y6, Y8, Y6
-	VCVTDQ2PS    Y6, Y6
-	VMULPS       64(R11), Y6, Y6
-	VMOVDQU      224(DI), Y7
-	VPSLLD       $0x01, Y7, Y7
-	VPSUBD       Y7, Y8, Y7
-	VCVTDQ2PS    Y7, Y7
-	VMULPS       96(R11), Y7, Y7
-	MOVQ         40(R9), R11
-	MOVQ         128(AX), R12
-	VBROADCASTSS (R11)(R10*4), Y8
-	VDIVPS       Y8, Y0, Y0
-	VMOVUPS      (R12), Y9
-	VADDPS       Y0, Y9, Y0
-	VDIVPS       Y8, Y1, Y1
-	VMOVUPS      32(R12), Y9
-	VADDPS       Y1, Y9, Y1
-	VDIVPS       Y8, Y2, Y2
-	VMOVUPS      64(R12), Y9
-	VADDPS       Y2, Y9, Y2
-	VDIVPS       Y8, Y3, Y3
-	VMOVUPS      96(R12), Y9
-	VADDPS       Y3, Y9, Y3
-	ADDQ         48(R9), R11
-	VBROADCASTSS (R11)(R10*4), Y8
-	VDIVPS       Y8, Y4, Y4
-	VMOVUPS      128(R12), Y9
-	VADDPS       Y4, Y9, Y4
-	VDIVPS       Y8, Y5, Y5
-	VMOVUPS      160(R12), Y9
-	VADDPS       Y5, Y9, Y5
-	VDIVPS       Y8, Y6, Y6
-	VMOVUPS      192(R12), Y9
-	VADDPS       Y6, Y9, Y6
-	VDIVPS       Y8, Y7, Y7
-	VMOVUPS      224(R12), Y9
-	VADDPS       Y7, Y9, Y7
-	CMPQ         R8, $0x01
-	JE           gemvInt1T2AVXVNNI_fused0last
-	VMOVUPS      Y0, (R12)
-	VMOVUPS      Y1, 32(R12)
-	VMOVUPS      Y2, 64(R12)
-	VMOVUPS      Y3, 96(R12)
-	VMOVUPS      Y4, 128(R12)
-	VMOVUPS      Y5, 160(R12)
-	VMOVUPS      Y6, 192(R12)
-	VMOVUPS      Y7, 224(R12)
-	JMP          gemvInt1T2AVXVNNI_fused0next
-
-gemvInt1T2AVXVNNI_fused0last:
-	MOVQ   72(R9), R11
-	TESTQ  R11, R11
-	JZ     gemvInt1T2AVXVNNI_fused0lastout
-	VADDPS (R11), Y0, Y0
-	VADDPS 32(R11), Y1, Y1
-	VADDPS 64(R11), Y2, Y2
-	VADDPS 96(R11), Y3, Y3
-	VADDPS (R11), Y4, Y4
-	VADDPS 32(R11), Y5, Y5
-	VADDPS 64(R11), Y6, Y6
-	VADDPS 96(R11), Y7, Y7
-
-gemvInt1T2AVXVNNI_fused0lastout:
-	MOVQ         80(R9), R11
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+0(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
-	VMASKMOVPS   Y0, Y9, (R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+32(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
-	VMASKMOVPS   Y1, Y9, 32(R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+64(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
-	VMASKMOVPS   Y2, Y9, 64(R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+96(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
-	VMASKMOVPS   Y3, Y9, 96(R11)
-	ADDQ         88(R9), R11
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+0(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+0(SB), Y9, Y9
-	VMASKMOVPS   Y4, Y9, (R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+32(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+32(SB), Y9, Y9
-	VMASKMOVPS   Y5, Y9, 32(R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+64(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+64(SB), Y9, Y9
-	VMASKMOVPS   Y6, Y9, 64(R11)
-	VPBROADCASTD 96(R9), Y9
-	VPAND        rowsY<>+96(SB), Y9, Y9
-	VPCMPEQD     rowsY<>+96(SB), Y9, Y9
-	VMASKMOVPS   Y7, Y9, 96(R11)
-
-gemvInt1T2AVXVNNI_fused0next:
-	INCQ R10
-	MOVQ R10, 120(AX)
-
-gemvInt1T2AVXVNNI_fused:
-	DECQ R8
-	JNZ  gemvInt1T2AVXVNNI_seg
 	VZEROUPPER
 	RET
 
@@ -26523,5 +27744,3851 @@ tl2PanelT2AVX2_next:
 	JNZ   tl2PanelT2AVX2_grp
 
 tl2PanelT2AVX2_end:
+	VZEROUPPER
+	RET
+
+DATA int1YHiBytes<>+0(SB)/1, $0x00
+DATA int1YHiBytes<>+1(SB)/1, $0xff
+DATA int1YHiBytes<>+2(SB)/1, $0x00
+DATA int1YHiBytes<>+3(SB)/1, $0xff
+DATA int1YHiBytes<>+4(SB)/1, $0x00
+DATA int1YHiBytes<>+5(SB)/1, $0xff
+DATA int1YHiBytes<>+6(SB)/1, $0x00
+DATA int1YHiBytes<>+7(SB)/1, $0xff
+DATA int1YHiBytes<>+8(SB)/1, $0x00
+DATA int1YHiBytes<>+9(SB)/1, $0xff
+DATA int1YHiBytes<>+10(SB)/1, $0x00
+DATA int1YHiBytes<>+11(SB)/1, $0xff
+DATA int1YHiBytes<>+12(SB)/1, $0x00
+DATA int1YHiBytes<>+13(SB)/1, $0xff
+DATA int1YHiBytes<>+14(SB)/1, $0x00
+DATA int1YHiBytes<>+15(SB)/1, $0xff
+DATA int1YHiBytes<>+16(SB)/1, $0x00
+DATA int1YHiBytes<>+17(SB)/1, $0xff
+DATA int1YHiBytes<>+18(SB)/1, $0x00
+DATA int1YHiBytes<>+19(SB)/1, $0xff
+DATA int1YHiBytes<>+20(SB)/1, $0x00
+DATA int1YHiBytes<>+21(SB)/1, $0xff
+DATA int1YHiBytes<>+22(SB)/1, $0x00
+DATA int1YHiBytes<>+23(SB)/1, $0xff
+DATA int1YHiBytes<>+24(SB)/1, $0x00
+DATA int1YHiBytes<>+25(SB)/1, $0xff
+DATA int1YHiBytes<>+26(SB)/1, $0x00
+DATA int1YHiBytes<>+27(SB)/1, $0xff
+DATA int1YHiBytes<>+28(SB)/1, $0x00
+DATA int1YHiBytes<>+29(SB)/1, $0xff
+DATA int1YHiBytes<>+30(SB)/1, $0x00
+DATA int1YHiBytes<>+31(SB)/1, $0xff
+GLOBL int1YHiBytes<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul0<>+0(SB)/1, $0x02
+DATA int1YMul0<>+1(SB)/1, $0x00
+DATA int1YMul0<>+2(SB)/1, $0x02
+DATA int1YMul0<>+3(SB)/1, $0x00
+DATA int1YMul0<>+4(SB)/1, $0x02
+DATA int1YMul0<>+5(SB)/1, $0x00
+DATA int1YMul0<>+6(SB)/1, $0x02
+DATA int1YMul0<>+7(SB)/1, $0x00
+DATA int1YMul0<>+8(SB)/1, $0x02
+DATA int1YMul0<>+9(SB)/1, $0x00
+DATA int1YMul0<>+10(SB)/1, $0x02
+DATA int1YMul0<>+11(SB)/1, $0x00
+DATA int1YMul0<>+12(SB)/1, $0x02
+DATA int1YMul0<>+13(SB)/1, $0x00
+DATA int1YMul0<>+14(SB)/1, $0x02
+DATA int1YMul0<>+15(SB)/1, $0x00
+DATA int1YMul0<>+16(SB)/1, $0x02
+DATA int1YMul0<>+17(SB)/1, $0x00
+DATA int1YMul0<>+18(SB)/1, $0x02
+DATA int1YMul0<>+19(SB)/1, $0x00
+DATA int1YMul0<>+20(SB)/1, $0x02
+DATA int1YMul0<>+21(SB)/1, $0x00
+DATA int1YMul0<>+22(SB)/1, $0x02
+DATA int1YMul0<>+23(SB)/1, $0x00
+DATA int1YMul0<>+24(SB)/1, $0x02
+DATA int1YMul0<>+25(SB)/1, $0x00
+DATA int1YMul0<>+26(SB)/1, $0x02
+DATA int1YMul0<>+27(SB)/1, $0x00
+DATA int1YMul0<>+28(SB)/1, $0x02
+DATA int1YMul0<>+29(SB)/1, $0x00
+DATA int1YMul0<>+30(SB)/1, $0x02
+DATA int1YMul0<>+31(SB)/1, $0x00
+GLOBL int1YMul0<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul1<>+0(SB)/1, $0x00
+DATA int1YMul1<>+1(SB)/1, $0x02
+DATA int1YMul1<>+2(SB)/1, $0x00
+DATA int1YMul1<>+3(SB)/1, $0x02
+DATA int1YMul1<>+4(SB)/1, $0x00
+DATA int1YMul1<>+5(SB)/1, $0x02
+DATA int1YMul1<>+6(SB)/1, $0x00
+DATA int1YMul1<>+7(SB)/1, $0x02
+DATA int1YMul1<>+8(SB)/1, $0x00
+DATA int1YMul1<>+9(SB)/1, $0x02
+DATA int1YMul1<>+10(SB)/1, $0x00
+DATA int1YMul1<>+11(SB)/1, $0x02
+DATA int1YMul1<>+12(SB)/1, $0x00
+DATA int1YMul1<>+13(SB)/1, $0x02
+DATA int1YMul1<>+14(SB)/1, $0x00
+DATA int1YMul1<>+15(SB)/1, $0x02
+DATA int1YMul1<>+16(SB)/1, $0x00
+DATA int1YMul1<>+17(SB)/1, $0x02
+DATA int1YMul1<>+18(SB)/1, $0x00
+DATA int1YMul1<>+19(SB)/1, $0x02
+DATA int1YMul1<>+20(SB)/1, $0x00
+DATA int1YMul1<>+21(SB)/1, $0x02
+DATA int1YMul1<>+22(SB)/1, $0x00
+DATA int1YMul1<>+23(SB)/1, $0x02
+DATA int1YMul1<>+24(SB)/1, $0x00
+DATA int1YMul1<>+25(SB)/1, $0x02
+DATA int1YMul1<>+26(SB)/1, $0x00
+DATA int1YMul1<>+27(SB)/1, $0x02
+DATA int1YMul1<>+28(SB)/1, $0x00
+DATA int1YMul1<>+29(SB)/1, $0x02
+DATA int1YMul1<>+30(SB)/1, $0x00
+DATA int1YMul1<>+31(SB)/1, $0x02
+GLOBL int1YMul1<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul2<>+0(SB)/1, $0x40
+DATA int1YMul2<>+1(SB)/1, $0x00
+DATA int1YMul2<>+2(SB)/1, $0x40
+DATA int1YMul2<>+3(SB)/1, $0x00
+DATA int1YMul2<>+4(SB)/1, $0x40
+DATA int1YMul2<>+5(SB)/1, $0x00
+DATA int1YMul2<>+6(SB)/1, $0x40
+DATA int1YMul2<>+7(SB)/1, $0x00
+DATA int1YMul2<>+8(SB)/1, $0x40
+DATA int1YMul2<>+9(SB)/1, $0x00
+DATA int1YMul2<>+10(SB)/1, $0x40
+DATA int1YMul2<>+11(SB)/1, $0x00
+DATA int1YMul2<>+12(SB)/1, $0x40
+DATA int1YMul2<>+13(SB)/1, $0x00
+DATA int1YMul2<>+14(SB)/1, $0x40
+DATA int1YMul2<>+15(SB)/1, $0x00
+DATA int1YMul2<>+16(SB)/1, $0x40
+DATA int1YMul2<>+17(SB)/1, $0x00
+DATA int1YMul2<>+18(SB)/1, $0x40
+DATA int1YMul2<>+19(SB)/1, $0x00
+DATA int1YMul2<>+20(SB)/1, $0x40
+DATA int1YMul2<>+21(SB)/1, $0x00
+DATA int1YMul2<>+22(SB)/1, $0x40
+DATA int1YMul2<>+23(SB)/1, $0x00
+DATA int1YMul2<>+24(SB)/1, $0x40
+DATA int1YMul2<>+25(SB)/1, $0x00
+DATA int1YMul2<>+26(SB)/1, $0x40
+DATA int1YMul2<>+27(SB)/1, $0x00
+DATA int1YMul2<>+28(SB)/1, $0x40
+DATA int1YMul2<>+29(SB)/1, $0x00
+DATA int1YMul2<>+30(SB)/1, $0x40
+DATA int1YMul2<>+31(SB)/1, $0x00
+GLOBL int1YMul2<>(SB), RODATA|NOPTR, $32
+
+DATA int1YMul3<>+0(SB)/1, $0x00
+DATA int1YMul3<>+1(SB)/1, $0x40
+DATA int1YMul3<>+2(SB)/1, $0x00
+DATA int1YMul3<>+3(SB)/1, $0x40
+DATA int1YMul3<>+4(SB)/1, $0x00
+DATA int1YMul3<>+5(SB)/1, $0x40
+DATA int1YMul3<>+6(SB)/1, $0x00
+DATA int1YMul3<>+7(SB)/1, $0x40
+DATA int1YMul3<>+8(SB)/1, $0x00
+DATA int1YMul3<>+9(SB)/1, $0x40
+DATA int1YMul3<>+10(SB)/1, $0x00
+DATA int1YMul3<>+11(SB)/1, $0x40
+DATA int1YMul3<>+12(SB)/1, $0x00
+DATA int1YMul3<>+13(SB)/1, $0x40
+DATA int1YMul3<>+14(SB)/1, $0x00
+DATA int1YMul3<>+15(SB)/1, $0x40
+DATA int1YMul3<>+16(SB)/1, $0x00
+DATA int1YMul3<>+17(SB)/1, $0x40
+DATA int1YMul3<>+18(SB)/1, $0x00
+DATA int1YMul3<>+19(SB)/1, $0x40
+DATA int1YMul3<>+20(SB)/1, $0x00
+DATA int1YMul3<>+21(SB)/1, $0x40
+DATA int1YMul3<>+22(SB)/1, $0x00
+DATA int1YMul3<>+23(SB)/1, $0x40
+DATA int1YMul3<>+24(SB)/1, $0x00
+DATA int1YMul3<>+25(SB)/1, $0x40
+DATA int1YMul3<>+26(SB)/1, $0x00
+DATA int1YMul3<>+27(SB)/1, $0x40
+DATA int1YMul3<>+28(SB)/1, $0x00
+DATA int1YMul3<>+29(SB)/1, $0x40
+DATA int1YMul3<>+30(SB)/1, $0x00
+DATA int1YMul3<>+31(SB)/1, $0x40
+GLOBL int1YMul3<>(SB), RODATA|NOPTR, $32
+
+DATA int1YSigns01<>+0(SB)/1, $0x01
+DATA int1YSigns01<>+1(SB)/1, $0x01
+DATA int1YSigns01<>+2(SB)/1, $0xff
+DATA int1YSigns01<>+3(SB)/1, $0x01
+DATA int1YSigns01<>+4(SB)/1, $0x01
+DATA int1YSigns01<>+5(SB)/1, $0xff
+DATA int1YSigns01<>+6(SB)/1, $0xff
+DATA int1YSigns01<>+7(SB)/1, $0xff
+DATA int1YSigns01<>+8(SB)/1, $0x01
+DATA int1YSigns01<>+9(SB)/1, $0x01
+DATA int1YSigns01<>+10(SB)/1, $0xff
+DATA int1YSigns01<>+11(SB)/1, $0x01
+DATA int1YSigns01<>+12(SB)/1, $0x01
+DATA int1YSigns01<>+13(SB)/1, $0xff
+DATA int1YSigns01<>+14(SB)/1, $0xff
+DATA int1YSigns01<>+15(SB)/1, $0xff
+DATA int1YSigns01<>+16(SB)/1, $0x01
+DATA int1YSigns01<>+17(SB)/1, $0x01
+DATA int1YSigns01<>+18(SB)/1, $0xff
+DATA int1YSigns01<>+19(SB)/1, $0x01
+DATA int1YSigns01<>+20(SB)/1, $0x01
+DATA int1YSigns01<>+21(SB)/1, $0xff
+DATA int1YSigns01<>+22(SB)/1, $0xff
+DATA int1YSigns01<>+23(SB)/1, $0xff
+DATA int1YSigns01<>+24(SB)/1, $0x01
+DATA int1YSigns01<>+25(SB)/1, $0x01
+DATA int1YSigns01<>+26(SB)/1, $0xff
+DATA int1YSigns01<>+27(SB)/1, $0x01
+DATA int1YSigns01<>+28(SB)/1, $0x01
+DATA int1YSigns01<>+29(SB)/1, $0xff
+DATA int1YSigns01<>+30(SB)/1, $0xff
+DATA int1YSigns01<>+31(SB)/1, $0xff
+GLOBL int1YSigns01<>(SB), RODATA|NOPTR, $32
+
+DATA int1YSigns23<>+0(SB)/1, $0x01
+DATA int1YSigns23<>+1(SB)/1, $0x01
+DATA int1YSigns23<>+2(SB)/1, $0x01
+DATA int1YSigns23<>+3(SB)/1, $0x01
+DATA int1YSigns23<>+4(SB)/1, $0x01
+DATA int1YSigns23<>+5(SB)/1, $0x01
+DATA int1YSigns23<>+6(SB)/1, $0x01
+DATA int1YSigns23<>+7(SB)/1, $0x01
+DATA int1YSigns23<>+8(SB)/1, $0xff
+DATA int1YSigns23<>+9(SB)/1, $0x01
+DATA int1YSigns23<>+10(SB)/1, $0xff
+DATA int1YSigns23<>+11(SB)/1, $0x01
+DATA int1YSigns23<>+12(SB)/1, $0xff
+DATA int1YSigns23<>+13(SB)/1, $0x01
+DATA int1YSigns23<>+14(SB)/1, $0xff
+DATA int1YSigns23<>+15(SB)/1, $0x01
+DATA int1YSigns23<>+16(SB)/1, $0x01
+DATA int1YSigns23<>+17(SB)/1, $0xff
+DATA int1YSigns23<>+18(SB)/1, $0x01
+DATA int1YSigns23<>+19(SB)/1, $0xff
+DATA int1YSigns23<>+20(SB)/1, $0x01
+DATA int1YSigns23<>+21(SB)/1, $0xff
+DATA int1YSigns23<>+22(SB)/1, $0x01
+DATA int1YSigns23<>+23(SB)/1, $0xff
+DATA int1YSigns23<>+24(SB)/1, $0xff
+DATA int1YSigns23<>+25(SB)/1, $0xff
+DATA int1YSigns23<>+26(SB)/1, $0xff
+DATA int1YSigns23<>+27(SB)/1, $0xff
+DATA int1YSigns23<>+28(SB)/1, $0xff
+DATA int1YSigns23<>+29(SB)/1, $0xff
+DATA int1YSigns23<>+30(SB)/1, $0xff
+DATA int1YSigns23<>+31(SB)/1, $0xff
+GLOBL int1YSigns23<>(SB), RODATA|NOPTR, $32
+
+DATA int1YPopcnt<>+0(SB)/1, $0x00
+DATA int1YPopcnt<>+1(SB)/1, $0x00
+DATA int1YPopcnt<>+2(SB)/1, $0x80
+DATA int1YPopcnt<>+3(SB)/1, $0x00
+DATA int1YPopcnt<>+4(SB)/1, $0x80
+DATA int1YPopcnt<>+5(SB)/1, $0x00
+DATA int1YPopcnt<>+6(SB)/1, $0x00
+DATA int1YPopcnt<>+7(SB)/1, $0x01
+DATA int1YPopcnt<>+8(SB)/1, $0x80
+DATA int1YPopcnt<>+9(SB)/1, $0x00
+DATA int1YPopcnt<>+10(SB)/1, $0x00
+DATA int1YPopcnt<>+11(SB)/1, $0x01
+DATA int1YPopcnt<>+12(SB)/1, $0x00
+DATA int1YPopcnt<>+13(SB)/1, $0x01
+DATA int1YPopcnt<>+14(SB)/1, $0x80
+DATA int1YPopcnt<>+15(SB)/1, $0x01
+DATA int1YPopcnt<>+16(SB)/1, $0x80
+DATA int1YPopcnt<>+17(SB)/1, $0x00
+DATA int1YPopcnt<>+18(SB)/1, $0x00
+DATA int1YPopcnt<>+19(SB)/1, $0x01
+DATA int1YPopcnt<>+20(SB)/1, $0x00
+DATA int1YPopcnt<>+21(SB)/1, $0x01
+DATA int1YPopcnt<>+22(SB)/1, $0x80
+DATA int1YPopcnt<>+23(SB)/1, $0x01
+DATA int1YPopcnt<>+24(SB)/1, $0x00
+DATA int1YPopcnt<>+25(SB)/1, $0x01
+DATA int1YPopcnt<>+26(SB)/1, $0x80
+DATA int1YPopcnt<>+27(SB)/1, $0x01
+DATA int1YPopcnt<>+28(SB)/1, $0x80
+DATA int1YPopcnt<>+29(SB)/1, $0x01
+DATA int1YPopcnt<>+30(SB)/1, $0x00
+DATA int1YPopcnt<>+31(SB)/1, $0x02
+GLOBL int1YPopcnt<>(SB), RODATA|NOPTR, $32
+
+DATA int1YLowWords<>+0(SB)/1, $0x1f
+DATA int1YLowWords<>+1(SB)/1, $0x00
+DATA int1YLowWords<>+2(SB)/1, $0x1f
+DATA int1YLowWords<>+3(SB)/1, $0x00
+DATA int1YLowWords<>+4(SB)/1, $0x1f
+DATA int1YLowWords<>+5(SB)/1, $0x00
+DATA int1YLowWords<>+6(SB)/1, $0x1f
+DATA int1YLowWords<>+7(SB)/1, $0x00
+DATA int1YLowWords<>+8(SB)/1, $0x1f
+DATA int1YLowWords<>+9(SB)/1, $0x00
+DATA int1YLowWords<>+10(SB)/1, $0x1f
+DATA int1YLowWords<>+11(SB)/1, $0x00
+DATA int1YLowWords<>+12(SB)/1, $0x1f
+DATA int1YLowWords<>+13(SB)/1, $0x00
+DATA int1YLowWords<>+14(SB)/1, $0x1f
+DATA int1YLowWords<>+15(SB)/1, $0x00
+DATA int1YLowWords<>+16(SB)/1, $0x1f
+DATA int1YLowWords<>+17(SB)/1, $0x00
+DATA int1YLowWords<>+18(SB)/1, $0x1f
+DATA int1YLowWords<>+19(SB)/1, $0x00
+DATA int1YLowWords<>+20(SB)/1, $0x1f
+DATA int1YLowWords<>+21(SB)/1, $0x00
+DATA int1YLowWords<>+22(SB)/1, $0x1f
+DATA int1YLowWords<>+23(SB)/1, $0x00
+DATA int1YLowWords<>+24(SB)/1, $0x1f
+DATA int1YLowWords<>+25(SB)/1, $0x00
+DATA int1YLowWords<>+26(SB)/1, $0x1f
+DATA int1YLowWords<>+27(SB)/1, $0x00
+DATA int1YLowWords<>+28(SB)/1, $0x1f
+DATA int1YLowWords<>+29(SB)/1, $0x00
+DATA int1YLowWords<>+30(SB)/1, $0x1f
+DATA int1YLowWords<>+31(SB)/1, $0x00
+GLOBL int1YLowWords<>(SB), RODATA|NOPTR, $32
+
+DATA int1YOnes<>+0(SB)/1, $0x01
+DATA int1YOnes<>+1(SB)/1, $0x00
+DATA int1YOnes<>+2(SB)/1, $0x01
+DATA int1YOnes<>+3(SB)/1, $0x00
+DATA int1YOnes<>+4(SB)/1, $0x01
+DATA int1YOnes<>+5(SB)/1, $0x00
+DATA int1YOnes<>+6(SB)/1, $0x01
+DATA int1YOnes<>+7(SB)/1, $0x00
+DATA int1YOnes<>+8(SB)/1, $0x01
+DATA int1YOnes<>+9(SB)/1, $0x00
+DATA int1YOnes<>+10(SB)/1, $0x01
+DATA int1YOnes<>+11(SB)/1, $0x00
+DATA int1YOnes<>+12(SB)/1, $0x01
+DATA int1YOnes<>+13(SB)/1, $0x00
+DATA int1YOnes<>+14(SB)/1, $0x01
+DATA int1YOnes<>+15(SB)/1, $0x00
+DATA int1YOnes<>+16(SB)/1, $0x01
+DATA int1YOnes<>+17(SB)/1, $0x00
+DATA int1YOnes<>+18(SB)/1, $0x01
+DATA int1YOnes<>+19(SB)/1, $0x00
+DATA int1YOnes<>+20(SB)/1, $0x01
+DATA int1YOnes<>+21(SB)/1, $0x00
+DATA int1YOnes<>+22(SB)/1, $0x01
+DATA int1YOnes<>+23(SB)/1, $0x00
+DATA int1YOnes<>+24(SB)/1, $0x01
+DATA int1YOnes<>+25(SB)/1, $0x00
+DATA int1YOnes<>+26(SB)/1, $0x01
+DATA int1YOnes<>+27(SB)/1, $0x00
+DATA int1YOnes<>+28(SB)/1, $0x01
+DATA int1YOnes<>+29(SB)/1, $0x00
+DATA int1YOnes<>+30(SB)/1, $0x01
+DATA int1YOnes<>+31(SB)/1, $0x00
+GLOBL int1YOnes<>(SB), RODATA|NOPTR, $32
+
+DATA int1YPBias<>+0(SB)/1, $0x00
+DATA int1YPBias<>+1(SB)/1, $0xf0
+DATA int1YPBias<>+2(SB)/1, $0x00
+DATA int1YPBias<>+3(SB)/1, $0xf0
+DATA int1YPBias<>+4(SB)/1, $0x00
+DATA int1YPBias<>+5(SB)/1, $0xf0
+DATA int1YPBias<>+6(SB)/1, $0x00
+DATA int1YPBias<>+7(SB)/1, $0xf0
+DATA int1YPBias<>+8(SB)/1, $0x00
+DATA int1YPBias<>+9(SB)/1, $0xf0
+DATA int1YPBias<>+10(SB)/1, $0x00
+DATA int1YPBias<>+11(SB)/1, $0xf0
+DATA int1YPBias<>+12(SB)/1, $0x00
+DATA int1YPBias<>+13(SB)/1, $0xf0
+DATA int1YPBias<>+14(SB)/1, $0x00
+DATA int1YPBias<>+15(SB)/1, $0xf0
+DATA int1YPBias<>+16(SB)/1, $0x00
+DATA int1YPBias<>+17(SB)/1, $0xf0
+DATA int1YPBias<>+18(SB)/1, $0x00
+DATA int1YPBias<>+19(SB)/1, $0xf0
+DATA int1YPBias<>+20(SB)/1, $0x00
+DATA int1YPBias<>+21(SB)/1, $0xf0
+DATA int1YPBias<>+22(SB)/1, $0x00
+DATA int1YPBias<>+23(SB)/1, $0xf0
+DATA int1YPBias<>+24(SB)/1, $0x00
+DATA int1YPBias<>+25(SB)/1, $0xf0
+DATA int1YPBias<>+26(SB)/1, $0x00
+DATA int1YPBias<>+27(SB)/1, $0xf0
+DATA int1YPBias<>+28(SB)/1, $0x00
+DATA int1YPBias<>+29(SB)/1, $0xf0
+DATA int1YPBias<>+30(SB)/1, $0x00
+DATA int1YPBias<>+31(SB)/1, $0xf0
+GLOBL int1YPBias<>(SB), RODATA|NOPTR, $32
+
+// func int1BuildTabYAVX2(x *int8, blocks int, dst *byte)
+// Requires: AVX, AVX2
+TEXT ·int1BuildTabYAVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    blocks+8(FP), CX
+	MOVQ    dst+16(FP), DX
+	VMOVDQU m80Y<>+0(SB), Y0
+	VMOVDQU int1YSigns01<>+0(SB), Y1
+	VMOVDQU int1YSigns23<>+0(SB), Y2
+	VMOVDQU int1YPopcnt<>+0(SB), Y3
+	VMOVDQU int1YLowWords<>+0(SB), Y4
+	VMOVDQU int1YOnes<>+0(SB), Y5
+	TESTQ   CX, CX
+	JZ      int1BuildTabYAVX2_done
+
+int1BuildTabYAVX2_blk:
+	VMOVDQU      int1YPBias<>+0(SB), Y6
+	VPBROADCASTW (AX), Y7
+	VPBROADCASTW 2(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, (DX)
+	VPBROADCASTW 4(AX), Y8
+	VPBROADCASTW 6(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(DX)
+	VPBROADCASTW 8(AX), Y7
+	VPBROADCASTW 10(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 64(DX)
+	VPBROADCASTW 12(AX), Y8
+	VPBROADCASTW 14(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(DX)
+	VPBROADCASTW 16(AX), Y7
+	VPBROADCASTW 18(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 128(DX)
+	VPBROADCASTW 20(AX), Y8
+	VPBROADCASTW 22(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(DX)
+	VPBROADCASTW 24(AX), Y7
+	VPBROADCASTW 26(AX), Y9
+	VPXOR        Y0, Y7, Y7
+	VPXOR        Y0, Y9, Y9
+	VPMADDUBSW   Y1, Y7, Y7
+	VPMADDUBSW   Y2, Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPAND        Y5, Y7, Y9
+	VPADDW       Y9, Y6, Y6
+	VPSRAW       $0x01, Y7, Y7
+	VPADDW       Y3, Y7, Y7
+	VPSRLW       $0x05, Y7, Y9
+	VPAND        Y4, Y7, Y7
+	VPACKUSWB    Y9, Y7, Y7
+	VPERMQ       $0xd8, Y7, Y7
+	VMOVDQU      Y7, 192(DX)
+	VPBROADCASTW 28(AX), Y8
+	VPBROADCASTW 30(AX), Y10
+	VPXOR        Y0, Y8, Y8
+	VPXOR        Y0, Y10, Y10
+	VPMADDUBSW   Y1, Y8, Y8
+	VPMADDUBSW   Y2, Y10, Y10
+	VPADDW       Y10, Y8, Y8
+	VPAND        Y5, Y8, Y10
+	VPADDW       Y10, Y6, Y6
+	VPSRAW       $0x01, Y8, Y8
+	VPADDW       Y3, Y8, Y8
+	VPSRLW       $0x05, Y8, Y10
+	VPAND        Y4, Y8, Y8
+	VPACKUSWB    Y10, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 224(DX)
+	VMOVDQU      X6, 256(DX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x00000110, DX
+	DECQ         CX
+	JNZ          int1BuildTabYAVX2_blk
+
+int1BuildTabYAVX2_done:
+	VZEROUPPER
+	RET
+
+// func int1PanelT1AVX2(a *byte)
+// Requires: AVX, AVX2, SSE2
+TEXT ·int1PanelT1AVX2(SB), NOSPLIT, $32-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	VMOVDQU m0fY<>+0(SB), Y0
+	VMOVDQU int1YHiBytes<>+0(SB), Y1
+	MOVQ    (AX), CX
+	MOVQ    24(AX), DX
+	MOVQ    48(AX), BX
+	TESTQ   DX, DX
+	JZ      int1PanelT1AVX2_end
+
+int1PanelT1AVX2_grp:
+	MOVQ DX, R10
+	CMPQ R10, $0x07
+	JLE  int1PanelT1AVX2_g
+	MOVQ $0x00000007, R10
+
+int1PanelT1AVX2_g:
+	XORL SI, SI
+	MOVQ BX, R8
+	MOVQ R10, R9
+
+int1PanelT1AVX2_p0:
+	MOVWLSX        256(R8), DI
+	ADDL           DI, SI
+	ADDQ           $0x00000110, R8
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_p0
+	MOVD           SI, X10
+	VPBROADCASTW   X10, Y10
+	VMOVDQU        Y10, (SP)
+	SUBQ           R10, DX
+	CMPQ           R10, $0x01
+	JNE            int1PanelT1AVX2_first
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_only_last0
+
+int1PanelT1AVX2_only:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X2, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y2, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_only_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y4, Y4
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X4, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y4, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_only
+
+int1PanelT1AVX2_only_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y3, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y3, Y3
+	VPADDW       Y3, Y2, Y2
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X2, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y2, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+	JMP          int1PanelT1AVX2_only_done
+
+int1PanelT1AVX2_only_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y4, Y4
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X4, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y4, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+
+int1PanelT1AVX2_only_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	JMP  int1PanelT1AVX2_next
+
+int1PanelT1AVX2_first:
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb0_last0
+
+int1PanelT1AVX2_rb0:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y2, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb0_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y4, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb0
+
+int1PanelT1AVX2_rb0_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y3, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y3, Y3
+	VPADDW     Y3, Y2, Y2
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y2, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+	JMP        int1PanelT1AVX2_rb0_done
+
+int1PanelT1AVX2_rb0_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y4, Y4
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y4, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+
+int1PanelT1AVX2_rb0_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	DECQ R10
+
+int1PanelT1AVX2_mid:
+	CMPQ           R10, $0x01
+	JE             int1PanelT1AVX2_last
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb1_last0
+
+int1PanelT1AVX2_rb1:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y2, Y2
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y2, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb1_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y4, Y4
+	VMOVDQU        Y6, (R8)
+	VMOVDQU        Y4, 32(R8)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb1
+
+int1PanelT1AVX2_rb1_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y3, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y3, Y3
+	VPADDW     Y3, Y2, Y2
+	VPADDW     (R8), Y6, Y6
+	VPADDW     32(R8), Y2, Y2
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y2, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+	JMP        int1PanelT1AVX2_rb1_done
+
+int1PanelT1AVX2_rb1_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y7
+	VPADDW     Y7, Y6, Y6
+	VPMADDUBSW int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y4, Y4
+	VPADDW     (R8), Y6, Y6
+	VPADDW     32(R8), Y4, Y4
+	VMOVDQU    Y6, (R8)
+	VMOVDQU    Y4, 32(R8)
+	ADDQ       $0x00000040, R8
+	ADDQ       72(AX), DI
+
+int1PanelT1AVX2_rb1_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	DECQ R10
+	JMP  int1PanelT1AVX2_mid
+
+int1PanelT1AVX2_last:
+	MOVQ           CX, SI
+	MOVQ           64(AX), DI
+	MOVQ           80(AX), R8
+	MOVQ           8(AX), R9
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb2_last0
+
+int1PanelT1AVX2_rb2:
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y4
+	VPSHUFB        Y6, Y4, Y4
+	VBROADCASTI128 16(BX), Y5
+	VPSHUFB        Y6, Y5, Y5
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y4, Y4
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y5, Y5
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y3, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y3, Y3
+	VPADDW         Y3, Y2, Y2
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y2, Y2
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X2, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y2, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JZ             int1PanelT1AVX2_rb2_last1
+	VMOVDQU        (SI), Y6
+	VPBLENDVB      Y1, 31(SI), Y6, Y6
+	VMOVDQU        1(SI), Y7
+	VPBLENDVB      Y1, 32(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y6, Y2, Y2
+	VBROADCASTI128 16(BX), Y3
+	VPSHUFB        Y6, Y3, Y3
+	VBROADCASTI128 32(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 48(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 64(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 80(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 96(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 112(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VMOVDQU        64(SI), Y6
+	VPBLENDVB      Y1, 95(SI), Y6, Y6
+	VMOVDQU        65(SI), Y7
+	VPBLENDVB      Y1, 96(SI), Y7, Y7
+	VPSRLW         $0x04, Y6, Y8
+	VPAND          Y0, Y8, Y8
+	VPAND          Y0, Y6, Y6
+	VPSRLW         $0x04, Y7, Y9
+	VPAND          Y0, Y9, Y9
+	VPAND          Y0, Y7, Y7
+	VBROADCASTI128 128(BX), Y10
+	VPSHUFB        Y6, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 144(BX), Y11
+	VPSHUFB        Y6, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 160(BX), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 176(BX), Y11
+	VPSHUFB        Y8, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 192(BX), Y10
+	VPSHUFB        Y7, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 208(BX), Y11
+	VPSHUFB        Y7, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	VBROADCASTI128 224(BX), Y10
+	VPSHUFB        Y9, Y10, Y10
+	VPADDB         Y10, Y2, Y2
+	VBROADCASTI128 240(BX), Y11
+	VPSHUFB        Y9, Y11, Y11
+	VPADDB         Y11, Y3, Y3
+	ADDQ           $0x00000080, SI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDUBSW     int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPADDW         (R8), Y6, Y6
+	VPADDW         32(R8), Y4, Y4
+	VPADDW         (SP), Y6, Y6
+	VPADDW         (SP), Y4, Y4
+	VPMOVSXWD      X6, Y8
+	VPADDD         (DI), Y8, Y8
+	VMOVDQU        Y8, (DI)
+	VEXTRACTI128   $0x01, Y6, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         32(DI), Y9, Y9
+	VMOVDQU        Y9, 32(DI)
+	VPMOVSXWD      X4, Y8
+	VPADDD         64(DI), Y8, Y8
+	VMOVDQU        Y8, 64(DI)
+	VEXTRACTI128   $0x01, Y4, X9
+	VPMOVSXWD      X9, Y9
+	VPADDD         96(DI), Y9, Y9
+	VMOVDQU        Y9, 96(DI)
+	ADDQ           $0x00000040, R8
+	ADDQ           72(AX), DI
+	DECQ           R9
+	JNZ            int1PanelT1AVX2_rb2
+
+int1PanelT1AVX2_rb2_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y3, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y3, Y3
+	VPADDW       Y3, Y2, Y2
+	VPADDW       (R8), Y6, Y6
+	VPADDW       32(R8), Y2, Y2
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X2, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y2, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+	JMP          int1PanelT1AVX2_rb2_done
+
+int1PanelT1AVX2_rb2_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y4, Y6
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y7
+	VPADDW       Y7, Y6, Y6
+	VPMADDUBSW   int1YMul1<>+0(SB), Y4, Y4
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y4, Y4
+	VPADDW       (R8), Y6, Y6
+	VPADDW       32(R8), Y4, Y4
+	VPADDW       (SP), Y6, Y6
+	VPADDW       (SP), Y4, Y4
+	VPMOVSXWD    X6, Y8
+	VPADDD       (DI), Y8, Y8
+	VMOVDQU      Y8, (DI)
+	VEXTRACTI128 $0x01, Y6, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       32(DI), Y9, Y9
+	VMOVDQU      Y9, 32(DI)
+	VPMOVSXWD    X4, Y8
+	VPADDD       64(DI), Y8, Y8
+	VMOVDQU      Y8, 64(DI)
+	VEXTRACTI128 $0x01, Y4, X9
+	VPMOVSXWD    X9, Y9
+	VPADDD       96(DI), Y9, Y9
+	VMOVDQU      Y9, 96(DI)
+	ADDQ         $0x00000040, R8
+	ADDQ         72(AX), DI
+
+int1PanelT1AVX2_rb2_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+
+int1PanelT1AVX2_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT1AVX2_grp
+
+int1PanelT1AVX2_end:
+	VZEROUPPER
+	RET
+
+// func int1PanelT2AVX2(a *byte)
+// Requires: AVX, AVX2, MMX+, SSE2
+TEXT ·int1PanelT2AVX2(SB), NOSPLIT, $64-8
+	PCALIGN $0x40
+	MOVQ    a+0(FP), AX
+	VMOVDQU m0fY<>+0(SB), Y0
+	VMOVDQU int1YHiBytes<>+0(SB), Y1
+	MOVQ    (AX), CX
+	MOVQ    24(AX), DX
+	MOVQ    48(AX), BX
+	MOVQ    BX, SI
+	ADDQ    56(AX), SI
+	TESTQ   DX, DX
+	JZ      int1PanelT2AVX2_end
+
+int1PanelT2AVX2_grp:
+	MOVQ DX, R11
+	CMPQ R11, $0x07
+	JLE  int1PanelT2AVX2_g
+	MOVQ $0x00000007, R11
+
+int1PanelT2AVX2_g:
+	XORL DI, DI
+	MOVQ BX, R9
+	MOVQ R11, R10
+
+int1PanelT2AVX2_p0:
+	MOVWLSX      256(R9), R8
+	ADDL         R8, DI
+	ADDQ         $0x00000110, R9
+	DECQ         R10
+	JNZ          int1PanelT2AVX2_p0
+	MOVD         DI, X14
+	VPBROADCASTW X14, Y14
+	VMOVDQU      Y14, (SP)
+	XORL         DI, DI
+	MOVQ         SI, R9
+	MOVQ         R11, R10
+
+int1PanelT2AVX2_p1:
+	MOVWLSX        256(R9), R8
+	ADDL           R8, DI
+	ADDQ           $0x00000110, R9
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_p1
+	MOVD           DI, X14
+	VPBROADCASTW   X14, Y14
+	VMOVDQU        Y14, 32(SP)
+	SUBQ           R11, DX
+	CMPQ           R11, $0x01
+	JNE            int1PanelT2AVX2_first
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_only_last0
+
+int1PanelT2AVX2_only:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X2, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y2, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y3, Y3
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X3, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y3, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_only_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y6, Y6
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X6, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y6, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y7, Y7
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X7, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y7, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_only
+
+int1PanelT2AVX2_only_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y4, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y4, Y4
+	VPADDW       Y4, Y2, Y2
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X2, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y2, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y3, Y3
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y3, Y3
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X3, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y3, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+	JMP          int1PanelT2AVX2_only_done
+
+int1PanelT2AVX2_only_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y8, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW   int1YMul3<>+0(SB), Y8, Y8
+	VPADDW       Y8, Y6, Y6
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y6, Y6
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X6, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y6, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y9, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW   int1YMul3<>+0(SB), Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y7, Y7
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X7, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y7, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+
+int1PanelT2AVX2_only_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	JMP  int1PanelT2AVX2_next
+
+int1PanelT2AVX2_first:
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb0_last0
+
+int1PanelT2AVX2_rb0:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y2, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y3, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb0_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y6, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y7, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb0
+
+int1PanelT2AVX2_rb0_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y4, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y4, Y4
+	VPADDW     Y4, Y2, Y2
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y2, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y3, Y3
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y3, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	JMP        int1PanelT2AVX2_rb0_done
+
+int1PanelT2AVX2_rb0_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y8, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW int1YMul3<>+0(SB), Y8, Y8
+	VPADDW     Y8, Y6, Y6
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y6, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y9, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW int1YMul3<>+0(SB), Y9, Y9
+	VPADDW     Y9, Y7, Y7
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y7, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+
+int1PanelT2AVX2_rb0_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	DECQ R11
+
+int1PanelT2AVX2_mid:
+	CMPQ           R11, $0x01
+	JE             int1PanelT2AVX2_last
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb1_last0
+
+int1PanelT2AVX2_rb1:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y2, Y2
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y2, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y3, Y3
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y3, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb1_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y6, Y6
+	VMOVDQU        Y10, (R9)
+	VMOVDQU        Y6, 32(R9)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y7, Y7
+	VMOVDQU        Y10, 64(R9)
+	VMOVDQU        Y7, 96(R9)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb1
+
+int1PanelT2AVX2_rb1_last0:
+	VPMADDUBSW int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y4, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW int1YMul3<>+0(SB), Y4, Y4
+	VPADDW     Y4, Y2, Y2
+	VPADDW     (R9), Y10, Y10
+	VPADDW     32(R9), Y2, Y2
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y2, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y5, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW int1YMul3<>+0(SB), Y5, Y5
+	VPADDW     Y5, Y3, Y3
+	VPADDW     64(R9), Y10, Y10
+	VPADDW     96(R9), Y3, Y3
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y3, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+	JMP        int1PanelT2AVX2_rb1_done
+
+int1PanelT2AVX2_rb1_last1:
+	VPMADDUBSW int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y8, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW int1YMul3<>+0(SB), Y8, Y8
+	VPADDW     Y8, Y6, Y6
+	VPADDW     (R9), Y10, Y10
+	VPADDW     32(R9), Y6, Y6
+	VMOVDQU    Y10, (R9)
+	VMOVDQU    Y6, 32(R9)
+	VPMADDUBSW int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW int1YMul2<>+0(SB), Y9, Y11
+	VPADDW     Y11, Y10, Y10
+	VPMADDUBSW int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW int1YMul3<>+0(SB), Y9, Y9
+	VPADDW     Y9, Y7, Y7
+	VPADDW     64(R9), Y10, Y10
+	VPADDW     96(R9), Y7, Y7
+	VMOVDQU    Y10, 64(R9)
+	VMOVDQU    Y7, 96(R9)
+	ADDQ       $0x00000080, R9
+	ADDQ       72(AX), R8
+
+int1PanelT2AVX2_rb1_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+	DECQ R11
+	JMP  int1PanelT2AVX2_mid
+
+int1PanelT2AVX2_last:
+	MOVQ           CX, DI
+	MOVQ           64(AX), R8
+	MOVQ           80(AX), R9
+	MOVQ           8(AX), R10
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb2_last0
+
+int1PanelT2AVX2_rb2:
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y6
+	VPSHUFB        Y10, Y6, Y6
+	VBROADCASTI128 16(BX), Y8
+	VPSHUFB        Y10, Y8, Y8
+	VBROADCASTI128 (SI), Y7
+	VPSHUFB        Y10, Y7, Y7
+	VBROADCASTI128 16(SI), Y9
+	VPSHUFB        Y10, Y9, Y9
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y6, Y6
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y8, Y8
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y7, Y7
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y9, Y9
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y4, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW     int1YMul3<>+0(SB), Y4, Y4
+	VPADDW         Y4, Y2, Y2
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y2, Y2
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y2, Y2
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X2, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y2, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y5, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW     int1YMul3<>+0(SB), Y5, Y5
+	VPADDW         Y5, Y3, Y3
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y3, Y3
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y3, Y3
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X3, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y3, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JZ             int1PanelT2AVX2_rb2_last1
+	PREFETCHT1     4096(DI)
+	PREFETCHT1     4160(DI)
+	VMOVDQU        (DI), Y10
+	VPBLENDVB      Y1, 31(DI), Y10, Y10
+	VMOVDQU        1(DI), Y11
+	VPBLENDVB      Y1, 32(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 (BX), Y2
+	VPSHUFB        Y10, Y2, Y2
+	VBROADCASTI128 16(BX), Y4
+	VPSHUFB        Y10, Y4, Y4
+	VBROADCASTI128 (SI), Y3
+	VPSHUFB        Y10, Y3, Y3
+	VBROADCASTI128 16(SI), Y5
+	VPSHUFB        Y10, Y5, Y5
+	VBROADCASTI128 32(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 48(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 32(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 48(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 64(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 80(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 64(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 80(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 96(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 112(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 96(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 112(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VMOVDQU        64(DI), Y10
+	VPBLENDVB      Y1, 95(DI), Y10, Y10
+	VMOVDQU        65(DI), Y11
+	VPBLENDVB      Y1, 96(DI), Y11, Y11
+	VPSRLW         $0x04, Y10, Y12
+	VPAND          Y0, Y12, Y12
+	VPAND          Y0, Y10, Y10
+	VPSRLW         $0x04, Y11, Y13
+	VPAND          Y0, Y13, Y13
+	VPAND          Y0, Y11, Y11
+	VBROADCASTI128 128(BX), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 144(BX), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 128(SI), Y14
+	VPSHUFB        Y10, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 144(SI), Y15
+	VPSHUFB        Y10, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 160(BX), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 176(BX), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 160(SI), Y14
+	VPSHUFB        Y12, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 176(SI), Y15
+	VPSHUFB        Y12, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 192(BX), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 208(BX), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 192(SI), Y14
+	VPSHUFB        Y11, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 208(SI), Y15
+	VPSHUFB        Y11, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	VBROADCASTI128 224(BX), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y2, Y2
+	VBROADCASTI128 240(BX), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y4, Y4
+	VBROADCASTI128 224(SI), Y14
+	VPSHUFB        Y13, Y14, Y14
+	VPADDB         Y14, Y3, Y3
+	VBROADCASTI128 240(SI), Y15
+	VPSHUFB        Y13, Y15, Y15
+	VPADDB         Y15, Y5, Y5
+	ADDQ           $0x00000080, DI
+	VPMADDUBSW     int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y8, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW     int1YMul3<>+0(SB), Y8, Y8
+	VPADDW         Y8, Y6, Y6
+	VPADDW         (R9), Y10, Y10
+	VPADDW         32(R9), Y6, Y6
+	VPADDW         (SP), Y10, Y10
+	VPADDW         (SP), Y6, Y6
+	VPMOVSXWD      X10, Y12
+	VPADDD         (R8), Y12, Y12
+	VMOVDQU        Y12, (R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         32(R8), Y13, Y13
+	VMOVDQU        Y13, 32(R8)
+	VPMOVSXWD      X6, Y12
+	VPADDD         64(R8), Y12, Y12
+	VMOVDQU        Y12, 64(R8)
+	VEXTRACTI128   $0x01, Y6, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         96(R8), Y13, Y13
+	VMOVDQU        Y13, 96(R8)
+	VPMADDUBSW     int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW     int1YMul2<>+0(SB), Y9, Y11
+	VPADDW         Y11, Y10, Y10
+	VPMADDUBSW     int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW     int1YMul3<>+0(SB), Y9, Y9
+	VPADDW         Y9, Y7, Y7
+	VPADDW         64(R9), Y10, Y10
+	VPADDW         96(R9), Y7, Y7
+	VPADDW         32(SP), Y10, Y10
+	VPADDW         32(SP), Y7, Y7
+	VPMOVSXWD      X10, Y12
+	VPADDD         128(R8), Y12, Y12
+	VMOVDQU        Y12, 128(R8)
+	VEXTRACTI128   $0x01, Y10, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         160(R8), Y13, Y13
+	VMOVDQU        Y13, 160(R8)
+	VPMOVSXWD      X7, Y12
+	VPADDD         192(R8), Y12, Y12
+	VMOVDQU        Y12, 192(R8)
+	VEXTRACTI128   $0x01, Y7, X13
+	VPMOVSXWD      X13, Y13
+	VPADDD         224(R8), Y13, Y13
+	VMOVDQU        Y13, 224(R8)
+	ADDQ           $0x00000080, R9
+	ADDQ           72(AX), R8
+	DECQ           R10
+	JNZ            int1PanelT2AVX2_rb2
+
+int1PanelT2AVX2_rb2_last0:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y2, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y4, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y2, Y2
+	VPMADDUBSW   int1YMul3<>+0(SB), Y4, Y4
+	VPADDW       Y4, Y2, Y2
+	VPADDW       (R9), Y10, Y10
+	VPADDW       32(R9), Y2, Y2
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y2, Y2
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X2, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y2, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y3, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y5, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y3, Y3
+	VPMADDUBSW   int1YMul3<>+0(SB), Y5, Y5
+	VPADDW       Y5, Y3, Y3
+	VPADDW       64(R9), Y10, Y10
+	VPADDW       96(R9), Y3, Y3
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y3, Y3
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X3, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y3, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+	JMP          int1PanelT2AVX2_rb2_done
+
+int1PanelT2AVX2_rb2_last1:
+	VPMADDUBSW   int1YMul0<>+0(SB), Y6, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y8, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y6, Y6
+	VPMADDUBSW   int1YMul3<>+0(SB), Y8, Y8
+	VPADDW       Y8, Y6, Y6
+	VPADDW       (R9), Y10, Y10
+	VPADDW       32(R9), Y6, Y6
+	VPADDW       (SP), Y10, Y10
+	VPADDW       (SP), Y6, Y6
+	VPMOVSXWD    X10, Y12
+	VPADDD       (R8), Y12, Y12
+	VMOVDQU      Y12, (R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       32(R8), Y13, Y13
+	VMOVDQU      Y13, 32(R8)
+	VPMOVSXWD    X6, Y12
+	VPADDD       64(R8), Y12, Y12
+	VMOVDQU      Y12, 64(R8)
+	VEXTRACTI128 $0x01, Y6, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       96(R8), Y13, Y13
+	VMOVDQU      Y13, 96(R8)
+	VPMADDUBSW   int1YMul0<>+0(SB), Y7, Y10
+	VPMADDUBSW   int1YMul2<>+0(SB), Y9, Y11
+	VPADDW       Y11, Y10, Y10
+	VPMADDUBSW   int1YMul1<>+0(SB), Y7, Y7
+	VPMADDUBSW   int1YMul3<>+0(SB), Y9, Y9
+	VPADDW       Y9, Y7, Y7
+	VPADDW       64(R9), Y10, Y10
+	VPADDW       96(R9), Y7, Y7
+	VPADDW       32(SP), Y10, Y10
+	VPADDW       32(SP), Y7, Y7
+	VPMOVSXWD    X10, Y12
+	VPADDD       128(R8), Y12, Y12
+	VMOVDQU      Y12, 128(R8)
+	VEXTRACTI128 $0x01, Y10, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       160(R8), Y13, Y13
+	VMOVDQU      Y13, 160(R8)
+	VPMOVSXWD    X7, Y12
+	VPADDD       192(R8), Y12, Y12
+	VMOVDQU      Y12, 192(R8)
+	VEXTRACTI128 $0x01, Y7, X13
+	VPMOVSXWD    X13, Y13
+	VPADDD       224(R8), Y13, Y13
+	VMOVDQU      Y13, 224(R8)
+	ADDQ         $0x00000080, R9
+	ADDQ         72(AX), R8
+
+int1PanelT2AVX2_rb2_done:
+	ADDQ 16(AX), CX
+	ADDQ $0x00000110, BX
+	ADDQ $0x00000110, SI
+
+int1PanelT2AVX2_next:
+	TESTQ DX, DX
+	JNZ   int1PanelT2AVX2_grp
+
+int1PanelT2AVX2_end:
 	VZEROUPPER
 	RET

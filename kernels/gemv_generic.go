@@ -85,29 +85,6 @@ func gemvInt2SeqGeneric(a *gemvArgs, T int) {
 	gemvSums(a, T, 8, u, xNat(a, kp))
 }
 
-// gemvInt1Generic: u = the sign bit b (w = 1-2b); x natural, permuted (xInt1Perm), or
-// expanded (expand: one token, expandInt1's order).
-func gemvInt1Generic(a *gemvArgs, T, kstep int, perm, expand bool) {
-	kp := a.kp(kstep)
-	w := bytesAt(a.W, 4*kp)
-	u := func(r, k int) int32 {
-		return int32(w[32*(k/8)+4*(r%8)+k%4] >> (4*(k%8/4) + r/8) & 1)
-	}
-	x := xNat(a, kp)
-	switch {
-	case expand: // input k: 16-input group k/16, nibble k%8/4, unit k%16/8 (the half), byte k%4 of a dword
-		x = func(t, k int) int32 {
-			return int32(int8At(unsafe.Add(a.X, t*a.XStride), 8*kp)[128*(k/16)+64*(k%8/4)+32*(k%16/8)+k%4])
-		}
-	case perm:
-		slot := [4]int{0, 2, 1, 3}
-		x = func(t, k int) int32 {
-			return int32(int8At(unsafe.Add(a.X, t*a.XStride), kp)[k&^15+4*slot[k%16/4]+k%4])
-		}
-	}
-	gemvSums(a, T, kstep, u, x)
-}
-
 // gemvInt8Generic: u = w+128 with int8 x (offset), or u = w with int16 x (x16) or int8 x.
 func gemvInt8Generic(a *gemvArgs, T int, offset, x16 bool) {
 	kp := a.kp(4)

@@ -61,19 +61,20 @@ func tl2PanelRows(nb, mrb int) int {
 // and packed uploads (the wire's `layout`) record them: the last of layoutHistory. Bump it
 // whenever a format's layout changes, adding the revision to layoutHistory, so that blobs
 // packed before are refused with a clear error instead of being misread.
-const LayoutRevision = "kernels/8"
+const LayoutRevision = "kernels/9"
 
 // layoutHistory lists the layout revisions, oldest first, each with the formats whose layout
 // it changed; every other format is as in kernels/1.
 var layoutHistory = []layoutRev{
 	{"kernels/1", nil},
-	{"kernels/2", []quantcfg.Format{quantcfg.TL2}}, // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
-	{"kernels/3", []quantcfg.Format{quantcfg.TL1}}, // the tl1 blob chunk-major, like tl2's
-	{"kernels/4", []quantcfg.Format{quantcfg.TL2}}, // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
-	{"kernels/5", []quantcfg.Format{quantcfg.TL2}}, // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
-	{"kernels/6", []quantcfg.Format{quantcfg.TL2}}, // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
-	{"kernels/7", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
-	{"kernels/8", []quantcfg.Format{quantcfg.TL2}}, // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
+	{"kernels/2", []quantcfg.Format{quantcfg.TL2}},  // the tl2 block: five planes of 5-bit codes instead of index nibbles and sign words
+	{"kernels/3", []quantcfg.Format{quantcfg.TL1}},  // the tl1 blob chunk-major, like tl2's
+	{"kernels/4", []quantcfg.Format{quantcfg.TL2}},  // tl2's chunks at most 10 blocks instead of 12 (TL2Chunk)
+	{"kernels/5", []quantcfg.Format{quantcfg.TL2}},  // tl2 blobs of K >= 4080 and M > 4064 panel-major: panels of 16 row blocks, block then row block
+	{"kernels/6", []quantcfg.Format{quantcfg.TL2}},  // tl2 panels of 32 row blocks (TL2Panel), and panel-major from K >= 2544 and M > 3808
+	{"kernels/7", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from M > 2016 too, in two panels up to M = 3808
+	{"kernels/8", []quantcfg.Format{quantcfg.TL2}},  // tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
+	{"kernels/9", []quantcfg.Format{quantcfg.Int1}}, // int1 in blocks of 32 inputs, 16 bits of a row to a word, panel-major (int1PanelRows)
 }
 
 // KnownLayout reports whether rev is one of layoutHistory's revisions.
@@ -129,12 +130,12 @@ type Layout struct {
 	// tl2 only: inputs [0, K3) are tl2 blocks, [K3, K) the tl1 tail, padded to Kp1.
 	K3, Kp1 int
 	// RowBlockBytes is the size of one row block's stream: contiguous in the blob for every
-	// format but tl1 and tl2, whose streams are interleaved chunk by chunk, or block by
-	// block within panels (panel-major tl2; RowBlockData gathers one).
+	// format but tl1, tl2 and int1, whose streams are interleaved chunk by chunk, or block by
+	// block within panels (panel-major tl2, int1; RowBlockData gathers one).
 	RowBlockBytes int
-	// panel > 0: a panel-major tl2 blob, panels of up to panel row blocks (TL2Panel, or
-	// half the row blocks in two panels: tl2PanelRows; 16 in a kernels/5 blob that Relayout
-	// reads); 0: chunk-major.
+	// panel > 0: a panel-major blob, panels of up to panel row blocks: int1 (int1PanelRows), or
+	// tl2 (TL2Panel, or half the row blocks in two panels: tl2PanelRows; 16 in a kernels/5
+	// blob that Relayout reads); 0: chunk-major tl2, or any other format.
 	panel int
 	// tl2Chunk > 0: a chunk-major tl2 blob of an older revision, whose chunks held at most
 	// tl2Chunk blocks (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/7), which
@@ -174,6 +175,7 @@ func NewLayout(f quantcfg.Format, m, k int) (Layout, error) {
 	case quantcfg.Int1:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 4 * l.Kp
+		l.panel = int1PanelRows(l.RowBlocks())
 	case quantcfg.Int8:
 		l.Kp = roundUp(k, 32)
 		l.RowBlockBytes = 32 * l.Kp
@@ -194,7 +196,7 @@ func (l Layout) RowBlocks() int { return l.Mp / RowBlock }
 func (l Layout) Bytes() int { return l.RowBlocks() * l.RowBlockBytes }
 
 // RowBlockData returns row block rb's stream: the blob's own bytes for every format but
-// the interleaved ones (tl1, tl2), whose stream is gathered from its pieces into scratch
+// the interleaved ones (tl1, tl2, int1), whose stream is gathered from its pieces into scratch
 // (grown if short).
 func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
 	if !l.interleaved() {
@@ -209,7 +211,7 @@ func (l Layout) RowBlockData(blob []byte, rb int, scratch []byte) []byte {
 }
 
 // SetRowBlockData stores row block rb's stream (RowBlockBytes bytes) in the blob; for every
-// format but tl1 and tl2 a stream that RowBlockData returned is already in place.
+// format but tl1, tl2 and int1 a stream that RowBlockData returned is already in place.
 func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 	if !l.interleaved() {
 		copy(blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], stream) // a no-op when in place
@@ -222,6 +224,13 @@ func (l Layout) SetRowBlockData(blob []byte, rb int, stream []byte) {
 // interleaved blob: one per chunk of a chunk-major one (tl2: the last also holds the tl1
 // tail), one per block and then the tail of a panel-major one.
 func (l Layout) pieces(rb int, fn func(b, o, n int)) {
+	if l.Format == quantcfg.Int1 {
+		off, stride := l.BlockAt(rb, 0)
+		for b := range l.Kp / 32 {
+			fn(off+b*stride, int1BlockBytes*b, int1BlockBytes)
+		}
+		return
+	}
 	if l.Paneled() {
 		nb := l.TL2Blocks()
 		off, stride := l.BlockAt(rb, 0)
@@ -252,19 +261,28 @@ func (l Layout) Chunked() bool {
 // Paneled reports whether the blob is panel-major (tl2 of K >= 1008 and M > 2016): panels
 // of up to PanelRows row blocks one after another, each storing its row blocks' tl2 blocks
 // block by block (the row blocks' 320 bytes of block b side by side), then their tl1 tails
-// side by side.
+// side by side. (An int1 blob is panel-major too, always, and has kernels of its own: Paneled
+// is tl2's.)
 func (l Layout) Paneled() bool { return l.Format == quantcfg.TL2 && l.panel > 0 }
 
-// PanelRows is the most row blocks of a panel of a panel-major blob (TL2Panel, or half its
-// row blocks where it has two panels), 0 for any other.
-func (l Layout) PanelRows() int {
-	if !l.Paneled() {
-		return 0
-	}
-	return l.panel
+// PanelRows is the most row blocks of a panel of a panel-major blob (tl2: TL2Panel, or half
+// its row blocks where it has two panels; int1: int1PanelRows), 0 for any other.
+func (l Layout) PanelRows() int { return l.panel }
+
+// interleaved reports whether the row blocks' streams are interleaved in the blob (tl1, tl2,
+// int1), so that RowBlockData gathers one.
+func (l Layout) interleaved() bool {
+	return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 || l.Format == quantcfg.Int1
 }
 
-func (l Layout) interleaved() bool { return l.Format == quantcfg.TL1 || l.Format == quantcfg.TL2 }
+// blockBytes is the bytes of one row block's block in a panel-major blob: a tl2 block (320)
+// or an int1 block (int1BlockBytes).
+func (l Layout) blockBytes() int {
+	if l.Format == quantcfg.Int1 {
+		return int1BlockBytes
+	}
+	return 320
+}
 
 // TL2Blocks is the tl2 blocks of a row block's stream (K3/TL2Block; 0 but for tl2).
 func (l Layout) TL2Blocks() int { return l.K3 / TL2Block }
@@ -285,12 +303,13 @@ func (l Layout) Panel(p int) (rb0, g int) {
 	return rb0, min(l.panel, l.RowBlocks()-rb0)
 }
 
-// BlockAt returns the blob offset of row block rb's tl2 block b in a panel-major blob and
-// the bytes between its consecutive blocks (320 per row block of its panel; the panel's
-// row blocks' blocks lie 320 bytes apart).
+// BlockAt returns the blob offset of row block rb's block b (tl2 or int1) in a panel-major
+// blob and the bytes between its consecutive blocks (blockBytes per row block of its panel;
+// the panel's row blocks' blocks lie blockBytes apart).
 func (l Layout) BlockAt(rb, b int) (off, stride int) {
 	rb0, g := l.Panel(rb / l.panel)
-	return rb0*l.RowBlockBytes + 320*(b*g+rb-rb0), 320 * g
+	bb := l.blockBytes()
+	return rb0*l.RowBlockBytes + bb*(b*g+rb-rb0), bb * g
 }
 
 // TailAt returns the blob offset of row block rb's tl1 tail (8*Kp1 bytes) in a panel-major

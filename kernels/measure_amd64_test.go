@@ -3,7 +3,6 @@
 package kernels
 
 import (
-	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -73,43 +72,6 @@ func TestPrepareHelpers(t *testing.T) {
 		}
 		if got, want := sumInt8(x[:kp-1]), sumInt8Generic(x[:kp-1]); got != want {
 			t.Errorf("sumInt8(%d) = %d, want %d", kp-1, got, want)
-		}
-		if kp%16 == 0 {
-			want, got := make([]byte, kp), make([]byte, kp+1)
-			permInt1Generic(x, want)
-			for g := 0; g < kp; g += 16 { // dwords 0, 2, 1, 3 of each 16 bytes
-				for i, src := range []int{0, 2, 1, 3} {
-					for b := 0; b < 4; b++ {
-						if want[g+4*i+b] != byte(x[g+4*src+b]) {
-							t.Fatalf("permInt1Generic(%d): byte %d = %d, want input %d's %d", kp, g+4*i+b, want[g+4*i+b], g+4*src+b, x[g+4*src+b])
-						}
-					}
-				}
-			}
-			got[kp] = 0x5a
-			permInt1(x, got[:kp])
-			if !bytes.Equal(got[:kp], want) || got[kp] != 0x5a {
-				t.Errorf("permInt1(%d) differs from permInt1Generic (or wrote past its end)", kp)
-			}
-			// expanded: per 16 inputs, dwords 0, 2, 1, 3 eight times each
-			want, got = make([]byte, 8*kp), make([]byte, 8*kp+1)
-			expandInt1Generic(x, want)
-			for g := 0; g < kp; g += 16 {
-				for i, src := range []int{0, 2, 1, 3} {
-					for c := 0; c < 8; c++ {
-						for b := 0; b < 4; b++ {
-							if o := 8*g + 32*i + 4*c + b; want[o] != byte(x[g+4*src+b]) {
-								t.Fatalf("expandInt1Generic(%d): byte %d = %d, want input %d's %d", kp, o, want[o], g+4*src+b, x[g+4*src+b])
-							}
-						}
-					}
-				}
-			}
-			got[8*kp] = 0x5a
-			expandInt1(x, got[:8*kp])
-			if !bytes.Equal(got[:8*kp], want) || got[8*kp] != 0x5a {
-				t.Errorf("expandInt1(%d) differs from expandInt1Generic (or wrote past its end)", kp)
-			}
 		}
 		k := kp
 		for _, kind := range []tabKind{tabTL1Z, tabTL1Y, tabTL1M, tabTL2Z, tabTL2Y, tabTL2B} {

@@ -26,14 +26,14 @@ func init() {
 	prefetchSpans = prefetchSpansT1
 	if cpu.avx512 {
 		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
-		expandInt1Fast = expandInt1AVX512
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
 	} else if cpu.avx2 {
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2
 	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2
-		sumInt8Fast, permInt1Fast = sumInt8AVX2, permInt1AVX2
+		lutBuilders[tabInt1Y] = func(x *int8, n int, dst *byte) { int1BuildTabYAVX2(x, n/32, dst) }
+		sumInt8Fast = sumInt8AVX2
 	}
 }
 
@@ -89,9 +89,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				gemvInt8T5AVX512, gemvInt8T6AVX512, gemvInt8T7AVX512, gemvInt8T8AVX512)
 			o.kstep, o.gemvT, o.fused = 16, 8, true
 		case quantcfg.Int1:
-			o.gemv = gemv4(gemvInt1T1AVX512, gemvInt1T2AVX512, gemvInt1T3AVX512, gemvInt1T4AVX512)
-			o.kstep, o.xKind, o.gemvMaxK, o.fused = 16, xInt1Perm, int1ZMaxK, true
-			o.oneTuned = gemvInt1XT1AVX512 // (activations expanded: plan.expand)
+			// Every kernel builds a block's tables itself, from the biased activations.
+			o.int1Panel = gemv4(int1PanelT1AVX512, int1PanelT2AVX512, int1PanelT3AVX512, int1PanelT4AVX512)
+			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)
 			o.kstep, o.tabKind = 4, tabTL1M              // sums of u = w+1 times x (lutTL1MZ): not exact
@@ -159,13 +159,9 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
 			}
 		case quantcfg.Int1:
-			o.kstep, o.fused = 8, true
-			o.gemv = pick(gemv4(gemvInt1T1AVX2, nil, nil, nil), gemv4(gemvInt1T1AVXVNNI, gemvInt1T2AVXVNNI, nil, nil))
-			if !vnni {
-				o.gemvT = 1
-			} else {
-				o.gemvMaxK = int1YMaxK
-			}
+			// The lookups need no multiplies: the AVX2 kernels serve AVX-VNNI CPUs as well.
+			o.int1Panel, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y
+			o.kstep = 32
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
 		case quantcfg.TL2:

@@ -29,12 +29,12 @@ func (refKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	b.w = resize(b.w, RowBlock*ly.Kp)
 	w := b.w
 	segs := l.Segments()
-	if ly.Chunked() {
+	if ly.interleaved() {
 		b.stream = resize(b.stream, ly.RowBlockBytes)
 	}
 	for rb := rb0; rb < rb1; rb++ {
-		// Blobs reaching a kernel were produced by Pack or passed CheckBlob. (Other than a
-		// chunk-major layout's, the stream is the blob's own bytes, never kept.)
+		// Blobs reaching a kernel were produced by Pack or passed CheckBlob. (Other than an
+		// interleaved layout's, the stream is the blob's own bytes, never kept.)
 		stream := ly.RowBlockData(l.Data, rb, b.stream)
 		_ = decoders[ly.Format](ly, stream, w)
 		if ly.Format == quantcfg.Int2 {

@@ -62,7 +62,9 @@ func tl2Before(rev string, l Layout) (Layout, bool) {
 //   - a tl2 blob of kernels/2 to kernels/7 (tl2Before) laid out as this revision lays out its
 //     shape (panel-major in panels of TL2Panel row blocks or in two, or chunk-major in chunks
 //     of up to TL2Chunk blocks: Layout.Paneled) into a new slice (its blocks and tails are
-//     the same), and checked.
+//     the same), and checked;
+//   - an int1 blob of kernels/1 to kernels/8 (row block after row block, VNNI4-interleaved:
+//     int1DecodeV8) encoded again in this revision's layout (int1.go) into a new slice.
 //
 // Any other change is ReadsLayout's error: the blob has to be packed again from its weights.
 func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, error) {
@@ -70,12 +72,18 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	if err == nil {
 		return blob, nil
 	}
-	if f != quantcfg.TL2 {
+	if f != quantcfg.TL2 && f != quantcfg.Int1 {
 		return nil, err
 	}
 	l, lerr := NewLayout(f, m, k)
 	if lerr != nil {
 		return nil, lerr
+	}
+	if f == quantcfg.Int1 {
+		if !KnownLayout(rev) { // (ReadsLayout's error: not a revision before this one)
+			return nil, err
+		}
+		return int1Relayout(l, blob)
 	}
 	before, ok := tl2Before(rev, l)
 	if !ok {
@@ -95,6 +103,25 @@ func Relayout(rev string, f quantcfg.Format, m, k int, blob []byte) ([]byte, err
 	}
 	if err := CheckBlob(l, out); err != nil {
 		return nil, fmt.Errorf("tl2 blob of %s, laid out for %s: %w", rev, LayoutRevision, err)
+	}
+	return out, nil
+}
+
+// int1Relayout returns an int1 blob of layout kernels/1 to kernels/8 (every row block's 4*Kp
+// bytes in turn, int1DecodeV8) in this revision's layout. Every bit pattern is a valid int1
+// blob, so only its size is checked.
+func int1Relayout(l Layout, blob []byte) ([]byte, error) {
+	if len(blob) != l.Bytes() {
+		return nil, fmt.Errorf("%w: %s %dx%d blob has %d bytes, want %d", ErrShape, l.Format, l.M, l.K, len(blob), l.Bytes())
+	}
+	out := make([]byte, len(blob))
+	w := make([]int8, RowBlock*l.Kp)
+	stream := make([]byte, l.RowBlockBytes)
+	for rb := range l.RowBlocks() {
+		int1DecodeV8(l, blob[rb*l.RowBlockBytes:(rb+1)*l.RowBlockBytes], w)
+		clear(stream)
+		int1Encode(l, w, stream)
+		l.SetRowBlockData(out, rb, stream)
 	}
 	return out, nil
 }

@@ -39,7 +39,8 @@ func TestLayoutRevision(t *testing.T) {
 	}{
 		{"kernels/1", quantcfg.I2S, ""}, {"kernels/1", quantcfg.TL2, "kernels/2"}, {"kernels/1", quantcfg.TL1, "kernels/3"},
 		{"kernels/2", quantcfg.TL2, "kernels/4"}, {"kernels/3", quantcfg.TL1, ""}, {"kernels/3", quantcfg.TL2, "kernels/4"}, {"kernels/4", quantcfg.TL2, "kernels/5"},
-		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, ""}, {"kernels/6", quantcfg.TL2, "kernels/7"}, {"kernels/6", quantcfg.BF16, ""}, {"kernels/7", quantcfg.TL2, "kernels/8"}, {"kernels/7", quantcfg.I2S, ""}, {LayoutRevision, quantcfg.TL2, ""},
+		{"kernels/5", quantcfg.TL2, "kernels/6"}, {"kernels/5", quantcfg.Int1, "kernels/9"}, {"kernels/6", quantcfg.TL2, "kernels/7"}, {"kernels/6", quantcfg.BF16, ""}, {"kernels/7", quantcfg.TL2, "kernels/8"}, {"kernels/7", quantcfg.I2S, ""},
+		{"kernels/8", quantcfg.Int1, "kernels/9"}, {"kernels/8", quantcfg.TL2, ""}, {LayoutRevision, quantcfg.TL2, ""}, {LayoutRevision, quantcfg.Int1, ""},
 	} {
 		err := ReadsLayout(c.rev, c.f)
 		if (c.want == "") != (err == nil) || c.want != "" && !strings.Contains(err.Error(), "changed layout in "+c.want) {
@@ -119,12 +120,12 @@ func TestRelayout(t *testing.T) {
 	}{
 		{"kernels/1", quantcfg.TL2, tl2, "tl2 blobs changed layout in kernels/2, after kernels/1"},
 		{"kernels/2", quantcfg.TL1, tl2, "tl1 blobs changed layout in kernels/3, after kernels/2"},
-		{"kernels/9", quantcfg.I2S, i2s, `"kernels/9" is not one this build knows`},
+		{"kernels/10", quantcfg.I2S, i2s, `"kernels/10" is not one this build knows`},
 		{"kernels/3", quantcfg.TL2, tl2[1:], "blob has"},
-		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
-		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
-		{"kernels/6", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
-		{"kernels/7", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for kernels/8"},
+		{"kernels/3", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for " + LayoutRevision},
+		{"kernels/5", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for " + LayoutRevision},
+		{"kernels/6", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for " + LayoutRevision},
+		{"kernels/7", quantcfg.TL2, bytes.Repeat([]byte{0xff}, len(tl2)), "laid out for " + LayoutRevision},
 	} {
 		_, err := Relayout(c.rev, c.f, 40, 300, c.blob)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -133,5 +134,52 @@ func TestRelayout(t *testing.T) {
 	}
 	if _, err := Relayout("kernels/3", quantcfg.TL2, 40, 300, tl2[1:]); !errors.Is(err, ErrShape) {
 		t.Errorf("short blob: %v", err)
+	}
+}
+
+// int1EncodeV8 is the int1 encoder of layouts kernels/1 to kernels/8 (int1DecodeV8's
+// picture): a row block's stream, units of 32 bytes.
+func int1EncodeV8(l Layout, w []int8, blk []byte) {
+	for r8 := 0; r8 < 8; r8++ {
+		for j := 0; j < 4; j++ {
+			row := w[(8*j+r8)*l.Kp:][:l.Kp]
+			for k, v := range row {
+				blk[32*(k/8)+4*r8+k%4] |= byte(v) >> 7 << (4*(k%8/4) + j)
+			}
+		}
+	}
+}
+
+// TestRelayoutInt1: an int1 blob of kernels/1 to kernels/8 (row block after row block, VNNI4)
+// comes back as this build packs the same weights, in every shape's padding (one and
+// several panels, a short last one, K not a multiple of 32); a short blob is refused.
+func TestRelayoutInt1(t *testing.T) {
+	for _, c := range [][2]int{{1, 1}, {40, 300}, {70, 64}, {1100, 96}, {2081, 45}} {
+		m, k := c[0], c[1]
+		w, blob, l := packRandom(t, quantcfg.Int1, m, k, 5)
+		if g := int1PanelRows(l.RowBlocks()); l.PanelRows() != g || l.Panels() != (l.RowBlocks()+g-1)/g {
+			t.Fatalf("%dx%d: %d panels of %d", m, k, l.Panels(), l.PanelRows())
+		}
+		old := make([]byte, len(blob))
+		for rb := range l.RowBlocks() {
+			int1EncodeV8(l, padRows(l, w.Q, rb*RowBlock, min(m, (rb+1)*RowBlock), nil), old[rb*l.RowBlockBytes:])
+		}
+		for _, rev := range []string{"kernels/1", "kernels/8"} {
+			got, err := Relayout(rev, quantcfg.Int1, m, k, old)
+			if err != nil || !bytes.Equal(got, blob) {
+				t.Fatalf("%dx%d from %s: %v (equal %v)", m, k, rev, err, bytes.Equal(got, blob))
+			}
+		}
+		if got, err := Relayout(LayoutRevision, quantcfg.Int1, m, k, blob); err != nil || &got[0] != &blob[0] {
+			t.Errorf("%dx%d from %s: %v (want the blob itself)", m, k, LayoutRevision, err)
+		}
+		if _, err := Relayout("kernels/8", quantcfg.Int1, m, k, old[1:]); !errors.Is(err, ErrShape) {
+			t.Errorf("%dx%d: short blob: %v", m, k, err)
+		}
+		for _, rev := range []string{"kernels/10", "bogus", ""} {
+			if _, err := Relayout(rev, quantcfg.Int1, m, k, old); err == nil || !strings.Contains(err.Error(), "not one this build knows") {
+				t.Errorf("%dx%d from %q: %v, want the revision refused", m, k, rev, err)
+			}
+		}
 	}
 }

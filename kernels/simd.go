@@ -106,6 +106,11 @@ type fmtOps struct {
 	panel     [maxGemvT + 1]func(*byte)
 	panelTab  tabKind
 	panelActs bool
+	// int1Panel: int1's GEMV kernels by token count (int1Args, runInt1); int1Tab1 the table
+	// layout the one-token kernel reads, int1Tab the others' (tabNone: the biased
+	// activations alone).
+	int1Panel         [maxGemvT + 1]func(*byte)
+	int1Tab1, int1Tab tabKind
 	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
 	// into parts (gemvParts).
 	parts [maxGemvT + 1]bool
@@ -129,9 +134,8 @@ type fmtOps struct {
 type xKind int
 
 const (
-	xNatural  xKind = iota // the quantized activations as they are
-	xInt1Perm              // int1 on zmm: per 16 inputs, the dwords in order 0, 2, 1, 3
-	xInt16                 // int16 copies (AVX2 int8)
+	xNatural xKind = iota // the quantized activations as they are
+	xInt16                // int16 copies (AVX2 int8)
 )
 
 type tabKind int
@@ -146,6 +150,7 @@ const (
 	tabTL2Y          // per triple 32 B: low bytes, high bytes of |v| 0..15; tail as TL1Y
 	tabTL2B          // per triple 64 B: TL2Z's 32 words as byte planes, their low bytes then high (vpermb); tail as TL1Z
 	tabTL1M          // not a table: per four units 16 B of activations, byte 4p+j = x[4(u+j)+p] (lutTL1MZ's vpdpbusd)
+	tabInt1Y         // int1, per block int1TabYBlock bytes: byte parts of each quad's entries, and their sums' rest (int1y.go)
 	numTabKinds
 )
 
@@ -247,35 +252,6 @@ func (k *simdKernel) CanImplement(l *Layer, n int) (bool, string) {
 	return true, ""
 }
 
-// int1ExpandBytes bounds the activations one-token int1 expands for the zen4 tuning's
-// kernel (gemvInt1XT1AVX512, plan.expand): 8 bytes an input, so K up to 2560. Measured in
-// one process (`bitd bench -format int1 -n 1 -rounds 21 -tuning` with a scratch tuning that
-// expanded at every K, paired by round, each order of the two once), the expanded kernel
-// against the permuted one from DRAM at one thread: 6912x2560 +5.6 and +3.7%, 2560x2560 +2.0
-// and +1.7%, 2560x6912 +2.8 and +3.1%, but 4096x4096 -3.8 and -4.0%, 14336x4096 -5.1 and
-// -4.6%, 4096x14336 -6.5 and -6.4% (its 32 to 115 KB of activations come from L2 beside the
-// weight stream); two threads on 2560x2560 +2.9 and +8.5%, the others within 2%. From cache
-// it gains at every K (one thread +6-10%). K = 6912 is left out with the longer ones: its
-// 55 KB do not fit L1 either, and its gain was the smallest.
-const int1ExpandBytes = 20 << 10
-
-// int1Expands reports whether a call of n tokens on l runs int1's one-token kernel of the
-// tuning on activations that each Run expands (plan.expand).
-func (k *simdKernel) int1Expands(l *Layer, n int) bool {
-	return k.ops.xKind == xInt1Perm && n == 1 && k.tunedOne() != nil && 8*l.Layout.Kp <= int1ExpandBytes
-}
-
-// int1ZMaxK is the longest K of the int1 zmm GEMV kernels: with one or two tokens the chain
-// of a high plane adds 128 x (int8 activation) for every four inputs, at most 2^14 x K/4,
-// within int32 up to K = 2^19. Longer layers (int1 takes K up to quantcfg.MaxDim) run
-// their GEMV on the AVX2 kernels (the AVX-VNNI ones hold K <= int1YMaxK, shorter still).
-const int1ZMaxK = 1 << 19
-
-// int1YMaxK is the longest K of the int1 AVX-VNNI GEMV kernels: with one token the chain of
-// a high plane adds 128 x (activation, |x| <= 127) for each of the K/2 inputs of the units'
-// high quads, within int32 up to K = 2^18 (and a little beyond).
-const int1YMaxK = 1 << 18
-
 // gemvFor returns the GEMV kernels (by token count) for l: gemvSeq where l's int2 code
 // book is consecutive and the path has them.
 func (k *simdKernel) gemvFor(l *Layer) *[maxGemvT + 1]func(*byte) {
@@ -298,9 +274,7 @@ func (k *simdKernel) longK(l *Layer) bool {
 }
 
 // gemvOne returns the kernel l's one-token GEMV calls run under the current tuning, from
-// gemv (gemvFor's), and whether it takes parts of K (gemvParts). int1's tuned kernel reads
-// the activations as only a call of one token prepares them (plan.expand): a call of more
-// runs its odd token on gemv[1].
+// gemv (gemvFor's), and whether it takes parts of K (gemvParts).
 func (k *simdKernel) gemvOne(l *Layer, p plan, gemv *[maxGemvT + 1]func(*byte)) (func(*byte), bool) {
 	t := currentTuning()
 	switch {
@@ -308,7 +282,7 @@ func (k *simdKernel) gemvOne(l *Layer, p plan, gemv *[maxGemvT + 1]func(*byte)) 
 		return k.ops.gemvRow1, true
 	case k.longK(l):
 		return k.ops.gemvLong1, false
-	case k.tunedOne() != nil && (k.ops.xKind != xInt1Perm || p.expand):
+	case k.tunedOne() != nil:
 		return k.ops.oneTuned, k.ops.parts[1]
 	}
 	return gemv[1], k.ops.parts[1]
@@ -465,7 +439,7 @@ func gemmC0(l *Layer) int32 {
 
 // gemvC0 is the correction multiplier for the GEMV sums of a call of n tokens.
 func (k *simdKernel) gemvC0(l *Layer, n int) int32 {
-	if k.ops.exact || k.lutOne(n) {
+	if k.ops.exact || k.lutOne(n) || k.ops.int1Panel[1] != nil { // (int1: exact sums)
 		return 0
 	}
 	return gemmC0(l)
@@ -484,7 +458,6 @@ type plan struct {
 	xTile   int  // GEMM: tokens per micro-kernel call, the tiles of xT
 	amx     bool // GEMM on AMX (gemmAMX): xTile tokens a call, from the activations as they are
 	amxv    bool // GEMV on AMX (amxvFor): i2s's activations at xOff in its tiles (amxvActs), int2's as they are
-	expand  bool // int1, one token: each thread expands the activations for the tuning's kernel (expandInt1, threadBuf.x)
 	tabOff  int  // int2's decode table (one for every token)
 	size    int
 }
@@ -516,11 +489,11 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	case p.gemm:
 		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
-	case k.int1Expands(l, n): // (Run expands them)
-		p.xStride, p.expand = 8*ly.Kp, true
-	case k.ops.xKind == xInt1Perm:
+	case k.ops.int1Panel[1] != nil: // the biased activations, then the tables (prepareInt1)
 		p.xOff = off
 		off = align64(off + ly.Kp*n)
+		p.tabOff = off
+		off = align64(off + n*int1TabBytes(k.ops.int1Tab, ly.Kp))
 	case k.ops.xKind == xInt16:
 		p.xOff, p.xStride = off, 2*ly.Kp
 		off = align64(off + 2*ly.Kp*n)
@@ -600,15 +573,11 @@ func (k *simdKernel) Prepare(l *Layer, a *Acts) {
 		}
 		return
 	}
+	if k.ops.int1Panel[1] != nil {
+		k.prepareInt1(l, a, p, s)
+		return
+	}
 	switch k.ops.xKind {
-	case xInt1Perm:
-		if p.expand {
-			break
-		}
-		x := s[p.xOff : p.xOff+ly.Kp*n]
-		for t := 0; t < n; t++ {
-			permInt1(a.Q[t*ly.Kp:(t+1)*ly.Kp], x[t*ly.Kp:(t+1)*ly.Kp])
-		}
 	case xInt16:
 		x := unsafe.Slice((*int16)(unsafe.Pointer(&s[p.xOff])), ly.Kp*n)
 		for i, v := range a.Q[:ly.Kp*n] {
@@ -636,11 +605,9 @@ func buildTables(kind tabKind, ly Layout, x []int8, dst []byte) {
 // Assembly helpers of Prepare, set by the amd64 build when the CPU has them (nil: the Go
 // versions run).
 var (
-	lutBuilders    [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16) or triples (tl2)
-	sumInt8Fast    func(x *int8, n int) int32                       // n a multiple of 32
-	permInt1Fast   func(x *int8, n int, dst *byte)                  // n a multiple of 32
-	expandInt1Fast func(x *int8, n int, dst *byte)                  // n a multiple of 16
-	prefetchSpans  func(p *byte, spans, stride, lines int)          // a hint (prefetchSpansT1)
+	lutBuilders   [numTabKinds]func(x *int8, count int, dst *byte) // by table kind; count = units (tl1; tabTL1M: a multiple of 16), triples (tl2) or inputs (int1: a multiple of 32)
+	sumInt8Fast   func(x *int8, n int) int32                       // n a multiple of 32
+	prefetchSpans func(p *byte, spans, stride, lines int)          // a hint (prefetchSpansT1)
 )
 
 // sumInt8 returns the sum of x.
@@ -689,51 +656,6 @@ func transposeTiles(src, dst []uint32, n, nq, tile int) {
 // words views b (4-byte aligned, a multiple of 4 bytes long) as 4-byte words.
 func words[E int8 | byte | float32](b []E) []uint32 {
 	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)*int(unsafe.Sizeof(b[0]))/4)
-}
-
-// permInt1 reorders each 16 inputs' dwords as 0, 2, 1, 3 (the zmm int1 kernel broadcasts
-// the qword of dwords 0, 2 for low nibbles and of 1, 3 for high nibbles).
-func permInt1(x []int8, dst []byte) {
-	n := len(x) &^ 31
-	if n > 0 && permInt1Fast != nil && !purego.Load() {
-		permInt1Fast(&x[0], n, &dst[0])
-	} else {
-		n = 0
-	}
-	permInt1Generic(x[n:], dst[n:])
-}
-
-// permInt1Generic is permInt1 in Go (len(x) a multiple of 16), the reference of permInt1AVX2.
-func permInt1Generic(x []int8, dst []byte) {
-	s, d := words(x), words(dst[:len(x)])
-	for g := 0; g+3 < len(s); g += 4 {
-		d[g], d[g+1], d[g+2], d[g+3] = s[g], s[g+2], s[g+1], s[g+3]
-	}
-}
-
-// expandInt1 writes x (len(x) a multiple of 16) to dst expanded for the one-token int1
-// kernel of the zen4 tuning (gemvInt1XT1AVX512, plan.expand): 128 bytes per 16 inputs.
-func expandInt1(x []int8, dst []byte) {
-	if len(x) > 0 && expandInt1Fast != nil && !purego.Load() {
-		_ = dst[8*len(x)-1]
-		expandInt1Fast(&x[0], len(x), &dst[0])
-		return
-	}
-	expandInt1Generic(x, dst)
-}
-
-// expandInt1Generic is expandInt1 in Go, the reference of expandInt1AVX512: per 16 inputs
-// (dwords d0-d3: inputs 0-3, 4-7 of the first 8-input unit, 0-3, 4-7 of the second), d0
-// eight times, d2 eight times, d1 eight times, d3 eight times: the dword in each of gemvInt1XZ's
-// lanes (unit h's in half h) for the low nibbles' inputs, then for the high nibbles'.
-func expandInt1Generic(x []int8, dst []byte) {
-	s, d := words(x), words(dst[:8*len(x)])
-	for g := 0; g+3 < len(s); g += 4 {
-		o := d[8*g:][:32]
-		for i := range 8 {
-			o[i], o[8+i], o[16+i], o[24+i] = s[g], s[g+2], s[g+1], s[g+3]
-		}
-	}
 }
 
 // buildInt2Tab writes the nibble decode tables: u = level - min level of the low code
@@ -951,7 +873,7 @@ const lutSweepTokens = 8
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
 // one-token int1 on the tuning's kernel expands its activations in each (int1Expands).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
-	return k.ops.lut[1] != nil && !k.useGemm(l, n) || k.int1Expands(l, n)
+	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n)
 }
 
 // A call in parts (Parted) pays a second fork/join and the adds of the workers' sums (M x n
@@ -1328,14 +1250,14 @@ func (k *simdKernel) sweepPanels(l *Layer, a *Acts, gs []lutGroup, sb int, segs 
 // tl2PanelFlush is the most blocks the panel kernels add up in int16 (kernels/_asm).
 const tl2PanelFlush = 5
 
-// RowGranule: a tl2 blob's panels (Granular), where the panel kernels sweep them; the GEMM
+// RowGranule: a tl2 or int1 blob's panels (Granular), where the panel kernels sweep them; the GEMM
 // (useGemm) unpacks each row block on its own (unpackRB) and splits by row blocks.
 // By whole panels the GEMM's two workers took 128 and 88 of 6912x2560's 216 row blocks:
 // 128 tokens at two threads (one process, 7 rounds in turn) ran 0.87x as fast as the
 // chunk-major layout, by row blocks 0.97-0.99x.
 func (k *simdKernel) RowGranule(l *Layer, n int) int {
-	if l.Layout.Paneled() && k.ops.panel[1] != nil && !k.useGemm(l, n) {
-		return l.Layout.PanelRows()
+	if (l.Layout.Paneled() && k.ops.panel[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n) {
+		return l.Layout.PanelRows() // (int1: int1.go)
 	}
 	return 1
 }
@@ -1643,7 +1565,7 @@ type threadBuf struct {
 	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
 	segs []panelSeg // tl2: a panel-major sweep's segments
 	pa   panelArgs
-	x    []byte // int1, one token: the activations expanded by this thread (plan.expand)
+	ia   int1Args
 	b    []byte
 	g    gemvArgs
 	mm   gemmArgs
@@ -1661,7 +1583,7 @@ type threadBuf struct {
 }
 
 func (tb *threadBuf) release() {
-	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}
+	tb.g, tb.mm, tb.ua, tb.la, tb.epi, tb.f, tb.am, tb.av, tb.av2, tb.pa, tb.ia = gemvArgs{}, gemmArgs{}, unpackArgs{}, lutArgs{}, epiArgs{}, floatArgs{}, amxArgs{}, amxvArgs{}, amxv2Args{}, panelArgs{}, int1Args{}
 	tb.one = nil
 	bufPool.Put(tb)
 }
@@ -1704,6 +1626,10 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runLUT(l, a, rb0, rb1, out, p, s, lp, tb)
 		return
 	}
+	if !p.gemm && k.ops.int1Panel[1] != nil {
+		k.runInt1(l, a, rb0, rb1, out, p, s, lp, tb)
+		return
+	}
 	tile := min(k.ops.gemvT, n)
 	switch {
 	case p.gemm:
@@ -1727,17 +1653,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		tb.b, bmat = aligned(tb.b, RowBlock*ly.Kp)
 	}
 	xbase := unsafe.Pointer(&a.Q[0])
-	switch {
-	case p.xOff >= 0:
+	if p.xOff >= 0 {
 		xbase = unsafe.Pointer(&s[p.xOff])
-	case p.expand:
-		// Each thread expands them into its own buffer (8*Kp bytes): expanded once by
-		// Prepare, the other thread read them from the caller's core anew in every call
-		// (cache-resident int1 at two threads ran 0.6-0.9x of the permuted kernel so).
-		var x []byte
-		tb.x, x = aligned(tb.x, 8*ly.Kp)
-		expandInt1(a.Q[:ly.Kp], x)
-		xbase = unsafe.Pointer(&x[0])
 	}
 	epi := &tb.epi
 	*epi = epiArgs{
@@ -1768,9 +1685,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		switch k.format {
 		case quantcfg.I2S:
 			ua.N, ua.N2 = ly.Kp/128, ly.Kp/128*128
-		case quantcfg.TL2: // per chunk, below
-		case quantcfg.Int1:
-			ua.N = ly.Kp / 8
+		case quantcfg.TL2, quantcfg.Int1: // per chunk or per row block: unpackRB
 		default:
 			ua.N = ly.Kp / 4
 		}
@@ -1872,6 +1787,12 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 func (k *simdKernel) unpackRB(l *Layer, cs []chunkPiece, rb, rb1 int, ua *unpackArgs, dst []byte, tb *threadBuf) {
 	ly := l.Layout
 	ua.B, ua.Stride, ua.Tail = unsafe.Pointer(&dst[0]), 0, nil
+	if ly.Format == quantcfg.Int1 { // panel-major too: a block's 128 bytes of every 4 KiB (Int1Panel row blocks)
+		off, stride := ly.BlockAt(rb, 0)
+		ua.W, ua.N, ua.Stride = unsafe.Pointer(&l.Data[off]), ly.Kp/32, stride
+		k.ops.unpack(argp(ua))
+		return
+	}
 	if ly.Paneled() {
 		off, stride := ly.BlockAt(rb, 0)
 		ua.W, ua.N, ua.N2, ua.Stride = unsafe.Pointer(&l.Data[off]), ly.TL2Blocks(), ly.Kp1/4, stride

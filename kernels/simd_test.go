@@ -41,11 +41,13 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		}
 		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
 	case quantcfg.Int1:
-		o.kstep = 8
-		if z {
-			o.kstep, o.xKind = 16, xInt1Perm
+		o.kstep = 32
+		for T := 1; T <= o.gemvT; T++ {
+			o.int1Panel[T] = int1PanelGenericT(T)
 		}
-		g = func(a *gemvArgs, T int) { gemvInt1Generic(a, T, o.kstep, z, false) }
+		if !z { // (tables built as the AVX2 kernels read them; the generic kernel reads X)
+			o.int1Tab = tabInt1Y
+		}
 	case quantcfg.Int8:
 		o.kstep = 4
 		if !z {
@@ -84,8 +86,6 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 			o.oneTuned, o.gemvLong1, o.gemvRow1 = o.gemv[1], o.gemv[1], o.gemv[1]
 		case f.IsFloat():
 			o.oneTuned = o.float[1]
-		case f == quantcfg.Int1:
-			o.oneTuned = func(p *byte) { gemvInt1Generic((*gemvArgs)(unsafe.Pointer(p)), 1, o.kstep, false, true) }
 		}
 	}
 	if f == quantcfg.Int2 && z { // as the zmm kernels: table-free from three tokens on
@@ -211,6 +211,7 @@ func TestArgOffsets(t *testing.T) {
 	var am amxArgs
 	var av amxvArgs
 	var a2 amxv2Args
+	var i1 int1Args
 	for _, c := range []struct {
 		name string
 		got  uintptr
@@ -271,6 +272,12 @@ func TestArgOffsets(t *testing.T) {
 		{"amxv2.Buf", unsafe.Offsetof(a2.Buf), 48}, {"amxv2.Cfg", unsafe.Offsetof(a2.Cfg), 56},
 		{"amxv2.NRB", unsafe.Offsetof(a2.NRB), 64}, {"amxv2.Tab", unsafe.Offsetof(a2.Tab), 72},
 		{"amxv2.PF", unsafe.Offsetof(a2.PF), 80},
+		{"int1.W", unsafe.Offsetof(i1.W), 0}, {"int1.NRB", unsafe.Offsetof(i1.NRB), 8},
+		{"int1.BStride", unsafe.Offsetof(i1.BStride), 16}, {"int1.Blocks", unsafe.Offsetof(i1.Blocks), 24},
+		{"int1.X", unsafe.Offsetof(i1.X), 32}, {"int1.XStride", unsafe.Offsetof(i1.XStride), 40},
+		{"int1.Tab", unsafe.Offsetof(i1.Tab), 48}, {"int1.TabStride", unsafe.Offsetof(i1.TabStride), 56},
+		{"int1.Sums", unsafe.Offsetof(i1.Sums), 64}, {"int1.SStride", unsafe.Offsetof(i1.SStride), 72},
+		{"int1.Acc", unsafe.Offsetof(i1.Acc), 80},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, the generator reads %d", c.name, c.got, c.want)
@@ -352,13 +359,13 @@ func TestSIMDKernelsMatchReference(t *testing.T) {
 	}
 }
 
-// TestFusedEpiloguePath: the int2, int1 and int8 GEMV kernels of every path run the epilogue
+// TestFusedEpiloguePath: the int2 and int8 GEMV kernels of every path run the epilogue
 // themselves where a row block has several segments (weight or activation groups), so the
 // driver's pass (fmtOps.epi) must not run for them; it must run for one segment (row scales)
-// and for the formats whose kernels do not (i2s, tl1, tl2). Both ways give the reference's
+// and for the formats whose kernels do not (i2s, tl1, tl2, int1). Both ways give the reference's
 // results, so the tests that compare results cannot see which ran.
 func TestFusedEpiloguePath(t *testing.T) {
-	fusedFormats := map[quantcfg.Format]bool{quantcfg.Int2: true, quantcfg.Int1: true, quantcfg.Int8: true}
+	fusedFormats := map[quantcfg.Format]bool{quantcfg.Int2: true, quantcfg.Int8: true}
 	rng := rand.New(rand.NewPCG(9, 9))
 	const m, k = 70, 512
 	for _, kern := range asmKernels() {
@@ -599,89 +606,6 @@ func TestSIMDKernelsAtMaxK(t *testing.T) {
 			if n >= gemmMinN && gemm == 0 && ISAAvailable(ISAAVX512) {
 				t.Fatalf("%s K=%d n=%d: no kernel took the GEMM path", f, k, n)
 			}
-		}
-	}
-}
-
-// TestInt1AtItsLimit: the int1 zmm GEMV kernels at the longest K their int32 sums hold
-// (every weight -1 in the odd rows, so every bit of their high planes set, against
-// activations of ±127) give the reference's results; one quad of inputs longer, they
-// decline by name and another kernel runs the GEMV. The same for the AVX-VNNI kernels,
-// whose one-token chains of the high planes fill up at int1YMaxK.
-func TestInt1AtItsLimit(t *testing.T) {
-	if raceEnabled {
-		t.Skip("tens of millions of multiply-adds per case: too slow under the race detector")
-	}
-	ran := false
-	for _, c := range []struct {
-		isa  ISA
-		maxK int
-	}{{ISAAVX512, int1ZMaxK}, {ISAAVXVNNI, int1YMaxK}} {
-		var kern *simdKernel
-		for _, k := range asmKernels() {
-			if k.format == quantcfg.Int1 && k.isa == c.isa {
-				kern = k
-			}
-		}
-		if kern == nil {
-			continue
-		}
-		ran = true
-		t.Run(kern.Name(), func(t *testing.T) { int1AtLimit(t, kern, c.maxK) })
-	}
-	if !ran {
-		t.Skip("no int1 zmm or AVX-VNNI kernel runs here")
-	}
-}
-
-func int1AtLimit(t *testing.T, kern *simdKernel, maxK int) {
-	for _, k := range []int{maxK, maxK + 32} {
-		spec := quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 36, In: k}.WithDefaults()
-		w := Weights{Q: make([]int8, spec.Out*k)}
-		for i := range w.Q {
-			w.Q[i] = int8(1 - 2*(i/k%2))
-		}
-		scales := make([]float32, spec.NumScales())
-		for i := range scales {
-			scales[i] = 1
-		}
-		l := packLayer(t, spec, w, scales, nil)
-		for _, n := range []int{1, 2, 3} {
-			x := make([]float32, n*k)
-			for i := range x {
-				x[i] = float32(1 - 2*(i/k%2))
-			}
-			want, err := Reference(l, x, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for tk := 0; tk < n; tk++ {
-				for r := 0; r < 2; r++ {
-					exact := float64((1 - 2*r) * (1 - 2*(tk%2)) * k)
-					if got := float64(want[tk*spec.Out+r]); got != exact {
-						t.Fatalf("K=%d n=%d: the reference gives token %d row %d %v, want %v", k, n, tk, r, got, exact)
-					}
-				}
-			}
-			ok, why := kern.CanImplement(l, n)
-			if k > maxK {
-				if ok || !strings.Contains(why, fmt.Sprint(k)) {
-					t.Fatalf("K=%d n=%d: %s accepted the layer (%v) or did not name K in %q", k, n, kern.Name(), ok, why)
-				}
-				other, err := Select(l, n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if other == Kernel(kern) {
-					t.Fatalf("K=%d n=%d: Select chose %s, which declined", k, n, kern.Name())
-				}
-				checkExact(t, fmt.Sprintf("%s K=%d n=%d", other.Name(), k, n), runSplit(t, other, l, x, n), want, spec.Out)
-				continue
-			}
-			if !ok {
-				t.Fatalf("K=%d n=%d: %s declined: %s", k, n, kern.Name(), why)
-			}
-			checkExact(t, fmt.Sprintf("%s K=%d n=%d", kern.Name(), k, n), runSplit(t, kern, l, x, n), want, spec.Out)
 		}
 	}
 }

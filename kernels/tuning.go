@@ -47,11 +47,9 @@ const (
 	//     reads (rowPad in _asm/gemv.go) then took it from 86.7-89.2% to 90.8-96.1% at one
 	//     thread on 4096x14336 and 2048x8192, measured in one process against the kernel
 	//     without them, though from L2 and L3 they slow it by 12-14%;
-	//   - one-token int1 with K up to 2560 runs gemvInt1XT1AVX512 on activations each
-	//     thread expands per call, 8 bytes an input (int1ExpandBytes): no vpermb and no
-	//     broadcasts a step, which take vpdpbusd's pipes there; +2-6% from DRAM at one
-	//     thread on 2560x2560 and 6912x2560, +3-9% at two on 2560x2560, measured in one
-	//     process; on a longer K the activations come from L2 and it was 4-7% slower;
+	//   - (until layout kernels/9, one-token int1 with K up to 2560 ran on activations each
+	//     thread expanded per call, +2-6% from DRAM at one thread on 2560x2560 and
+	//     6912x2560; int1's lookup kernels have no variant of their own here;)
 	//   - one-token tl1 multiplies (lutTL1MZ, as from two tokens on) instead of looking up:
 	//     80-89% against 66-71 (the lookup kernel runs 22 GB/s even from L3 there);
 	//   - three- and four-token i2s (and so five to eight, four at a time) take their codes
@@ -145,7 +143,7 @@ const (
 	//     per half by vpbroadcastq and vpermd: a C copy of the loop 15-20% faster from L1,
 	//     the kernel 1.10-1.12x from L3, but from DRAM at one thread 0.88-1.04x (four idle
 	//     vpaddd chains, rowPad's, as well: 0.94-0.95x). As with int1's expanded
-	//     activations on a long K, a block that is faster from cache does not make the
+	//     activations on a long K (before kernels/9), a block that is faster from cache does not make the
 	//     one-thread DRAM stream faster here; from L2 the one-token int2 and i2s kernels
 	//     already read 30 and 33 GB/s, about DRAM's rate. So did the one-token i2s kernel
 	//     below i2sLongK on activations each call stored with every 32-input run twice (a
@@ -261,8 +259,7 @@ func (t Tuning) Changes() []string {
 		if t.Adaptive() {
 			start = " start"
 		}
-		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs%s without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK, start),
-			fmt.Sprintf("one-token int1 with K <= %d on activations each thread expands per call (no vpermb or broadcasts a step)", int1ExpandBytes/8))
+		c = append(c, fmt.Sprintf("one-token bf16, f32, i2s (K < %d) and tl2 GEMVs%s without software prefetch (tl2: its weight lines marked non-temporal, its block in 47 vector operations: vpsrlw shifts, triple 15 gathered by vpshldw)", i2sLongK, start))
 	}
 	if t.i2sLongRow() {
 		c = append(c, fmt.Sprintf("one-token i2s with K >= %d on the row kernel of two to four tokens, its block with idle vpaddd chains (faster from DRAM there)", i2sLongK))

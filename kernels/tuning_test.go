@@ -35,7 +35,7 @@ func TestParseTuning(t *testing.T) {
 	if s := (numTunings | TuningAdapt).String(); !strings.HasPrefix(s, "tuning(") {
 		t.Errorf("an unknown tuning prints as %q", s)
 	}
-	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 6 || len((TuningZen4|TuningAdapt).Changes()) != 7 || len((TuningDefault|TuningAdapt).Changes()) != 1 {
+	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 5 || len((TuningZen4|TuningAdapt).Changes()) != 6 || len((TuningDefault|TuningAdapt).Changes()) != 1 {
 		t.Errorf("Changes: default %q, zen4 %q, zen4+adapt %q", TuningDefault.Changes(), TuningZen4.Changes(), (TuningZen4 | TuningAdapt).Changes())
 	} else if first := (TuningZen4 | TuningAdapt).Changes()[0]; !strings.Contains(first, "GEMVs start without software prefetch") || strings.Contains(TuningZen4.Changes()[0], "start") {
 		t.Errorf("Changes: zen4+adapt's kernels only start without software prefetch, zen4's run so: %q, %q", first, TuningZen4.Changes()[0])
@@ -59,7 +59,7 @@ func TestTunings(t *testing.T) {
 		}
 	}
 	if ISAAvailable(ISAAVX512) {
-		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.Int1, quantcfg.BF16} {
+		for _, f := range []quantcfg.Format{quantcfg.I2S, quantcfg.BF16} {
 			k := newSIMDKernel(ISAAVX512, f, genericOps(f, true), false)
 			k.name = "generic/" + string(f)
 			ks = append(ks, k)
@@ -116,11 +116,6 @@ func TestTunings(t *testing.T) {
 				if zen4 {
 					wants = map[int]string{300: "tuned", 4100: "tuned"}
 				}
-			case k.format == quantcfg.Int1 && k.isa == ISAAVX512:
-				wants = map[int]string{300: "gemv", 2560: "gemv", 4100: "gemv"}
-				if zen4 { // (the expanded activations up to int1ExpandBytes)
-					wants = map[int]string{300: "tuned", 2560: "tuned", 2561: "gemv", 4100: "gemv"}
-				}
 			case k.format == quantcfg.TL2 && k.isa == ISAAVX512:
 				wants = map[int]string{300: "lut", 4100: "lut"}
 				if zen4 {
@@ -137,12 +132,6 @@ func TestTunings(t *testing.T) {
 				checkShapes(t, name, kk, rng, [][2]int{{40, kp}}, 1, []int{1}, false)
 				if len(ran) != 1 || ran[want] == 0 {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
-				}
-				if k.format == quantcfg.Int1 { // its expanded activations are a per-call cost: no stealing
-					l := newTestLayer(t, rng, quantcfg.LayerSpec{Format: quantcfg.Int1, Out: 40, In: kp}).Layer
-					if got := kk.PerCall(l, 1); got != (want == "tuned") || kk.PerCall(l, 2) {
-						t.Errorf("%s: K %d: PerCall %v for one token (%v for two), want %v", name, kp, got, kk.PerCall(l, 2), want == "tuned")
-					}
 				}
 			}
 			var fewNs []int // token counts whose kernel the tuning swaps

@@ -60,7 +60,7 @@ var formatTable = []FormatInfo{
 	{Int2, 2, 1, false, false, []ScaleKind{ScaleRow, ScaleTensor, ScaleGroup}, intActs, 1 << 16,
 		"2-bit codes mapped through a 4-entry int8 code book, VNNI4-interleaved"},
 	{Int1, 1, 1, false, false, []ScaleKind{ScaleRow, ScaleTensor, ScaleGroup}, intActs, MaxDim,
-		"binary ±1 (bit 0 -> +1, bit 1 -> -1), VNNI4-interleaved"},
+		"binary ±1 (bit 0 -> +1, bit 1 -> -1), 16 inputs of a row to a word, looked up four at a time"},
 	{Int8, 8, 1, false, false, []ScaleKind{ScaleRow, ScaleTensor, ScaleGroup}, intActs, 1 << 16,
 		"int8 weights, VNNI4 blocks: the int8 roofline reference"},
 	{BF16, 16, 1, false, true, []ScaleKind{ScaleNone}, []ActKind{ActNone}, MaxDim,

@@ -105,7 +105,7 @@ type benchRecord struct {
 	// GEMV records, with --tuning of several tunings: the first listed tuning's time over
 	// this record's (the same format, shape, n and threads), paired round by round.
 	SpeedupVsTuning float64 `json:"speedup_vs_tuning,omitempty"`
-	// Prefill records, and GEMVs of the multiply formats (i2s, int2, int1, int8) at n >= 2 on
+	// Prefill records, and GEMVs of the multiply formats (i2s, int2, int8) at n >= 2 on
 	// the path of the peak loop, where the multiply-adds can bind instead of the memory:
 	// 2*m*k*n operations per call against the int8 peak measured in the same run (machine
 	// int8_peak names its loop; for a prefill record, roofline_pct is that percentage too).
@@ -196,7 +196,7 @@ func (r *benchRecord) againstPeak(peak float64) {
 func peakBound(f quantcfg.Format, n int, impl string) bool {
 	isa, ok := kernels.Int8PeakPath()
 	switch f {
-	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.Int8:
+	case quantcfg.I2S, quantcfg.Int2, quantcfg.Int8: // (int1's GEMV looks up: int1.go)
 		return ok && n >= 2 && strings.HasPrefix(impl, isa.String()+"/") && !strings.HasSuffix(impl, "+amx")
 	}
 	return false

@@ -18,7 +18,8 @@ const repackUsage = `usage: bitd repack OLD.bitgo -o NEW.bitgo
 Rewrites a pack file that an older bitd wrote in this bitd's blob layout (` + kernels.LayoutRevision + `),
 so that it loads again without converting its checkpoint anew. tl2 blobs of kernels/2 to
 kernels/7 are laid out as this layout lays out their shape (chunks of up to 10 blocks, panels
-of 32 row blocks, or two panels: the same blocks in another order) and checked; every other
+of 32 row blocks, or two panels: the same blocks in another order) and checked; int1 blobs of
+kernels/1 to kernels/8 are encoded again in this layout (the same weights); every other
 layer, stored tensor and external entry is copied as it is. A blob whose layout changed in a
 way that needs its weights again (tl2 of kernels/1, tl1 before kernels/3) is refused, naming
 the layer: convert the checkpoint with ` + "`bitd pack`" + `. NEW may be OLD: the file is replaced by
@@ -107,6 +108,6 @@ func repack(in, out string) (string, error) {
 	if err := w.Close(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("wrote %s in layout %s: %d layers (%d re-chunked from %s), %d tensors stored, %d external",
+	return fmt.Sprintf("wrote %s in layout %s: %d layers (%d laid out anew from %s), %d tensors stored, %d external",
 		out, kernels.LayoutRevision, len(p.Layers), changed, p.Layout, len(p.Tensors), len(p.External)), nil
 }

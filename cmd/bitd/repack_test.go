@@ -122,7 +122,7 @@ func TestRepack(t *testing.T) {
 	in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
 	writeTestPack(t, in, "kernels/3", []repackLayer{old, i2s}, norm)
 
-	p := repackOpen(t, in, out, "2 layers (1 re-chunked from kernels/3)")
+	p := repackOpen(t, in, out, "2 layers (1 laid out anew from kernels/3)")
 	if p.Layout != kernels.LayoutRevision || p.Model != "m" || p.Metadata["k"] != "v" || p.Metadata["repacked_from_layout"] != "kernels/3" {
 		t.Errorf("header: layout %q model %q metadata %v", p.Layout, p.Model, p.Metadata)
 	}
@@ -214,6 +214,32 @@ func asPaneled(t *testing.T, p repackLayer, minBlocks, minRowBlocks, panel int) 
 // as it was), 3880 x 2600 from chunk-major to panels of 32 (kernels/6: as it was), 2500 x
 // 2600 from chunk-major to two panels of 40, 70 x 531 chunk-major in all (the blob as it
 // was).
+// TestRepackInt1: an int1 layer of a kernels/8 pack comes back encoded as kernels.Relayout
+// encodes it (held to the old layout's picture in package kernels), not as it was; the i2s
+// layer beside it as it was.
+func TestRepackInt1(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	dir := t.TempDir()
+	old := newPacked(t, r, quantcfg.Int1, "blk.0.q", 1100, 300) // (two panels now)
+	// any bit pattern is an int1 blob, in either layout
+	for i := range old.blob {
+		old.blob[i] = byte(r.Uint32())
+	}
+	want, err := kernels.Relayout("kernels/8", quantcfg.Int1, 1100, 300, old.blob)
+	if err != nil || bytes.Equal(want, old.blob) {
+		t.Fatalf("relayout: %v (unchanged: %v)", err, err == nil)
+	}
+	i2s := newPacked(t, r, quantcfg.I2S, "blk.0.o", 40, 300)
+	in, out := filepath.Join(dir, "old.bitgo"), filepath.Join(dir, "new.bitgo")
+	writeTestPack(t, in, "kernels/8", []repackLayer{old, i2s}, nil)
+	p := repackOpen(t, in, out, "2 layers (1 laid out anew from kernels/8)")
+	for name, blob := range map[string][]byte{old.spec.Name: want, i2s.spec.Name: i2s.blob} {
+		if got, err := p.LayerBlob(name); err != nil || !bytes.Equal(got, blob) {
+			t.Errorf("layer %s: %v (as expected: %v)", name, err, err == nil && bytes.Equal(got, blob))
+		}
+	}
+}
+
 func TestRepackPaneled(t *testing.T) {
 	for _, c := range []struct {
 		rev                            string
@@ -221,8 +247,8 @@ func TestRepackPaneled(t *testing.T) {
 		moved                          []bool // by shape: whether the blob changed
 		note                           string
 	}{
-		{"kernels/5", 85, 128, 16, []bool{true, true, true, false}, "4 layers (3 re-chunked from kernels/5)"},
-		{"kernels/6", 53, 120, 32, []bool{false, false, true, false}, "4 layers (1 re-chunked from kernels/6)"},
+		{"kernels/5", 85, 128, 16, []bool{true, true, true, false}, "4 layers (3 laid out anew from kernels/5)"},
+		{"kernels/6", 53, 120, 32, []bool{false, false, true, false}, "4 layers (1 laid out anew from kernels/6)"},
 	} {
 		r := rand.New(rand.NewPCG(7, 8))
 		dir := t.TempDir()

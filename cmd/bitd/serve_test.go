@@ -349,7 +349,9 @@ func TestServeEndToEnd(t *testing.T) {
 		{quantcfg.TL1, "kernels/3", ""},
 		{quantcfg.I2S, "", ""},
 		{quantcfg.I2S, "kernels/1", ""},
-		{quantcfg.I2S, "kernels/9", `"kernels/9" is not one this build knows`},
+		{quantcfg.I2S, "kernels/10", `"kernels/10" is not one this build knows`},
+		{quantcfg.Int1, "kernels/8", "int1 blobs changed layout in kernels/9"},
+		{quantcfg.Int1, "kernels/9", ""},
 	} {
 		l := randomLayer(t, r, quantcfg.LayerSpec{Name: fmt.Sprintf("rev-%s-%s", c.format, c.layout), Format: c.format, Out: 40, In: 100})
 		got, err := a.Register(l.spec, ipc.Weights{Data: l.blob, Packed: true, Layout: c.layout, Scales: l.scales})

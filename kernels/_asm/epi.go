@@ -55,7 +55,7 @@ func rowMasksZReg(r GPVirtual) {
 
 // genEpi writes epilogueAVX512 (zmm: 32 rows in 2 registers, masked stores) or
 // epilogueAVX2 (ymm: 4 registers, vmaskmovps). Where a row block has several segments the
-// GEMV kernels of int2, int1 and int8 (zmm, AVX-VNNI and AVX2) run the same arithmetic
+// GEMV kernels of int2 and int8 (zmm, AVX-VNNI and AVX2) run the same arithmetic
 // themselves (fuseEpi), so it overlaps their weight stream; these serve the rest.
 //
 // With small groups (many segments) the divisions are most of its cost: on an Emerald Rapids

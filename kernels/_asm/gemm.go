@@ -21,7 +21,7 @@ var (
 	tl1Div3, tl1Mod3 Mem // nibble -> idx/3, idx%3
 	tl2W             Mem // 3 x 16 bytes: magnitude m -> balanced ternary digit i of m (-1, 0, 1)
 	tl2Bits          Mem // 3 x 32 bytes: 2, 4, 8
-	int1BitTabs      Mem // 4 x 16 bytes: nibble -> bit j
+	int1Spread       Mem // 2 x 32 bytes: byte 4d+i = 2d+k (k = 0, 1): byte k of word d of a lane's 8
 	wordOnes         Mem
 )
 
@@ -37,7 +37,7 @@ func tl1CodeBytes() (div3, mod3 []byte) {
 }
 
 func genGemm() {
-	var tw, tb, ib []byte
+	var tw, tb []byte
 	d3, m3 := tl1CodeBytes()
 	for d := 9; d >= 1; d /= 3 {
 		for m := 0; m < 16; m++ {
@@ -53,14 +53,15 @@ func genGemm() {
 			tb = append(tb, 1<<j)
 		}
 	}
-	for j := 0; j < 4; j++ {
-		for i := 0; i < 16; i++ {
-			ib = append(ib, byte(i>>j&1))
-		}
-	}
 	tl1Div3, tl1Mod3 = table("tl1Div3", d3), table("tl1Mod3", m3)
 	tl2W, tl2Bits = table("tl2W", tw), table("tl2Bits", tb)
-	int1BitTabs = table("int1BitTabs", ib)
+	var sp []byte
+	for k := 0; k < 2; k++ {
+		for i := 0; i < 32; i++ {
+			sp = append(sp, byte(2*(i/4)+k))
+		}
+	}
+	int1Spread = table("int1Spread", sp)
 	var ones []byte
 	for i := 0; i < 16; i++ {
 		ones = append(ones, 1, 0)
@@ -257,34 +258,78 @@ func unpackInt2() {
 	RET()
 }
 
-// unpackInt1: bit j of each nibble -> 8 rows' dwords for one quad of inputs.
+// int1UnpackAhead is how many blocks ahead unpackInt1 prefetches, into L2 (prefetcht1): a
+// panel-major row block's blocks lie 4 KiB apart and so share their L1 sets, and into L1
+// (prefetcht0) 8 blocks ahead took 7-9% longer than into L2, 16 ahead 1.7x. Into L2, 16, 24
+// and 32 ahead took the same where the panel stays in L2 (K = 4096: 0.98-0.99x the speed of
+// the kernels/8 unpack on its contiguous stream), and 24 and 32 were a little faster than 16
+// where it does not (K = 14336, 1.8 MiB a panel: 1.01-1.10x against 1.00-1.05x; 8 ahead
+// 0.94-0.98x). Measured on Zen 4 (BenchmarkUnpackInt1's blob case, medians of 201
+// interleaved rounds of thread CPU time, two runs).
+const int1UnpackAhead = 24
+
+// unpackInt1: per block (int1.go: two planes of 32 rows' words) and 8 rows of a plane, the
+// rows' 16 bytes go to both lanes (vbroadcasti128); vpshufb spreads byte k of each row's
+// word over the row's dword (k = 0 for the plane's quads 0 and 1, 1 for quads 2 and 3),
+// vpand keeps bit i in byte i (bit 4+i in odd quads) and vpminub with 1 makes it the u of
+// the row's input 4q+i. The four row groups of a plane are done quad by quad, so that each
+// quad's 128 bytes are stored in order. N: blocks, Stride bytes apart (128 when 0: a
+// panel-major blob's row block is read where it lies, int1UnpackAhead blocks prefetched
+// ahead).
+//
+// Per block, 16 vpshufb and 32 vpand and vpminub for its 32 stores, where the kernels/8
+// layout took 32 vpshufb and 12 other operations: both seem bound by the stores (a K = 4096
+// row block's 128 KiB go to L2 in 1.27 us, about 100 GB/s), and cache-resident they took
+// the same time (0.98-1.02x, K = 4096 and 14336, Zen 4).
 func unpackInt1() {
 	name := "unpackInt1AVX2"
 	a := fn(name, unpackDoc(name, "int1"))
 	p := newPool(false)
 	w, b, n := ld(a, uW), ld(a, uB), ld(a, uN)
-	tabs := p.getn(4)
-	for j, r := range tabs {
-		VBROADCASTI128(int1BitTabs.Offset(16*j), r)
+	stride := ld(a, uStride)
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	TESTQ(stride, stride)
+	JNZ(LabelRef(name + "_strided"))
+	MOVQ(U32(128), stride)
+	Label(name + "_strided")
+	ahead := GP64() // bytes to the block prefetched
+	IMUL3Q(U8(int1UnpackAhead), stride, ahead)
+	sp := p.getn(2)
+	for k, r := range sp {
+		VMOVDQU(int1Spread.Offset(32*k), r)
 	}
-	m0f := p.get()
-	bcastByte(m0f, 0x0f)
-	v, lo, hi := p.get(), p.get(), p.get()
-	Label(name + "_u")
-	VMOVDQU(at(w, 0), v)
-	VPAND(m0f, v, lo)
-	VPSRLW(U8(4), v, hi)
-	VPAND(m0f, hi, hi)
-	for h, idx := range []VecPhysical{lo, hi} {
-		for j := 0; j < 4; j++ {
-			VPSHUFB(idx, tabs[j], v)
-			VMOVDQU(v, at(b, 128*h+32*j))
+	bits := p.getn(2)
+	bcastDword(bits[0], 0x08040201)
+	bcastDword(bits[1], 0x80402010)
+	one := p.get()
+	bcastByte(one, 1)
+	x, r, t := p.getn(4), p.getn(4), p.getn(2)
+	Label(name + "_blk")
+	PREFETCHT1(idx(w, ahead, 1, 0))
+	PREFETCHT1(idx(w, ahead, 1, 64))
+	for h := 0; h < 2; h++ {
+		for g := range x {
+			VBROADCASTI128(at(w, 64*h+16*g), x[g])
+		}
+		for k := 0; k < 2; k++ {
+			for g := range x {
+				VPSHUFB(sp[k], x[g], r[g])
+			}
+			for f := 2 * k; f < 2*k+2; f++ {
+				for g := range r {
+					VPAND(bits[f%2], r[g], t[g%2])
+					VPMINUB(one, t[g%2], t[g%2])
+					VMOVDQU(t[g%2], at(b, 128*(4*h+f)+32*g))
+				}
+			}
 		}
 	}
-	ADDQ(U8(32), w)
-	ADDQ(U32(256), b)
+	ADDQ(stride, w)
+	ADDQ(U32(1024), b)
 	DECQ(n)
-	JNZ(LabelRef(name + "_u"))
+	JNZ(LabelRef(name + "_blk"))
+	Label(name + "_done")
 	VZEROUPPER()
 	RET()
 }

@@ -41,8 +41,8 @@ const i2sFar = 4096
 
 // int8Far is the same for the zmm int8 kernels: there (two interleaved rounds, the 8B
 // shapes, 2560x2560 and 6912x2560) one token 7-13% faster than with prefetchFar at one and
-// two threads, four tokens 8-13%. (int2 moved by -5% to +5% with 4 KiB, int1 by -5% to
-// +1%: they keep prefetchFar.)
+// two threads, four tokens 8-13%. (int2 moved by -5% to +5% with 4 KiB: it keeps
+// prefetchFar; the int1 kernels of layouts before kernels/9 by -5% to +1%.)
 const int8Far = 4096
 
 // prefetchLine is the two-level prefetch of one line of a weight stream: far into L2, near
@@ -90,7 +90,6 @@ var (
 	int2Fix    [2]Mem // vpsravd counts: 0 in the low half and 2 in the high; 4 and 6
 	i2sRowMask [2]Mem // runs 0 and 1 of each byte in place, in the low and high half; runs 2 and 3
 	i2sRowFix  [2]Mem // vpsravd counts of i2sRowMask's factors: 6 and 4; 2 and 0
-	int1Bits   Mem    // dwords of bytes 1, 2, 4, 8
 	dupBytes   Mem    // vpermb: bytes 2r and 2r+1 <- byte r
 )
 
@@ -115,7 +114,6 @@ func genGemv() {
 	selHigh = table("selHigh", sh)
 	i2sGather = dwordTable("i2sGather", []uint32{0, 4, 8, 12, 0, 4, 8, 12})
 	i2sRuns = [2]Mem{bitFields("i2sRuns01", 6, 4), bitFields("i2sRuns23", 2, 0)}
-	int1Bits = dwordTable("int1Bits", []uint32{0x01010101, 0x02020202, 0x04040404, 0x08080808})
 	var dup []byte
 	for r := 0; r < 32; r++ {
 		dup = append(dup, byte(r), byte(r))
@@ -147,10 +145,6 @@ func genGemv() {
 				hardwarePrefetch(func() { gemvI2SZNamed(1, "gemvI2ST1AVX512HW") })
 				gemvI2SRowZNamed(1, "gemvI2SRowT1AVX512", rowMasked)
 			}
-			gemvInt1Z(T)
-			if T == 1 {
-				gemvInt1XZ()
-			}
 			if T == 1 { // (tl1 with more tokens: lutTL1MZ)
 				lutZ(T, false)
 			}
@@ -169,10 +163,12 @@ func genGemv() {
 	for T := 1; T <= 4; T++ {
 		genTL2Panel(T)
 	}
+	genInt1Panels()
 	genGemvAVX2()
 	for T := 1; T <= 2; T++ {
 		genTL2PanelY(T)
 	}
+	genInt1Y()
 }
 
 // bitFields returns a table of vgf2p8affineqb matrices (gfField) that take the 2-bit field
@@ -232,7 +228,6 @@ func segLoop(name string, a Register, u int, fe *fuseEpi, zero func(), body func
 // groups of (len(regs)-1)/2 on zmm, (len(regs)-2)/4 on ymm (four vectors a token).
 type fuseEpi struct {
 	T    int
-	A    int // 1 or -2 (int1)
 	ymm  bool
 	regs []VecPhysical
 }
@@ -246,8 +241,8 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 		nv, step, temps = 4, 32, 2
 	}
 	G := min(T, (len(fe.regs)-temps)/nv)
-	if G < 1 || (fe.A != 1 && fe.A != -2) {
-		panic(name + ": too few free registers for the fused epilogue, or an A it cannot apply")
+	if G < 1 {
+		panic(name + ": too few free registers for the fused epilogue")
 	}
 	done := name + "_fused"
 	e := GP64()
@@ -275,19 +270,15 @@ func (fe *fuseEpi) gen(name string, a, sums, nseg Register) {
 				ADDQ(at(e, epCorrStride), c)
 			}
 			corr := Mem{Base: c, Index: j, Scale: 4}
-			if fe.A != 1 || fe.ymm {
+			if fe.ymm {
 				VPBROADCASTD(corr, tmp)
 			}
 			for i := 0; i < nv; i++ {
 				r := v[nv*t+i]
 				VMOVDQU32orY(!fe.ymm, at(sums, 128*(t0+t)+step*i), r)
-				switch {
-				case fe.A != 1: // corr - 2*sum, wrapping as A*sum + corr does
-					VPSLLD(U8(1), r, r)
-					VPSUBD(r, tmp, r)
-				case fe.ymm:
+				if fe.ymm {
 					VPADDD(tmp, r, r)
-				default:
+				} else {
 					VPADDD_BCST(corr, r, r)
 				}
 				VCVTDQ2PS(r, r)
@@ -588,7 +579,7 @@ func gemvInt2Pair(T int) {
 	acc, all := accSets(p, T, 2)
 	wv, hi, x := p.get(), p.get(), p.get()
 	v := p.getn(4)
-	segLoop(name, a, 2, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, 2, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(i int) {
 		prefetchAhead(w, 0)
 		VPERMB(at(w, 0), perm, wv)
 		VPSRLW(U8(2), wv, hi)
@@ -712,7 +703,7 @@ func gemvInt2Split(T int, seq bool) {
 		}
 	}
 	wv, hi, x := p.get(), p.get(), p.get()
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		for h := 0; h < 2; h++ {
 			VBROADCASTI64X4(at(w, 32*h), wv)
@@ -1231,7 +1222,7 @@ func gemvInt8Z(T int) {
 	}
 	wv := p.getn(2)
 	x := p.get()
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, regs: all}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, regs: all}, func() { zeroAll(all...) }, func(int) {
 		for u := 0; u < 4; u++ {
 			prefetchAheadBy(w, int8Far, 128*u)
 			prefetchAheadBy(w, int8Far, 128*u+64)
@@ -1253,200 +1244,6 @@ func gemvInt8Z(T int) {
 				}
 				VMOVDQU32(acc[t][0][g], at(sums, 128*t+64*g))
 			}
-		}
-		ADDQ(U32(128*T), sums)
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// gemvInt1XZ (one token, for the zen4 tuning: kernels.Tuning) is gemvInt1Z's one-token step
-// without its vpermb and broadcasts, which take the pipes of vpdpbusd on Zen 4: the 64
-// bytes are masked as they lie (dword r8 of unit h: row group r8 of unit h's eight inputs)
-// and multiply activation vectors that each thread expands once per call (expandInt1, 128
-// bytes per 16 inputs): in the first, the dword of unit h's inputs 0-3 fills the eight
-// dwords of half h, in the second that of its inputs 4-7. A step is three loads, 8 vpandd
-// and 8 vpdpbusd, the chains as gemvInt1Z's with one token (a lane sums the same inputs
-// there, so the same int1ZMaxK holds); the halves' sums are added at the end. In C, the
-// two steps' loops from L1 and L2 took 8.0-8.2 cycles a step against 8.8-9.0; from cache the
-// kernel reads 6-10% more than gemvInt1Z at one thread. From DRAM it gains only where the
-// expanded activations stay near L1 (kernels.int1ExpandBytes: K up to 2560).
-func gemvInt1XZ() {
-	name := "gemvInt1XT1AVX512"
-	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, expanded)", 1))
-	p := newPool(true)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	x := tokenPtrs(a, 1, gX, gXStride)[0]
-	acc, all := accSets(p, 1, 4) // acc[0][2c+h][j]: step copy c, low (h = 0) or high planes of group j
-	masks := p.getn(8)           // bit j of the low nibbles, then of the high nibbles
-	for j := 0; j < 4; j++ {
-		VPBROADCASTD(int1Bits.Offset(4*j), masks[j])
-		VPSLLD(U8(4), masks[j], masks[4+j])
-	}
-	wv, lo, hi, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get()
-	segLoop(name, a, 2, &fuseEpi{T: 1, A: -2, regs: all}, func() { zeroAll(all...) }, func(c int) {
-		prefetchAhead(w, 0)
-		VMOVDQU64(at(w, 0), wv)
-		VMOVDQU64(idx(x, kx, 1, 0), xl)
-		VMOVDQU64(idx(x, kx, 1, 64), xh)
-		for j := 0; j < 4; j++ {
-			VPANDD(masks[j], wv, lo)
-			VPANDD(masks[4+j], wv, hi)
-			VPDPBUSD(xl, lo, acc[0][2*c][j])
-			VPDPBUSD(xh, hi, acc[0][2*c+1][j])
-		}
-		ADDQ(U8(64), w)
-		SUBQ(I8(-128), kx)
-	}, func(sums Register) {
-		r := &acc[0][0]
-		for j := 0; j < 4; j++ {
-			VPADDD(acc[0][2][j], r[j], r[j]) // the second copy's chains into the first's
-			VPADDD(acc[0][3][j], acc[0][1][j], acc[0][1][j])
-			VPSRAD(U8(4), acc[0][1][j], acc[0][1][j]) // the high planes weigh 2^(j+4)
-			VPADDD(acc[0][1][j], r[j], r[j])
-			if j > 0 {
-				VPSRAD(U8(j), r[j], r[j])
-			}
-			VEXTRACTI64X4(U8(1), r[j], lo.AsY()) // unit 1's half onto unit 0's: rows 8j..8j+7
-			VPADDD(lo.AsY(), r[j].AsY(), r[j].AsY())
-			VMOVDQU32(r[j].AsY(), at(sums, 32*j))
-		}
-		ADDQ(U32(128), sums)
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// gemvInt1Z: int1 on zmm, 64 bytes (two 8-input units) per step, paired like int2 (dword
-// 2r+h = unit h, row r). Bit j of a byte's low nibble (row group j, the inputs of the low
-// quad) and of its high nibble (the high quad), masked in place, multiply the activations
-// (prepared in xInt1Perm order: the low quads' dwords of both units, then the high quads').
-// With one and two tokens every plane has its own chain and a high plane weighs 2^(j+4);
-// with one token two copies of the step (steps come in pairs: Kp and every group are
-// multiples of 32 inputs) alternate between two sets of chains, which vpdpbusd's latency
-// needs. From three tokens a shift brings the high nibbles down and both planes of group j
-// share a chain (and the masks come from memory: the registers hold the chains). The
-// chains are shifted back at the end. u = the sign bit.
-//
-// What bounds one token here (an Emerald Rapids Xeon, from DRAM, the 8B shapes and
-// 2560x2560, one and two threads, nine paired rounds, timing-only scratch kernels): its 17
-// vector operations a step (vpermb, 8 ands, 8 vpdpbusd) overlap the stream imperfectly, at
-// 75-83% of the read roofline. With half the planes (9 operations) a call took 0.85-0.91 of
-// the time, so that is the most any cheaper decode could win. A lookup table in a nibble
-// layout (a nibble = four inputs of one row, per-call tables of the signed sums of each four
-// inputs' high and low activation nibbles, 64 entries a table: 3 operations to form the
-// indices, 4 vpermb, 4 vpdpbusd with multipliers 16 and 1) does 11 operations but loads two
-// 64-byte tables a step (8 bytes per input, from L2 at K = 14336), and took 0.94-1.02: not
-// worth a new int1 layout. A mask-register form (kmovq, a zero-masked vmovdqu8 of the
-// activations, vpdpbusd) is 2 operations per 64 weights, as now. Nor does vpsadbw, the
-// other instruction that sums bytes, take a share of the work on Zen 4: it runs on the
-// pipes of vpdpbusd (loops of eight independent operations in C with GNU assembly: zmm
-// vpdpbusd 1.0 cycles, vpsadbw 1.0, the two together 2.0; kmovq from memory, a masked
-// vpblendmb, vpsadbw and vpaddq 2.4 a 64-weight step). So there one multiply-pipe
-// operation per 64 weights of a row, 8 bytes a cycle, about 85% of one core's DRAM rate,
-// bounds every form that multiplies or sums the activations bit by bit. A form that looks
-// up instead would escape it: five inputs' bits of 32 rows as the 5-bit index of a
-// 32-word table of their signed sums, as tl2's codes are (one vpermw and one vpaddw per
-// 160 weights), in tl2's block layout, would run at the tl2 panel kernel's rate (38 GB/s
-// from cache at one thread against 24 here): a new int1 layout, with its packers, relayout
-// and every kernel for it (not done).
-//
-// On Zen 4 (a 2-vCPU EPYC guest) one token is bound by the vector pipes, not the memory: it
-// reads 22-24 GB/s from L2 and L3 against one core's 33 from DRAM. There one zmm vpdpbusd
-// issues a cycle, and vpandd beside it costs nothing, but vpermb and the broadcasts take
-// the multiplies' pipes (loops of independent chains in C: vpdpbusd with vpandd 1.0 cycles
-// a pair, with vpermb 1.6, with vpshufb 1.6). A ymm form without them (each 32-byte unit
-// against its four activations as vpdpbusd's embedded broadcast, 16 vpandd and 16 vpdpbusd
-// a step; bit for bit the reference) ran 0.88-0.91x of this kernel from cache at one
-// thread, 0.81-0.88x at two: its step took 9.6 cycles from L1, 7.95 without the ands and
-// broadcasts, so those cost it what vpermb costs this one.
-func gemvInt1Z(T int) {
-	name := gemvName("Int1", T, "AVX512")
-	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 16, permuted)", T))
-	p := newPool(true)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, T, gX, gXStride)
-	perm := p.get()
-	VMOVDQU64(pairPerm, perm)
-	// halves: with one and two tokens the high planes have chain sets of their own
-	split := T <= 2
-	halves, copies := 1, 1
-	if split {
-		halves = 2
-	}
-	if T == 1 {
-		copies = 2
-	}
-	// acc[t][halves*c+h][j]: token t, step copy c, low (h = 0) or high planes of group j
-	acc, all := accSets(p, T, halves*copies)
-	var masks []VecPhysical // bit j of the low nibbles, then of the high nibbles
-	if split {
-		masks = p.getn(8)
-		for j := 0; j < 4; j++ {
-			VPBROADCASTD(int1Bits.Offset(4*j), masks[j])
-			VPSLLD(U8(4), masks[j], masks[4+j])
-		}
-	}
-	wv, lo, hi := p.get(), p.get(), p.get()
-	var down VecPhysical // the high nibbles shifted down (T >= 3)
-	if !split {
-		down = p.get()
-	}
-	xv := make([][2]VecPhysical, T)
-	for t := range xv {
-		xv[t] = [2]VecPhysical{p.get(), p.get()}
-	}
-	segLoop(name, a, copies, &fuseEpi{T: T, A: -2, regs: all}, func() { zeroAll(all...) }, func(c int) {
-		prefetchAhead(w, 0)
-		VPERMB(at(w, 0), perm, wv)
-		if !split {
-			VPSRLW(U8(4), wv, down)
-		}
-		for t := range xv {
-			VPBROADCASTQ(idx(xs[t], kx, 1, 0), xv[t][0])
-			VPBROADCASTQ(idx(xs[t], kx, 1, 8), xv[t][1])
-		}
-		for j := 0; j < 4; j++ {
-			if split {
-				VPANDD(masks[j], wv, lo)
-				VPANDD(masks[4+j], wv, hi)
-			} else {
-				VPANDD_BCST(int1Bits.Offset(4*j), wv, lo)
-				VPANDD_BCST(int1Bits.Offset(4*j), down, hi)
-			}
-			for t := range acc {
-				VPDPBUSD(xv[t][0], lo, acc[t][halves*c][j])
-				VPDPBUSD(xv[t][1], hi, acc[t][halves*c+halves-1][j])
-			}
-		}
-		ADDQ(U8(64), w)
-		ADDQ(U8(16), kx)
-	}, func(sums Register) {
-		VMOVDQU32(evenIdx, lo)
-		for t := range acc {
-			r := &acc[t][0]
-			for s := halves; s < len(acc[t]); s++ { // the second copy's sets into the first's
-				for j := range acc[t][s] {
-					VPADDD(acc[t][s][j], acc[t][s-halves][j], acc[t][s-halves][j])
-				}
-			}
-			for j := 0; j < 4; j++ {
-				if split {
-					VPSRAD(U8(4), acc[t][1][j], acc[t][1][j])
-					VPADDD(acc[t][1][j], r[j], r[j])
-				}
-				if j > 0 {
-					VPSRAD(U8(j), r[j], r[j])
-				}
-				VPSRLQ(U8(32), r[j], wv)
-				VPADDD(wv, r[j], r[j])
-			}
-			VPERMT2D(r[1], lo, r[0])
-			VPERMT2D(r[3], lo, r[2])
-			VMOVDQU32(r[0], at(sums, 128*t))
-			VMOVDQU32(r[2], at(sums, 128*t+64))
 		}
 		ADDQ(U32(128*T), sums)
 	})

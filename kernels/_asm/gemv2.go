@@ -11,7 +11,7 @@ import (
 
 // The AVX2 GEMV kernels (ymm 0-15 only) and their AVX-VNNI twins: the same code with each
 // vpmaddubsw + vpmaddwd + vpaddd replaced by one VEX vpdpbusd (AVX-VNNI has no masks and
-// no EVEX, so everything else is AVX2), except that the one-token i2s, int2 and int1 twins
+// no EVEX, so everything else is AVX2), except that the one-token i2s and int2 twins
 // keep more accumulators, since one vpdpbusd after another on the same accumulator bounds
 // them by its latency (see each). For int8 with AVX-VNNI-INT8, vpdpbssd multiplies the
 // signed weights directly.
@@ -80,12 +80,6 @@ func genGemvAVX2() {
 			if vnni || T == 1 {
 				gemvInt8Y(T, isa, vnni, false)
 			}
-		}
-		if vnni {
-			gemvInt1YVNNI(1)
-			gemvInt1YVNNI(2)
-		} else {
-			gemvInt1Y1()
 		}
 	}
 	for T := 3; T <= 4; T++ {
@@ -374,7 +368,7 @@ func gemvInt2Y(T int, isa string, vnni, seq bool) {
 			}
 		}
 	}
-	segLoop(name, a, sets, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
+	segLoop(name, a, sets, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(i int) {
 		if i == 0 {
 			prefetchAhead(w, 0)
 		}
@@ -440,7 +434,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		x, m80 := p.get(), p.get()
 		VMOVDQU(m80Y, m80)
 		free := slices.Concat(all, wv, []VecPhysical{x})
-		segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
+		segLoop(name, a, 1, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 			prefetchAhead(w, 0)
 			prefetchAhead(w, 64)
 			for g := 0; g < 4; g++ {
@@ -480,7 +474,7 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 	}
 	wv, x := p.get(), p.getn(T)
 	free := slices.Concat(all, []VecPhysical{wv}, x)
-	segLoop(name, a, 1, &fuseEpi{T: T, A: 1, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
+	segLoop(name, a, 1, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
 		prefetchAhead(w, 0)
 		prefetchAhead(w, 64)
 		for t := range acc {
@@ -504,74 +498,6 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 				VPHADDD(acc[t][i+1], acc[t][i], acc[t][i])
 				VPERMQ(U8(0xD8), acc[t][i], acc[t][i])
 				VMOVDQU(acc[t][i], at(sums, 128*t+16*i))
-			}
-		}
-		ADDQ(U32(128*T), sums)
-	})
-	VZEROUPPER()
-	RET()
-}
-
-// gemvInt1YVNNI (AVX-VNNI): int1, one 32-byte unit (8 inputs x 32 rows) per step: bit j of
-// the low nibble (value 2^j) against the low quad's activations and of the shifted high nibble
-// against the high quad's, into row group j's accumulator (shifted back by j at the end). With
-// one token the high quad has accumulators of its own, so each chain takes one vpdpbusd per
-// step (two bounded the loop by vpdpbusd's latency), and the high nibble's bits are masked in
-// place (value 2^(j+4)), their chains shifted back by 4 at the end: 16 vector operations a
-// unit instead of 17 (the shift), within int32 up to int1YMaxK. (AVX2: gemvInt1Y1.)
-func gemvInt1YVNNI(T int) {
-	name := gemvName("Int1", T, "AVXVNNI")
-	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 8)", T))
-	p := newPool(false)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, T, gX, gXStride)
-	chains := vnniSets(T, true)
-	acc, all := accSets(p, T, chains) // [token][chain: low quad, high quad][row group]
-	wv, vl, vh := p.get(), p.get(), p.get()
-	// hi holds the high nibbles (their bits at hiBits): shifted down, or in place where
-	// the high quad has chains of its own
-	hi, hiBits := wv, 32*4
-	if chains == 1 {
-		hi, hiBits = p.get(), 0
-	}
-	xl, xh := p.getn(T), p.getn(T)
-	free := slices.Concat(all, []VecPhysical{wv, vl, vh}, xl, xh)
-	if chains == 1 {
-		free = append(free, hi)
-	}
-	segLoop(name, a, 1, &fuseEpi{T: T, A: -2, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
-		prefetchAhead(w, 0)
-		VMOVDQU(at(w, 0), wv)
-		if chains == 1 {
-			VPSRLW(U8(4), wv, hi)
-		}
-		for t := range acc {
-			VPBROADCASTD(idx(xs[t], kx, 1, 0), xl[t])
-			VPBROADCASTD(idx(xs[t], kx, 1, 4), xh[t])
-		}
-		for j := 0; j < 4; j++ {
-			VPAND(bitsY.Offset(32*j), wv, vl)
-			VPAND(bitsY.Offset(hiBits+32*j), hi, vh)
-			for t := range acc {
-				VPDPBUSD(xl[t], vl, acc[t][0][j])
-				VPDPBUSD(xh[t], vh, acc[t][chains-1][j])
-			}
-		}
-		ADDQ(U8(32), w)
-		ADDQ(U8(8), kx)
-	}, func(sums Register) {
-		for t := range acc {
-			for j := 0; j < 4; j++ {
-				r := acc[t][0][j]
-				if chains == 2 {
-					VPSRAD(U8(4), acc[t][1][j], acc[t][1][j])
-					VPADDD(acc[t][1][j], r, r)
-				}
-				if j > 0 {
-					VPSRAD(U8(j), r, r)
-				}
-				VMOVDQU(r, at(sums, 128*t+32*j))
 			}
 		}
 		ADDQ(U32(128*T), sums)
@@ -1108,53 +1034,6 @@ func gemvI2SYMany(T int) {
 	RET()
 }
 
-// int1ChunkY is the most 32-byte units gemvInt1Y1 sums in int16 before it widens the sums
-// to int32: per unit a lane of row group j adds two pairs of u x x, u <= 2^j <= 8 and
-// |x| <= 128, at most 2 x 2 x 8 x 128 = 4096, so seven units stay within int16 (28672).
-const int1ChunkY = 7
-
-// gemvInt1Y1 (AVX2, one token): gemvInt1YVNNI's unit with int16 sums that last a chunk of up to
-// int1ChunkY units, so each unit's vpmaddubsw pairs go straight into them (a vpaddw each)
-// and the vpmaddwd and vpaddd run once per chunk: per unit 8 vpmaddubsw, not 12 multiplies,
-// and 27 vector operations, not 31.
-func gemvInt1Y1() {
-	name := gemvName("Int1", 1, "AVX2")
-	a := fn(name, gemvDoc(name, "gemvInt1Generic (kstep 8)", 1))
-	p := newPool(false)
-	w, kx := ld(a, gW), GP64()
-	XORQ(kx, kx)
-	xs := tokenPtrs(a, 1, gX, gXStride)
-	sums := ld(a, gSums)
-	acc32, acc16 := p.getn(4), p.getn(4) // [row group j]
-	wv, hi, vl, vh, xl, xh := p.get(), p.get(), p.get(), p.get(), p.get(), p.get()
-	fe := &fuseEpi{T: 1, A: -2, ymm: true, regs: slices.Concat(acc32, acc16, []VecPhysical{wv, hi, vl, vh, xl, xh})}
-	chunkLoop(name, a, gemvLoop, int1ChunkY, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
-		prefetchAhead(w, 0)
-		VMOVDQU(at(w, 0), wv)
-		VPSRLW(U8(4), wv, hi)
-		VPBROADCASTD(idx(xs[0], kx, 1, 0), xl)
-		VPBROADCASTD(idx(xs[0], kx, 1, 4), xh)
-		for j := 0; j < 4; j++ {
-			VPAND(bitsY.Offset(32*j), wv, vl)
-			VPAND(bitsY.Offset(32*j), hi, vh)
-			VPMADDUBSW(xl, vl, vl)
-			VPADDW(vl, acc16[j], acc16[j])
-			VPMADDUBSW(xh, vh, vh)
-			VPADDW(vh, acc16[j], acc16[j])
-		}
-		ADDQ(U8(32), w)
-		ADDQ(U8(8), kx)
-	}, func() { widen16(acc16, acc32) }, func() {
-		for j, r := range acc32 {
-			if j > 0 {
-				VPSRAD(U8(j), r, r)
-			}
-			VMOVDQU(r, at(sums, 32*j))
-		}
-		ADDQ(U8(128), sums)
-	})
-}
-
 // gemvInt2Y1 (AVX2, one token): gemvInt2Y with int16 sums that last a chunk of up to Aux
 // units (the kernels set it from the code book's span, so that no int16 sum can overflow:
 // int16Chunk), each unit's vpmaddubsw going straight into them: per unit 4 multiplies,
@@ -1173,7 +1052,7 @@ func gemvInt2Y1() {
 	VBROADCASTI128(at(tab, 16), lb)
 	v := p.getn(4)
 	x := p.get()
-	fe := &fuseEpi{T: 1, A: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
+	fe := &fuseEpi{T: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
 	chunkLoop(name, a, gemvLoop, 0, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)
@@ -1212,7 +1091,7 @@ func gemvInt2Y2Seq() {
 	v := p.getn(4)
 	x, tmp := p.get(), p.get()
 	segStart, chunkEnd := memSums2(sums, acc16, x, wOnes)
-	fe := &fuseEpi{T: 2, A: 1, ymm: true, regs: slices.Concat(all16, v, []VecPhysical{x, tmp})}
+	fe := &fuseEpi{T: 2, ymm: true, regs: slices.Concat(all16, v, []VecPhysical{x, tmp})}
 	chunkLoop(name, a, gemvLoop, 0, fe, sums, segStart, func() { zeroAll(all16...) }, func() {
 		prefetchAhead(w, 0)
 		int2Decode(w, la, lb, v)

@@ -246,16 +246,6 @@ func bytePlanes(name string, group int) Mem {
 // first triple), lutBuildTL2BAVX512 the same as tabTL2B byte
 // planes (a vpermb more per triple), and the AVX2 builders the ymm layouts.
 func genLUTBuilders() {
-	var int1Expand [2]Mem // expandInt1AVX512's vpermd indexes: dword 0 eight times, then dword 2; 1, then 3
-	for i := range int1Expand {
-		var ix []uint32
-		for h := 0; h < 2; h++ {
-			for r := 0; r < 8; r++ {
-				ix = append(ix, uint32(2*h+i))
-			}
-		}
-		int1Expand[i] = dwordTable(fmt.Sprintf("int1Expand%d", i), ix)
-	}
 	c1, c2 := lutBuildCoefs(false), lutBuildCoefs(true)
 	var t1 [2]Mem
 	for i := range t1 {
@@ -486,36 +476,6 @@ func genLUTBuilders() {
 		Store(r.As32(), ReturnIndex(0))
 		VZEROUPPER()
 		RET()
-	}
-	// the int1 activations expanded for gemvInt1XT1AVX512, and permuted for the other zmm kernels
-	{
-		p := newPool(true)
-		il, ih, v, t := p.get(), p.get(), p.get(), p.get()
-		actStream("expandInt1AVX512", 16, func() {
-			VMOVDQU32(int1Expand[0], il)
-			VMOVDQU32(int1Expand[1], ih)
-		}, func(x, d Register) {
-			VBROADCASTI32X4(at(x, 0), v)
-			VPERMD(v, il, t)
-			VMOVDQU64(t, at(d, 0))
-			VPERMD(v, ih, t)
-			VMOVDQU64(t, at(d, 64))
-			ADDQ(U8(16), x)
-			SUBQ(I8(-128), d)
-		}, "expandInt1AVX512 writes the n int8 values at x (n a multiple of 16) to dst as",
-			"gemvInt1XT1AVX512 reads them, 128 bytes per 16 inputs: dwords 0 and 2 of the 16 (inputs",
-			"0-3 of each 8-input unit) eight times each, then dwords 1 and 3 eight times each;",
-			"expandInt1Generic is its reference.")
-	}
-	{
-		v := newPool(false).get()
-		actStream("permInt1AVX2", 32, nil, func(x, d Register) {
-			VPSHUFD(U8(0xd8), at(x, 0), v) // dwords 0, 2, 1, 3 of each lane
-			VMOVDQU(v, at(d, 0))
-			ADDQ(U8(32), x)
-			ADDQ(U8(32), d)
-		}, "permInt1AVX2 writes the n int8 values at x to dst with each 16 bytes' dwords in the order",
-			"0, 2, 1, 3 (n a multiple of 32); permInt1Generic is its reference.")
 	}
 }
 

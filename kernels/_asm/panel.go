@@ -169,29 +169,7 @@ func genTL2Panel(T int) {
 			VPSHLDW(U8(1), planes[j], x, x)
 		}
 		look(15, x)
-		for t := 0; t < T; t++ {
-			ch := chains[t]
-			for h := nch / 2; h >= 1; h /= 2 {
-				for i := 0; i < h; i++ {
-					VPADDW(ch[i+h], ch[i], ch[i])
-				}
-			}
-			if load {
-				VPADDW(at(ap, 64*t), ch[0], ch[0])
-			}
-			if !widen {
-				VMOVDQU64(ch[0], at(ap, 64*t))
-				continue
-			}
-			l, l2 := d[0], d[1] // (the lookups' registers are free here)
-			VPMOVSXWD(ch[0].AsY(), l)
-			VPADDD(at(sp, 128*t), l, l)
-			VMOVDQU32(l, at(sp, 128*t))
-			VEXTRACTI64X4(U8(1), ch[0], l2.AsY())
-			VPMOVSXWD(l2.AsY(), l2)
-			VPADDD(at(sp, 128*t+64), l2, l2)
-			VMOVDQU32(l2, at(sp, 128*t+64))
-		}
+		panelBlockEnd(chains, ap, sp, d, load, widen) // (the lookups' registers d are free here)
 		panelNext(lbl, a, panelRegs{w, ap, sp, n, w0}, tp, panelTabBlock(T))
 	}
 
@@ -275,6 +253,34 @@ func genTL2PanelY(T int) {
 // block (w0).
 type panelRegs struct{ w, ap, sp, n, w0 Register }
 
+// panelBlockEnd ends a zmm panel kernel's block of one row block: each token's int16 chains
+// (chains[t]) added into the first, with the sums so far from Acc (ap) if load, then either
+// left in Acc or, if widen, widened and added into Sums (sp); d are two free registers.
+func panelBlockEnd(chains [][]VecPhysical, ap, sp Register, d []VecPhysical, load, widen bool) {
+	for t, ch := range chains {
+		for h := len(ch) / 2; h >= 1; h /= 2 {
+			for i := 0; i < h; i++ {
+				VPADDW(ch[i+h], ch[i], ch[i])
+			}
+		}
+		if load {
+			VPADDW(at(ap, 64*t), ch[0], ch[0])
+		}
+		if !widen {
+			VMOVDQU64(ch[0], at(ap, 64*t))
+			continue
+		}
+		l, l2 := d[0], d[1]
+		VPMOVSXWD(ch[0].AsY(), l)
+		VPADDD(at(sp, 128*t), l, l)
+		VMOVDQU32(l, at(sp, 128*t))
+		VEXTRACTI64X4(U8(1), ch[0], l2.AsY())
+		VPMOVSXWD(l2.AsY(), l2)
+		VPADDD(at(sp, 128*t+64), l2, l2)
+		VMOVDQU32(l2, at(sp, 128*t+64))
+	}
+}
+
 // panelNext ends a panel kernel's row block: w, ap and sp move to the next row block (T =
 // len(tp) tokens' sums), and after the block's last row block (back to lbl until then) w0
 // to the next block and every token's tables tabBlock bytes on.
@@ -295,12 +301,21 @@ func panelNext(lbl string, a Register, r panelRegs, tp []GPVirtual, tabBlock int
 // groups of up to tl2PanelFlush: block(label, load, widen) emits one block, load when an
 // earlier block of the group left its int16 sums in Acc, widen at the group's last block.
 func panelGroups(name string, nb, g Register, block func(lbl string, load, widen bool)) {
+	panelGroupsN(name, nb, g, tl2PanelFlush, nil, block)
+}
+
+// panelGroupsN is panelGroups with groups of up to flush blocks, and start (if not nil)
+// emitted at each group's start, g holding its blocks.
+func panelGroupsN(name string, nb, g Register, flush int, start func(), block func(lbl string, load, widen bool)) {
 	Label(name + "_grp")
-	MOVQ(nb, g) // g = min(nb, tl2PanelFlush) blocks in this group
-	CMPQ(g, U8(tl2PanelFlush))
+	MOVQ(nb, g) // g = min(nb, flush) blocks in this group
+	CMPQ(g, U8(flush))
 	JLE(LabelRef(name + "_g"))
-	MOVQ(U32(tl2PanelFlush), g)
+	MOVQ(U32(flush), g)
 	Label(name + "_g")
+	if start != nil {
+		start()
+	}
 	SUBQ(g, nb)
 	CMPQ(g, U8(1))
 	JNE(LabelRef(name + "_first"))

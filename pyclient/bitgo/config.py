@@ -51,7 +51,7 @@ class Format(_DocEnum):
     """A weight format. The value is the name configs, flags and the wire use.
 
     Every layout pads M (output rows) up to Mp = a multiple of 32 and stores each block of 32
-    rows (a row block) as one byte stream, contiguous but in tl1 and tl2 (whose blobs
+    rows (a row block) as one byte stream, contiguous but in tl1, tl2 and int1 (whose blobs
     interleave the streams); K (inputs) is padded per format to Kp.
     Padding weights hold 0 (ternary, int8, floats), code 0 (int2) or +1 (int1). Scales and
     biases are separate float32 tensors, never in the blob. Each member's docstring gives its
@@ -86,10 +86,17 @@ class Format(_DocEnum):
 
     Kp = roundup(K, 32); row block = 8*Kp bytes: [Kp/4 units][32 B], byte p = 4*r8 + k4 of unit
     u holds rows r8, 8+r8, 16+r8, 24+r8 (bits 1-0, 3-2, 5-4, 7-6) at input 4u + k4."""
-    INT1 = "int1", """Binary ±1 (bit 0 -> +1, bit 1 -> -1), VNNI4-interleaved with 1-bit planes.
+    INT1 = "int1", """Binary ±1 (bit 0 -> +1, bit 1 -> -1), 16 inputs of a row to a word.
 
-    Kp = roundup(K, 32); row block = 4*Kp bytes: [Kp/8 units][32 B], byte p = 4*r8 + k4 of unit
-    u: bit j = row 8j+r8 at input 8u+k4, bit 4+j = row 8j+r8 at input 8u+4+k4 (j = 0..3)."""
+    Kp = roundup(K, 32); row block = 4*Kp bytes: its Kp/32 blocks of 128 bytes, block b (inputs
+    32b..32b+31) two planes: bytes 64h..64h+63 (h = 0, 1) are 32 little-endian uint16 words,
+    word r (row r) bit j = 1 where input 32b+16h+j is -1 (nibble f: the signs of inputs
+    32b+16h+4f..+3). The blob is panel-major, in panels of P row blocks (the last may hold
+    fewer): with Mrb = Mp/32 row blocks and n = ceil(Mrb/64), P = ceil(Mrb/(2n)) <= 32 and
+    ceil(Mrb/P) panels, 2n but at a large Mrb sometimes fewer (6912 rows: 8 panels of 27);
+    panel p from byte P*p*4*Kp on, each holding block 0 of its g row blocks in turn (128 bytes
+    each), then block 1, ...: row block P*p+i's block b at P*p*4*Kp + 128*(b*g + i) (layout
+    kernels/9; before it, row block after row block, VNNI4-interleaved)."""
     INT8 = "int8", """int8 weights in VNNI4 blocks.
 
     Kp = roundup(K, 32); row block = 32*Kp bytes: [Kp/4 units][32 rows][4 B], dword r of unit u
@@ -155,7 +162,7 @@ _FORMATS = {
         FormatInfo(Format.INT2, 2, False, False, _INT_SCALES, _INT_ACTS, 1 << 16,
                    "2-bit codes mapped through a 4-entry int8 code book, VNNI4-interleaved"),
         FormatInfo(Format.INT1, 1, False, False, _INT_SCALES, _INT_ACTS, MAX_DIM,
-                   "binary ±1 (bit 0 -> +1, bit 1 -> -1), VNNI4-interleaved"),
+                   "binary ±1 (bit 0 -> +1, bit 1 -> -1), 16 inputs of a row to a word, looked up four at a time"),
         FormatInfo(Format.INT8, 8, False, False, _INT_SCALES, _INT_ACTS, 1 << 16,
                    "int8 weights, VNNI4 blocks: the int8 roofline reference"),
         FormatInfo(Format.BF16, 16, False, True, (ScaleKind.NONE,), (ActKind.NONE,), MAX_DIM,

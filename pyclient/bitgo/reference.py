@@ -31,8 +31,9 @@ from .config import (MAX_DIM, ActKind, Format, QuantConfig, ScaleKind, format_in
 
 __all__ = [
     "ROW_BLOCK", "TL2_BLOCK", "TL2_CHUNK", "TL2_PANEL", "TL2_PANEL_MIN_BLOCKS",
-    "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "LAYOUT", "Layout", "layout",
-    "pack", "unpack", "relayout", "quantize_acts",
+    "TL2_PANEL_MIN_ROW_BLOCKS", "TL2_TWO_PANEL_ROW_BLOCKS", "INT1_PANEL",
+    "LAYOUT", "Layout",
+    "layout", "pack", "unpack", "relayout", "quantize_acts",
     "bf16_bits", "bf16_round", "from_bf16_bits", "ternarize", "ternarize_rows",
     "quantize_weights", "quantize_for", "linear_logical", "linear_packed", "linear",
     "dequantize",
@@ -67,6 +68,16 @@ the rest; from it on, panels of :data:`TL2_PANEL`. (In layout kernels/7, panel-m
 blocks on.) Go's ``kernels.TL2PanelMinBlocks``, ``TL2PanelMinRowBlocks`` and
 ``TL2TwoPanelRowBlocks``."""
 
+INT1_PANEL = 32
+"""The most row blocks in a panel of an int1 blob. An int1 blob is always panel-major (layout
+kernels/9 on): the blob stores panel after panel (the last may hold fewer row blocks), each
+with every row block's 128-byte block 0 side by side, then block 1, and so on
+(kernels/int1.go). With mrb row blocks and n = ceil(mrb/64), its panels hold P =
+ceil(mrb/(2n)) row blocks (P <= INT1_PANEL), the last possibly fewer: ceil(mrb/P) panels, 2n
+but at a large mrb sometimes fewer (:func:`_int1_panel_rows`), so that two workers' whole
+panels are even shares (6912 rows, 216 row blocks: 8 panels of 27). Go's
+``kernels.Int1Panel``."""
+
 _LAYOUT_HISTORY = (
     ("kernels/1", ()),
     ("kernels/2", (Format.TL2,)),  # the tl2 block: five planes of 5-bit codes
@@ -76,6 +87,9 @@ _LAYOUT_HISTORY = (
     ("kernels/6", (Format.TL2,)),  # tl2 panels of 32, panel-major from K >= 2544 and M > 3808
     ("kernels/7", (Format.TL2,)),  # tl2 panel-major from M > 2016 too, two panels up to M = 3808
     ("kernels/8", (Format.TL2,)),  # tl2 panel-major from K >= 1008 (21 blocks) instead of 2544
+    ("kernels/9", (Format.INT1,)),  # int1 in blocks of 32 inputs, 16 bits of a row to a word,
+                                    # panel-major (2*ceil(row blocks/64) panels of at
+                                    # most INT1_PANEL row blocks)
 )
 """The layout revisions, oldest first, each with the formats whose layout it changed (Go's
 ``kernels.layoutHistory``)."""
@@ -110,9 +124,11 @@ class Layout:
     k3: int = 0   # tl2: inputs [0, k3) are tl2 blocks
     kp1: int = 0  # tl2: the tl1 tail [k3, k) padded to kp1
     row_block_bytes: int = 0
-    # tl2: the most row blocks of a panel of a panel-major blob (TL2_PANEL, or ceil(row
+    # the most row blocks of a panel of a panel-major blob: int1 (ceil(row blocks/(2n)), n =
+    # ceil(row blocks/64), at most INT1_PANEL: _int1_panel_rows), or tl2 (TL2_PANEL, or ceil(row
     # blocks/2) in a two-panel one: _tl2_panel_rows; 16 in a kernels/5 blob and 32 in a
-    # kernels/6 one that relayout reads, as in a kernels/7 one); 0: chunk-major
+    # kernels/6 one that relayout reads, as in a kernels/7 one); 0: chunk-major tl2, or any
+    # other format
     panel_rows: int = 0
     # tl2, chunk-major: the most blocks of a chunk of an older revision's blob that relayout
     # reads (12 in kernels/2 and kernels/3, 10 in kernels/4 to kernels/7); 0: this
@@ -134,7 +150,9 @@ class Layout:
         :data:`TL2_PANEL_MIN_BLOCKS` blocks and :data:`TL2_PANEL_MIN_ROW_BLOCKS` row blocks, in
         two panels (of ceil(row blocks/2) and the rest) below
         :data:`TL2_TWO_PANEL_ROW_BLOCKS` row blocks and in panels of :data:`TL2_PANEL` from it
-        on; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`)."""
+        on; every other tl2 blob is chunk-major (:data:`TL2_CHUNK`). (An int1 blob is
+        panel-major too, always, in panels of at most :data:`INT1_PANEL` row blocks
+        (:func:`_int1_panel_rows`): ``paneled`` is tl2's.)"""
         return self.format is Format.TL2 and self.panel_rows > 0
 
 
@@ -148,6 +166,15 @@ def _tl2_panel_rows(nb: int, mrb: int) -> int:
     if mrb < TL2_TWO_PANEL_ROW_BLOCKS:
         return (mrb + 1) // 2
     return TL2_PANEL
+
+
+def _int1_panel_rows(mrb: int) -> int:
+    """The row blocks per panel of an int1 blob of mrb row blocks (Go's
+    ``kernels.int1PanelRows``): 2n panels, n = ceil(mrb/64), of P = ceil(mrb/(2n)) row blocks
+    (at most :data:`INT1_PANEL`), the last possibly fewer; ceil(mrb/P) panels in all, which
+    at a large mrb may be fewer than 2n (2000 row blocks: 63 of 32), and one where mrb = 1."""
+    np_ = 2 * ((mrb + 2 * INT1_PANEL - 1) // (2 * INT1_PANEL))
+    return (mrb + np_ - 1) // np_
 
 
 def _tl2_before(rev: str, l: Layout) -> Optional[Layout]:
@@ -212,7 +239,8 @@ def layout(fmt: Union[str, Format], m: int, k: int) -> Layout:
         return Layout(fmt, m, k, mp, kp, row_block_bytes=8 * kp)
     if fmt is Format.INT1:
         kp = _round_up(k, 32)
-        return Layout(fmt, m, k, mp, kp, row_block_bytes=4 * kp)
+        return Layout(fmt, m, k, mp, kp, row_block_bytes=4 * kp,
+                      panel_rows=_int1_panel_rows(mp // ROW_BLOCK))
     if fmt is Format.INT8:
         kp = _round_up(k, 32)
         return Layout(fmt, m, k, mp, kp, row_block_bytes=32 * kp)
@@ -384,33 +412,43 @@ def _tl2_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
     return _panel_streams(b, l) if l.paneled else _streams(b, l)
 
 
+def _panel_blocks(l: Layout) -> Tuple[int, int]:
+    """(blocks, bytes of a row block's block) of a panel-major blob's row-block stream (Go's
+    ``Layout.blockBytes``): tl2, nb = k3/48 blocks of 320 bytes and then the tl1 tail; int1,
+    kp/32 blocks of 128 bytes and no tail."""
+    if l.format is Format.INT1:
+        return l.kp // 32, 128
+    return l.k3 // TL2_BLOCK, 320
+
+
 def _panel_runs(l: Layout):
-    """(first row block, row blocks per panel, panels) of a panel-major tl2 blob's runs of
-    equal panels: the full panels of ``l.panel_rows``, then the short last one."""
+    """(first row block, row blocks per panel, panels) of a panel-major blob's runs of equal
+    panels: the full panels of ``l.panel_rows``, then the short last one."""
     rb, g = l.row_blocks, l.panel_rows
     full = rb // g * g
     return [r for r in ((0, g, rb // g), (full, rb - full, 1)) if r[1] * r[2]]
 
 
 def _panel_major(s: torch.Tensor, l: Layout) -> torch.Tensor:
-    """tl2 row-block streams [rb, row_block_bytes] -> the blob's panel-major order (flat): in
-    a panel of g row blocks, local row block i's block b at 320*(b*g + i), its tail at
-    320*nb*g + 8*kp1*i."""
-    nb, out = l.k3 // TL2_BLOCK, []
+    """Row-block streams [rb, row_block_bytes] of a panel-major blob (tl2, int1) -> the
+    blob's panel-major order (flat): in a panel of g row blocks, local row block i's block b
+    at bb*(b*g + i) (bb: 320 for tl2, 128 for int1; :func:`_panel_blocks`), then tl2's tails,
+    local row block i's at 320*nb*g + 8*kp1*i."""
+    (nb, bb), out = _panel_blocks(l), []
     for r0, g, n in _panel_runs(l):
         p = s[r0: r0 + g * n].reshape(n, g, l.row_block_bytes)
-        blocks = p[..., : 320 * nb].reshape(n, g, nb, 320).transpose(1, 2).reshape(n, -1)
-        out.append(torch.cat([blocks, p[..., 320 * nb:].reshape(n, -1)], dim=1).reshape(-1))
+        blocks = p[..., : bb * nb].reshape(n, g, nb, bb).transpose(1, 2).reshape(n, -1)
+        out.append(torch.cat([blocks, p[..., bb * nb:].reshape(n, -1)], dim=1).reshape(-1))
     return torch.cat(out)
 
 
 def _panel_streams(b: torch.Tensor, l: Layout) -> torch.Tensor:
-    """The tl2 blob's panel-major bytes (flat) -> row-block streams [rb, row_block_bytes]."""
-    nb, out = l.k3 // TL2_BLOCK, []
+    """A panel-major blob's bytes (flat) -> row-block streams [rb, row_block_bytes]."""
+    (nb, bb), out = _panel_blocks(l), []
     for r0, g, n in _panel_runs(l):
         p = b[r0 * l.row_block_bytes: (r0 + g * n) * l.row_block_bytes].reshape(n, -1)
-        blocks = p[:, : 320 * nb * g].reshape(n, nb, g, 320).transpose(1, 2).reshape(n, g, -1)
-        tails = p[:, 320 * nb * g:].reshape(n, g, -1)
+        blocks = p[:, : bb * nb * g].reshape(n, nb, g, bb).transpose(1, 2).reshape(n, g, -1)
+        tails = p[:, bb * nb * g:].reshape(n, g, -1)
         out.append(torch.cat([blocks, tails], dim=2).reshape(g * n, l.row_block_bytes))
     return torch.cat(out)
 
@@ -456,12 +494,17 @@ def _enc_int2(w: torch.Tensor, l: Layout) -> torch.Tensor:
 
 
 def _enc_int1(w: torch.Tensor, l: Layout) -> torch.Tensor:
-    b = (w < 0).to(torch.int32).view(l.row_blocks, 4, 8, l.kp // 8, 2, 4)  # rb,j,r8,u,h,k4
-    v = torch.zeros((l.row_blocks, 8, l.kp // 8, 4), dtype=torch.int32)
-    for h in range(2):
-        for j in range(4):
-            v = v | (b[:, j, :, :, h] << (4 * h + j))
-    return v.permute(0, 2, 1, 3).reshape(l.row_blocks, l.row_block_bytes)
+    """int1 (kernels/9, kernels/int1.go): row block rb's block b (inputs 32b..32b+31) is two
+    planes h of 32 little-endian uint16 words, word r's bit j = 1 where row r's input
+    32b+16h+j is -1; so byte e of the word holds inputs 32b+16h+8e..+7 in bits 0-7. The
+    row blocks' streams (their blocks in turn) are laid out panel-major, in panels of
+    ``l.panel_rows`` row blocks (:func:`_int1_panel_rows`)."""
+    s = (w < 0).to(torch.uint8).view(l.row_blocks, ROW_BLOCK, l.kp // 32, 2, 2, 8)
+    v = s[..., 0]  # rb, r, block, h, byte e: bit i = input 32b + 16h + 8e + i
+    for i in range(1, 8):
+        v = v | (s[..., i] << i)
+    streams = v.permute(0, 2, 3, 1, 4).reshape(l.row_blocks, l.row_block_bytes)  # rb,b,h,r,e
+    return _panel_major(streams, l)
 
 
 def _enc_int8(w: torch.Tensor, l: Layout) -> torch.Tensor:
@@ -575,9 +618,21 @@ def _dec_int2(b: torch.Tensor, l: Layout) -> torch.Tensor:
 
 
 def _dec_int1(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    """The inverse of :func:`_enc_int1`: the uint8 blob -> padded logical [Mp, Kp] int8."""
+    s = _panel_streams(b.reshape(-1), l)
+    v = s.view(l.row_blocks, l.kp // 32, 2, ROW_BLOCK, 2).permute(0, 3, 1, 2, 4)  # rb,r,b,h,e
+    bits = torch.stack([(v >> i) & 1 for i in range(8)], dim=5).to(torch.int8)  # ..., e, bit
+    return (1 - 2 * bits).reshape(l.mp, l.kp)
+
+
+def _dec_int1_v8(b: torch.Tensor, l: Layout) -> torch.Tensor:
+    """An int1 blob of layout kernels/1 to kernels/8 (Go's ``kernels.int1DecodeV8``) -> padded
+    logical [Mp, Kp]: row block after row block (4*Kp bytes each), units of 32 bytes holding
+    32 rows x inputs 8u..8u+7, byte p = 4*r8 + k4 of unit u: bit j (j = 0..3) row 8j+r8 at
+    input 8u+k4, bit 4+j row 8j+r8 at input 8u+4+k4 (VNNI4-interleaved)."""
     v = b.view(l.row_blocks, l.kp // 8, 8, 4).permute(0, 2, 1, 3)  # rb, r8, unit, k4
     bits = torch.stack([torch.stack([(v >> (4 * h + j)) & 1 for h in range(2)], dim=3)
-                        for j in range(4)], dim=1)  # rb, j, r8, unit, h, k4
+                        for j in range(4)], dim=1).to(torch.int8)  # rb, j, r8, unit, h, k4
     return (1 - 2 * bits).reshape(l.mp, l.kp)
 
 
@@ -602,11 +657,11 @@ def _wide(dec):
     return lambda b, l: dec(b.to(torch.int64), l)
 
 
-# i2s decodes the uint8 blob directly (it is the format large models use; wide int64
+# i2s and int1 decode the uint8 blob directly (i2s is the format large models use; wide int64
 # temporaries cost 8x the memory).
 _DECODERS = {
     Format.I2S: _dec_i2s, Format.TL1: _wide(_dec_tl1), Format.TL2: _wide(_dec_tl2),
-    Format.INT2: _wide(_dec_int2), Format.INT1: _wide(_dec_int1), Format.INT8: _wide(_dec_int8),
+    Format.INT2: _wide(_dec_int2), Format.INT1: _dec_int1, Format.INT8: _wide(_dec_int8),
 }
 
 
@@ -642,8 +697,11 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     panel-major where :attr:`Layout.paneled`, in panels of :data:`TL2_PANEL` or in two, else
     chunk-major with chunks of up to :data:`TL2_CHUNK` (a kernels/4 to kernels/7 blob of a
     shape chunk-major still, or a kernels/6 or kernels/7 blob of a shape in the panels it has
-    now, comes back byte for byte), checked by decoding it. Any other change is a ValueError
-    naming the revisions."""
+    now, comes back byte for byte), checked by decoding it; an int1 blob of kernels/1 to
+    kernels/8 (row block after row block, VNNI4-interleaved: :func:`_dec_int1_v8`) encoded
+    again in this revision's layout, its padding bits as they were (every bit pattern is an
+    int1 blob: only the size is checked). Any other change is a ValueError naming the
+    revisions."""
     l = layout(fmt, m, k)
     b = _check_blob(blob, l)
     revs = [r for r, _ in _LAYOUT_HISTORY]
@@ -653,6 +711,8 @@ def relayout(fmt: Union[str, Format], m: int, k: int, blob: torch.Tensor,
     changes = [r for r, fs in _LAYOUT_HISTORY[revs.index(from_layout) + 1:] if l.format in fs]
     if not changes:
         return b
+    if l.format is Format.INT1:  # changed in kernels/9 only: from_layout is one of 1..8
+        return _enc_int1(_dec_int1_v8(b, l), l).reshape(-1).contiguous()
     before = _tl2_before(from_layout, l) if l.format is Format.TL2 else None
     if before is not None:  # the same streams, laid out as from_layout stored them
         out = _tl2_order(_tl2_streams(b, before), l)

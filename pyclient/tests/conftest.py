@@ -88,7 +88,7 @@ def torch_at_least(major: int, minor: int) -> bool:
 
 
 TL2_CHUNK_OF = {"kernels/2": 12, "kernels/3": 12, "kernels/4": 10, "kernels/5": 10,
-                "kernels/6": 10, "kernels/7": 10, "kernels/8": 10}
+                "kernels/6": 10, "kernels/7": 10, "kernels/8": 10, "kernels/9": 10}
 """The most blocks in a chunk of a chunk-major tl2 blob, by layout revision (tl2_panel_of
 says which blobs were chunk-major)."""
 
@@ -96,24 +96,25 @@ TL2_PANEL = 32
 TL2_PANEL_MIN_M, TL2_PANEL_MIN_K = 2017, 1008
 TL2_TWO_PANEL_M = 3809
 TL2_PANEL_MIN_K7 = 2544
-"""This revision's (kernels/8) tl2 panel rule, stated here independently of bitgo.reference
-(kernels/layout.go): a tl2 blob of M >= TL2_PANEL_MIN_M (64 row blocks) and K >=
-TL2_PANEL_MIN_K (21 blocks) is panel-major: below TL2_TWO_PANEL_M (120 row blocks) in two
-panels, of ceil(Mrb/2) row blocks and the rest, from it on in panels of TL2_PANEL row blocks;
-any other is chunk-major. (kernels/7 laid out panel-major only from TL2_PANEL_MIN_K7 = 2544
-inputs, 53 blocks, on; kernels/6 only from TL2_PANEL_MIN_K7 and TL2_TWO_PANEL_M on.)"""
+"""This revision's (kernels/9; tl2's as in kernels/8) tl2 panel rule, stated here
+independently of bitgo.reference (kernels/layout.go): a tl2 blob of M >= TL2_PANEL_MIN_M (64
+row blocks) and K >= TL2_PANEL_MIN_K (21 blocks) is panel-major: below TL2_TWO_PANEL_M (120
+row blocks) in two panels, of ceil(Mrb/2) row blocks and the rest, from it on in panels of
+TL2_PANEL row blocks; any other is chunk-major. (kernels/7 laid out panel-major only from
+TL2_PANEL_MIN_K7 = 2544 inputs, 53 blocks, on; kernels/6 only from TL2_PANEL_MIN_K7 and
+TL2_TWO_PANEL_M on.)"""
 
 
 def tl2_panel_of(m, k, rev):
     """The row blocks per panel of an m x k tl2 blob as layout revision ``rev`` (kernels/2 on)
     stored it, 0 where it was chunk-major: every tl2 blob before kernels/5; in kernels/5 those
     of K < 4080 or M <= 4064 (the others in panels of 16); in kernels/6 those short of
-    TL2_TWO_PANEL_M or TL2_PANEL_MIN_K7 (the others in panels of TL2_PANEL); in kernels/7 and
-    kernels/8 those short of TL2_PANEL_MIN_M or of TL2_PANEL_MIN_K7 (kernels/7) or
-    TL2_PANEL_MIN_K (kernels/8) (the others in two panels below TL2_TWO_PANEL_M, of
+    TL2_TWO_PANEL_M or TL2_PANEL_MIN_K7 (the others in panels of TL2_PANEL); in kernels/7 to
+    kernels/9 those short of TL2_PANEL_MIN_M or of TL2_PANEL_MIN_K7 (kernels/7) or
+    TL2_PANEL_MIN_K (kernels/8, kernels/9) (the others in two panels below TL2_TWO_PANEL_M, of
     ceil(Mrb/2) row blocks and the rest, in panels of TL2_PANEL from it on)."""
     mrb = -(-m // 32)
-    if rev in ("kernels/7", "kernels/8"):
+    if rev in ("kernels/7", "kernels/8", "kernels/9"):
         if m < TL2_PANEL_MIN_M or k < (TL2_PANEL_MIN_K7 if rev == "kernels/7" else TL2_PANEL_MIN_K):
             return 0
         return -(-mrb // 2) if m < TL2_TWO_PANEL_M else TL2_PANEL
@@ -168,3 +169,45 @@ def tl2_as_revision(blob, m, k, rev):
     """A tl2 blob of this revision as ``rev`` (kernels/2 on) stored it (tl2_in_revision)."""
     from bitgo import reference as R
     return tl2_in_revision(tl2_streams(R.unpack("tl2", m, k, blob)), m, k, rev)
+
+
+INT1_PANEL = 32
+"""This revision's (kernels/9) int1 panel rule, stated here independently of bitgo.reference
+(kernels/int1.go): an int1 blob is always panel-major, its Mrb row blocks planned as n pairs
+of panels, n the fewest with 2n panels of INT1_PANEL row blocks holding them all; every panel
+but the last holds P row blocks, P the fewest with 2n panels of P holding them all, and the
+last the rest (fewer than P where P does not divide Mrb; and where (2n-1)P already holds
+them all there are fewer than 2n panels: 961 row blocks, 31 of 31)."""
+
+
+def int1_panels(m):
+    """The row blocks of each panel of an m-row int1 blob, in order (INT1_PANEL)."""
+    mrb = -(-m // 32)
+    n = 1
+    while 2 * n * INT1_PANEL < mrb:
+        n += 1
+    p = 1
+    while 2 * n * p < mrb:
+        p += 1
+    panels = []
+    while sum(panels) < mrb:
+        panels.append(min(p, mrb - sum(panels)))
+    return panels
+
+
+def int1_v8(w):
+    """The int1 blob of logical weights w [M, K] as layouts kernels/1 to kernels/8 packed it
+    (stated here independently of bitgo.reference, from Go's int1DecodeV8): padding rows and
+    inputs +1 (bit 0), Kp = roundup(K, 32), row block after row block (4*Kp bytes), units of
+    32 bytes holding 32 rows x inputs 8u..8u+7: byte p = 4*r8 + k4 of unit u, bit j (j =
+    0..3) row 8j+r8 at input 8u+k4, bit 4+j row 8j+r8 at input 8u+4+k4."""
+    m, k = w.shape
+    mp, kp = -(-m // 32) * 32, -(-k // 32) * 32
+    neg = np.zeros((mp, kp), dtype=np.uint8)
+    neg[:m, :k] = (w.numpy() < 0)
+    b = neg.reshape(mp // 32, 4, 8, kp // 8, 2, 4)  # rb, j, r8, u, h, k4
+    out = np.zeros((mp // 32, kp // 8, 8, 4), dtype=np.uint8)  # rb, u, r8, k4
+    for j in range(4):
+        for h in range(2):
+            out |= b[:, j, :, :, h, :].transpose(0, 2, 1, 3) << (4 * h + j)
+    return torch.from_numpy(out.reshape(-1).copy())

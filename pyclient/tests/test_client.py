@@ -537,10 +537,11 @@ def test_forked_child_can_start_its_own_daemon():
 
 def test_packed_blobs_name_their_layout(client, monkeypatch):
     """Packed uploads name reference.LAYOUT; bitd refuses a blob whose revision lays its
-    format out otherwise (a kernels/4 to kernels/7 tl2 blob: the first revision
-    after it that changed tl2's layout is named, whatever the blob's shape), and reads the
-    formats unchanged since."""
+    format out otherwise (a kernels/4 to kernels/7 tl2 blob, a kernels/4 to kernels/8 int1
+    blob: the first revision after it that changed the format's layout is named, whatever
+    the blob's shape), and reads the formats unchanged since."""
     tl2 = _layer(QuantConfig(format="tl2"), seed=5)
+    int1 = _layer(QuantConfig(format="int1"), seed=5)
     i2s = _layer(QuantConfig(format="i2s"), seed=5)
     for rev, changed in (("kernels/4", "kernels/5"), ("kernels/5", "kernels/6"),
                          ("kernels/6", "kernels/7"), ("kernels/7", "kernels/8")):
@@ -549,7 +550,20 @@ def test_packed_blobs_name_their_layout(client, monkeypatch):
                                                f"after {rev}") as e:
             _register(client, tl2)
         assert e.value.status == 8  # invalid
+        with pytest.raises(RequestError, match=f"int1 blobs changed layout in kernels/9, "
+                                               f"after {rev}") as e:
+            _register(client, int1)
+        assert e.value.status == 8
         info = _register(client, i2s)
         x = torch.randn(2, 200)
         assert_bits_equal(client.forward(info["id"], x), R.linear(i2s, x))
         client.free(info["id"])
+    monkeypatch.setattr(R, "LAYOUT", "kernels/8")  # tl2 as now; int1 changed in kernels/9
+    with pytest.raises(RequestError, match="int1 blobs changed layout in kernels/9, "
+                                           "after kernels/8") as e:
+        _register(client, int1)
+    assert e.value.status == 8
+    info = _register(client, tl2)
+    x = torch.randn(2, 200)
+    assert_bits_equal(client.forward(info["id"], x), R.linear(tl2, x))
+    client.free(info["id"])

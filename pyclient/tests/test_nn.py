@@ -9,8 +9,8 @@ from torch import nn
 import bitgo
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (DTYPES, FORMATS, TL2_CHUNK_OF, assert_bits_equal, tl2_as_revision,
-                      tl2_panel_of)
+from conftest import (DTYPES, FORMATS, TL2_CHUNK_OF, assert_bits_equal, int1_v8,
+                      tl2_as_revision, tl2_panel_of)
 
 CONFIGS = [QuantConfig(format=f) for f in FORMATS] + [
     QuantConfig(format="i2s", act="per-group:128", scale="row"),
@@ -218,7 +218,8 @@ def _state_as(sd, m, k, fmt, rev):
     kernels/7, kernels/5's panels of 16 for K >= 4080 and M > 4064, kernels/6's of 32 for
     K >= 2544 and M > 3808 and kernels/7's (two below M = 3809) for K >= 2544 and M > 2016;
     the bytes of this revision where it lays the shape out the same
-    way), and the extra state's "layout" ``rev``, or none before kernels/4."""
+    way); int1's as kernels/1 to kernels/8 packed them (int1_v8: row block after row block,
+    VNNI4-interleaved); and the extra state's "layout" ``rev``, or none before kernels/4."""
     old = dict(sd)
     extra = dict(old["_extra_state"])
     assert extra.pop("layout") == R.LAYOUT
@@ -230,17 +231,20 @@ def _state_as(sd, m, k, fmt, rev):
         g = tl2_panel_of(m, k, R.LAYOUT)
         same = tl2_panel_of(m, k, rev) == g and (g > 0 or TL2_CHUNK_OF[rev] == 10)
         assert torch.equal(old["packed"], sd["packed"]) == same
+    if fmt == "int1":
+        old["packed"] = int1_v8(R.unpack("int1", m, k, sd["packed"])).reshape(sd["packed"].shape)
+        assert not torch.equal(old["packed"], sd["packed"])
     return old
 
 
 @pytest.mark.parametrize("rev", ["kernels/3", "kernels/4", "kernels/5", "kernels/6",
-                                 "kernels/7"])
-@pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1"])
+                                 "kernels/7", "kernels/8"])
+@pytest.mark.parametrize("fmt", ["tl2", "i2s", "tl1", "int1"])
 def test_state_dict_of_earlier_layouts(fmt, rev):
-    """A state saved in kernels/4 to kernels/7, or before layouts were recorded (kernels/3),
-    loads, its tl2 blob laid out anew (a kernels/4 to kernels/7 blob of this shape,
-    chunk-major still, as it was); a tl2 state of kernels/1 is refused, naming the
-    revisions."""
+    """A state saved in kernels/4 to kernels/8, or before layouts were recorded (kernels/3),
+    loads, its tl2 blob laid out anew (a kernels/4 to kernels/8 blob of this shape,
+    chunk-major still, as it was) and its int1 blob encoded anew (kernels/9); a tl2 state of
+    kernels/1 is refused, naming the revisions."""
     torch.manual_seed(4)
     m, k = 40, 48 * 11 + 3  # tl2: one chunk in kernels/3, two in kernels/4 on
     a = bitgo.BitLinear.from_linear(nn.Linear(k, m), QuantConfig(format=fmt))

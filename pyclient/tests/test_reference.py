@@ -8,10 +8,10 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import (FORMATS, TL2_CHUNK_OF, TL2_PANEL_MIN_K, TL2_PANEL_MIN_K7,
-                      TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal, tl2_as_revision,
-                      tl2_chunk_major, tl2_in_revision, tl2_panel_major, tl2_panel_of,
-                      tl2_streams)
+from conftest import (FORMATS, INT1_PANEL, TL2_CHUNK_OF, TL2_PANEL_MIN_K,
+                      TL2_PANEL_MIN_K7, TL2_PANEL_MIN_M, TL2_TWO_PANEL_M, assert_bits_equal,
+                      int1_panels, int1_v8, tl2_as_revision, tl2_chunk_major,
+                      tl2_in_revision, tl2_panel_major, tl2_panel_of, tl2_streams)
 
 SHAPES = [(1, 1), (1, 7), (31, 47), (33, 48), (65, 129), (32, 385)]
 
@@ -591,8 +591,8 @@ def test_relayout_refuses_what_it_cannot_convert():
         R.relayout("tl2", 40, 300, tl2, "kernels/1")
     with pytest.raises(ValueError, match="tl1 blobs changed layout in kernels/3, after kernels/2"):
         R.relayout("tl1", 40, 300, tl1, "kernels/2")
-    with pytest.raises(ValueError, match="'kernels/9' is not one this bitgo knows"):
-        R.relayout("i2s", 40, 300, i2s, "kernels/9")
+    with pytest.raises(ValueError, match="'kernels/10' is not one this bitgo knows"):
+        R.relayout("i2s", 40, 300, i2s, "kernels/10")
     # formats whose layout has not changed since are read as they are
     assert torch.equal(R.relayout("i2s", 40, 300, i2s, "kernels/1"), i2s)
     assert torch.equal(R.relayout("tl1", 40, 300, tl1, "kernels/3"), tl1)
@@ -611,6 +611,159 @@ def test_relayout_refuses_what_it_cannot_convert():
             R.relayout("tl2", 40, 300, old, rev)
     with pytest.raises(ValueError, match="blob has 7 bytes"):
         R.relayout("tl2", 40, 300, tl2[:7], "kernels/4")
+
+
+def _int1_weights(m, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (2 * torch.randint(0, 2, (m, k), generator=g) - 1).to(torch.int8)
+
+
+@pytest.mark.parametrize("m,k,panels", [
+    (1, 1, [1]), (40, 300, [1, 1]), (65, 33, [2, 1]), (1024, 64, [16, 16]),
+    (1100, 45, [18, 17]), (2081, 45, [17, 17, 17, 15]), (1100, 300, [18, 17]),
+    (3808, 40, [30, 30, 30, 29]), (3809, 40, [30] * 4), (3880, 45, [31, 31, 31, 29]),
+    (4096, 33, [32] * 4), (4130, 45, [22] * 5 + [20]), (6912, 33, [27] * 8),
+    (30752, 1, [31] * 31)])
+def test_int1_layout_picture(m, k, panels):
+    """Every weight's bit of an int1 blob is where kernels/int1.go's picture puts it, worked
+    out here for each (row, input), padding included: 2n panels (n = ceil(Mrb/64)) of
+    ceil(Mrb/(2n)) row blocks, at most INT1_PANEL, the last one short where they do not
+    divide Mrb (1 row block: one panel; 961 row blocks: 31 panels of 31, fewer than 2n = 32)
+    (the panels listed by hand). Row block rb = row // 32 (row
+    r in it) is row block i of panel p, of g row blocks, which starts at row block f (byte f*S,
+    S = 4*Kp); input 32b + 16h + j is block b, plane h, bit j of word r: byte f*S + 128*(b*g +
+    i) + 64*h + 2*r + j//8, bit j%8, 1 where the weight is -1 (padding rows and inputs: +1, bit
+    0). The positions cover the blob's bits exactly once."""
+    lay = R.layout("int1", m, k)
+    mp, kp, mrb = lay.mp, lay.kp, lay.row_blocks
+    assert int1_panels(m) == panels and sum(panels) == mrb
+    assert lay.panel_rows == panels[0] and lay.row_block_bytes == 4 * kp
+    assert panels[0] <= INT1_PANEL and all(g == panels[0] for g in panels[:-1])
+    w = _int1_weights(m, k, m * 7 + k)
+    blob = R.pack("int1", w)
+    row = torch.arange(mp, dtype=torch.int64)[:, None]
+    inp = torch.arange(kp, dtype=torch.int64)[None, :]
+    rb, r = row // 32, row % 32
+    panel_of = torch.cat([torch.full((g,), p, dtype=torch.int64) for p, g in enumerate(panels)])
+    firsts = torch.tensor([sum(panels[:p]) for p in range(len(panels))], dtype=torch.int64)
+    p = panel_of[rb]
+    f, g = firsts[p], torch.tensor(panels, dtype=torch.int64)[p]
+    i = rb - f
+    b, h, j = inp // 32, inp % 32 // 16, inp % 16
+    off = f * 4 * kp + 128 * (b * g + i) + 64 * h + 2 * r + j // 8
+    pos = (8 * off + j % 8).reshape(-1)
+    assert torch.equal(pos.sort().values, torch.arange(8 * blob.numel()))
+    neg = torch.zeros(mp, kp, dtype=torch.int64)
+    neg[:m, :k] = (w < 0).to(torch.int64)
+    got = (blob.to(torch.int64)[pos // 8] >> (pos % 8)) & 1
+    assert torch.equal(got, neg.reshape(-1))
+    assert torch.equal(R.unpack("int1", m, k, blob), w)
+
+
+@pytest.mark.parametrize("m,mrb,g,n", [
+    # Go's TestInt1Layout and its real shapes' M: M rows, row blocks, P, panels
+    (40, 2, 1, 2), (1, 1, 1, 1), (1024, 32, 16, 2), (1100, 35, 18, 2), (2081, 66, 17, 4),
+    (2560, 80, 20, 4), (3809, 120, 30, 4), (3840, 120, 30, 4), (3880, 122, 31, 4),
+    (4096, 128, 32, 4), (6912, 216, 27, 8), (11008, 344, 29, 12), (13824, 432, 31, 14),
+    (14336, 448, 32, 14), (28672, 896, 32, 28), (64000, 2000, 32, 63),
+    # the edges: one row block, two panels up to 64 row blocks, four from 65, six from 129;
+    # 961 row blocks: 31 panels of 31, one fewer than 2n = 32
+    (32, 1, 1, 1), (33, 2, 1, 2), (65, 3, 2, 2), (2048, 64, 32, 2), (2049, 65, 17, 4),
+    (4097, 129, 22, 6), (30752, 961, 31, 31), (30753, 962, 31, 32)])
+def test_int1_panel_rule(m, mrb, g, n):
+    """reference exports the int1 panel rule (Go's kernels.Int1Panel; Int1TwoPanelRowBlocks is
+    gone) as conftest states it: with mrb row blocks, 2*ceil(mrb/64) panels of P =
+    ceil(mrb/(2*ceil(mrb/64))) row blocks, the last possibly fewer, ceil(mrb/P) in all."""
+    assert "INT1_PANEL" in R.__all__ and R.INT1_PANEL == INT1_PANEL == 32
+    assert not hasattr(R, "INT1_TWO_PANEL_ROW_BLOCKS")
+    lay = R.layout("int1", m, 1)
+    panels = int1_panels(m)
+    assert lay.row_blocks == mrb == sum(panels), m
+    assert lay.panel_rows == g == panels[0], m
+    assert -(-mrb // lay.panel_rows) == n == len(panels), m
+
+
+@pytest.mark.parametrize("m,k,panels,marks", [
+    # M = 1100: 35 row blocks, two panels (n = 1) of 18 and 17; panel 1
+    # starts at row block 18, byte 18*S = 4608
+    (1100, 45, [18, 17], [
+        (0, 0, 0, 0x01),  # rb 0 (panel 0, i 0), r 0; b 0, h 0, j 0
+        (5, 17, 64 + 2 * 5, 0x02),  # r 5; input 17: b 0, h 1, j 1
+        (40, 33, 128 * (1 * 18 + 1) + 2 * 8, 0x02),  # rb 1, r 8; input 33: b 1, h 0, j 1
+        (575, 39, 128 * (1 * 18 + 17) + 2 * 31, 0x80),  # rb 17 (panel 0's last), r 31; j 7
+        (576, 16, 4608 + 64, 0x01),  # rb 18 (panel 1 of g = 17, i 0), r 0; b 0, h 1, j 0
+        (1050, 16, 4608 + 128 * 14 + 64 + 2 * 26, 0x01),  # rb 32 (i 14), r 26; b 0, h 1
+        (1050, 30, 4608 + 128 * 14 + 64 + 2 * 26 + 1, 0x40),  # j 14: the high byte, bit 6
+        (1050, 31, 4608 + 128 * 14 + 64 + 2 * 26 + 1, 0x80),  # j 15, the same byte
+        (1076, 44, 4608 + 128 * (1 * 17 + 15) + 2 * 20 + 1, 0x10),  # rb 33 (i 15), r 20; j 12
+        (1099, 40, 4608 + 128 * (1 * 17 + 16) + 2 * 11 + 1, 0x01),  # the last row: rb 34, r 11
+    ]),
+    # M = 3880: 122 row blocks, four panels (n = 2) of 31, 31, 31 and 29; panel p starts at
+    # row block 31p, byte 31*p*S = 7936p
+    (3880, 45, [31, 31, 31, 29], [
+        (0, 1, 0, 0x02),  # rb 0, r 0; input 1: b 0, h 0, j 1
+        (991, 33, 128 * (1 * 31 + 30) + 2 * 31, 0x02),  # rb 30 (panel 0's last), r 31; j 1
+        (992, 0, 7936, 0x01),  # rb 31 (panel 1, i 0), r 0
+        (1968, 31, 7936 + 128 * 30 + 64 + 2 * 16 + 1, 0x80),  # rb 61 (i 30), r 16; h 1, j 15
+        (1984, 20, 2 * 7936 + 64, 0x10),  # rb 62 (panel 2, i 0), r 0; input 20: h 1, j 4
+        (2976, 44, 3 * 7936 + 128 * (1 * 29 + 0) + 1, 0x10),  # rb 93 (panel 3 of g = 29, i 0)
+        (3879, 17, 3 * 7936 + 128 * 28 + 64 + 2 * 7, 0x02),  # the last row: rb 121 (i 28), r 7
+        (3879, 40, 3 * 7936 + 128 * (1 * 29 + 28) + 2 * 7 + 1, 0x01),  # b 1, h 0, j 8
+    ])])
+def test_int1_panel_major_by_hand(m, k, panels, marks):
+    """Marked weights land where int1.go's picture says, worked out by hand: K = 45 (Kp = 64:
+    two blocks, the second's inputs 45-63 padding), so S = 4*Kp = 256; a two-panel blob and
+    one of four panels with a short last one (the marks' bytes in their comments).
+    All +1 (and the padding) is an all-zero blob; a -1 at row, input -> (row block, row r;
+    block b, plane h, bit j) sets byte f*S + 128*(b*g + i) + 64h + 2r + j//8, bit j%8 (row
+    block i of a panel of g row blocks starting at row block f)."""
+    mrb = -(-m // 32)
+    assert sum(panels) == mrb and R.layout("int1", m, k).panel_rows == panels[0]
+    w = torch.ones(m, k, dtype=torch.int8)
+    want = torch.zeros(mrb * 256, dtype=torch.uint8)
+    assert_bits_equal(R.pack("int1", w), want)
+    for row, inp, byte, bit in marks:
+        assert w[row, inp] == 1 and not want[byte] & bit
+        w[row, inp] = -1
+        want[byte] |= bit
+    blob = R.pack("int1", w)
+    assert_bits_equal(blob, want)
+    assert torch.equal(R.unpack("int1", m, k, blob), w)
+    full = R._unpack_padded(R.layout("int1", m, k), blob)
+    assert bool((full[m:] == 1).all()) and bool((full[:, k:] == 1).all())
+    assert_bits_equal(R.relayout("int1", m, k, int1_v8(w), "kernels/8"), want)
+
+
+@pytest.mark.parametrize("m,k", [(1, 1), (40, 300), (70, 64), (1100, 96), (2081, 45),
+                                 (3880, 45), (6912, 33)])
+def test_relayout_int1(m, k):
+    """relayout encodes an int1 blob of kernels/1 to kernels/8 (row block after row block,
+    VNNI4-interleaved: int1_v8) in this revision's panel-major layout, as pack does the same
+    weights, padding bits and all (every bit pattern is an int1 blob: all ones stay all
+    ones); a blob of this revision comes back as it is; a short blob and an unknown revision
+    are refused."""
+    w = _int1_weights(m, k, m + 3 * k)
+    new, old = R.pack("int1", w), int1_v8(w)
+    assert old.numel() == new.numel() and (m * k < 32 or not torch.equal(old, new))
+    for rev in ("kernels/1", "kernels/3", "kernels/8"):
+        assert torch.equal(R.relayout("int1", m, k, old, rev), new), rev
+    assert torch.equal(R.relayout("int1", m, k, new, R.LAYOUT), new)
+    ones = torch.full_like(old, 0xFF)
+    assert torch.equal(R.relayout("int1", m, k, ones, "kernels/8"), ones)
+    with pytest.raises(ValueError, match=f"blob has {old.numel() - 1} bytes"):
+        R.relayout("int1", m, k, old[1:], "kernels/8")
+    with pytest.raises(ValueError, match="'kernels/10' is not one this bitgo knows"):
+        R.relayout("int1", m, k, old, "kernels/10")
+
+
+def test_layout_history():
+    """The layout revisions and the formats each changed (Go's kernels.layoutHistory): int1's
+    layout changed in kernels/9 only (this revision), tl2's last in kernels/8."""
+    hist = dict(R._LAYOUT_HISTORY)
+    assert R.LAYOUT == "kernels/9" and list(hist)[-1] == R.LAYOUT
+    assert list(hist) == [f"kernels/{n}" for n in range(1, 10)]
+    assert [r for r, fs in R._LAYOUT_HISTORY if "int1" in fs] == ["kernels/9"]
+    assert [r for r, fs in R._LAYOUT_HISTORY if "tl2" in fs][-1] == "kernels/8"
 
 
 def test_layout_is_bitds():

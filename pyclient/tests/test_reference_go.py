@@ -10,7 +10,8 @@ import torch
 
 from bitgo import reference as R
 from bitgo.config import QuantConfig
-from conftest import TL2_PANEL, assert_bits_equal, tl2_panel_of
+from conftest import (INT1_PANEL, TL2_PANEL, assert_bits_equal, int1_panels, int1_v8,
+                      tl2_panel_of)
 
 
 def _cfg(case) -> QuantConfig:
@@ -43,6 +44,16 @@ def test_vectors_cover_every_format_and_setting(vectors):
                and not tl2_panel_of(t.m, t.k, "kernels/6") for t in tl2)
     assert any(t.paneled and t.k < 2544 and t.kp1 and not tl2_panel_of(t.m, t.k, "kernels/7")
                for t in tl2)
+    # int1 (panel-major, kernels/9): one panel; two panels of unequal row blocks (n = 1); and
+    # more than two panels (n = 2) of fewer than INT1_PANEL row blocks and a short last one;
+    # each of a K not a multiple of 32
+    int1 = [R.layout("int1", c["m"], c["k"]) for c in lin if c["format"] == "int1"]
+    assert all(t.panel_rows == int1_panels(t.m)[0] for t in int1)
+    assert any(t.row_blocks == 1 for t in int1)
+    assert any(int1_panels(t.m) == [t.panel_rows, t.panel_rows - 1] and t.panel_rows > 1
+               and t.k % 32 for t in int1)
+    assert any(len(int1_panels(t.m)) > 2 and t.panel_rows < INT1_PANEL
+               and int1_panels(t.m)[-1] < t.panel_rows and t.k % 32 for t in int1)
     assert {c["kind"] for c in vectors.cases} == {"linear", "recipe"}
 
 
@@ -53,6 +64,22 @@ def test_pack_is_byte_identical_to_go(vectors):
         blob = R.pack(cfg.format, w)
         assert blob.numel() == R.layout(cfg.format, c["m"], c["k"]).nbytes
         assert torch.equal(blob, a["blob"]), c["name"]
+
+
+def test_int1_relayout_of_kernels_8_is_go_pack(vectors):
+    """Go's int1 blobs (kernels/9) are what relayout makes of the same weights packed as
+    kernels/1 to kernels/8 did (int1_v8), a two-panel one and one of more than two panels
+    with a short last one among them."""
+    cases = [c for c in _linear_cases(vectors) if c["format"] == "int1"]
+    assert any(len(int1_panels(c["m"])) == 2 and c["m"] > 32 for c in cases)
+    assert any(len(int1_panels(c["m"])) > 2 and int1_panels(c["m"])[-1] < int1_panels(c["m"])[0]
+               for c in cases)
+    for c in cases:
+        a = vectors.arrays(c)
+        old = int1_v8(a["w"].view(c["m"], c["k"]))
+        assert old.numel() == a["blob"].numel()
+        assert torch.equal(R.relayout("int1", c["m"], c["k"], old, "kernels/8"), a["blob"]), \
+            c["name"]
 
 
 def test_unpack_inverts_go_pack(vectors):

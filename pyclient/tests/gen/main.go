@@ -129,6 +129,18 @@ var twoPanelShape = [2]int{2400, 2600}
 // K = 1240 is 25 blocks and a 40-input tail.
 var shortPanelShape = [2]int{2400, 1240}
 
+// int1TwoPanelShape is int1's first case: an int1 blob is panel-major (kernels/9 on), in 2n
+// panels of ceil(Mrb/(2n)) row blocks, n = ceil(Mrb/64), so in two up to 64 row blocks:
+// M = 1100 is 35 row blocks, panels of 18 and 17; K = 300 is 10 blocks of 32 inputs, the
+// last with 20 padding inputs.
+var int1TwoPanelShape = [2]int{1100, 300}
+
+// int1PanelShape is int1's second case, a blob of more than two panels (of at most
+// kernels.Int1Panel row blocks) with a short last one: M = 3880 is 122 row blocks, n = 2,
+// three panels of 31 and a short one of 29; K = 40 is 2 blocks, the last with 24 padding
+// inputs (a small K keeps the case fast).
+var int1PanelShape = [2]int{3880, 40}
+
 var tokenCounts = []int{1, 3, 7, 2, 5}
 
 // randLogical: random logical weights; float weights are not rounded to bfloat16 (the
@@ -218,6 +230,12 @@ func linearCases(rng *rand.Rand, w *writer) ([]linearCase, error) {
 				}
 				if sti == 1 && rep == 0 && f == quantcfg.TL2 {
 					sh = shortPanelShape
+				}
+				if sti == 0 && rep == 0 && f == quantcfg.Int1 {
+					sh = int1TwoPanelShape
+				}
+				if sti == 0 && rep == 1 && f == quantcfg.Int1 {
+					sh = int1PanelShape
 				}
 				n := tokenCounts[si%len(tokenCounts)]
 				bias := si%2 == 0
