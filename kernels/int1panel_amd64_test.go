@@ -192,37 +192,19 @@ func TestInt1PanelBlocksZero(t *testing.T) {
 	}
 }
 
-// Int1PanelTime runs int1PanelT<T>AVX512 over row blocks [rb0, rb1) of l, a call for each
-// panel's share, for the timing test in int1panel_time_test.go (timing only: any blob): xb
-// holds the tokens' biased activations Kp bytes apart, sums [32*Int1Panel][T][32] and acc
-// [Int1Panel][T][32] are scratch.
-func Int1PanelTime(T int, l *Layer, xb []byte, rb0, rb1 int, sums []int32, acc []int16) {
-	fn := int1PanelKernels[T-1].fn
-	for rb := rb0; rb < rb1; {
-		p0, g := l.Layout.Panel(rb / l.Layout.PanelRows())
-		end := min(rb1, p0+g)
-		off, stride := l.Layout.BlockAt(rb, 0)
-		a := int1Args{W: unsafe.Pointer(&l.Data[off]), NRB: end - rb, BStride: stride, Blocks: l.Layout.Kp / 32,
-			X: unsafe.Pointer(&xb[0]), XStride: l.Layout.Kp,
-			Sums: unsafe.Pointer(&sums[0]), SStride: 128 * T, Acc: unsafe.Pointer(&acc[0])}
-		fn(argp(&a))
-		rb = end
-	}
-}
-
-// BenchmarkInt1Panel: the int1 panel kernels cache-resident (one panel of 32 row blocks,
-// K = 2560: 320 KiB of weights, in L2).
+// BenchmarkInt1Panel: the int1 panel kernels cache-resident (the first panel of a
+// 4096x2560 blob, 32 row blocks at K = 2560: 320 KiB of weights, in L2).
 func BenchmarkInt1Panel(b *testing.B) {
 	if !ISAAvailable(ISAAVX512) {
 		b.Skip("no AVX-512 (VNNI, BW, VBMI)")
 	}
 	for _, k := range int1PanelKernels {
-		b.Run(fmt.Sprintf("int1/1024x2560/%s", k.name), func(b *testing.B) {
-			l, err := NewLayout(quantcfg.Int1, 1024, 2560)
+		b.Run(fmt.Sprintf("int1/4096x2560-panel/%s", k.name), func(b *testing.B) {
+			l, err := NewLayout(quantcfg.Int1, 4096, 2560)
 			if err != nil {
 				b.Fatal(err)
 			}
-			blob, err := PackNew(quantcfg.Int1, 1024, 2560, RandomWeights(rand.New(rand.NewPCG(1, 1)), quantcfg.Int1, 1024, 2560, 1))
+			blob, err := PackNew(quantcfg.Int1, 4096, 2560, RandomWeights(rand.New(rand.NewPCG(1, 1)), quantcfg.Int1, 4096, 2560, 1))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -232,11 +214,12 @@ func BenchmarkInt1Panel(b *testing.B) {
 			}
 			sums := make([]int32, 32*32*k.T)
 			acc := make([]int16, 32*32*k.T)
+			_, g := l.Panel(0)
 			_, stride := l.BlockAt(0, 0)
-			a := &int1Args{W: unsafe.Pointer(&blob[0]), NRB: 32, BStride: stride, Blocks: l.Kp / 32,
+			a := &int1Args{W: unsafe.Pointer(&blob[0]), NRB: g, BStride: stride, Blocks: l.Kp / 32,
 				X: unsafe.Pointer(&xb[0]), XStride: l.Kp, Sums: unsafe.Pointer(&sums[0]), SStride: 128 * k.T,
 				Acc: unsafe.Pointer(&acc[0])}
-			b.SetBytes(int64(l.Bytes()))
+			b.SetBytes(int64(g * l.RowBlockBytes))
 			b.ReportAllocs()
 			for b.Loop() {
 				k.fn(argp(a))

@@ -26,7 +26,8 @@ const int1TabYBlock = 272
 // buildInt1TabYGeneric writes the tabInt1Y tables of x (len(x) a multiple of 32) to dst
 // (int1TabYBlock bytes a block). int1BuildTabYAVX2(x, blocks, dst) is its AVX2 version:
 // per call and token at one thread 1.1 us at K = 2560 and 4.3 us at K = 14336 (1-3% of a
-// one-token call from DRAM), where this one takes 61 and 342 us (TestInt1YTime).
+// one-token call from DRAM), where this one takes 61 and 342 us (TestInt1YTime, kernels/int1y_time_amd64_test.go as of
+// commit ad73fd7, removed with the kernels/8 kernels it timed against).
 func buildInt1TabYGeneric(x []int8, dst []byte) {
 	for b := range len(x) / 32 {
 		blk := dst[int1TabYBlock*b:][:int1TabYBlock]

@@ -104,14 +104,14 @@ func genInt1Panels() {
 // blocks, then are widened into Sums (row block i's at Sums + i*SStride). No kernel reads
 // Tab.
 //
-// Where the tables live, and the prefetch, were chosen by measurement: the DRAM timing
-// test (kernels/int1panel_time_test.go, a working set of at least 1 GiB, 31 rounds that
-// alternate their order in one process, the rounds in which the process had its CPUs;
-// 2-vCPU Zen 4 guest, shared), run as `flock /tmp/bench.lock env
-// BITD_INT1_TIME=4096x14336,14336x4096,2560x2560 BITD_INT1_TIME_TOKENS=1,2,3,4
-// [BITD_INT1_TIME_THREADS=2 BITD_INT1_TIME_SPLIT=panels] go test ./kernels -run
-// Int1PanelTime -v`; the variants were scratch kernels, timed against each other in one
-// process by that test's version in commit ffeffa2 (branch int1-a; BITD_INT1_TIME_K and
+// Where the tables live, and the prefetch, were chosen by measurement: a DRAM timing test
+// (kernels/int1panel_time_test.go as of commit 3760b82, removed once the kernels/8 kernels
+// it timed against were gone; a working set of at least 1 GiB, 31 rounds that alternate
+// their order in one process, the rounds in which the process had its CPUs; 2-vCPU Zen 4
+// guest, shared), run as `env BITD_INT1_TIME=4096x14336,14336x4096,2560x2560
+// BITD_INT1_TIME_TOKENS=1,2,3,4 [BITD_INT1_TIME_THREADS=2 BITD_INT1_TIME_SPLIT=panels] go
+// test ./kernels -run Int1PanelTime -v`; the variants were scratch kernels, timed against
+// each other in one process by that test's version in commit ffeffa2 (BITD_INT1_TIME_K and
 // BITD_INT1_TIME_VS), which holds them. Figures are the medians of the per-round ratios on
 // 4096x14336, 14336x4096 and 2560x2560 in turn.
 //
