@@ -106,11 +106,10 @@ type fmtOps struct {
 	panel     [maxGemvT + 1]func(*byte)
 	panelTab  tabKind
 	panelActs bool
-	// int1Panel: int1's GEMV kernels by token count (int1Args, runInt1); int1Tab1 the table
-	// layout the one-token kernel reads, int1Tab the others' (tabNone: the biased
-	// activations alone).
-	int1Panel         [maxGemvT + 1]func(*byte)
-	int1Tab1, int1Tab tabKind
+	// int1Panel: int1's GEMV kernels by token count (int1Args, runInt1); int1Tab the table
+	// layout they read (tabNone: the biased activations alone).
+	int1Panel [maxGemvT + 1]func(*byte)
+	int1Tab   tabKind
 	// parts[T]: gemv[T] (i2s) takes gemvArgs.PF, PF7 and Acc, so Run may split a long K
 	// into parts (gemvParts).
 	parts [maxGemvT + 1]bool
