@@ -245,23 +245,14 @@ func genInt1Panel(T int) {
 			PREFETCHT1(at(w, panelAheadT1))
 			PREFETCHT1(at(w, panelAheadT1+64))
 		}
-		kk := 0
+		lk := &panelLooker{chains: chains, d: d}
 		look := func(q int, ix VecPhysical) {
-			for t := 0; t < T; t++ {
-				ch := chains[t][q%nch]
-				var tab Op = at(tb, int1TabBlock*t+64*q)
+			lk.look(q, ix, func(t int) Op {
 				if regs {
-					tab = treg[t][q]
+					return treg[t][q]
 				}
-				if q < nch {
-					VPERMW(tab, ix, ch)
-					continue
-				}
-				r := d[kk%2]
-				kk++
-				VPERMW(tab, ix, r)
-				VPADDW(r, ch, ch)
-			}
+				return at(tb, int1TabBlock*t+64*q)
+			})
 		}
 		for h := 0; h < 2; h++ {
 			VMOVDQU64(at(w, 64*h), v)

@@ -137,23 +137,14 @@ func genTL2Panel(T int) {
 				PREFETCHT1(at(w, panelAheadT1+64*j))
 			}
 		}
-		k := 0
+		lk := &panelLooker{chains: chains, d: d}
 		look := func(tri int, idx VecPhysical) {
-			for t := 0; t < T; t++ {
-				ch := chains[t][tri%nch]
-				var tab Op = at(tp[t], 64*tri)
+			lk.look(tri, idx, func(t int) Op {
 				if T == 1 {
-					tab = tabs[tri]
+					return tabs[tri]
 				}
-				if tri < nch {
-					VPERMW(tab, idx, ch)
-					continue
-				}
-				r := d[k%2]
-				k++
-				VPERMW(tab, idx, r)
-				VPADDW(r, ch, ch)
-			}
+				return at(tp[t], 64*tri)
+			})
 		}
 		for j := 0; j < 5; j++ {
 			v := planes[j]
@@ -252,6 +243,30 @@ func genTL2PanelY(T int) {
 // and int32 sums (sp), the row blocks left in the block (n), and the first row block's
 // block (w0).
 type panelRegs struct{ w, ap, sp, n, w0 Register }
+
+// panelLooker emits a zmm panel kernel's lookups of one row block's block: look(q, idx,
+// tab) looks idx up in each token t's table tab(t) (vpermw) and adds it into the token's
+// int16 chain q%len(chains[t]); the first lookups of the block start the chains, the
+// others go through the scratch registers d in turn.
+type panelLooker struct {
+	chains [][]VecPhysical
+	d      []VecPhysical
+	k      int
+}
+
+func (l *panelLooker) look(q int, idx VecPhysical, tab func(t int) Op) {
+	for t, chs := range l.chains {
+		ch := chs[q%len(chs)]
+		if q < len(chs) {
+			VPERMW(tab(t), idx, ch)
+			continue
+		}
+		r := l.d[l.k%len(l.d)]
+		l.k++
+		VPERMW(tab(t), idx, r)
+		VPADDW(r, ch, ch)
+	}
+}
 
 // panelBlockEnd ends a zmm panel kernel's block of one row block: each token's int16 chains
 // (chains[t]) added into the first, with the sums so far from Acc (ap) if load, then either
