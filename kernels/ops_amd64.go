@@ -91,7 +91,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int1:
 			// Every kernel builds a block's tables itself, from the biased activations.
 			o.int1Panel = gemv4(int1PanelT1AVX512, int1PanelT2AVX512, int1PanelT3AVX512, int1PanelT4AVX512)
-			o.kstep = 32
+			o.kstep, o.exact = 32, true
 		case quantcfg.TL1:
 			o.lut = gemv4(lutTL1MT1AVX512, lutTL1MT2AVX512, lutTL1MT3AVX512, lutTL1MT4AVX512)
 			o.kstep, o.tabKind = 4, tabTL1M              // sums of u = w+1 times x (lutTL1MZ): not exact
@@ -161,7 +161,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 		case quantcfg.Int1:
 			// The lookups need no multiplies: the AVX2 kernels serve AVX-VNNI CPUs as well.
 			o.int1Panel, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y
-			o.kstep = 32
+			o.kstep, o.exact = 32, true
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
 		case quantcfg.TL2:

@@ -438,7 +438,7 @@ func gemmC0(l *Layer) int32 {
 
 // gemvC0 is the correction multiplier for the GEMV sums of a call of n tokens.
 func (k *simdKernel) gemvC0(l *Layer, n int) int32 {
-	if k.ops.exact || k.lutOne(n) || k.ops.int1Panel[1] != nil { // (int1: exact sums)
+	if k.ops.exact || k.lutOne(n) {
 		return 0
 	}
 	return gemmC0(l)

@@ -41,7 +41,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		}
 		g = func(a *gemvArgs, T int) { gemvInt2Generic(a, T, o.kstep) }
 	case quantcfg.Int1:
-		o.kstep = 32
+		o.kstep, o.exact = 32, true
 		for T := 1; T <= o.gemvT; T++ {
 			o.int1Panel[T] = int1PanelGenericT(T)
 		}
