@@ -33,16 +33,18 @@ func buildInt1Tabs(kind tabKind, x []int8, dst []byte) {
 	}
 }
 
-// prepareInt1 writes a call's biased activations (int1Bias) and, where its kernels read
-// them, every token's tables.
+// prepareInt1 writes what a call's kernels read: every token's tables, or the biased
+// activations (int1Bias).
 func (k *simdKernel) prepareInt1(l *Layer, a *Acts, p plan, s []byte) {
 	ly, n := l.Layout, a.N
-	int1Bias(a.Q[:n*ly.Kp], s[p.xOff:p.xOff+n*ly.Kp])
-	if kind := k.ops.int1Tab; kind != tabNone {
-		per := int1TabBytes(kind, ly.Kp)
-		for t := range n {
-			buildInt1Tabs(kind, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*per:p.tabOff+(t+1)*per])
-		}
+	kind := k.ops.int1Tab
+	if kind == tabNone {
+		int1Bias(a.Q[:n*ly.Kp], s[p.xOff:p.xOff+n*ly.Kp])
+		return
+	}
+	per := int1TabBytes(kind, ly.Kp)
+	for t := range n {
+		buildInt1Tabs(kind, a.Q[t*ly.Kp:(t+1)*ly.Kp], s[p.tabOff+t*per:p.tabOff+(t+1)*per])
 	}
 }
 
@@ -77,11 +79,12 @@ func (k *simdKernel) runInt1(l *Layer, a *Acts, rb0, rb1 int, out []float32, p p
 				b0 := j * segB
 				*ia = int1Args{
 					W: unsafe.Pointer(&l.Data[off+b0*stride]), NRB: nr, BStride: stride, Blocks: min(nb, b0+segB) - b0,
-					X: unsafe.Pointer(&s[p.xOff+t0*ly.Kp+32*b0]), XStride: ly.Kp,
 					Sums: unsafe.Pointer(&sums[j*T*RowBlock]), SStride: rbSums, Acc: unsafe.Pointer(&tb.acc[0]),
 				}
 				if per > 0 {
 					ia.Tab, ia.TabStride = unsafe.Pointer(&s[p.tabOff+t0*per+b0*(per/nb)]), per
+				} else {
+					ia.X, ia.XStride = unsafe.Pointer(&s[p.xOff+t0*ly.Kp+32*b0]), ly.Kp
 				}
 				k.ops.int1Panel[T](argp(ia))
 			}

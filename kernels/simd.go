@@ -488,11 +488,12 @@ func (k *simdKernel) plan(l *Layer, n int) plan {
 	case p.gemm:
 		p.xOff, p.xStride, p.xTile = off, 0, min(k.ops.tileT, n)
 		off = align64(off + ly.Kp*n)
-	case k.ops.int1Panel[1] != nil: // the biased activations, then the tables (prepareInt1)
-		p.xOff = off
-		off = align64(off + ly.Kp*n)
+	case k.ops.int1Panel[1] != nil && k.ops.int1Tab != tabNone: // the tables (prepareInt1)
 		p.tabOff = off
 		off = align64(off + n*int1TabBytes(k.ops.int1Tab, ly.Kp))
+	case k.ops.int1Panel[1] != nil: // the biased activations (prepareInt1)
+		p.xOff = off
+		off = align64(off + ly.Kp*n)
 	case k.ops.xKind == xInt16:
 		p.xOff, p.xStride = off, 2*ly.Kp
 		off = align64(off + 2*ly.Kp*n)

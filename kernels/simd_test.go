@@ -45,9 +45,7 @@ func genericOps(f quantcfg.Format, z bool) *fmtOps {
 		for T := 1; T <= o.gemvT; T++ {
 			o.int1Panel[T] = int1PanelGenericT(T)
 		}
-		if !z { // (tables built as the AVX2 kernels read them; the generic kernel reads X)
-			o.int1Tab = tabInt1Y
-		}
+
 	case quantcfg.Int8:
 		o.kstep = 4
 		if !z {
