@@ -68,7 +68,7 @@ func checkInt1Y(t *testing.T, name string, fn func(*byte), c *int1PanelCase, tab
 
 // TestInt1PanelY: the AVX2 int1 panel kernels add, bit for bit, what int1PanelGeneric adds:
 // K not a multiple of 32, one row block, a short last panel, every NRB of a panel, row
-// ranges inside a panel, block ranges of 0 to several flush periods (int1PanelFlushY = 7)
+// ranges inside a panel, block ranges of 0 to several flush periods (int1Flush = 7)
 // and right at their ends, a sums stride above 128*T, many -128 activations, and the
 // extremes (all activations -128 under all -1 or all +1 weights: 4096 a block in each row,
 // 28672 over a flush period).
