@@ -492,22 +492,30 @@ func (r *poolLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi in
 	r.Runner.SplitOnce(class, blocks, fn)
 }
 
-// TestPanelMajorSplits: panel-major tl2 layers through the daemon's pool give the
+// TestPanelMajorSplits: panel-major tl2 and int1 layers through the daemon's pool give the
 // reference's outputs bit for bit, one token split by whole panels where they share out
-// among the workers (eight panels on two) and in parts of the blob where they do not
+// among the workers (tl2: eight panels on two) and in parts of the blob where they do not
 // (eight on three; 4100 rows' nine on two, which the pool's partition would cut 80 and 49
-// row blocks), and three tokens either way; 2560 x 2560's two panels of 40 row blocks one
-// on each of two workers, in parts on three.
+// row blocks), and three tokens either way; tl2's 2560 x 2560's two panels of 40 row
+// blocks one on each of two workers, in parts on three. int1's 2560 rows are four panels
+// of 20 row blocks: by rows on two workers and four, in parts on three and eight (more
+// workers than panels); 6144 rows' six panels in parts on four.
 func TestPanelMajorSplits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16M-weight layers")
 	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(3, runtime.GOMAXPROCS(0)))) // (three workers on two CPUs)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(8, runtime.GOMAXPROCS(0)))) // (up to eight workers on two CPUs)
 	rng := rand.New(rand.NewPCG(8, 8))
 	for _, c := range []struct {
+		f             quantcfg.Format
 		m, k, threads int
 		parts         bool
-	}{{4096, 4080, 2, false}, {4096, 4080, 3, true}, {4100, 4100, 2, true}, {2560, 2560, 2, false}, {2560, 2560, 3, true}} {
+	}{
+		{quantcfg.TL2, 4096, 4080, 2, false}, {quantcfg.TL2, 4096, 4080, 3, true}, {quantcfg.TL2, 4100, 4100, 2, true},
+		{quantcfg.TL2, 2560, 2560, 2, false}, {quantcfg.TL2, 2560, 2560, 3, true},
+		{quantcfg.Int1, 2560, 2560, 2, false}, {quantcfg.Int1, 2560, 2560, 4, false}, {quantcfg.Int1, 2560, 2560, 3, true},
+		{quantcfg.Int1, 2560, 2560, 8, true}, {quantcfg.Int1, 6144, 2048, 4, true},
+	} {
 		pool, err := sched.New(sched.Config{Threads: c.threads})
 		if err != nil {
 			t.Fatal(err)
@@ -517,13 +525,13 @@ func TestPanelMajorSplits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := randLayer(rng, fmt.Sprintf("tl2-%dx%d", c.m, c.k), quantcfg.TL2, c.m, c.k, true)
+		s := randLayer(rng, fmt.Sprintf("%s-%dx%d", c.f, c.m, c.k), c.f, c.m, c.k, true)
 		id, err := e.Register(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []int{1, 3} {
-			what := fmt.Sprintf("%dx%d on %d threads, n=%d", c.m, c.k, c.threads, n)
+			what := fmt.Sprintf("%s %dx%d on %d threads, n=%d", c.f, c.m, c.k, c.threads, n)
 			x := make([]float32, n*c.k)
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())

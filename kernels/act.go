@@ -39,12 +39,51 @@ type Acts struct {
 	tmax  []float32
 }
 
-// partSums are the int32 sums of a Parted call's workers: worker w's at buf[w*stride:],
-// stride = RowBlocks()*N*RowBlock (partStride); used[w] says whether w ran units in the
+// partSums are the int32 sums of a Parted call's workers: of tl1 and tl2 worker w's at
+// buf[w*stride:], stride = RowBlocks()*N*RowBlock (partStride); of int1 worker w's in
+// rows[w], over the row blocks its units touched. used[w] says whether w ran units in the
 // call (its sums are cleared when it first does).
 type partSums struct {
 	buf  []int32
+	rows []rowSums
 	used []bool
+}
+
+// rowSums are one worker's int32 sums over row blocks [lo, hi) of a call in parts, a row
+// block's stride int32s apart from lo's at buf[0].
+type rowSums struct {
+	buf    []int32
+	lo, hi int
+}
+
+// cover makes r hold row blocks [lo, hi) as well as those it holds (all of them anew, when
+// fresh), the new ones' sums zero, and returns the sums from row block r.lo.
+func (r *rowSums) cover(lo, hi, stride int, fresh bool) []int32 {
+	if fresh || r.lo >= r.hi {
+		need := (hi - lo) * stride
+		if cap(r.buf) < need {
+			r.buf = make([]int32, need)
+		}
+		r.buf, r.lo, r.hi = r.buf[:need], lo, hi
+		clear(r.buf)
+		return r.buf
+	}
+	nlo, nhi := min(r.lo, lo), max(r.hi, hi)
+	if nlo == r.lo && nhi == r.hi {
+		return r.buf
+	}
+	old, need := r.buf[:(r.hi-r.lo)*stride], (nhi-nlo)*stride
+	buf := r.buf
+	if cap(buf) < need {
+		buf = make([]int32, need)
+	}
+	buf = buf[:need]
+	head, tail := (r.lo-nlo)*stride, (r.hi-nlo)*stride
+	copy(buf[head:], old) // (overlapping when in place: copy moves)
+	clear(buf[:head])
+	clear(buf[tail:])
+	r.buf, r.lo, r.hi = buf, nlo, nhi
+	return buf
 }
 
 // XSIndex returns the index into XS of token t, input group containing input k.

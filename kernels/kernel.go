@@ -69,7 +69,8 @@ type Parted interface {
 
 // PerCall is implemented by kernels whose Run (and RunUnits) calls cost something of their
 // own beyond their rows' work: tl1 and tl2 build the lookup tables of every chunk a call
-// sweeps, and one-token int1 on Zen 4 expands its activations, so a runner that steals,
+// sweeps, and int1's AVX-512 kernels build each block's tables once for the row blocks of
+// a panel they sweep (kernels/_asm/int1.go), so a runner that steals,
 // cutting a worker's share into ever smaller pieces, would have them built again for each
 // piece. RunSplit gives each worker one range of theirs.
 type PerCall interface {

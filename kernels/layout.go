@@ -287,6 +287,19 @@ func (l Layout) blockBytes() int {
 // TL2Blocks is the tl2 blocks of a row block's stream (K3/TL2Block; 0 but for tl2).
 func (l Layout) TL2Blocks() int { return l.K3 / TL2Block }
 
+// panelMajor reports whether the blob is panel-major: tl2's Paneled shapes, and every int1
+// blob.
+func (l Layout) panelMajor() bool { return l.Paneled() || l.Format == quantcfg.Int1 }
+
+// panelBlocks is a row block's blocks in a panel-major blob: tl2's TL2Blocks (its tl1 tail
+// apart), int1's Kp/32.
+func (l Layout) panelBlocks() int {
+	if l.Format == quantcfg.Int1 {
+		return l.Kp / 32
+	}
+	return l.TL2Blocks()
+}
+
 // Panels is the panels of a panel-major blob: PanelRows row blocks each, the last possibly
 // fewer (0 for any other blob).
 func (l Layout) Panels() int {

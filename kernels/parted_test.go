@@ -32,11 +32,22 @@ func lutKernels() []namedKernel {
 	return ks
 }
 
+// int1Kernels are the int1 kernels this CPU runs and the generic twin.
+func int1Kernels() []namedKernel {
+	var ks []namedKernel
+	for _, k := range asmKernels() {
+		if k.ops.int1Panel[1] != nil {
+			ks = append(ks, namedKernel{k.Name(), k})
+		}
+	}
+	return append(ks, namedKernel{"generic/int1", newSIMDKernel(ISAAVX512, quantcfg.Int1, genericOps(quantcfg.Int1, true), false)})
+}
+
 // smallParts lets every blob run in parts for the test's duration.
 func smallParts(t *testing.T) {
-	old := partMinBytes
-	partMinBytes = 0
-	t.Cleanup(func() { partMinBytes = old })
+	old, old1 := partMinBytes, int1PartMinSaved
+	partMinBytes, int1PartMinSaved = 0, 0
+	t.Cleanup(func() { partMinBytes, int1PartMinSaved = old, old1 })
 }
 
 // runParts runs a call of k in parts: units cut at random into ranges (single units
@@ -52,7 +63,7 @@ func runParts(t *testing.T, rng *rand.Rand, k namedKernel, a *Acts, l *Layer, x 
 	k.Prepare(l, a)
 	units := k.Units(l, a, workers)
 	want := l.Layout.Chunks() * l.Layout.RowBlocks()
-	if l.Layout.Paneled() {
+	if l.Layout.panelMajor() {
 		_, want = panelUnits(l.Layout)
 	}
 	if units != want {
@@ -127,6 +138,128 @@ func TestLUTKernelsInParts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInt1InParts: int1 run in parts (Parted) gives the reference's results on blobs of two
+// and four panels shared out among more workers than they split evenly among, with groups of
+// weights and of activations, for any cut of the units among the workers (single units,
+// parts of a block, whole panels), any order of a worker's ranges, and more tokens than one
+// kernel pass takes.
+func TestInt1InParts(t *testing.T) {
+	smallParts(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	shapes := [][2]int{{100, 300}, {1100, 300}, {3880, 200}}
+	ns, settings := []int{1, 2, 4, 5, 7}, 9
+	if raceEnabled {
+		shapes, ns, settings = shapes[1:2], []int{1, 5}, 3
+	}
+	for _, k := range int1Kernels() {
+		var a Acts
+		eachShape(t, k.name, k.simdKernel, quantcfg.Int1, rng, shapes, settings, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
+			if k.useGemm(tl.Layer, n) {
+				return
+			}
+			for _, workers := range []int{3, 8} {
+				for _, conc := range []bool{false, true} {
+					what := fmt.Sprintf("%s, %d workers (concurrent: %t)", what, workers, conc)
+					checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, tl.Spec.Out)
+				}
+			}
+		})
+	}
+}
+
+// TestInt1UnitsDeclines: an int1 call runs by rows (Units 0) where its panels share out
+// evenly (two workers: the panels come in pairs of nearly equal size), on one worker, where
+// parts would shorten the largest share by less than int1PartMinSaved, and where the GEMM
+// takes the tokens; in parts otherwise.
+func TestInt1UnitsDeclines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	spec := specsFor(quantcfg.Int1)[0]
+	spec.Out, spec.In = 3880, 600 // four panels: 31, 31, 31 and 29 row blocks
+	tl := newTestLayer(t, rng, spec)
+	ly := tl.Layer.Layout
+	for _, k := range int1Kernels() {
+		units := func(n, workers int) int {
+			var a Acts
+			if err := tl.Layer.Quantize(randActs(rng, n, tl.Spec.In), n, &a); err != nil {
+				t.Fatal(err)
+			}
+			k.Prepare(tl.Layer, &a)
+			return k.Units(tl.Layer, &a, workers)
+		}
+		_, all := panelUnits(ly)
+		old := int1PartMinSaved
+		int1PartMinSaved = 0
+		for _, c := range []struct {
+			n, workers, want int
+		}{{1, 1, 0}, {1, 2, 0}, {3, 4, 0}, {1, 3, all}, {4, 3, all}, {1, 5, all}, {1, 8, all}} {
+			if u := units(c.n, c.workers); u != c.want {
+				t.Errorf("%s: %d token(s) on %d workers: Units = %d, want %d", k.name, c.n, c.workers, u, c.want)
+			}
+		}
+		if k.ops.tileT > 0 {
+			if u := units(gemmMinN, 3); u != 0 {
+				t.Errorf("%s: %d tokens (the GEMM's) on 3 workers: Units = %d, want 0", k.name, gemmMinN, u)
+			}
+		}
+		saved := int1PartSaved(ly, 3) // 62 row blocks where 40.7 are a third
+		if want := float64(ly.Bytes()) * (62.0*3/122 - 1) / 3; saved < want-1e-6 || saved > want+1e-6 {
+			t.Errorf("int1PartSaved(3 workers) = %v, want %v", saved, want)
+		}
+		int1PartMinSaved = int(saved)
+		if u := units(1, 3); u != all {
+			t.Errorf("%s: int1PartMinSaved at the bytes saved: Units = %d, want %d", k.name, u, all)
+		}
+		int1PartMinSaved++
+		if u := units(1, 3); u != 0 {
+			t.Errorf("%s: int1PartMinSaved a byte more than the bytes saved: Units = %d, want 0", k.name, u)
+		}
+		int1PartMinSaved = old
+	}
+}
+
+// TestRowSumsCover: a worker's sums keep what they hold as they grow to cover more row
+// blocks, on either side and across a gap, in place or moved to a larger buffer, and start
+// anew when fresh; the new row blocks' sums are zero.
+func TestRowSumsCover(t *testing.T) {
+	const stride = 3
+	var r rowSums
+	want := map[int][stride]int32{}
+	check := func(what string, sums []int32) {
+		t.Helper()
+		if len(sums) != (r.hi-r.lo)*stride {
+			t.Fatalf("%s: %d sums for row blocks [%d, %d)", what, len(sums), r.lo, r.hi)
+		}
+		for rb := r.lo; rb < r.hi; rb++ {
+			if got := [stride]int32(sums[(rb-r.lo)*stride:]); got != want[rb] {
+				t.Errorf("%s: row block %d holds %v, want %v", what, rb, got, want[rb])
+			}
+		}
+	}
+	fill := func(sums []int32, lo, hi int) {
+		for rb := lo; rb < hi; rb++ {
+			v := [stride]int32{int32(rb), int32(10 * rb), int32(100 * rb)}
+			copy(sums[(rb-r.lo)*stride:], v[:])
+			want[rb] = v
+		}
+	}
+	r.buf = make([]int32, 4, 100) // garbage a fresh cover must clear
+	for i := range r.buf {
+		r.buf[i] = -1
+	}
+	sums := r.cover(5, 8, stride, true)
+	check("fresh [5, 8)", sums)
+	fill(sums, 5, 8)
+	for _, c := range [][2]int{{6, 7}, {3, 8}, {3, 10}, {14, 16}, {0, 2}} {
+		sums = r.cover(c[0], c[1], stride, false)
+		check(fmt.Sprintf("then [%d, %d)", c[0], c[1]), sums)
+		fill(sums, c[0], c[1])
+		check(fmt.Sprintf("filled [%d, %d)", c[0], c[1]), sums)
+	}
+	clear(want)
+	sums = r.cover(40, 42, stride, true)
+	check("fresh [40, 42)", sums)
 }
 
 // TestUnitsDeclines: a call runs by rows (Units 0) on one worker, with more tokens than a
@@ -214,18 +347,21 @@ func TestUnitsDeclines(t *testing.T) {
 }
 
 // TestRunSplit: RunSplit runs a lookup-table call in parts, one range per worker (once),
-// then the outputs (once too), and any other format by rows, letting the runner steal; the results
-// are the reference's. A RunUnits call by a worker the call was not prepared for panics
-// naming the kernel.
+// then the outputs (once too), and so an int1 call of one panel on two workers; any other
+// format by rows, letting the runner steal; the results are the reference's. A RunUnits
+// call by a worker the call was not prepared for panics naming the kernel.
 func TestRunSplit(t *testing.T) {
 	smallParts(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, k := range asmKernels() {
-		if k.format != quantcfg.TL2 && k.format != quantcfg.I2S {
+		if k.format != quantcfg.TL2 && k.format != quantcfg.I2S && k.format != quantcfg.Int1 {
 			continue
 		}
 		spec := specsFor(k.format)[0]
 		spec.Out, spec.In = 100, 40*TL2Block+7
+		if k.format == quantcfg.Int1 {
+			spec.Out = 20 // one panel
+		}
 		tl := newTestLayer(t, rng, spec)
 		x := randActs(rng, 1, spec.In)
 		want, err := Reference(tl.Layer, x, 1)
@@ -247,13 +383,13 @@ func TestRunSplit(t *testing.T) {
 		RunSplit(k, tl.Layer, &a, out, 2, split)
 		checkExact(t, k.Name()+" through RunSplit", out, want, spec.Out)
 		wantLog := []string{k.Name() + " false"}
-		if k.format == quantcfg.TL2 {
+		if k.format != quantcfg.I2S {
 			wantLog = []string{k.Name() + "/parts true", k.Name() + "/finish true"}
 		}
 		if got := strings.Join(log, ", "); got != strings.Join(wantLog, ", ") {
 			t.Errorf("%s: splits %q, want %q", k.Name(), got, strings.Join(wantLog, ", "))
 		}
-		if k.format == quantcfg.TL2 {
+		if k.format != quantcfg.I2S {
 			func() {
 				defer func() {
 					if v := recover(); v == nil || !strings.Contains(fmt.Sprint(v), k.Name()) {

@@ -871,7 +871,8 @@ const lutTunedT = 2
 const lutSweepTokens = 8
 
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
-// one-token int1 on the tuning's kernel expands its activations in each (int1Expands).
+// int1's AVX-512 kernels each block's tables once for all the row blocks of a panel they
+// sweep (the smaller a piece, the more often).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
 	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n)
 }
@@ -907,6 +908,9 @@ func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * wo
 // workers unevenly (panelPartLoss).
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
+	if k.ops.int1Panel[1] != nil {
+		return k.int1PartUnits(l, a, workers)
+	}
 	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT {
 		return 0
 	}
@@ -934,9 +938,10 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 }
 
 // partUnits is the units of a call in parts: a chunk-major blob's pieces (chunk by chunk,
-// every row block's), a panel-major one's row blocks' blocks and tails (panelUnits).
+// every row block's), a panel-major one's (tl2, int1) row blocks' blocks and tails
+// (panelUnits).
 func partUnits(ly Layout) int {
-	if ly.Paneled() {
+	if ly.panelMajor() {
 		_, units := panelUnits(ly)
 		return units
 	}
@@ -982,6 +987,10 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	if u0 >= u1 {
 		return
 	}
+	if k.ops.int1Panel[1] != nil {
+		k.int1RunUnits(l, a, w, u0, u1)
+		return
+	}
 	stride := partStride(l, a)
 	sums := ps.buf[w*stride:][:stride]
 	if !ps.used[w] {
@@ -1009,6 +1018,10 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 // the epilogue on them.
 func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if rb0 >= rb1 {
+		return
+	}
+	if k.ops.int1Panel[1] != nil {
+		k.int1Finish(l, a, rb0, rb1, out)
 		return
 	}
 	ps, stride, mrb := &a.parts, partStride(l, a), l.Layout.RowBlocks()
@@ -1057,7 +1070,7 @@ func rowSegs(ly Layout, lo, hi int, segs []panelSeg) []panelSeg {
 }
 
 // panelUnits returns the units of a panel-major blob in a call in parts (Parted), per row
-// block and in all: a row block's 320 bytes of one block, or its tl1 tail (if K has one),
+// block and in all: a row block's block (tl2 320 bytes, int1 128), or its tl1 tail (tl2, if K has one),
 // in the blob's order (panel by panel: block by block, each the panel's row blocks in turn,
 // then their tails), so that the units are the same size but the tails (8*Kp1 bytes, at
 // most 384) and a range of them is one stretch of the blob, so that workers' equal shares
@@ -1067,7 +1080,7 @@ func rowSegs(ly Layout, lo, hi int, segs []panelSeg) []panelSeg {
 // as before against the chunk-major layout, at one token 0.97 against 0.97, and the rule
 // leaves such shapes chunk-major, tl2.go.)
 func panelUnits(ly Layout) (per, units int) {
-	per = ly.TL2Blocks()
+	per = ly.panelBlocks()
 	if ly.Kp1 > 0 {
 		per++
 	}
@@ -1079,7 +1092,7 @@ func panelUnits(ly Layout) (per, units int) {
 // between, and the row blocks' tails among them.
 func unitSegs(ly Layout, u0, u1 int, segs []panelSeg) []panelSeg {
 	per, _ := panelUnits(ly)
-	nb, G := ly.TL2Blocks(), ly.PanelRows()
+	nb, G := ly.panelBlocks(), ly.PanelRows()
 	for u := u0; u < u1; {
 		rb0, g := ly.Panel(u / (G * per))
 		base := rb0 * per
