@@ -39,28 +39,43 @@ type Acts struct {
 	tmax  []float32
 }
 
-// partSums are the int32 sums of a Parted call's workers: of tl1 and tl2 worker w's at
-// buf[w*stride:], stride = RowBlocks()*N*RowBlock (partStride); of int1 worker w's in
-// rows[w], over the row blocks its units touched. used[w] says whether w ran units in the
-// call (its sums are cleared when it first does).
+// partSums are the int32 sums of a Parted call's workers, each worker's over the row blocks
+// its units touched (rows[w]); used[w] says whether worker w ran units in the call (its
+// sums start anew when it first does).
 type partSums struct {
-	buf  []int32
 	rows []rowSums
 	used []bool
 }
 
-// rowSums are one worker's int32 sums over row blocks [lo, hi) of a call in parts, a row
-// block's stride int32s apart from lo's at buf[0].
+// start readies the sums for a call of workers workers.
+func (ps *partSums) start(workers int) {
+	if cap(ps.used) < workers {
+		ps.used = make([]bool, workers)
+	}
+	ps.used = ps.used[:workers]
+	clear(ps.used)
+	if len(ps.rows) < workers {
+		ps.rows = append(ps.rows, make([]rowSums, workers-len(ps.rows))...)
+	}
+}
+
+// rowSums are one worker's int32 sums over row blocks [lo, hi) of a call in parts, in
+// groups of tokens (lutPasses; int1 one group, of every segment and token): a group's row
+// blocks side by side, widths[g] int32s each, then the next group's.
 type rowSums struct {
 	buf    []int32
 	lo, hi int
 }
 
-// cover makes r hold row blocks [lo, hi) as well as those it holds (all of them anew, when
-// fresh), the new ones' sums zero, and returns the sums from row block r.lo.
-func (r *rowSums) cover(lo, hi, stride int, fresh bool) []int32 {
+// cover makes r hold row blocks [lo, hi) as well as those it holds (or those alone, when
+// fresh), in groups of widths, the sums of row blocks new to it zero, and returns the sums.
+func (r *rowSums) cover(lo, hi int, widths []int, fresh bool) []int32 {
+	all := 0
+	for _, wd := range widths {
+		all += wd
+	}
 	if fresh || r.lo >= r.hi {
-		need := (hi - lo) * stride
+		need := (hi - lo) * all
 		if cap(r.buf) < need {
 			r.buf = make([]int32, need)
 		}
@@ -72,18 +87,38 @@ func (r *rowSums) cover(lo, hi, stride int, fresh bool) []int32 {
 	if nlo == r.lo && nhi == r.hi {
 		return r.buf
 	}
-	old, need := r.buf[:(r.hi-r.lo)*stride], (nhi-nlo)*stride
-	buf := r.buf
-	if cap(buf) < need {
-		buf = make([]int32, need)
+	// (A worker given ranges apart: RunSplit gives each worker one range a call.)
+	buf := make([]int32, (nhi-nlo)*all)
+	was, now, off := r.hi-r.lo, nhi-nlo, 0
+	for _, wd := range widths {
+		copy(buf[now*off+(r.lo-nlo)*wd:], r.buf[was*off:was*(off+wd)])
+		off += wd
 	}
-	buf = buf[:need]
-	head, tail := (r.lo-nlo)*stride, (r.hi-nlo)*stride
-	copy(buf[head:], old) // (overlapping when in place: copy moves)
-	clear(buf[:head])
-	clear(buf[tail:])
 	r.buf, r.lo, r.hi = buf, nlo, nhi
 	return buf
+}
+
+// add adds the workers' sums of row blocks [rb0, rb1) into dst, which holds those row blocks
+// alone in groups of widths, and reports whether any worker ran units.
+func (ps *partSums) add(rb0, rb1 int, widths []int, dst []int32) bool {
+	ran, nr := false, rb1-rb0
+	for w, used := range ps.used {
+		if !used {
+			continue
+		}
+		ran = true
+		r := &ps.rows[w]
+		lo, hi := max(rb0, r.lo), min(rb1, r.hi)
+		if lo >= hi {
+			continue
+		}
+		nh, off := r.hi-r.lo, 0
+		for _, wd := range widths {
+			addInt32s(dst[nr*off+(lo-rb0)*wd:nr*off+(hi-rb0)*wd], r.buf[nh*off+(lo-r.lo)*wd:])
+			off += wd
+		}
+	}
+	return ran
 }
 
 // XSIndex returns the index into XS of token t, input group containing input k.

@@ -156,15 +156,7 @@ func (k *simdKernel) int1PartUnits(l *Layer, a *Acts, workers int) int {
 	if workers < 2 || a.N < 1 || k.useGemm(l, a.N) || panelSplitLoss(ly, workers) <= panelPartLoss || int1PartSaved(ly, workers) < float64(int1PartMinSaved) {
 		return 0
 	}
-	ps := &a.parts
-	if cap(ps.used) < workers {
-		ps.used = make([]bool, workers)
-	}
-	ps.used = ps.used[:workers]
-	clear(ps.used)
-	if len(ps.rows) < workers {
-		ps.rows = append(ps.rows, make([]rowSums, workers-len(ps.rows))...)
-	}
+	a.parts.start(workers)
 	_, units := panelUnits(ly)
 	return units
 }
@@ -179,13 +171,11 @@ func (k *simdKernel) int1RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
 	tb.segs = unitSegs(ly, u0, u1, tb.segs[:0])
-	lo, hi := tb.segs[0].r0, tb.segs[0].r1
-	for _, sg := range tb.segs[1:] {
-		lo, hi = min(lo, sg.r0), max(hi, sg.r1)
-	}
+	lo, hi := segRows(tb.segs)
 	ps, stride := &a.parts, p.nseg*n*RowBlock
 	r := &ps.rows[w]
-	sums := r.cover(lo, hi, stride, !ps.used[w])
+	tb.widths = append(tb.widths[:0], stride)
+	sums := r.cover(lo, hi, tb.widths, !ps.used[w])
 	ps.used[w] = true
 	for _, sg := range tb.segs {
 		for t0 := 0; t0 < n; t0 += gT {
@@ -203,25 +193,15 @@ func (k *simdKernel) int1Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) 
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	ps, stride := &a.parts, p.nseg*n*RowBlock
+	stride := p.nseg * n * RowBlock
 	need := (rb1 - rb0) * stride
 	if cap(tb.sums) < need {
 		tb.sums = make([]int32, need)
 	}
 	sums := tb.sums[:need]
 	clear(sums)
-	ran := false
-	for w, used := range ps.used {
-		if !used {
-			continue
-		}
-		ran = true
-		r := &ps.rows[w]
-		if lo, hi := max(rb0, r.lo), min(rb1, r.hi); lo < hi {
-			addInt32s(sums[(lo-rb0)*stride:(hi-rb0)*stride], r.buf[(lo-r.lo)*stride:])
-		}
-	}
-	if !ran {
+	tb.widths = append(tb.widths[:0], stride)
+	if !a.parts.add(rb0, rb1, tb.widths, sums) {
 		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
 	}
 	k.int1Epilogue(l, p, s, l.simdPrep(), tb, sums, rb0, rb1, 0, n, out)

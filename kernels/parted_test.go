@@ -219,47 +219,93 @@ func TestInt1UnitsDeclines(t *testing.T) {
 	}
 }
 
-// TestRowSumsCover: a worker's sums keep what they hold as they grow to cover more row
-// blocks, on either side and across a gap, in place or moved to a larger buffer, and start
-// anew when fresh; the new row blocks' sums are zero.
+// TestRowSumsCover: a worker's sums keep what they hold, group by group, as they grow to
+// cover more row blocks, on either side and across a gap, and start anew when fresh; the
+// row blocks new to them are zero, and partSums.add adds any row-block range of them.
 func TestRowSumsCover(t *testing.T) {
-	const stride = 3
+	widths := []int{2, 3}
 	var r rowSums
-	want := map[int][stride]int32{}
+	want := map[[3]int]int32{} // row block, group, index -> sum
+	at := func(sums []int32, rb, g, i int) *int32 {
+		off := 0
+		for _, wd := range widths[:g] {
+			off += wd
+		}
+		return &sums[(r.hi-r.lo)*off+(rb-r.lo)*widths[g]+i]
+	}
 	check := func(what string, sums []int32) {
 		t.Helper()
-		if len(sums) != (r.hi-r.lo)*stride {
+		if len(sums) != (r.hi-r.lo)*5 {
 			t.Fatalf("%s: %d sums for row blocks [%d, %d)", what, len(sums), r.lo, r.hi)
 		}
 		for rb := r.lo; rb < r.hi; rb++ {
-			if got := [stride]int32(sums[(rb-r.lo)*stride:]); got != want[rb] {
-				t.Errorf("%s: row block %d holds %v, want %v", what, rb, got, want[rb])
+			for g, wd := range widths {
+				for i := range wd {
+					if got := *at(sums, rb, g, i); got != want[[3]int{rb, g, i}] {
+						t.Errorf("%s: row block %d group %d [%d] = %d, want %d", what, rb, g, i, got, want[[3]int{rb, g, i}])
+					}
+				}
 			}
 		}
 	}
 	fill := func(sums []int32, lo, hi int) {
 		for rb := lo; rb < hi; rb++ {
-			v := [stride]int32{int32(rb), int32(10 * rb), int32(100 * rb)}
-			copy(sums[(rb-r.lo)*stride:], v[:])
-			want[rb] = v
+			for g, wd := range widths {
+				for i := range wd {
+					v := int32(1000*rb + 10*g + i + 1)
+					*at(sums, rb, g, i) = v
+					want[[3]int{rb, g, i}] = v
+				}
+			}
 		}
 	}
 	r.buf = make([]int32, 4, 100) // garbage a fresh cover must clear
 	for i := range r.buf {
 		r.buf[i] = -1
 	}
-	sums := r.cover(5, 8, stride, true)
+	sums := r.cover(5, 8, widths, true)
 	check("fresh [5, 8)", sums)
 	fill(sums, 5, 8)
 	for _, c := range [][2]int{{6, 7}, {3, 8}, {3, 10}, {14, 16}, {0, 2}} {
-		sums = r.cover(c[0], c[1], stride, false)
+		sums = r.cover(c[0], c[1], widths, false)
 		check(fmt.Sprintf("then [%d, %d)", c[0], c[1]), sums)
 		fill(sums, c[0], c[1])
 		check(fmt.Sprintf("filled [%d, %d)", c[0], c[1]), sums)
 	}
+	// Two workers' sums added over [4, 15): the second's hold [12, 20), every sum 7.
+	ps := partSums{rows: []rowSums{r, {}}}
+	ps.start(2)
+	ps.used[0], ps.used[1] = true, true
+	for i := range ps.rows[1].cover(12, 20, widths, true) {
+		ps.rows[1].buf[i] = 7
+	}
+	const rb0, rb1 = 4, 15
+	dst := make([]int32, (rb1-rb0)*5)
+	if !ps.add(rb0, rb1, widths, dst) {
+		t.Fatal("add: no worker ran units")
+	}
+	for rb := rb0; rb < rb1; rb++ {
+		off := 0
+		for g, wd := range widths {
+			for i := range wd {
+				w := want[[3]int{rb, g, i}]
+				if rb >= 12 {
+					w += 7
+				}
+				if got := dst[(rb1-rb0)*off+(rb-rb0)*wd+i]; got != w {
+					t.Errorf("add: row block %d group %d [%d] = %d, want %d", rb, g, i, got, w)
+				}
+			}
+			off += wd
+		}
+	}
 	clear(want)
-	sums = r.cover(40, 42, stride, true)
+	sums = r.cover(40, 42, widths, true)
 	check("fresh [40, 42)", sums)
+	ps.start(2)
+	if ps.add(rb0, rb1, widths, dst) {
+		t.Error("add after start: a worker ran units")
+	}
 }
 
 // TestUnitsDeclines: a call runs by rows (Units 0) on one worker, with more tokens than a

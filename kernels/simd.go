@@ -924,16 +924,7 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	case !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
 		return 0
 	}
-	ps := &a.parts
-	if need := workers * partStride(l, a); cap(ps.buf) < need {
-		ps.buf = make([]int32, need)
-	}
-	ps.buf = ps.buf[:cap(ps.buf)]
-	if cap(ps.used) < workers {
-		ps.used = make([]bool, workers)
-	}
-	ps.used = ps.used[:workers]
-	clear(ps.used)
+	a.parts.start(workers)
 	return partUnits(ly)
 }
 
@@ -968,10 +959,6 @@ func panelSplitLoss(ly Layout, workers int) float64 {
 // rows there.
 var panelPartLoss = 1.10
 
-// partStride is the int32s of one worker's sums in a Parted call: every row block's, for
-// every token.
-func partStride(l *Layer, a *Acts) int { return l.Layout.RowBlocks() * a.N * RowBlock }
-
 // RunUnits sweeps units [u0, u1) into worker w's sums: of a chunk-major blob, chunk c's
 // pieces of row blocks [u0-c*RowBlocks(), u1-c*RowBlocks()), clipped; of a panel-major
 // one, its row blocks' blocks and tails (panelUnits, unitSegs).
@@ -991,31 +978,54 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 		k.int1RunUnits(l, a, w, u0, u1)
 		return
 	}
-	stride := partStride(l, a)
-	sums := ps.buf[w*stride:][:stride]
-	if !ps.used[w] {
-		clear(sums)
-		ps.used[w] = true
-	}
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
-	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, sums)
-	lp, ly := l.simdPrep(), l.Layout
+	lp, ly, n := l.simdPrep(), l.Layout, a.N
 	var run oneRun
 	var segs []panelSeg
+	lo, hi := 0, mrb // the row blocks the units touch
 	if ly.Paneled() {
 		tb.segs = unitSegs(ly, u0, u1, tb.segs[:0])
 		segs = tb.segs
-	} else if a.N == 1 {
-		tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], (u1-u0)*(ly.Bytes()/(ly.Chunks()*mrb)))
+		lo, hi = segRows(segs)
+	} else {
+		if c := u0 / mrb; c == (u1-1)/mrb {
+			lo, hi = u0-c*mrb, u1-c*mrb
+		}
+		if n == 1 {
+			tb.one, run = k.oneKernel(lp, a, k.ops.lut[1], (u1-u0)*(ly.Bytes()/(ly.Chunks()*mrb)))
+		}
 	}
-	k.sweepLUT(l, a, lp.chunks, tb.groups, 0, rows, segs, tb)
+	tb.widths = k.lutWidths(tb.widths[:0], n)
+	r := &ps.rows[w]
+	sums := r.cover(lo, hi, tb.widths, !ps.used[w])
+	ps.used[w] = true
+	tb.groups = k.lutPasses(tb.groups[:0], 0, n, r.hi-r.lo, sums)
+	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
+	k.sweepLUT(l, a, lp.chunks, tb.groups, r.lo, rows, segs, tb)
 	run.done()
 }
 
-// Finish adds the other workers' sums of row blocks [rb0, rb1) into the first's and runs
-// the epilogue on them.
+// lutWidths appends to ws the int32s a row block's sums take in each token group of a call of
+// n tokens (lutPasses).
+func (k *simdKernel) lutWidths(ws []int, n int) []int {
+	_, most := k.luts()
+	for t := 0; t < n; t += most {
+		ws = append(ws, min(most, n-t)*RowBlock)
+	}
+	return ws
+}
+
+// segRows returns the row blocks [lo, hi) that the segments segs (at least one) touch.
+func segRows(segs []panelSeg) (lo, hi int) {
+	lo, hi = segs[0].r0, segs[0].r1
+	for _, sg := range segs[1:] {
+		lo, hi = min(lo, sg.r0), max(hi, sg.r1)
+	}
+	return lo, hi
+}
+
+// Finish adds the workers' sums of row blocks [rb0, rb1) up and runs the epilogue on them.
 func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if rb0 >= rb1 {
 		return
@@ -1024,29 +1034,23 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.int1Finish(l, a, rb0, rb1, out)
 		return
 	}
-	ps, stride, mrb := &a.parts, partStride(l, a), l.Layout.RowBlocks()
-	first := -1 // the first worker with sums: the others' are added into its
-	for w, used := range ps.used {
-		if used && first < 0 {
-			first = w
-		}
-	}
-	if first < 0 {
-		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
-	}
-	p := k.plan(l, a.N)
+	n, nr := a.N, rb1-rb0
+	p := k.plan(l, n)
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	tb.groups = k.lutPasses(tb.groups[:0], 0, a.N, mrb, ps.buf[first*stride:][:stride])
-	for _, g := range tb.groups { // (RunUnits's passes: the same lutPasses)
-		lo, hi := rb0*g.T*RowBlock, rb1*g.T*RowBlock
-		for w := first + 1; w < len(ps.used); w++ {
-			if ps.used[w] {
-				addInt32s(g.sums[lo:hi], ps.buf[w*stride+mrb*g.t0*RowBlock:][lo:hi])
-			}
-		}
-		k.lutEpilogue(l, p, s, l.simdPrep(), tb, g.t0, g.T, g.sums[lo:], rb0, rb0, rb1, out)
+	if need := nr * n * RowBlock; cap(tb.sums) < need {
+		tb.sums = make([]int32, need)
+	}
+	sums := tb.sums[:nr*n*RowBlock]
+	clear(sums)
+	tb.widths = k.lutWidths(tb.widths[:0], n)
+	if !a.parts.add(rb0, rb1, tb.widths, sums) {
+		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
+	}
+	tb.groups = k.lutPasses(tb.groups[:0], 0, n, nr, sums) // (RunUnits's passes: the same lutPasses)
+	for _, g := range tb.groups {
+		k.lutEpilogue(l, p, s, l.simdPrep(), tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
 	}
 }
 
@@ -1575,24 +1579,25 @@ type threadBuf struct {
 	groups []lutGroup // runLUT's token groups
 	lut    []byte     // tl2: one chunk's tables, built by this thread
 
-	acc  []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
-	segs []panelSeg // tl2: a panel-major sweep's segments
-	pa   panelArgs
-	ia   int1Args
-	b    []byte
-	g    gemvArgs
-	mm   gemmArgs
-	ua   unpackArgs
-	la   lutArgs
-	epi  epiArgs
-	y    []float32 // gemvArgs.EY
-	f    floatArgs
-	tab  [32]byte
-	am   amxArgs
-	av   amxvArgs
-	av2  amxv2Args
-	cfg  [64]byte    // am.Cfg, av.Cfg
-	one  func(*byte) // tl2: the one-token kernel of a sweep (oneKernel; nil: luts()'s)
+	acc    []int16    // tl2: the panel kernel's int16 sums (panelArgs.Acc)
+	widths []int      // a call in parts: its token groups' int32s a row block (rowSums)
+	segs   []panelSeg // tl2: a panel-major sweep's segments
+	pa     panelArgs
+	ia     int1Args
+	b      []byte
+	g      gemvArgs
+	mm     gemmArgs
+	ua     unpackArgs
+	la     lutArgs
+	epi    epiArgs
+	y      []float32 // gemvArgs.EY
+	f      floatArgs
+	tab    [32]byte
+	am     amxArgs
+	av     amxvArgs
+	av2    amxv2Args
+	cfg    [64]byte    // am.Cfg, av.Cfg
+	one    func(*byte) // tl2: the one-token kernel of a sweep (oneKernel; nil: luts()'s)
 }
 
 func (tb *threadBuf) release() {
