@@ -871,7 +871,7 @@ const lutTunedT = 2
 const lutSweepTokens = 8
 
 // PerCall: the lookup-table GEMVs build every chunk's tables in each call (runLUT), and
-// int1's AVX-512 kernels each block's tables once for all the row blocks of a panel they
+// int1's AVX-512 kernels build each block's tables once for the row blocks of a panel they
 // sweep (the smaller a piece, the more often).
 func (k *simdKernel) PerCall(l *Layer, n int) bool {
 	return (k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil) && !k.useGemm(l, n)
@@ -905,7 +905,7 @@ func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * wo
 // Units runs a tl1/tl2 GEMV of up to gemvT tokens in parts of its stream (Parted): on a
 // chunk-major blob of at least partMinBytes, at least one chunk per worker and row-split
 // runs of at most partMaxRun; on a panel-major one whose panels share out among the
-// workers unevenly (panelPartLoss).
+// workers unevenly (panelPartLoss). int1: int1PartUnits.
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
 	if k.ops.int1Panel[1] != nil {
