@@ -169,6 +169,35 @@ func TestInt1InParts(t *testing.T) {
 	}
 }
 
+// TestInt1PanelUnits: int1's units in parts (panelUnits: a row block's block) are the blob's
+// 128-byte blocks in the blob's order, each one unit's segment (unitSegs).
+func TestInt1PanelUnits(t *testing.T) {
+	for _, sh := range [][2]int{{20, 100}, {1100, 300}, {3880, 200}} {
+		ly, err := NewLayout(quantcfg.Int1, sh[0], sh[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		per, units := panelUnits(ly)
+		if per != ly.Kp/32 || units != ly.RowBlocks()*per || partUnits(ly) != units {
+			t.Fatalf("%dx%d: panelUnits %d, %d; partUnits %d", sh[0], sh[1], per, units, partUnits(ly))
+		}
+		at := 0
+		for u := range units {
+			sg := unitSegs(ly, u, u+1, nil)
+			if len(sg) != 1 || sg[0].r1 != sg[0].r0+1 || sg[0].b1 != sg[0].b0+1 || sg[0].tail {
+				t.Fatalf("%dx%d: unit %d: segments %+v", sh[0], sh[1], u, sg)
+			}
+			if off, _ := ly.BlockAt(sg[0].r0, sg[0].b0); off != at {
+				t.Fatalf("%dx%d: unit %d at %d (%+v), want %d", sh[0], sh[1], u, off, sg[0], at)
+			}
+			at += int1BlockBytes
+		}
+		if at != ly.Bytes() {
+			t.Errorf("%dx%d: the units cover %d bytes of %d", sh[0], sh[1], at, ly.Bytes())
+		}
+	}
+}
+
 // TestInt1UnitsDeclines: an int1 call runs by rows (Units 0) where its panels share out
 // evenly (two workers: the panels come in pairs of nearly equal size), on one worker, where
 // parts would shorten the largest share by less than int1PartMinSaved, and where the GEMM

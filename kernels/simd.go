@@ -902,16 +902,18 @@ var (
 // partRun is the bytes a row split over workers streams per chunk before it jumps.
 func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * workers) }
 
-// Units runs a tl1/tl2 GEMV of up to gemvT tokens in parts of its stream (Parted): on a
-// chunk-major blob of at least partMinBytes, at least one chunk per worker and row-split
-// runs of at most partMaxRun; on a panel-major one whose panels share out among the
-// workers unevenly (panelPartLoss). int1: int1PartUnits.
+// Units runs a tl1/tl2 GEMV in parts of its stream (Parted): on a chunk-major blob of at
+// least partMinBytes, at least one chunk per worker and row-split runs of at most
+// partMaxRun, up to gemvT tokens; on a panel-major one whose panels share out among the
+// workers unevenly (panelPartLoss), any count of tokens the GEMV takes (two panels of
+// 2560 rows on three workers, or on sixteen, leave one or fourteen idle whatever the
+// tokens). int1: int1PartUnits.
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
 	if k.ops.int1Panel[1] != nil {
 		return k.int1PartUnits(l, a, workers)
 	}
-	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || a.N > k.ops.gemvT {
+	if workers < 2 || k.ops.lut[1] == nil || a.N < 1 || k.useGemm(l, a.N) {
 		return 0
 	}
 	switch {
@@ -921,7 +923,7 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 		if k.ops.panel[1] == nil || panelSplitLoss(ly, workers) <= panelPartLoss {
 			return 0
 		}
-	case !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
+	case a.N > k.ops.gemvT || !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
 		return 0
 	}
 	a.parts.start(workers)
@@ -1002,7 +1004,11 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	ps.used[w] = true
 	tb.groups = k.lutPasses(tb.groups[:0], 0, n, r.hi-r.lo, sums)
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
-	k.sweepLUT(l, a, lp.chunks, tb.groups, r.lo, rows, segs, tb)
+	_, most := k.luts()
+	per := max(most, lutSweepTokens) / most // passes a sweep, as runLUT's
+	for i := 0; i < len(tb.groups); i += per {
+		k.sweepLUT(l, a, lp.chunks, tb.groups[i:min(len(tb.groups), i+per)], r.lo, rows, segs, tb)
+	}
 	run.done()
 }
 
