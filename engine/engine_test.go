@@ -496,7 +496,7 @@ func (r *poolLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi in
 // reference's outputs bit for bit, one token split by whole panels where they share out
 // among the workers (tl2: eight panels on two) and in parts of the blob where they do not
 // (eight on three; 4100 rows' nine on two, which the pool's partition would cut 80 and 49
-// row blocks), and three tokens either way; tl2's 2560 x 2560's two panels of 40 row
+// row blocks), and three and six tokens (more than a kernel pass) the same way; tl2's 2560 x 2560's two panels of 40 row
 // blocks one on each of two workers, in parts on three. int1's 2560 rows are four panels
 // of 20 row blocks: by rows on two workers and four, in parts on three and eight (more
 // workers than panels); 6144 rows' six panels in parts on four.
@@ -530,7 +530,7 @@ func TestPanelMajorSplits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []int{1, 3} {
+		for _, n := range []int{1, 3, 6} {
 			what := fmt.Sprintf("%s %dx%d on %d threads, n=%d", c.f, c.m, c.k, c.threads, n)
 			x := make([]float32, n*c.k)
 			for i := range x {
@@ -548,7 +548,7 @@ func TestPanelMajorSplits(t *testing.T) {
 				}
 			}
 			// (the assembly kernels only: the generic and reference ones split by rows)
-			if n == 1 && len(r.log) > 0 && strings.HasPrefix(r.log[0], "avx512") {
+			if len(r.log) > 0 && strings.HasPrefix(r.log[0], "avx512") {
 				if got := strings.HasSuffix(r.log[0], "/parts"); got != c.parts {
 					t.Errorf("%s: splits %q, want in parts %t", what, r.log, c.parts)
 				}
