@@ -133,9 +133,9 @@ func runPanelSplit(t *testing.T, what string, k *simdKernel, l *Layer, x []float
 // more than one sweep's (lutSweepTokens); panelUnits and unitSegs agree with the blob's
 // offsets.
 func TestTL2PanelParts(t *testing.T) {
-	old := panelPartLoss
-	panelPartLoss = 0
-	t.Cleanup(func() { panelPartLoss = old })
+	old, oldMany := panelPartLoss, panelPartLossMany
+	panelPartLoss, panelPartLossMany = 0, 0
+	t.Cleanup(func() { panelPartLoss, panelPartLossMany = old, oldMany })
 	rng := rand.New(rand.NewPCG(43, 43))
 	shapes := [][2]int{{4100, 4100}, {4096, 4080}}
 	ns := []int{1, 2, 3, 4, 6, 9}
