@@ -497,8 +497,8 @@ func (r *poolLogRunner) SplitOnce(class string, blocks int, fn func(w, lo, hi in
 // the workers (tl2: 4096 rows' four panels on two) and in parts of the blob where they do
 // not (four on three; 4100 rows' five on two, which a split by panels cuts 96 and 33 row
 // blocks), for one and three tokens; six tokens (more than a kernel pass) in parts only
-// where whole panels would leave workers idle (panelPartLossMany: 2560 rows' two panels on
-// four workers). tl2's 2560 x 2560's two panels of 40 row blocks one on each of two workers, in
+// where whole panels would leave workers idle (2560 rows' two panels on three workers or
+// four). tl2's 2560 x 2560's two panels of 40 row blocks one on each of two workers, in
 // parts on three. int1's 2560 rows are four panels of 20 row blocks: by rows on two workers
 // and four, in parts on three and eight (more workers than panels); 6144 rows' six panels
 // in parts on four; int1 any count of tokens alike.
@@ -515,7 +515,7 @@ func TestPanelMajorSplits(t *testing.T) {
 	}{
 		{quantcfg.TL2, 4096, 4080, 2, false, false}, {quantcfg.TL2, 4096, 4080, 3, true, false},
 		{quantcfg.TL2, 4100, 4100, 2, true, false}, {quantcfg.TL2, 2560, 2560, 2, false, false},
-		{quantcfg.TL2, 2560, 2560, 3, true, false}, {quantcfg.TL2, 2560, 2560, 4, true, true},
+		{quantcfg.TL2, 2560, 2560, 3, true, true}, {quantcfg.TL2, 2560, 2560, 4, true, true},
 		{quantcfg.Int1, 2560, 2560, 2, false, false}, {quantcfg.Int1, 2560, 2560, 4, false, false},
 		{quantcfg.Int1, 2560, 2560, 3, true, true}, {quantcfg.Int1, 2560, 2560, 8, true, true},
 		{quantcfg.Int1, 6144, 2048, 4, true, true},

@@ -14,11 +14,12 @@ import (
 // through every tuning's tl2 kernels, for one to eight tokens (several token groups, one
 // token alone), in row ranges that start and end inside panels (runSplit), and through
 // RunSplit over 2, 3 and 16 workers: by whole panels (RowGranule) where they share out
-// evenly, else in parts (Units): 4100 x 4100 (eight panels and one row block, a 20-input
-// tl1 tail; in parts on two workers), 4096 x 4080 (eight whole panels, no tail; by rows
-// on two), 2400 x 2600 (two panels, of 38 and 37 row blocks, an 8-input tail; by rows
-// on two, in parts on three) and 2400 x 1240 (the same panels of 25 blocks and a 40-input
-// tail).
+// evenly, else in parts (Units; beyond one kernel pass of tokens only where whole panels
+// leave workers idle): 4100 x 4100 (four panels and one of one row block, a 20-input tl1
+// tail; in parts on two workers up to a pass of tokens), 4096 x 4080 (four whole panels,
+// no tail; by rows on two), 2400 x 2600 (two panels, of 38 and 37 row blocks, an 8-input
+// tail; by rows on two, in parts on three) and 2400 x 1240 (the same panels of 25 blocks
+// and a 40-input tail); every call in parts on sixteen.
 func TestTL2PanelGEMV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 41))
 	shapes := [][2]int{{4100, 4100}, {4096, 4080}, {2400, 2600}, {2400, 1240}}
@@ -51,11 +52,11 @@ func TestTL2PanelGEMV(t *testing.T) {
 					what := fmt.Sprintf("%s, %d workers", what, workers)
 					out, parted := runPanelSplit(t, what, k, tl.Layer, x, n, workers)
 					checkExact(t, what, out, want, tl.Spec.Out)
-					wantParts := n <= k.ops.gemvT && panelSplitLoss(tl.Layout, workers) > panelPartLoss
+					wantParts := panelSplitLoss(tl.Layout, workers) > panelPartLoss && (n <= k.ops.gemvT || tl.Layout.Panels() < workers)
 					if parted != wantParts {
 						t.Errorf("%s: in parts %t, want %t", what, parted, wantParts)
 					}
-					if workers == 2 && parted != (wantParts && tl.Spec.Out == 4100) || workers == 3 && tl.Spec.Out == 2400 && parted != (n <= k.ops.gemvT) || workers == 16 && parted != (n <= k.ops.gemvT) {
+					if workers == 2 && parted != (tl.Spec.Out == 4100 && n <= k.ops.gemvT) || workers == 3 && tl.Spec.Out == 2400 && !parted || workers == 16 && !parted {
 						t.Errorf("%s: in parts %t", what, parted)
 					}
 				}
@@ -130,12 +131,12 @@ func runPanelSplit(t *testing.T, what string, k *simdKernel, l *Layer, x []float
 // reference's results for any cut of its units among the workers (runParts: ranges within
 // a panel, across panels, its tails alone, single units), by the tl2 assembly kernels and
 // the generic twin, with and without a tl1 tail, for one kernel pass of tokens and for
-// more than one sweep's (lutSweepTokens); panelUnits and unitSegs agree with the blob's
-// offsets.
+// more than one sweep's (lutSweepTokens, on workers that outnumber the panels); panelUnits
+// and unitSegs agree with the blob's offsets.
 func TestTL2PanelParts(t *testing.T) {
-	old, oldMany := panelPartLoss, panelPartLossMany
-	panelPartLoss, panelPartLossMany = 0, 0
-	t.Cleanup(func() { panelPartLoss, panelPartLossMany = old, oldMany })
+	old := panelPartLoss
+	panelPartLoss = 0
+	t.Cleanup(func() { panelPartLoss = old })
 	rng := rand.New(rand.NewPCG(43, 43))
 	shapes := [][2]int{{4100, 4100}, {4096, 4080}}
 	ns := []int{1, 2, 3, 4, 6, 9}
@@ -151,7 +152,11 @@ func TestTL2PanelParts(t *testing.T) {
 	for _, k := range ks {
 		var a Acts
 		eachShape(t, k.name, k.simdKernel, k.format, rng, shapes, 1, ns, func(what string, tl testLayer, x []float32, n int, want []float32) {
-			for _, workers := range []int{2, 5} {
+			ws := []int{2, 5}
+			if n > k.ops.gemvT {
+				ws = []int{8} // (more than the four and five panels)
+			}
+			for _, workers := range ws {
 				for _, conc := range []bool{false, true} {
 					what := fmt.Sprintf("%s, %d workers (concurrent: %t)", what, workers, conc)
 					checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, n, workers, conc), want, tl.Spec.Out)

@@ -905,8 +905,8 @@ func partRun(ly Layout, workers int) int { return ly.Bytes() / (ly.Chunks() * wo
 // Units runs a tl1/tl2 GEMV in parts of its stream (Parted): on a chunk-major blob of at
 // least partMinBytes, at least one chunk per worker and row-split runs of at most
 // partMaxRun, up to gemvT tokens; on a panel-major one whose panels share out among the
-// workers unevenly (panelPartLoss; beyond gemvT tokens panelPartLossMany). int1:
-// int1PartUnits.
+// workers unevenly (panelPartLoss), and beyond gemvT tokens only where whole panels would
+// leave workers idle (fewer panels than workers: see panelPartLoss). int1: int1PartUnits.
 func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	ly := l.Layout
 	if k.ops.int1Panel[1] != nil {
@@ -919,8 +919,7 @@ func (k *simdKernel) Units(l *Layer, a *Acts, workers int) int {
 	case ly.Paneled():
 		// A row split by whole panels gives each worker a contiguous stream already
 		// (RowGranule), unless the panels do not share out evenly.
-		loss := panelSplitLoss(ly, workers)
-		if k.ops.panel[1] == nil || loss <= panelPartLoss || a.N > k.ops.gemvT && loss <= panelPartLossMany {
+		if k.ops.panel[1] == nil || panelSplitLoss(ly, workers) <= panelPartLoss || a.N > k.ops.gemvT && ly.Panels() >= workers {
 			return 0
 		}
 	case a.N > k.ops.gemvT || !ly.Chunked() || ly.Bytes() < partMinBytes || ly.Chunks() < workers || partRun(ly, workers) > partMaxRun:
@@ -961,14 +960,14 @@ func panelSplitLoss(ly Layout, workers int) float64 {
 // rows there.
 var panelPartLoss = 1.10
 
-// panelPartLossMany is panelPartLoss for calls of more tokens than one kernel pass takes,
-// which their lookups bind: where whole panels leave workers idle (2560 rows are two tl2
-// panels: on four workers two idle, on sixteen fourteen) rather than short. On the Zen 4
+//
+// Calls of more tokens than one kernel pass takes, which their lookups bind, run in parts
+// only where whole panels would leave workers idle (2560 rows are two tl2 panels: on three
+// workers one idle, on sixteen fourteen), not where they leave some short: on the Zen 4
 // guest at two threads, its cores shared (two threads computing 1.2x one), such calls ran
-// in parts 0.99-1.05x as fast as by rows on 6912x2560 (panelSplitLoss 1.19) and 0.93-0.95x
-// on 4100x4100 (1.49), five and eight tokens, two runs of 11 rounds each way: there a
-// thread left alone runs faster, and the imbalance costs little.
-var panelPartLossMany = 1.5
+// in parts 0.95-1.01x as fast as by rows on 6912x2560 (panelSplitLoss 1.19, five and
+// eight tokens) and 0.90-0.95x on 4100x4100 (1.49, five, six and eight), two runs of 11
+// rounds each way: there a thread left alone runs faster, and the imbalance costs little.
 
 // RunUnits sweeps units [u0, u1) into worker w's sums: of a chunk-major blob, chunk c's
 // pieces of row blocks [u0-c*RowBlocks(), u1-c*RowBlocks()), clipped; of a panel-major
