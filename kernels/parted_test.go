@@ -169,6 +169,56 @@ func TestInt1InParts(t *testing.T) {
 	}
 }
 
+// FuzzKernelParts: int1, tl1 and tl2 calls in parts (every call that can: no size or
+// balance thresholds) give the reference's results for any shape, setting, token count,
+// worker count and cut of the units among the workers (runParts), by the assembly kernels
+// and the generic twins.
+func FuzzKernelParts(f *testing.F) {
+	f.Add(uint8(0), uint16(100), uint16(300), uint8(1), uint8(1), uint8(0), uint64(1))
+	f.Add(uint8(1), uint16(70), uint16(1203), uint8(3), uint8(0), uint8(1), uint64(2))
+	f.Add(uint8(2), uint16(33), uint16(1900), uint8(2), uint8(3), uint8(2), uint64(3))
+	f.Add(uint8(0), uint16(599), uint16(77), uint8(8), uint8(5), uint8(7), uint64(4))
+	f.Add(uint8(0), uint16(149), uint16(1124), uint8(8), uint8(0), uint8(6), uint64(5)) // int1, groups of weights
+	f.Fuzz(func(t *testing.T, fi uint8, m, k uint16, n, w, setting uint8, seed uint64) {
+		defer func(a, b, c int, d float64) { partMinBytes, partMaxRun, int1PartMinSaved, panelPartLoss = a, b, c, d }(partMinBytes, partMaxRun, int1PartMinSaved, panelPartLoss)
+		partMinBytes, partMaxRun, int1PartMinSaved, panelPartLoss = 0, 1<<40, 0, 0
+		format := []quantcfg.Format{quantcfg.Int1, quantcfg.TL1, quantcfg.TL2}[int(fi)%3]
+		mm, kk, nn, workers := int(m%600)+1, int(k%2000)+1, int(n%9)+1, int(w%7)+2
+		specs := specsFor(format)
+		spec := specs[int(setting)%len(specs)]
+		spec.Out, spec.In, spec.Bias = mm, kk, seed%2 == 0
+		rng := rand.New(rand.NewPCG(seed, uint64(mm*kk)))
+		tl := newTestLayer(t, rng, spec)
+		x := randActs(rng, nn, kk)
+		var want []float32
+		ks := lutKernels()
+		if format == quantcfg.Int1 {
+			ks = int1Kernels()
+		}
+		for _, k := range ks {
+			if k.format != format {
+				continue
+			}
+			var a Acts
+			if err := tl.Layer.Quantize(x, nn, &a); err != nil {
+				t.Fatal(err)
+			}
+			k.Prepare(tl.Layer, &a)
+			if k.Units(tl.Layer, &a, workers) == 0 {
+				continue // (more tokens than a pass on a chunk-major blob, fewer chunks than workers)
+			}
+			if want == nil {
+				var err error
+				if want, err = Reference(tl.Layer, x, nn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			what := fmt.Sprintf("%s %s %dx%d n=%d, %d workers", k.name, spec.Act, mm, kk, nn, workers)
+			checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, nn, workers, seed%4 == 0), want, mm)
+		}
+	})
+}
+
 // TestInt1PanelUnits: int1's units in parts (panelUnits: a row block's block) are the blob's
 // 128-byte blocks in the blob's order, each one unit's segment (unitSegs).
 func TestInt1PanelUnits(t *testing.T) {
