@@ -184,12 +184,7 @@ func FuzzKernelParts(f *testing.F) {
 		partMinBytes, partMaxRun, int1PartMinSaved, panelPartLoss = 0, 1<<40, 0, 0
 		format := []quantcfg.Format{quantcfg.Int1, quantcfg.TL1, quantcfg.TL2}[int(fi)%3]
 		mm, kk, nn, workers := int(m%600)+1, int(k%2000)+1, int(n%9)+1, int(w%7)+2
-		specs := specsFor(format)
-		spec := specs[int(setting)%len(specs)]
-		spec.Out, spec.In, spec.Bias = mm, kk, seed%2 == 0
-		rng := rand.New(rand.NewPCG(seed, uint64(mm*kk)))
-		tl := newTestLayer(t, rng, spec)
-		x := randActs(rng, nn, kk)
+		tl, x, rng := fuzzLayer(t, format, mm, kk, nn, setting, seed)
 		var want []float32
 		ks := lutKernels()
 		if format == quantcfg.Int1 {
@@ -213,7 +208,7 @@ func FuzzKernelParts(f *testing.F) {
 					t.Fatal(err)
 				}
 			}
-			what := fmt.Sprintf("%s %s %dx%d n=%d, %d workers", k.name, spec.Act, mm, kk, nn, workers)
+			what := fmt.Sprintf("%s %s %dx%d n=%d, %d workers", k.name, tl.Spec.Act, mm, kk, nn, workers)
 			checkExact(t, what, runParts(t, rng, k, &a, tl.Layer, x, nn, workers, seed%4 == 0), want, mm)
 		}
 	})
