@@ -32,7 +32,9 @@ import "encoding/binary"
 // every block of 2560x2560's panels of 32 row blocks read 0.48-0.71x as fast as the VNNI4
 // kernel, with whole panels 1.03-1.04x. The panels come in pairs of (nearly) the same size
 // so that two workers' shares of them are even at every M (6912 rows, 216 row blocks: 8
-// panels of 27, where panels of 32 would split 128/88); a panel's tables are built once per
+// panels of 27, where panels of 32 would split 128/88); where more workers would share the
+// panels out unevenly or sit idle, a call runs in parts of the blob's blocks instead
+// (int1PartUnits), each worker one stretch of it. A panel's tables are built once per
 // block, about 32 operations against a row block's 40 lookups and adds, so panels of 17-32
 // row blocks cost 2-5% of the call for it. Groups (quantcfg.MinGroup = 32) start at block
 // boundaries.

@@ -51,9 +51,9 @@ func Select(l *Layer, n int) (Kernel, error) {
 // range of units is one stretch of memory, where a range of rows is a stretch in every
 // chunk: with two threads on the 8B shapes, tl2 read closer to the memory's rate that way
 // (before those shapes were panel-major, whose whole panels are one stretch: Granular). A
-// panel-major blob runs in parts where its panels would not share out evenly, its row
-// blocks' blocks the units. Each worker adds into int32 sums of its own, and Finish adds them up per row
-// block. RunSplit drives it.
+// panel-major blob (tl2, int1) runs in parts where its panels would not share out evenly,
+// its row blocks' blocks the units. Each worker adds into int32 sums of its own, over the
+// row blocks its units touch, and Finish adds them up per row block. RunSplit drives it.
 type Parted interface {
 	Kernel
 	// Units prepares a call for workers threads, after Prepare, and returns how many units
