@@ -20020,7 +20020,8 @@ TEXT ·gemvI2ST1AVX2(SB), NOSPLIT, $0-8
 	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
-	VMOVDQU codesY<>+0(SB), Y4
+	VMOVDQU codesY<>+0(SB), Y14
+	VMOVDQU codesY<>+32(SB), Y15
 	XORQ    BX, BX
 	MOVQ    24(AX), DI
 	MOVQ    (AX), SI
@@ -20040,83 +20041,103 @@ gemvI2ST1AVX2_seg:
 	VPXOR   Y2, Y2, Y2
 	VPXOR   Y3, Y3, Y3
 
+gemvI2ST1AVX2_chunk:
+	MOVQ    $0x00000007, R12
+	CMPQ    R11, R12
+	CMOVQLT R11, R12
+	SUBQ    R12, R11
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+	VPXOR   Y8, Y8, Y8
+	VPXOR   Y9, Y9, Y9
+	VPXOR   Y10, Y10, Y10
+	VPXOR   Y11, Y11, Y11
+
 gemvI2ST1AVX2_blk:
 	PREFETCHT1   4096(R8)
 	PREFETCHT0   2048(R8)
 	PREFETCHT1   4160(R8)
 	PREFETCHT0   2112(R8)
-	VMOVDQU      (R8), Y5
-	VPSRLW       $0x06, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(DX*1), Y6, Y8
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPMADDWD     wOnesY<>+0(SB), Y8, Y8
-	VPADDD       Y8, Y0, Y0
-	VMOVDQU      32(R8), Y5
-	VPSRLW       $0x06, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(DX*1), Y6, Y8
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPMADDWD     wOnesY<>+0(SB), Y8, Y8
-	VPADDD       Y8, Y1, Y1
-	VMOVDQU      64(R8), Y5
-	VPSRLW       $0x06, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(DX*1), Y6, Y8
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPMADDWD     wOnesY<>+0(SB), Y8, Y8
-	VPADDD       Y8, Y2, Y2
-	VMOVDQU      96(R8), Y5
-	VPSRLW       $0x06, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   (CX)(DX*1), Y6, Y8
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   32(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        Y4, Y6, Y6
-	VPMADDUBSW   64(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPAND        Y4, Y5, Y6
-	VPMADDUBSW   96(CX)(DX*1), Y6, Y7
-	VPADDW       Y7, Y8, Y8
-	VPMADDWD     wOnesY<>+0(SB), Y8, Y8
-	VPADDD       Y8, Y3, Y3
+	VMOVDQU      (R8), Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   96(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y4, Y4
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   64(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y8, Y8
+	VPSRLW       $0x04, Y12, Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   32(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y4, Y4
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   (CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y8, Y8
+	VMOVDQU      32(R8), Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   96(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y5, Y5
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   64(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y9, Y9
+	VPSRLW       $0x04, Y12, Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   32(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y5, Y5
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   (CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y9, Y9
+	VMOVDQU      64(R8), Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   96(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y6, Y6
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   64(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y10, Y10
+	VPSRLW       $0x04, Y12, Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   32(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y6, Y6
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   (CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y10, Y10
+	VMOVDQU      96(R8), Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   96(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y7, Y7
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   64(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y11, Y11
+	VPSRLW       $0x04, Y12, Y12
+	VPAND        Y14, Y12, Y13
+	VPMADDUBSW   32(CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y7, Y7
+	VPAND        Y15, Y12, Y13
+	VPMADDUBSW   (CX)(DX*1), Y13, Y13
+	VPADDW       Y13, Y11, Y11
 	SUBQ         $-128, R8
 	SUBQ         $-128, DX
-	DECQ         R11
+	DECQ         R12
 	JNZ          gemvI2ST1AVX2_blk
+	VPSRAW       $0x02, Y8, Y8
+	VPADDW       Y8, Y4, Y4
+	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
+	VPADDD       Y4, Y0, Y0
+	VPSRAW       $0x02, Y9, Y9
+	VPADDW       Y9, Y5, Y5
+	VPMADDWD     wOnesY<>+0(SB), Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRAW       $0x02, Y10, Y10
+	VPADDW       Y10, Y6, Y6
+	VPMADDWD     wOnesY<>+0(SB), Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPSRAW       $0x02, Y11, Y11
+	VPADDW       Y11, Y7, Y7
+	VPMADDWD     wOnesY<>+0(SB), Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	TESTQ        R11, R11
+	JNZ          gemvI2ST1AVX2_chunk
 	VPHADDD      Y1, Y0, Y0
 	VPHADDD      Y3, Y2, Y2
 	VPHADDD      Y2, Y0, Y0
