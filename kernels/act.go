@@ -39,42 +39,41 @@ type Acts struct {
 	tmax  []float32
 }
 
-// partSums are the int32 sums of a Parted call's workers, each worker's over the row blocks
-// its units touched (rows[w]); used[w] says whether worker w ran units in the call (its
-// sums start anew when it first does).
+// partSums are the int32 sums of a Parted call's workers: worker w's over the row blocks its
+// units touched (rows[w]), none while it has run no units in the call.
 type partSums struct {
-	rows []rowSums
-	used []bool
+	rows    []rowSums
+	workers int // the call's
 }
 
-// start readies the sums for a call of workers workers.
+// start readies the sums for a call of workers workers: none held.
 func (ps *partSums) start(workers int) {
-	if cap(ps.used) < workers {
-		ps.used = make([]bool, workers)
-	}
-	ps.used = ps.used[:workers]
-	clear(ps.used)
 	if len(ps.rows) < workers {
 		ps.rows = append(ps.rows, make([]rowSums, workers-len(ps.rows))...)
 	}
+	for w := range ps.rows {
+		ps.rows[w].lo, ps.rows[w].hi = 0, 0
+	}
+	ps.workers = workers
 }
 
 // rowSums are one worker's int32 sums over row blocks [lo, hi) of a call in parts, in
 // groups of tokens (lutPasses; int1 one group, of every segment and token): a group's row
-// blocks side by side, widths[g] int32s each, then the next group's.
+// blocks side by side, widths[g] int32s each, then the next group's. Empty (lo >= hi): none
+// held (the buffer kept for the next call).
 type rowSums struct {
 	buf    []int32
 	lo, hi int
 }
 
-// cover makes r hold row blocks [lo, hi) as well as those it holds (or those alone, when
-// fresh), in groups of widths, the sums of row blocks new to it zero, and returns the sums.
-func (r *rowSums) cover(lo, hi int, widths []int, fresh bool) []int32 {
+// cover makes r hold row blocks [lo, hi) as well as those it holds, in groups of widths,
+// the sums of row blocks new to it zero, and returns the sums.
+func (r *rowSums) cover(lo, hi int, widths []int) []int32 {
 	all := 0
 	for _, wd := range widths {
 		all += wd
 	}
-	if fresh || r.lo >= r.hi {
+	if r.lo >= r.hi {
 		need := (hi - lo) * all
 		if cap(r.buf) < need {
 			r.buf = make([]int32, need)
@@ -102,12 +101,12 @@ func (r *rowSums) cover(lo, hi int, widths []int, fresh bool) []int32 {
 // alone in groups of widths, and reports whether any worker ran units.
 func (ps *partSums) add(rb0, rb1 int, widths []int, dst []int32) bool {
 	ran, nr := false, rb1-rb0
-	for w, used := range ps.used {
-		if !used {
+	for w := range ps.workers {
+		r := &ps.rows[w]
+		if r.lo >= r.hi {
 			continue
 		}
 		ran = true
-		r := &ps.rows[w]
 		lo, hi := max(rb0, r.lo), min(rb1, r.hi)
 		if lo >= hi {
 			continue

@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"fmt"
-	"unsafe"
-)
+import "unsafe"
 
 // The int1 GEMV: every int1 blob is panel-major (int1.go), and its kernels (fmtOps.int1Panel,
 // int1Args) build (AVX-512) or read (AVX2: tabInt1Y, built by Prepare) lookup tables of the
@@ -175,8 +172,7 @@ func (k *simdKernel) int1RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	ps, stride := &a.parts, p.nseg*n*RowBlock
 	r := &ps.rows[w]
 	tb.widths = append(tb.widths[:0], stride)
-	sums := r.cover(lo, hi, tb.widths, !ps.used[w])
-	ps.used[w] = true
+	sums := r.cover(lo, hi, tb.widths)
 	for _, sg := range tb.segs {
 		for t0 := 0; t0 < n; t0 += gT {
 			T := min(gT, n-t0)
@@ -193,16 +189,6 @@ func (k *simdKernel) int1Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) 
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	stride := p.nseg * n * RowBlock
-	need := (rb1 - rb0) * stride
-	if cap(tb.sums) < need {
-		tb.sums = make([]int32, need)
-	}
-	sums := tb.sums[:need]
-	clear(sums)
-	tb.widths = append(tb.widths[:0], stride)
-	if !a.parts.add(rb0, rb1, tb.widths, sums) {
-		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
-	}
+	sums := k.partsAdded(a, rb0, rb1, append(tb.widths[:0], p.nseg*n*RowBlock), tb)
 	k.int1Epilogue(l, p, s, l.simdPrep(), tb, sums, rb0, rb1, 0, n, out)
 }

@@ -294,8 +294,9 @@ func TestInt1UnitsDeclines(t *testing.T) {
 }
 
 // TestRowSumsCover: a worker's sums keep what they hold, group by group, as they grow to
-// cover more row blocks, on either side and across a gap, and start anew when fresh; the
-// row blocks new to them are zero, and partSums.add adds any row-block range of them.
+// cover more row blocks, on either side and across a gap, and start anew when a call starts
+// (partSums.start); the row blocks new to them are zero, and partSums.add adds any
+// row-block range of them, and says whether any worker holds sums.
 func TestRowSumsCover(t *testing.T) {
 	widths := []int{2, 3}
 	var r rowSums
@@ -337,20 +338,20 @@ func TestRowSumsCover(t *testing.T) {
 	for i := range r.buf {
 		r.buf[i] = -1
 	}
-	sums := r.cover(5, 8, widths, true)
+	sums := r.cover(5, 8, widths)
 	check("fresh [5, 8)", sums)
 	fill(sums, 5, 8)
 	for _, c := range [][2]int{{6, 7}, {3, 8}, {3, 10}, {14, 16}, {0, 2}} {
-		sums = r.cover(c[0], c[1], widths, false)
+		sums = r.cover(c[0], c[1], widths)
 		check(fmt.Sprintf("then [%d, %d)", c[0], c[1]), sums)
 		fill(sums, c[0], c[1])
 		check(fmt.Sprintf("filled [%d, %d)", c[0], c[1]), sums)
 	}
 	// Two workers' sums added over [4, 15): the second's hold [12, 20), every sum 7.
-	ps := partSums{rows: []rowSums{r, {}}}
+	var ps partSums
 	ps.start(2)
-	ps.used[0], ps.used[1] = true, true
-	for i := range ps.rows[1].cover(12, 20, widths, true) {
+	ps.rows[0] = r
+	for i := range ps.rows[1].cover(12, 20, widths) {
 		ps.rows[1].buf[i] = 7
 	}
 	const rb0, rb1 = 4, 15
@@ -373,13 +374,14 @@ func TestRowSumsCover(t *testing.T) {
 			off += wd
 		}
 	}
-	clear(want)
-	sums = r.cover(40, 42, widths, true)
-	check("fresh [40, 42)", sums)
-	ps.start(2)
+	ps.start(2) // a new call: no worker holds sums
 	if ps.add(rb0, rb1, widths, dst) {
 		t.Error("add after start: a worker ran units")
 	}
+	clear(want)
+	r = ps.rows[0]
+	sums = r.cover(40, 42, widths)
+	check("fresh [40, 42)", sums)
 }
 
 // TestUnitsDeclines: a call runs by rows (Units 0) on one worker, with more tokens than a

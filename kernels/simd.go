@@ -958,8 +958,6 @@ func panelSplitLoss(ly Layout, workers int) float64 {
 // 0.94-1.00x in one run, 1.01-1.02x in another (one token, 15 and 21 rounds). The 8B
 // shapes' panels share out within 4% on two workers (37 on 2: 1.027), so they split by
 // rows there.
-var panelPartLoss = 1.10
-
 //
 // Calls of more tokens than one kernel pass takes, which their lookups bind, run in parts
 // only where whole panels would leave workers idle (2560 rows are two tl2 panels: on three
@@ -968,14 +966,15 @@ var panelPartLoss = 1.10
 // in parts 0.95-1.01x as fast as by rows on 6912x2560 (panelSplitLoss 1.19, five and
 // eight tokens) and 0.90-0.95x on 4100x4100 (1.49, five, six and eight), two runs of 11
 // rounds each way: there a thread left alone runs faster, and the imbalance costs little.
+var panelPartLoss = 1.10
 
 // RunUnits sweeps units [u0, u1) into worker w's sums: of a chunk-major blob, chunk c's
 // pieces of row blocks [u0-c*RowBlocks(), u1-c*RowBlocks()), clipped; of a panel-major
 // one, its row blocks' blocks and tails (panelUnits, unitSegs).
 func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	ps := &a.parts
-	if w < 0 || w >= len(ps.used) {
-		panic(fmt.Sprintf("kernels: %s: RunUnits by worker %d of a call prepared for %d", k.Name(), w, len(ps.used)))
+	if w < 0 || w >= ps.workers {
+		panic(fmt.Sprintf("kernels: %s: RunUnits by worker %d of a call prepared for %d", k.Name(), w, ps.workers))
 	}
 	mrb, units := l.Layout.RowBlocks(), partUnits(l.Layout)
 	if u0 < 0 || u1 > units {
@@ -1008,8 +1007,7 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 	}
 	tb.widths = k.lutWidths(tb.widths[:0], n)
 	r := &ps.rows[w]
-	sums := r.cover(lo, hi, tb.widths, !ps.used[w])
-	ps.used[w] = true
+	sums := r.cover(lo, hi, tb.widths)
 	tb.groups = k.lutPasses(tb.groups[:0], 0, n, r.hi-r.lo, sums)
 	rows := func(c int) (int, int) { return max(u0-c*mrb, 0), min(u1-c*mrb, mrb) }
 	_, most := k.luts()
@@ -1018,6 +1016,25 @@ func (k *simdKernel) RunUnits(l *Layer, a *Acts, w, u0, u1 int) {
 		k.sweepLUT(l, a, lp.chunks, tb.groups[i:min(len(tb.groups), i+per)], r.lo, rows, segs, tb)
 	}
 	run.done()
+}
+
+// partsAdded returns the workers' sums of row blocks [rb0, rb1) of a call in parts added up
+// in tb's buffer, laid out as theirs in groups of widths (kept in tb.widths), for Finish.
+func (k *simdKernel) partsAdded(a *Acts, rb0, rb1 int, widths []int, tb *threadBuf) []int32 {
+	tb.widths = widths
+	need := 0
+	for _, wd := range widths {
+		need += (rb1 - rb0) * wd
+	}
+	if cap(tb.sums) < need {
+		tb.sums = make([]int32, need)
+	}
+	sums := tb.sums[:need]
+	clear(sums)
+	if !a.parts.add(rb0, rb1, widths, sums) {
+		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
+	}
+	return sums
 }
 
 // lutWidths appends to ws the int32s a row block's sums take in each token group of a call of
@@ -1053,15 +1070,7 @@ func (k *simdKernel) Finish(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	_, s := scratchView(a, p.size)
 	tb := bufPool.Get().(*threadBuf)
 	defer tb.release()
-	if need := nr * n * RowBlock; cap(tb.sums) < need {
-		tb.sums = make([]int32, need)
-	}
-	sums := tb.sums[:nr*n*RowBlock]
-	clear(sums)
-	tb.widths = k.lutWidths(tb.widths[:0], n)
-	if !a.parts.add(rb0, rb1, tb.widths, sums) {
-		panic(fmt.Sprintf("kernels: %s: Finish of a call no worker ran units of", k.Name()))
-	}
+	sums := k.partsAdded(a, rb0, rb1, k.lutWidths(tb.widths[:0], n), tb)
 	tb.groups = k.lutPasses(tb.groups[:0], 0, n, nr, sums) // (RunUnits's passes: the same lutPasses)
 	for _, g := range tb.groups {
 		k.lutEpilogue(l, p, s, l.simdPrep(), tb, g.t0, g.T, g.sums, rb0, rb0, rb1, out)
