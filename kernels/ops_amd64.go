@@ -169,8 +169,10 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.panel, o.panelTab = gemv4(tl2PanelT1AVX2, tl2PanelT2AVX2, nil, nil), tabTL2Y
 		case quantcfg.BF16:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
+			o.floatPair = floatBF16P1AVX2
 		case quantcfg.F32:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatF32T1AVX2, floatF32T2AVX2}, 2
+			o.floatPair = floatF32P1AVX2
 		default:
 			return nil
 		}

@@ -68,6 +68,9 @@ type fmtOps struct {
 	epiRows func(*byte)               // the epilogue of one segment over NRB row blocks (the lookup-table GEMVs')
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
 	floatT  int                       // largest T in float
+	// floatPair: a one-token float kernel over two whole row blocks a call, whose weights it
+	// reads as two streams (the 256-bit paths: floatYPair in _asm/float.go), or nil
+	floatPair func(*byte)
 	gemvT   int                       // largest T in gemv
 	tileT   int                       // largest T in tile
 	kstep   int                       // inputs per GEMV step (segments are whole steps)
@@ -2045,6 +2048,20 @@ func (g *gemvArgs) streamPrefetch() {
 	g.PF, g.PF7, g.Far, g.Far6 = gemvPrefetch, gemvPrefetch, gemvFarPrefetch, gemvFarPrefetch
 }
 
+// floatPair returns the kernel of two whole row blocks a call that runFloat takes for n
+// tokens of l, or nil: one token, on a path that has it (fmtOps.floatPair), where a row
+// block's weights are K rows of 32 weights with nothing between row blocks.
+func (k *simdKernel) floatPair(l *Layer, n int) func(*byte) {
+	wb := 4 // bytes a weight
+	if k.format == quantcfg.BF16 {
+		wb = 2
+	}
+	if n != 1 || k.ops.floatPair == nil || l.Layout.RowBlockBytes != RowBlock*l.Layout.K*wb {
+		return nil
+	}
+	return k.ops.floatPair
+}
+
 func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	ly := l.Layout
 	n := a.N
@@ -2065,6 +2082,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if n == 1 {
 		one, run = k.oneKernel(lp, a, k.ops.float[1], (rb1-rb0)*ly.RowBlockBytes)
 	}
+	pair := k.floatPair(l, n)
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
 		rows := min(RowBlock, ly.M-m0)
@@ -2073,6 +2091,12 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		f.Bias = nil
 		if lp.bias != nil {
 			f.Bias = unsafe.Pointer(&lp.bias[m0])
+		}
+		if pair != nil && rb+1 < rb1 && m0+2*RowBlock <= ly.M {
+			f.X, f.XStride, f.Out = xt, 4, unsafe.Pointer(&out[m0])
+			pair(argp(f))
+			rb++
+			continue
 		}
 		for t0 := 0; t0 < n; t0 += k.ops.floatT {
 			T := min(k.ops.floatT, n-t0)

@@ -1111,3 +1111,56 @@ func TestInt16ChunksAcrossSegments(t *testing.T) {
 		t.Skip("no kernel of these formats runs here")
 	}
 }
+
+// TestFloatPair: on the paths with a kernel of two row blocks a call (fmtOps.floatPair),
+// one-token bf16 and f32 calls take it for every two whole row blocks of a range, and give
+// the reference's sums bit for bit: ranges of whole pairs, an odd row block left over, a
+// last row block part full (which the single kernel takes), with and without a bias.
+func TestFloatPair(t *testing.T) {
+	ran := false
+	for _, k := range asmKernels() {
+		if k.format != quantcfg.BF16 && k.format != quantcfg.F32 {
+			continue
+		}
+		if k.isa != ISAAVX512 && k.ops.floatPair == nil {
+			t.Errorf("%s: no kernel of two row blocks", k.Name())
+		}
+		if k.ops.floatPair == nil {
+			continue
+		}
+		ran = true
+		rng := rand.New(rand.NewPCG(3, uint64(k.isa)))
+		for _, m := range []int{64, 96, 128, 150, 160} {
+			for _, kk := range []int{1, 7, 64, 333} {
+				tl := newTestLayer(t, rng, quantcfg.LayerSpec{Format: k.format, Out: m, In: kk, Bias: m%64 != 0})
+				if k.floatPair(tl.Layer, 1) == nil || k.floatPair(tl.Layer, 2) != nil {
+					t.Fatalf("%s %dx%d: the pair kernel is not for one token only", k.Name(), m, kk)
+				}
+				x := randActs(rng, 1, kk)
+				want, err := Reference(tl.Layer, x, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var a Acts
+				if err := tl.Layer.Quantize(x, 1, &a); err != nil {
+					t.Fatal(err)
+				}
+				k.Prepare(tl.Layer, &a)
+				nrb := tl.Layer.Layout.RowBlocks()
+				for _, cuts := range [][]int{{0, nrb}, {0, 1, nrb}, {0, nrb - 1, nrb}} {
+					out := make([]float32, m)
+					for i := range out {
+						out[i] = float32(math.NaN())
+					}
+					for i := 0; i+1 < len(cuts); i++ {
+						k.Run(tl.Layer, &a, cuts[i], cuts[i+1], out)
+					}
+					checkExact(t, fmt.Sprintf("%s %dx%d cuts %v", k.Name(), m, kk, cuts), out, want, m)
+				}
+			}
+		}
+	}
+	if !ran && ISAAvailable(ISAAVX2) && !ISAAvailable(ISAAVX512) {
+		t.Fatal("no float kernel of two row blocks ran on an AVX2 CPU")
+	}
+}
