@@ -68,9 +68,6 @@ type fmtOps struct {
 	epiRows func(*byte)               // the epilogue of one segment over NRB row blocks (the lookup-table GEMVs')
 	float   [maxTileT + 1]func(*byte) // bf16/f32 by token count
 	floatT  int                       // largest T in float
-	// floatPair: a one-token float kernel over two whole row blocks a call, whose weights it
-	// reads as two streams (the 256-bit paths: floatYPair in _asm/float.go), or nil
-	floatPair func(*byte)
 	gemvT   int                       // largest T in gemv
 	tileT   int                       // largest T in tile
 	kstep   int                       // inputs per GEMV step (segments are whole steps)
@@ -82,6 +79,9 @@ type fmtOps struct {
 	// oneTab, in place of lut[1] (tl1 on zmm: see tl1MAhead).
 	lutOne func(*byte)
 	oneTab tabKind
+	// floatPair: a one-token float kernel over two whole row blocks a call, whose weights it
+	// reads as two streams (the 256-bit paths: floatYPair in _asm/float.go), or nil
+	floatPair func(*byte)
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.
 	gemvLong1 func(*byte)
