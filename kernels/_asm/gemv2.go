@@ -536,6 +536,10 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		RET()
 		return
 	}
+	if T == 1 {
+		gemvInt8Y1Halves(name, a, p, w, kx, xs[0])
+		return
+	}
 	// int16 path: 8 accumulators per token, dword 2r'+h of accumulator i = row 4i+r',
 	// inputs pair h of the quad.
 	acc := make([][8]VecPhysical, T)
@@ -574,6 +578,87 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		}
 		ADDQ(U32(128*T), sums)
 	})
+	VZEROUPPER()
+	RET()
+}
+
+// int8HalvesMin is the fewest steps (4 inputs of the row block's 32 rows, 128 bytes) of a
+// segment that gemvInt8Y1Halves reads as two streams; a shorter one is one stream.
+const int8HalvesMin = 64
+
+// gemvInt8Y1Halves writes the body of gemvInt8T1AVX2 (the int16 path of gemvInt8Y, one
+// token): each segment of int8HalvesMin steps or more is read as two streams, its first
+// half and its second (from step ceil(n/2) on), a step of each in turn into the same
+// int32 sums (exact in any order), the first half's odd step last. A row block's
+// segments are one contiguous stream (32 rows x K inputs, 128 bytes every 4 inputs), so
+// with per-row scales each half is half a row block, 40-224 KiB on the shapes of
+// `bitd bench`. Why: on an AVX2-only Zen 3 (2-vCPU EPYC guest) one demand stream reads
+// DRAM slower than two, whatever the software prefetch (see floatYPair). Against the
+// kernel of one stream in one process (`bitd bench` of a scratch build whose zen4 tuning
+// took this one, -tuning default,zen4, 15 rounds; 4096x14336, 14336x4096, 2560x2560,
+// 2560x6912): 1.12-1.16x at one thread (71-81% of the roofline to 80-87), 1.03-1.15x at
+// two. (Two halves of an i2s row quad's K, whose streams are a quad long, 2-7 KiB, ran
+// 0.70-0.91x there.)
+func gemvInt8Y1Halves(name string, a Register, p *pool, w, kx Register, xp Register) {
+	acc := p.getn(8)
+	wv, x, x2 := p.get(), p.get(), p.get()
+	free := slices.Concat(acc, []VecPhysical{wv, x, x2})
+	step := func(w, kx Register, x VecPhysical) {
+		prefetchAhead(w, 0)
+		prefetchAhead(w, 64)
+		VPBROADCASTQ(idx(xp, kx, 2, 0), x)
+		for i := 0; i < 8; i++ {
+			tm := p.get()
+			VPMOVSXBW(at(w, 16*i), wv)
+			VPMADDWD(x, wv, tm)
+			VPADDD(tm, acc[i], acc[i])
+			p.put(tm)
+		}
+		SUBQ(I8(-128), w)
+		ADDQ(U8(4), kx)
+	}
+	sums, nseg := ld(a, gSums), ld(a, gNSeg)
+	w2, kx2, pairs, off := GP64(), GP64(), GP64(), GP64()
+	Label(name + "_seg")
+	cnt := segCount(a, nseg, gemvLoop)
+	zeroAll(acc...)
+	CMPQ(cnt, U8(int8HalvesMin))
+	JAE(LabelRef(name + "_halves"))
+	Label(name + "_step")
+	step(w, kx, x)
+	DECQ(cnt)
+	JNZ(LabelRef(name + "_step"))
+	JMP(LabelRef(name + "_store"))
+	Label(name + "_halves")
+	MOVQ(cnt, pairs)
+	SHRQ(U8(1), pairs)
+	MOVQ(cnt, off)
+	SUBQ(pairs, off) // the first half's steps
+	LEAQ(idx(kx, off, 4, 0), kx2)
+	SHLQ(U8(7), off)
+	LEAQ(idx(w, off, 1, 0), w2)
+	Label(name + "_pair")
+	step(w, kx, x)
+	step(w2, kx2, x2)
+	DECQ(pairs)
+	JNZ(LabelRef(name + "_pair"))
+	TESTQ(U32(1), cnt)
+	JZ(LabelRef(name + "_even"))
+	step(w, kx, x)
+	Label(name + "_even")
+	MOVQ(w2, w) // (the segment's end)
+	MOVQ(kx2, kx)
+	Label(name + "_store")
+	for i := 0; i < 8; i += 2 {
+		// rows 4i..4i+3 in acc i, 4i+4.. in acc i+1: pair-add -> 8 rows in order
+		VPHADDD(acc[i+1], acc[i], acc[i])
+		VPERMQ(U8(0xD8), acc[i], acc[i])
+		VMOVDQU(acc[i], at(sums, 16*i))
+	}
+	ADDQ(U32(128), sums)
+	(&fuseEpi{T: 1, ymm: true, regs: free}).gen(name, a, sums, nseg)
+	DECQ(nseg)
+	JNZ(LabelRef(name + "_seg"))
 	VZEROUPPER()
 	RET()
 }
