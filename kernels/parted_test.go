@@ -485,16 +485,7 @@ func TestRunSplit(t *testing.T) {
 			spec.Out = 20 // one panel
 		}
 		tl := newTestLayer(t, rng, spec)
-		x := randActs(rng, 1, spec.In)
-		want, err := Reference(tl.Layer, x, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var a Acts
-		if err := tl.Layer.Quantize(x, 1, &a); err != nil {
-			t.Fatal(err)
-		}
-		k.Prepare(tl.Layer, &a)
+		want, a := preparedCall(t, k, tl.Layer, randActs(rng, 1, spec.In), 1)
 		var log []string
 		split := func(class string, units int, once bool, fn func(w, lo, hi int)) {
 			log = append(log, fmt.Sprintf("%s %t", class, once))
@@ -502,7 +493,7 @@ func TestRunSplit(t *testing.T) {
 			fn(0, 0, units/2)
 		}
 		out := make([]float32, spec.Out)
-		RunSplit(k, tl.Layer, &a, out, 2, split)
+		RunSplit(k, tl.Layer, a, out, 2, split)
 		checkExact(t, k.Name()+" through RunSplit", out, want, spec.Out)
 		wantLog := []string{k.Name() + " false"}
 		if k.format != quantcfg.I2S {
@@ -518,7 +509,7 @@ func TestRunSplit(t *testing.T) {
 						t.Errorf("%s: RunUnits by worker 2 of a call for 2 panicked with %v", k.Name(), v)
 					}
 				}()
-				k.RunUnits(tl.Layer, &a, 2, 0, 1)
+				k.RunUnits(tl.Layer, a, 2, 0, 1)
 			}()
 		}
 	}

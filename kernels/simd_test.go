@@ -1136,16 +1136,7 @@ func TestFloatPair(t *testing.T) {
 				if k.floatPair(tl.Layer, 1) == nil || k.floatPair(tl.Layer, 2) != nil {
 					t.Fatalf("%s %dx%d: the pair kernel is not for one token only", k.Name(), m, kk)
 				}
-				x := randActs(rng, 1, kk)
-				want, err := Reference(tl.Layer, x, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var a Acts
-				if err := tl.Layer.Quantize(x, 1, &a); err != nil {
-					t.Fatal(err)
-				}
-				k.Prepare(tl.Layer, &a)
+				want, a := preparedCall(t, k, tl.Layer, randActs(rng, 1, kk), 1)
 				nrb := tl.Layer.Layout.RowBlocks()
 				for _, cuts := range [][]int{{0, nrb}, {0, 1, nrb}, {0, nrb - 1, nrb}} {
 					out := make([]float32, m)
@@ -1153,7 +1144,7 @@ func TestFloatPair(t *testing.T) {
 						out[i] = float32(math.NaN())
 					}
 					for i := 0; i+1 < len(cuts); i++ {
-						k.Run(tl.Layer, &a, cuts[i], cuts[i+1], out)
+						k.Run(tl.Layer, a, cuts[i], cuts[i+1], out)
 					}
 					checkExact(t, fmt.Sprintf("%s %dx%d cuts %v", k.Name(), m, kk, cuts), out, want, m)
 				}
@@ -1163,4 +1154,20 @@ func TestFloatPair(t *testing.T) {
 	if !ran && ISAAvailable(ISAAVX2) && !ISAAvailable(ISAAVX512) {
 		t.Fatal("no float kernel of two row blocks ran on an AVX2 CPU")
 	}
+}
+
+// preparedCall returns the reference's outputs of l for the n tokens x, and the tokens
+// quantized for l and prepared for k.
+func preparedCall(t testing.TB, k Kernel, l *Layer, x []float32, n int) ([]float32, *Acts) {
+	t.Helper()
+	want, err := Reference(l, x, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a Acts
+	if err := l.Quantize(x, n, &a); err != nil {
+		t.Fatal(err)
+	}
+	k.Prepare(l, &a)
+	return want, &a
 }

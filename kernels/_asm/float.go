@@ -90,14 +90,7 @@ func floatZNamed(T int, bf bool, name string) {
 			}
 		}
 	}
-	if bf {
-		ADDQ(U8(64), w)
-	} else {
-		SUBQ(I8(-128), w)
-	}
-	ADDQ(xs, x)
-	DECQ(k)
-	JNZ(LabelRef(name + "_k"))
+	floatNext(name, bf, x, xs, k, w)
 	// rows in order (bf16), bias, masked store
 	if bf {
 		VMOVDQU64(bfRowOrder, w0)
@@ -148,6 +141,47 @@ func floatY(T int, bf bool) {
 	xv, zero, tm := p.get(), p.get(), p.get()
 	VPXOR(zero, zero, zero)
 	Label(name + "_k")
+	floatYWeights(w, wv, zero, bf)
+	for t := range acc {
+		VBROADCASTSS(at(x, 4*t), xv)
+		for i := range wv {
+			VMULPS(xv, wv[i], tm)
+			VADDPS(tm, acc[t][i], acc[t][i])
+		}
+	}
+	floatNext(name, bf, x, xs, k, w)
+	floatYMasks(a, xv, wv)
+	b, out := ld(a, fBias), ld(a, fOut)
+	for t := range acc {
+		floatYStore(fmt.Sprintf("%s_nobias%d", name, t), acc[t][:], wv, tm, b, out, 0, bf)
+		if t+1 < T {
+			ADDQ(at(a, fOutStride), out)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// floatNext ends a float kernel's step over one input: each row block's weights ws move
+// on by an input's (64 bytes for bf16, 128 for f32), x by xs, and back to name_k until k
+// counts down to 0.
+func floatNext(name string, bf bool, x, xs, k Register, ws ...Register) {
+	for _, w := range ws {
+		if bf {
+			ADDQ(U8(64), w)
+		} else {
+			SUBQ(I8(-128), w)
+		}
+	}
+	ADDQ(xs, x)
+	DECQ(k)
+	JNZ(LabelRef(name + "_k"))
+}
+
+// floatYWeights loads floatY's weights of one input at w (32 rows) into wv as float32,
+// prefetching ahead (bf16: rows 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23 and
+// 28-31, widened against zero; f32: rows in order).
+func floatYWeights(w Register, wv []VecPhysical, zero VecPhysical, bf bool) {
 	prefetchAhead(w, 0)
 	if bf {
 		VMOVDQU(at(w, 0), wv[1])
@@ -156,60 +190,44 @@ func floatY(T int, bf bool) {
 		VPUNPCKHWD(wv[1], zero, wv[1]) // rows 4-7, 12-15
 		VPUNPCKLWD(wv[3], zero, wv[2]) // rows 16-19, 24-27
 		VPUNPCKHWD(wv[3], zero, wv[3]) // rows 20-23, 28-31
-	} else {
-		prefetchAhead(w, 64)
-		for i := range wv {
-			VMOVUPS(at(w, 32*i), wv[i])
-		}
+		return
 	}
-	for t := range acc {
-		VBROADCASTSS(at(x, 4*t), xv)
-		for i := range wv {
-			VMULPS(xv, wv[i], tm)
-			VADDPS(tm, acc[t][i], acc[t][i])
-		}
-	}
-	if bf {
-		ADDQ(U8(64), w)
-	} else {
-		SUBQ(I8(-128), w)
-	}
-	ADDQ(xs, x)
-	DECQ(k)
-	JNZ(LabelRef(name + "_k"))
-	// store masks
-	mb := xv
-	VPBROADCASTD(at(a, fMask), mb)
+	prefetchAhead(w, 64)
 	for i := range wv {
-		VPAND(rowBitsF.Offset(32*i), mb, wv[i])
-		VPCMPEQD(rowBitsF.Offset(32*i), wv[i], wv[i])
+		VMOVUPS(at(w, 32*i), wv[i])
 	}
-	b, out := ld(a, fBias), ld(a, fOut)
-	for t := range acc {
-		r := acc[t]
-		if bf {
-			VPERM2F128(U8(0x20), r[1], r[0], tm)   // rows 0-7
-			VPERM2F128(U8(0x31), r[1], r[0], r[1]) // rows 8-15
-			VMOVAPS(tm, r[0])
-			VPERM2F128(U8(0x20), r[3], r[2], tm)   // rows 16-23
-			VPERM2F128(U8(0x31), r[3], r[2], r[3]) // rows 24-31
-			VMOVAPS(tm, r[2])
-		}
-		TESTQ(b, b)
-		JZ(LabelRef(fmt.Sprintf("%s_nobias%d", name, t)))
-		for i := range r {
-			VADDPS(at(b, 32*i), r[i], r[i])
-		}
-		Label(fmt.Sprintf("%s_nobias%d", name, t))
-		for i := range r {
-			VMASKMOVPS(r[i], wv[i], at(out, 32*i))
-		}
-		if t+1 < T {
-			ADDQ(at(a, fOutStride), out)
-		}
+}
+
+// floatYMasks sets m[i] to the vmaskmovps mask of rows 8i..8i+7 from Mask (clobbers t).
+func floatYMasks(a Register, t VecPhysical, m []VecPhysical) {
+	VPBROADCASTD(at(a, fMask), t)
+	for i := range m {
+		VPAND(rowBitsF.Offset(32*i), t, m[i])
+		VPCMPEQD(rowBitsF.Offset(32*i), m[i], m[i])
 	}
-	VZEROUPPER()
-	RET()
+}
+
+// floatYStore puts one row block's sums r (floatYWeights's order) in row order, adds the
+// bias at b+off when b is not nil (skip: the label past it) and stores the rows of masks m
+// at out+off (clobbers r and tm).
+func floatYStore(skip string, r, m []VecPhysical, tm VecPhysical, b, out Register, off int, bf bool) {
+	if bf {
+		VPERM2F128(U8(0x20), r[1], r[0], tm)   // rows 0-7
+		VPERM2F128(U8(0x31), r[1], r[0], r[1]) // rows 8-15
+		VMOVAPS(tm, r[0])
+		VPERM2F128(U8(0x20), r[3], r[2], tm)   // rows 16-23
+		VPERM2F128(U8(0x31), r[3], r[2], r[3]) // rows 24-31
+		VMOVAPS(tm, r[2])
+	}
+	TESTQ(b, b)
+	JZ(LabelRef(skip))
+	for i := range r {
+		VADDPS(at(b, off+32*i), r[i], r[i])
+	}
+	Label(skip)
+	for i := range r {
+		VMASKMOVPS(r[i], m[i], at(out, off+32*i))
+	}
 }
 
 // floatYPair writes float<F>P1AVX2, floatY's one-token kernel over two whole row blocks
@@ -249,60 +267,17 @@ func floatYPair(bf bool) {
 	Label(name + "_k")
 	VBROADCASTSS(at(x, 0), xv)
 	for b, wp := range []Register{w, w2} {
-		prefetchAhead(wp, 0)
-		if bf {
-			VMOVDQU(at(wp, 0), wv[1])
-			VMOVDQU(at(wp, 32), wv[3])
-			VPUNPCKLWD(wv[1], zero, wv[0]) // rows 0-3, 8-11
-			VPUNPCKHWD(wv[1], zero, wv[1]) // rows 4-7, 12-15
-			VPUNPCKLWD(wv[3], zero, wv[2]) // rows 16-19, 24-27
-			VPUNPCKHWD(wv[3], zero, wv[3]) // rows 20-23, 28-31
-		} else {
-			prefetchAhead(wp, 64)
-			for i := range wv {
-				VMOVUPS(at(wp, 32*i), wv[i])
-			}
-		}
+		floatYWeights(wp, wv, zero, bf)
 		for i := range wv {
 			VMULPS(xv, wv[i], tm)
 			VADDPS(tm, acc[b][i], acc[b][i])
 		}
 	}
-	if bf {
-		ADDQ(U8(64), w)
-		ADDQ(U8(64), w2)
-	} else {
-		SUBQ(I8(-128), w)
-		SUBQ(I8(-128), w2)
-	}
-	ADDQ(xs, x)
-	DECQ(k)
-	JNZ(LabelRef(name + "_k"))
-	// store masks
-	VPBROADCASTD(at(a, fMask), xv)
-	for i := range wv {
-		VPAND(rowBitsF.Offset(32*i), xv, wv[i])
-		VPCMPEQD(rowBitsF.Offset(32*i), wv[i], wv[i])
-	}
+	floatNext(name, bf, x, xs, k, w, w2)
+	floatYMasks(a, xv, wv)
 	b, out := ld(a, fBias), ld(a, fOut)
 	for h, r := range acc {
-		if bf {
-			VPERM2F128(U8(0x20), r[1], r[0], tm)   // rows 0-7
-			VPERM2F128(U8(0x31), r[1], r[0], r[1]) // rows 8-15
-			VMOVAPS(tm, r[0])
-			VPERM2F128(U8(0x20), r[3], r[2], tm)   // rows 16-23
-			VPERM2F128(U8(0x31), r[3], r[2], r[3]) // rows 24-31
-			VMOVAPS(tm, r[2])
-		}
-		TESTQ(b, b)
-		JZ(LabelRef(fmt.Sprintf("%s_nobias%d", name, h)))
-		for i := range r {
-			VADDPS(at(b, 128*h+32*i), r[i], r[i])
-		}
-		Label(fmt.Sprintf("%s_nobias%d", name, h))
-		for i := range r {
-			VMASKMOVPS(r[i], wv[i], at(out, 128*h+32*i))
-		}
+		floatYStore(fmt.Sprintf("%s_nobias%d", name, h), r, wv, tm, b, out, 128*h, bf)
 	}
 	VZEROUPPER()
 	RET()
