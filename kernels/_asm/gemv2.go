@@ -597,7 +597,7 @@ const int8HalvesMin = 64
 // kernel of one stream in one process (`bitd bench` of a scratch build whose zen4 tuning
 // took this one, -tuning default,zen4, 15 rounds; 4096x14336, 14336x4096, 2560x2560,
 // 2560x6912): 1.12-1.16x at one thread (71-81% of the roofline to 80-87), 1.03-1.15x at
-// two. (Two halves of an i2s row quad's K, whose streams are a quad long, 2-7 KiB, ran
+// two. (Two halves of an i2s row quad's K, streams of half a quad, 1.25-7 KiB, ran
 // 0.70-0.91x there.)
 func gemvInt8Y1Halves(name string, a Register, p *pool, w, kx Register, xp Register) {
 	acc := p.getn(8)
