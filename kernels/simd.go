@@ -2049,14 +2049,10 @@ func (g *gemvArgs) streamPrefetch() {
 }
 
 // floatPair returns the kernel of two whole row blocks a call that runFloat takes for n
-// tokens of l, or nil: one token, on a path that has it (fmtOps.floatPair), where a row
-// block's weights are K rows of 32 weights with nothing between row blocks.
-func (k *simdKernel) floatPair(l *Layer, n int) func(*byte) {
-	wb := 4 // bytes a weight
-	if k.format == quantcfg.BF16 {
-		wb = 2
-	}
-	if n != 1 || k.ops.floatPair == nil || l.Layout.RowBlockBytes != RowBlock*l.Layout.K*wb {
+// tokens, or nil: one token, on a path that has it (fmtOps.floatPair). (It finds the second
+// row block K inputs on: a float layout's RowBlockBytes is K times 32 weights.)
+func (k *simdKernel) floatPair(n int) func(*byte) {
+	if n != 1 {
 		return nil
 	}
 	return k.ops.floatPair
@@ -2082,7 +2078,7 @@ func (k *simdKernel) runFloat(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	if n == 1 {
 		one, run = k.oneKernel(lp, a, k.ops.float[1], (rb1-rb0)*ly.RowBlockBytes)
 	}
-	pair := k.floatPair(l, n)
+	pair := k.floatPair(n)
 	for rb := rb0; rb < rb1; rb++ {
 		m0 := rb * RowBlock
 		rows := min(RowBlock, ly.M-m0)

@@ -536,58 +536,19 @@ func gemvInt8Y(T int, isa string, vnni, ssd bool) {
 		RET()
 		return
 	}
-	if T == 1 {
-		gemvInt8Y1Halves(name, a, p, w, kx, xs[0])
-		return
+	if T != 1 {
+		panic(name + ": AVX2 int8 (int16 activations) has a one-token kernel only")
 	}
-	// int16 path: 8 accumulators per token, dword 2r'+h of accumulator i = row 4i+r',
-	// inputs pair h of the quad.
-	acc := make([][8]VecPhysical, T)
-	var all []VecPhysical
-	for t := range acc {
-		copy(acc[t][:], p.getn(8))
-		all = append(all, acc[t][:]...)
-	}
-	wv, x := p.get(), p.getn(T)
-	free := slices.Concat(all, []VecPhysical{wv}, x)
-	segLoop(name, a, 1, &fuseEpi{T: T, ymm: true, regs: free}, func() { zeroAll(all...) }, func(int) {
-		prefetchAhead(w, 0)
-		prefetchAhead(w, 64)
-		for t := range acc {
-			VPBROADCASTQ(idx(xs[t], kx, 2, 0), x[t])
-		}
-		for i := 0; i < 8; i++ {
-			VPMOVSXBW(at(w, 16*i), wv)
-			for t := range acc {
-				tm := p.get()
-				VPMADDWD(x[t], wv, tm)
-				VPADDD(tm, acc[t][i], acc[t][i])
-				p.put(tm)
-			}
-		}
-		SUBQ(I8(-128), w)
-		ADDQ(U8(4), kx)
-	}, func(sums Register) {
-		for t := range acc {
-			for i := 0; i < 8; i += 2 {
-				// rows 4i..4i+3 in acc i, 4i+4.. in acc i+1: pair-add -> 8 rows in order
-				VPHADDD(acc[t][i+1], acc[t][i], acc[t][i])
-				VPERMQ(U8(0xD8), acc[t][i], acc[t][i])
-				VMOVDQU(acc[t][i], at(sums, 128*t+16*i))
-			}
-		}
-		ADDQ(U32(128*T), sums)
-	})
-	VZEROUPPER()
-	RET()
+	gemvInt8Y1Halves(name, a, p, w, kx, xs[0])
 }
 
 // int8HalvesMin is the fewest steps (4 inputs of the row block's 32 rows, 128 bytes) of a
 // segment that gemvInt8Y1Halves reads as two streams; a shorter one is one stream.
 const int8HalvesMin = 64
 
-// gemvInt8Y1Halves writes the body of gemvInt8T1AVX2 (the int16 path of gemvInt8Y, one
-// token): each segment of int8HalvesMin steps or more is read as two streams, its first
+// gemvInt8Y1Halves writes the body of gemvInt8T1AVX2 (gemvInt8Y without VNNI: int16
+// activations, 8 accumulators, dword 2r'+h of accumulator i = row 4i+r', inputs pair h of
+// the step's four; one token, the path's gemvT): each segment of int8HalvesMin steps or more is read as two streams, its first
 // half and its second (from step ceil(n/2) on), a step of each in turn into the same
 // int32 sums (exact in any order), the first half's odd step last. A row block's
 // segments are one contiguous stream (32 rows x K inputs, 128 bytes every 4 inputs), so
