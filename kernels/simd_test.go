@@ -792,8 +792,6 @@ func testLUTKernelsKeepArgPointers(t *testing.T, rng *rand.Rand, shapes [][2]int
 	}
 }
 
-// fuzzFormat compares every assembly kernel of format f with the reference on a layer
-// and activations derived from the fuzz inputs.
 // fuzzLayer makes a fuzz target's layer of format f, mm x kk, in setting (specsFor) and
 // nn tokens of activations, from seed, and returns the rng it drew them from.
 func fuzzLayer(t *testing.T, f quantcfg.Format, mm, kk, nn int, setting uint8, seed uint64) (testLayer, []float32, *rand.Rand) {
@@ -805,6 +803,8 @@ func fuzzLayer(t *testing.T, f quantcfg.Format, mm, kk, nn int, setting uint8, s
 	return tl, randActs(rng, nn, kk), rng
 }
 
+// fuzzFormat compares every assembly kernel of format f with the reference on a layer
+// and activations derived from the fuzz inputs.
 func fuzzFormat(t *testing.T, f quantcfg.Format, m, k, n uint16, setting uint8, seed uint64) {
 	mm, kk, nn := int(m%100)+1, int(k%700)+1, int(n%20)+1
 	tl, x, _ := fuzzLayer(t, f, mm, kk, nn, setting, seed)
