@@ -28415,7 +28415,7 @@ int1BuildTabYAVX2_done:
 	RET
 
 // func int1PanelT1AVX2(a *byte)
-// Requires: AVX, AVX2, SSE2
+// Requires: AVX, AVX2, MMX+, SSE2
 TEXT ·int1PanelT1AVX2(SB), NOSPLIT, $32-8
 	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
@@ -28454,6 +28454,8 @@ int1PanelT1AVX2_p0:
 	MOVQ           64(AX), DI
 	MOVQ           80(AX), R8
 	MOVQ           8(AX), R9
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -28525,6 +28527,8 @@ int1PanelT1AVX2_p0:
 	JZ             int1PanelT1AVX2_only_last0
 
 int1PanelT1AVX2_only:
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -28618,6 +28622,8 @@ int1PanelT1AVX2_only:
 	ADDQ           72(AX), DI
 	DECQ           R9
 	JZ             int1PanelT1AVX2_only_last1
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -28775,6 +28781,8 @@ int1PanelT1AVX2_first:
 	MOVQ           64(AX), DI
 	MOVQ           80(AX), R8
 	MOVQ           8(AX), R9
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -28846,6 +28854,8 @@ int1PanelT1AVX2_first:
 	JZ             int1PanelT1AVX2_rb0_last0
 
 int1PanelT1AVX2_rb0:
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -28925,6 +28935,8 @@ int1PanelT1AVX2_rb0:
 	ADDQ           72(AX), DI
 	DECQ           R9
 	JZ             int1PanelT1AVX2_rb0_last1
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29042,6 +29054,8 @@ int1PanelT1AVX2_mid:
 	MOVQ           64(AX), DI
 	MOVQ           80(AX), R8
 	MOVQ           8(AX), R9
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29113,6 +29127,8 @@ int1PanelT1AVX2_mid:
 	JZ             int1PanelT1AVX2_rb1_last0
 
 int1PanelT1AVX2_rb1:
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29194,6 +29210,8 @@ int1PanelT1AVX2_rb1:
 	ADDQ           72(AX), DI
 	DECQ           R9
 	JZ             int1PanelT1AVX2_rb1_last1
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29316,6 +29334,8 @@ int1PanelT1AVX2_last:
 	MOVQ           64(AX), DI
 	MOVQ           80(AX), R8
 	MOVQ           8(AX), R9
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29387,6 +29407,8 @@ int1PanelT1AVX2_last:
 	JZ             int1PanelT1AVX2_rb2_last0
 
 int1PanelT1AVX2_rb2:
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7
@@ -29482,6 +29504,8 @@ int1PanelT1AVX2_rb2:
 	ADDQ           72(AX), DI
 	DECQ           R9
 	JZ             int1PanelT1AVX2_rb2_last1
+	PREFETCHT0     8192(SI)
+	PREFETCHT0     8256(SI)
 	VMOVDQU        (SI), Y6
 	VPBLENDVB      Y1, 31(SI), Y6, Y6
 	VMOVDQU        1(SI), Y7

@@ -113,15 +113,23 @@ func genInt1BuildY() {
 }
 
 // int1PanelAheadY is how far ahead the two-token AVX2 int1 panel kernel prefetches its
-// weights into L2 (prefetcht1, the row block's two lines); the one-token kernel leaves them
-// to the hardware's prefetchers. Measured (one thread, from DRAM, a 1 GiB working set, 15
-// rounds of every variant in turn in one process, medians, GB/s of weights; 4096x14336,
-// 14336x4096, 2560x2560): two tokens none 12.2, 11.9, 12.1; 4 KiB ahead 12.9, 12.9, 13.2;
-// 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5. One token none 21.3, 19.4, 19.0; 4 KiB
-// 19.5, 19.4, 19.6; 8 KiB 20.4, 19.8, 19.8; 16 KiB 20.2, 19.5, 19.3; in another run (11
-// rounds) none 21.0, 19.7, 19.3, prefetcht0 512 bytes ahead 20.6, 20.4, 19.4, 2 KiB 19.6,
-// 20.0, 19.5, prefetchnta 1 KiB 18.7, 19.5, 19.0 (mixed, within the noise: none kept).
+// weights into L2 (prefetcht1, the row block's two lines). Measured (one thread, from DRAM,
+// a 1 GiB working set, 15 rounds of every variant in turn in one process, medians, GB/s of
+// weights; 4096x14336, 14336x4096, 2560x2560): two tokens none 12.2, 11.9, 12.1; 4 KiB
+// ahead 12.9, 12.9, 13.2; 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5.
 const int1PanelAheadY = 4096
+
+// int1PanelNearY is how far ahead the one-token AVX2 int1 panel kernel prefetches its
+// weights into L1 (prefetcht0, the row block's two lines). On the Zen 4 guest with AVX-512
+// switched off the hardware's prefetchers alone read as fast (one thread, from DRAM, GB/s,
+// the three shapes above: none 21.3, 19.4, 19.0; prefetcht1 4 KiB 19.5, 19.4, 19.6, 8 KiB
+// 20.4, 19.8, 19.8, 16 KiB 20.2, 19.5, 19.3; prefetcht0 512 bytes 20.6, 20.4, 19.4, 2 KiB
+// 19.6, 20.0, 19.5). On a Zen 3 (EPYC, family 19h model 1, AVX2 only) they do not: 8 KiB
+// ahead ran 1.20x and 1.19x as fast as none on 4096x14336 and 14336x4096 at one
+// thread, 1.13x on 2560x2560; 1.16x, 1.16x and 1.11x at two (bitd bench -tuning of a build
+// whose zen4 tuning took the variant, 15 rounds, medians). 4 KiB and 16 KiB ahead were
+// 0.95-1.02x of 8 KiB.
+const int1PanelNearY = 8192
 
 // genInt1PanelY writes int1PanelT<T>AVX2, the int1 GEMV of T (1 or 2) tokens over the row
 // blocks of one panel of a kernels/9 blob (see kernels.int1Args; more tokens run in passes
@@ -212,6 +220,9 @@ func genInt1PanelY(T int) {
 		if T > 1 { // (see int1PanelAheadY)
 			PREFETCHT1(at(w, int1PanelAheadY))
 			PREFETCHT1(at(w, int1PanelAheadY+64))
+		} else { // (see int1PanelNearY)
+			PREFETCHT0(at(w, int1PanelNearY))
+			PREFETCHT0(at(w, int1PanelNearY+64))
 		}
 		k := 0
 		look := func(t, off int, idx, acc VecPhysical, first bool) {
