@@ -57,6 +57,15 @@ func prefetchLine(far, near Mem) {
 	PREFETCHT0(near)
 }
 
+// prefetchL1 is the one-level prefetch of one line of a weight stream, straight into L1:
+// the one-token AVX2 i2s and int1 kernels' (i2sNearY, int1PanelNearY). In a kernel written
+// by hardwarePrefetch it emits nothing.
+func prefetchL1(near Mem) {
+	if softPrefetch {
+		PREFETCHT0(near)
+	}
+}
+
 // softPrefetch is false while hardwarePrefetch writes a kernel.
 var softPrefetch = true
 

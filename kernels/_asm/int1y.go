@@ -221,8 +221,8 @@ func genInt1PanelY(T int) {
 			PREFETCHT1(at(w, int1PanelAheadY))
 			PREFETCHT1(at(w, int1PanelAheadY+64))
 		} else { // (see int1PanelNearY)
-			PREFETCHT0(at(w, int1PanelNearY))
-			PREFETCHT0(at(w, int1PanelNearY+64))
+			prefetchL1(at(w, int1PanelNearY))
+			prefetchL1(at(w, int1PanelNearY+64))
 		}
 		k := 0
 		look := func(t, off int, idx, acc VecPhysical, first bool) {
