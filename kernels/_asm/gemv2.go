@@ -570,14 +570,15 @@ const int8HalvesMin = 64
 // took this one, -tuning default,zen4, 15 rounds; 4096x14336, 14336x4096, 2560x2560,
 // 2560x6912): 1.12-1.16x at one thread (71-81% of the roofline to 80-87), 1.03-1.15x at
 // two. (Two halves of an i2s row quad's K, streams of half a quad, 1.25-7 KiB, ran
-// 0.70-0.91x there.)
+// 0.70-0.91x there.) Both halves, and a short segment's one stream, prefetch into L1 only
+// (prefetchAheadL1).
 func gemvInt8Y1Halves(name string, a Register, p *pool, w, kx Register, xp Register) {
 	acc := p.getn(8)
 	wv, x, x2 := p.get(), p.get(), p.get()
 	free := slices.Concat(acc, []VecPhysical{wv, x, x2})
 	step := func(w, kx Register, x VecPhysical) {
-		prefetchAhead(w, 0)
-		prefetchAhead(w, 64)
+		prefetchAheadL1(w, 0)
+		prefetchAheadL1(w, 64)
 		VPBROADCASTQ(idx(xp, kx, 2, 0), x)
 		for i := 0; i < 8; i++ {
 			tm := p.get()
