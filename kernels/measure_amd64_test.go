@@ -118,10 +118,44 @@ func int8PeakGeneric(n int) uint32 {
 }
 
 // TestActHelpers: the assembly quantizer loops equal act.go's scalar ones, bit for bit,
-// including ties, large values, signed zeros and lengths with tails.
+// including ties, large values, signed zeros and lengths with tails: every set of loops
+// this CPU can run (AVX-512, AVX2), whichever the build took.
 func TestActHelpers(t *testing.T) {
-	if absBitsAsm == nil {
-		t.Skip("no AVX-512")
+	type helpers struct {
+		name      string
+		ok        bool
+		absBits   func(x *float32, n int) uint32
+		nonFinite func(x *float32, n int) int
+		quantize  func(x *float32, n int, xs float32, dst *int8)
+	}
+	sets := []helpers{
+		{"avx512", cpu.avx512, absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512},
+		{"avx2", cpu.avx2, absBitsMaxAVX2, nonFiniteF32AVX2, quantizeF32AVX2},
+	}
+	if absBitsAsm == nil && !purego.Load() && (cpu.avx512 || cpu.avx2) {
+		t.Error("the build took no assembly quantizer on a CPU with AVX2")
+	}
+	ran := false
+	for _, h := range sets {
+		if !h.ok {
+			continue
+		}
+		ran = true
+		t.Run(h.name, func(t *testing.T) {
+			ab, nf, q := absBitsAsm, nonFiniteAsm, quantizeAsm
+			defer func() { absBitsAsm, nonFiniteAsm, quantizeAsm = ab, nf, q }()
+			absBitsAsm, nonFiniteAsm, quantizeAsm = h.absBits, h.nonFinite, h.quantize
+			testActHelpers(t)
+		})
+	}
+	if !ran {
+		t.Skip("no AVX2")
+	}
+}
+
+func testActHelpers(t *testing.T) {
+	if !actAsm() {
+		t.Skip("BITD_PUREGO")
 	}
 	rng := rand.New(rand.NewPCG(6, 6))
 	for _, n := range []int{16, 17, 31, 48, 100, 2560, 14336 + 5} {

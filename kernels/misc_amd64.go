@@ -23,6 +23,23 @@ func nonFiniteF32AVX512(x *float32, n int) int
 //go:noescape
 func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
 
+// absBitsMaxAVX2 is absBitsMaxAVX512 on ymm; absMaxFinite is its reference.
+//
+//go:noescape
+func absBitsMaxAVX2(x *float32, n int) uint32
+
+// nonFiniteF32AVX2 is nonFiniteF32AVX512 on ymm: the start of the first block of 16 values holding
+// a NaN or an infinity, or -1 (n a multiple of 16).
+//
+//go:noescape
+func nonFiniteF32AVX2(x *float32, n int) int
+
+// quantizeF32AVX2 is quantizeF32AVX512 on ymm (n a multiple of 16); QuantizeAct is its reference.
+// vcvtps2dq rounds half to even (MXCSR's default) and the saturating packs clamp.
+//
+//go:noescape
+func quantizeF32AVX2(x *float32, n int, xs float32, dst *int8)
+
 // bf16ToF32AVX512 widens the n bfloat16 values at x (little-endian) to float32 at dst (n a multiple of
 // 16); decodeBF16Generic is its reference.
 //

@@ -89,6 +89,104 @@ quant_done:
 	VZEROUPPER
 	RET
 
+// func absBitsMaxAVX2(x *float32, n int) uint32
+// Requires: AVX, AVX2, SSE2
+TEXT ·absBitsMaxAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7fffffff, DX
+	MOVD         DX, X0
+	VPBROADCASTD X0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	SHRQ         $0x04, CX
+	JZ           absbitsy_done
+
+absbitsy_l:
+	VPAND   (AX), Y0, Y3
+	VPAND   32(AX), Y0, Y4
+	VPMAXUD Y3, Y1, Y1
+	VPMAXUD Y4, Y2, Y2
+	ADDQ    $0x40, AX
+	DECQ    CX
+	JNZ     absbitsy_l
+
+absbitsy_done:
+	VPMAXUD      Y2, Y1, Y1
+	VEXTRACTI128 $0x01, Y1, X3
+	VPMAXUD      X3, X1, X1
+	VPSHUFD      $0x4e, X1, X3
+	VPMAXUD      X3, X1, X1
+	VPSHUFD      $0xb1, X1, X3
+	VPMAXUD      X3, X1, X1
+	VMOVD        X1, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func nonFiniteF32AVX2(x *float32, n int) int
+// Requires: AVX, AVX2, SSE2
+TEXT ·nonFiniteF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7f800000, DX
+	MOVD         DX, X0
+	VPBROADCASTD X0, Y0
+	XORQ         DX, DX
+	SHRQ         $0x04, CX
+	JZ           nonfiny_none
+
+nonfiny_l:
+	VPAND    (AX), Y0, Y1
+	VPAND    32(AX), Y0, Y2
+	VPCMPEQD Y0, Y1, Y1
+	VPCMPEQD Y0, Y2, Y2
+	VPOR     Y2, Y1, Y1
+	VPTEST   Y1, Y1
+	JNZ      nonfiny_found
+	ADDQ     $0x40, AX
+	ADDQ     $0x10, DX
+	DECQ     CX
+	JNZ      nonfiny_l
+
+nonfiny_none:
+	MOVQ $-1, DX
+
+nonfiny_found:
+	MOVQ DX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func quantizeF32AVX2(x *float32, n int, xs float32, dst *int8)
+// Requires: AVX, AVX2, SSE
+TEXT ·quantizeF32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVQ         dst+24(FP), DX
+	MOVSS        xs+16(FP), X0
+	VBROADCASTSS X0, Y0
+	SHRQ         $0x04, CX
+	JZ           quanty_done
+
+quanty_l:
+	VMULPS       (AX), Y0, Y1
+	VMULPS       32(AX), Y0, Y2
+	VCVTPS2DQ    Y1, Y1
+	VCVTPS2DQ    Y2, Y2
+	VPACKSSDW    Y2, Y1, Y1
+	VPERMQ       $0xd8, Y1, Y1
+	VEXTRACTI128 $0x01, Y1, X2
+	VPACKSSWB    X2, X1, X1
+	VMOVDQU      X1, (DX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x10, DX
+	DECQ         CX
+	JNZ          quanty_l
+
+quanty_done:
+	VZEROUPPER
+	RET
+
 // func bf16ToF32AVX512(x *byte, n int, dst *float32)
 // Requires: AVX, AVX512F
 TEXT ·bf16ToF32AVX512(SB), NOSPLIT, $0-24

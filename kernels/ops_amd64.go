@@ -28,6 +28,7 @@ func init() {
 		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
 	} else if cpu.avx2 {
+		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX2, nonFiniteF32AVX2, quantizeF32AVX2
 		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2
 	}
 	if cpu.avx2 {
