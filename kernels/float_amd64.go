@@ -84,6 +84,11 @@ func floatBF16T2AVX2(a *byte)
 //go:noescape
 func floatBF16P1AVX2(a *byte)
 
+// floatBF16P1AVX2L1 is the float GEMV of two whole row blocks that follow one another for one token (see floatArgs: the second's weights at W + K*64, its bias and outputs 128 bytes on, Mask for both); floatGeneric is its reference.
+//
+//go:noescape
+func floatBF16P1AVX2L1(a *byte)
+
 // floatF32T1AVX512 is the float GEMV/GEMM tile of one row block for 1 token(s) (see floatArgs); floatGeneric is its reference.
 //
 //go:noescape
@@ -163,3 +168,8 @@ func floatF32T2AVX2(a *byte)
 //
 //go:noescape
 func floatF32P1AVX2(a *byte)
+
+// floatF32P1AVX2L1 is the float GEMV of two whole row blocks that follow one another for one token (see floatArgs: the second's weights at W + K*128, its bias and outputs 128 bytes on, Mask for both); floatGeneric is its reference.
+//
+//go:noescape
+func floatF32P1AVX2L1(a *byte)

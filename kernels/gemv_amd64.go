@@ -343,6 +343,11 @@ func int1PanelT4AVX512(a *byte)
 //go:noescape
 func gemvI2ST1AVX2(a *byte)
 
+// gemvI2ST1AVX2L1 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+//
+//go:noescape
+func gemvI2ST1AVX2L1(a *byte)
+
 // gemvInt2T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
 //
 //go:noescape
@@ -352,6 +357,11 @@ func gemvInt2T1AVX2(a *byte)
 //
 //go:noescape
 func gemvInt8T1AVX2(a *byte)
+
+// gemvInt8T1AVX2L1 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (int16 activations) is its reference.
+//
+//go:noescape
+func gemvInt8T1AVX2L1(a *byte)
 
 // gemvI2ST2AVX2 is the GEMV of one row block for 2 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
@@ -468,6 +478,11 @@ func int1BuildTabYAVX2(x *int8, blocks int, dst *byte)
 //
 //go:noescape
 func int1PanelT1AVX2(a *byte)
+
+// int1PanelT1AVX2L1 is the int1 GEMV of 1 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
+//
+//go:noescape
+func int1PanelT1AVX2L1(a *byte)
 
 // int1PanelT2AVX2 is the int1 GEMV of 2 token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.
 //

@@ -98,7 +98,11 @@ func (k *simdKernel) int1Sweep(l *Layer, p plan, s []byte, tb *threadBuf, r0, r1
 		} else {
 			ia.X, ia.XStride = unsafe.Pointer(&s[p.xOff+t0*ly.Kp+32*c0]), ly.Kp
 		}
-		k.ops.int1Panel[T](argp(ia))
+		panel := k.ops.int1Panel[T]
+		if T == 1 && k.ops.l1.int1Panel1 != nil && currentTuning().l1Prefetch() {
+			panel = k.ops.l1.int1Panel1
+		}
+		panel(argp(ia))
 	}
 }
 

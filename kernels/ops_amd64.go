@@ -141,6 +141,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.kstep = 128
 			if !vnni {
 				o.gemvT = 4 // gemvI2SYMany
+				o.l1.gemv1 = gemvI2ST1AVX2L1
 			}
 		case quantcfg.Int2:
 			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))
@@ -158,10 +159,12 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 				o.gemv = gemv4(gemvInt8T1AVXVNNI, gemvInt8T2AVXVNNI, nil, nil)
 			} else {
 				o.gemv, o.gemvT, o.xKind, o.exact = gemv4(gemvInt8T1AVX2, nil, nil, nil), 1, xInt16, true
+				o.l1.gemv1 = gemvInt8T1AVX2L1
 			}
 		case quantcfg.Int1:
 			// The lookups need no multiplies: the AVX2 kernels serve AVX-VNNI CPUs as well.
 			o.int1Panel, o.int1Tab = gemv4(int1PanelT1AVX2, int1PanelT2AVX2, nil, nil), tabInt1Y
+			o.l1.int1Panel1 = int1PanelT1AVX2L1
 			o.kstep, o.exact = 32, true
 		case quantcfg.TL1:
 			o.lut, o.kstep, o.tabKind, o.exact = gemv4(lutTL1T1AVX2, lutTL1T2AVX2, nil, nil), 4, tabTL1Y, true
@@ -170,10 +173,10 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.panel, o.panelTab = gemv4(tl2PanelT1AVX2, tl2PanelT2AVX2, nil, nil), tabTL2Y
 		case quantcfg.BF16:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatBF16T1AVX2, floatBF16T2AVX2}, 2
-			o.floatPair = floatBF16P1AVX2
+			o.floatPair, o.l1.floatPair = floatBF16P1AVX2, floatBF16P1AVX2L1
 		case quantcfg.F32:
 			o.float, o.floatT = [maxTileT + 1]func(*byte){nil, floatF32T1AVX2, floatF32T2AVX2}, 2
-			o.floatPair = floatF32P1AVX2
+			o.floatPair, o.l1.floatPair = floatF32P1AVX2, floatF32P1AVX2L1
 		default:
 			return nil
 		}

@@ -82,6 +82,10 @@ type fmtOps struct {
 	// floatPair: a one-token float kernel over two whole row blocks a call, whose weights it
 	// reads as two streams (the 256-bit paths: floatYPair in _asm/float.go), or nil
 	floatPair func(*byte)
+	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
+	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
+	// int1Panel[1]; nil where the path has none.
+	l1 struct{ gemv1, floatPair, int1Panel1 func(*byte) }
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.
 	gemvLong1 func(*byte)
@@ -287,7 +291,16 @@ func (k *simdKernel) gemvOne(l *Layer, p plan, gemv *[maxGemvT + 1]func(*byte)) 
 	case k.tunedOne() != nil:
 		return k.ops.oneTuned, k.ops.parts[1]
 	}
-	return gemv[1], k.ops.parts[1]
+	return k.ownOne(gemv), k.ops.parts[1]
+}
+
+// ownOne is the format's one-token kernel from gemv (gemvFor's) under the current tuning:
+// gemv[1], or the zen3 tuning's (fmtOps.l1) where the path has one.
+func (k *simdKernel) ownOne(gemv *[maxGemvT + 1]func(*byte)) func(*byte) {
+	if k.ops.l1.gemv1 != nil && currentTuning().l1Prefetch() {
+		return k.ops.l1.gemv1
+	}
+	return gemv[1]
 }
 
 // luts returns the lookup-table kernels by token count and the most tokens one pass takes:
@@ -1685,7 +1698,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	one, oneParts := k.gemvOne(l, p, gemv)
 	var run oneRun // (the pieces of a one-token i2s call on a short K: oneKernel)
 	if n == 1 && lp.site != nil && !p.gemm && !p.amxv {
-		one, run = k.oneKernel(lp, a, gemv[1], (rb1-rb0)*ly.RowBlockBytes)
+		one, run = k.oneKernel(lp, a, k.ownOne(gemv), (rb1-rb0)*ly.RowBlockBytes)
 	}
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
@@ -2054,6 +2067,9 @@ func (g *gemvArgs) streamPrefetch() {
 func (k *simdKernel) floatPair(n int) func(*byte) {
 	if n != 1 {
 		return nil
+	}
+	if currentTuning().l1Prefetch() && k.ops.l1.floatPair != nil {
+		return k.ops.l1.floatPair
 	}
 	return k.ops.floatPair
 }

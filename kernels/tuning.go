@@ -15,7 +15,7 @@ import (
 // prefetching, or a different kernel for the same format, to read their weights at the
 // memory's rate. Every choice gives the same results (the kernels are bit for bit the
 // reference); only their speed differs. The tuning is detected once at start and can be
-// forced with BITD_TUNING=default|zen4, either with "+adapt" (TuningAdapt; a bad value
+// forced with BITD_TUNING=default|zen4|zen3, either with "+adapt" (TuningAdapt; a bad value
 // is reported and ignored).
 type Tuning int32
 
@@ -155,6 +155,21 @@ const (
 	//     0.86-1.04x on 512x4096 and 2560x2560, where a call costs some microseconds more
 	//     than its bytes at the stream's rate).
 	TuningZen4
+	// TuningZen3 is for AMD Zen 3 (family 19h without AVX-512: the AVX2 path; a 2-vCPU EPYC
+	// guest, family 19h model 1, reading 22-26 GB/s from DRAM at one thread). There software
+	// prefetch straight into L1 (prefetcht0 8 KiB ahead, no prefetcht1) reads faster than
+	// the default's, so its one-token AVX2 kernels of i2s, int8, int1 and the bf16/f32 pairs
+	// run their ...L1 variants (fmtOps.l1). Against the default's, from DRAM on
+	// 4096x14336, 14336x4096 and 2560x2560 at one and two threads (`bitd bench -tuning
+	// default,zen4` of a build whose zen4 tuning took them, 15 rounds, medians): int1, whose
+	// default leaves its weights to the hardware's prefetchers, 1.11-1.20x; i2s 1.01-1.08x;
+	// the bf16 pair 0.99-1.08x, int8 1.02-1.10x, f32 0.95-1.09x (one or two runs; see
+	// _asm: int1PanelNearY, i2sNearY, prefetchAheadL1). Two and four tokens, int2 and the
+	// tl2 panel kernels moved within the noise (0.91-1.13x) and are the default's. On a
+	// Xeon the AVX-512 i2s kernel prefetching into L1 only ran 0.7x (see _asm: i2sFar), and
+	// the Zen 4 guest's AVX2 int1 read as fast with any prefetch or none: so only Zen 3
+	// takes these.
+	TuningZen3
 	numTunings
 )
 
@@ -175,7 +190,7 @@ const TuningAdapt Tuning = 1 << 8
 
 const adaptSuffix = "+adapt"
 
-var tuningNames = [numTunings]string{"default", "zen4"}
+var tuningNames = [numTunings]string{"default", "zen4", "zen3"}
 
 // base is t without TuningAdapt: the kernel set it starts from.
 func (t Tuning) base() Tuning { return t &^ TuningAdapt }
@@ -228,6 +243,10 @@ func (t Tuning) tunedOne() bool { return t.base() == TuningZen4 }
 // two row quads a pass (fmtOps.gemvLong1).
 func (t Tuning) i2sLongRow() bool { return t.base() == TuningZen4 }
 
+// l1Prefetch: the one-token AVX2 kernels that have one run their variant that prefetches
+// into L1 only (fmtOps.l1).
+func (t Tuning) l1Prefetch() bool { return t.base() == TuningZen3 }
+
 // fewTuned: the GEMVs of a few tokens take the tuning's kernels (fmtOps.gemvTuned,
 // gemvSeqTuned, lutTuned): two-token i2s runs the row kernel (gemvI2SAndT2AVX512), three-
 // and four-token i2s take their codes with a shift and ands (gemvI2SAndT3AVX512,
@@ -241,11 +260,18 @@ func (t Tuning) fewTuned() bool { return t.base() == TuningZen4 }
 // (fmtOps.lutOne).
 func (t Tuning) tl1Multiply() bool { return t.base() == TuningZen4 }
 
-// Idle tells why t changes nothing that runs ("" when it does): every choice it makes is
-// an AVX-512 kernel's (the zmm path's fmtOps), so with the AVX-512 kernels switched off
-// (BITD_DISABLE_AVX512, BITD_PUREGO) the kernels that run are the default's.
+// Idle tells why t changes nothing that runs ("" when it does): zen3's choices are AVX2
+// kernels' (the ymm paths' fmtOps), so they run only where the AVX-512 path does not and
+// AVX2's does; every other choice is an AVX-512 kernel's (the zmm path's fmtOps), so with
+// the AVX-512 kernels switched off (BITD_DISABLE_AVX512, BITD_PUREGO) the kernels that run
+// are the default's.
 func (t Tuning) Idle() string {
-	if t.base() == TuningDefault && !t.Adaptive() || ISAAvailable(ISAAVX512) {
+	switch {
+	case t.l1Prefetch() && ISAAvailable(ISAAVX512):
+		return "not in effect: its kernels are AVX2's, and the AVX-512 path runs here"
+	case t.l1Prefetch() && !ISAAvailable(ISAAVX2):
+		return "not in effect: its kernels are AVX2's, and " + isaReason(ISAAVX2)
+	case t.l1Prefetch(), t.base() == TuningDefault && !t.Adaptive() || ISAAvailable(ISAAVX512):
 		return ""
 	}
 	return "not in effect: its kernels are AVX-512's, and " + isaReason(ISAAVX512)
@@ -270,6 +296,9 @@ func (t Tuning) Changes() []string {
 	}
 	if t.tl1Multiply() {
 		c = append(c, "one-token tl1 multiplies (vpdpbusd) instead of looking up")
+	}
+	if t.l1Prefetch() {
+		c = append(c, "one-token AVX2 i2s, int8, int1 and bf16/f32 (two row blocks a call) GEMVs prefetch their weights into L1 only, 8 KiB ahead (int1 had left them to the hardware's prefetchers)")
 	}
 	if t.Adaptive() {
 		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))
@@ -300,6 +329,9 @@ func detectTuning() (Tuning, string) {
 	c := cpuid.CPU
 	if c.VendorID == cpuid.AMD && c.Family == 0x19 && zmmCPU() {
 		return TuningZen4 | TuningAdapt, "AMD family 19h with AVX-512 (Zen 4), adaptive: a shared host changes which prefetch reads faster"
+	}
+	if c.VendorID == cpuid.AMD && c.Family == 0x19 && !c.Supports(cpuid.AVX512F) && c.Supports(cpuid.AVX2) {
+		return TuningZen3, "AMD family 19h without AVX-512 (Zen 3)"
 	}
 	return TuningDefault, fmt.Sprintf("%s family %xh: no measured tuning of its own", c.VendorString, c.Family)
 }

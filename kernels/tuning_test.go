@@ -35,6 +35,9 @@ func TestParseTuning(t *testing.T) {
 	if s := (numTunings | TuningAdapt).String(); !strings.HasPrefix(s, "tuning(") {
 		t.Errorf("an unknown tuning prints as %q", s)
 	}
+	if len(TuningZen3.Changes()) != 1 || !strings.Contains(TuningZen3.Changes()[0], "into L1 only") {
+		t.Errorf("Changes: zen3 %q", TuningZen3.Changes())
+	}
 	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 5 || len((TuningZen4|TuningAdapt).Changes()) != 6 || len((TuningDefault|TuningAdapt).Changes()) != 1 {
 		t.Errorf("Changes: default %q, zen4 %q, zen4+adapt %q", TuningDefault.Changes(), TuningZen4.Changes(), (TuningZen4 | TuningAdapt).Changes())
 	} else if first := (TuningZen4 | TuningAdapt).Changes()[0]; !strings.Contains(first, "GEMVs start without software prefetch") || strings.Contains(TuningZen4.Changes()[0], "start") {
@@ -44,7 +47,8 @@ func TestParseTuning(t *testing.T) {
 
 // TestTunings: under each tuning, the one-token kernels it picks (gemvOne for i2s, the
 // float kernel for bf16 and f32, the lookup or multiplying kernel for tl1, tl2's with the
-// default's prefetch or Zen 4's), i2s's two- to four-token kernels, int2's two-token one
+// default's prefetch or Zen 4's; on the AVX2 paths zen3's L1 kernels of i2s, int8, int1 and
+// the float pairs, fmtOps.l1), i2s's two- to four-token kernels, int2's two-token one
 // (gemvFor) and tl2's (fmtOps.lutTuned, which under zen4 also runs three and four tokens in
 // passes of two) are the ones that run, and every kernel of those formats gives the
 // reference's outputs bit for bit, over ragged shapes, a K just below and at i2sLongK, a
@@ -54,7 +58,7 @@ func TestTunings(t *testing.T) {
 	var ks []*simdKernel
 	for _, k := range asmKernels() {
 		switch k.format {
-		case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32:
+		case quantcfg.I2S, quantcfg.Int2, quantcfg.Int1, quantcfg.TL1, quantcfg.TL2, quantcfg.BF16, quantcfg.F32, quantcfg.Int8:
 			ks = append(ks, k)
 		}
 	}
@@ -72,7 +76,7 @@ func TestTunings(t *testing.T) {
 	defer SwitchTuning(currentTuning())
 	for tn := Tuning(0); tn < numTunings; tn++ {
 		SwitchTuning(tn)
-		zen4 := tn == TuningZen4
+		zen4, zen3 := tn == TuningZen4, tn == TuningZen3
 		rng := rand.New(rand.NewPCG(uint64(tn), 77))
 		for _, k := range ks {
 			name := tn.String() + "/" + k.Name()
@@ -83,6 +87,8 @@ func TestTunings(t *testing.T) {
 			o.gemv[1], o.float[1], o.lut[1] = count("gemv", o.gemv[1]), count("float", o.float[1]), count("lut", o.lut[1])
 			o.gemvLong1, o.gemvRow1 = count("long", o.gemvLong1), count("row", o.gemvRow1)
 			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
+			o.int1Panel[1], o.floatPair = count("gemv", o.int1Panel[1]), count("pair", o.floatPair)
+			o.l1.gemv1, o.l1.int1Panel1, o.l1.floatPair = count("l1", o.l1.gemv1), count("l1", o.l1.int1Panel1), count("l1pair", o.l1.floatPair)
 			// the kernels of two to four tokens, untuned and tuned (gemvFor's tables)
 			few := func(tab *[maxGemvT + 1]func(*byte), what string) {
 				for n := 2; n <= 4; n++ {
@@ -127,11 +133,28 @@ func TestTunings(t *testing.T) {
 					wants = map[int]string{300: "lut", 4100: "lut"}
 				}
 			}
+			if k.ops.l1.gemv1 != nil || k.ops.l1.int1Panel1 != nil { // (zen3: the AVX2 paths)
+				wants = map[int]string{300: "gemv", 4100: "gemv"}
+				if zen3 {
+					wants = map[int]string{300: "l1", 4100: "l1"}
+				}
+			}
 			for kp, want := range wants {
 				clear(ran)
 				checkShapes(t, name, kk, rng, [][2]int{{40, kp}}, 1, []int{1}, false)
 				if len(ran) != 1 || ran[want] == 0 {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
+				}
+			}
+			if k.ops.l1.floatPair != nil { // three row blocks: a pair and one more
+				want := []string{"float", "pair"}
+				if zen3 {
+					want = []string{"float", "l1pair"}
+				}
+				clear(ran)
+				checkShapes(t, name, kk, rng, [][2]int{{3 * RowBlock, 300}}, 1, []int{1}, false)
+				if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, want) {
+					t.Errorf("%s: one token over three row blocks ran %v, want %v", name, ran, want)
 				}
 			}
 			var fewNs []int // token counts whose kernel the tuning swaps
@@ -231,8 +254,18 @@ func TestTuningIdle(t *testing.T) {
 			t.Errorf("zen4 with AVX-512 in use: idle %q", why)
 		}
 	}
+	if ISAAvailable(ISAAVX512) {
+		if why := TuningZen3.Idle(); !strings.Contains(why, "not in effect") || !strings.Contains(why, "AVX-512 path runs") {
+			t.Errorf("zen3 with AVX-512 in use: idle %q", why)
+		}
+	}
 	restore := DisableAVX512()
 	defer restore()
+	if ISAAvailable(ISAAVX2) {
+		if why := TuningZen3.Idle(); why != "" {
+			t.Errorf("zen3 on the AVX2 path: idle %q", why)
+		}
+	}
 	if why := (TuningDefault | TuningAdapt).Idle(); !strings.Contains(why, "not in effect") {
 		t.Errorf("default+adapt with AVX-512 off: idle %q (its kernel pairs are AVX-512's)", why)
 	}

@@ -37,7 +37,7 @@ func genFloat() {
 		for T := 1; T <= 2; T++ {
 			floatY(T, bf)
 		}
-		floatYPair(bf)
+		withL1(func() { floatYPair(bf) })
 	}
 }
 
@@ -242,13 +242,15 @@ func floatYStore(skip string, r, m []VecPhysical, tm VecPhysical, b, out Registe
 // 15 rounds; 4096x14336, 14336x4096, 2560x2560, 2560x6912): bf16 1.16-1.20x at one
 // thread (75-76% of the roofline to 88-94), 1.06-1.21x at two; f32 1.13-1.20x and
 // 1.07-1.18x. Each row keeps its own chain of vmulps and vaddps in input order, so the
-// sums are floatY's bit for bit. It prefetches into L1 only (prefetchAheadL1).
+// sums are floatY's bit for bit. The zen3 tuning's kernel (suffix L1) prefetches into L1
+// only (prefetchAheadL1).
 func floatYPair(bf bool) {
 	name := "floatF32P1AVX2"
 	rowBytes := 128
 	if bf {
 		name, rowBytes = "floatBF16P1AVX2", 64
 	}
+	name = l1Name(name)
 	a := fn(name, fmt.Sprintf("%s is the float GEMV of two whole row blocks that follow one another for one token (see floatArgs: the second's weights at W + K*%d, its bias and outputs 128 bytes on, Mask for both); floatGeneric is its reference.", name, rowBytes))
 	p := newPool(false)
 	w, x, xs, k := ld(a, fW), ld(a, fX), ld(a, fXStride), ld(a, fK)
@@ -267,7 +269,11 @@ func floatYPair(bf bool) {
 	Label(name + "_k")
 	VBROADCASTSS(at(x, 0), xv)
 	for b, wp := range []Register{w, w2} {
-		floatYWeights(wp, wv, zero, bf, prefetchAheadL1)
+		pf := prefetchAhead
+		if l1Only {
+			pf = prefetchAheadL1
+		}
+		floatYWeights(wp, wv, zero, bf, pf)
 		for i := range wv {
 			VMULPS(xv, wv[i], tm)
 			VADDPS(tm, acc[b][i], acc[b][i])

@@ -58,12 +58,33 @@ func prefetchLine(far, near Mem) {
 }
 
 // prefetchL1 is the one-level prefetch of one line of a weight stream, straight into L1:
-// the one-token AVX2 i2s and int1 kernels' (i2sNearY, int1PanelNearY). In a kernel written
-// by hardwarePrefetch it emits nothing.
+// the zen3 tuning's one-token AVX2 kernels' (withL1: i2sNearY, int1PanelNearY,
+// prefetchAheadL1). In a kernel written by hardwarePrefetch it emits nothing.
 func prefetchL1(near Mem) {
 	if softPrefetch {
 		PREFETCHT0(near)
 	}
+}
+
+// withL1 writes gen's kernel twice: as the default tuning's, and then with l1Only set, its
+// name ending in L1 (l1Name), as the zen3 tuning's (kernels.TuningZen3), which prefetches
+// its weights into L1 only (prefetchL1).
+func withL1(gen func()) {
+	gen()
+	l1Only = true
+	defer func() { l1Only = false }()
+	gen()
+}
+
+// l1Only is true while withL1 writes the zen3 tuning's kernel.
+var l1Only bool
+
+// l1Name is name, with L1 appended while withL1 writes the zen3 tuning's kernel.
+func l1Name(name string) string {
+	if l1Only {
+		return name + "L1"
+	}
+	return name
 }
 
 // softPrefetch is false while hardwarePrefetch writes a kernel.
@@ -84,7 +105,8 @@ func hardwarePrefetch(gen func()) {
 func prefetchAhead(base Register, off int) { prefetchAheadBy(base, prefetchFar, off) }
 
 // prefetchAheadL1 prefetches the weight stream's line off bytes past base prefetchFar ahead,
-// into L1 only (prefetchL1): the two-stream AVX2 kernels' (floatYPair, gemvInt8Y1Halves).
+// into L1 only (prefetchL1): the zen3 tuning's two-stream AVX2 kernels' (floatYPair,
+// gemvInt8Y1Halves).
 // On a Zen 3 (EPYC, family 19h model 1, AVX2 only), against prefetchAhead's two levels, from
 // DRAM on 4096x14336, 14336x4096 and 2560x2560 at one and two threads (bitd bench -tuning of
 // a build whose zen4 tuning took the variant, 15 rounds, medians; two runs): bf16 0.99-1.08x

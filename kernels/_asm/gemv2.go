@@ -77,7 +77,9 @@ func genGemvAVX2() {
 			} else {
 				gemvInt2Y1()
 			}
-			if vnni || T == 1 {
+			if !vnni && T == 1 {
+				withL1(func() { gemvInt8Y(T, isa, vnni, false) })
+			} else if vnni {
 				gemvInt8Y(T, isa, vnni, false)
 			}
 		}
@@ -107,7 +109,7 @@ func gemvI2SY(T int, isa string, vnni bool) {
 		return
 	}
 	if T == 1 {
-		gemvI2SY1Plain()
+		withL1(gemvI2SY1Plain)
 		return
 	}
 	name := gemvName("I2S", T, isa)
@@ -187,8 +189,8 @@ func gemvI2SY(T int, isa string, vnni bool) {
 	})
 }
 
-// i2sNearY is how far ahead gemvI2SY1Plain prefetches its weights, into L1 only (prefetcht0,
-// the block's two lines). On a Zen 3 (EPYC, family 19h model 1, AVX2 only) against the two
+// i2sNearY is how far ahead gemvI2SY1Plain's zen3 kernel (gemvI2ST1AVX2L1) prefetches its
+// weights, into L1 only (prefetcht0, the block's two lines). On a Zen 3 (EPYC, family 19h model 1, AVX2 only) against the two
 // levels of the other i2s kernels (i2sFar into L2, prefetchNear into L1), from DRAM on
 // 4096x14336, 14336x4096 and 2560x2560 (bitd bench -tuning of a build whose zen4 tuning took
 // the variant, 15 rounds, medians; two runs): one thread 1.02-1.05x, 1.02-1.07x and
@@ -217,7 +219,7 @@ const i2sY1Flush = 7
 // masks as memory operands, to keep the shifted word in a register of its own, it ran
 // 1.09-1.15x slower instead: 36 loads a block then bound it, not its 52 vector operations.
 func gemvI2SY1Plain() {
-	name := gemvName("I2S", 1, "AVX2")
+	name := l1Name(gemvName("I2S", 1, "AVX2"))
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
 	p := newPool(false)
 	xs := tokenPtrs(a, 1, gX, gXStride)
@@ -233,8 +235,13 @@ func gemvI2SY1Plain() {
 		zeroAll(sa...)
 		zeroAll(sb...)
 		Label(name + "_blk")
-		prefetchL1(at(wp, i2sNearY))
-		prefetchL1(at(wp, i2sNearY+64))
+		if l1Only {
+			prefetchL1(at(wp, i2sNearY))
+			prefetchL1(at(wp, i2sNearY+64))
+		} else {
+			prefetchAheadBy(wp, i2sFar, 0)
+			prefetchAheadBy(wp, i2sFar, 64)
+		}
 		for r := 0; r < 4; r++ {
 			VMOVDQU(at(wp, 32*r), w)
 			for i, q := range []struct {
@@ -493,7 +500,7 @@ func codeMasksY(p *pool) []VecPhysical {
 // int16 and multiplied with vpmaddwd (exact, no offset); AVX-VNNI: u = w xor 0x80 with
 // vpdpbusd; AVX-VNNI-INT8 (ssd): vpdpbssd on the signed weights.
 func gemvInt8Y(T int, isa string, vnni, ssd bool) {
-	name := gemvName("Int8", T, isa)
+	name := l1Name(gemvName("Int8", T, isa))
 	ref := "gemvInt8Generic (int16 activations)"
 	if vnni {
 		ref = "gemvInt8Generic (offset)"
@@ -570,15 +577,19 @@ const int8HalvesMin = 64
 // took this one, -tuning default,zen4, 15 rounds; 4096x14336, 14336x4096, 2560x2560,
 // 2560x6912): 1.12-1.16x at one thread (71-81% of the roofline to 80-87), 1.03-1.15x at
 // two. (Two halves of an i2s row quad's K, streams of half a quad, 1.25-7 KiB, ran
-// 0.70-0.91x there.) Both halves, and a short segment's one stream, prefetch into L1 only
-// (prefetchAheadL1).
+// 0.70-0.91x there.) In the zen3 tuning's kernel (gemvInt8T1AVX2L1) both halves, and a
+// short segment's one stream, prefetch into L1 only (prefetchAheadL1).
 func gemvInt8Y1Halves(name string, a Register, p *pool, w, kx Register, xp Register) {
 	acc := p.getn(8)
 	wv, x, x2 := p.get(), p.get(), p.get()
 	free := slices.Concat(acc, []VecPhysical{wv, x, x2})
+	pf := prefetchAhead
+	if l1Only {
+		pf = prefetchAheadL1
+	}
 	step := func(w, kx Register, x VecPhysical) {
-		prefetchAheadL1(w, 0)
-		prefetchAheadL1(w, 64)
+		pf(w, 0)
+		pf(w, 64)
 		VPBROADCASTQ(idx(xp, kx, 2, 0), x)
 		for i := 0; i < 8; i++ {
 			tm := p.get()

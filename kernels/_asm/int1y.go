@@ -51,7 +51,11 @@ func genInt1Y() {
 
 	genInt1BuildY()
 	for T := 1; T <= 2; T++ {
-		genInt1PanelY(T)
+		if T == 1 {
+			withL1(func() { genInt1PanelY(T) })
+		} else {
+			genInt1PanelY(T)
+		}
 	}
 }
 
@@ -119,8 +123,9 @@ func genInt1BuildY() {
 // ahead 12.9, 12.9, 13.2; 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5.
 const int1PanelAheadY = 4096
 
-// int1PanelNearY is how far ahead the one-token AVX2 int1 panel kernel prefetches its
-// weights into L1 (prefetcht0, the row block's two lines). On the Zen 4 guest with AVX-512
+// int1PanelNearY is how far ahead the zen3 tuning's one-token AVX2 int1 panel kernel
+// (int1PanelT1AVX2L1) prefetches its weights into L1 (prefetcht0, the row block's two
+// lines); the default's leaves them to the hardware's prefetchers. On the Zen 4 guest with AVX-512
 // switched off the hardware's prefetchers alone read as fast (one thread, from DRAM, GB/s,
 // the three shapes above: none 21.3, 19.4, 19.0; prefetcht1 4 KiB 19.5, 19.4, 19.6, 8 KiB
 // 20.4, 19.8, 19.8, 16 KiB 20.2, 19.5, 19.3; prefetcht0 512 bytes 20.6, 20.4, 19.4, 2 KiB
@@ -179,7 +184,7 @@ const int1PanelNearY = 8192
 //   - Tables broadcast from 16 bytes (vbroadcasti128) against 32-byte copies (vmovdqu):
 //     5.22 against 5.25 aligned (5.60 where a load crossed a line), so 16 bytes a plane.
 func genInt1PanelY(T int) {
-	name := fmt.Sprintf("int1PanelT%dAVX2", T)
+	name := l1Name(fmt.Sprintf("int1PanelT%dAVX2", T))
 	a := fn(name, fmt.Sprintf("%s is the int1 GEMV of %d token(s) over the row blocks of one panel (see int1Args) from tabInt1Y tables, AVX2; int1PanelGeneric is its reference.", name, T))
 	p := newPool(false)
 	m0f, hib := p.get(), p.get()
@@ -220,7 +225,7 @@ func genInt1PanelY(T int) {
 		if T > 1 { // (see int1PanelAheadY)
 			PREFETCHT1(at(w, int1PanelAheadY))
 			PREFETCHT1(at(w, int1PanelAheadY+64))
-		} else { // (see int1PanelNearY)
+		} else if l1Only { // (see int1PanelNearY)
 			prefetchL1(at(w, int1PanelNearY))
 			prefetchL1(at(w, int1PanelNearY+64))
 		}
