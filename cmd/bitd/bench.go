@@ -121,7 +121,7 @@ type benchMachine struct {
 	// Int8Peak is the int8 peak loop's path (kernels.Int8PeakPath): "avx512vnni" (zmm
 	// vpdpbusd) or "avx2" (ymm vpmaddubsw summed by vpaddw); empty without one.
 	Int8Peak string `json:"int8_peak,omitempty"`
-	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default" or "zen4", either
+	// Tuning is the kernels' tuning (kernels.CurrentTuning): "default", "zen4" or "zen3", either
 	// with "+adapt".
 	Tuning string `json:"tuning"`
 	// L3Bytes is the L3 the CPU reports (omitted where it reports none).
