@@ -23,19 +23,21 @@ func nonFiniteF32AVX512(x *float32, n int) int
 //go:noescape
 func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
 
-// absBitsMaxAVX2 is absBitsMaxAVX512 on ymm; absMaxFinite is its reference.
+// absBitsMaxAVX2 returns the largest of the n values' bits with the sign cleared (n a multiple
+// of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,
+// in one pass; absMaxFinite is its reference.
 //
 //go:noescape
 func absBitsMaxAVX2(x *float32, n int) uint32
 
-// nonFiniteF32AVX2 is nonFiniteF32AVX512 on ymm: the start of the first block of 16 values holding
-// a NaN or an infinity, or -1 (n a multiple of 16).
+// nonFiniteF32AVX2 returns the start of the first block of 16 values holding a NaN or an
+// infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.
 //
 //go:noescape
 func nonFiniteF32AVX2(x *float32, n int) int
 
-// quantizeF32AVX2 is quantizeF32AVX512 on ymm (n a multiple of 16); QuantizeAct is its reference.
-// vcvtps2dq rounds half to even (MXCSR's default) and the saturating packs clamp.
+// quantizeF32AVX2 writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple
+// of 16); QuantizeAct is its reference.
 //
 //go:noescape
 func quantizeF32AVX2(x *float32, n int, xs float32, dst *int8)

@@ -98,27 +98,27 @@ TEXT ·absBitsMaxAVX2(SB), NOSPLIT, $0-20
 	MOVD         DX, X0
 	VPBROADCASTD X0, Y0
 	VPXOR        Y1, Y1, Y1
-	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
 	SHRQ         $0x04, CX
 	JZ           absbitsy_done
 
 absbitsy_l:
-	VPAND   (AX), Y0, Y3
+	VPAND   (AX), Y0, Y2
 	VPAND   32(AX), Y0, Y4
-	VPMAXUD Y3, Y1, Y1
-	VPMAXUD Y4, Y2, Y2
+	VPMAXUD Y2, Y1, Y1
+	VPMAXUD Y4, Y3, Y3
 	ADDQ    $0x40, AX
 	DECQ    CX
 	JNZ     absbitsy_l
 
 absbitsy_done:
-	VPMAXUD      Y2, Y1, Y1
-	VEXTRACTI128 $0x01, Y1, X3
-	VPMAXUD      X3, X1, X1
-	VPSHUFD      $0x4e, X1, X3
-	VPMAXUD      X3, X1, X1
-	VPSHUFD      $0xb1, X1, X3
-	VPMAXUD      X3, X1, X1
+	VPMAXUD      Y3, Y1, Y1
+	VEXTRACTI128 $0x01, Y1, X2
+	VPMAXUD      X2, X1, X1
+	VPSHUFD      $0x4e, X1, X2
+	VPMAXUD      X2, X1, X1
+	VPSHUFD      $0xb1, X1, X2
+	VPMAXUD      X2, X1, X1
 	VMOVD        X1, AX
 	MOVL         AX, ret+16(FP)
 	VZEROUPPER

@@ -13,7 +13,6 @@ import (
 // the int8 peak loops (AVX-512 VNNI, AVX2).
 func genMisc() {
 	genActHelpers()
-	genActHelpersY()
 	genBF16Conv()
 	for _, z := range []bool{true, false} {
 		name := "readBytesAVX2"
@@ -480,199 +479,80 @@ func genLUTBuilders() {
 	}
 }
 
-// genActHelpers writes AVX-512 versions of the activation quantizer's loops (act.go):
-// the absmax with the finite check in one pass, the finite check alone (which finds the
-// first bad value) and the rounding to int8; n is a multiple of 16 (the Go callers
-// do the tail).
+// genActHelpers writes the activation quantizer's loops (act.go) on zmm (AVX-512) and on
+// ymm (AVX2, for CPUs without AVX-512): the absmax with the finite check in one pass, the
+// finite check alone (which finds the first bad value) and the rounding to int8; 16 values
+// an iteration, n a multiple of 16 (the Go callers do the tail). Without the ymm loops AVX2
+// CPUs quantized with act.go's scalar loops. On a Zen 3 core (BenchmarkPrepare's quantize,
+// three runs each way): one token of K = 14336 38-68 us, against 1.6-2.0 (an i2s GEMV of
+// 4096x14336 takes some 750 there); eight 414-456 against 16-20; 512 tokens of K = 4096
+// 6.4-7.9 ms against 0.33-0.34.
 func genActHelpers() {
-	absBitsMax(
-		"absBitsMaxAVX512 returns the largest of the n values' bits with the sign cleared (n a multiple",
-		"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
-		"in one pass; absMaxFinite is its reference.")
-	{
-		TEXT("nonFiniteF32AVX512", NOSPLIT, "func(x *float32, n int) int")
-		Pragma("noescape")
-		Doc("nonFiniteF32AVX512 returns the start of the first block of 16 values holding a NaN or an",
-			"infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.")
-		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-		p := newPool(true)
-		e := p.get()
-		v := p.get()
-		bcastDword(e, 0x7f800000)
-		i := GP64()
-		XORQ(i, i)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("nonfin_none"))
-		Label("nonfin_l")
-		VPANDD(at(x, 0), e, v)
-		VPCMPEQD(e, v, K1)
-		KORTESTW(K1, K1)
-		JNZ(LabelRef("nonfin_found"))
-		ADDQ(U8(64), x)
-		ADDQ(U8(16), i)
-		DECQ(n)
-		JNZ(LabelRef("nonfin_l"))
-		Label("nonfin_none")
-		MOVQ(I32(-1), i)
-		Label("nonfin_found")
-		Store(i, ReturnIndex(0))
-		VZEROUPPER()
-		RET()
-	}
-	{
-		TEXT("quantizeF32AVX512", NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
-		Pragma("noescape")
-		Doc("quantizeF32AVX512 writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
-			"of 16); QuantizeAct is its reference.")
-		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
-		p := newPool(true)
-		s, v := p.get(), p.get()
-		xsv := Load(Param("xs"), XMM())
-		VBROADCASTSS(xsv, s)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("quant_done"))
-		Label("quant_l")
-		VMULPS(at(x, 0), s, v)
-		VCVTPS2DQ(v, v)
-		VPMOVSDB(v, at(d, 0))
-		ADDQ(U8(64), x)
-		ADDQ(U8(16), d)
-		DECQ(n)
-		JNZ(LabelRef("quant_l"))
-		Label("quant_done")
-		VZEROUPPER()
-		RET()
-	}
-}
-
-// genActHelpersY writes the activation quantizer's loops on ymm, for CPUs with AVX2 and no
-// AVX-512 (genActHelpers' twins, 16 values an iteration, n a multiple of 16). Without them
-// those CPUs quantized with act.go's scalar loops. On a Zen 3 core (BenchmarkPrepare's
-// quantize, three runs each way): one token of K = 14336 38-68 us, against 1.6-2.0 (an i2s
-// GEMV of 4096x14336 takes some 750 there); eight 414-456 against 16-20; 512 tokens of
-// K = 4096 6.4-7.9 ms against 0.33-0.34.
-func genActHelpersY() {
-	{
-		TEXT("absBitsMaxAVX2", NOSPLIT, "func(x *float32, n int) uint32")
-		Pragma("noescape")
-		Doc("absBitsMaxAVX2 is absBitsMaxAVX512 on ymm; absMaxFinite is its reference.")
-		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-		p := newPool(false)
-		m, acc, acc2, v, v2 := p.get(), p.get(), p.get(), p.get(), p.get()
-		bcastDword(m, 0x7fffffff)
-		VPXOR(acc, acc, acc)
-		VPXOR(acc2, acc2, acc2)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("absbitsy_done"))
-		Label("absbitsy_l")
-		VPAND(at(x, 0), m, v)
-		VPAND(at(x, 32), m, v2)
-		VPMAXUD(v, acc, acc)
-		VPMAXUD(v2, acc2, acc2)
-		ADDQ(U8(64), x)
-		DECQ(n)
-		JNZ(LabelRef("absbitsy_l"))
-		Label("absbitsy_done")
-		VPMAXUD(acc2, acc, acc)
-		VEXTRACTI128(U8(1), acc, v.AsX())
-		VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
-		for _, sh := range []uint8{0x4E, 0xB1} {
-			VPSHUFD(U8(sh), acc.AsX(), v.AsX())
-			VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
+	for _, z := range []bool{true, false} {
+		isa, lbl := "AVX512", ""
+		if !z {
+			isa, lbl = "AVX2", "y"
 		}
-		r := GP32()
-		VMOVD(acc.AsX(), r)
-		Store(r, ReturnIndex(0))
-		VZEROUPPER()
-		RET()
-	}
-	{
-		TEXT("nonFiniteF32AVX2", NOSPLIT, "func(x *float32, n int) int")
-		Pragma("noescape")
-		Doc("nonFiniteF32AVX2 is nonFiniteF32AVX512 on ymm: the start of the first block of 16 values holding",
-			"a NaN or an infinity, or -1 (n a multiple of 16).")
-		x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-		p := newPool(false)
-		e, v, v2 := p.get(), p.get(), p.get()
-		bcastDword(e, 0x7f800000)
-		i := GP64()
-		XORQ(i, i)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("nonfiny_none"))
-		Label("nonfiny_l")
-		VPAND(at(x, 0), e, v) // all exponent bits set: a NaN or an infinity
-		VPAND(at(x, 32), e, v2)
-		VPCMPEQD(e, v, v)
-		VPCMPEQD(e, v2, v2)
-		VPOR(v2, v, v)
-		VPTEST(v, v)
-		JNZ(LabelRef("nonfiny_found"))
-		ADDQ(U8(64), x)
-		ADDQ(U8(16), i)
-		DECQ(n)
-		JNZ(LabelRef("nonfiny_l"))
-		Label("nonfiny_none")
-		MOVQ(I32(-1), i)
-		Label("nonfiny_found")
-		Store(i, ReturnIndex(0))
-		VZEROUPPER()
-		RET()
-	}
-	{
-		TEXT("quantizeF32AVX2", NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
-		Pragma("noescape")
-		Doc("quantizeF32AVX2 is quantizeF32AVX512 on ymm (n a multiple of 16); QuantizeAct is its reference.",
-			"vcvtps2dq rounds half to even (MXCSR's default) and the saturating packs clamp.")
-		x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
-		p := newPool(false)
-		s, v, v2 := p.get(), p.get(), p.get()
-		xsv := Load(Param("xs"), XMM())
-		VBROADCASTSS(xsv, s)
-		SHRQ(U8(4), n)
-		JZ(LabelRef("quanty_done"))
-		Label("quanty_l")
-		VMULPS(at(x, 0), s, v)
-		VMULPS(at(x, 32), s, v2)
-		VCVTPS2DQ(v, v)
-		VCVTPS2DQ(v2, v2)
-		VPACKSSDW(v2, v, v)                   // words 0-3, 8-11 | 4-7, 12-15
-		VPERMQ(U8(0xD8), v, v)                // words 0-15 in order
-		VEXTRACTI128(U8(1), v, v2.AsX())      // words 8-15
-		VPACKSSWB(v2.AsX(), v.AsX(), v.AsX()) // bytes 0-15
-		VMOVDQU(v.AsX(), at(d, 0))
-		ADDQ(U8(64), x)
-		ADDQ(U8(16), d)
-		DECQ(n)
-		JNZ(LabelRef("quanty_l"))
-		Label("quanty_done")
-		VZEROUPPER()
-		RET()
+		absBitsMax(z, isa, lbl)
+		nonFinite(z, isa, lbl)
+		quantizeF32(z, isa, lbl)
 	}
 }
 
-// absBitsMax writes absBitsMaxAVX512(x *float32, n int) uint32: the largest of n values'
+// actLoop emits the loop over n's blocks of 16 values (n a multiple of 16) around body,
+// which takes the block at x, then moves x on by 64 bytes and by16 (if not nil: an index,
+// or a pointer to bytes) by 16; the loop is labelled lbl. It jumps to done when n is 0.
+func actLoop(lbl string, x, n, by16 Register, done string, body func()) {
+	SHRQ(U8(4), n)
+	JZ(LabelRef(done))
+	Label(lbl)
+	body()
+	ADDQ(U8(64), x)
+	if by16 != nil {
+		ADDQ(U8(16), by16)
+	}
+	DECQ(n)
+	JNZ(LabelRef(lbl))
+}
+
+// absBitsMax writes absBitsMax<isa>(x *float32, n int) uint32: the largest of n values'
 // bits with the sign bits cleared (n a multiple of 16), compared as unsigned integers, so a
 // NaN or an infinity is the largest (the finite check and the absmax of act.go in one pass).
-func absBitsMax(doc ...string) {
-	TEXT("absBitsMaxAVX512", NOSPLIT, "func(x *float32, n int) uint32")
+// On ymm two accumulators take the 16 values' halves.
+func absBitsMax(z bool, isa, lbl string) {
+	name := "absBitsMax" + isa
+	TEXT(name, NOSPLIT, "func(x *float32, n int) uint32")
 	Pragma("noescape")
-	Doc(doc...)
+	Doc(name+" returns the largest of the n values' bits with the sign cleared (n a multiple",
+		"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
+		"in one pass; absMaxFinite is its reference.")
 	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
-	p := newPool(true)
+	p := newPool(z)
 	m, acc, v := p.get(), p.get(), p.get()
 	bcastDword(m, 0x7fffffff)
-	VPXORD(acc, acc, acc)
-	SHRQ(U8(4), n)
-	JZ(LabelRef("absbits_done"))
-	Label("absbits_l")
-	VPANDD(at(x, 0), m, v)
-	VPMAXUD(v, acc, acc)
-	ADDQ(U8(64), x)
-	DECQ(n)
-	JNZ(LabelRef("absbits_l"))
-	Label("absbits_done")
-	VEXTRACTI64X4(U8(1), acc, v.AsY())
-	VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
+	done := "absbits" + lbl + "_done"
+	if z {
+		VPXORD(acc, acc, acc)
+		actLoop("absbits_l", x, n, nil, done, func() {
+			VPANDD(at(x, 0), m, v)
+			VPMAXUD(v, acc, acc)
+		})
+		Label(done)
+		VEXTRACTI64X4(U8(1), acc, v.AsY())
+		VPMAXUD(v.AsY(), acc.AsY(), acc.AsY())
+	} else {
+		acc2, v2 := p.get(), p.get()
+		VPXOR(acc, acc, acc)
+		VPXOR(acc2, acc2, acc2)
+		actLoop("absbitsy_l", x, n, nil, done, func() {
+			VPAND(at(x, 0), m, v)
+			VPAND(at(x, 32), m, v2)
+			VPMAXUD(v, acc, acc)
+			VPMAXUD(v2, acc2, acc2)
+		})
+		Label(done)
+		VPMAXUD(acc2, acc, acc)
+	}
 	VEXTRACTI128(U8(1), acc.AsY(), v.AsX())
 	VPMAXUD(v.AsX(), acc.AsX(), acc.AsX())
 	for _, sh := range []uint8{0x4E, 0xB1} {
@@ -682,6 +562,83 @@ func absBitsMax(doc ...string) {
 	r := GP32()
 	VMOVD(acc.AsX(), r)
 	Store(r, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// nonFinite writes nonFiniteF32<isa>(x *float32, n int) int.
+func nonFinite(z bool, isa, lbl string) {
+	name := "nonFiniteF32" + isa
+	TEXT(name, NOSPLIT, "func(x *float32, n int) int")
+	Pragma("noescape")
+	Doc(name+" returns the start of the first block of 16 values holding a NaN or an",
+		"infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.")
+	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
+	p := newPool(z)
+	e, v := p.get(), p.get()
+	bcastDword(e, 0x7f800000) // all exponent bits set: a NaN or an infinity
+	i := GP64()
+	XORQ(i, i)
+	none, found := "nonfin"+lbl+"_none", "nonfin"+lbl+"_found"
+	actLoop("nonfin"+lbl+"_l", x, n, i, none, func() {
+		if z {
+			VPANDD(at(x, 0), e, v)
+			VPCMPEQD(e, v, K1)
+			KORTESTW(K1, K1)
+		} else {
+			v2 := p.get()
+			VPAND(at(x, 0), e, v)
+			VPAND(at(x, 32), e, v2)
+			VPCMPEQD(e, v, v)
+			VPCMPEQD(e, v2, v2)
+			VPOR(v2, v, v)
+			VPTEST(v, v)
+			p.put(v2)
+		}
+		JNZ(LabelRef(found))
+	})
+	Label(none)
+	MOVQ(I32(-1), i)
+	Label(found)
+	Store(i, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// quantizeF32 writes quantizeF32<isa>(x *float32, n int, xs float32, dst *int8): vcvtps2dq
+// rounds half to even (MXCSR's default); vpmovsdb, or on ymm the saturating packs, clamp.
+func quantizeF32(z bool, isa, lbl string) {
+	name := "quantizeF32" + isa
+	TEXT(name, NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
+	Pragma("noescape")
+	Doc(name+" writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
+		"of 16); QuantizeAct is its reference.")
+	x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
+	p := newPool(z)
+	s, v := p.get(), p.get()
+	xsv := Load(Param("xs"), XMM())
+	VBROADCASTSS(xsv, s)
+	done := "quant" + lbl + "_done"
+	actLoop("quant"+lbl+"_l", x, n, d, done, func() {
+		if z {
+			VMULPS(at(x, 0), s, v)
+			VCVTPS2DQ(v, v)
+			VPMOVSDB(v, at(d, 0))
+		} else {
+			v2 := p.get()
+			VMULPS(at(x, 0), s, v)
+			VMULPS(at(x, 32), s, v2)
+			VCVTPS2DQ(v, v)
+			VCVTPS2DQ(v2, v2)
+			VPACKSSDW(v2, v, v)                   // words 0-3, 8-11 | 4-7, 12-15
+			VPERMQ(U8(0xD8), v, v)                // words 0-15 in order
+			VEXTRACTI128(U8(1), v, v2.AsX())      // words 8-15
+			VPACKSSWB(v2.AsX(), v.AsX(), v.AsX()) // bytes 0-15
+			VMOVDQU(v.AsX(), at(d, 0))
+			p.put(v2)
+		}
+	})
+	Label(done)
 	VZEROUPPER()
 	RET()
 }
