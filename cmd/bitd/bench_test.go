@@ -32,7 +32,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--plot", "/nonexistent-dir/r.svg"}, "--plot /nonexistent-dir/r.svg: open /nonexistent-dir/.r.svg."},
 		{[]string{"--model", "bitnet-2b", "--plot", "r.svg"}, "--plot draws the GEMV records"},
 		{[]string{"--plot", os.TempDir()}, "--plot " + os.TempDir() + ": invalid argument: is a directory"},
-		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4, default+adapt, zen4+adapt)`},
+		{[]string{"--tuning", "zen4,zen5"}, `--tuning: unknown kernel tuning "zen5" (want one of default, zen4, zen3, default+adapt, zen4+adapt, zen3+adapt)`},
 		{[]string{"--model", "bitnet-2b", "--tuning", "zen4"}, "--tuning compares the GEMVs"},
 		{[]string{"--model", "bitnet-2b", "--shape", "5x5", "--cache"}, `bench: --cache, --shape set the GEMV benchmarks; --model "bitnet-2b" measures`},
 		{[]string{"--model", "bitnet-2b", "--n", "0"}, "bench: --n: "},
