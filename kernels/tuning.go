@@ -163,7 +163,7 @@ const (
 	// 4096x14336, 14336x4096 and 2560x2560 at one and two threads (`bitd bench -tuning
 	// default,zen4` of a build whose zen4 tuning took them, then `-tuning default,zen3`; 15
 	// rounds, medians): int1, whose default leaves its weights to the hardware's
-	// prefetchers, 1.11-1.30x (two runs); i2s 0.97-1.09x (three runs, 15 of 18 above 1.00);
+	// prefetchers, 1.11-1.30x (two runs); i2s 0.97-1.09x (three runs, 16 of 18 above 1.00);
 	// the bf16 pair 0.99-1.10x, int8 0.98-1.10x, f32 0.95-1.09x (three runs; see _asm:
 	// int1PanelNearY, i2sNearY, prefetchAheadL1). Two and four tokens, int2 and the
 	// tl2 panel kernels moved within the noise (0.91-1.13x) and are the default's. On a
