@@ -161,11 +161,12 @@ const (
 	// the default's, so its one-token AVX2 kernels of i2s, int8, int1 and the bf16/f32 pairs
 	// run their ...L1 variants (fmtOps.l1). Against the default's, from DRAM on
 	// 4096x14336, 14336x4096 and 2560x2560 at one and two threads (`bitd bench -tuning
-	// default,zen4` of a build whose zen4 tuning took them, then `-tuning default,zen3`; 15
+	// default,zen4` of a build whose zen4 tuning took them, then `-tuning zen3,default`; 15
 	// rounds, medians): int1, whose default leaves its weights to the hardware's
-	// prefetchers, 1.11-1.30x (two runs); i2s 0.97-1.09x (three runs, 16 of 18 above 1.00);
-	// the bf16 pair 0.99-1.10x, int8 0.98-1.10x, f32 0.95-1.09x (three runs; see _asm:
-	// int1PanelNearY, i2sNearY, prefetchAheadL1). Two and four tokens, int2 and the
+	// prefetchers, 1.11-1.30x (three runs); i2s 0.93-1.19x (four runs, 19 of 24 above 1.00;
+	// in the last, the issue's command, kernels the same under both tunings moved
+	// 0.86-1.05x); the bf16 pair 0.97-1.10x, int8 0.98-1.15x (four runs), f32 0.95-1.09x
+	// (three; see _asm: int1PanelNearY, i2sNearY, prefetchAheadL1). Two and four tokens, int2 and the
 	// tl2 panel kernels moved within the noise (0.91-1.13x) and are the default's. On a
 	// Xeon the AVX-512 i2s kernel prefetching into L1 only ran 0.7x (see _asm: i2sFar), and
 	// the Zen 4 guest's AVX2 int1 read as fast with any prefetch or none: so only Zen 3
