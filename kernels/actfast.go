@@ -4,8 +4,9 @@ import "math"
 
 // Assembly versions of the activation quantizer's loops (act.go calls them first): the same
 // arithmetic, bit for bit (TestActHelpers), 20-50x faster than the scalar loops, which
-// otherwise cost as much as a GEMV at K = 14336 (see genActHelpersY for AVX2). Set by the amd64 build to the AVX-512 loops, or the AVX2 ones where the
-// CPU has AVX2 and no AVX-512; nil otherwise.
+// otherwise cost as much as a GEMV at K = 14336 (see genActHelpers in _asm/misc.go). Set by
+// the amd64 build to the AVX-512 loops, or to the AVX2 ones where the CPU has AVX2 and no
+// AVX-512; nil otherwise.
 var (
 	absBitsAsm   func(x *float32, n int) uint32
 	nonFiniteAsm func(x *float32, n int) int
