@@ -166,7 +166,7 @@ const (
 	// prefetchers, 1.11-1.30x (three runs); i2s 0.93-1.19x (four runs, 19 of 24 above 1.00;
 	// in the last, the command, kernels the same under both tunings moved
 	// 0.86-1.05x); the bf16 pair 0.97-1.10x, int8 0.98-1.15x (four runs), f32 0.95-1.09x
-	// (three; see _asm: int1PanelNearY, i2sNearY, prefetchAheadL1). Two and four tokens, int2 and the
+	// (three; see _asm: withL1). Two and four tokens, int2 and the
 	// tl2 panel kernels moved within the noise (0.91-1.13x) and are the default's. On a
 	// Xeon the AVX-512 i2s kernel prefetching into L1 only ran 0.7x (see _asm: i2sFar), and
 	// the Zen 4 guest's AVX2 int1 read as fast with any prefetch or none: so only Zen 3

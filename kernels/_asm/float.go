@@ -141,7 +141,7 @@ func floatY(T int, bf bool) {
 	xv, zero, tm := p.get(), p.get(), p.get()
 	VPXOR(zero, zero, zero)
 	Label(name + "_k")
-	floatYWeights(w, wv, zero, bf, prefetchAhead)
+	floatYWeights(w, wv, zero, bf)
 	for t := range acc {
 		VBROADCASTSS(at(x, 4*t), xv)
 		for i := range wv {
@@ -179,10 +179,10 @@ func floatNext(name string, bf bool, x, xs, k Register, ws ...Register) {
 }
 
 // floatYWeights loads floatY's weights of one input at w (32 rows) into wv as float32,
-// prefetching ahead with pf (bf16: rows 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23
-// and 28-31, widened against zero; f32: rows in order).
-func floatYWeights(w Register, wv []VecPhysical, zero VecPhysical, bf bool, pf func(base Register, off int)) {
-	pf(w, 0)
+// prefetching ahead (bf16: rows 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23 and
+// 28-31, widened against zero; f32: rows in order).
+func floatYWeights(w Register, wv []VecPhysical, zero VecPhysical, bf bool) {
+	prefetchAhead(w, 0)
 	if bf {
 		VMOVDQU(at(w, 0), wv[1])
 		VMOVDQU(at(w, 32), wv[3])
@@ -192,7 +192,7 @@ func floatYWeights(w Register, wv []VecPhysical, zero VecPhysical, bf bool, pf f
 		VPUNPCKHWD(wv[3], zero, wv[3]) // rows 20-23, 28-31
 		return
 	}
-	pf(w, 64)
+	prefetchAhead(w, 64)
 	for i := range wv {
 		VMOVUPS(at(w, 32*i), wv[i])
 	}
@@ -243,7 +243,7 @@ func floatYStore(skip string, r, m []VecPhysical, tm VecPhysical, b, out Registe
 // thread (75-76% of the roofline to 88-94), 1.06-1.21x at two; f32 1.13-1.20x and
 // 1.07-1.18x. Each row keeps its own chain of vmulps and vaddps in input order, so the
 // sums are floatY's bit for bit. The zen3 tuning's kernel (suffix L1) prefetches into L1
-// only (prefetchAheadL1).
+// only (withL1).
 func floatYPair(bf bool) {
 	name := "floatF32P1AVX2"
 	rowBytes := 128
@@ -269,11 +269,7 @@ func floatYPair(bf bool) {
 	Label(name + "_k")
 	VBROADCASTSS(at(x, 0), xv)
 	for b, wp := range []Register{w, w2} {
-		pf := prefetchAhead
-		if l1Only {
-			pf = prefetchAheadL1
-		}
-		floatYWeights(wp, wv, zero, bf, pf)
+		floatYWeights(wp, wv, zero, bf)
 		for i := range wv {
 			VMULPS(xv, wv[i], tm)
 			VADDPS(tm, acc[b][i], acc[b][i])

@@ -57,18 +57,31 @@ func prefetchLine(far, near Mem) {
 	PREFETCHT0(near)
 }
 
-// prefetchL1 is the one-level prefetch of one line of a weight stream, straight into L1:
-// the zen3 tuning's one-token AVX2 kernels' (withL1: i2sNearY, int1PanelNearY,
-// prefetchAheadL1). In a kernel written by hardwarePrefetch it emits nothing.
-func prefetchL1(near Mem) {
-	if softPrefetch {
-		PREFETCHT0(near)
-	}
-}
-
 // withL1 writes gen's kernel twice: as the default tuning's, and then with l1Only set, its
-// name ending in L1 (l1Name), as the zen3 tuning's (kernels.TuningZen3), which prefetches
-// its weights into L1 only (prefetchL1).
+// name ending in L1 (l1Name), as the zen3 tuning's (kernels.TuningZen3), whose weight
+// stream prefetchAheadBy prefetches into L1 only, prefetchFar ahead (prefetcht0 8 KiB ahead,
+// where the default's prefetch goes into L2 far ahead and into L1 near). The one-token
+// AVX2 kernels of i2s (gemvI2SY1Plain, whose default goes i2sFar ahead), int8
+// (gemvInt8Y1Halves), the bf16/f32 pairs (floatYPair) and int1 (genInt1PanelY, whose
+// default leaves its weights to the hardware's prefetchers) have such a twin.
+//
+// Measured on a Zen 3 (EPYC, family 19h model 1, AVX2 only), from DRAM on 4096x14336,
+// 14336x4096 and 2560x2560 at one and two threads (`bitd bench -tuning` of a build whose
+// second tuning took the twins, 15 rounds, medians; see kernels.TuningZen3 for all runs):
+//   - int1 1.20x and 1.19x as fast as with none on the 8B shapes at one thread, 1.13x on
+//     2560x2560; 1.16x, 1.16x and 1.11x at two; 4 and 16 KiB ahead were 0.95-1.02x of 8.
+//     (On the Zen 4 guest with AVX-512 switched off the hardware's prefetchers alone had
+//     read as fast as any prefetch: none 21.3, 19.4, 19.0 GB/s; prefetcht1 4 KiB 19.5, 19.4,
+//     19.6, 8 KiB 20.4, 19.8, 19.8, 16 KiB 20.2, 19.5, 19.3; prefetcht0 512 bytes 20.6,
+//     20.4, 19.4, 2 KiB 19.6, 20.0, 19.5.)
+//   - i2s, against i2sFar's two levels: one thread 1.02-1.05x, 1.02-1.07x and 1.06-1.07x,
+//     two threads 1.04-1.08x, 1.03-1.04x and 1.01-1.07x (two runs); 4 KiB ahead
+//     0.99-1.07x of the two levels and 16 KiB 0.98-1.08x (one run each). A loop of the
+//     kernel's block over a 1 GiB buffer read the same way (15 rounds in turn): two
+//     levels 20.4 GB/s, prefetcht0 alone 2 KiB ahead 20.6, 4 KiB 21.1, 8 KiB 21.7, none
+//     16.0.
+//   - bf16 0.99-1.08x (11 of 12 above 1.01), int8 1.02-1.10x, f32 0.95-1.09x (10 of 12
+//     above 1.01; two runs).
 func withL1(gen func()) {
 	gen()
 	l1Only = true
@@ -76,7 +89,7 @@ func withL1(gen func()) {
 	gen()
 }
 
-// l1Only is true while withL1 writes the zen3 tuning's kernel.
+// l1Only is true while withL1 writes the zen3 tuning's kernel (prefetchAheadBy).
 var l1Only bool
 
 // l1Name is name, with L1 appended while withL1 writes the zen3 tuning's kernel.
@@ -104,17 +117,15 @@ func hardwarePrefetch(gen func()) {
 // into L2 and prefetchNear ahead into L1.
 func prefetchAhead(base Register, off int) { prefetchAheadBy(base, prefetchFar, off) }
 
-// prefetchAheadL1 prefetches the weight stream's line off bytes past base prefetchFar ahead,
-// into L1 only (prefetchL1): the zen3 tuning's two-stream AVX2 kernels' (floatYPair,
-// gemvInt8Y1Halves).
-// On a Zen 3 (EPYC, family 19h model 1, AVX2 only), against prefetchAhead's two levels, from
-// DRAM on 4096x14336, 14336x4096 and 2560x2560 at one and two threads (bitd bench -tuning of
-// a build whose zen4 tuning took the variant, 15 rounds, medians; two runs): bf16 0.99-1.08x
-// as fast (11 of 12 above 1.01), int8 1.02-1.10x, f32 0.95-1.09x (10 of 12 above 1.01).
-func prefetchAheadL1(base Register, off int) { prefetchL1(at(base, prefetchFar+off)) }
-
-// prefetchAheadBy is prefetchAhead with far bytes ahead into L2 (i2sFar, int8Far).
+// prefetchAheadBy is prefetchAhead with far bytes ahead into L2 (i2sFar, int8Far); in a
+// zen3 kernel (withL1) the line prefetchFar ahead into L1 only.
 func prefetchAheadBy(base Register, far, off int) {
+	if l1Only {
+		if softPrefetch {
+			PREFETCHT0(at(base, prefetchFar+off))
+		}
+		return
+	}
 	prefetchLine(at(base, far+off), at(base, prefetchNear+off))
 }
 

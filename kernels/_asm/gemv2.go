@@ -189,17 +189,6 @@ func gemvI2SY(T int, isa string, vnni bool) {
 	})
 }
 
-// i2sNearY is how far ahead gemvI2SY1Plain's zen3 kernel (gemvI2ST1AVX2L1) prefetches its
-// weights, into L1 only (prefetcht0, the block's two lines). On a Zen 3 (EPYC, family 19h model 1, AVX2 only) against the two
-// levels of the other i2s kernels (i2sFar into L2, prefetchNear into L1), from DRAM on
-// 4096x14336, 14336x4096 and 2560x2560 (bitd bench -tuning of a build whose zen4 tuning took
-// the variant, 15 rounds, medians; two runs): one thread 1.02-1.05x, 1.02-1.07x and
-// 1.06-1.07x as fast, two threads 1.04-1.08x, 1.03-1.04x and 1.01-1.07x. 4 KiB ahead
-// 0.99-1.07x of the two levels and 16 KiB 0.98-1.08x, in one run each. A loop of the
-// kernel's block over a 1 GiB buffer read the same way (15 rounds in turn): two levels 20.4
-// GB/s, prefetcht0 alone 2 KiB ahead 20.6, 4 KiB 21.1, 8 KiB 21.7, none 16.0.
-const i2sNearY = 8192
-
 // i2sY1Flush is the most blocks gemvI2SY1Plain adds up in int16: its times-4 sums gain at
 // most 2 x 2 x 8 x 128 = 4096 a block.
 const i2sY1Flush = 7
@@ -235,13 +224,8 @@ func gemvI2SY1Plain() {
 		zeroAll(sa...)
 		zeroAll(sb...)
 		Label(name + "_blk")
-		if l1Only {
-			prefetchL1(at(wp, i2sNearY))
-			prefetchL1(at(wp, i2sNearY+64))
-		} else {
-			prefetchAheadBy(wp, i2sFar, 0)
-			prefetchAheadBy(wp, i2sFar, 64)
-		}
+		prefetchAheadBy(wp, i2sFar, 0)
+		prefetchAheadBy(wp, i2sFar, 64)
 		for r := 0; r < 4; r++ {
 			VMOVDQU(at(wp, 32*r), w)
 			for i, q := range []struct {
@@ -578,18 +562,14 @@ const int8HalvesMin = 64
 // 2560x6912): 1.12-1.16x at one thread (71-81% of the roofline to 80-87), 1.03-1.15x at
 // two. (Two halves of an i2s row quad's K, streams of half a quad, 1.25-7 KiB, ran
 // 0.70-0.91x there.) In the zen3 tuning's kernel (gemvInt8T1AVX2L1) both halves, and a
-// short segment's one stream, prefetch into L1 only (prefetchAheadL1).
+// short segment's one stream, prefetch into L1 only (withL1).
 func gemvInt8Y1Halves(name string, a Register, p *pool, w, kx Register, xp Register) {
 	acc := p.getn(8)
 	wv, x, x2 := p.get(), p.get(), p.get()
 	free := slices.Concat(acc, []VecPhysical{wv, x, x2})
-	pf := prefetchAhead
-	if l1Only {
-		pf = prefetchAheadL1
-	}
 	step := func(w, kx Register, x VecPhysical) {
-		pf(w, 0)
-		pf(w, 64)
+		prefetchAhead(w, 0)
+		prefetchAhead(w, 64)
 		VPBROADCASTQ(idx(xp, kx, 2, 0), x)
 		for i := 0; i < 8; i++ {
 			tm := p.get()

@@ -123,19 +123,6 @@ func genInt1BuildY() {
 // ahead 12.9, 12.9, 13.2; 8 KiB 12.6, 12.4, 12.4; 16 KiB 12.4, 12.3, 12.5.
 const int1PanelAheadY = 4096
 
-// int1PanelNearY is how far ahead the zen3 tuning's one-token AVX2 int1 panel kernel
-// (int1PanelT1AVX2L1) prefetches its weights into L1 (prefetcht0, the row block's two
-// lines); the default's leaves them to the hardware's prefetchers. On the Zen 4 guest with AVX-512
-// switched off the hardware's prefetchers alone read as fast (one thread, from DRAM, GB/s,
-// the three shapes above: none 21.3, 19.4, 19.0; prefetcht1 4 KiB 19.5, 19.4, 19.6, 8 KiB
-// 20.4, 19.8, 19.8, 16 KiB 20.2, 19.5, 19.3; prefetcht0 512 bytes 20.6, 20.4, 19.4, 2 KiB
-// 19.6, 20.0, 19.5). On a Zen 3 (EPYC, family 19h model 1, AVX2 only) they do not: 8 KiB
-// ahead ran 1.20x and 1.19x as fast as none on 4096x14336 and 14336x4096 at one
-// thread, 1.13x on 2560x2560; 1.16x, 1.16x and 1.11x at two (bitd bench -tuning of a build
-// whose zen4 tuning took the variant, 15 rounds, medians). 4 KiB and 16 KiB ahead were
-// 0.95-1.02x of 8 KiB.
-const int1PanelNearY = 8192
-
 // genInt1PanelY writes int1PanelT<T>AVX2, the int1 GEMV of T (1 or 2) tokens over the row
 // blocks of one panel of a kernels/9 blob (see kernels.int1Args; more tokens run in passes
 // of these), from tabInt1Y tables (token t's at Tab + t*TabStride, block b's int1TabYBlock*b
@@ -225,9 +212,9 @@ func genInt1PanelY(T int) {
 		if T > 1 { // (see int1PanelAheadY)
 			PREFETCHT1(at(w, int1PanelAheadY))
 			PREFETCHT1(at(w, int1PanelAheadY+64))
-		} else if l1Only { // (see int1PanelNearY)
-			prefetchL1(at(w, int1PanelNearY))
-			prefetchL1(at(w, int1PanelNearY+64))
+		} else if l1Only { // (the default's one token has no software prefetch: see withL1)
+			prefetchAhead(w, 0)
+			prefetchAhead(w, 64)
 		}
 		k := 0
 		look := func(t, off int, idx, acc VecPhysical, first bool) {
