@@ -9,12 +9,13 @@ import (
 	"unsafe"
 )
 
-// int1YKernels are the AVX2 int1 panel kernels and their token counts.
+// int1YKernels are the AVX2 int1 panel kernels (the zen3 tuning's twin too) and their token
+// counts.
 var int1YKernels = []struct {
 	name string
 	fn   func(*byte)
 	T    int
-}{{"int1PanelT1AVX2", int1PanelT1AVX2, 1}, {"int1PanelT2AVX2", int1PanelT2AVX2, 2}}
+}{{"int1PanelT1AVX2", int1PanelT1AVX2, 1}, {"int1PanelT1AVX2L1", int1PanelT1AVX2L1, 1}, {"int1PanelT2AVX2", int1PanelT2AVX2, 2}}
 
 // int1YTabs builds c's tabInt1Y tables (each token's for all of Kp, a 64-byte gap between
 // tokens) and returns them with their token stride.

@@ -3,13 +3,12 @@
 package kernels
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
 
-// TestInt8HalvesSegments: the one-token AVX2 int8 kernel, which reads a segment of
+// TestInt8HalvesSegments: the one-token AVX2 int8 kernel (and its zen3 twin), which reads a segment of
 // int8HalvesMin steps or more as two halves, against gemvInt8Generic on segment lengths
 // the layouts never give (Kp is a multiple of 32, so whole layers have steps in eights):
 // odd ones, where the first half takes one step more, either side of int8HalvesMin, and a
@@ -34,17 +33,22 @@ func TestInt8HalvesSegments(t *testing.T) {
 			x[i] = int16(rng.IntN(256) - 128)
 		}
 		got, want := make([]int32, c.nseg*RowBlock), make([]int32, c.nseg*RowBlock)
-		for i := range got {
-			got[i] = -7
-		}
 		a := gemvArgs{W: unsafe.Pointer(&w[0]), X: unsafe.Pointer(&x[0]), XStride: 8 * steps, SegSteps: c.seg, NSeg: c.nseg, LastSteps: c.last}
 		a.Sums = unsafe.Pointer(&want[0])
 		gemvInt8Generic(&a, 1, false, true)
-		a.Sums = unsafe.Pointer(&got[0])
-		gemvInt8T1AVX2(argp(&a))
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("%s: segment %d row %d: got %d, want %d", fmt.Sprintf("segments of %d steps, %d of them, the last %d", c.seg, c.nseg, c.last), i/RowBlock, i%RowBlock, got[i], want[i])
+		for _, kern := range []struct {
+			name string
+			fn   func(*byte)
+		}{{"gemvInt8T1AVX2", gemvInt8T1AVX2}, {"gemvInt8T1AVX2L1", gemvInt8T1AVX2L1}} { // (L1: zen3's twin)
+			for i := range got {
+				got[i] = -7
+			}
+			a.Sums = unsafe.Pointer(&got[0])
+			kern.fn(argp(&a))
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s, segments of %d steps, %d of them, the last %d: segment %d row %d: got %d, want %d", kern.name, c.seg, c.nseg, c.last, i/RowBlock, i%RowBlock, got[i], want[i])
+				}
 			}
 		}
 	}

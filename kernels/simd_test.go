@@ -1138,15 +1138,19 @@ func TestFloatPair(t *testing.T) {
 				}
 				want, a := preparedCall(t, k, tl.Layer, randActs(rng, 1, kk), 1)
 				nrb := tl.Layer.Layout.RowBlocks()
-				for _, cuts := range [][]int{{0, nrb}, {0, 1, nrb}, {0, nrb - 1, nrb}} {
-					out := make([]float32, m)
-					for i := range out {
-						out[i] = float32(math.NaN())
+				for _, tn := range []Tuning{TuningDefault, TuningZen3} { // (zen3: the pair's L1 twin)
+					old := SwitchTuning(tn)
+					for _, cuts := range [][]int{{0, nrb}, {0, 1, nrb}, {0, nrb - 1, nrb}} {
+						out := make([]float32, m)
+						for i := range out {
+							out[i] = float32(math.NaN())
+						}
+						for i := 0; i+1 < len(cuts); i++ {
+							k.Run(tl.Layer, a, cuts[i], cuts[i+1], out)
+						}
+						checkExact(t, fmt.Sprintf("%s %s %dx%d cuts %v", tn, k.Name(), m, kk, cuts), out, want, m)
 					}
-					for i := 0; i+1 < len(cuts); i++ {
-						k.Run(tl.Layer, a, cuts[i], cuts[i+1], out)
-					}
-					checkExact(t, fmt.Sprintf("%s %dx%d cuts %v", k.Name(), m, kk, cuts), out, want, m)
+					SwitchTuning(old)
 				}
 			}
 		}
