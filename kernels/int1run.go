@@ -87,6 +87,10 @@ func (k *simdKernel) int1Sweep(l *Layer, p plan, s []byte, tb *threadBuf, r0, r1
 	per := int1TabBytes(k.ops.int1Tab, ly.Kp)
 	off, stride := ly.BlockAt(r0, 0)
 	ia := &tb.ia
+	panel := k.ops.int1Panel[T]
+	if T == 1 && k.ops.l1.int1Panel1 != nil && currentTuning().l1Prefetch() {
+		panel = k.ops.l1.int1Panel1
+	}
 	for j := b0 / segB; j*segB < b1; j++ {
 		c0, c1 := max(b0, j*segB), min(b1, (j+1)*segB)
 		*ia = int1Args{
@@ -97,10 +101,6 @@ func (k *simdKernel) int1Sweep(l *Layer, p plan, s []byte, tb *threadBuf, r0, r1
 			ia.Tab, ia.TabStride = unsafe.Pointer(&s[p.tabOff+t0*per+c0*(per/nb)]), per
 		} else {
 			ia.X, ia.XStride = unsafe.Pointer(&s[p.xOff+t0*ly.Kp+32*c0]), ly.Kp
-		}
-		panel := k.ops.int1Panel[T]
-		if T == 1 && k.ops.l1.int1Panel1 != nil && currentTuning().l1Prefetch() {
-			panel = k.ops.l1.int1Panel1
 		}
 		panel(argp(ia))
 	}
