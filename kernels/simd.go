@@ -84,8 +84,9 @@ type fmtOps struct {
 	floatPair func(*byte)
 	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
 	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
-	// int1Panel[1]; nil where the path has none.
-	l1 struct{ gemv1, floatPair, int1Panel1 func(*byte) }
+	// int1Panel[1]; nil where the path has none. two1 (i2s) is gemv1 over two row blocks
+	// at once, two streams far apart (runTwo).
+	l1 struct{ gemv1, two1, floatPair, int1Panel1 func(*byte) }
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.
 	gemvLong1 func(*byte)
@@ -1795,6 +1796,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
+	if n == 1 && !p.gemm && g.Epi == nil && k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && k.i2sPartSteps(ly, p, 1, oneParts) == 0 && rb1-rb0 >= 2 {
+		k.runTwo(l, rb0, rb1, out, p, s, lp, tb, xbase)
+		run.done()
+		return
+	}
 	for rb := rb0; rb < rb1; rb++ {
 		w := unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		if p.gemm {
@@ -1835,6 +1841,39 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		}
 	}
 	run.done()
+}
+
+// runTwo is Run's loop over row blocks [rb0, rb1) (at least two) for one token through
+// the two-stream kernel (fmtOps.l1.two1): row block rb with rb+h, h half the range
+// (rounded up), so that the core reads two streams far apart; an odd range's middle row
+// block runs alone (l1.gemv1). Run has set tb.g but for its pointers.
+func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, xbase unsafe.Pointer) {
+	ly := l.Layout
+	h, ns := (rb1-rb0+1)/2, p.nseg*RowBlock
+	if cap(tb.sums) < 2*ns {
+		tb.sums = make([]int32, 2*ns)
+	}
+	sums := tb.sums[:2*ns]
+	g, epi := &tb.g, &tb.epi
+	g.X, g.Sums = xbase, unsafe.Pointer(&sums[0])
+	g.W2Off, g.Sums2Off = h*ly.RowBlockBytes, 4*ns
+	epi.NTok = 1
+	epi.Corr, epi.XS = unsafe.Pointer(&s[p.corrOff]), unsafe.Pointer(&s[p.xsOff])
+	for rb := rb0; rb < rb0+h; rb++ {
+		g.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
+		pair := []int{rb, rb + h}
+		if rb+h < rb1 {
+			k.ops.l1.two1(argp(g))
+		} else {
+			pair = pair[:1]
+			k.ops.l1.gemv1(argp(g))
+		}
+		for j, r := range pair {
+			epi.Sums = unsafe.Pointer(&sums[j*ns])
+			setRB(epi, ly, lp, r, 0, out)
+			k.ops.epi(argp(epi))
+		}
+	}
 }
 
 // unpackRB unpacks row block rb of l into dst, the GEMM layout (unpackArgs), with ua's

@@ -89,6 +89,7 @@ func TestTunings(t *testing.T) {
 			o.oneTuned, o.lutOne = count("tuned", o.oneTuned), count("lookup", o.lutOne)
 			o.int1Panel[1], o.floatPair = count("gemv", o.int1Panel[1]), count("pair", o.floatPair)
 			o.l1.gemv1, o.l1.int1Panel1, o.l1.floatPair = count("l1", o.l1.gemv1), count("l1", o.l1.int1Panel1), count("l1pair", o.l1.floatPair)
+			o.l1.two1 = count("l1two", o.l1.two1)
 			// the kernels of two to four tokens, untuned and tuned (gemvFor's tables)
 			few := func(tab *[maxGemvT + 1]func(*byte), what string) {
 				for n := 2; n <= 4; n++ {
@@ -146,9 +147,14 @@ func TestTunings(t *testing.T) {
 					t.Errorf("%s: K %d: one token ran %v, want %s only", name, kp, ran, want)
 				}
 			}
-			if k.ops.l1.floatPair != nil { // three row blocks: a pair and one more
+			if k.ops.l1.floatPair != nil || k.ops.l1.two1 != nil { // three row blocks: a pair and one more
 				want := []string{"float", "pair"}
-				if zen3 {
+				switch {
+				case k.ops.l1.two1 != nil && zen3:
+					want = []string{"l1", "l1two"}
+				case k.ops.l1.two1 != nil:
+					want = []string{"gemv"}
+				case zen3:
 					want = []string{"float", "l1pair"}
 				}
 				clear(ran)
@@ -223,7 +229,9 @@ func TestTunings(t *testing.T) {
 					}
 				}
 			}
-			shapes := [][2]int{{33, 300}, {70, 2560}, {40, i2sLongK - 200}, {33, i2sLongK + 1}, {40, 14336}, {35, 33000}}
+			// (zen3 runs one-token i2s two row blocks at a time, pairing a call's row blocks
+			// half its range apart: runSplit's ranges of 7 row blocks are 2, 1 and 4 long)
+			shapes := [][2]int{{33, 300}, {70, 2560}, {40, i2sLongK - 200}, {33, i2sLongK + 1}, {40, 14336}, {35, 33000}, {7*RowBlock - 3, 1000}, {70, 14336}}
 			if k.format != quantcfg.I2S {
 				shapes = [][2]int{{33, 300}, {70, 2560}, {40, 4100}}
 			}

@@ -13,6 +13,7 @@ const (
 	gW, gX, gXStride, gSums, gSegSteps, gNSeg, gLastSteps = 0, 8, 16, 24, 32, 40, 48
 	gTab, gAux, gPF, gPF7, gAcc, gFar, gFar6              = 56, 64, 72, 80, 88, 96, 104
 	gEpi, gEJ, gEY                                        = 112, 120, 128
+	gW2Off, gSums2Off                                     = 136, 144
 )
 
 // prefetchFar and prefetchNear are how far ahead (bytes) the GEMV kernels prefetch their
