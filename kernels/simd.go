@@ -84,8 +84,8 @@ type fmtOps struct {
 	floatPair func(*byte)
 	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
 	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
-	// int1Panel[1]; nil where the path has none. two1 (i2s) is gemv1 over two row blocks
-	// at once, two streams far apart (runTwo).
+	// int1Panel[1]; nil where the path has none. two1 (i2s) is the one-token kernel over
+	// two row blocks at once, two streams far apart (runTwo).
 	l1 struct{ gemv1, two1, floatPair, int1Panel1 func(*byte) }
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.
@@ -1796,8 +1796,8 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
-	if n == 1 && !p.gemm && g.Epi == nil && k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && k.i2sPartSteps(ly, p, 1, oneParts) == 0 && rb1-rb0 >= 2 {
-		k.runTwo(l, rb0, rb1, out, p, s, lp, tb, xbase)
+	if n == 1 && !p.gemm && k.twoStreams(l, p, g, oneParts) && rb1-rb0 >= 2 {
+		k.runTwo(l, rb0, rb1, out, p, s, lp, tb, xbase, one)
 		run.done()
 		return
 	}
@@ -1843,11 +1843,18 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	run.done()
 }
 
+// twoStreams reports whether a one-token GEMV of l (plan p, gemvArgs g as Run set them,
+// parts: the one-token kernel's fmtOps.parts) runs two row blocks at once (runTwo): under
+// the zen3 tuning, with the epilogue as a pass of its own, K in one part.
+func (k *simdKernel) twoStreams(l *Layer, p plan, g *gemvArgs, parts bool) bool {
+	return k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && g.Epi == nil && k.i2sPartSteps(l.Layout, p, 1, parts) == 0
+}
+
 // runTwo is Run's loop over row blocks [rb0, rb1) (at least two) for one token through
 // the two-stream kernel (fmtOps.l1.two1): row block rb with rb+h, h half the range
 // (rounded up), so that the core reads two streams far apart; an odd range's middle row
-// block runs alone (l1.gemv1). Run has set tb.g but for its pointers.
-func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, xbase unsafe.Pointer) {
+// block runs alone through one. Run has set tb.g but for its pointers.
+func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, xbase unsafe.Pointer, one func(*byte)) {
 	ly := l.Layout
 	h, ns := (rb1-rb0+1)/2, p.nseg*RowBlock
 	if cap(tb.sums) < 2*ns {
@@ -1866,7 +1873,7 @@ func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []b
 			k.ops.l1.two1(argp(g))
 		} else {
 			pair = pair[:1]
-			k.ops.l1.gemv1(argp(g))
+			one(argp(g))
 		}
 		for j, r := range pair {
 			epi.Sums = unsafe.Pointer(&sums[j*ns])
