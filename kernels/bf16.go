@@ -19,21 +19,31 @@ func FromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 // RoundBF16 rounds a float32 to the nearest bfloat16 value, as a float32.
 func RoundBF16(f float32) float32 { return FromBF16(BF16(f)) }
 
-// Assembly versions of DecodeBF16 and EncodeBF16 (16 values at a time), set by the amd64
-// build for the CPU's best path; nil otherwise.
-var (
-	bf16DecAsm func(x *byte, n int, dst *float32)
-	bf16EncAsm func(x *float32, n int, dst *byte)
-)
+// bf16Loops are assembly versions of DecodeBF16 and EncodeBF16 (16 values at a time).
+type bf16Loops struct {
+	dec func(x *byte, n int, dst *float32)
+	enc func(x *float32, n int, dst *byte)
+}
+
+// bf16LoopsBy holds the loops by path, set by the amd64 build where the CPU has the path.
+var bf16LoopsBy [numISA]bf16Loops
+
+// bf16Asm returns the loops of helperPath, or nil (the Go loops run).
+func bf16Asm() *bf16Loops {
+	if p := helperPath(); p != noISA && bf16LoopsBy[p].dec != nil {
+		return &bf16LoopsBy[p]
+	}
+	return nil
+}
 
 // DecodeBF16 widens the len(dst) little-endian bfloat16 values in src (2*len(dst) bytes)
 // to float32, exactly.
 func DecodeBF16(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
 	n := 0
-	if bf16DecAsm != nil && !purego.Load() && len(dst) >= 16 {
+	if asm := bf16Asm(); asm != nil && len(dst) >= 16 {
 		n = len(dst) &^ 15
-		bf16DecAsm(&src[0], n, &dst[0])
+		asm.dec(&src[0], n, &dst[0])
 	}
 	decodeBF16Generic(dst[n:], src[2*n:])
 }
@@ -50,9 +60,9 @@ func decodeBF16Generic(dst []float32, src []byte) {
 func EncodeBF16(dst []byte, src []float32) {
 	dst = dst[:2*len(src)]
 	n := 0
-	if bf16EncAsm != nil && !purego.Load() && len(src) >= 16 {
+	if asm := bf16Asm(); asm != nil && len(src) >= 16 {
 		n = len(src) &^ 15
-		bf16EncAsm(&src[0], n, &dst[0])
+		asm.enc(&src[0], n, &dst[0])
 	}
 	encodeBF16Generic(dst[2*n:], src[n:])
 }

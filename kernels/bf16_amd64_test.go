@@ -23,17 +23,11 @@ var bf16Cases = []uint32{
 // AVX2) widen and round every pattern as FromBF16 and BF16 do, bit for bit, over lengths
 // with and without tails, at every offset in the 16-value step.
 func TestBF16Conversions(t *testing.T) {
-	type path struct {
-		name string
-		dec  func(x *byte, n int, dst *float32)
-		enc  func(x *float32, n int, dst *byte)
-	}
-	var paths []path
-	if cpu.avx512 {
-		paths = append(paths, path{"avx512", bf16ToF32AVX512, f32ToBF16AVX512})
-	}
-	if cpu.avx2 {
-		paths = append(paths, path{"avx2", bf16ToF32AVX2, f32ToBF16AVX2})
+	var paths []ISA
+	for _, p := range []ISA{ISAAVX512, ISAAVX2} {
+		if bf16LoopsBy[p].dec != nil {
+			paths = append(paths, p)
+		}
 	}
 	if len(paths) == 0 {
 		t.Skip("no AVX2")
@@ -50,37 +44,40 @@ func TestBF16Conversions(t *testing.T) {
 	for i, b := range pats {
 		src[i] = math.Float32frombits(b)
 	}
-	oldDec, oldEnc := bf16DecAsm, bf16EncAsm
-	defer func() { bf16DecAsm, bf16EncAsm = oldDec, oldEnc }()
 	for _, p := range paths {
-		bf16DecAsm, bf16EncAsm = p.dec, p.enc
-		for _, n := range []int{0, 1, 15, 16, 17, 33, 64, 100, len(src)} {
-			for off := 0; off+n <= len(src) && off < 16; off += 5 {
-				x := src[off : off+n]
-				got := make([]byte, 2*n+2)
-				got[2*n], got[2*n+1] = 0xAA, 0x55
-				EncodeBF16(got, x)
-				for i, v := range x {
-					if h := binary.LittleEndian.Uint16(got[2*i:]); h != BF16(v) {
-						t.Fatalf("%s: encode n=%d: %#08x -> %#04x, want %#04x", p.name, n, math.Float32bits(v), h, BF16(v))
+		t.Run(p.String(), func(t *testing.T) {
+			defer onlyHelperPath(t, p)()
+			if bf16Asm() != &bf16LoopsBy[p] {
+				t.Fatalf("%s on, yet the bf16 conversions run other loops", p)
+			}
+			for _, n := range []int{0, 1, 15, 16, 17, 33, 64, 100, len(src)} {
+				for off := 0; off+n <= len(src) && off < 16; off += 5 {
+					x := src[off : off+n]
+					got := make([]byte, 2*n+2)
+					got[2*n], got[2*n+1] = 0xAA, 0x55
+					EncodeBF16(got, x)
+					for i, v := range x {
+						if h := binary.LittleEndian.Uint16(got[2*i:]); h != BF16(v) {
+							t.Fatalf("%s: encode n=%d: %#08x -> %#04x, want %#04x", p, n, math.Float32bits(v), h, BF16(v))
+						}
 					}
-				}
-				if got[2*n] != 0xAA || got[2*n+1] != 0x55 {
-					t.Fatalf("%s: encode n=%d wrote past its end", p.name, n)
-				}
-				back := make([]float32, n+1)
-				back[n] = 7
-				DecodeBF16(back[:n], got)
-				for i := range x {
-					h := binary.LittleEndian.Uint16(got[2*i:])
-					if w := FromBF16(h); math.Float32bits(back[i]) != math.Float32bits(w) {
-						t.Fatalf("%s: decode n=%d: %#04x -> %#08x, want %#08x", p.name, n, h, math.Float32bits(back[i]), math.Float32bits(w))
+					if got[2*n] != 0xAA || got[2*n+1] != 0x55 {
+						t.Fatalf("%s: encode n=%d wrote past its end", p, n)
 					}
-				}
-				if back[n] != 7 {
-					t.Fatalf("%s: decode n=%d wrote past its end", p.name, n)
+					back := make([]float32, n+1)
+					back[n] = 7
+					DecodeBF16(back[:n], got)
+					for i := range x {
+						h := binary.LittleEndian.Uint16(got[2*i:])
+						if w := FromBF16(h); math.Float32bits(back[i]) != math.Float32bits(w) {
+							t.Fatalf("%s: decode n=%d: %#04x -> %#08x, want %#08x", p, n, h, math.Float32bits(back[i]), math.Float32bits(w))
+						}
+					}
+					if back[n] != 7 {
+						t.Fatalf("%s: decode n=%d wrote past its end", p, n)
+					}
 				}
 			}
-		}
+		})
 	}
 }

@@ -142,6 +142,36 @@ func isaReason(i ISA) string {
 	return ""
 }
 
+// noISA is no SIMD path (helperPath: the Go loops run).
+const noISA ISA = -1
+
+// helperPath returns the path whose assembly helpers run now (the activation quantizer's
+// loops, the bf16 conversions: each bit for bit its Go loop): AVX-512 where the CPU has
+// AVX-512 F/BW/VL/DQ and that path is on, else AVX2 likewise, else noISA. Kernels are chosen
+// per layer; the helpers are chosen per call, so the kill switches and the test hooks
+// (disable) reach them as they reach the kernels.
+func helperPath() ISA {
+	switch {
+	case !hasAsm || purego.Load():
+		return noISA
+	case cpu.avx512 && !disabled[ISAAVX512].Load():
+		return ISAAVX512
+	case cpu.avx2 && !disabled[ISAAVX2].Load():
+		return ISAAVX2
+	}
+	return noISA
+}
+
+// HelperPath names the path whose assembly the activation quantizer and the bf16
+// conversions run now (helperPath): "avx512vnni" (its AVX-512 F/BW code), "avx2", or "" for
+// the Go loops.
+func HelperPath() string {
+	if p := helperPath(); p != noISA {
+		return p.String()
+	}
+	return ""
+}
+
 // hasINT8 reports whether AVX-VNNI-INT8 (VEX vpdpbssd) can run.
 func hasINT8() bool { return cpu.avxvnniint8 && !noINT8.Load() }
 

@@ -119,44 +119,64 @@ func int8PeakGeneric(n int) uint32 {
 
 // TestActHelpers: the assembly quantizer loops equal act.go's scalar ones, bit for bit,
 // including ties, large values, signed zeros and lengths with tails: every set of loops
-// this CPU can run (AVX-512, AVX2), whichever the build took.
+// this CPU can run (AVX-512, AVX2), each chosen as the kill switches choose it; with both
+// paths switched off the scalar loops run.
 func TestActHelpers(t *testing.T) {
-	type helpers struct {
-		name      string
-		ok        bool
-		absBits   func(x *float32, n int) uint32
-		nonFinite func(x *float32, n int) int
-		quantize  func(x *float32, n int, xs float32, dst *int8)
-	}
-	sets := []helpers{
-		{"avx512", cpu.avx512, absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512},
-		{"avx2", cpu.avx2, absBitsMaxAVX2, nonFiniteF32AVX2, quantizeF32AVX2},
-	}
-	if absBitsAsm == nil && !purego.Load() && (cpu.avx512 || cpu.avx2) {
-		t.Error("the build took no assembly quantizer on a CPU with AVX2")
+	if cpu.avx2 && actLoopsBy[ISAAVX2].absBits == nil {
+		t.Error("the build took no AVX2 quantizer loops on a CPU with AVX2")
 	}
 	ran := false
-	for _, h := range sets {
-		if !h.ok {
+	for _, p := range []ISA{ISAAVX512, ISAAVX2} {
+		if actLoopsBy[p].absBits == nil {
 			continue
 		}
 		ran = true
-		t.Run(h.name, func(t *testing.T) {
-			ab, nf, q := absBitsAsm, nonFiniteAsm, quantizeAsm
-			defer func() { absBitsAsm, nonFiniteAsm, quantizeAsm = ab, nf, q }()
-			absBitsAsm, nonFiniteAsm, quantizeAsm = h.absBits, h.nonFinite, h.quantize
+		t.Run(p.String(), func(t *testing.T) {
+			defer onlyHelperPath(t, p)()
+			if actAsm() != &actLoopsBy[p] {
+				t.Fatalf("%s on, yet the quantizer runs other loops", p)
+			}
 			testActHelpers(t)
 		})
 	}
 	if !ran {
 		t.Skip("no AVX2")
 	}
+	defer disable(ISAAVX512)()
+	defer disable(ISAAVX2)()
+	if actAsm() != nil || bf16Asm() != nil {
+		t.Error("AVX-512 and AVX2 switched off, yet the quantizer or the bf16 conversions run assembly")
+	}
+	if quantizeFast(make([]float32, 32), 1, make([]int8, 32)) {
+		t.Error("AVX-512 and AVX2 switched off, yet quantizeFast ran assembly")
+	}
+}
+
+// onlyHelperPath switches the paths before p off (disable), so that the helpers of p run
+// (helperPath), and returns what switches them back. It skips the test where a kill switch
+// or BITD_PUREGO keeps p off.
+func onlyHelperPath(t *testing.T, p ISA) (restore func()) {
+	t.Helper()
+	if purego.Load() || disabled[p].Load() {
+		t.Skipf("%s switched off", p)
+	}
+	var rs []func()
+	for q := ISA(0); q < p; q++ {
+		rs = append(rs, disable(q))
+	}
+	restore = func() {
+		for _, r := range rs {
+			r()
+		}
+	}
+	if got := helperPath(); got != p {
+		restore()
+		t.Fatalf("helper path %s, want %s", got, p)
+	}
+	return restore
 }
 
 func testActHelpers(t *testing.T) {
-	if !actAsm() {
-		t.Skip("BITD_PUREGO")
-	}
 	rng := rand.New(rand.NewPCG(6, 6))
 	for _, n := range []int{16, 17, 31, 48, 100, 2560, 14336 + 5} {
 		x := make([]float32, n)

@@ -25,11 +25,12 @@ func init() {
 	}
 	prefetchSpans = prefetchSpansT1
 	if cpu.avx512 {
-		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512
-		bf16DecAsm, bf16EncAsm = bf16ToF32AVX512, f32ToBF16AVX512
-	} else if cpu.avx2 {
-		absBitsAsm, nonFiniteAsm, quantizeAsm = absBitsMaxAVX2, nonFiniteF32AVX2, quantizeF32AVX2
-		bf16DecAsm, bf16EncAsm = bf16ToF32AVX2, f32ToBF16AVX2
+		actLoopsBy[ISAAVX512] = actLoops{absBitsMaxAVX512, nonFiniteF32AVX512, quantizeF32AVX512}
+		bf16LoopsBy[ISAAVX512] = bf16Loops{bf16ToF32AVX512, f32ToBF16AVX512}
+	}
+	if cpu.avx2 {
+		actLoopsBy[ISAAVX2] = actLoops{absBitsMaxAVX2, nonFiniteF32AVX2, quantizeF32AVX2}
+		bf16LoopsBy[ISAAVX2] = bf16Loops{bf16ToF32AVX2, f32ToBF16AVX2}
 	}
 	if cpu.avx2 {
 		lutBuilders[tabTL1Y], lutBuilders[tabTL2Y] = lutBuildTL1AVX2, lutBuildTL2AVX2

@@ -631,7 +631,7 @@ var (
 func sumInt8(x []int8) int32 {
 	var s int32
 	n := len(x) &^ 31
-	if n > 0 && sumInt8Fast != nil && !purego.Load() {
+	if n > 0 && sumInt8Fast != nil && helperPath() != noISA { // (AVX2 code: AVX-512 CPUs have it)
 		s = sumInt8Fast(&x[0], n)
 	} else {
 		n = 0

@@ -37,7 +37,22 @@ func kernelsInfo() infoSection {
 	return infoSection{Name: "kernels", Value: choices, Text: text}
 }
 
-func init() { registerInfo(21, amxInfo) }
+func init() { registerInfo(21, helpersInfo) }
+
+// helpersInfo is the info section "helpers": the path whose assembly quantizes the
+// activations and converts bf16 (each call chooses it as the kill switches say), or "" for
+// the Go loops.
+func helpersInfo() infoSection {
+	p := kernels.HelperPath()
+	line := p + " assembly"
+	if p == "" {
+		line = "the Go loops"
+	}
+	line = "activation quantizer and bf16 conversions: " + line + " (BITD_DISABLE_AVX512, BITD_DISABLE_AVX2 and BITD_PUREGO reach them as they reach the kernels)"
+	return infoSection{Name: "helpers", Value: p, Text: []string{line}}
+}
+
+func init() { registerInfo(22, amxInfo) }
 
 // amxState is the info section "amx": whether the integer formats' GEMM runs on AMX-INT8
 // tiles (prefill, and batches from MinTokens tokens by format at K = 4096; i2s's small

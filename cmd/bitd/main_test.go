@@ -29,6 +29,7 @@ func TestInfoJSON(t *testing.T) {
 		Formats []formatInfo   `json:"formats"`
 		Kernels []kernelChoice `json:"kernels"`
 		Layout  string         `json:"blob_layout"`
+		Helpers *string        `json:"helpers"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -38,6 +39,9 @@ func TestInfoJSON(t *testing.T) {
 	}
 	if v.Layout != kernels.LayoutRevision {
 		t.Fatalf("blob_layout %q, want %q", v.Layout, kernels.LayoutRevision)
+	}
+	if v.Helpers == nil || *v.Helpers != kernels.HelperPath() {
+		t.Fatalf("helpers %v, want %q", v.Helpers, kernels.HelperPath())
 	}
 	if len(v.Kernels) != 16 || v.CPU.Arch == "" {
 		t.Fatalf("kernels %d, cpu %+v", len(v.Kernels), v.CPU)
