@@ -35,7 +35,7 @@ func TestParseTuning(t *testing.T) {
 	if s := (numTunings | TuningAdapt).String(); !strings.HasPrefix(s, "tuning(") {
 		t.Errorf("an unknown tuning prints as %q", s)
 	}
-	if len(TuningZen3.Changes()) != 1 || !strings.Contains(TuningZen3.Changes()[0], "into L1 only") {
+	if c := TuningZen3.Changes(); len(c) != 2 || !strings.Contains(c[0], "into L1 only") || !strings.Contains(c[1], "two row blocks at once") {
 		t.Errorf("Changes: zen3 %q", TuningZen3.Changes())
 	}
 	if TuningDefault.Changes() != nil || len(TuningZen4.Changes()) != 5 || len((TuningZen4|TuningAdapt).Changes()) != 6 || len((TuningDefault|TuningAdapt).Changes()) != 1 {
