@@ -50,6 +50,14 @@ func smallParts(t *testing.T) {
 	t.Cleanup(func() { partMinBytes, int1PartMinSaved = old, old1 })
 }
 
+// nearPairs lets runTwo pair row blocks at any distance (twoMinDist) for the rest of the
+// test, so that the small shapes of the tests run its kernel.
+func nearPairs(t *testing.T) {
+	old := twoMinDist
+	twoMinDist = 0
+	t.Cleanup(func() { twoMinDist = old })
+}
+
 // runParts runs a call of k in parts: units cut at random into ranges (single units
 // among them), each given to a random worker (one of them gets none; a worker may get
 // ranges far apart, as a stealing runner's would be), the workers concurrently when conc;
@@ -474,6 +482,7 @@ func TestUnitsDeclines(t *testing.T) {
 // call by a worker the call was not prepared for panics naming the kernel.
 func TestRunSplit(t *testing.T) {
 	smallParts(t)
+	nearPairs(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, k := range asmKernels() {
 		if k.format != quantcfg.TL2 && k.format != quantcfg.I2S && k.format != quantcfg.Int1 {

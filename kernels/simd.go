@@ -1796,7 +1796,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
-	if n == 1 && !p.gemm && k.twoStreams(l, p, g, oneParts) && rb1-rb0 >= 2 {
+	if n == 1 && !p.gemm && k.twoStreams(l, p, g, oneParts, rb1-rb0) {
 		k.runTwo(l, rb0, rb1, out, p, s, lp, tb, xbase, one)
 		run.done()
 		return
@@ -1843,11 +1843,21 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	run.done()
 }
 
-// twoStreams reports whether a one-token GEMV of l (plan p, gemvArgs g as Run set them,
-// parts: the one-token kernel's fmtOps.parts) runs two row blocks at once (runTwo): under
-// the zen3 tuning, with the epilogue as a pass of its own, K in one part.
-func (k *simdKernel) twoStreams(l *Layer, p plan, g *gemvArgs, parts bool) bool {
-	return k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && g.Epi == nil && k.i2sPartSteps(l.Layout, p, 1, parts) == 0
+// twoMinDist is the least distance in bytes between the two row blocks runTwo pairs. On the
+// Zen 3 guest a C loop of the i2s block read two streams D apart, alternating every 7
+// blocks, at (against one stream, two runs of 11 rounds): D = 10 KiB 0.79x, 16 KiB 0.94x,
+// 20 KiB 0.95x, 28 and 40 KiB 1.02x, 64 KiB 1.04x, 128 KiB 1.07x, 256 KiB to 7 MiB
+// 1.11-1.12x. (A stealing runner's chunks, an eighth of what is left, bring short
+// ranges: their pairs would lie close.) A variable: tests lower it.
+var twoMinDist = 64 << 10
+
+// twoStreams reports whether a one-token GEMV of l over nrb row blocks (plan p, gemvArgs g
+// as Run set them, parts: the one-token kernel's fmtOps.parts) runs two row blocks at once
+// (runTwo): under the zen3 tuning, with the epilogue as a pass of its own, K in one part,
+// the pairs twoMinDist or more apart.
+func (k *simdKernel) twoStreams(l *Layer, p plan, g *gemvArgs, parts bool, nrb int) bool {
+	return k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && g.Epi == nil && k.i2sPartSteps(l.Layout, p, 1, parts) == 0 &&
+		nrb >= 2 && (nrb+1)/2*l.Layout.RowBlockBytes >= twoMinDist
 }
 
 // runTwo is Run's loop over row blocks [rb0, rb1) (at least two) for one token through

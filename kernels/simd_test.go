@@ -131,6 +131,7 @@ var testKs = []int{1, 3, 4, 31, 32, 33, 47, 48, 49, 95, 96, 97, 127, 128, 129, 2
 // the format that k accepts, and the token counts ns.
 func checkKernelExact(t *testing.T, k Kernel, f quantcfg.Format, ns []int, seed uint64) (ran int) {
 	t.Helper()
+	nearPairs(t)
 	rng := rand.New(rand.NewPCG(seed, uint64(len(f))))
 	ms, ks := testMs, testKs
 	if raceEnabled {

@@ -73,6 +73,7 @@ func TestTunings(t *testing.T) {
 		t.Skip("no assembly kernel runs here")
 	}
 	smallParts(t) // (runParts: any blob runs in parts)
+	nearPairs(t)  // (runTwo: the small shapes' row blocks in pairs)
 	defer SwitchTuning(currentTuning())
 	for tn := Tuning(0); tn < numTunings; tn++ {
 		SwitchTuning(tn)
@@ -162,6 +163,20 @@ func TestTunings(t *testing.T) {
 				if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, want) {
 					t.Errorf("%s: one token over three row blocks ran %v, want %v", name, ran, want)
 				}
+			}
+			if k.ops.l1.two1 != nil && zen3 { // row blocks closer than twoMinDist: one at a time
+				twoMinDist = 64 << 10
+				clear(ran)
+				checkShapes(t, name, kk, rng, [][2]int{{3 * RowBlock, 300}, {6 * RowBlock, 2048}}, 1, []int{1}, false)
+				if len(ran) != 1 || ran["l1"] == 0 {
+					t.Errorf("%s: one token over row blocks 6 or 16 KiB apart ran %v, want l1 only", name, ran)
+				}
+				clear(ran)
+				checkShapes(t, name, kk, rng, [][2]int{{6 * RowBlock, 4096}}, 1, []int{1}, false)
+				if got := slices.Sorted(maps.Keys(ran)); !slices.Equal(got, []string{"l1", "l1two"}) {
+					t.Errorf("%s: one token over row blocks 64 KiB apart ran %v, want l1 and l1two", name, ran)
+				}
+				twoMinDist = 0
 			}
 			var fewNs []int // token counts whose kernel the tuning swaps
 			generic := strings.HasPrefix(k.name, "generic/")
