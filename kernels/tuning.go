@@ -175,9 +175,9 @@ const (
 	// Its one-token i2s also reads two row blocks at once (runTwo, gemvI2STwoT1AVX2L1):
 	// each thread pairs row block rb with the one half its range on, and the kernel runs
 	// each chunk of a row quad (up to seven 128-byte blocks) on one stream, then the same
-	// chunk on the other. A C loop of the i2s block over 1 GiB read 14-15% faster from two
-	// streams 7 MiB apart than from one, alternating every block or every 7 (every 28:
-	// 3%). Against the one-stream L1 kernel, in one process (a build whose default tuning
+	// chunk on the other. A C loop of the i2s block over 1 GiB read 11-15% faster from two
+	// streams 256 KiB to 7 MiB apart than from one, alternating every block or every 7
+	// (every 28: 3%; nearer streams gain less or lose: twoMinDist). Against the one-stream L1 kernel, in one process (a build whose default tuning
 	// took the pair; 15 rounds, 4096x14336, 14336x4096, 2560x2560): one thread 1.09-1.12x
 	// and 1.07-1.15x (two runs), two threads 1.01-1.24x and 1.01-1.11x, where int2, the
 	// same kernel under both, moved 0.87-1.04x. One-token int2 read two streams no faster

@@ -299,10 +299,10 @@ func (r *i2sY1Regs) fold(row int, acc Op, dst VecPhysical) {
 // each chunk of up to i2sY1Flush blocks of a quad runs on the first row block's stream and
 // then on the second's, so that the core reads two streams far apart (the driver pairs row
 // blocks half its range apart: runTwo). The int32 sums live on the stack. On the Zen 3
-// guest a C loop of the block over 1 GiB read 14-15% faster with two streams 7 MiB apart
-// than with one (alternating every block or every 7; every 28, 3%), and the kernel took
-// the one-stream kernel's i2s from 74-80% of the roofline to 80-90 at one thread (see
-// kernels.TuningZen3).
+// guest a C loop of the block over 1 GiB read 11-15% faster with two streams 256 KiB to 7
+// MiB apart than with one (alternating every block or every 7; every 28, 3%), and in one
+// process this kernel read 77-90% of the roofline at one thread where the one-stream
+// kernel read 74-80 (see kernels.TuningZen3, and twoMinDist for nearer streams).
 func gemvI2SY1Two() {
 	name := "gemvI2STwoT1AVX2L1"
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
