@@ -181,7 +181,7 @@ const (
 	// took the pair; 15 rounds, 4096x14336, 14336x4096, 2560x2560): one thread 1.09-1.12x
 	// and 1.07-1.15x (two runs), two threads 1.01-1.24x and 1.01-1.11x, where int2, the
 	// same kernel under both, moved 0.87-1.04x. One-token int2 read two streams no faster
-	// (0.95-1.06x, its kernel at 16 GB/s from cache, below the memory's rate, where i2s's
+	// (0.95-1.07x, its kernel at 16 GB/s from cache, below the memory's rate, where i2s's
 	// reads 18-21): it keeps one.
 	TuningZen3
 	numTunings
