@@ -7,6 +7,7 @@
 // func absBitsMaxAVX512(x *float32, n int) uint32
 // Requires: AVX, AVX2, AVX512F
 TEXT ·absBitsMaxAVX512(SB), NOSPLIT, $0-20
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVL         $0x7fffffff, DX
@@ -39,6 +40,7 @@ absbits_done:
 // func nonFiniteF32AVX512(x *float32, n int) int
 // Requires: AVX, AVX512F
 TEXT ·nonFiniteF32AVX512(SB), NOSPLIT, $0-24
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVL         $0x7f800000, DX
@@ -68,6 +70,7 @@ nonfin_found:
 // func quantizeF32AVX512(x *float32, n int, xs float32, dst *int8)
 // Requires: AVX, AVX512F, SSE
 TEXT ·quantizeF32AVX512(SB), NOSPLIT, $0-32
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVQ         dst+24(FP), DX
@@ -92,6 +95,7 @@ quant_done:
 // func absBitsMaxAVX2(x *float32, n int) uint32
 // Requires: AVX, AVX2, SSE2
 TEXT ·absBitsMaxAVX2(SB), NOSPLIT, $0-20
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVL         $0x7fffffff, DX
@@ -127,6 +131,7 @@ absbitsy_done:
 // func nonFiniteF32AVX2(x *float32, n int) int
 // Requires: AVX, AVX2, SSE2
 TEXT ·nonFiniteF32AVX2(SB), NOSPLIT, $0-24
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVL         $0x7f800000, DX
@@ -160,6 +165,7 @@ nonfiny_found:
 // func quantizeF32AVX2(x *float32, n int, xs float32, dst *int8)
 // Requires: AVX, AVX2, SSE
 TEXT ·quantizeF32AVX2(SB), NOSPLIT, $0-32
+	PCALIGN      $0x40
 	MOVQ         x+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVQ         dst+24(FP), DX

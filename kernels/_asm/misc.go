@@ -521,9 +521,7 @@ func actLoop(lbl string, x, n, by16 Register, done string, body func()) {
 // On ymm two accumulators take the 16 values' halves.
 func absBitsMax(z bool, isa, lbl string) {
 	name := "absBitsMax" + isa
-	TEXT(name, NOSPLIT, "func(x *float32, n int) uint32")
-	Pragma("noescape")
-	Doc(name+" returns the largest of the n values' bits with the sign cleared (n a multiple",
+	header(name, NOSPLIT, "func(x *float32, n int) uint32", name+" returns the largest of the n values' bits with the sign cleared (n a multiple",
 		"of 16): max |x| as bits where every value is finite, 0x7f800000 or more where one is not,",
 		"in one pass; absMaxFinite is its reference.")
 	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
@@ -569,9 +567,7 @@ func absBitsMax(z bool, isa, lbl string) {
 // nonFinite writes nonFiniteF32<isa>(x *float32, n int) int.
 func nonFinite(z bool, isa, lbl string) {
 	name := "nonFiniteF32" + isa
-	TEXT(name, NOSPLIT, "func(x *float32, n int) int")
-	Pragma("noescape")
-	Doc(name+" returns the start of the first block of 16 values holding a NaN or an",
+	header(name, NOSPLIT, "func(x *float32, n int) int", name+" returns the start of the first block of 16 values holding a NaN or an",
 		"infinity, or -1 (n a multiple of 16); the finite check of QuantizeActs is its reference.")
 	x, n := Load(Param("x"), GP64()), Load(Param("n"), GP64())
 	p := newPool(z)
@@ -609,9 +605,7 @@ func nonFinite(z bool, isa, lbl string) {
 // rounds half to even (MXCSR's default); vpmovsdb, or on ymm the saturating packs, clamp.
 func quantizeF32(z bool, isa, lbl string) {
 	name := "quantizeF32" + isa
-	TEXT(name, NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)")
-	Pragma("noescape")
-	Doc(name+" writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
+	header(name, NOSPLIT, "func(x *float32, n int, xs float32, dst *int8)", name+" writes clamp(roundHalfEven(x[i]*xs), -128, 127) for n values (n a multiple",
 		"of 16); QuantizeAct is its reference.")
 	x, n, d := Load(Param("x"), GP64()), Load(Param("n"), GP64()), Load(Param("dst"), GP64())
 	p := newPool(z)
