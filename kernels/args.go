@@ -43,7 +43,7 @@ type gemvArgs struct {
 	Epi unsafe.Pointer // *epiArgs
 	EJ  int
 	EY  unsafe.Pointer
-	// The two-stream kernel (gemvI2STwoT1AVX2L1: fmtOps.l1.two1, runTwo) runs a second
+	// The two-stream kernel (gemvI2STwoT1AVX2: fmtOps.l1.two1, runTwo) runs a second
 	// row block at once, its stream W2Off bytes after W and its sums Sums2Off bytes after
 	// Sums.
 	W2Off, Sums2Off int

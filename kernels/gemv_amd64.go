@@ -348,10 +348,10 @@ func gemvI2ST1AVX2(a *byte)
 //go:noescape
 func gemvI2ST1AVX2L1(a *byte)
 
-// gemvI2STwoT1AVX2L1 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
+// gemvI2STwoT1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvI2SGeneric is its reference.
 //
 //go:noescape
-func gemvI2STwoT1AVX2L1(a *byte)
+func gemvI2STwoT1AVX2(a *byte)
 
 // gemvInt2T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
 //

@@ -20294,9 +20294,9 @@ gemvI2ST1AVX2L1_blk:
 	VZEROUPPER
 	RET
 
-// func gemvI2STwoT1AVX2L1(a *byte)
+// func gemvI2STwoT1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
-TEXT ·gemvI2STwoT1AVX2L1(SB), NOSPLIT, $256-8
+TEXT ·gemvI2STwoT1AVX2(SB), NOSPLIT, $256-8
 	PCALIGN $0x40
 	MOVQ    a+0(FP), AX
 	MOVQ    8(AX), CX
@@ -20306,13 +20306,13 @@ TEXT ·gemvI2STwoT1AVX2L1(SB), NOSPLIT, $256-8
 	MOVQ    24(AX), DI
 	MOVQ    (AX), SI
 
-gemvI2STwoT1AVX2L1_quad:
+gemvI2STwoT1AVX2_quad:
 	MOVQ SI, R8
 	XORQ DX, DX
 	MOVQ 40(AX), R9
 	MOVQ DI, R10
 
-gemvI2STwoT1AVX2L1_seg:
+gemvI2STwoT1AVX2_seg:
 	MOVQ    32(AX), R11
 	CMPQ    R9, $0x01
 	CMOVQEQ 48(AX), R11
@@ -20326,7 +20326,7 @@ gemvI2STwoT1AVX2L1_seg:
 	VMOVDQU Y0, 192(SP)
 	VMOVDQU Y0, 224(SP)
 
-gemvI2STwoT1AVX2L1_chunk:
+gemvI2STwoT1AVX2_chunk:
 	MOVQ    $0x00000007, R12
 	CMPQ    R11, R12
 	CMOVQLT R11, R12
@@ -20343,7 +20343,7 @@ gemvI2STwoT1AVX2L1_chunk:
 	VPXOR   Y11, Y11, Y11
 	MOVQ    R12, R14
 
-gemvI2STwoT1AVX2L1_blk0:
+gemvI2STwoT1AVX2_blk0:
 	PREFETCHT1 4096(R8)
 	PREFETCHT0 2048(R8)
 	PREFETCHT1 4160(R8)
@@ -20407,7 +20407,7 @@ gemvI2STwoT1AVX2L1_blk0:
 	SUBQ       $-128, R8
 	SUBQ       $-128, DX
 	DECQ       R14
-	JNZ        gemvI2STwoT1AVX2L1_blk0
+	JNZ        gemvI2STwoT1AVX2_blk0
 	VPSRAW     $0x02, Y8, Y8
 	VPADDW     Y8, Y4, Y4
 	VPMADDWD   wOnesY<>+0(SB), Y4, Y4
@@ -20440,7 +20440,7 @@ gemvI2STwoT1AVX2L1_blk0:
 	VPXOR      Y10, Y10, Y10
 	VPXOR      Y11, Y11, Y11
 
-gemvI2STwoT1AVX2L1_blk1:
+gemvI2STwoT1AVX2_blk1:
 	PREFETCHT1   4096(R8)
 	PREFETCHT0   2048(R8)
 	PREFETCHT1   4160(R8)
@@ -20504,7 +20504,7 @@ gemvI2STwoT1AVX2L1_blk1:
 	SUBQ         $-128, R8
 	SUBQ         $-128, DX
 	DECQ         R12
-	JNZ          gemvI2STwoT1AVX2L1_blk1
+	JNZ          gemvI2STwoT1AVX2_blk1
 	VPSRAW       $0x02, Y8, Y8
 	VPADDW       Y8, Y4, Y4
 	VPMADDWD     wOnesY<>+0(SB), Y4, Y4
@@ -20527,7 +20527,7 @@ gemvI2STwoT1AVX2L1_blk1:
 	VMOVDQU      Y3, 224(SP)
 	SUBQ         136(AX), R8
 	TESTQ        R11, R11
-	JNZ          gemvI2STwoT1AVX2L1_chunk
+	JNZ          gemvI2STwoT1AVX2_chunk
 	MOVQ         144(AX), R11
 	VMOVDQU      (SP), Y0
 	VMOVDQU      32(SP), Y1
@@ -20551,12 +20551,12 @@ gemvI2STwoT1AVX2L1_blk1:
 	VMOVDQU      X0, (R10)(R11*1)
 	ADDQ         $0x00000080, R10
 	DECQ         R9
-	JNZ          gemvI2STwoT1AVX2L1_seg
+	JNZ          gemvI2STwoT1AVX2_seg
 	ADDQ         64(AX), SI
 	ADDQ         $0x10, DI
 	INCQ         BX
 	CMPQ         BX, $0x08
-	JNE          gemvI2STwoT1AVX2L1_quad
+	JNE          gemvI2STwoT1AVX2_quad
 	VZEROUPPER
 	RET
 

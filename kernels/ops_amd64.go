@@ -142,7 +142,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			o.kstep = 128
 			if !vnni {
 				o.gemvT = 4 // gemvI2SYMany
-				o.l1.gemv1, o.l1.two1 = gemvI2ST1AVX2L1, gemvI2STwoT1AVX2L1
+				o.l1.gemv1, o.l1.two1 = gemvI2ST1AVX2L1, gemvI2STwoT1AVX2
 			}
 		case quantcfg.Int2:
 			o.gemv = pick(gemv4(gemvInt2T1AVX2, gemvInt2T2AVX2, nil, nil), gemv4(gemvInt2T1AVXVNNI, gemvInt2T2AVXVNNI, nil, nil))

@@ -172,17 +172,19 @@ const (
 	// the Zen 4 guest's AVX2 int1 read as fast with any prefetch or none: so only Zen 3
 	// takes these.
 	//
-	// Its one-token i2s also reads two row blocks at once (runTwo, gemvI2STwoT1AVX2L1):
+	// Its one-token i2s also reads two row blocks at once (runTwo, gemvI2STwoT1AVX2):
 	// each thread pairs row block rb with the one half its range on, and the kernel runs
 	// each chunk of a row quad (up to seven 128-byte blocks) on one stream, then the same
-	// chunk on the other. A C loop of the i2s block over 1 GiB read 11-15% faster from two
+	// chunk on the other. A C loop of the i2s block over 1 GiB read 11-12% faster from two
 	// streams 256 KiB to 7 MiB apart than from one, alternating every block or every 7
-	// (every 28: 3%; nearer streams gain less or lose: twoMinDist). Against the one-stream L1 kernel, in one process (a build whose default tuning
-	// took the pair; 15 rounds, 4096x14336, 14336x4096, 2560x2560): one thread 1.09-1.12x
-	// and 1.07-1.15x (two runs), two threads 1.01-1.24x and 1.01-1.11x, where int2, the
-	// same kernel under both, moved 0.87-1.04x. One-token int2 read two streams no faster
-	// (0.95-1.07x, its kernel at 16 GB/s from cache, below the memory's rate, where i2s's
-	// reads 18-21): it keeps one.
+	// (every 28: 3%; nearer streams gain less or lose: twoMinDist). Against the one-stream
+	// L1 kernel, in one process (a build whose default tuning took the pair; 15 rounds,
+	// 4096x14336, 14336x4096, 2560x2560): one thread 1.09-1.12x and 1.07-1.15x (two runs),
+	// two threads 1.01-1.24x and 1.01-1.11x, where int2, the same kernel under both, moved
+	// 0.87-1.04x. The pair prefetches as the default's kernels do, into L2 and L1: into L1
+	// only it read 0.96-1.08x as fast, with none 0.85-0.91x (see _asm: gemvI2SY1Two).
+	// One-token int2 read two streams no faster (0.95-1.07x, its kernel at 16 GB/s from
+	// cache, below the memory's rate, where i2s's reads 18-21): it keeps one.
 	TuningZen3
 	numTunings
 )
@@ -313,7 +315,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.l1Prefetch() {
 		c = append(c, "one-token AVX2 i2s, int8, int1 and bf16/f32 (two row blocks a call) GEMVs prefetch their weights into L1 only, 8 KiB ahead (int1 had left them to the hardware's prefetchers)")
-		c = append(c, "one-token AVX2 i2s reads two row blocks at once, half a thread's range apart: two streams")
+		c = append(c, "one-token AVX2 i2s reads two row blocks at once, half a thread's range apart: two streams (each prefetched into L2 and L1, as the default's)")
 	}
 	if t.Adaptive() {
 		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))

@@ -15,7 +15,7 @@ func TestTwoStreamKernels(t *testing.T) {
 	if !ISAAvailable(ISAAVX2) {
 		t.Skip("no AVX2 here")
 	}
-	const name = "gemvI2STwoT1AVX2L1"
+	const name = "gemvI2STwoT1AVX2"
 	rng := rand.New(rand.NewPCG(81, 2))
 	for _, c := range []struct{ seg, nseg, last int }{{1, 1, 1}, {7, 1, 7}, {8, 1, 8}, {9, 1, 9}, {7, 2, 3}, {15, 3, 1}, {2, 3, 16}, {43, 2, 85}} {
 		kp := ((c.nseg-1)*c.seg + c.last) * 128
@@ -41,7 +41,7 @@ func TestTwoStreamKernels(t *testing.T) {
 			got[i] = -7
 		}
 		a.W, a.Sums, a.W2Off, a.Sums2Off = unsafe.Pointer(&w[0]), unsafe.Pointer(&got[0]), dist, 4*(ns+16)
-		gemvI2STwoT1AVX2L1(argp(&a))
+		gemvI2STwoT1AVX2(argp(&a))
 		for i := range want {
 			j := i
 			if i >= ns {

@@ -299,12 +299,19 @@ func (r *i2sY1Regs) fold(row int, acc Op, dst VecPhysical) {
 // each chunk of up to i2sY1Flush blocks of a quad runs on the first row block's stream and
 // then on the second's, so that the core reads two streams far apart (the driver pairs row
 // blocks half its range apart: runTwo). The int32 sums live on the stack. On the Zen 3
-// guest a C loop of the block over 1 GiB read 11-15% faster with two streams 256 KiB to 7
+// guest a C loop of the block over 1 GiB read 11-12% faster with two streams 256 KiB to 7
 // MiB apart than with one (alternating every block or every 7; every 28, 3%), and in one
 // process this kernel read 77-90% of the roofline at one thread where the one-stream
 // kernel read 74-80 (see kernels.TuningZen3, and twoMinDist for nearer streams).
+//
+// It prefetches as the default's one-stream kernel does, into L2 i2sFar ahead and into L1
+// prefetchNear ahead, not into L1 only as zen3's one-stream kernel (gemvI2ST1AVX2L1).
+// Against these two levels, in one process (11 rounds, 4096x14336, 14336x4096, 2560x2560,
+// one and two threads; the default tuning of a build taking each variant): prefetcht0
+// 8 KiB ahead 0.96-0.99x and 0.98-1.08x (two runs), prefetcht1 8 KiB with prefetcht0 2 KiB
+// 1.00-1.04x, the hardware's prefetchers alone 0.85-0.91x.
 func gemvI2SY1Two() {
-	name := "gemvI2STwoT1AVX2L1"
+	name := "gemvI2STwoT1AVX2"
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
 	frame := AllocLocal(2 * 4 * 32)
 	acc := func(s, row int) Mem { return frame.Offset(32 * (4*s + row)) }
