@@ -77,6 +77,22 @@ type PerCall interface {
 	PerCall(l *Layer, n int) bool
 }
 
+// Paired is implemented by kernels whose calls read faster two row blocks at a time, far
+// apart (the zen3 tuning's one-token i2s: a core of that Zen 3 reads two streams 256 KiB or
+// more apart 1.11-1.12x as fast as one). RunSplit splits such a call into PairUnits units,
+// unit u being row blocks u and u+PairUnits (the second where it is below the layer's row
+// blocks), and runs each range of units through RunPairs: so every piece a runner hands
+// out, however short, reads two streams half the layer apart, where Run could pair only
+// within its range (a stealing runner's last pieces are a row block or two).
+type Paired interface {
+	// PairUnits is the units of l's call of a.N tokens, (RowBlocks()+1)/2, or 0 where the
+	// call runs by rows.
+	PairUnits(l *Layer, a *Acts) int
+	// RunPairs computes out as Run does for the row blocks of units [u0, u1). Different
+	// ranges of units may run concurrently.
+	RunPairs(l *Layer, a *Acts, u0, u1 int, out []float32)
+}
+
 // Splitter runs fn(w, lo, hi) over ranges [lo, hi) that cover [0, units), in parallel on a
 // runner's workers, w being the worker that runs the range (0 <= w < the runner's threads,
 // one worker's ranges one after another), and returns when all are done. With once, each
@@ -87,7 +103,8 @@ type Splitter func(class string, units int, once bool, fn func(w, lo, hi int))
 // RunSplit runs a prepared call of k on workers threads: its row blocks split among them
 // (class k.Name()), or, when k is Parted and takes the call in parts, the units of the
 // weights (class k.Name()+"/parts") and then the row blocks' sums and outputs
-// (k.Name()+"/finish"). A PerCall kernel's ranges are whole shares (once), and so are a
+// (k.Name()+"/finish"), or, when k is Paired and pairs the call, its pairs of row blocks
+// (class k.Name()). A PerCall kernel's ranges are whole shares (once), and so are a
 // Finish's: each Finish call pays its own setup (the plan, a thread buffer, the epilogue's
 // fields) for a few microseconds of adds, which a stealing runner's eighths paid again and
 // again (sched.Pool, two threads, tl2 from DRAM: 2560x6912 1.019x as fast with whole
@@ -112,6 +129,13 @@ func RunSplit(k Kernel, l *Layer, a *Acts, out []float32, workers int, split Spl
 			c.pk = pk
 			split(c.parts, units, once, c.runUnits)
 			split(c.finish, l.Layout.RowBlocks(), true, c.runFinish)
+			return
+		}
+	}
+	if pk, ok := k.(Paired); ok {
+		if units := pk.PairUnits(l, a); units > 0 {
+			c.pp = pk
+			split(c.name, units, once, c.runPairs)
 			return
 		}
 	}
@@ -142,6 +166,7 @@ type Granular interface {
 type splitCall struct {
 	k                   Kernel
 	pk                  Parted
+	pp                  Paired
 	l                   *Layer
 	a                   *Acts
 	out                 []float32
@@ -149,6 +174,7 @@ type splitCall struct {
 	granule             int // row blocks a unit of the row split (Granular)
 	run                 func(w, lo, hi int)
 	runUnits, runFinish func(w, lo, hi int)
+	runPairs            func(w, lo, hi int)
 }
 
 func newSplitCall() *splitCall {
@@ -159,6 +185,7 @@ func newSplitCall() *splitCall {
 	}
 	c.runUnits = func(w, lo, hi int) { c.pk.RunUnits(c.l, c.a, w, lo, hi) }
 	c.runFinish = func(_, lo, hi int) { c.pk.Finish(c.l, c.a, lo, hi, c.out) }
+	c.runPairs = func(_, lo, hi int) { c.pp.RunPairs(c.l, c.a, lo, hi, c.out) }
 	return c
 }
 
@@ -171,5 +198,5 @@ func (c *splitCall) named(name string) {
 // clear drops the call's references (the layer and the output may be freed after it).
 func (c *splitCall) clear() {
 	c.a.workers = 0 // (a later Run of its own is one worker's)
-	c.k, c.pk, c.l, c.a, c.out = nil, nil, nil, nil, nil
+	c.k, c.pk, c.pp, c.l, c.a, c.out = nil, nil, nil, nil, nil, nil
 }

@@ -1667,15 +1667,47 @@ func aligned[E byte | float32](buf []E, n int) ([]E, []E) {
 }
 
 func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
+	k.run(l, a, rb0, rb1, 0, out)
+}
+
+// PairUnits (Paired): a one-token call that pairs row blocks (pairable) splits into units
+// of two row blocks, u and u+h, h = (RowBlocks()+1)/2 (the units), where h row blocks span
+// twoMinDist or more; 0 otherwise.
+func (k *simdKernel) PairUnits(l *Layer, a *Acts) int {
+	ly := l.Layout
+	h := (ly.RowBlocks() + 1) / 2
+	if k.format.IsFloat() || ly.RowBlocks() < 2 || h*ly.RowBlockBytes < twoMinDist || !k.pairable(l, k.plan(l, a.N), a.N) {
+		return 0
+	}
+	return h
+}
+
+// RunPairs (Paired) runs units [u0, u1) of PairUnits' split: row blocks u and u+h for u in
+// [u0, u1), h = (RowBlocks()+1)/2, the second where it is below RowBlocks().
+func (k *simdKernel) RunPairs(l *Layer, a *Acts, u0, u1 int, out []float32) {
+	h := (l.Layout.RowBlocks() + 1) / 2
+	k.run(l, a, max(u0, 0), min(u1, h), h, out)
+}
+
+// run is Run over row blocks [rb0, rb1) with pairH 0, and RunPairs over units [rb0, rb1)
+// with pairH their partners' distance. Where the call cannot pair (a tuning switched since
+// PairUnits), it runs the units' row blocks and then their partners', one at a time.
+func (k *simdKernel) run(l *Layer, a *Acts, rb0, rb1, pairH int, out []float32) {
 	if rb0 >= rb1 {
+		return
+	}
+	ly := l.Layout
+	n := a.N
+	mrb := ly.RowBlocks()
+	if pairH > 0 && (k.format.IsFloat() || !k.pairable(l, k.plan(l, n), n)) {
+		k.run(l, a, rb0, rb1, 0, out)
+		k.run(l, a, min(rb0+pairH, mrb), min(rb1+pairH, mrb), 0, out)
 		return
 	}
 	if k.format.IsFloat() {
 		k.runFloat(l, a, rb0, rb1, out)
 		return
 	}
-	ly := l.Layout
-	n := a.N
 	p := k.plan(l, n)
 	_, s := scratchView(a, p.size)
 	lp := l.simdPrep()
@@ -1700,7 +1732,11 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 	one, oneParts := k.gemvOne(l, p, gemv)
 	var run oneRun // (the pieces of a one-token i2s call on a short K: oneKernel)
 	if n == 1 && lp.site != nil && !p.gemm && !p.amxv {
-		one, run = k.oneKernel(lp, a, k.ownOne(gemv), (rb1-rb0)*ly.RowBlockBytes)
+		nrb := rb1 - rb0
+		if pairH > 0 { // (and the partners)
+			nrb += max(0, min(rb1+pairH, mrb)-(rb0+pairH))
+		}
+		one, run = k.oneKernel(lp, a, k.ownOne(gemv), nrb*ly.RowBlockBytes)
 	}
 	if cap(tb.sums) < p.nseg*tile*RowBlock {
 		tb.sums = make([]int32, p.nseg*tile*RowBlock)
@@ -1797,8 +1833,13 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 		k.runAMXV(l, a, rb0, rb1, out, p, s, lp, tb, sums, epi)
 		return
 	}
-	if n == 1 && !p.gemm && k.twoStreams(l, p, g, oneParts, rb1-rb0) {
-		k.runTwo(l, rb0, rb1, out, p, s, lp, tb, xbase, one)
+	if pairH > 0 { // (pairable)
+		k.runTwo(l, rb0, rb1, pairH, mrb, out, p, s, lp, tb, xbase, one)
+		run.done()
+		return
+	}
+	if h := (rb1 - rb0 + 1) / 2; n == 1 && rb1-rb0 >= 2 && h*ly.RowBlockBytes >= twoMinDist && k.pairable(l, p, n) {
+		k.runTwo(l, rb0, rb0+h, h, rb1, out, p, s, lp, tb, xbase, one)
 		run.done()
 		return
 	}
@@ -1848,26 +1889,32 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 // Zen 3 guest a C loop of the i2s block read two streams D apart, alternating every 7
 // blocks, at (against one stream, two runs of 11 rounds): D = 10 KiB 0.79x, 16 KiB 0.94x,
 // 20 KiB 0.95x, 28 and 40 KiB 1.02x, 64 KiB 1.04x, 128 KiB 1.07x, 256 KiB to 7 MiB
-// 1.11-1.12x. (A stealing runner's chunks, an eighth of what is left, bring short
-// ranges: their pairs would lie close.) A variable: tests lower it.
+// 1.11-1.12x. Run pairs row blocks half its range apart, and so only ranges of twice
+// twoMinDist or more; RunSplit pairs them half the layer apart (PairUnits), so that a
+// stealing runner's short pieces (an eighth of what is left) pair too. A variable: tests
+// lower it.
 var twoMinDist = 64 << 10
 
-// twoStreams reports whether a one-token GEMV of l over nrb row blocks (plan p, gemvArgs g
-// as Run set them, parts: the one-token kernel's fmtOps.parts) runs two row blocks at once
-// (runTwo): under the zen3 tuning, with the epilogue as a pass of its own, K in one part,
-// the pairs twoMinDist or more apart.
-func (k *simdKernel) twoStreams(l *Layer, p plan, g *gemvArgs, parts bool, nrb int) bool {
-	return k.ops.l1.two1 != nil && currentTuning().l1Prefetch() && g.Epi == nil && k.i2sPartSteps(l.Layout, p, 1, parts) == 0 &&
-		nrb >= 2 && (nrb+1)/2*l.Layout.RowBlockBytes >= twoMinDist
+// pairable reports whether a call of l for n tokens (plan p) runs two row blocks at once
+// (runTwo): one token under the zen3 tuning, on a kernel that has the two-stream kernel
+// (i2s), with the epilogue as a pass of its own and K in one part. Run pairs row blocks
+// half its range apart where they lie twoMinDist or more apart; RunSplit splits such a call
+// into pairs half the layer apart (PairUnits).
+func (k *simdKernel) pairable(l *Layer, p plan, n int) bool {
+	if n != 1 || k.ops.l1.two1 == nil || !currentTuning().l1Prefetch() || p.gemm || p.amx || p.amxv ||
+		k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil || k.ops.fused && p.nseg > 1 {
+		return false
+	}
+	_, parts := k.gemvOne(l, p, k.gemvFor(l))
+	return k.i2sPartSteps(l.Layout, p, 1, parts) == 0
 }
 
-// runTwo is Run's loop over row blocks [rb0, rb1) (at least two) for one token through
-// the two-stream kernel (fmtOps.l1.two1): row block rb with rb+h, h half the range
-// (rounded up), so that the core reads two streams far apart; an odd range's middle row
-// block runs alone through one. Run has set tb.g but for its pointers.
-func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, xbase unsafe.Pointer, one func(*byte)) {
+// runTwo is run's loop for one token through the two-stream kernel (fmtOps.l1.two1): row
+// block rb with rb+h for rb in [u0, u1), so that the core reads two streams far apart; rb
+// alone, through one, where rb+h is end or beyond. run has set tb.g but for its pointers.
+func (k *simdKernel) runTwo(l *Layer, u0, u1, h, end int, out []float32, p plan, s []byte, lp *layerPrep, tb *threadBuf, xbase unsafe.Pointer, one func(*byte)) {
 	ly := l.Layout
-	h, ns := (rb1-rb0+1)/2, p.nseg*RowBlock
+	ns := p.nseg * RowBlock
 	if cap(tb.sums) < 2*ns {
 		tb.sums = make([]int32, 2*ns)
 	}
@@ -1877,10 +1924,10 @@ func (k *simdKernel) runTwo(l *Layer, rb0, rb1 int, out []float32, p plan, s []b
 	g.W2Off, g.Sums2Off = h*ly.RowBlockBytes, 4*ns
 	epi.NTok = 1
 	epi.Corr, epi.XS = unsafe.Pointer(&s[p.corrOff]), unsafe.Pointer(&s[p.xsOff])
-	for rb := rb0; rb < rb0+h; rb++ {
+	for rb := u0; rb < u1; rb++ {
 		g.W = unsafe.Pointer(&l.Data[rb*ly.RowBlockBytes])
 		pair := []int{rb, rb + h}
-		if rb+h < rb1 {
+		if rb+h < end {
 			k.ops.l1.two1(argp(g))
 		} else {
 			pair = pair[:1]

@@ -173,9 +173,10 @@ const (
 	// takes these.
 	//
 	// Its one-token i2s also reads two row blocks at once (runTwo, gemvI2STwoT1AVX2):
-	// each thread pairs row block rb with the one half its range on, and the kernel runs
-	// each chunk of a row quad (up to seven 128-byte blocks) on one stream, then the same
-	// chunk on the other. A C loop of the i2s block over 1 GiB read 11-12% faster from two
+	// row block rb with the one half the layer on (RunSplit splits the call in such pairs:
+	// Paired; a Run of a range alone pairs within it), and the kernel runs each chunk of a
+	// row quad (up to seven 128-byte blocks) on one stream, then the same chunk on the
+	// other. A C loop of the i2s block over 1 GiB read 11-12% faster from two
 	// streams 256 KiB to 7 MiB apart than from one, alternating every block or every 7
 	// (every 28: 3%; nearer streams gain less or lose: twoMinDist). Against the one-stream
 	// L1 kernel, in one process (a build whose default tuning took the pair; 15 rounds,
@@ -315,7 +316,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.l1Prefetch() {
 		c = append(c, "one-token AVX2 i2s, int8, int1 and bf16/f32 (two row blocks a call) GEMVs prefetch their weights into L1 only, 8 KiB ahead (int1 had left them to the hardware's prefetchers)")
-		c = append(c, "one-token AVX2 i2s reads two row blocks at once, half a thread's range apart: two streams (each prefetched into L2 and L1, as the default's)")
+		c = append(c, "one-token AVX2 i2s reads two row blocks at once, half the layer apart: two streams (each prefetched into L2 and L1, as the default's)")
 	}
 	if t.Adaptive() {
 		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))
