@@ -1676,7 +1676,7 @@ func (k *simdKernel) Run(l *Layer, a *Acts, rb0, rb1 int, out []float32) {
 func (k *simdKernel) PairUnits(l *Layer, a *Acts) int {
 	ly := l.Layout
 	h := (ly.RowBlocks() + 1) / 2
-	if k.format.IsFloat() || ly.RowBlocks() < 2 || h*ly.RowBlockBytes < twoMinDist || !k.pairable(l, k.plan(l, a.N), a.N) {
+	if a.N != 1 || k.ops.l1.two1 == nil || ly.RowBlocks() < 2 || h*ly.RowBlockBytes < twoMinDist || !k.pairable(l, k.plan(l, 1), 1) {
 		return 0
 	}
 	return h
