@@ -358,6 +358,11 @@ func gemvI2STwoT1AVX2(a *byte)
 //go:noescape
 func gemvInt2T1AVX2(a *byte)
 
+// gemvInt2TwoT1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt2Generic (kstep 4) is its reference.
+//
+//go:noescape
+func gemvInt2TwoT1AVX2(a *byte)
+
 // gemvInt8T1AVX2 is the GEMV of one row block for 1 token(s) (see gemvArgs); gemvInt8Generic (int16 activations) is its reference.
 //
 //go:noescape

@@ -20724,6 +20724,161 @@ gemvInt2T1AVX2_fused:
 	VZEROUPPER
 	RET
 
+// func gemvInt2TwoT1AVX2(a *byte)
+// Requires: AVX, AVX2, CMOV, MMX+
+TEXT ·gemvInt2TwoT1AVX2(SB), NOSPLIT, $256-8
+	PCALIGN        $0x40
+	MOVQ           a+0(FP), AX
+	MOVQ           (AX), CX
+	XORQ           DX, DX
+	MOVQ           8(AX), BX
+	MOVQ           56(AX), SI
+	MOVQ           24(AX), DI
+	VBROADCASTI128 (SI), Y4
+	VBROADCASTI128 16(SI), Y5
+	MOVQ           40(AX), SI
+
+gemvInt2TwoT1AVX2_seg:
+	MOVQ    32(AX), R8
+	CMPQ    SI, $0x01
+	CMOVQEQ 48(AX), R8
+	VPXOR   Y10, Y10, Y10
+	VMOVDQU Y10, (SP)
+	VMOVDQU Y10, 32(SP)
+	VMOVDQU Y10, 64(SP)
+	VMOVDQU Y10, 96(SP)
+	VMOVDQU Y10, 128(SP)
+	VMOVDQU Y10, 160(SP)
+	VMOVDQU Y10, 192(SP)
+	VMOVDQU Y10, 224(SP)
+
+gemvInt2TwoT1AVX2_chunk:
+	MOVQ 64(AX), R9
+	CMPQ R9, $0x01
+	JGE  gemvInt2TwoT1AVX2_len
+	MOVQ $0x00000001, R9
+
+gemvInt2TwoT1AVX2_len:
+	CMPQ    R8, R9
+	CMOVQLT R8, R9
+	SUBQ    R9, R8
+	MOVQ    R9, R10
+	SHLQ    $0x05, R10
+	MOVQ    R9, R11
+	SHLQ    $0x02, R11
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	MOVQ    R9, R12
+
+gemvInt2TwoT1AVX2_step0:
+	PREFETCHT1   8192(CX)
+	PREFETCHT0   2048(CX)
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        m0fY<>+0(SB), Y8, Y8
+	VPAND        m0fY<>+0(SB), Y9, Y9
+	VPSHUFB      Y8, Y4, Y6
+	VPSHUFB      Y8, Y5, Y7
+	VPSHUFB      Y9, Y4, Y8
+	VPSHUFB      Y9, Y5, Y9
+	VPBROADCASTD (BX)(DX*1), Y10
+	VPMADDUBSW   Y10, Y6, Y6
+	VPADDW       Y6, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y7
+	VPADDW       Y7, Y1, Y1
+	VPMADDUBSW   Y10, Y8, Y8
+	VPADDW       Y8, Y2, Y2
+	VPMADDUBSW   Y10, Y9, Y9
+	VPADDW       Y9, Y3, Y3
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R12
+	JNZ          gemvInt2TwoT1AVX2_step0
+	VPMADDWD     wOnesY<>+0(SB), Y0, Y0
+	VPADDD       (SP), Y0, Y0
+	VMOVDQU      Y0, (SP)
+	VPMADDWD     wOnesY<>+0(SB), Y1, Y1
+	VPADDD       32(SP), Y1, Y1
+	VMOVDQU      Y1, 32(SP)
+	VPMADDWD     wOnesY<>+0(SB), Y2, Y2
+	VPADDD       64(SP), Y2, Y2
+	VMOVDQU      Y2, 64(SP)
+	VPMADDWD     wOnesY<>+0(SB), Y3, Y3
+	VPADDD       96(SP), Y3, Y3
+	VMOVDQU      Y3, 96(SP)
+	SUBQ         R10, CX
+	ADDQ         136(AX), CX
+	SUBQ         R11, DX
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVQ         R9, R12
+
+gemvInt2TwoT1AVX2_step1:
+	PREFETCHT1   8192(CX)
+	PREFETCHT0   2048(CX)
+	VMOVDQU      (CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        m0fY<>+0(SB), Y8, Y8
+	VPAND        m0fY<>+0(SB), Y9, Y9
+	VPSHUFB      Y8, Y4, Y6
+	VPSHUFB      Y8, Y5, Y7
+	VPSHUFB      Y9, Y4, Y8
+	VPSHUFB      Y9, Y5, Y9
+	VPBROADCASTD (BX)(DX*1), Y10
+	VPMADDUBSW   Y10, Y6, Y6
+	VPADDW       Y6, Y0, Y0
+	VPMADDUBSW   Y10, Y7, Y7
+	VPADDW       Y7, Y1, Y1
+	VPMADDUBSW   Y10, Y8, Y8
+	VPADDW       Y8, Y2, Y2
+	VPMADDUBSW   Y10, Y9, Y9
+	VPADDW       Y9, Y3, Y3
+	ADDQ         $0x20, CX
+	ADDQ         $0x04, DX
+	DECQ         R12
+	JNZ          gemvInt2TwoT1AVX2_step1
+	VPMADDWD     wOnesY<>+0(SB), Y0, Y0
+	VPADDD       128(SP), Y0, Y0
+	VMOVDQU      Y0, 128(SP)
+	VPMADDWD     wOnesY<>+0(SB), Y1, Y1
+	VPADDD       160(SP), Y1, Y1
+	VMOVDQU      Y1, 160(SP)
+	VPMADDWD     wOnesY<>+0(SB), Y2, Y2
+	VPADDD       192(SP), Y2, Y2
+	VMOVDQU      Y2, 192(SP)
+	VPMADDWD     wOnesY<>+0(SB), Y3, Y3
+	VPADDD       224(SP), Y3, Y3
+	VMOVDQU      Y3, 224(SP)
+	SUBQ         136(AX), CX
+	TESTQ        R8, R8
+	JNZ          gemvInt2TwoT1AVX2_chunk
+	MOVQ         144(AX), R8
+	VMOVDQU      (SP), Y10
+	VMOVDQU      Y10, (DI)
+	VMOVDQU      32(SP), Y10
+	VMOVDQU      Y10, 32(DI)
+	VMOVDQU      64(SP), Y10
+	VMOVDQU      Y10, 64(DI)
+	VMOVDQU      96(SP), Y10
+	VMOVDQU      Y10, 96(DI)
+	VMOVDQU      128(SP), Y10
+	VMOVDQU      Y10, (DI)(R8*1)
+	VMOVDQU      160(SP), Y10
+	VMOVDQU      Y10, 32(DI)(R8*1)
+	VMOVDQU      192(SP), Y10
+	VMOVDQU      Y10, 64(DI)(R8*1)
+	VMOVDQU      224(SP), Y10
+	VMOVDQU      Y10, 96(DI)(R8*1)
+	SUBQ         $-128, DI
+	DECQ         SI
+	JNZ          gemvInt2TwoT1AVX2_seg
+	VZEROUPPER
+	RET
+
 // func gemvInt8T1AVX2(a *byte)
 // Requires: AVX, AVX2, CMOV, MMX+
 TEXT ·gemvInt8T1AVX2(SB), NOSPLIT, $0-8

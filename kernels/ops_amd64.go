@@ -153,6 +153,7 @@ func asmOps(isa ISA, f quantcfg.Format) *fmtOps {
 			} else {
 				// consecutive code books (span 3) keep int16 sums over 42 units with two tokens
 				o.gemvSeq = gemv4(gemvInt2T1AVX2, gemvInt2SeqT2AVX2, nil, nil)
+				o.l1.two1 = gemvInt2TwoT1AVX2
 			}
 		case quantcfg.Int8:
 			o.kstep, o.fused = 4, true

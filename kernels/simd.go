@@ -84,7 +84,7 @@ type fmtOps struct {
 	floatPair func(*byte)
 	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
 	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
-	// int1Panel[1]; nil where the path has none. two1 (i2s) is the one-token kernel over
+	// int1Panel[1]; nil where the path has none. two1 (i2s, int2) is the one-token kernel over
 	// two row blocks at once, two streams far apart (runTwo); it prefetches as the
 	// default's kernels do (see _asm: gemvI2SY1Two).
 	l1 struct{ gemv1, two1, floatPair, int1Panel1 func(*byte) }
@@ -1897,9 +1897,9 @@ var twoMinDist = 64 << 10
 
 // pairable reports whether a call of l for n tokens (plan p) runs two row blocks at once
 // (runTwo): one token under the zen3 tuning, on a kernel that has the two-stream kernel
-// (i2s), with the epilogue as a pass of its own and K in one part. Run pairs row blocks
-// half its range apart where they lie twoMinDist or more apart; RunSplit splits such a call
-// into pairs half the layer apart (PairUnits).
+// (i2s, int2), with the epilogue as a pass of its own and K in one part. Run pairs row
+// blocks half its range apart where they lie twoMinDist or more apart; RunSplit splits such
+// a call into pairs half the layer apart (PairUnits).
 func (k *simdKernel) pairable(l *Layer, p plan, n int) bool {
 	if n != 1 || k.ops.l1.two1 == nil || !currentTuning().l1Prefetch() || p.gemm || p.amx || p.amxv ||
 		k.ops.lut[1] != nil || k.ops.int1Panel[1] != nil || k.ops.fused && p.nseg > 1 {

@@ -184,8 +184,11 @@ const (
 	// two threads 1.01-1.24x and 1.01-1.11x, where int2, the same kernel under both, moved
 	// 0.87-1.04x. The pair prefetches as the default's kernels do, into L2 and L1: into L1
 	// only it read 0.96-1.08x as fast, with none 0.85-0.91x (see _asm: gemvI2SY1Two).
-	// One-token int2 read two streams no faster (0.95-1.07x, its kernel at 16 GB/s from
-	// cache, below the memory's rate, where i2s's reads 18-21): it keeps one.
+	// One-token int2 with per-row scales reads two streams as well (gemvInt2TwoT1AVX2; in
+	// groups its kernel runs the epilogue, and it keeps one): on a day its kernel read 21.8
+	// GB/s from cache, 1.00-1.09x as fast as one stream in one process (three runs, 11-15
+	// rounds; 17 of 18 above 1.00, one round of noise 0.83x); on a slower day, its kernel at
+	// 16 GB/s from cache, below the memory's rate, where i2s's read 18-21, 0.95-1.07x.
 	TuningZen3
 	numTunings
 )
@@ -316,7 +319,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.l1Prefetch() {
 		c = append(c, "one-token AVX2 i2s, int8, int1 and bf16/f32 (two row blocks a call) GEMVs prefetch their weights into L1 only, 8 KiB ahead (int1 had left them to the hardware's prefetchers)")
-		c = append(c, "one-token AVX2 i2s reads two row blocks at once, half the layer apart: two streams (each prefetched into L2 and L1, as the default's)")
+		c = append(c, "one-token AVX2 i2s and int2 (per-row scales) GEMVs read two row blocks at once, half the layer apart: two streams (each prefetched into L2 and L1, as the default's)")
 	}
 	if t.Adaptive() {
 		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))
