@@ -79,11 +79,11 @@ type PerCall interface {
 
 // Paired is implemented by kernels whose calls read faster two row blocks at a time, far
 // apart (the zen3 tuning's one-token i2s and int2: a core of that Zen 3 reads two streams
-// 256 KiB or more apart 1.11-1.12x as fast as one). RunSplit splits such a call into PairUnits units,
-// unit u being row blocks u and u+PairUnits (the second where it is below the layer's row
-// blocks), and runs each range of units through RunPairs: so every piece a runner hands
-// out, however short, reads two streams half the layer apart, where Run could pair only
-// within its range (a stealing runner's last pieces are a row block or two).
+// 256 KiB or more apart 1.11-1.12x as fast as one). RunSplit splits such a call into
+// PairUnits units, unit u being row blocks u and u+PairUnits (the second where it is below
+// the layer's row blocks), and runs each range of units through RunPairs: so every piece a
+// runner hands out, however short, reads two streams half the layer apart, where Run could
+// pair only within its range (a stealing runner's last pieces are a row block or two).
 type Paired interface {
 	// PairUnits is the units of l's call of a.N tokens, (RowBlocks()+1)/2, or 0 where the
 	// call runs by rows.

@@ -84,8 +84,8 @@ type fmtOps struct {
 	floatPair func(*byte)
 	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
 	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
-	// int1Panel[1]; nil where the path has none. two1 (i2s, int2) is the one-token kernel over
-	// two row blocks at once, two streams far apart (runTwo); it prefetches as the
+	// int1Panel[1]; nil where the path has none. two1 (i2s, int2) is the one-token kernel
+	// over two row blocks at once, two streams far apart (runTwo); it prefetches as the
 	// default's kernels do (see _asm: gemvI2SY1Two).
 	l1 struct{ gemv1, two1, floatPair, int1Panel1 func(*byte) }
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
@@ -1699,16 +1699,23 @@ func (k *simdKernel) run(l *Layer, a *Acts, rb0, rb1, pairH int, out []float32) 
 	ly := l.Layout
 	n := a.N
 	mrb := ly.RowBlocks()
-	if pairH > 0 && (k.format.IsFloat() || !k.pairable(l, k.plan(l, n), n)) {
+	alone := func() { // the units' row blocks, then their partners'
 		k.run(l, a, rb0, rb1, 0, out)
 		k.run(l, a, min(rb0+pairH, mrb), min(rb1+pairH, mrb), 0, out)
-		return
 	}
 	if k.format.IsFloat() {
+		if pairH > 0 {
+			alone()
+			return
+		}
 		k.runFloat(l, a, rb0, rb1, out)
 		return
 	}
 	p := k.plan(l, n)
+	if pairH > 0 && !k.pairable(l, p, n) {
+		alone()
+		return
+	}
 	_, s := scratchView(a, p.size)
 	lp := l.simdPrep()
 	tb := bufPool.Get().(*threadBuf)

@@ -299,7 +299,7 @@ func (r *i2sY1Regs) fold(row int, acc Op, dst VecPhysical) {
 // second gemvArgs.W2Off bytes after the first (its sums Sums2Off bytes after the first's):
 // each chunk of up to i2sY1Flush blocks of a quad runs on the first row block's stream and
 // then on the second's, so that the core reads two streams far apart (the driver pairs row
-// blocks half its range apart: runTwo). The int32 sums live on the stack. On the Zen 3
+// blocks half the layer apart: runTwo, kernels.Paired). The int32 sums live on the stack. On the Zen 3
 // guest a C loop of the block over 1 GiB read 11-12% faster with two streams 256 KiB to 7
 // MiB apart than with one (alternating every block or every 7; every 28, 3%), and in one
 // process this kernel read 77-90% of the roofline at one thread where the one-stream
