@@ -1274,21 +1274,28 @@ func gemvInt2Y1() {
 	x := p.get()
 	fe := &fuseEpi{T: 1, ymm: true, regs: slices.Concat(acc32, acc16, v, []VecPhysical{x})}
 	chunkLoop(name, a, gemvLoop, 0, fe, sums, func() { zeroAll(acc32...) }, func() { zeroAll(acc16...) }, func() {
-		prefetchAhead(w, 0)
-		int2Decode(w, la, lb, v)
-		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
-		for j := 0; j < 4; j++ {
-			VPMADDUBSW(x, v[j], v[j])
-			VPADDW(v[j], acc16[j], acc16[j])
-		}
-		ADDQ(U8(32), w)
-		ADDQ(U8(4), kx)
+		int2Unit1(w, kx, xs[0], la, lb, x, v, acc16)
 	}, func() { widen16(acc16, acc32) }, func() {
 		for j, r := range acc32 {
 			VMOVDQU(r, at(sums, 32*j))
 		}
 		ADDQ(U8(128), sums)
 	})
+}
+
+// int2Unit1 is gemvInt2Y1's step: it adds the unit at w, against the token's activations at
+// x0 + kx (broadcast into x), to the int16 sums acc16 (per row group; v: scratch) and moves
+// w and kx past it.
+func int2Unit1(w, kx, x0 Register, la, lb, x VecPhysical, v, acc16 []VecPhysical) {
+	prefetchAhead(w, 0)
+	int2Decode(w, la, lb, v)
+	VPBROADCASTD(idx(x0, kx, 1, 0), x)
+	for j := 0; j < 4; j++ {
+		VPMADDUBSW(x, v[j], v[j])
+		VPADDW(v[j], acc16[j], acc16[j])
+	}
+	ADDQ(U8(32), w)
+	ADDQ(U8(4), kx)
 }
 
 // gemvInt2Y1Two (AVX2, one token, zen3) is gemvInt2Y1 over two row blocks at once, the
@@ -1335,15 +1342,7 @@ func gemvInt2Y1Two() {
 		zeroAll(acc16...)
 		MOVQ(c, m)
 		Label(fmt.Sprintf("%s_step%d", name, s))
-		prefetchAhead(w, 0)
-		int2Decode(w, la, lb, v)
-		VPBROADCASTD(idx(xs[0], kx, 1, 0), x)
-		for j := 0; j < 4; j++ {
-			VPMADDUBSW(x, v[j], v[j])
-			VPADDW(v[j], acc16[j], acc16[j])
-		}
-		ADDQ(U8(32), w)
-		ADDQ(U8(4), kx)
+		int2Unit1(w, kx, xs[0], la, lb, x, v, acc16)
 		DECQ(m)
 		JNZ(LabelRef(fmt.Sprintf("%s_step%d", name, s)))
 		for j, r := range acc16 {
