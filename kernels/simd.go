@@ -85,8 +85,8 @@ type fmtOps struct {
 	// l1: the zen3 tuning's one-token kernels (Tuning.l1Prefetch), which prefetch their
 	// weights into L1 only, in place of gemv[1] (i2s, int8: gemvOne), floatPair and
 	// int1Panel[1]; nil where the path has none. two1 (i2s, int2) is the one-token kernel
-	// over two row blocks at once, two streams far apart (runTwo); it prefetches as the
-	// default's kernels do (see _asm: gemvI2SY1Two).
+	// over two row blocks at once, two streams far apart (runTwo), each prefetched into L2
+	// 8 KiB ahead and into L1 2 KiB (see _asm: gemvI2SY1Two).
 	l1 struct{ gemv1, two1, floatPair, int1Panel1 func(*byte) }
 	// gemvLong1: i2s, a one-token GEMV kernel for a long K (Kp >= i2sLongK) in place of
 	// gemv[1]: two row quads a pass.

@@ -182,8 +182,10 @@ const (
 	// L1 kernel, in one process (a build whose default tuning took the pair; 15 rounds,
 	// 4096x14336, 14336x4096, 2560x2560): one thread 1.09-1.12x and 1.07-1.15x (two runs),
 	// two threads 1.01-1.24x and 1.01-1.11x, where int2, the same kernel under both, moved
-	// 0.87-1.04x. The pair prefetches as the default's kernels do, into L2 and L1: into L1
-	// only it read 0.96-1.08x as fast, with none 0.85-0.91x (see _asm: gemvI2SY1Two).
+	// 0.87-1.04x. The pair prefetches on two levels, into L2 8 KiB ahead and into L1 2 KiB:
+	// at two threads 1.00-1.14x as fast as with 4 KiB into L2 (i2sFar, the default's), at
+	// one 0.96-1.05x; into L1 only it read 0.96-1.08x as fast, with none 0.85-0.91x (see
+	// _asm: gemvI2SY1Two).
 	// One-token int2 with per-row scales reads two streams as well (gemvInt2TwoT1AVX2; in
 	// groups its kernel runs the epilogue, and it keeps one): on a day its kernel read 21.8
 	// GB/s from cache, 1.00-1.09x as fast as one stream in one process (three runs, 11-15
@@ -319,7 +321,7 @@ func (t Tuning) Changes() []string {
 	}
 	if t.l1Prefetch() {
 		c = append(c, "one-token AVX2 i2s, int8, int1 and bf16/f32 (two row blocks a call) GEMVs prefetch their weights into L1 only, 8 KiB ahead (int1 had left them to the hardware's prefetchers)")
-		c = append(c, "one-token AVX2 i2s and int2 (per-row scales) GEMVs read two row blocks at once, half the layer apart: two streams (each prefetched into L2 and L1, as the default's)")
+		c = append(c, "one-token AVX2 i2s and int2 (per-row scales) GEMVs read two row blocks at once, half the layer apart: two streams (each prefetched into L2 8 KiB ahead and into L1 2 KiB)")
 	}
 	if t.Adaptive() {
 		c = append(c, fmt.Sprintf("one-token i2s (K < %d), tl2, bf16 and f32 GEMVs choose as they run between their kernels with and without software prefetch, by the time per byte of each shape's calls: every %dth to %dth piece of %d KiB or more runs the other kernel (bitd_kernel_adaptive_* metrics)", i2sLongK, adaptProbe, adaptProbeMax, adaptMinBytes>>10))

@@ -217,7 +217,7 @@ func gemvI2SY1Plain() {
 		zeroAll(acc...)
 		Label(name + "_chunk")
 		n := takeChunk(cnt, i2sY1Flush)
-		r.blocks(name+"_blk", wp, n)
+		r.blocks(name+"_blk", wp, n, i2sFar)
 		for i := range acc {
 			r.fold(i, acc[i], acc[i])
 		}
@@ -252,15 +252,16 @@ func newI2SY1Regs(a Register, first int) (*i2sY1Regs, []VecPhysical) {
 }
 
 // blocks clears the int16 sums and adds n (a register, >= 1, kept) blocks from wp on (wp
-// and kx move past them) in a loop labelled label.
-func (r *i2sY1Regs) blocks(label string, wp, n Register) {
+// and kx move past them) in a loop labelled label, prefetching the weights far bytes ahead
+// into L2 (prefetchAheadBy).
+func (r *i2sY1Regs) blocks(label string, wp, n Register, far int) {
 	zeroAll(r.sa...)
 	zeroAll(r.sb...)
 	m := GP64()
 	MOVQ(n, m)
 	Label(label)
-	prefetchAheadBy(wp, i2sFar, 0)
-	prefetchAheadBy(wp, i2sFar, 64)
+	prefetchAheadBy(wp, far, 0)
+	prefetchAheadBy(wp, far, 64)
 	for row := 0; row < 4; row++ {
 		VMOVDQU(at(wp, 32*row), r.w)
 		for i, q := range []struct {
@@ -305,12 +306,14 @@ func (r *i2sY1Regs) fold(row int, acc Op, dst VecPhysical) {
 // process this kernel read 77-90% of the roofline at one thread where the one-stream
 // kernel read 74-80 (see kernels.TuningZen3, and twoMinDist for nearer streams).
 //
-// It prefetches as the default's one-stream kernel does, into L2 i2sFar ahead and into L1
-// prefetchNear ahead, not into L1 only as zen3's one-stream kernel (gemvI2ST1AVX2L1).
-// Against these two levels, in one process (11 rounds, 4096x14336, 14336x4096, 2560x2560,
-// one and two threads; the default tuning of a build taking each variant): prefetcht0
-// 8 KiB ahead 0.96-0.99x and 0.98-1.08x (two runs), prefetcht1 8 KiB with prefetcht0 2 KiB
-// 1.00-1.04x, the hardware's prefetchers alone 0.85-0.91x.
+// It prefetches on two levels as the default's kernels do, into L2 prefetchFar (8 KiB)
+// ahead and into L1 prefetchNear (2 KiB), not into L1 only as zen3's one-stream kernel
+// (gemvI2ST1AVX2L1). Against two levels with i2sFar (4 KiB) into L2, in one process (11
+// rounds, 4096x14336, 14336x4096, 2560x2560, one and two threads; the default tuning of a
+// build taking each variant): 8 KiB into L2 at two threads 1.00-1.14x (all nine above
+// 1.00, median 1.03; three runs), at one 0.96-1.05x (median 1.00); prefetcht0 alone 8 KiB
+// ahead 0.96-0.99x and 0.98-1.08x (two runs); prefetchnta 2 KiB ahead 0.95-1.16x, 4 KiB
+// 0.97-1.05x; the hardware's prefetchers alone 0.85-0.91x.
 func gemvI2SY1Two() {
 	name := "gemvI2STwoT1AVX2"
 	a := fn(name, gemvDoc(name, "gemvI2SGeneric", 1))
@@ -330,7 +333,7 @@ func gemvI2SY1Two() {
 		MOVQ(n, back)
 		SHLQ(U8(7), back) // the chunk's bytes
 		for s := 0; s < 2; s++ {
-			r.blocks(fmt.Sprintf("%s_blk%d", name, s), wp, n)
+			r.blocks(fmt.Sprintf("%s_blk%d", name, s), wp, n, prefetchFar)
 			for row := 0; row < 4; row++ {
 				r.fold(row, acc(s, row), t[row])
 				VMOVDQU(t[row], acc(s, row))
